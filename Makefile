@@ -1,0 +1,41 @@
+# Everything a fresh Debian 12 machine needs, installed only when missing.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Debian packages the test suite and demo use (installed by apt-get when absent).
+APT_PACKAGES ?=
+
+.PHONY: install demo test lint bench clean apt
+
+install: $(STAMP)
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "apt-get install:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+	@command -v kubectl >/dev/null || echo "warning: kubectl not found; e2e tests need it"
+
+$(STAMP): pyproject.toml
+	@$(MAKE) --no-print-directory apt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+demo: install
+	$(VENV)/bin/isthmus demo
+
+test: install
+	$(PY) -m pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
+
+bench: install
+	$(PY) bench/apiserver.py
+	$(PY) bench/runtime.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+from isthmus.cli.main import app
+
+app()
