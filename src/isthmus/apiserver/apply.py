@@ -1,0 +1,834 @@
+"""Server-side apply and managedFields (fieldsV1) bookkeeping.
+
+Modelled on sigs.k8s.io/structured-merge-diff as kube-apiserver uses it:
+
+- A *field set* is a set of paths. A path is a tuple of fieldsV1 path elements, spelled exactly as in
+  fieldsV1: ``f:<name>`` (struct/map field), ``k:<json of the list-map keys>`` (list-map item),
+  ``v:<json value>`` (set item), ``i:<n>`` (positional item). A path in the set is *owned*; a path with
+  owned descendants is only a prefix unless it is owned too (fieldsV1 writes that as ``".": {}``).
+- Apply: the manager owns exactly what its configuration sets (struct fields only as leaves; map entries
+  and list items always, so they get ``"."``). Update: the manager gains what the write added or changed.
+- A write that changes or adds a path owned by another manager conflicts (Apply) or silently takes it
+  over (Update, or Apply with force). Removed paths leave every manager.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from isthmus.apiserver.errors import ApiError, bad_request
+
+Path = tuple[str, ...]
+
+APPLY: Final = "Apply"
+UPDATE: Final = "Update"
+BEFORE_FIRST_APPLY: Final = "before-first-apply"
+ANCIENT_CHANGES: Final = "ancient-changes"
+MAX_UPDATE_MANAGERS: Final = 10
+
+# Paths never tracked (kube's stripped meta fields). apiVersion/kind never conflict: they are not fields.
+_STRIPPED_EXACT: Final[frozenset[Path]] = frozenset(
+    {
+        ("f:apiVersion",),
+        ("f:kind",),
+        ("f:metadata",),
+        ("f:metadata", "f:name"),
+        ("f:metadata", "f:namespace"),
+        ("f:metadata", "f:creationTimestamp"),
+        ("f:metadata", "f:selfLink"),
+        ("f:metadata", "f:uid"),
+        ("f:metadata", "f:clusterName"),
+        ("f:metadata", "f:generation"),
+        ("f:metadata", "f:resourceVersion"),
+        ("f:metadata", "f:deletionTimestamp"),
+        ("f:metadata", "f:deletionGracePeriodSeconds"),
+    }
+)
+_STRIPPED_TREE: Final[Path] = ("f:metadata", "f:managedFields")
+
+
+class _Missing:
+    """Marks an absent value while comparing (distinct from JSON null)."""
+
+
+_MISSING: Final = _Missing()
+
+
+# ================================================================ schema helpers
+
+
+def _schema(schema: Any) -> dict[str, Any] | None:
+    """Resolve `allOf` wrappers (the shape inlined $refs often take) into one schema dict."""
+    if not isinstance(schema, dict):
+        return None
+    if "allOf" not in schema:
+        return schema
+    merged: dict[str, Any] = {}
+    for sub in schema.get("allOf") or []:
+        resolved = _schema(sub)
+        if resolved:
+            merged.update(resolved)
+    merged.update({k: v for k, v in schema.items() if k != "allOf"})
+    return merged
+
+
+def _field(schema: dict[str, Any] | None, key: str) -> tuple[dict[str, Any] | None, bool]:
+    """(schema of the key, declared as a struct field?). Undeclared keys are map entries."""
+    if schema is None:
+        return None, False
+    props = schema.get("properties")
+    if isinstance(props, dict) and key in props:
+        return _schema(props[key]), True
+    return _schema(schema.get("additionalProperties")), False
+
+
+@dataclass(frozen=True)
+class _ListKind:
+    kind: str  # "atomic" | "set" | "map"
+    keys: tuple[str, ...] = ()
+
+
+_ATOMIC_LIST: Final = _ListKind("atomic")
+
+
+def _list_kind(schema: dict[str, Any] | None) -> _ListKind:
+    """x-kubernetes-list-type decides; schemas without it fall back to the patch strategy (as kube's
+    OpenAPI→SMD conversion does); anything else — including no schema — is atomic."""
+    if schema is None:
+        return _ATOMIC_LIST
+    list_type = schema.get("x-kubernetes-list-type")
+    if list_type == "map":
+        keys = tuple(k for k in schema.get("x-kubernetes-list-map-keys") or [] if isinstance(k, str))
+        return _ListKind("map", keys) if keys else _ATOMIC_LIST
+    if list_type == "set":
+        return _ListKind("set")
+    if list_type == "atomic":
+        return _ATOMIC_LIST
+    strategy = schema.get("x-kubernetes-patch-strategy")
+    if isinstance(strategy, str) and "merge" in strategy.split(","):
+        key = schema.get("x-kubernetes-patch-merge-key")
+        return _ListKind("map", (key,)) if isinstance(key, str) and key else _ListKind("set")
+    return _ATOMIC_LIST
+
+
+def _granular_map(value: Any, schema: dict[str, Any] | None) -> bool:
+    return isinstance(value, dict) and (schema or {}).get("x-kubernetes-map-type") != "atomic"
+
+
+def _granular_list(value: Any, schema: dict[str, Any] | None) -> bool:
+    return isinstance(value, list) and _list_kind(schema).kind != "atomic"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def _item_element(item: Any, schema: dict[str, Any] | None) -> str:
+    """The path element of a list item: k:{keys} for list-maps, v:value for sets."""
+    kind = _list_kind(schema)
+    if kind.kind == "map" and isinstance(item, dict):
+        return "k:" + _compact(_key_values(item, kind.keys, _schema((schema or {}).get("items"))))
+    return "v:" + _compact(item)
+
+
+def _key_values(item: dict[str, Any], keys: tuple[str, ...], items: dict[str, Any] | None) -> dict[str, Any]:
+    """The list-map key fields of an item; an absent key takes its schema default (Service ports' protocol)."""
+    props = (items or {}).get("properties") or {}
+    out: dict[str, Any] = {}
+    for k in keys:
+        if k in item:
+            out[k] = item[k]
+        else:
+            sub = _schema(props.get(k))
+            if sub is not None and "default" in sub:
+                out[k] = sub["default"]
+    return out
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON equality: true is not 1, 1 equals 1.0."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
+
+
+def _items(value: list[Any], schema: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """(path element, item) of a granular list; the first of duplicate elements wins."""
+    seen: set[str] = set()
+    out: list[tuple[str, Any]] = []
+    for item in value:
+        pe = _item_element(item, schema)
+        if pe not in seen:
+            seen.add(pe)
+            out.append((pe, item))
+    return out
+
+
+def _duplicates(value: Any, schema: dict[str, Any] | None, path: Path = ()) -> str | None:
+    """The first granular list with two items of the same key (an applied configuration may not have one)."""
+    if _granular_map(value, schema):
+        for key, child in value.items():
+            found = _duplicates(child, _field(schema, key)[0], (*path, "f:" + key))
+            if found:
+                return found
+    elif _granular_list(value, schema):
+        items_schema = _schema((schema or {}).get("items"))
+        seen: set[str] = set()
+        for item in value:
+            pe = _item_element(item, schema)
+            if pe in seen:
+                return f"{path_string(path)}: duplicate entries for key {path_string((pe,))}"
+            seen.add(pe)
+            found = _duplicates(item, items_schema, (*path, pe))
+            if found:
+                return found
+    return None
+
+
+# ================================================================ field sets
+
+
+def _strip(paths: Iterable[Path]) -> set[Path]:
+    return {
+        p for p in paths if p not in _STRIPPED_EXACT and p[: len(_STRIPPED_TREE)] != _STRIPPED_TREE
+    }
+
+
+def _applied_fields(value: Any, schema: dict[str, Any] | None, path: Path, out: set[Path]) -> None:
+    """The fields an applied configuration sets (structured-merge-diff's ToFieldSet): leaves, atomic
+    values, null/empty struct fields, every map entry and every list item."""
+    if _granular_map(value, schema):
+        for key, child in value.items():
+            sub, declared = _field(schema, key)
+            child_path = (*path, "f:" + key)
+            _applied_fields(child, sub, child_path, out)
+            if child is None or child == {} or not declared:
+                out.add(child_path)
+    elif _granular_list(value, schema):
+        items_schema = _schema((schema or {}).get("items"))
+        for pe, item in _items(value, schema):
+            child_path = (*path, pe)
+            out.add(child_path)
+            if pe.startswith("k:"):
+                _applied_fields(item, items_schema, child_path, out)
+    elif path:
+        out.add(path)
+
+
+@dataclass
+class _Comparison:
+    added: set[Path] = field(default_factory=set)
+    modified: set[Path] = field(default_factory=set)
+    removed: set[Path] = field(default_factory=set)
+
+    @property
+    def changed(self) -> set[Path]:
+        return self.added | self.modified
+
+
+def _children(value: Any, schema: dict[str, Any] | None) -> dict[str, tuple[Any, dict[str, Any] | None]]:
+    """Granular children of a value by path element, with their schemas."""
+    if _granular_map(value, schema):
+        return {"f:" + k: (v, _field(schema, k)[0]) for k, v in value.items()}
+    if _granular_list(value, schema):
+        items_schema = _schema((schema or {}).get("items"))
+        return {pe: (item, items_schema if pe.startswith("k:") else None) for pe, item in _items(value, schema)}
+    return {}
+
+
+def _granular(value: Any, schema: dict[str, Any] | None) -> str:
+    if _granular_map(value, schema):
+        return "map"
+    if _granular_list(value, schema):
+        return "list"
+    return ""
+
+
+def _compare(old: Any, new: Any, schema: dict[str, Any] | None, path: Path, out: _Comparison) -> None:
+    """What changed from old to new: a path absent before is added (containers included, which is what
+    gives Update entries their "." markers), a leaf with another value is modified, a vanished path and
+    its whole subtree are removed."""
+    if isinstance(old, _Missing) and isinstance(new, _Missing):
+        return
+    if isinstance(old, _Missing):
+        out.added.add(path)
+        for pe, (child, sub) in _children(new, schema).items():
+            _compare(_MISSING, child, sub, (*path, pe), out)
+        return
+    if isinstance(new, _Missing):
+        out.removed.add(path)
+        for pe, (child, sub) in _children(old, schema).items():
+            _compare(child, _MISSING, sub, (*path, pe), out)
+        return
+    old_kind, new_kind = _granular(old, schema), _granular(new, schema)
+    if old_kind and old_kind == new_kind:
+        old_children, new_children = _children(old, schema), _children(new, schema)
+        for pe, (child, sub) in new_children.items():
+            _compare(old_children[pe][0] if pe in old_children else _MISSING, child, sub, (*path, pe), out)
+        for pe, (child, sub) in old_children.items():
+            if pe not in new_children:
+                _compare(child, _MISSING, sub, (*path, pe), out)
+        return
+    if old is None and new_kind:
+        # null → container: the children are new, the field itself was already there.
+        for pe, (child, sub) in _children(new, schema).items():
+            _compare(_MISSING, child, sub, (*path, pe), out)
+        return
+    if old_kind or new_kind:
+        # The shape changed (e.g. map → scalar): the old subtree goes, the new one comes.
+        for pe, (child, sub) in _children(old, schema).items():
+            _compare(child, _MISSING, sub, (*path, pe), out)
+        for pe, (child, sub) in _children(new, schema).items():
+            _compare(_MISSING, child, sub, (*path, pe), out)
+        if path:
+            out.modified.add(path)
+        return
+    if not _json_equal(old, new):
+        out.modified.add(path)
+
+
+def _compare_objects(old: dict[str, Any], new: dict[str, Any], schema: dict[str, Any] | None) -> _Comparison:
+    out = _Comparison()
+    _compare(old, new, schema, (), out)
+    out.added = _strip(out.added) - {()}
+    out.modified = _strip(out.modified) - {()}
+    out.removed = _strip(out.removed) - {()}
+    return out
+
+
+# ================================================================ fieldsV1 encoding
+
+
+def _element_sort_key(pe: str) -> tuple[int, str, Any]:
+    """structured-merge-diff orders path elements: fields, then keys, then values, then indexes."""
+    kind, _, rest = pe.partition(":")
+    rank = {"f": 0, "k": 1, "v": 2, "i": 3}.get(kind, 4)
+    if kind == "i" and rest.isdigit():
+        return rank, "", int(rest)
+    if kind == "k":
+        try:
+            keys = json.loads(rest)
+            return rank, "", [(k, _value_sort_key(keys[k])) for k in sorted(keys)]
+        except (ValueError, TypeError, AttributeError):
+            pass
+    if kind == "v":
+        try:
+            return rank, "", _value_sort_key(json.loads(rest))
+        except ValueError:
+            pass
+    return rank, rest, 0
+
+
+def _value_sort_key(v: Any) -> tuple[int, Any]:
+    if v is None:
+        return 0, 0
+    if isinstance(v, bool):
+        return 2, int(v)
+    if isinstance(v, (int, float)):
+        return 1, v
+    if isinstance(v, str):
+        return 3, v
+    return 4, _compact(v)
+
+
+@dataclass
+class _Node:
+    members: set[str] = field(default_factory=set)
+    children: dict[str, _Node] = field(default_factory=dict)
+
+
+def _tree(paths: Iterable[Path]) -> _Node:
+    root = _Node()
+    for path in paths:
+        if not path:
+            continue
+        node = root
+        for pe in path[:-1]:
+            node = node.children.setdefault(pe, _Node())
+        node.members.add(path[-1])
+    return root
+
+
+def encode_fields(paths: Iterable[Path]) -> dict[str, Any]:
+    """A field set as kube's fieldsV1 JSON object (sorted like structured-merge-diff writes it)."""
+
+    def encode(node: _Node) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for pe in sorted(node.members | node.children.keys(), key=_element_sort_key):
+            if pe in node.children:
+                inner = encode(node.children[pe])
+                out[pe] = {".": {}, **inner} if pe in node.members else inner
+            else:
+                out[pe] = {}
+        return out
+
+    return encode(_tree(paths))
+
+
+def decode_fields(fields: Any) -> set[Path]:
+    """fieldsV1 JSON → field set. Anything malformed is dropped rather than failing the write."""
+    out: set[Path] = set()
+
+    def walk(obj: Any, prefix: Path) -> None:
+        if not isinstance(obj, dict):
+            return
+        for key, sub in obj.items():
+            if key == ".":
+                if prefix:
+                    out.add(prefix)
+            elif isinstance(sub, dict) and sub:
+                walk(sub, (*prefix, key))
+            else:
+                out.add((*prefix, key))
+
+    walk(fields, ())
+    return out
+
+
+def _iterate(paths: Iterable[Path]) -> Iterator[Path]:
+    """structured-merge-diff's iteration order: a level's members first, then each child's subtree."""
+
+    def walk(node: _Node, prefix: Path) -> Iterator[Path]:
+        for pe in sorted(node.members, key=_element_sort_key):
+            yield (*prefix, pe)
+        for pe in sorted(node.children, key=_element_sort_key):
+            yield from walk(node.children[pe], (*prefix, pe))
+
+    return walk(_tree(paths), ())
+
+
+def path_string(path: Path) -> str:
+    """A path the way kube prints it in conflicts: .spec.containers[name="nginx"].image, [="x"], [0]."""
+    out: list[str] = []
+    for pe in path:
+        kind, _, rest = pe.partition(":")
+        if kind == "f":
+            out.append("." + rest)
+        elif kind == "k":
+            try:
+                keys = json.loads(rest)
+                out.append("[" + ",".join(f"{k}={_compact(keys[k])}" for k in sorted(keys)) + "]")
+            except (ValueError, TypeError):
+                out.append(f"[{rest}]")
+        elif kind == "v":
+            out.append(f"[={rest}]")
+        elif kind == "i":
+            out.append(f"[{rest}]")
+        else:
+            out.append(pe)
+    return "".join(out)
+
+
+# ================================================================ managedFields entries
+
+
+@dataclass
+class _Entry:
+    manager: str
+    operation: str
+    api_version: str
+    time: str | None
+    subresource: str
+    fields: set[Path]
+
+    @property
+    def ident(self) -> tuple[str, str, str, str]:
+        # Appliers are one entry whatever version they apply with; updaters are one entry per version.
+        return (self.manager, self.operation, "" if self.operation == APPLY else self.api_version, self.subresource)
+
+    def encode(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"manager": self.manager, "operation": self.operation, "apiVersion": self.api_version}
+        if self.time:
+            out["time"] = self.time
+        out["fieldsType"] = "FieldsV1"
+        out["fieldsV1"] = encode_fields(self.fields)
+        if self.subresource:
+            out["subresource"] = self.subresource
+        return out
+
+    def describe(self) -> str:
+        """kube's printManager: "name" [with subresource "s"] [using apiVersion (updaters)]."""
+        text = json.dumps(self.manager, ensure_ascii=False)
+        if self.subresource:
+            text += f" with subresource {json.dumps(self.subresource, ensure_ascii=False)}"
+        if self.operation == UPDATE:
+            text += f" using {self.api_version}"
+        return text
+
+
+def _decode_entries(raw: Any) -> list[_Entry]:
+    """Entries of metadata.managedFields, merging duplicates of one identity (as kube's decoder does)."""
+    entries: dict[tuple[str, str, str, str], _Entry] = {}
+    if not isinstance(raw, list):
+        return []
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        op = item.get("operation")
+        manager = item.get("manager")
+        if op not in (APPLY, UPDATE) or not isinstance(manager, str):
+            continue  # [{}] is kube's documented way to reset managedFields
+        entry = _Entry(
+            manager=manager,
+            operation=op,
+            api_version=str(item.get("apiVersion") or ""),
+            time=item.get("time") if isinstance(item.get("time"), str) else None,
+            subresource=str(item.get("subresource") or ""),
+            fields=_strip(decode_fields(item.get("fieldsV1"))),
+        )
+        prev = entries.get(entry.ident)
+        if prev is not None:
+            prev.fields |= entry.fields
+            prev.time = max(filter(None, (prev.time, entry.time)), default=None)
+        else:
+            entries[entry.ident] = entry
+    return list(entries.values())
+
+
+def _cap_updaters(entries: list[_Entry]) -> list[_Entry]:
+    """Like kube, keep at most MAX_UPDATE_MANAGERS Update entries: the oldest fold into an
+    "ancient-changes" entry per apiVersion."""
+    updaters = sorted((e for e in entries if e.operation == UPDATE), key=lambda e: (e.time or "", e.manager))
+    excess = len(updaters) - MAX_UPDATE_MANAGERS
+    if excess <= 0:
+        return entries
+    keep = [e for e in entries if e.operation != UPDATE]
+    buckets: dict[str, _Entry] = {}
+    for e in updaters:
+        if e.manager == ANCIENT_CHANGES:
+            buckets.setdefault(e.api_version, e)
+    result = [e for e in updaters if e.manager != ANCIENT_CHANGES]
+    i = 0
+    while len(result) + len(buckets) > MAX_UPDATE_MANAGERS and i < len(result):
+        e = result[i]
+        bucket = buckets.get(e.api_version)
+        if bucket is None:
+            buckets[e.api_version] = _Entry(ANCIENT_CHANGES, UPDATE, e.api_version, e.time, "", set(e.fields))
+        else:
+            bucket.fields |= e.fields
+            bucket.time = max(filter(None, (bucket.time, e.time)), default=None)
+        result.pop(i)
+    return keep + result + list(buckets.values())
+
+
+def _encode_entries(entries: list[_Entry]) -> list[dict[str, Any]]:
+    live = [e for e in entries if e.fields]
+    live = _cap_updaters(live)
+    # kube's order: Apply before Update, then oldest first, then by manager, version, subresource.
+    live.sort(key=lambda e: (e.operation, e.time or "", e.manager, e.api_version, e.subresource))
+    return [e.encode() for e in live]
+
+
+def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return out
+
+
+def _with_managed_fields(obj: dict[str, Any], entries: list[_Entry]) -> dict[str, Any]:
+    encoded = _encode_entries(entries)
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        if not encoded:
+            return obj
+        meta = obj["metadata"] = {}
+    if encoded:
+        meta["managedFields"] = encoded
+    else:
+        meta.pop("managedFields", None)  # kube omits an empty list
+    return obj
+
+
+def _managed_fields(obj: dict[str, Any] | None) -> Any:
+    meta = (obj or {}).get("metadata")
+    return meta.get("managedFields") if isinstance(meta, dict) else None
+
+
+# ================================================================ merge and prune (apply)
+
+
+def _merge(live: Any, config: Any, schema: dict[str, Any] | None) -> Any:
+    """Merge an applied configuration into the live value: granular maps and lists merge by key,
+    everything else is replaced by the configuration. A null in the configuration removes the field."""
+    if _granular_map(live, schema) and _granular_map(config, schema):
+        out = dict(live)
+        for key, value in config.items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = _merge(out[key], value, _field(schema, key)[0]) if key in out else _clean(value)
+        return out
+    if _granular_list(live, schema) and _granular_list(config, schema):
+        return _merge_list(live, config, schema)
+    return _clean(config)
+
+
+def _clean(value: Any) -> Any:
+    """A configured value as stored: nulls inside maps mean "unset" and are dropped."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _merge_list(live: list[Any], config: list[Any], schema: dict[str, Any] | None) -> list[Any]:
+    """Configured items in configured order; live-only items keep their place after the item they followed."""
+    items_schema = _schema((schema or {}).get("items"))
+    live_items = _items(live, schema)
+    config_items = _items(config, schema)
+    live_by = dict(live_items)
+    config_keys = {pe for pe, _ in config_items}
+    out: list[Any] = []
+    done: set[str] = set()
+
+    def emit_config(pe: str, item: Any) -> None:
+        if pe in live_by and pe.startswith("k:"):
+            out.append(_merge(live_by[pe], item, items_schema))
+        else:
+            out.append(_clean(item))
+        done.add(pe)
+
+    ci = 0
+    for pe, item in live_items:
+        if pe in config_keys:
+            # Emit configured items up to and including this one, in configured order.
+            while ci < len(config_items) and pe not in done:
+                cpe, citem = config_items[ci]
+                ci += 1
+                if cpe not in done:
+                    emit_config(cpe, citem)
+        else:
+            out.append(item)
+    for cpe, citem in config_items[ci:]:
+        if cpe not in done:
+            emit_config(cpe, citem)
+    return out
+
+
+def _remove_path(obj: Any, path: Path, schema: dict[str, Any] | None) -> None:
+    """Delete the value at path from obj in place (no-op if it is not there)."""
+    node, sub = obj, schema
+    for depth, pe in enumerate(path):
+        last = depth == len(path) - 1
+        if pe.startswith("f:") and isinstance(node, dict):
+            key = pe[2:]
+            if key not in node:
+                return
+            if last:
+                del node[key]
+                return
+            node, sub = node[key], _field(sub, key)[0]
+        elif isinstance(node, list) and _granular_list(node, sub):
+            index = next((i for i, item in enumerate(node) if _item_element(item, sub) == pe), -1)
+            if index < 0:
+                return
+            if last:
+                node.pop(index)
+                return
+            node, sub = node[index], _schema((sub or {}).get("items"))
+        else:
+            return
+
+
+def _prefixes(paths: Iterable[Path]) -> set[Path]:
+    out: set[Path] = set()
+    for p in paths:
+        for n in range(1, len(p) + 1):
+            out.add(p[:n])
+    return out
+
+
+def _is_item_key(path: Path) -> bool:
+    """Whether path ends at a key field of a list-map item (removing it would break the item)."""
+    if len(path) < 2 or not path[-2].startswith("k:") or not path[-1].startswith("f:"):
+        return False
+    try:
+        keys = json.loads(path[-2][2:])
+    except ValueError:
+        return False
+    return isinstance(keys, dict) and path[-1][2:] in keys
+
+
+def _value_at(obj: Any, path: Path, schema: dict[str, Any] | None) -> Any:
+    node, sub = obj, schema
+    for pe in path:
+        if pe.startswith("f:") and isinstance(node, dict):
+            if pe[2:] not in node:
+                return _MISSING
+            node, sub = node[pe[2:]], _field(sub, pe[2:])[0]
+        elif isinstance(node, list) and _granular_list(node, sub):
+            found = [item for item in node if _item_element(item, sub) == pe]
+            if not found:
+                return _MISSING
+            node, sub = found[0], _schema((sub or {}).get("items"))
+        else:
+            return _MISSING
+    return node
+
+
+def _prune(
+    merged: dict[str, Any],
+    last: set[Path],
+    owned: set[Path],
+    schema: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Remove what the applier owned last time and no longer applies, unless some manager (the applier
+    included) still owns it or something below it. Containers left empty by that removal go too (what
+    Go's omitempty makes of them in kube), unless someone owns them."""
+    if not last:
+        return merged
+    kept = _prefixes(owned)
+    for path in sorted(last - kept, key=len):
+        if _is_item_key(path) or _value_at(merged, path, schema) is _MISSING:
+            continue
+        _remove_path(merged, path, schema)
+        for n in range(len(path) - 1, 1, -1):
+            parent = path[:n]
+            value = _value_at(merged, parent, schema)
+            if parent in kept or not isinstance(value, (dict, list)) or value:
+                break
+            _remove_path(merged, parent, schema)
+    return merged
+
+
+# ================================================================ public API
+
+
+def _conflict_error(conflicts: list[tuple[_Entry, Path]]) -> ApiError:
+    causes = [
+        {"reason": "FieldManagerConflict", "message": f"conflict with {e.describe()}", "field": path_string(p)}
+        for e, p in conflicts
+    ]
+    if len(conflicts) == 1:
+        e, p = conflicts[0]
+        message = f"Apply failed with 1 conflict: conflict with {e.describe()}: {path_string(p)}"
+    else:
+        lines: list[str] = []
+        current: _Entry | None = None
+        for e, p in conflicts:
+            if e is not current:
+                lines.append(f"conflicts with {e.describe()}:")
+                current = e
+            lines.append(f"- {path_string(p)}")
+        message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+    return ApiError(409, "Conflict", message, {"causes": causes})
+
+
+def server_side_apply(
+    live: dict[str, Any] | None,
+    applied: dict[str, Any],
+    *,
+    manager: str,
+    force: bool,
+    schema: dict[str, Any] | None,
+    api_version: str,
+    now: str,
+    subresource: str = "",
+) -> dict[str, Any]:
+    """Merge `applied` (the manager's full intent) into `live` (None = create) and return the new object
+    with metadata.managedFields updated: the manager owns exactly the fields it applied; fields it applied
+    before and omits now are removed unless another manager owns them; a field owned by another manager
+    with a different value → errors.ApiError 409 Conflict (causes per field, kube's message) unless force,
+    which transfers ownership. Lists merge per x-kubernetes-list-type (map by list-map-keys / set / atomic)."""
+    schema = _schema(schema)
+    if _managed_fields(applied) is not None:
+        raise bad_request("metadata.managedFields must be nil")
+    duplicate = _duplicates(applied, schema)
+    if duplicate:
+        gv = str(applied.get("apiVersion") or api_version)
+        gvk = f"{gv if '/' in gv else '/' + gv}, Kind={applied.get('kind', '')}"
+        raise bad_request(f"failed to create typed patch object ({gvk}): {duplicate}")
+
+    base = _without_managed_fields(live) if live is not None else {}
+    entries = _decode_entries(_managed_fields(live))
+    if live is not None and not entries:
+        # An object nobody tracked yet: its current fields belong to "before-first-apply", so the first
+        # applier conflicts with them instead of silently taking them (kube does the same).
+        owned = _compare_objects({}, base, schema).changed
+        if owned:
+            entries.append(_Entry(BEFORE_FIRST_APPLY, UPDATE, api_version, now, subresource, owned))
+
+    me = _Entry(manager, APPLY, api_version, None, subresource, set())
+    previous = next((e for e in entries if e.ident == me.ident), None)
+    others = [e for e in entries if e.ident != me.ident]
+    last = previous.fields if previous is not None else set()
+
+    config = _without_managed_fields(applied)
+    fields: set[Path] = set()
+    _applied_fields(config, schema, (), fields)
+    me.fields = _strip(fields)
+
+    merged = _merge(base, config, schema)
+    if not isinstance(merged, dict):
+        merged = {}
+    owned_by_anyone = set(me.fields).union(*(e.fields for e in others))
+    result = _prune(merged, last, owned_by_anyone, schema)
+
+    comparison = _compare_objects(base, result, schema)
+    changed = comparison.changed
+    conflicts: list[tuple[_Entry, Path]] = []
+    for other in sorted(others, key=lambda e: e.ident):
+        conflicts.extend((other, p) for p in _iterate(other.fields & changed))
+    if conflicts and not force:
+        raise _conflict_error(conflicts)
+    for other in others:
+        other.fields -= changed
+        other.fields -= comparison.removed
+
+    object_changed = bool(changed or comparison.removed)
+    if previous is not None and not object_changed and previous.fields == me.fields and previous.time:
+        me.time = previous.time  # a no-op apply leaves managedFields as they were
+    else:
+        me.time = now
+    return _with_managed_fields(result, [*others, me])
+
+
+def track_update(
+    old: dict[str, Any] | None,
+    new: dict[str, Any],
+    *,
+    manager: str,
+    schema: dict[str, Any] | None,
+    api_version: str,
+    now: str,
+    subresource: str = "",
+) -> dict[str, Any]:
+    """For non-apply writes (create/update/patch): record an `Update` operation entry for `manager`
+    owning the fields it changed/set, and remove those fields from other managers' sets. Returns new with
+    metadata.managedFields set."""
+    schema = _schema(schema)
+    # A client may rewrite managedFields on the main resource; an empty list (or none) means "keep what
+    # the server has", so clients unaware of managedFields never wipe them (kube's rule). [{}] resets.
+    given = _managed_fields(new)
+    source = given if isinstance(given, list) and given and not subresource else _managed_fields(old)
+    entries = _decode_entries(source)
+
+    before = _without_managed_fields(old) if old is not None else {}
+    after = _without_managed_fields(new)
+    comparison = _compare_objects(before, after, schema)
+    changed = comparison.changed
+
+    me = _Entry(manager, UPDATE, api_version, None, subresource, set())
+    previous = next((e for e in entries if e.ident == me.ident), None)
+    for entry in entries:
+        entry.fields -= changed
+        entry.fields -= comparison.removed
+    others = [e for e in entries if e is not previous]
+    if changed:
+        me.fields = (previous.fields if previous is not None else set()) | changed
+        me.time = now
+        entries = [*others, me]
+    return _with_managed_fields(after, entries)

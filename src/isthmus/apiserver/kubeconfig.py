@@ -1,0 +1,38 @@
+"""Write kubeconfig files for the embedded server (and merge contexts for the local clusterset)."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def kubeconfig_dict(name: str, server: str, *, ca_pem: bytes | None = None, token: str | None = None,
+                    namespace: str = "default") -> dict[str, Any]:
+    cluster: dict[str, Any] = {"server": server}
+    if ca_pem:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    user: dict[str, Any] = {"token": token} if token else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}],
+        "current-context": name,
+        "preferences": {},
+    }
+
+
+def write_kubeconfig(path: str | Path, config: dict[str, Any]) -> None:
+    """Atomic write, mode 0600 (it may carry a token)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, p)

@@ -1,0 +1,171 @@
+"""ObjectMeta rules kube-apiserver enforces on every object: names, labels, annotations, owners."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+import uuid
+from typing import Any
+
+from isthmus.apiserver.errors import cause
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # kube's: no vowels, no confusable digits
+# Finalizers kube accepts without a '/' (the apiextensions one included).
+STANDARD_FINALIZERS = {"kubernetes", "orphan", "foregroundDeletion", "customresourcecleanup.apiextensions.k8s.io"}
+
+SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation "
+    "is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+DNS1035_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
+    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
+    "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
+
+# How each kind's names are validated (default: DNS-1123 subdomain).
+NAME_RULES: dict[str, str] = {"/namespaces": "label", "/services": "dns1035"}
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def new_uid() -> str:
+    return str(uuid.uuid4())
+
+
+def generate_name(prefix: str) -> str:
+    return prefix + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
+
+
+def validate_name(name: str, rule: str = "subdomain", field: str = "metadata.name") -> list[dict[str, str]]:
+    if rule == "label":
+        if len(name) > 63:
+            return [cause(field, f'Invalid value: "{name}": must be no more than 63 characters')]
+        if not _DNS1123_LABEL.match(name):
+            return [cause(field, f'Invalid value: "{name}": {LABEL_MSG}')]
+    elif rule == "dns1035":
+        if len(name) > 63:
+            return [cause(field, f'Invalid value: "{name}": must be no more than 63 characters')]
+        if not _DNS1035_LABEL.match(name):
+            return [cause(field, f'Invalid value: "{name}": {DNS1035_MSG}')]
+    else:
+        if len(name) > 253:
+            return [cause(field, f'Invalid value: "{name}": must be no more than 253 characters')]
+        if not _DNS1123_SUBDOMAIN.match(name):
+            return [cause(field, f'Invalid value: "{name}": {SUBDOMAIN_MSG}')]
+    return []
+
+
+def _validate_qualified_key(key: str, field: str) -> list[dict[str, str]]:
+    prefix, _, name = key.rpartition("/")
+    out: list[dict[str, str]] = []
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        out.append(cause(field, f'Invalid value: "{key}": prefix part {SUBDOMAIN_MSG}'))
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        out.append(
+            cause(
+                field,
+                f'Invalid value: "{key}": name part must consist of alphanumeric characters, \'-\', \'_\' or \'.\', '
+                "and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
+                "'123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an "
+                "optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+            )
+        )
+    return out
+
+
+def validate_metadata(meta: Any, *, name_rule: str, namespaced: bool) -> list[dict[str, str]]:
+    """Causes for everything wrong in metadata (the name itself included)."""
+    if not isinstance(meta, dict):
+        return [cause("metadata", "Invalid value: must be an object", "FieldValueTypeInvalid")]
+    out: list[dict[str, str]] = []
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        out.append(cause("metadata.name", "Required value: name or generateName is required", "FieldValueRequired"))
+    else:
+        out += validate_name(name, name_rule)
+    labels = meta.get("labels")
+    if labels is not None:
+        if not isinstance(labels, dict):
+            out.append(cause("metadata.labels", "Invalid value: must be a map of strings", "FieldValueTypeInvalid"))
+        else:
+            for k, v in labels.items():
+                out += _validate_qualified_key(str(k), "metadata.labels")
+                if not isinstance(v, str):
+                    out.append(cause(f"metadata.labels.{k}", "Invalid value: must be a string", "FieldValueTypeInvalid"))
+                elif len(v) > 63 or not _LABEL_VALUE.match(v):
+                    out.append(
+                        cause(
+                            "metadata.labels",
+                            f'Invalid value: "{v}": a valid label must be an empty string or consist of alphanumeric '
+                            "characters, '-', '_' or '.', and must start and end with an alphanumeric character "
+                            "(e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is "
+                            "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+                        )
+                    )
+    annotations = meta.get("annotations")
+    if annotations is not None:
+        if not isinstance(annotations, dict):
+            out.append(
+                cause("metadata.annotations", "Invalid value: must be a map of strings", "FieldValueTypeInvalid")
+            )
+        else:
+            total = 0
+            for k, v in annotations.items():
+                out += _validate_qualified_key(str(k), "metadata.annotations")
+                if not isinstance(v, str):
+                    out.append(
+                        cause(f"metadata.annotations.{k}", "Invalid value: must be a string", "FieldValueTypeInvalid")
+                    )
+                else:
+                    total += len(k) + len(v)
+            if total > 256 * 1024:
+                out.append(cause("metadata.annotations", "Too long: must have at most 262144 bytes", "FieldValueTooLong"))
+    finalizers = meta.get("finalizers")
+    if finalizers is not None:
+        if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
+            out.append(cause("metadata.finalizers", "Invalid value: must be a list of strings", "FieldValueTypeInvalid"))
+        else:
+            for i, f in enumerate(finalizers):
+                if "/" not in f and f not in STANDARD_FINALIZERS:
+                    out.append(
+                        cause(
+                            f"metadata.finalizers[{i}]",
+                            f'Invalid value: "{f}": name is neither a standard finalizer name nor is it fully qualified',
+                        )
+                    )
+    owners = meta.get("ownerReferences")
+    if owners is not None:
+        if not isinstance(owners, list):
+            out.append(cause("metadata.ownerReferences", "Invalid value: must be a list", "FieldValueTypeInvalid"))
+        else:
+            controllers = 0
+            for i, ref in enumerate(owners):
+                f = f"metadata.ownerReferences[{i}]"
+                if not isinstance(ref, dict):
+                    out.append(cause(f, "Invalid value: must be an object", "FieldValueTypeInvalid"))
+                    continue
+                for req in ("apiVersion", "kind", "name", "uid"):
+                    if not ref.get(req):
+                        out.append(cause(f"{f}.{req}", "Invalid value: \"\": " + req + " must not be empty"))
+                if ref.get("controller"):
+                    controllers += 1
+            if controllers > 1:
+                out.append(
+                    cause("metadata.ownerReferences", "Invalid value: Only one reference can have Controller set to true")
+                )
+    return out

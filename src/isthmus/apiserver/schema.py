@@ -1,0 +1,461 @@
+"""Structural OpenAPI v3 schemas: validation (kube's 422 causes), defaulting and pruning.
+
+Messages follow kube-apiserver's CRD validation: kube-openapi's validator words the detail
+(`spec.x in body should match '^a$'`) and apiextensions wraps it in a field.Error whose body is
+`<Type>: <value>: <detail>` (see `_body`). Field paths use kube's form: `spec.ports[0].port`.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import math
+import re
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from isthmus.apiserver.errors import cause
+
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
+INT_OR_STRING = "x-kubernetes-int-or-string"
+EMBEDDED = "x-kubernetes-embedded-resource"
+LIST_TYPE = "x-kubernetes-list-type"
+LIST_MAP_KEYS = "x-kubernetes-list-map-keys"
+
+_ROOT_KEPT = ("apiVersion", "kind", "metadata")
+
+
+# ---------------------------------------------------------------- value formatting (Go's field.Error)
+
+
+def go_sharp(v: Any) -> str:
+    """Go's %#v for decoded JSON (map[string]interface {}, []interface {}), used for composite bad values."""
+    if isinstance(v, dict):
+        inner = ", ".join(f"{json.dumps(k)}:{go_sharp(x)}" for k, x in sorted(v.items()))
+        return "map[string]interface {}{" + inner + "}"
+    if isinstance(v, list):
+        return "[]interface {}{" + ", ".join(go_sharp(x) for x in v) + "}"
+    return go_value(v)
+
+
+def go_value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return _go_float(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    return go_sharp(v)
+
+
+def _go_float(f: float) -> str:
+    """Go's %v of a float64: shortest repr, no trailing '.0', exponent form for large values."""
+    if math.isfinite(f) and f == int(f) and abs(f) < 1e21:
+        return str(int(f))
+    return repr(f)
+
+
+def _body(kind: str, value: Any, detail: str) -> str:
+    """field.Error.ErrorBody(): `Invalid value: "x": detail`."""
+    text = f"{kind}: {go_value(value)}"
+    return f"{text}: {detail}" if detail else text
+
+
+def _invalid(path: str, value: Any, detail: str) -> dict[str, str]:
+    return cause(path, _body("Invalid value", value, detail), "FieldValueInvalid")
+
+
+def _num(v: float) -> str:
+    """%v of the schema bound (a float64 in kube-openapi)."""
+    return _go_float(float(v))
+
+
+def _type_name(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return type(v).__name__
+
+
+def _is_type(v: Any, t: str) -> bool:
+    if t == "integer":
+        return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+    if t == "number":
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if t == "string":
+        return isinstance(v, str)
+    if t == "boolean":
+        return isinstance(v, bool)
+    if t == "array":
+        return isinstance(v, list)
+    if t == "object":
+        return isinstance(v, dict)
+    if t == "null":
+        return v is None
+    return True
+
+
+def _child(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+@lru_cache(maxsize=1024)
+def _regex(pattern: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
+
+
+# ---------------------------------------------------------------- formats
+
+_DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
+_INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+def _format_ok(fmt: str, v: str) -> bool:
+    """The string formats kube's CRD validation checks (others are accepted as annotations)."""
+    if fmt == "date-time":
+        if not _DATE_TIME.match(v):
+            return False
+        try:
+            datetime.fromisoformat(v.replace("Z", "+00:00").replace("z", "+00:00").replace("t", "T"))
+        except ValueError:
+            return False
+        return True
+    if fmt == "date":
+        try:
+            datetime.strptime(v, "%Y-%m-%d")
+        except ValueError:
+            return False
+        return bool(_DATE.match(v))
+    if fmt == "byte":
+        try:
+            base64.b64decode(v, validate=True)
+        except ValueError:
+            return False
+        return True
+    if fmt == "uuid":
+        return bool(_UUID.match(v))
+    if fmt == "ipv4":
+        parts = v.split(".")
+        return len(parts) == 4 and all(p.isdigit() and int(p) <= 255 and str(int(p)) == p for p in parts)
+    return True
+
+
+# ---------------------------------------------------------------- validation
+
+
+def validate(obj: Any, schema: dict[str, Any], path: str = "") -> list[dict[str, str]]:
+    """Causes (errors.cause shape, kube's field paths and messages) for every violation of the schema:
+    type, required, enum, pattern, format, minimum/maximum (exclusive), minLength/maxLength, minItems/maxItems,
+    minProperties/maxProperties, uniqueItems, list-type set/map uniqueness, nullable, int-or-string,
+    x-kubernetes-validations is out of scope. Empty list = valid.
+
+    At the root (path ""), `metadata` is skipped: the server validates ObjectMeta itself."""
+    errs: list[dict[str, str]] = []
+    _validate(obj, schema, path, errs, root=(path == ""))
+    return errs
+
+
+def _validate(v: Any, s: dict[str, Any], path: str, errs: list[dict[str, str]], root: bool = False) -> None:
+    if not s:
+        return
+    if v is None:
+        if s.get("nullable"):
+            return
+        if "type" in s or s.get(INT_OR_STRING):
+            want = "integer,string" if s.get(INT_OR_STRING) else s["type"]
+            errs.append(_type_error(path, want, v))
+        return
+    # type
+    t = s.get("type")
+    if s.get(INT_OR_STRING) and t is None:
+        if not (_is_type(v, "integer") or isinstance(v, str)):
+            errs.append(_type_error(path, "integer,string", v))
+            return
+    elif isinstance(t, str) and not _is_type(v, t):
+        errs.append(_type_error(path, t, v))
+        return
+    _validate_value(v, s, path, errs)
+    # combinators: value validations only (structural schemas forbid types inside them)
+    for sub in s.get("allOf") or []:
+        _validate(v, sub, path, errs)
+    if s.get("anyOf"):
+        if not any(not validate_sub(v, sub, path) for sub in s["anyOf"]):
+            errs.append(_invalid(path, v, f'"{path}" must validate at least one schema (anyOf)'))
+    if s.get("oneOf"):
+        ok = sum(1 for sub in s["oneOf"] if not validate_sub(v, sub, path))
+        if ok != 1:
+            errs.append(_invalid(path, v, f'"{path}" must validate one and only one schema (oneOf)'))
+    if isinstance(s.get("not"), dict) and not validate_sub(v, s["not"], path):
+        errs.append(_invalid(path, v, f'"{path}" must not validate the schema (not)'))
+    if isinstance(v, dict):
+        _validate_object(v, s, path, errs, root)
+    elif isinstance(v, list):
+        _validate_array(v, s, path, errs)
+
+
+def validate_sub(v: Any, s: dict[str, Any], path: str) -> list[dict[str, str]]:
+    errs: list[dict[str, str]] = []
+    _validate(v, s, path, errs)
+    return errs
+
+
+def _type_error(path: str, want: str, v: Any) -> dict[str, str]:
+    # kube-openapi reports the *type name* of the bad value, quoted: must be of type integer: "string"
+    got = _type_name(v)
+    detail = f"{path} in body must be of type {want}: {json.dumps(got)}"
+    return cause(path, _body("Invalid value", got, detail), "FieldValueTypeInvalid")
+
+
+def _validate_value(v: Any, s: dict[str, Any], path: str, errs: list[dict[str, str]]) -> None:
+    enum = s.get("enum")
+    if enum is not None and not any(_json_equal(v, e) for e in enum):
+        values = [e if isinstance(e, str) else json.dumps(e) for e in enum]
+        detail = "supported values: " + ", ".join(json.dumps(x, ensure_ascii=False) for x in values)
+        errs.append(cause(path, _body("Unsupported value", v, detail), "FieldValueNotSupported"))
+    if isinstance(v, str):
+        if "maxLength" in s and len(v) > s["maxLength"]:
+            errs.append(
+                cause(path, f"Too long: may not be longer than {s['maxLength']}", "FieldValueTooLong")
+            )
+        if "minLength" in s and len(v) < s["minLength"]:
+            errs.append(_invalid(path, v, f"{path} in body should be at least {s['minLength']} chars long"))
+        pattern = s.get("pattern")
+        if isinstance(pattern, str):
+            rx = _regex(pattern)
+            if rx is not None and not rx.search(v):
+                errs.append(_invalid(path, v, f"{path} in body should match '{pattern}'"))
+        fmt = s.get("format")
+        if isinstance(fmt, str) and not _format_ok(fmt, v):
+            errs.append(_invalid(path, v, f"{path} in body must be of type {fmt}: {json.dumps(v)}"))
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        _validate_number(v, s, path, errs)
+
+
+def _validate_number(v: float, s: dict[str, Any], path: str, errs: list[dict[str, str]]) -> None:
+    if "maximum" in s:
+        mx = s["maximum"]
+        if s.get("exclusiveMaximum") and v >= mx:
+            errs.append(_invalid(path, v, f"{path} in body should be less than {_num(mx)}"))
+        elif v > mx:
+            errs.append(_invalid(path, v, f"{path} in body should be less than or equal to {_num(mx)}"))
+    if "minimum" in s:
+        mn = s["minimum"]
+        if s.get("exclusiveMinimum") and v <= mn:
+            errs.append(_invalid(path, v, f"{path} in body should be greater than {_num(mn)}"))
+        elif v < mn:
+            errs.append(_invalid(path, v, f"{path} in body should be greater than or equal to {_num(mn)}"))
+    mult = s.get("multipleOf")
+    if isinstance(mult, (int, float)) and mult > 0:
+        q = v / mult
+        if not math.isclose(q, round(q), rel_tol=0, abs_tol=1e-9):
+            errs.append(_invalid(path, v, f"{path} in body should be a multiple of {_num(mult)}"))
+    fmt = s.get("format")
+    if isinstance(fmt, str) and fmt in _INT_RANGES and _is_type(v, "integer"):
+        lo, hi = _INT_RANGES[fmt]
+        if not lo <= int(v) <= hi:
+            errs.append(_invalid(path, v, f"{path} in body must be of type {fmt}: {json.dumps(go_value(v))}"))
+
+
+def _validate_object(
+    v: dict[str, Any], s: dict[str, Any], path: str, errs: list[dict[str, str]], root: bool
+) -> None:
+    for key in s.get("required") or []:
+        if key not in v or (v[key] is None and not _nullable(s, key)):
+            if root and key == "metadata":
+                continue
+            errs.append(cause(_child(path, key), "Required value", "FieldValueRequired"))
+    n = len(v)
+    if "maxProperties" in s and n > s["maxProperties"]:
+        errs.append(
+            cause(
+                path,
+                _body("Too many", n, f"must have at most {s['maxProperties']} items"),
+                "FieldValueTooMany",
+            )
+        )
+    if "minProperties" in s and n < s["minProperties"]:
+        errs.append(_invalid(path, n, f"{path} in body should have at least {s['minProperties']} properties"))
+    props: dict[str, Any] = s.get("properties") or {}
+    addl = s.get("additionalProperties")
+    for key, val in v.items():
+        if root and key == "metadata":
+            continue
+        sub = props.get(key)
+        if sub is None and isinstance(addl, dict):
+            sub = addl
+        if isinstance(sub, dict):
+            _validate(val, sub, _child(path, key), errs)
+
+
+def _nullable(s: dict[str, Any], key: str) -> bool:
+    sub = (s.get("properties") or {}).get(key)
+    return bool(isinstance(sub, dict) and sub.get("nullable"))
+
+
+def _validate_array(v: list[Any], s: dict[str, Any], path: str, errs: list[dict[str, str]]) -> None:
+    n = len(v)
+    if "maxItems" in s and n > s["maxItems"]:
+        errs.append(
+            cause(path, _body("Too many", n, f"must have at most {s['maxItems']} items"), "FieldValueTooMany")
+        )
+    if "minItems" in s and n < s["minItems"]:
+        errs.append(_invalid(path, v, f"{path} in body should have at least {s['minItems']} items"))
+    if s.get("uniqueItems") and _has_duplicates(v):
+        errs.append(_invalid(path, v, f"{path} in body shouldn't contain duplicates"))
+    items = s.get("items")
+    if isinstance(items, dict):
+        for i, item in enumerate(v):
+            _validate(item, items, f"{path}[{i}]", errs)
+    list_type = s.get(LIST_TYPE)
+    if list_type == "set":
+        seen: list[Any] = []
+        for i, item in enumerate(v):
+            if any(_json_equal(item, x) for x in seen):
+                errs.append(cause(f"{path}[{i}]", _body("Duplicate value", item, ""), "FieldValueDuplicate"))
+            else:
+                seen.append(item)
+    elif list_type == "map":
+        keys = [k for k in s.get(LIST_MAP_KEYS) or [] if isinstance(k, str)]
+        seen_keys: set[str] = set()
+        for i, item in enumerate(v):
+            if not isinstance(item, dict):
+                continue
+            kv = {k: _key_value(item, k, items) for k in keys}
+            token = json.dumps(kv, sort_keys=True)
+            if token in seen_keys:
+                errs.append(cause(f"{path}[{i}]", _body("Duplicate value", kv, ""), "FieldValueDuplicate"))
+            seen_keys.add(token)
+
+
+def _key_value(item: dict[str, Any], key: str, items: Any) -> Any:
+    """A list-map key's value; an absent key counts as its schema default, as kube's list-map uniqueness does."""
+    if key in item:
+        return item[key]
+    if isinstance(items, dict):
+        return ((items.get("properties") or {}).get(key) or {}).get("default")
+    return None
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return bool(
+        json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+        or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and a == b)
+    )
+
+
+def _has_duplicates(v: list[Any]) -> bool:
+    tokens = [json.dumps(x, sort_keys=True) for x in v]
+    return len(set(tokens)) != len(tokens)
+
+
+# ---------------------------------------------------------------- defaulting
+
+
+def apply_defaults(obj: Any, schema: dict[str, Any]) -> None:
+    """Fill `default` values in place (kube's rules: defaults apply to absent fields, recursively).
+
+    Like kube's structural defaulting: a property's default applies when its parent object exists and the
+    property is absent (or null while not nullable); defaults are then walked into, so nested defaults of a
+    defaulted object apply too. Absent objects are never created just to hold nested defaults."""
+    _default(obj, schema)
+
+
+def _default(v: Any, s: dict[str, Any]) -> None:
+    if not s:
+        return
+    if isinstance(v, dict):
+        props: dict[str, Any] = s.get("properties") or {}
+        for key, sub in props.items():
+            if not isinstance(sub, dict) or "default" not in sub:
+                continue
+            if key not in v or (v[key] is None and not sub.get("nullable")):
+                v[key] = copy.deepcopy(sub["default"])
+        addl = s.get("additionalProperties")
+        for key, val in v.items():
+            sub = props.get(key)
+            if sub is None and isinstance(addl, dict):
+                sub = addl
+            if isinstance(sub, dict):
+                _default(val, sub)
+    elif isinstance(v, list):
+        items = s.get("items")
+        if isinstance(items, dict):
+            for i, item in enumerate(v):
+                if item is None and "default" in items and not items.get("nullable"):
+                    v[i] = copy.deepcopy(items["default"])
+                _default(v[i], items)
+    for sub in s.get("allOf") or []:
+        if isinstance(sub, dict):
+            _default(v, sub)
+
+
+# ---------------------------------------------------------------- pruning
+
+
+def prune(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Drop fields the schema does not declare (unless x-kubernetes-preserve-unknown-fields), in place.
+    apiVersion/kind/metadata at the root and of embedded resources are kept. Returns the dropped paths
+    (for fieldValidation=Strict/Warn).
+
+    metadata is walked when the schema declares its properties (ObjectMeta), so `metadata.foo` is
+    reported the way kube reports it. Nulls of non-nullable fields are dropped silently, as kube does
+    before defaulting."""
+    dropped: list[str] = []
+    _prune(obj, schema, path, dropped, keep_meta=(path == "" or bool(schema.get(EMBEDDED))))
+    return dropped
+
+
+def _prune(v: Any, s: dict[str, Any], path: str, dropped: list[str], keep_meta: bool = False) -> None:
+    if isinstance(v, dict):
+        props: dict[str, Any] = s.get("properties") or {}
+        addl = s.get("additionalProperties")
+        preserve = bool(s.get(PRESERVE)) or addl is True
+        if preserve and not props and not isinstance(addl, dict):
+            return
+        for key in list(v):
+            val = v[key]
+            sub = props.get(key)
+            if sub is None and isinstance(addl, dict):
+                sub = addl
+            if keep_meta and key in _ROOT_KEPT and not (isinstance(sub, dict) and sub.get("properties")):
+                continue
+            if sub is None:
+                if not preserve:
+                    del v[key]
+                    dropped.append(_child(path, key))
+                continue
+            if not isinstance(sub, dict):
+                continue
+            if val is None and not sub.get("nullable") and not preserve:
+                del v[key]
+                continue
+            _prune(val, sub, _child(path, key), dropped, keep_meta=bool(sub.get(EMBEDDED)))
+    elif isinstance(v, list):
+        items = s.get("items")
+        if isinstance(items, dict):
+            for i, item in enumerate(v):
+                _prune(item, items, f"{path}[{i}]", dropped, keep_meta=bool(items.get(EMBEDDED)))
