@@ -1,0 +1,487 @@
+"""Discovery capability API: MCS kinds (multicluster.x-k8s.io), Isthmus broker kinds (isthmus.io),
+and every well-known label, annotation and condition string of the capability.
+
+Broker-side objects (Broker, Cluster, ExportedService, aggregated ServiceImports) are namespaced:
+they all live in the broker namespace, so a joining cluster's credentials can be scoped to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from isthmus.api.base import (
+    AGE_COLUMN,
+    ATOMIC_LIST,
+    Condition,
+    Conditions,
+    CRDInfo,
+    DNS1123Label,
+    Int32,
+    IPv4CIDR,
+    KubeModel,
+    PortNumber,
+    PrinterColumn,
+    Resource,
+    StringMap,
+    Time,
+    list_map,
+    new_condition,
+)
+
+# --- groups -------------------------------------------------------------------------------------
+
+MCS_GROUP = "multicluster.x-k8s.io"
+MCS_VERSION = "v1alpha1"
+ISTHMUS_GROUP = "isthmus.io"
+ISTHMUS_VERSION = "v1alpha1"
+
+# --- annotations and labels ---------------------------------------------------------------------
+
+USE_CLUSTERSET_IP_ANNOTATION = "lighthouse.submariner.io/use-clusterset-ip"
+"""On a ServiceExport (and copied to the aggregated ServiceImport): "true"/"false" — use a VIP."""
+CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION = "lighthouse.submariner.io/clusterset-ip-allocated-by"
+"""On a ServiceImport: the cluster ID whose CIDR the VIP in spec.ips came from."""
+
+SERVICE_NAME_LABEL = "multicluster.kubernetes.io/service-name"
+"""On imported EndpointSlices (and broker objects): the exported Service's name."""
+SOURCE_CLUSTER_LABEL = "multicluster.kubernetes.io/source-cluster"
+"""On imported EndpointSlices (and broker objects): the cluster ID the endpoints come from."""
+SOURCE_NAMESPACE_LABEL = "isthmus.io/source-namespace"
+"""On broker objects: the exported Service's namespace (broker objects all live in the broker namespace)."""
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "endpointslice-controller.isthmus.io"
+"""Our managed-by value: not kube's `endpointslice-controller.k8s.io`, so kube's controller leaves our slices alone."""
+KUBE_SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+"""Kube's label binding a slice to a local Service: our imported slices must never carry it."""
+
+# --- settings and defaults ----------------------------------------------------------------------
+
+CLUSTERSET_DOMAIN = "clusterset.local"
+DEFAULT_CLUSTERSET_IP_CIDR_RANGE = "243.0.0.0/8"
+DEFAULT_CLUSTER_CIDR_PREFIX = 16
+"""Each cluster's VIP block is a /16 of the clusterset range unless asked otherwise (seed)."""
+DEFAULT_BROKER_NAMESPACE = "isthmus-broker"
+BROKER_NAME = "broker"
+"""The one Broker object in a broker namespace."""
+BROKER_INFO_CONFIGMAP = "broker-info"
+
+# --- conditions ---------------------------------------------------------------------------------
+
+
+class ConditionType(StrEnum):
+    """Condition types on a ServiceExport."""
+
+    VALID = "Valid"
+    READY = "Ready"
+    CONFLICT = "Conflict"
+
+
+class ValidReason(StrEnum):
+    VALID = "Valid"
+    NO_SERVICE = "NoService"
+    INVALID_SERVICE_TYPE = "InvalidServiceType"
+
+
+class ReadyReason(StrEnum):
+    EXPORTED = "Exported"
+    READY = "Ready"
+    PENDING = "Pending"
+    FAILED = "Failed"
+
+
+class ConflictReason(StrEnum):
+    PORT = "PortConflict"
+    TYPE = "TypeConflict"
+    SESSION_AFFINITY = "SessionAffinityConflict"
+    SESSION_AFFINITY_CONFIG = "SessionAffinityConfigConflict"
+    LABELS = "LabelsConflict"
+    ANNOTATIONS = "AnnotationsConflict"
+    CLUSTERSET_IP_ENABLEMENT = "ClusterSetIPEnablementConflict"
+    """Ours: the export's VIP setting differs from the aggregate's (oldest export wins)."""
+    NO_CONFLICTS = "NoConflicts"
+
+
+def conflict_condition(
+    conflicts: Sequence[tuple[ConflictReason | str, str]],
+    observed_generation: int | None = None,
+    at: datetime | None = None,
+) -> Condition:
+    """The one `Conflict` condition for a set of (reason, message) conflicts.
+
+    No conflicts → `False NoConflicts`; otherwise `True` with the reasons comma-joined (in the order
+    given, duplicates dropped) and the messages joined with "; ".
+    """
+    if not conflicts:
+        return new_condition(
+            ConditionType.CONFLICT, False, ConflictReason.NO_CONFLICTS, "", observed_generation, at
+        )
+    reasons = list(dict.fromkeys(str(r) for r, _ in conflicts))
+    messages = [m for _, m in conflicts if m]
+    return new_condition(
+        ConditionType.CONFLICT, True, ",".join(reasons), "; ".join(messages), observed_generation, at
+    )
+
+
+# --- shared field types -------------------------------------------------------------------------
+
+
+class ServiceImportType(StrEnum):
+    """type of a multi-cluster service: ClusterSetIP (one VIP or the clusters' IPs) or Headless."""
+
+    CLUSTER_SET_IP = "ClusterSetIP"
+    HEADLESS = "Headless"
+
+
+Protocol = Literal["TCP", "UDP", "SCTP"]
+SessionAffinity = Literal["None", "ClientIP"]
+IPFamily = Literal["IPv4", "IPv6"]
+TrafficPolicy = Literal["Cluster", "Local"]
+
+
+class ServicePort(KubeModel):
+    """ServicePort represents the port on which the service is exposed."""
+
+    name: str | None = None
+    """The name of this port within the service (a DNS label); ports of a service merge by name."""
+    protocol: Protocol = "TCP"
+    """The IP protocol for this port: TCP, UDP or SCTP. Default is TCP."""
+    app_protocol: str | None = None
+    """The application protocol for this port (a label-syntax name, e.g. http or mycompany.com/proto)."""
+    port: PortNumber
+    """The port that will be exposed by this service."""
+
+
+class ClientIPConfig(KubeModel):
+    """ClientIPConfig represents the configurations of Client IP based session affinity."""
+
+    timeout_seconds: Int32 | None = Field(default=None, ge=1, le=86400)
+    """Seconds of ClientIP session stickiness, 1..86400; kube's default is 10800 (3 hours)."""
+
+
+class SessionAffinityConfig(KubeModel):
+    """SessionAffinityConfig represents the configurations of session affinity."""
+
+    client_ip: ClientIPConfig | None = Field(default=None, alias="clientIP")
+    """clientIP contains the configurations of Client IP based session affinity."""
+
+
+# --- ServiceExport ------------------------------------------------------------------------------
+
+
+class ServiceExportSpec(KubeModel):
+    """What to carry over to the ServiceImport besides the Service itself."""
+
+    exported_labels: StringMap | None = None
+    """Labels copied to the ServiceImport in every cluster."""
+    exported_annotations: StringMap | None = None
+    """Annotations copied to the ServiceImport in every cluster."""
+
+
+class ServiceExportStatus(KubeModel):
+    """status describes the current state of an exported service (conditions Valid, Ready, Conflict)."""
+
+    conditions: Conditions = Field(default_factory=list)
+
+
+class ServiceExport(Resource):
+    """ServiceExport declares that the Service with the same name and namespace as this export
+    should be consumable from other clusters."""
+
+    crd = CRDInfo(
+        group=MCS_GROUP,
+        version=MCS_VERSION,
+        kind="ServiceExport",
+        plural="serviceexports",
+        short_names=("svcex",),
+        printer_columns=(
+            PrinterColumn("Valid", "string", '.status.conditions[?(@.type=="Valid")].status', priority=1),
+            PrinterColumn("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
+            AGE_COLUMN,
+        ),
+    )
+
+    spec: ServiceExportSpec = Field(default_factory=ServiceExportSpec)
+    status: ServiceExportStatus = Field(default_factory=ServiceExportStatus)
+
+
+# --- ServiceImport ------------------------------------------------------------------------------
+
+
+class ServiceImportSpec(KubeModel):
+    """spec defines the behavior of a ServiceImport."""
+
+    model_config = ConfigDict(json_schema_extra={"required": ["type", "ports"]})  # ports may be []
+
+    type: ServiceImportType
+    """type defines the type of this service. Must be ClusterSetIP or Headless."""
+    ports: list[ServicePort] = Field(default_factory=list, json_schema_extra=ATOMIC_LIST)
+    """The union of the exporting clusters' ports, merged by name (oldest export wins a name)."""
+    ips: list[str] | None = Field(default=None, max_length=2)
+    """The ClusterSet IP (VIP) of this service; empty when it has none."""
+    ip_families: list[IPFamily] | None = Field(default=None, max_length=2)
+    """IP families of ips (as Service.spec.ipFamilies)."""
+    session_affinity: SessionAffinity | None = None
+    """ClientIP or None (the default). Ignored when type is Headless."""
+    session_affinity_config: SessionAffinityConfig | None = None
+    """sessionAffinityConfig contains session affinity configuration."""
+    internal_traffic_policy: TrafficPolicy | None = None
+    """Cluster or Local, copied from the exported Service."""
+    traffic_distribution: str | None = None
+    """Traffic distribution preference (e.g. PreferClose), copied from the exported Service."""
+
+
+class ClusterStatus(KubeModel):
+    """ClusterStatus contains service configuration mapped to a specific source cluster."""
+
+    cluster: DNS1123Label
+    """cluster is the name (ID) of the exporting cluster. Must be a valid RFC-1123 DNS label."""
+
+
+class ServiceImportStatus(KubeModel):
+    """status contains information about the exported services that form the multi-cluster service."""
+
+    clusters: list[ClusterStatus] = Field(default_factory=list, json_schema_extra=list_map("cluster"))
+    """clusters is the list of exporting clusters from which this service was derived."""
+    conditions: Conditions = Field(default_factory=list)
+
+
+class ServiceImport(Resource):
+    """ServiceImport describes a service imported from clusters in a ClusterSet."""
+
+    crd = CRDInfo(
+        group=MCS_GROUP,
+        version=MCS_VERSION,
+        kind="ServiceImport",
+        plural="serviceimports",
+        short_names=("svcim",),
+        printer_columns=(
+            PrinterColumn("Type", "string", ".spec.type", "The type of this ServiceImport"),
+            PrinterColumn("IP", "string", ".spec.ips", "The VIP for this ServiceImport"),
+            AGE_COLUMN,
+        ),
+    )
+
+    spec: ServiceImportSpec
+    status: ServiceImportStatus = Field(default_factory=ServiceImportStatus)
+
+
+# --- Isthmus broker objects ---------------------------------------------------------------------
+
+
+class BrokerSpec(KubeModel):
+    """Clusterset-wide settings recorded by `isthmus deploy-broker`."""
+
+    clusterset_ip_enabled: bool = Field(default=False, alias="clustersetIPEnabled")
+    """Default for clusters that do not choose: export services with a ClusterSet IP (VIP)."""
+    clusterset_ip_cidr_range: list[IPv4CIDR] = Field(
+        default_factory=lambda: [DEFAULT_CLUSTERSET_IP_CIDR_RANGE],
+        alias="clustersetIPCIDRRange",
+        min_length=1,
+    )
+    """The clusterset's VIP range; each cluster gets a block of it. Set even when VIPs are off by default."""
+
+
+class BrokerStatus(KubeModel):
+    conditions: Conditions = Field(default_factory=list)
+
+
+class Broker(Resource):
+    """Broker holds the clusterset settings; one per broker namespace, named `broker`."""
+
+    crd = CRDInfo(
+        group=ISTHMUS_GROUP,
+        version=ISTHMUS_VERSION,
+        kind="Broker",
+        plural="brokers",
+        categories=("isthmus",),
+        printer_columns=(
+            PrinterColumn("ClustersetIP", "boolean", ".spec.clustersetIPEnabled"),
+            PrinterColumn("Range", "string", ".spec.clustersetIPCIDRRange"),
+            AGE_COLUMN,
+        ),
+    )
+
+    spec: BrokerSpec = Field(default_factory=BrokerSpec)
+    status: BrokerStatus = Field(default_factory=BrokerStatus)
+
+
+class ClusterSpec(KubeModel):
+    """A member cluster, registered on the broker by `isthmus join`."""
+
+    cluster_id: DNS1123Label = Field(alias="clusterID")
+    """The cluster ID: a DNS-1123 label, unique in the clusterset (also the object's name)."""
+    clusterset_ip_cidr: list[IPv4CIDR] = Field(default_factory=list, alias="clustersetIPCIDR")
+    """This cluster's VIP block(s) inside the broker's range; never overlapping another cluster's."""
+    clusterset_ip_enabled: bool | None = Field(default=None, alias="clustersetIPEnabled")
+    """This cluster's default for exports without the annotation; unset → the broker's setting."""
+    joined_at: Time | None = None
+    """When the cluster joined."""
+
+
+class ClusterStatusInfo(KubeModel):
+    conditions: Conditions = Field(default_factory=list)
+
+
+class Cluster(Resource):
+    """Cluster is a member of the clusterset, as the broker knows it (name = cluster ID)."""
+
+    crd = CRDInfo(
+        group=ISTHMUS_GROUP,
+        version=ISTHMUS_VERSION,
+        kind="Cluster",
+        plural="clusters",
+        categories=("isthmus",),
+        printer_columns=(
+            PrinterColumn("CIDR", "string", ".spec.clustersetIPCIDR"),
+            PrinterColumn("ClustersetIP", "boolean", ".spec.clustersetIPEnabled"),
+            PrinterColumn("Joined", "date", ".spec.joinedAt"),
+            AGE_COLUMN,
+        ),
+    )
+
+    spec: ClusterSpec
+    status: ClusterStatusInfo = Field(default_factory=ClusterStatusInfo)
+
+
+class ServiceDiscoverySpec(KubeModel):
+    """Discovery settings of one member cluster (the seed's SubmarinerDiscoverySpec), written by join.
+
+    The seed's Go tag for clustersetIPCIDR is misspelt `clusterserIpCidr`; we use the intended name.
+    """
+
+    cluster_id: DNS1123Label = Field(alias="clusterID")
+    """This cluster's ID in the clusterset."""
+    clusterset_ip_enabled: bool = Field(default=False, alias="clustersetIPEnabled")
+    """Export services with a VIP unless their ServiceExport's annotation says otherwise."""
+    clusterset_ip_cidr: list[IPv4CIDR] = Field(default_factory=list, alias="clustersetIPCIDR")
+    """The VIP block(s) this cluster allocates from."""
+    broker_namespace: str = DEFAULT_BROKER_NAMESPACE
+    """The namespace on the broker API holding the clusterset's objects."""
+    clusterset_domain: str = CLUSTERSET_DOMAIN
+    """DNS zone answered for multi-cluster services."""
+
+
+class ServiceDiscoveryStatus(KubeModel):
+    conditions: Conditions = Field(default_factory=list)
+
+
+class ServiceDiscovery(Resource):
+    """ServiceDiscovery configures the discovery agent of this cluster (namespaced, in Isthmus's namespace)."""
+
+    crd = CRDInfo(
+        group=ISTHMUS_GROUP,
+        version=ISTHMUS_VERSION,
+        kind="ServiceDiscovery",
+        plural="servicediscoveries",
+        categories=("isthmus",),
+        printer_columns=(
+            PrinterColumn("Cluster", "string", ".spec.clusterID"),
+            PrinterColumn("ClustersetIP", "boolean", ".spec.clustersetIPEnabled"),
+            PrinterColumn("CIDR", "string", ".spec.clustersetIPCIDR"),
+            AGE_COLUMN,
+        ),
+    )
+
+    spec: ServiceDiscoverySpec
+    status: ServiceDiscoveryStatus = Field(default_factory=ServiceDiscoveryStatus)
+
+
+class ExportedServiceSpec(KubeModel):
+    """One cluster's view of one exported service, as its agent publishes it to the broker
+    (design/mcs.md "Object flow" step 2). Every agent aggregates these into the ServiceImport
+    and computes conflicts from them (oldest `exportCreationTimestamp`, then cluster ID, wins)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "required": [
+                "cluster",
+                "serviceName",
+                "serviceNamespace",
+                "type",
+                "ports",
+                "exportCreationTimestamp",
+            ]
+        }
+    )
+
+    cluster: DNS1123Label
+    """The exporting cluster's ID."""
+    service_name: str = Field(min_length=1, max_length=63)
+    """Name of the exported Service (and ServiceExport)."""
+    service_namespace: DNS1123Label
+    """Namespace of the exported Service."""
+    type: ServiceImportType
+    """ClusterSetIP (ClusterIP, NodePort, LoadBalancer services) or Headless (clusterIP: None)."""
+    ports: list[ServicePort] = Field(default_factory=list, json_schema_extra=ATOMIC_LIST)
+    """The Service's ports."""
+    session_affinity: SessionAffinity | None = None
+    session_affinity_config: SessionAffinityConfig | None = None
+    ip_families: list[IPFamily] | None = Field(default=None, max_length=2)
+    internal_traffic_policy: TrafficPolicy | None = None
+    traffic_distribution: str | None = None
+    clusterset_ip_enabled: bool = Field(default=False, alias="clustersetIPEnabled")
+    """The VIP setting this export asks for (annotation, else cluster, else broker setting)."""
+    export_creation_timestamp: Time
+    """creationTimestamp of the ServiceExport: orders exporters for conflict resolution."""
+    exported_labels: StringMap | None = None
+    exported_annotations: StringMap | None = None
+
+
+class ExportedServiceStatus(KubeModel):
+    conditions: Conditions = Field(default_factory=list)
+
+
+class ExportedService(Resource):
+    """ExportedService is a member cluster's export of a Service, published in the broker namespace.
+
+    Named by `broker_object_name(service, namespace, cluster)` and labelled with SERVICE_NAME_LABEL,
+    SOURCE_NAMESPACE_LABEL and SOURCE_CLUSTER_LABEL so agents can select one service's exports.
+    """
+
+    crd = CRDInfo(
+        group=ISTHMUS_GROUP,
+        version=ISTHMUS_VERSION,
+        kind="ExportedService",
+        plural="exportedservices",
+        short_names=("expsvc",),
+        categories=("isthmus",),
+        printer_columns=(
+            PrinterColumn("Cluster", "string", ".spec.cluster"),
+            PrinterColumn("Service", "string", ".spec.serviceName"),
+            PrinterColumn("Namespace", "string", ".spec.serviceNamespace"),
+            PrinterColumn("Type", "string", ".spec.type"),
+            PrinterColumn("Exported", "date", ".spec.exportCreationTimestamp"),
+        ),
+    )
+
+    spec: ExportedServiceSpec
+    status: ExportedServiceStatus = Field(default_factory=ExportedServiceStatus)
+
+
+def broker_object_name(service: str, namespace: str, cluster: str | None = None) -> str:
+    """A broker-namespace object name for a service (and cluster) that cannot collide.
+
+    `<svc>-<ns>` alone collides (`a-b`/`c` vs `a`/`b-c`), so a short hash of the unambiguous
+    `<ns>/<svc>[/<cluster>]` is appended. Fits 253 chars (a DNS-1123 subdomain) for any valid input.
+    """
+    key = f"{namespace}/{service}" + (f"/{cluster}" if cluster else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    parts = [service, namespace] + ([cluster] if cluster else []) + [digest]
+    return "-".join(parts)
+
+
+MCS_MODELS: tuple[type[Resource], ...] = (
+    ServiceExport,
+    ServiceImport,
+    Broker,
+    Cluster,
+    ServiceDiscovery,
+    ExportedService,
+)
+"""Every CRD of the discovery capability."""

@@ -1,0 +1,318 @@
+"""Write helpers every controller uses: server-side apply, status patch, create-or-update with
+conflict retry, ensure-deleted, CRD installation.
+
+Each accepts our pydantic models (`isthmus.api` Resources, converted at the boundary) and
+lightkube objects alike, and returns the same kind it was given.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar, cast, overload
+
+from lightkube import ApiError, AsyncClient
+from lightkube.core.resource import api_info
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.types import PatchType
+
+from isthmus.api.base import Resource
+from isthmus.kube.resources import resource_for
+
+T = TypeVar("T")
+M = TypeVar("M", bound=Resource)
+
+DEFAULT_CONFLICT_RETRIES = 5
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def status_code(err: BaseException) -> int | None:
+    """HTTP status of a lightkube ApiError (None for anything else)."""
+    if isinstance(err, ApiError) and err.status is not None:
+        code = err.status.code
+        return int(code) if code is not None else None
+    return None
+
+
+def is_not_found(err: BaseException) -> bool:
+    return status_code(err) == 404
+
+
+def is_conflict(err: BaseException) -> bool:
+    """409: stale resourceVersion (Conflict) or create of an existing name (AlreadyExists)."""
+    return status_code(err) == 409
+
+
+# --- conversion between the caller's type and lightkube's ---------------------------------------
+
+
+def _lk_class(res: type[Any]) -> type[Any]:
+    return resource_for(res) if issubclass(res, Resource) else res
+
+
+def _back(res: type[T], lk_obj: Any) -> T:
+    """The server's answer as the caller's type."""
+    if issubclass(res, Resource):
+        return cast(T, res.from_dict(lk_obj))
+    if type(lk_obj) is res:
+        return lk_obj
+    return cast(T, cast(Any, res).from_dict(lk_obj.to_dict()))
+
+
+def _name_ns(obj: Any) -> tuple[str, str | None]:
+    meta = obj.to_dict().get("metadata") or {}
+    return meta.get("name") or "", meta.get("namespace")
+
+
+# --- reads --------------------------------------------------------------------------------------
+
+
+async def get(client: AsyncClient, res: type[T], name: str, *, namespace: str | None = None) -> T:
+    """GET as the caller's type (a model class or a lightkube resource); ApiError 404 if absent."""
+    lk = await cast(Any, client).get(_lk_class(res), name, namespace=namespace)
+    return _back(res, lk)
+
+
+async def get_or_none(
+    client: AsyncClient, res: type[T], name: str, *, namespace: str | None = None
+) -> T | None:
+    """GET, or None when the object does not exist."""
+    try:
+        return await get(client, res, name, namespace=namespace)
+    except ApiError as err:
+        if is_not_found(err):
+            return None
+        raise
+
+
+async def list_all(
+    client: AsyncClient,
+    res: type[T],
+    *,
+    namespace: str | None = None,
+    labels: Mapping[str, Any] | None = None,
+) -> list[T]:
+    """LIST as the caller's type; `namespace=lightkube.ALL_NS` ("*") lists every namespace."""
+    lister = cast(Any, client).list(_lk_class(res), namespace=namespace, labels=labels)
+    return [_back(res, item) async for item in lister]
+
+
+# --- writes -------------------------------------------------------------------------------------
+
+
+async def apply(client: AsyncClient, obj: T, *, field_manager: str, force: bool = False) -> T:
+    """Server-side apply `obj` as `field_manager` (one per component, e.g. "isthmus-mcs-agent").
+
+    Send only the fields this component owns: the server merges them with other managers' and
+    a field another manager owns is a 409 unless `force` (controllers reconciling their own
+    objects usually force). A resourceVersion in `obj` makes the apply conditional on it.
+    """
+    data = cast(Any, obj).to_dict()
+    meta = data.setdefault("metadata", {})
+    meta.pop("managedFields", None)  # kube rejects apply bodies carrying them (e.g. a re-applied read)
+    lk_obj = _lk_class(type(obj)).from_dict(data)
+    lk = await cast(Any, client).apply(
+        lk_obj, field_manager=field_manager, force=force, namespace=meta.get("namespace")
+    )
+    return _back(type(obj), lk)
+
+
+async def patch_status(
+    client: AsyncClient,
+    obj: T,
+    *,
+    field_manager: str,
+    force: bool = True,
+    patch_type: PatchType = PatchType.APPLY,
+) -> T:
+    """Write `obj`'s status through the status subresource; returns the updated object.
+
+    Default is server-side apply (forced: status belongs to its controller), so conditions,
+    a list keyed by type, merge with other managers' conditions. `PatchType.MERGE` replaces
+    lists wholesale instead.
+    """
+    res = type(obj)
+    data = obj.to_dict()  # type: ignore[attr-defined]  # models and lightkube objects both have it
+    name, namespace = _name_ns(obj)
+    meta = {"name": name} | ({"namespace": namespace} if namespace else {})
+    body: dict[str, Any]
+    if patch_type == PatchType.APPLY:
+        body = {"apiVersion": data.get("apiVersion"), "kind": data.get("kind"), "metadata": meta}
+        if not body["apiVersion"]:  # lightkube models read back may lack them; the resource knows
+            info = api_info(_lk_class(res)).resource
+            body["apiVersion"], body["kind"] = info.api_version, info.kind
+        body["status"] = data.get("status") or {}
+    else:
+        body = {"status": data.get("status") or {}}
+    lk = await cast(Any, client).patch(
+        _lk_class(res).Status,
+        name,
+        body,
+        namespace=namespace,
+        patch_type=patch_type,
+        field_manager=field_manager,
+        force=force,
+    )
+    return _back(res, lk)
+
+
+@overload
+async def create_or_update(
+    client: AsyncClient,
+    res: type[T],
+    name: str,
+    mutate: Callable[[T | None], T],
+    *,
+    namespace: str | None = None,
+    retries: int = DEFAULT_CONFLICT_RETRIES,
+    field_manager: str | None = None,
+) -> T: ...
+
+
+@overload
+async def create_or_update(
+    client: AsyncClient,
+    res: type[T],
+    name: str,
+    mutate: Callable[[T | None], T | None],
+    *,
+    namespace: str | None = None,
+    retries: int = DEFAULT_CONFLICT_RETRIES,
+    field_manager: str | None = None,
+) -> T | None: ...
+
+
+async def create_or_update(
+    client: AsyncClient,
+    res: type[T],
+    name: str,
+    mutate: Callable[[T | None], T | None],
+    *,
+    namespace: str | None = None,
+    retries: int = DEFAULT_CONFLICT_RETRIES,
+    field_manager: str | None = None,
+) -> T | None:
+    """Read-modify-write with optimistic concurrency: the level-triggered way to change an object
+    several writers share (e.g. the aggregated ServiceImport).
+
+    `mutate(current)` gets a private copy of the stored object (None when absent) and returns the
+    desired object, or None for "leave it (don't create it)". Creates when absent, replaces (PUT
+    with the read resourceVersion) when different, skips the write when equal. A 409 (someone
+    else wrote first, or created it first) re-reads and calls `mutate` again, up to `retries`
+    times. Status is not written this way for kinds with a status subresource: use patch_status.
+    Returns the stored object (None if absent and mutate declined).
+    """
+    lk_res = _lk_class(res)
+    for attempt in range(retries + 1):
+        current = await get_or_none(client, res, name, namespace=namespace)
+        desired = mutate(copy.deepcopy(current))
+        if desired is None:
+            return current
+        data = cast(Any, desired).to_dict()
+        meta = data.setdefault("metadata", {})
+        meta["name"] = name
+        if namespace is not None:
+            meta["namespace"] = namespace
+        try:
+            if current is None:
+                meta.pop("resourceVersion", None)
+                lk = await cast(Any, client).create(
+                    lk_res.from_dict(data), namespace=namespace, field_manager=field_manager
+                )
+                return _back(res, lk)
+            stored = cast(Any, current).to_dict()
+            if data == stored:
+                return current
+            meta["resourceVersion"] = stored["metadata"].get("resourceVersion")
+            lk = await cast(Any, client).replace(
+                lk_res.from_dict(data), namespace=namespace, field_manager=field_manager
+            )
+            return _back(res, lk)
+        except ApiError as err:
+            if not is_conflict(err) or attempt == retries:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def ensure_deleted(
+    client: AsyncClient,
+    res: type[Any],
+    name: str,
+    *,
+    namespace: str | None = None,
+    wait: bool = False,
+) -> bool:
+    """Delete if present; a 404 is success. Returns whether this call deleted something.
+
+    With `wait`, return only once the object is gone (finalizers done); bound it with
+    `asyncio.timeout` if needed.
+    """
+    lk_res = _lk_class(res)
+    try:
+        await cast(Any, client).delete(lk_res, name, namespace=namespace)
+    except ApiError as err:
+        if not is_not_found(err):
+            raise
+        return False
+    if wait:
+        await wait_deleted(client, lk_res, name, namespace=namespace)
+    return True
+
+
+async def wait_deleted(
+    client: AsyncClient, res: type[Any], name: str, *, namespace: str | None = None
+) -> None:
+    """Until the object does not exist: read it, then watch from that resourceVersion (no race)."""
+    current = await get_or_none(client, _lk_class(res), name, namespace=namespace)
+    if current is None:
+        return
+    rv = current.metadata.resourceVersion
+    watch = cast(Any, client).watch(
+        _lk_class(res), namespace=namespace, fields={"metadata.name": name}, resource_version=rv
+    )
+    try:
+        async for event, _obj in watch:
+            if event == "DELETED":
+                return
+    finally:
+        await watch.aclose()
+
+
+# --- CRDs ---------------------------------------------------------------------------------------
+
+
+async def install_crds(
+    client: AsyncClient,
+    crds: Iterable[Mapping[str, Any]] | None = None,
+    *,
+    field_manager: str = "isthmus",
+) -> list[str]:
+    """Apply CRD manifests (default: every generated CRD) and wait until each is Established,
+    i.e. served. Idempotent; returns the CRD names. Bound it with `asyncio.timeout`."""
+    if crds is None:
+        from isthmus.api.crdgen import all_crds
+
+        crds = all_crds()
+    names = []
+    for manifest in crds:
+        crd = cast(CustomResourceDefinition, CustomResourceDefinition.from_dict(dict(manifest)))
+        await client.apply(crd, field_manager=field_manager, force=True)
+        names.append(str(manifest["metadata"]["name"]))
+    for name in names:
+        await wait_established(client, name)
+    return names
+
+
+async def wait_established(client: AsyncClient, name: str) -> None:
+    """Until the CRD's Established condition is True (its resource is being served)."""
+    current = await client.get(CustomResourceDefinition, name)
+    if _established(current):
+        return
+    await client.wait(CustomResourceDefinition, name, for_conditions=["Established"])
+
+
+def _established(crd: CustomResourceDefinition) -> bool:
+    conditions = (crd.status.conditions if crd.status else None) or []
+    return any(c.type == "Established" and c.status == "True" for c in conditions)

@@ -1,0 +1,217 @@
+"""isthmus.api.crdgen: generated CRDs are structural, carry what kube needs, match deploy/crds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from isthmus.api import CRD_MODELS
+from isthmus.api.base import CONDITION_REASON_PATTERN, CONDITION_TYPE_PATTERN, Condition
+from isthmus.api.crdgen import SchemaError, all_crds, crd_file_name, crd_for, openapi_schema
+from isthmus.api.mcs import Cluster, ServiceExport, ServiceImport
+from isthmus.cli.main import app
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = all_crds()
+
+# kube's metav1.Condition schema (as controller-gen emits it), descriptions aside
+KUBE_CONDITION = {
+    "type": "object",
+    "required": ["lastTransitionTime", "message", "reason", "status", "type"],
+    "properties": {
+        "lastTransitionTime": {"type": "string", "format": "date-time"},
+        "message": {"type": "string", "maxLength": 32768},
+        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+        "reason": {"type": "string", "maxLength": 1024, "minLength": 1, "pattern": CONDITION_REASON_PATTERN},
+        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+        "type": {"type": "string", "maxLength": 316, "pattern": CONDITION_TYPE_PATTERN},
+    },
+}
+
+
+def _nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from _nodes(child, f"{path}.{name}")
+    if "items" in node:
+        yield from _nodes(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from _nodes(node["additionalProperties"], f"{path}{{}}")
+
+
+def _strip_descriptions(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _strip_descriptions(v) for k, v in node.items() if k != "description"}
+    if isinstance(node, list):
+        return [_strip_descriptions(v) for v in node]
+    return node
+
+
+def _schema(crd: dict[str, Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@pytest.mark.parametrize("crd", CRDS, ids=lambda c: c["metadata"]["name"])
+def test_schema_is_structural(crd: dict[str, Any]) -> None:
+    allowed_types = {"object", "array", "string", "integer", "number", "boolean"}
+    for path, node in _nodes(_schema(crd)):
+        assert node.get("type") in allowed_types, f"{path}: no type"
+        for banned in (
+            "$ref",
+            "anyOf",
+            "oneOf",
+            "allOf",
+            "not",
+            "title",
+            "$defs",
+            "additionalItems",
+            "const",
+        ):
+            assert banned not in node, f"{path}: {banned}"
+        if "properties" in node:
+            assert "additionalProperties" not in node, path
+            assert set(node.get("required", [])) <= set(node["properties"]), path
+        if node["type"] == "array":
+            assert "items" in node, path
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            assert path == ".metadata" or "properties" not in node, path
+        if "default" in node:
+            assert not isinstance(node["default"], dict | list) or node["type"] in ("object", "array"), path
+    # exclusiveMinimum/Maximum in OpenAPI 3.0 form only
+    assert '"exclusiveMinimum": 0' not in str(crd)
+    # nothing needs to keep unknown fields in our kinds
+    assert "x-kubernetes-preserve-unknown-fields" not in yaml.safe_dump(crd)
+
+
+@pytest.mark.parametrize("crd", CRDS, ids=lambda c: c["metadata"]["name"])
+def test_crd_envelope(crd: dict[str, Any]) -> None:
+    spec = crd["spec"]
+    names = spec["names"]
+    assert crd["metadata"]["name"] == f"{names['plural']}.{spec['group']}"
+    assert names["listKind"] == names["kind"] + "List"
+    assert spec["scope"] == "Namespaced"
+    (version,) = spec["versions"]
+    assert version["served"] and version["storage"]
+    assert version["subresources"] == {"status": {}}
+    schema = _schema(crd)
+    assert list(schema["properties"])[:3] == ["apiVersion", "kind", "metadata"]
+    assert schema["properties"]["metadata"] == {"type": "object"}
+    for col in version["additionalPrinterColumns"]:
+        assert col["type"] in {"string", "integer", "number", "boolean", "date"}
+        assert col["jsonPath"].startswith(".")
+
+
+def test_condition_schema_is_kubes() -> None:
+    for crd in CRDS:
+        conditions = _schema(crd)["properties"]["status"]["properties"]["conditions"]
+        assert conditions["x-kubernetes-list-type"] == "map"
+        assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+        item = _strip_descriptions(conditions["items"])
+        assert sorted(item["required"]) == KUBE_CONDITION["required"]
+        assert {**item, "required": sorted(item["required"])} == KUBE_CONDITION
+    assert openapi_schema(Condition)["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+
+
+def test_service_import_crd_matches_mcs_api() -> None:
+    crd = crd_for(ServiceImport)
+    assert crd["metadata"]["name"] == "serviceimports.multicluster.x-k8s.io"
+    assert crd["spec"]["names"]["shortNames"] == ["svcim"]
+    schema = _schema(crd)
+    assert schema["required"] == ["spec"]
+    spec = schema["properties"]["spec"]
+    assert sorted(spec["required"]) == ["ports", "type"]
+    assert spec["properties"]["type"]["enum"] == ["ClusterSetIP", "Headless"]
+    assert spec["properties"]["ports"]["x-kubernetes-list-type"] == "atomic"
+    port = spec["properties"]["ports"]["items"]
+    assert port["required"] == ["port"]
+    assert port["properties"]["port"] == {
+        "description": "The port that will be exposed by this service.",
+        "type": "integer",
+        "format": "int32",
+        "maximum": 65535,
+        "minimum": 1,
+    }
+    assert port["properties"]["protocol"]["enum"] == ["TCP", "UDP", "SCTP"]
+    timeout = spec["properties"]["sessionAffinityConfig"]["properties"]["clientIP"]["properties"][
+        "timeoutSeconds"
+    ]
+    assert (timeout["type"], timeout["format"], timeout["minimum"], timeout["maximum"]) == (
+        "integer",
+        "int32",
+        1,
+        86400,
+    )
+    clusters = schema["properties"]["status"]["properties"]["clusters"]
+    assert clusters["x-kubernetes-list-map-keys"] == ["cluster"]
+    cols = {c["name"]: c["jsonPath"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert cols == {"Type": ".spec.type", "IP": ".spec.ips", "Age": ".metadata.creationTimestamp"}
+
+
+def test_cluster_id_pattern_and_maps() -> None:
+    spec = _schema(crd_for(Cluster))["properties"]["spec"]
+    assert spec["required"] == ["clusterID"]
+    cid = spec["properties"]["clusterID"]
+    assert (cid["pattern"], cid["maxLength"]) == ("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", 63)
+    assert spec["properties"]["joinedAt"] == {
+        "description": "When the cluster joined.",
+        "type": "string",
+        "format": "date-time",
+    }
+    labels = _schema(crd_for(ServiceExport))["properties"]["spec"]["properties"]["exportedLabels"]
+    assert labels["type"] == "object" and labels["additionalProperties"] == {"type": "string"}
+
+
+def test_free_form_dict_preserves_unknown_fields_and_unions_are_rejected() -> None:
+    class Free(BaseModel):
+        blob: dict[str, Any]
+
+    class Union(BaseModel):
+        x: int | str
+
+    assert openapi_schema(Free)["properties"]["blob"] == {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    with pytest.raises(SchemaError):
+        openapi_schema(Union)
+
+
+def test_deploy_crds_are_up_to_date() -> None:
+    """deploy/crds is generated output: regenerate with `isthmus crds --output-dir deploy/crds`."""
+    for crd in CRDS:
+        path = REPO / "deploy" / "crds" / crd_file_name(crd)
+        assert yaml.safe_load(path.read_text()) == crd, f"{path} is stale"
+
+
+def test_cli_prints_multi_document_yaml() -> None:
+    result = CliRunner().invoke(app, ["crds"])
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert docs == CRDS
+    assert len(docs) == len(CRD_MODELS)
+
+
+def test_cli_writes_one_file_per_crd(tmp_path: Path) -> None:
+    out = tmp_path / "crds"
+    result = CliRunner().invoke(app, ["crds", "--output-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(crd_file_name(c) for c in CRDS)
+    assert "multicluster.x-k8s.io_serviceimports.yaml" in files
+    for crd in CRDS:
+        assert yaml.safe_load((out / crd_file_name(crd)).read_text()) == crd
+
+
+def test_cli_unwritable_output_dir_is_exit_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = CliRunner().invoke(app, ["crds", "--output-dir", str(blocker / "sub")])
+    assert result.exit_code == 2
+    assert "error:" in result.stderr and "Traceback" not in result.output
