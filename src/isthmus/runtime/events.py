@@ -1,0 +1,205 @@
+"""Kubernetes Events (core/v1) about our objects, aggregated like client-go's recorder.
+
+The first occurrence of (object, type, reason, message) creates an Event named
+``<object name>.<hex nanoseconds>``; each repeat patches that Event's ``count`` and
+``lastTimestamp`` instead of creating another, so a hot retry loop leaves one Event with a
+high count, not thousands. If the Event was deleted meanwhile (404), a new one is created
+carrying the running count. Memory of recent events is an LRU of ``max_tracked`` entries.
+
+Recording never fails the caller: :meth:`EventRecorder.event` only queues (bounded; drops
+with a log line when full) and a background task writes; :meth:`EventRecorder.emit` awaits
+the write but logs instead of raising.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core import resource as lkr
+from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event
+from lightkube.types import PatchType
+
+from isthmus.runtime import metrics
+from isthmus.runtime.objects import object_name, object_namespace, object_resource_version, object_uid
+
+__all__ = ["NORMAL", "WARNING", "EventRecorder", "object_reference"]
+
+log = logging.getLogger(__name__)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+
+def object_reference(obj: Any) -> ObjectReference:
+    """ObjectReference to ``obj``; apiVersion and kind come from its lightkube class (list items lack them)."""
+    try:
+        rd = lkr.api_info(type(obj)).resource
+        api_version, kind = rd.api_version, rd.kind
+    except AttributeError:
+        api_version, kind = getattr(obj, "apiVersion", None), getattr(obj, "kind", None)
+    return ObjectReference(
+        apiVersion=api_version,
+        kind=kind,
+        name=object_name(obj),
+        namespace=object_namespace(obj),
+        uid=object_uid(obj),
+        resourceVersion=object_resource_version(obj),
+    )
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _fmt_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Seen:
+    name: str
+    namespace: str
+    count: int
+    first: datetime
+
+
+_Key = tuple[str | None, str | None, str, str | None, str, str, str]
+
+
+class EventRecorder:
+    """Writes Events for ``component`` (shown as the Event's source)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        component: str,
+        *,
+        instance: str | None = None,
+        max_tracked: int = 4096,
+        buffer: int = 1000,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.client = client
+        self.component = component
+        self.instance = instance or socket.gethostname()
+        self.max_tracked = max_tracked
+        self._clock = clock
+        self._seen: OrderedDict[_Key, _Seen] = OrderedDict()
+        self._lock = asyncio.Lock()
+        self._pending: asyncio.Queue[tuple[Any, str, str, str]] = asyncio.Queue(maxsize=buffer)
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- recording ------------------------------------------------------------------------
+
+    def event(self, obj: Any, type: str, reason: str, message: str) -> None:
+        """Record an Event in the background (call from within the event loop)."""
+        try:
+            self._pending.put_nowait((obj, type, reason, message))
+        except asyncio.QueueFull:
+            log.warning("event buffer full; event dropped", extra={"reason": reason})
+            return
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain(), name="event recorder")
+
+    def normal(self, obj: Any, reason: str, message: str) -> None:
+        self.event(obj, NORMAL, reason, message)
+
+    def warning(self, obj: Any, reason: str, message: str) -> None:
+        self.event(obj, WARNING, reason, message)
+
+    async def emit(self, obj: Any, type: str, reason: str, message: str) -> None:
+        """Write the Event now (create or aggregate). Errors are logged, not raised."""
+        try:
+            await self._write(obj, type, reason, message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            metrics.EVENTS_EMITTED.labels("failed").inc()
+            log.warning(
+                "could not write event", extra={"reason": reason, "error": str(e) or e.__class__.__name__}
+            )
+
+    async def flush(self) -> None:
+        """Wait until every queued event has been written (or failed)."""
+        await self._pending.join()
+
+    async def aclose(self) -> None:
+        """Flush, then stop the background writer."""
+        if self._task is not None:
+            await self.flush()
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _drain(self) -> None:
+        while True:
+            obj, type_, reason, message = await self._pending.get()
+            try:
+                await self.emit(obj, type_, reason, message)
+            finally:
+                self._pending.task_done()
+
+    # ---- writing --------------------------------------------------------------------------
+
+    async def _write(self, obj: Any, type_: str, reason: str, message: str) -> None:
+        ref = object_reference(obj)
+        ns = ref.namespace or "default"  # client-go's home for events about cluster-scoped objects
+        key: _Key = (ref.apiVersion, ref.kind, ref.name or "", ref.namespace, type_, reason, message)
+        now = self._clock()
+        async with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None:
+                seen.count += 1
+                self._seen.move_to_end(key)
+                try:
+                    await self.client.patch(
+                        Event,
+                        seen.name,
+                        {"count": seen.count, "lastTimestamp": _fmt_time(now)},
+                        namespace=seen.namespace,
+                        patch_type=PatchType.MERGE,
+                    )
+                    metrics.EVENTS_EMITTED.labels("aggregated").inc()
+                    return
+                except ApiError as e:
+                    if e.status.code != 404:
+                        raise
+                    # Deleted (expired) meanwhile: start a new Event carrying the running count.
+                    count, first = seen.count, seen.first
+            else:
+                count, first = 1, now
+            name = f"{ref.name}.{time.time_ns():x}"
+            ev = Event(
+                metadata=ObjectMeta(name=name, namespace=ns),
+                involvedObject=ref,
+                type=type_,
+                reason=reason,
+                message=message,
+                count=count,
+                firstTimestamp=first.replace(microsecond=0),
+                lastTimestamp=now.replace(microsecond=0),
+                source=EventSource(component=self.component, host=self.instance),
+                reportingComponent=self.component,
+                reportingInstance=self.instance,
+            )
+            await self.client.create(ev)
+            metrics.EVENTS_EMITTED.labels("created").inc()
+            self._seen[key] = _Seen(name=name, namespace=ns, count=count, first=first)
+            self._seen.move_to_end(key)
+            while len(self._seen) > self.max_tracked:
+                self._seen.popitem(last=False)

@@ -1,0 +1,612 @@
+"""Informers: list-then-watch into an indexed cache, with event handlers.
+
+The cache stores the objects lightkube decodes: typed models (msgspec structs) for
+built-in kinds, ``Generic`` dicts for ``lightkube.generic_resource`` classes (our CRDs).
+Cached objects are shared by every reader: treat them as read-only, copy before editing.
+
+The loop, like client-go's reflector:
+
+1. list (paginated) and replace the cache, emitting add/update/delete for the differences;
+2. watch from the list's resourceVersion with bookmarks, applying events as they come;
+3. a cleanly closed watch (server timeout) is resumed from the last resourceVersion;
+4. a 410 Gone (history compacted) relists at once; any other failure (dropped connection,
+   server down, 5xx) relists after an exponential backoff with jitter.
+
+Objects that vanished while we were not watching are reported to ``on_delete`` with their
+last known state when the relist notices.
+
+The watch uses lightkube's request building and decoding but its own stream loop, because
+lightkube's ``watch`` does not ask for bookmarks, retries forever on clean closes, and
+reports a 410 differently depending on whether it is an HTTP status or an ERROR event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import httpx2
+import msgspec
+from lightkube import AsyncClient
+from lightkube.core import decoders
+from lightkube.core import resource as lkr
+from lightkube.core.exceptions import ApiError, NotReadyError
+from lightkube.core.generic_client import ALL_NS
+from lightkube.core.selector import build_selector
+
+from isthmus.runtime import metrics
+from isthmus.runtime.objects import object_key, object_labels, object_namespace, object_resource_version
+
+__all__ = [
+    "NAMESPACE_INDEX",
+    "Cache",
+    "Handlers",
+    "IndexFunc",
+    "Informer",
+    "SharedInformerFactory",
+    "WatchError",
+    "label_index",
+    "resource_name",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+IndexFunc = Callable[[Any], Iterable[str]]
+"""Maps an object to the index values it is filed under (none, one or several)."""
+
+NAMESPACE_INDEX = "namespace"
+
+
+def _namespace_index(obj: Any) -> Iterable[str]:
+    ns = object_namespace(obj)
+    return (ns,) if ns else ()
+
+
+def label_index(label: str) -> IndexFunc:
+    """Index function filing an object under the value of its ``label`` (if set)."""
+
+    def index(obj: Any) -> Iterable[str]:
+        value = object_labels(obj).get(label)
+        return (value,) if value is not None else ()
+
+    return index
+
+
+def resource_name(resource: type[Any]) -> str:
+    """``plural.group/version`` of a lightkube resource class, for logs and metric labels."""
+    info = lkr.api_info(resource)
+    rd = info.resource
+    return f"{info.plural}.{rd.group}/{rd.version}" if rd.group else f"{info.plural}/{rd.version}"
+
+
+class Cache(Generic[T]):
+    """Objects by key (``namespace/name`` or ``name``), plus secondary indexes.
+
+    Always has the ``namespace`` index. Written only by its informer.
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[str, T] = {}
+        self._indexers: dict[str, IndexFunc] = {}
+        self._indices: dict[str, dict[str, set[str]]] = {}
+        self.add_indexer(NAMESPACE_INDEX, _namespace_index)
+
+    # ---- reading --------------------------------------------------------------------------
+
+    def get(self, key: str) -> T | None:
+        return self._items.get(key)
+
+    def get_by_name(self, name: str, namespace: str | None = None) -> T | None:
+        return self._items.get(f"{namespace}/{name}" if namespace else name)
+
+    def list(self) -> builtins.list[T]:
+        return list(self._items.values())
+
+    def keys(self) -> builtins.list[str]:
+        return list(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def index_keys(self, index: str, value: str) -> builtins.list[str]:
+        """Keys of the objects filed under ``value`` in ``index`` (KeyError if no such index)."""
+        return sorted(self._indices[index].get(value, ()))
+
+    def by_index(self, index: str, value: str) -> builtins.list[T]:
+        items = self._items
+        return [items[k] for k in self.index_keys(index, value)]
+
+    def list_namespace(self, namespace: str) -> builtins.list[T]:
+        return self.by_index(NAMESPACE_INDEX, namespace)
+
+    def index_values(self, index: str) -> builtins.list[str]:
+        return sorted(v for v, keys in self._indices[index].items() if keys)
+
+    # ---- indexing -------------------------------------------------------------------------
+
+    def add_indexer(self, name: str, fn: IndexFunc) -> None:
+        """Add an index (built over current contents at once). Re-adding a name is an error."""
+        if name in self._indexers:
+            raise ValueError(f"index {name!r} already exists")
+        self._indexers[name] = fn
+        idx: dict[str, set[str]] = {}
+        self._indices[name] = idx
+        for key, obj in self._items.items():
+            for v in _index_values(fn, obj):
+                idx.setdefault(v, set()).add(key)
+
+    # ---- writing (informer only) ----------------------------------------------------------
+
+    def _unindex(self, key: str, obj: T) -> None:
+        for name, fn in self._indexers.items():
+            idx = self._indices[name]
+            for v in _index_values(fn, obj):
+                keys = idx.get(v)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del idx[v]
+
+    def _index(self, key: str, obj: T) -> None:
+        for name, fn in self._indexers.items():
+            idx = self._indices[name]
+            for v in _index_values(fn, obj):
+                idx.setdefault(v, set()).add(key)
+
+    def _put(self, key: str, obj: T) -> T | None:
+        old = self._items.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        self._items[key] = obj
+        self._index(key, obj)
+        return old
+
+    def _remove(self, key: str) -> T | None:
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._unindex(key, old)
+        return old
+
+
+def _index_values(fn: IndexFunc, obj: Any) -> Iterable[str]:
+    try:
+        return tuple(fn(obj))
+    except Exception:
+        log.exception("index function raised; object not indexed", extra={"key": object_key(obj)})
+        return ()
+
+
+@dataclass(eq=False)
+class Handlers:
+    """Callbacks an informer calls, in order, from its own task. Keep them quick (enqueue a key)."""
+
+    on_add: Callable[[Any], None] | None = None
+    on_update: Callable[[Any, Any], None] | None = None
+    on_delete: Callable[[Any], None] | None = None
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old (HTTP 410 or an ERROR event with code 410)."""
+
+
+class WatchError(Exception):
+    """The server refused or broke a watch."""
+
+
+class _BookmarkMeta(msgspec.Struct):
+    resourceVersion: str | None = None
+
+
+class _Bookmark(msgspec.Struct):
+    metadata: _BookmarkMeta | None = None
+
+
+class Informer(Generic[T]):
+    """List-then-watch one resource type in one namespace (``None``: all, or cluster-scoped).
+
+    ``await informer.wait_synced()`` after :meth:`start` before trusting the cache.
+    Prefer :meth:`SharedInformerFactory.informer`, which shares one informer per
+    (resource, namespace, selectors) among every controller of the process.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        resource: type[T],
+        namespace: str | None = None,
+        *,
+        labels: dict[str, Any] | None = None,
+        fields: dict[str, Any] | None = None,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+        resync_period: float | None = None,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.namespaced = issubclass(resource, lkr.NamespacedResource)
+        if namespace is not None and not self.namespaced:
+            raise ValueError(f"{resource.__name__} is cluster-scoped; it has no namespace")
+        self.namespace = namespace
+        self.labels = labels
+        self.fields = fields
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.resync_period = resync_period
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.cache: Cache[T] = Cache()
+        self.name = resource_name(resource)
+        self.relists = 0  # lists after the initial one (410s and errors)
+        self._handlers: list[Handlers] = []
+        self._synced = asyncio.Event()
+        self._rv: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._failures = 0
+        ns_label = namespace or ""
+        self._m_relists = {
+            r: metrics.INFORMER_RELISTS.labels(self.name, ns_label, r)
+            for r in ("initial", "expired", "error")
+        }
+        self._m_objects = metrics.INFORMER_OBJECTS.labels(self.name, ns_label)
+        self._m_events = {
+            t: metrics.INFORMER_EVENTS.labels(self.name, ns_label, t)
+            for t in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
+        }
+
+    # ---- public API -----------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        """True once the first list has been applied to the cache and handlers."""
+        return self._synced.is_set()
+
+    async def wait_synced(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """Wait for the first list; False on timeout."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._synced.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    @property
+    def resource_version(self) -> str | None:
+        """The last resourceVersion seen (list, event or bookmark)."""
+        return self._rv
+
+    def add_indexer(self, name: str, fn: IndexFunc) -> None:
+        self.cache.add_indexer(name, fn)
+
+    def add_handler(
+        self,
+        on_add: Callable[[T], None] | None = None,
+        on_update: Callable[[T, T], None] | None = None,
+        on_delete: Callable[[T], None] | None = None,
+    ) -> Handlers:
+        """Register callbacks; if the cache is already filled, ``on_add`` gets every cached object now."""
+        h = Handlers(on_add, on_update, on_delete)
+        self._handlers.append(h)
+        if on_add is not None:
+            for obj in self.cache.list():
+                _call(on_add, obj)
+        return h
+
+    def remove_handler(self, handlers: Handlers) -> None:
+        self._handlers = [h for h in self._handlers if h is not handlers]
+
+    def start(self) -> None:
+        """Start the list/watch task on the running loop (no-op if running)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.run(), name=f"informer {self.name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def run(self) -> None:
+        """List and watch until cancelled. Never returns otherwise; never raises but CancelledError."""
+        resync = None
+        if self.resync_period:
+            resync = asyncio.get_running_loop().create_task(self._resync_loop(self.resync_period))
+        try:
+            await self._loop()
+        finally:
+            if resync is not None:
+                resync.cancel()
+
+    # ---- the reflector loop ---------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        reason = "initial"
+        need_list = True
+        gone_in_a_row = 0
+        while True:
+            delay = 0.0
+            try:
+                if need_list:
+                    await self._list(reason)
+                    need_list = False
+                healthy = await self._watch()
+                gone_in_a_row = 0
+                if healthy:
+                    self._failures = 0
+                else:  # closed at once with nothing said: do not spin
+                    self._failures += 1
+                    delay = self._backoff()
+            except asyncio.CancelledError:
+                raise
+            except _Gone:
+                log.info("watch expired (410); relisting", extra={"resource": self.name, "rv": self._rv})
+                reason, need_list = "expired", True
+                gone_in_a_row += 1
+                if gone_in_a_row > 1:  # a relist should have cured it; back off if it did not
+                    self._failures += 1
+                    delay = self._backoff()
+            except Exception as e:
+                self._failures += 1
+                reason, need_list = "error", True
+                delay = self._backoff()
+                log.warning(
+                    "list/watch failed; relisting after backoff",
+                    extra={"resource": self.name, "error": _describe(e), "retry_in": round(delay, 3)},
+                )
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    def _backoff(self) -> float:
+        d = min(self.backoff_cap, self.backoff_base * 2 ** min(self._failures - 1, 20))
+        return float(d * random.uniform(0.8, 1.2))
+
+    def _ns_arg(self) -> str | None:
+        if not self.namespaced:
+            return None
+        return self.namespace if self.namespace is not None else ALL_NS
+
+    async def _list(self, reason: str) -> None:
+        client: Any = self.client  # lightkube's overloads cannot take an arbitrary resource class
+        it = client.list(
+            self.resource,
+            namespace=self._ns_arg(),
+            chunk_size=self.page_size,
+            labels=self.labels,
+            fields=self.fields,
+        )
+        fresh: dict[str, T] = {}
+        async for obj in it:
+            fresh[object_key(obj)] = obj
+        try:
+            rv: str | None = it.resourceVersion
+        except NotReadyError:
+            rv = None
+        self._m_relists[reason].inc()
+        if reason != "initial":
+            self.relists += 1
+        self._replace(fresh)
+        self._rv = rv
+        log.debug("listed", extra={"resource": self.name, "count": len(fresh), "rv": rv, "reason": reason})
+        self._synced.set()
+
+    def _replace(self, fresh: dict[str, T]) -> None:
+        cache = self.cache
+        deleted = [(k, old) for k, old in cache._items.items() if k not in fresh]
+        for k, _ in deleted:
+            cache._remove(k)
+        for k, obj in fresh.items():
+            old = cache._put(k, obj)
+            if old is None:
+                self._dispatch_add(obj)
+            elif object_resource_version(old) != object_resource_version(obj):
+                self._dispatch_update(old, obj)
+        for _, old in deleted:
+            self._dispatch_delete(old)
+        self._m_objects.set(len(cache))
+
+    async def _watch(self) -> bool:
+        """One watch request. Returns True if it was healthy, False if it closed at once, empty."""
+        gc: Any = self.client._client  # lightkube internals: request building and decoding
+        params: dict[str, Any] = {
+            "allowWatchBookmarks": "true",
+            # Spread reconnects like client-go: timeoutSeconds in [T, 2T).
+            "timeoutSeconds": str(int(self.watch_timeout * (1 + random.random()))),
+            "resourceVersion": self._rv,
+            "labelSelector": build_selector(self.labels) if self.labels else None,
+            "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
+        }
+        br = gc.prepare_request(
+            "list", res=self.resource, namespace=self._ns_arg(), watch=True, params=params
+        )
+        # The server ends the watch at timeoutSeconds; the read timeout only catches a dead peer.
+        br.timeout = httpx2.Timeout(10.0, read=float(self.watch_timeout) * 2 + 30)
+        started = time.monotonic()
+        got_event = False
+        resp = await gc.send(gc.build_adapter_request(br), stream=True)
+        try:
+            if resp.status_code == 410:
+                raise _Gone()
+            if resp.status_code >= 400:
+                body = await resp.aread()
+                raise WatchError(f"watch answered HTTP {resp.status_code}: {body[:300]!r}")
+            async for line in resp.aiter_lines():
+                if not line:
+                    continue
+                self._handle_event(line)
+                if not got_event:
+                    got_event = True
+                    self._failures = 0
+        finally:
+            await resp.aclose()
+        return got_event or time.monotonic() - started >= 1.0
+
+    def _handle_event(self, line: str) -> None:
+        ev = decoders.decode_watch_event(line.encode())
+        kind = ev.type
+        if kind == "ERROR":
+            status = decoders.decode_status(ev.object)
+            if status.code == 410:
+                raise _Gone()
+            raise WatchError(f"watch ERROR event: {status.code} {status.reason}: {status.message}")
+        if kind == "BOOKMARK":
+            bm = msgspec.json.decode(ev.object, type=_Bookmark)
+            if bm.metadata is not None and bm.metadata.resourceVersion:
+                self._rv = bm.metadata.resourceVersion
+            self._m_events[kind].inc()
+            return
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            log.warning("unknown watch event type ignored", extra={"resource": self.name, "type": kind})
+            return
+        obj: T = decoders.decode_object(ev.object, self.resource)
+        key = object_key(obj)
+        rv = object_resource_version(obj)
+        if rv:
+            self._rv = rv
+        self._m_events[kind].inc()
+        if kind == "DELETED":
+            old = self.cache._remove(key)
+            if old is not None:
+                self._m_objects.set(len(self.cache))
+                self._dispatch_delete(obj)
+            return
+        old = self.cache._put(key, obj)
+        if old is None:
+            self._m_objects.set(len(self.cache))
+            self._dispatch_add(obj)
+        else:
+            self._dispatch_update(old, obj)
+
+    async def _resync_loop(self, period: float) -> None:
+        """Periodically replay every cached object as an update, for controllers that poll outside state."""
+        while True:
+            await asyncio.sleep(period)
+            if self.synced:
+                for obj in self.cache.list():
+                    self._dispatch_update(obj, obj)
+
+    # ---- dispatch -------------------------------------------------------------------------
+
+    def _dispatch_add(self, obj: T) -> None:
+        for h in self._handlers:
+            if h.on_add is not None:
+                _call(h.on_add, obj)
+
+    def _dispatch_update(self, old: T, new: T) -> None:
+        for h in self._handlers:
+            if h.on_update is not None:
+                _call(h.on_update, old, new)
+
+    def _dispatch_delete(self, obj: T) -> None:
+        for h in self._handlers:
+            if h.on_delete is not None:
+                _call(h.on_delete, obj)
+
+
+def _call(fn: Callable[..., None], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("informer event handler raised")
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, ApiError):
+        return f"{e.status.code} {e.status.reason}: {e.status.message}"
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def _selector_key(sel: dict[str, Any] | None, for_fields: bool = False) -> str:
+    return build_selector(sel, for_fields=for_fields) if sel else ""
+
+
+class SharedInformerFactory:
+    """One informer per (resource class, namespace, selectors) for the whole process.
+
+    ``informer()`` before or after ``start()``: informers created after start begin at once.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        resync_period: float | None = None,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+    ) -> None:
+        self.client = client
+        self.resync_period = resync_period
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self._informers: dict[tuple[type[Any], str | None, str, str], Informer[Any]] = {}
+        self._started = False
+
+    def informer(
+        self,
+        resource: type[T],
+        namespace: str | None = None,
+        *,
+        labels: dict[str, Any] | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> Informer[T]:
+        key = (resource, namespace, _selector_key(labels), _selector_key(fields, True))
+        inf = self._informers.get(key)
+        if inf is None:
+            inf = Informer(
+                self.client,
+                resource,
+                namespace,
+                labels=labels,
+                fields=fields,
+                page_size=self.page_size,
+                watch_timeout=self.watch_timeout,
+                resync_period=self.resync_period,
+            )
+            self._informers[key] = inf
+            if self._started:
+                inf.start()
+        return inf
+
+    @property
+    def informers(self) -> list[Informer[Any]]:
+        return list(self._informers.values())
+
+    def start(self) -> None:
+        self._started = True
+        for inf in self._informers.values():
+            inf.start()
+
+    async def wait_synced(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """Wait until every informer created so far has synced; False on timeout."""
+        try:
+            async with asyncio.timeout(timeout):
+                for inf in list(self._informers.values()):
+                    await inf.wait_synced()
+        except TimeoutError:
+            return False
+        return True
+
+    @property
+    def synced(self) -> bool:
+        return all(inf.synced for inf in self._informers.values())
+
+    async def stop(self) -> None:
+        self._started = False
+        await asyncio.gather(*(inf.stop() for inf in self._informers.values()))

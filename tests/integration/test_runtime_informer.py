@@ -1,0 +1,242 @@
+"""Informers against the embedded apiserver: events, 410 recovery, server restart, CRDs, sharing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import ConfigMap, Namespace
+
+from isthmus.runtime import Informer, SharedInformerFactory, label_index, metrics
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def eventually(pred: Callable[[], bool], within: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within
+    while not pred():
+        if loop.time() > end:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+class Recorder:
+    def __init__(self, inf: Informer[Any]) -> None:
+        self.events: list[tuple[str, str]] = []
+        inf.add_handler(
+            lambda o: self.events.append(("add", o.metadata.name)),
+            lambda old, new: self.events.append(("update", new.metadata.name)),
+            lambda o: self.events.append(("delete", o.metadata.name)),
+        )
+
+    def has(self, kind: str, name: str) -> bool:
+        return (kind, name) in self.events
+
+
+def cm(name: str, ns: str = "default", **data: str) -> ConfigMap:
+    return ConfigMap(metadata=ObjectMeta(name=name, namespace=ns), data=data or None)
+
+
+async def test_sees_create_update_delete(apiserver: Any) -> None:
+    c = apiserver.client()
+    await c.create(cm("before", x="1"))
+    inf: Informer[ConfigMap] = Informer(c, ConfigMap, page_size=2)  # paginated list
+    rec = Recorder(inf)
+    inf.start()
+    try:
+        assert await inf.wait_synced(10)
+        assert inf.cache.get("default/before") is not None
+        assert rec.events == [("add", "before")]
+        await c.create(cm("a", x="1"))
+        await eventually(lambda: rec.has("add", "a"))
+        obj = await c.get(ConfigMap, "a", namespace="default")
+        obj.data = {"x": "2"}
+        await c.replace(obj)
+        await eventually(lambda: rec.has("update", "a"))
+        cached = inf.cache.get("default/a")
+        assert cached is not None and cached.data == {"x": "2"}
+        await c.delete(ConfigMap, "a", namespace="default")
+        await eventually(lambda: rec.has("delete", "a"))
+        assert "default/a" not in inf.cache
+        assert inf.relists == 0
+    finally:
+        await inf.stop()
+
+
+async def test_namespace_scope_and_indexes(apiserver: Any) -> None:
+    c = apiserver.client()
+    await c.create(Namespace(metadata=ObjectMeta(name="other")))
+    inf: Informer[ConfigMap] = Informer(c, ConfigMap, "other")
+    everywhere: Informer[ConfigMap] = Informer(c, ConfigMap)
+    everywhere.add_indexer("app", label_index("app"))
+    for i in (inf, everywhere):
+        i.start()
+    try:
+        await c.create(ConfigMap(metadata=ObjectMeta(name="x", namespace="other", labels={"app": "web"})))
+        await c.create(ConfigMap(metadata=ObjectMeta(name="y", namespace="default", labels={"app": "web"})))
+        await eventually(lambda: "default/y" in everywhere.cache and "other/x" in everywhere.cache)
+        await eventually(lambda: "other/x" in inf.cache)
+        assert [k for k in inf.cache.keys() if not k.startswith("other/")] == []
+        assert everywhere.cache.index_keys("app", "web") == ["default/y", "other/x"]
+        assert [
+            o.metadata.name for o in everywhere.cache.list_namespace("other") if o.metadata.name == "x"
+        ] == ["x"]
+        labelled: Informer[ConfigMap] = Informer(c, ConfigMap, labels={"app": "web"})
+        labelled.start()
+        assert await labelled.wait_synced(10)
+        assert sorted(labelled.cache.keys()) == ["default/y", "other/x"]
+        await labelled.stop()
+    finally:
+        await inf.stop()
+        await everywhere.stop()
+
+
+async def test_recovers_from_forced_410(apiserver: Any) -> None:
+    c = apiserver.client()
+    await c.create(cm("gone-soon"))
+    inf: Informer[ConfigMap] = Informer(c, ConfigMap, "default")
+    rec = Recorder(inf)
+    inf.start()
+    try:
+        assert await inf.wait_synced(10)
+        before = metrics.INFORMER_RELISTS.labels(inf.name, "default", "expired")._value.get()
+        # Changes the informer cannot see: written straight to the store, then history forgotten and
+        # every watch dropped, all without yielding to the event loop. The informer resumes from its
+        # last resourceVersion, which is now older than the history: 410 Gone, so it must relist.
+        store = apiserver.store
+        store.delete("/configmaps", "default", "gone-soon")
+        store.create(
+            "/configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "while-away", "namespace": "default", "uid": "u-while-away"},
+            },
+        )
+        store.compact()
+        store.close_watches()
+        await eventually(lambda: inf.relists >= 1)
+        await eventually(lambda: rec.has("add", "while-away") and rec.has("delete", "gone-soon"))
+        assert sorted(k for k in inf.cache.keys() if k.startswith("default/")) == ["default/while-away"]
+        assert metrics.INFORMER_RELISTS.labels(inf.name, "default", "expired")._value.get() >= before + 1
+        # and it keeps watching afterwards
+        await c.create(cm("after"))
+        await eventually(lambda: rec.has("add", "after"))
+    finally:
+        await inf.stop()
+
+
+async def test_compaction_without_disconnect_is_harmless(apiserver: Any) -> None:
+    c = apiserver.client()
+    inf: Informer[ConfigMap] = Informer(c, ConfigMap, "default")
+    rec = Recorder(inf)
+    inf.start()
+    try:
+        assert await inf.wait_synced(10)
+        apiserver.store.compact()
+        await c.create(cm("live"))
+        await eventually(lambda: rec.has("add", "live"))
+    finally:
+        await inf.stop()
+
+
+async def test_recovers_from_server_restart(apiserver: Any) -> None:
+    c = apiserver.client()
+    inf: Informer[ConfigMap] = Informer(c, ConfigMap, "default", backoff_base=0.1, backoff_cap=1.0)
+    rec = Recorder(inf)
+    inf.start()
+    try:
+        assert await inf.wait_synced(10)
+        await c.create(cm("one"))
+        await eventually(lambda: rec.has("add", "one"))
+        await apiserver.restart()
+        c2 = apiserver.client()
+        await c2.create(cm("two"))
+        await c2.delete(ConfigMap, "one", namespace="default")
+        await eventually(lambda: rec.has("add", "two") and rec.has("delete", "one"), within=20)
+        assert "default/one" not in inf.cache and "default/two" in inf.cache
+    finally:
+        await inf.stop()
+
+
+async def test_bookmarks_advance_resource_version(apiserver: Any) -> None:
+    c = apiserver.client()
+    inf: Informer[ConfigMap] = Informer(c, ConfigMap, "default")
+    inf.start()
+    try:
+        assert await inf.wait_synced(10)
+        rv0 = int(inf.resource_version or 0)
+        await c.create(Namespace(metadata=ObjectMeta(name="elsewhere")))  # bumps the global rv, not ours
+        await eventually(lambda: int(inf.resource_version or 0) > rv0, within=5)  # bookmark every 1 s
+    finally:
+        await inf.stop()
+
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.test.isthmus.io"},
+    "spec": {
+        "group": "test.isthmus.io",
+        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
+
+Widget = create_namespaced_resource("test.isthmus.io", "v1", "Widget", "widgets")
+
+
+async def test_generic_resource_crd(apiserver: Any) -> None:
+    c = apiserver.client()
+    await c.create(CustomResourceDefinition.from_dict(CRD))
+    await asyncio.sleep(0.1)
+    await c.create(Widget(metadata=ObjectMeta(name="w1", namespace="default"), spec={"size": 1}))
+    inf: Informer[Any] = Informer(c, Widget)
+    inf.add_indexer("size", lambda o: [str(o["spec"]["size"])])
+    rec = Recorder(inf)
+    inf.start()
+    try:
+        assert await inf.wait_synced(10)
+        assert inf.cache.get("default/w1")["spec"] == {"size": 1}  # type: ignore[index]
+        await c.create(Widget(metadata=ObjectMeta(name="w2", namespace="default"), spec={"size": 2}))
+        await eventually(lambda: rec.has("add", "w2"))
+        assert inf.cache.index_keys("size", "2") == ["default/w2"]
+        await c.delete(Widget, "w1", namespace="default")
+        await eventually(lambda: rec.has("delete", "w1"))
+    finally:
+        await inf.stop()
+
+
+async def test_shared_factory_one_informer_per_kind_and_scope(apiserver: Any) -> None:
+    c = apiserver.client()
+    f = SharedInformerFactory(c)
+    a = f.informer(ConfigMap)
+    assert f.informer(ConfigMap) is a
+    assert f.informer(ConfigMap, "default") is not a
+    assert f.informer(Namespace) is not a
+    with pytest.raises(ValueError):
+        f.informer(Namespace, "default")  # cluster-scoped
+    f.start()
+    try:
+        assert await f.wait_synced(10)
+        late = f.informer(ConfigMap, "kube-system")  # created after start: starts at once
+        assert await late.wait_synced(10) and f.synced
+        assert "default" in f.informer(Namespace).cache
+    finally:
+        await f.stop()
