@@ -211,8 +211,8 @@ async def test_finalizers_hold_deletion(apiserver: RunningApiServer) -> None:
     assert e.value.status.code == 404
 
 
-async def _gone(c: Any, name: str, timeout: float = 5) -> bool:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def _gone(c: Any, name: str) -> bool:
+    deadline = asyncio.get_running_loop().time() + 5
     while asyncio.get_running_loop().time() < deadline:
         try:
             await c.get(ConfigMap, name, namespace="default")

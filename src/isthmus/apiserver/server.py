@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import contextlib
 import gc
 import hmac
 import logging
-import os
 import signal
 import time
 from collections import defaultdict
@@ -164,9 +164,9 @@ class ApiServer:
         ssl_ctx = None
         if self.tls:
             certs = self.data_dir / "tls" if self.data_dir else Path(_tempdir()) / "tls"
-            ca, crt, key = ensure_certs(certs, [self.host, "localhost", "127.0.0.1"])
-            self.ca_pem = ca.read_bytes()
-            ssl_ctx = server_context(crt, key)
+            ca_path, crt_path, key_path = ensure_certs(certs, [self.host, "localhost", "127.0.0.1"])
+            self.ca_pem = ca_path.read_bytes()
+            ssl_ctx = server_context(crt_path, key_path)
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ssl_ctx, reuse_address=True,
                            backlog=1024)
         await site.start()
@@ -399,7 +399,7 @@ class ApiServer:
                 vs = groups.setdefault(info.group, [])
                 if info.version not in vs:
                     vs.append(info.version)
-        for g, vs in groups.items():
+        for vs in groups.values():
             vs.sort(key=_version_priority)
         return groups
 
@@ -574,27 +574,39 @@ class ApiServer:
         q = request.query
         match = self._matcher(request, info, None)
         rv = self.store.rv
-        items = self.store.list(info.key, namespace)
-        if match is not None:
-            items = [o for o in items if match(o)]
+        items = self.store.list(info.key, namespace)  # sorted by (namespace, name)
+        start = 0
         cont = q.get("continue")
         if cont:
             try:
                 token = orjson.loads(base64.urlsafe_b64decode(cont.encode()))
                 rv = int(token["rv"])
-                start = (token["ns"], token["name"])
+                after = (str(token["ns"]), str(token["name"]))
             except Exception as e:
                 raise errors.bad_request(f"continue key is not valid: {e}") from None
-            items = [o for o in items if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > start]
-        limit = int(q.get("limit") or 0)
+            # Seek instead of rescanning: pages stay O(page) however big the collection is.
+            start = bisect.bisect_right(items, after, key=lambda o: (o["metadata"].get("namespace", ""),
+                                                                     o["metadata"]["name"]))
+        try:
+            limit = int(q.get("limit") or 0)
+        except ValueError:
+            raise errors.bad_request(f"invalid limit: {q.get('limit')!r}") from None
+        page: list[Obj] = []
+        i = start
+        while i < len(items) and (limit <= 0 or len(page) < limit):
+            o = items[i]
+            i += 1
+            if match is None or match(o):
+                page.append(o)
+        more = any(match is None or match(o) for o in items[i:]) if limit > 0 and i < len(items) else False
         continue_token = None
         remaining = 0
-        if limit > 0 and len(items) > limit:
-            remaining = len(items) - limit
-            items = items[:limit]
-            last = items[-1]["metadata"]
+        if more:
+            last = page[-1]["metadata"]
             continue_token = base64.urlsafe_b64encode(orjson.dumps(
                 {"rv": rv, "ns": last.get("namespace", ""), "name": last["name"]})).decode()
+            remaining = len(items) - i if match is None else 0
+        items = page
         if as_table:
             return self._json(table.to_table(info, [self._out(info, o) for o in items], resource_version=str(rv),
                                              include_object=q.get("includeObject", "Metadata"),
@@ -602,7 +614,8 @@ class ApiServer:
         list_meta: Obj = {"resourceVersion": str(rv)}
         if continue_token:
             list_meta["continue"] = continue_token
-            list_meta["remainingItemCount"] = remaining
+            if remaining:
+                list_meta["remainingItemCount"] = remaining
         out_items = items if all(o.get("apiVersion") == info.api_version for o in items[:1]) else [
             self._out(info, o) for o in items]
         return self._json({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": list_meta,
@@ -817,9 +830,9 @@ class ApiServer:
             return obj
         return self.store.create(info.key, obj)
 
-    def _prepare_update(self, info: ResourceInfo, live: Obj, new: Any, *, subresource: str, field_validation: str,
-                        warnings: list[str]) -> Obj:
-        new = self._check_kind(info, new)
+    def _prepare_update(self, info: ResourceInfo, live: Obj, desired: Any, *, subresource: str,
+                        field_validation: str, warnings: list[str]) -> Obj:
+        new = self._check_kind(info, desired)
         lm, nm = live["metadata"], new["metadata"]
         name, ns = lm["name"], lm.get("namespace", "")
         if nm.get("name") and nm["name"] != name:
@@ -1129,7 +1142,9 @@ class ApiServer:
         if loc is None:
             return False
         key, ns, name = loc
-        return name == ref.get("name") and (ns == "" or ns == dependent_ns)
+        info = self._storage_info(key)
+        kind_ok = info is None or info.kind == ref.get("kind")
+        return kind_ok and name == ref.get("name") and (ns == "" or ns == dependent_ns)
 
     async def _gc_dependent(self, loc: tuple[str, str, str]) -> None:
         key, ns, name = loc
@@ -1342,6 +1357,6 @@ async def serve(server: ApiServer, kubeconfig_out: str | None) -> None:
     log.info("ready in %.2fs; kubeconfig: %s", time.monotonic() - started, kubeconfig_out)
     print(f"isthmus apiserver listening on {server.url}", flush=True)
     if kubeconfig_out:
-        print(f"kubeconfig written to {os.path.abspath(kubeconfig_out)}", flush=True)
+        print(f"kubeconfig written to {kubeconfig_out}", flush=True)
     await stop.wait()
     await server.stop()

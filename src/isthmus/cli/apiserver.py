@@ -54,6 +54,6 @@ def apiserver(
         kubeconfig_out = data_dir / "kubeconfig"
     server = ApiServer(data_dir=data_dir, token=token, tls=tls, host=host, port=port, max_body_bytes=max_body_bytes)
     try:
-        asyncio.run(serve(server, str(kubeconfig_out) if kubeconfig_out else None))
+        asyncio.run(serve(server, str(kubeconfig_out.resolve()) if kubeconfig_out else None))
     except OSError as e:
         raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
