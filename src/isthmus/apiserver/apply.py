@@ -529,8 +529,15 @@ def _encode_entries(entries: list[_Entry]) -> list[dict[str, Any]]:
     return [e.encode() for e in live]
 
 
-def _without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(obj)
+def _without_managed_fields(obj: dict[str, Any], *, deep: bool = True) -> dict[str, Any]:
+    """A copy without metadata.managedFields. deep=False copies only the top level and metadata: enough
+    when the caller only reads the rest (track_update), and it is the hot path of every write."""
+    if deep:
+        out = copy.deepcopy(obj)
+    else:
+        out = dict(obj)
+        if isinstance(out.get("metadata"), dict):
+            out["metadata"] = dict(out["metadata"])
     meta = out.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
@@ -816,8 +823,8 @@ def track_update(
     source = given if isinstance(given, list) and given and not subresource else _managed_fields(old)
     entries = _decode_entries(source)
 
-    before = _without_managed_fields(old) if old is not None else {}
-    after = _without_managed_fields(new)
+    before = _without_managed_fields(old, deep=False) if old is not None else {}
+    after = _without_managed_fields(new, deep=False)
     comparison = _compare_objects(before, after, schema)
     changed = comparison.changed
 

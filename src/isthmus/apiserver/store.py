@@ -287,7 +287,10 @@ class Store:
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA wal_autocheckpoint=0")  # see _Checkpointer
         db.executescript(_SCHEMA)
-        row = db.execute("SELECT v FROM meta WHERE k = 'rv'").fetchone()
+        # Puts carry their rv in the row; the counter row only moves on deletes (the one write that
+        # can leave max(rv) behind), so the sequence resumes from whichever is higher.
+        row = db.execute("SELECT MAX((SELECT v FROM meta WHERE k = 'rv'), COALESCE((SELECT MAX(rv) FROM objects), 0))"
+                         ).fetchone()
         self._rv = int(row[0])
         objects: dict[str, dict[Key, Obj]] = {}
         loads = orjson.loads
@@ -389,23 +392,24 @@ class Store:
     # ----- writes ----------------------------------------------------------------------
 
     def _persist(self, key: str, k: Key, rv: int, stored: Obj | None) -> None:
-        """Write one object row (or its deletion) and the counter in one transaction."""
+        """Write one object row (a single autocommitted statement), or a deletion together with the
+        counter row in one transaction (see open())."""
         db = self._db
         if db is None:
             return
         try:
-            db.execute("BEGIN")
             if stored is None:
+                db.execute("BEGIN")
                 db.execute(
                     "DELETE FROM objects WHERE key = ? AND namespace = ? AND name = ?", (key, k[0], k[1])
                 )
+                db.execute("UPDATE meta SET v = ? WHERE k = 'rv'", (rv,))
+                db.execute("COMMIT")
             else:
                 db.execute(
                     "INSERT OR REPLACE INTO objects (key, namespace, name, rv, data) VALUES (?, ?, ?, ?, ?)",
                     (key, k[0], k[1], rv, orjson.dumps(stored)),
                 )
-            db.execute("UPDATE meta SET v = ? WHERE k = 'rv'", (rv,))
-            db.execute("COMMIT")
             if self._checkpointer is not None:
                 self._checkpointer.wrote()
         except (sqlite3.Error, TypeError) as e:
