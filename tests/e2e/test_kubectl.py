@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import signal
@@ -281,3 +282,21 @@ def test_bad_token_is_rejected(server: tuple[Kubectl, Path], tmp_path: Path) -> 
     p = subprocess.run(["kubectl", f"--kubeconfig={bad}", f"--cache-dir={tmp_path}/c", "get", "ns"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and ("Unauthorized" in p.stderr or "must be logged in" in p.stderr)
+
+
+def test_imperative_create_commands(server: tuple[Kubectl, Path]) -> None:
+    """kubectl's typed generators send protobuf bodies; they must work like on a real cluster."""
+    k, _ = server
+    k.run("create", "namespace", "imperative")
+    k.run("create", "configmap", "cfg", "-n", "imperative", "--from-literal=a=1")
+    k.run("create", "secret", "generic", "sec", "-n", "imperative", "--from-literal=pw=s3cret")
+    k.run("create", "deployment", "web", "-n", "imperative", "--image=echo:1", "--replicas=0", "--port=8080")
+    k.run("create", "service", "clusterip", "web", "-n", "imperative", "--tcp=80:8080")
+    assert k.json("get", "cm", "cfg", "-n", "imperative")["data"] == {"a": "1"}
+    assert base64.b64decode(k.json("get", "secret", "sec", "-n", "imperative")["data"]["pw"]) == b"s3cret"
+    dep = k.json("get", "deploy", "web", "-n", "imperative")
+    assert dep["spec"]["replicas"] == 0  # an explicit zero survives (pointer field), not defaulted to 1
+    assert dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] == 8080
+    svc = k.json("get", "svc", "web", "-n", "imperative")
+    assert svc["spec"]["ports"][0]["port"] == 80 and svc["spec"]["ports"][0]["targetPort"] == 8080
+    k.run("delete", "namespace", "imperative", "--timeout=20s")

@@ -28,7 +28,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from isthmus.apiserver import errors, meta, openapi, schema, table
+from isthmus.apiserver import errors, meta, openapi, protobuf, schema, table
 from isthmus.apiserver.admission import Admission, AdmissionRequest
 from isthmus.apiserver.apply import server_side_apply, track_update
 from isthmus.apiserver.builtins import builtin_resources, crd_resources, validate_crd
@@ -1314,6 +1314,8 @@ def _version_priority(v: str) -> tuple[int, int, int]:
 
 
 def _decode(raw: bytes, ctype: str) -> Any:
+    if ctype == protobuf.CONTENT_TYPE:  # kubectl's typed clients (create namespace/configmap/...)
+        return protobuf.decode_object(raw)
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     try:
