@@ -168,7 +168,7 @@ def test_exported_service_round_trip() -> None:
 
 def test_condition_strings() -> None:
     assert [c.value for c in ConditionType] == ["Valid", "Ready", "Conflict"]
-    assert {r.value for r in ValidReason} == {"Valid", "NoService", "InvalidServiceType"}
+    assert {r.value for r in ValidReason} == {"Valid", "NoService", "InvalidServiceType", "InvalidAnnotation"}
     assert {r.value for r in ReadyReason} == {"Exported", "Ready", "Pending", "Failed"}
     assert {r.value for r in ConflictReason} == {
         "PortConflict",

@@ -70,6 +70,15 @@ DEFAULT_BROKER_NAMESPACE = "isthmus-broker"
 BROKER_NAME = "broker"
 """The one Broker object in a broker namespace."""
 BROKER_INFO_CONFIGMAP = "broker-info"
+AGENT_NAMESPACE = "isthmus-system"
+"""Where join stores a member cluster's discovery settings and broker credentials."""
+SERVICE_DISCOVERY_NAME = "isthmus"
+BROKER_SECRET_NAME = "isthmus-broker"
+BROKER_SECRET_KEY = "broker-info"
+AGENT_LEASE_NAME = "isthmus-agent"
+AGENT_FIELD_MANAGER = "isthmus-agent"
+HEARTBEAT_ANNOTATION = "isthmus.io/heartbeat"
+"""On the broker's Cluster object: when the cluster's agent last checked in (RFC3339)."""
 
 # --- conditions ---------------------------------------------------------------------------------
 
@@ -86,6 +95,8 @@ class ValidReason(StrEnum):
     VALID = "Valid"
     NO_SERVICE = "NoService"
     INVALID_SERVICE_TYPE = "InvalidServiceType"
+    INVALID_ANNOTATION = "InvalidAnnotation"
+    """Ours: the use-clusterset-ip annotation is neither "true" nor "false"."""
 
 
 class ReadyReason(StrEnum):

@@ -1,0 +1,247 @@
+"""Merge every cluster's view of one exported service into the aggregated ServiceImport spec.
+
+The rules are docs/discovery.md "Aggregation rules" and design/mcs.md "Conflicts" (KEP-1645):
+the oldest export (by exportCreationTimestamp, ties by cluster ID) wins every property, ports are
+the union by name, and every disagreement with the winner becomes a (reason, message) pair for
+the one `Conflict` condition that is set on *every* exporter's ServiceExport.
+
+Each agent runs this independently on the same ExportedService objects, and all of them must write
+identical ServiceImports, so the result depends only on the set of inputs, never on their order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from isthmus.api.mcs import (
+    USE_CLUSTERSET_IP_ANNOTATION,
+    ConflictReason,
+    ExportedServiceSpec,
+    ServiceImportSpec,
+    ServicePort,
+    SessionAffinityConfig,
+)
+
+__all__ = ["Aggregate", "aggregate", "port_key", "sort_exports"]
+
+
+@dataclass
+class Aggregate:
+    """The merged view of one service: what the aggregated ServiceImport carries, plus its conflicts."""
+
+    spec: ServiceImportSpec
+    """The merged spec; `ips` is exactly what the caller passed (the VIP is not aggregated)."""
+    clusters: list[str]
+    """Every exporting cluster ID, sorted (→ status.clusters)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Merged exported labels (oldest value per key)."""
+    annotations: dict[str, str] = field(default_factory=dict)
+    """Merged exported annotations (oldest value per key)."""
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
+    """(reason, message) pairs in a fixed order, for `api.mcs.conflict_condition`."""
+    conflicting_clusters: set[str] = field(default_factory=set)
+    """Clusters whose export lost at least one rule to an older one (the winners are not in it)."""
+
+
+def sort_exports(exports: Sequence[ExportedServiceSpec]) -> list[ExportedServiceSpec]:
+    """Oldest first by (exportCreationTimestamp, cluster), one entry per cluster (its oldest)."""
+    ordered = sorted(exports, key=lambda e: (e.export_creation_timestamp, e.cluster))
+    seen: set[str] = set()
+    out: list[ExportedServiceSpec] = []
+    for exp in ordered:
+        if exp.cluster not in seen:
+            seen.add(exp.cluster)
+            out.append(exp)
+    return out
+
+
+def port_key(port: ServicePort) -> str | tuple[int, str]:
+    """Ports merge by name; an unnamed port (only legal as a Service's single port) by (port, protocol)."""
+    return port.name if port.name else (port.port, port.protocol)
+
+
+def _describe_port(port: ServicePort) -> str:
+    text = f"{port.protocol}/{port.port}"
+    return f"{text} with appProtocol {port.app_protocol}" if port.app_protocol else text
+
+
+def _port_label(port: ServicePort) -> str:
+    return f'port "{port.name}"' if port.name else f"unnamed port {port.protocol}/{port.port}"
+
+
+def _affinity(exp: ExportedServiceSpec) -> str:
+    """Unset session affinity is kube's default, "None"."""
+    return exp.session_affinity or "None"
+
+
+def _affinity_timeout(config: SessionAffinityConfig | None) -> int | None:
+    """The only setting in sessionAffinityConfig; unset at any level compares equal."""
+    if config is None or config.client_ip is None:
+        return None
+    return config.client_ip.timeout_seconds
+
+
+def _show(value: object) -> str:
+    return "unset" if value is None else str(value)
+
+
+def _merge_map(
+    ordered: Sequence[ExportedServiceSpec],
+    get: Callable[[ExportedServiceSpec], dict[str, str] | None],
+    what: str,
+    reason: ConflictReason,
+    conflicts: list[tuple[str, str]],
+    losers: set[str],
+) -> dict[str, str]:
+    """Union of exported labels or annotations; the oldest value of a key wins."""
+    merged: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for exp in ordered:
+        for key in sorted(get(exp) or {}):
+            value = (get(exp) or {})[key]
+            if key not in merged:
+                merged[key], owner[key] = value, exp.cluster
+            elif merged[key] != value:
+                conflicts.append(
+                    (
+                        reason,
+                        f'exported {what} "{key}" is "{merged[key]}" in cluster {owner[key]} (oldest) '
+                        f'but "{value}" in cluster {exp.cluster}',
+                    )
+                )
+                losers.add(exp.cluster)
+    return dict(sorted(merged.items()))
+
+
+def aggregate(
+    exports: Sequence[ExportedServiceSpec],
+    *,
+    ips: list[str] | None,
+    vip_enabled: bool,
+) -> Aggregate:
+    """Merge the exports of one service (docs/discovery.md "Aggregation rules").
+
+    `ips` is the aggregate's VIP (copied as is); `vip_enabled` is the aggregate's fixed
+    `use-clusterset-ip` setting, against which each exporter's own setting is checked.
+    Raises ValueError for no exports: there is no ServiceImport without an exporter.
+    """
+    if not exports:
+        raise ValueError("cannot aggregate a service that no cluster exports")
+    ordered = sort_exports(exports)
+    oldest = ordered[0]
+    conflicts: list[tuple[str, str]] = []
+    losers: set[str] = set()
+
+    # Type.
+    for exp in ordered[1:]:
+        if exp.type != oldest.type:
+            conflicts.append(
+                (
+                    ConflictReason.TYPE,
+                    f"type is {oldest.type} in cluster {oldest.cluster} (oldest) "
+                    f"but {exp.type} in cluster {exp.cluster}",
+                )
+            )
+            losers.add(exp.cluster)
+
+    # Ports: union by name, the oldest definition of a name wins; order of first appearance.
+    ports: dict[str | tuple[int, str], tuple[ServicePort, str]] = {}
+    for exp in ordered:
+        for port in exp.ports:
+            key = port_key(port)
+            if key not in ports:
+                ports[key] = (port, exp.cluster)
+                continue
+            first, owner = ports[key]
+            if (first.port, first.protocol, first.app_protocol) != (
+                port.port,
+                port.protocol,
+                port.app_protocol,
+            ):
+                conflicts.append(
+                    (
+                        ConflictReason.PORT,
+                        f"{_port_label(first)} is {_describe_port(first)} in cluster {owner} (oldest) "
+                        f"but {_describe_port(port)} in cluster {exp.cluster}",
+                    )
+                )
+                losers.add(exp.cluster)
+
+    # Session affinity, then its config (only compared where the affinity itself agrees).
+    for exp in ordered[1:]:
+        if _affinity(exp) != _affinity(oldest):
+            conflicts.append(
+                (
+                    ConflictReason.SESSION_AFFINITY,
+                    f"session affinity is {_affinity(oldest)} in cluster {oldest.cluster} (oldest) "
+                    f"but {_affinity(exp)} in cluster {exp.cluster}",
+                )
+            )
+            losers.add(exp.cluster)
+    for exp in ordered[1:]:
+        if _affinity(exp) != _affinity(oldest):
+            continue
+        mine, theirs = (
+            _affinity_timeout(oldest.session_affinity_config),
+            _affinity_timeout(exp.session_affinity_config),
+        )
+        if mine != theirs:
+            conflicts.append(
+                (
+                    ConflictReason.SESSION_AFFINITY_CONFIG,
+                    f"session affinity timeout is {_show(mine)} in cluster {oldest.cluster} (oldest) "
+                    f"but {_show(theirs)} in cluster {exp.cluster}",
+                )
+            )
+            losers.add(exp.cluster)
+
+    labels = _merge_map(
+        ordered, lambda e: e.exported_labels, "label", ConflictReason.LABELS, conflicts, losers
+    )
+    annotations = _merge_map(
+        ordered,
+        lambda e: e.exported_annotations,
+        "annotation",
+        ConflictReason.ANNOTATIONS,
+        conflicts,
+        losers,
+    )
+
+    # VIP setting: fixed on the aggregate when it was created; a differing export still exports.
+    setting = "true" if vip_enabled else "false"
+    for exp in ordered:
+        if exp.clusterset_ip_enabled != vip_enabled:
+            asked = "true" if exp.clusterset_ip_enabled else "false"
+            conflicts.append(
+                (
+                    ConflictReason.CLUSTERSET_IP_ENABLEMENT,
+                    f"cluster {exp.cluster} exports with {USE_CLUSTERSET_IP_ANNOTATION}={asked} "
+                    f"but the service has {USE_CLUSTERSET_IP_ANNOTATION}={setting} (set by its first "
+                    f"export); it is exported with {setting}",
+                )
+            )
+            losers.add(exp.cluster)
+
+    spec = ServiceImportSpec(
+        type=oldest.type,
+        ports=[p.model_copy() for p, _ in ports.values()],
+        ips=ips,
+        ip_families=list(oldest.ip_families) if oldest.ip_families is not None else None,
+        session_affinity=oldest.session_affinity,
+        session_affinity_config=(
+            oldest.session_affinity_config.model_copy(deep=True)
+            if oldest.session_affinity_config is not None
+            else None
+        ),
+        internal_traffic_policy=oldest.internal_traffic_policy,
+        traffic_distribution=oldest.traffic_distribution,
+    )
+    return Aggregate(
+        spec=spec,
+        clusters=sorted(e.cluster for e in ordered),
+        labels=labels,
+        annotations=annotations,
+        conflicts=[(str(r), m) for r, m in conflicts],
+        conflicting_clusters=losers,
+    )

@@ -1,0 +1,282 @@
+"""ClusterSet IP (VIP) allocation and per-cluster VIP CIDR planning.
+
+Pure logic, no API calls: the agent keeps one `VipAllocator` over its cluster's CIDR (rebuilt on
+start from the broker's ServiceImports, docs/discovery.md "VIP lifecycle"), and `isthmus join`
+uses `plan_cluster_cidr` / `validate_cluster_id` to register a cluster. Every error message here
+may be shown verbatim to a user (the CLI exits 2 with it), so they name the offending values.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+
+__all__ = [
+    "AllocatorFull",
+    "CidrError",
+    "VipAllocator",
+    "plan_cluster_cidr",
+    "validate_cluster_id",
+]
+
+_NOT_FULL_BYTE = re.compile(rb"[^\xff]")
+"""Finds a bitmap byte with a free bit at C speed (the allocator's hot path)."""
+
+
+class AllocatorFull(Exception):
+    """Every address of the allocator's CIDR is in use."""
+
+
+class CidrError(ValueError):
+    """A clusterset IP CIDR cannot be used; the message says why, naming the values involved."""
+
+
+def _parse_ip(ip: str) -> int | None:
+    """The address as an int, or None if it is not an IPv4 address (callers treat that as 'outside')."""
+    try:
+        return int(ipaddress.IPv4Address(ip.strip()))
+    except (ValueError, AttributeError):
+        return None
+
+
+class VipAllocator:
+    """Bitmap allocator over the usable host addresses of one IPv4 CIDR.
+
+    Network and broadcast addresses are excluded for prefixes shorter than /31 (RFC 3021 makes both
+    addresses of a /31 usable; a /32 is its one address). `allocate` hands out the lowest free
+    address; a cursor that never passes the lowest free bit keeps a full sweep linear instead of
+    quadratic.
+    """
+
+    def __init__(self, cidr: str) -> None:
+        try:
+            net = ipaddress.IPv4Network(cidr.strip(), strict=True)
+        except ipaddress.NetmaskValueError as exc:
+            raise ValueError(f"invalid clusterset IP CIDR {cidr!r}: bad prefix length ({exc})") from None
+        except ValueError as exc:
+            if "has host bits set" in str(exc):
+                fixed = ipaddress.IPv4Network(cidr.strip(), strict=False)
+                raise ValueError(
+                    f"invalid clusterset IP CIDR {cidr!r}: host bits are set (did you mean {fixed}?)"
+                ) from None
+            raise ValueError(
+                f"invalid clusterset IP CIDR {cidr!r}: not an IPv4 network (a.b.c.d/n)"
+            ) from None
+        except AttributeError:
+            raise ValueError(f"invalid clusterset IP CIDR {cidr!r}: not a string") from None
+        self._net = net
+        first, last = int(net.network_address), int(net.broadcast_address)
+        if net.prefixlen < 31:
+            first, last = first + 1, last - 1
+        self._first = first
+        self._size = last - first + 1
+        self._bits = bytearray((self._size + 7) // 8)
+        # Bits past the end are marked used so a search never returns them.
+        tail = len(self._bits) * 8 - self._size
+        if tail:
+            self._bits[-1] = (1 << tail) - 1  # the low bits are the last positions
+        self._used = 0
+        self._cursor = 0
+        """A byte index at or below the lowest byte that has a free bit."""
+
+    # --- introspection ---------------------------------------------------------------------
+
+    @property
+    def cidr(self) -> str:
+        """The canonical CIDR this allocator covers."""
+        return str(self._net)
+
+    @property
+    def size(self) -> int:
+        """How many addresses can be allocated in total."""
+        return self._size
+
+    @property
+    def used(self) -> int:
+        """How many addresses are allocated or reserved."""
+        return self._used
+
+    def _index(self, ip: str) -> int | None:
+        value = _parse_ip(ip)
+        if value is None:
+            return None
+        idx = value - self._first
+        return idx if 0 <= idx < self._size else None
+
+    def _test(self, idx: int) -> bool:
+        return bool(self._bits[idx >> 3] & (0x80 >> (idx & 7)))
+
+    def contains(self, ip: str) -> bool:
+        """Whether `ip` is an allocatable address of this CIDR (network/broadcast are not)."""
+        return self._index(ip) is not None
+
+    def in_use(self, ip: str) -> bool:
+        """Whether `ip` is allocated or reserved here (False for addresses outside the CIDR)."""
+        idx = self._index(ip)
+        return idx is not None and self._test(idx)
+
+    # --- mutation --------------------------------------------------------------------------
+
+    def allocate(self) -> str:
+        """The lowest free address, now marked used. Raises AllocatorFull when none is left."""
+        match = _NOT_FULL_BYTE.search(self._bits, self._cursor)
+        if match is None:
+            self._cursor = len(self._bits)
+            raise AllocatorFull(f"all {self._size} clusterset IPs of {self._net} are in use")
+        byte_idx = match.start()
+        byte = self._bits[byte_idx]
+        bit = 0
+        while byte & (0x80 >> bit):
+            bit += 1
+        self._bits[byte_idx] = byte | (0x80 >> bit)
+        self._used += 1
+        self._cursor = byte_idx
+        return str(ipaddress.IPv4Address(self._first + byte_idx * 8 + bit))
+
+    def reserve(self, ip: str) -> bool:
+        """Mark `ip` used (e.g. a VIP found on a ServiceImport at start-up).
+
+        False if it was already used, lies outside the CIDR or is not an IPv4 address.
+        """
+        idx = self._index(ip)
+        if idx is None or self._test(idx):
+            return False
+        self._bits[idx >> 3] |= 0x80 >> (idx & 7)
+        self._used += 1
+        return True
+
+    def release(self, ip: str) -> None:
+        """Free `ip`; a no-op if it is free already or not ours (releases may repeat after retries)."""
+        idx = self._index(ip)
+        if idx is None or not self._test(idx):
+            return
+        self._bits[idx >> 3] &= ~(0x80 >> (idx & 7)) & 0xFF
+        self._used -= 1
+        self._cursor = min(self._cursor, idx >> 3)
+
+    def __repr__(self) -> str:
+        return f"VipAllocator({self.cidr!r}, used={self._used}/{self._size})"
+
+
+# --- cluster CIDR planning ---------------------------------------------------------------------
+
+
+def _parse_range(value: str) -> ipaddress.IPv4Network:
+    """A clusterset range from the Broker: host bits tolerated (the range only bounds blocks)."""
+    try:
+        return ipaddress.IPv4Network(value.strip(), strict=False)
+    except (ValueError, AttributeError):
+        raise CidrError(
+            f"clusterset IP CIDR range {value!r} is not a valid IPv4 network (a.b.c.d/n)"
+        ) from None
+
+
+def _parse_requested(value: str) -> ipaddress.IPv4Network:
+    try:
+        text = value.strip()
+        return ipaddress.IPv4Network(text, strict=True)
+    except ValueError as exc:
+        if "has host bits set" in str(exc):
+            fixed = ipaddress.IPv4Network(text, strict=False)
+            raise CidrError(
+                f"clusterset IP CIDR {value} has host bits set: the network is {fixed}; use that instead"
+            ) from None
+        raise CidrError(f"clusterset IP CIDR {value!r} is not a valid IPv4 network (a.b.c.d/n)") from None
+    except (TypeError, AttributeError):
+        raise CidrError(f"clusterset IP CIDR {value!r} is not a valid IPv4 network (a.b.c.d/n)") from None
+
+
+def _taken_networks(taken: Mapping[str, str], cluster_id: str) -> list[tuple[str, ipaddress.IPv4Network]]:
+    """Other clusters' CIDRs, sorted by cluster ID so messages are deterministic.
+
+    The joining cluster's own entry is skipped (a re-join may keep its CIDR); unparseable entries are
+    skipped too: they cannot be allocated from, so they cannot overlap anything.
+    """
+    out: list[tuple[str, ipaddress.IPv4Network]] = []
+    for other in sorted(taken):
+        if other == cluster_id:
+            continue
+        try:
+            out.append((other, ipaddress.IPv4Network(taken[other].strip(), strict=False)))
+        except (ValueError, AttributeError):
+            continue
+    return out
+
+
+def plan_cluster_cidr(
+    ranges: Sequence[str],
+    taken: Mapping[str, str],
+    cluster_id: str,
+    requested: str | None,
+    prefix: int = 16,
+) -> str:
+    """The VIP CIDR for `cluster_id` (design/mcs.md "Broker, clusters, CIDRs").
+
+    `taken` maps other cluster IDs to their CIDR. With `requested`, it is checked (a strict IPv4
+    network, inside one of `ranges`, overlapping nobody else's CIDR) and returned in canonical form;
+    otherwise the first free /`prefix` block of `ranges`, in order, is returned. A range smaller
+    than /`prefix` is one block. Raises CidrError with a user-facing message.
+    """
+    nets = [_parse_range(r) for r in ranges]
+    others = _taken_networks(taken, cluster_id)
+    range_text = ", ".join(str(n) for n in nets) or "(none configured)"
+
+    if requested is not None:
+        want = _parse_requested(requested)
+        if not any(want.subnet_of(n) for n in nets):
+            raise CidrError(
+                f"clusterset IP CIDR {want} is not inside the clusterset IP CIDR range {range_text}"
+            )
+        for other, net in others:
+            if want.overlaps(net):
+                raise CidrError(
+                    f"clusterset IP CIDR {want} overlaps {net}, the clusterset IP CIDR of cluster {other}"
+                )
+        return str(want)
+
+    if not 0 <= prefix <= 32:
+        raise CidrError(f"clusterset IP CIDR prefix length /{prefix} is invalid (must be 0..32)")
+    if not nets:
+        raise CidrError("no clusterset IP CIDR range is configured on the broker")
+    spans = [(int(n.network_address), int(n.broadcast_address)) for _, n in others]
+    for net in nets:
+        block_prefix = max(prefix, net.prefixlen)
+        size = 1 << (32 - block_prefix)
+        start, end = int(net.network_address), int(net.broadcast_address)
+        while start + size - 1 <= end:
+            block_end = start + size - 1
+            clash = [hi for lo, hi in spans if lo <= block_end and hi >= start]
+            if not clash:
+                return f"{ipaddress.IPv4Address(start)}/{block_prefix}"
+            # Skip past every overlapping CIDR, staying aligned to the block size.
+            nxt = max(clash) + 1
+            start = (nxt + size - 1) // size * size
+    raise CidrError(
+        f"no free /{prefix} block left in the clusterset IP CIDR range {range_text}: "
+        f"{len(others)} other cluster(s) hold CIDRs there; pass --clusterset-ip-cidr with a smaller "
+        f"free block or widen the range"
+    )
+
+
+_LABEL_CHARS = re.compile(r"[a-z0-9-]+")
+
+
+def validate_cluster_id(cluster_id: str) -> str | None:
+    """Why `cluster_id` is not a valid cluster ID (a DNS-1123 label), or None if it is.
+
+    Cluster IDs appear in object names, labels and DNS names, hence the label rules.
+    """
+    if not cluster_id:
+        return "cluster ID must not be empty"
+    if len(cluster_id) > 63:
+        return f"cluster ID {cluster_id!r} is {len(cluster_id)} characters long; at most 63 are allowed"
+    if not _LABEL_CHARS.fullmatch(cluster_id):
+        bad = sorted({c for c in cluster_id if not _LABEL_CHARS.fullmatch(c)})
+        return (
+            f"cluster ID {cluster_id!r} contains {', '.join(repr(c) for c in bad)}: only lower-case "
+            f"letters, digits and '-' are allowed (a DNS-1123 label)"
+        )
+    if cluster_id[0] == "-" or cluster_id[-1] == "-":
+        return f"cluster ID {cluster_id!r} must start and end with a lower-case letter or digit"
+    return None

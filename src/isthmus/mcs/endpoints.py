@@ -1,0 +1,450 @@
+"""Translation between a member cluster's own objects and what it publishes to / imports from the broker.
+
+Pure functions over lightkube models (Service, EndpointSlice) and our pydantic models, following
+docs/discovery.md: validation of an export ("ServiceExport conditions"), the cluster's view of a
+service (ExportedServiceSpec), its broker EndpointSlice ("EndpointSlice content"), the copies placed
+next to the local ServiceImport, and the local ServiceImport itself.
+
+Where the exported labels/annotations live on the broker (decided here, used by both directions):
+the aggregated ServiceImport on the broker carries them as its own metadata labels/annotations,
+beside the broker bookkeeping labels (SERVICE_NAME_LABEL, SOURCE_NAMESPACE_LABEL, which win a key
+clash) and the two lighthouse annotations. `broker_service_import` writes that form and
+`local_service_import` turns it into the member-cluster copy (bookkeeping labels stripped).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import ipaddress
+from collections.abc import Sequence
+from datetime import datetime
+from typing import cast
+
+from lightkube.models.discovery_v1 import Endpoint, EndpointConditions, EndpointPort
+from lightkube.models.meta_v1 import ObjectMeta as KubeObjectMeta
+from lightkube.models.meta_v1 import OwnerReference as KubeOwnerReference
+from lightkube.resources.core_v1 import Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+
+from isthmus.api.base import ObjectMeta
+from isthmus.api.mcs import (
+    CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION,
+    KUBE_SERVICE_NAME_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    SERVICE_NAME_LABEL,
+    SOURCE_CLUSTER_LABEL,
+    SOURCE_NAMESPACE_LABEL,
+    USE_CLUSTERSET_IP_ANNOTATION,
+    ClientIPConfig,
+    ClusterStatus,
+    ExportedServiceSpec,
+    IPFamily,
+    Protocol,
+    ServiceImport,
+    ServiceImportStatus,
+    ServiceImportType,
+    ServicePort,
+    SessionAffinity,
+    SessionAffinityConfig,
+    TrafficPolicy,
+    ValidReason,
+    broker_object_name,
+)
+from isthmus.mcs.aggregate import Aggregate
+
+__all__ = [
+    "BROKER_ONLY_LABELS",
+    "InvalidAnnotation",
+    "broker_service_import",
+    "broker_slice",
+    "export_view",
+    "imported_slice_name",
+    "local_service_import",
+    "local_slice_copy",
+    "validate_export",
+    "vip_setting",
+]
+
+BROKER_ONLY_LABELS: frozenset[str] = frozenset({SERVICE_NAME_LABEL, SOURCE_NAMESPACE_LABEL})
+"""Labels the broker aggregate carries for selection; not part of the member-cluster copy."""
+
+_PROTOCOLS: frozenset[str] = frozenset({"TCP", "UDP", "SCTP"})
+
+# --- VIP setting and validation ----------------------------------------------------------------
+
+
+class InvalidAnnotation(ValueError):
+    """The use-clusterset-ip annotation has a value other than true/false (→ Valid=False InvalidAnnotation)."""
+
+
+def vip_setting(export_annotations: dict[str, str] | None, cluster_default: bool) -> bool:
+    """Whether an export asks for a VIP: its annotation if present, else the cluster's setting.
+
+    The annotation is "true"/"false", case-insensitive with surrounding whitespace tolerated (what
+    users type in YAML); anything else raises InvalidAnnotation quoting the value, never a guess.
+    """
+    if not export_annotations or USE_CLUSTERSET_IP_ANNOTATION not in export_annotations:
+        return cluster_default
+    raw = export_annotations[USE_CLUSTERSET_IP_ANNOTATION]
+    value = raw.strip().lower()
+    if value == "true":
+        return True
+    if value == "false":
+        return False
+    raise InvalidAnnotation(
+        f'annotation {USE_CLUSTERSET_IP_ANNOTATION} has value "{raw}": it must be "true" or "false"'
+    )
+
+
+def _is_headless(service: Service) -> bool:
+    return service.spec is not None and service.spec.clusterIP == "None"
+
+
+def validate_export(service: Service | None) -> tuple[bool, str, str, ServiceImportType | None]:
+    """(valid, reason, message, type) for the Valid condition of a ServiceExport.
+
+    ClusterIP, NodePort and LoadBalancer (and an unset type) export as ClusterSetIP, as KEP-1645 says
+    (Lighthouse rejects the last two); `clusterIP: None` exports as Headless.
+    """
+    if service is None:
+        return (
+            False,
+            ValidReason.NO_SERVICE,
+            "no Service with the ServiceExport's name exists in its namespace",
+            None,
+        )
+    spec = service.spec
+    svc_type = (spec.type if spec is not None else None) or "ClusterIP"
+    if svc_type == "ExternalName":
+        return (
+            False,
+            ValidReason.INVALID_SERVICE_TYPE,
+            "Services of type ExternalName cannot be exported",
+            None,
+        )
+    if _is_headless(service):
+        return True, ValidReason.VALID, "the Service is exported as Headless", ServiceImportType.HEADLESS
+    return (
+        True,
+        ValidReason.VALID,
+        f"the Service (type {svc_type}) is exported as ClusterSetIP",
+        ServiceImportType.CLUSTER_SET_IP,
+    )
+
+
+# --- the cluster's view of a service -----------------------------------------------------------
+
+
+def export_view(
+    cluster_id: str,
+    service: Service,
+    export_created: datetime,
+    exported_labels: dict[str, str] | None,
+    exported_annotations: dict[str, str] | None,
+    vip_enabled: bool,
+) -> ExportedServiceSpec:
+    """What cluster `cluster_id` publishes about `service` (an ExportedService spec).
+
+    Raises ValueError if the Service cannot be exported (see validate_export): callers validate first.
+    """
+    valid, _, message, svc_type = validate_export(service)
+    if not valid or svc_type is None:
+        raise ValueError(message)
+    spec = service.spec
+    meta = service.metadata
+    name = meta.name if meta is not None else None
+    namespace = meta.namespace if meta is not None else None
+    if not name or not namespace:
+        raise ValueError("the Service has no metadata.name or metadata.namespace")
+    ports = [
+        ServicePort(
+            name=p.name or None,
+            protocol=cast(Protocol, p.protocol or "TCP"),
+            app_protocol=p.appProtocol,
+            port=p.port,
+        )
+        for p in (spec.ports if spec is not None else None) or []
+    ]
+    affinity_config: SessionAffinityConfig | None = None
+    if spec is not None and spec.sessionAffinityConfig is not None:
+        client_ip = spec.sessionAffinityConfig.clientIP
+        affinity_config = SessionAffinityConfig(
+            client_ip=ClientIPConfig(timeout_seconds=client_ip.timeoutSeconds)
+            if client_ip is not None
+            else None
+        )
+    families = [cast(IPFamily, f) for f in (spec.ipFamilies if spec is not None else None) or []]
+    return ExportedServiceSpec(
+        cluster=cluster_id,
+        service_name=name,
+        service_namespace=namespace,
+        type=svc_type,
+        ports=ports,
+        session_affinity=cast("SessionAffinity | None", spec.sessionAffinity if spec is not None else None),
+        session_affinity_config=affinity_config,
+        ip_families=families or None,
+        internal_traffic_policy=cast(
+            "TrafficPolicy | None", spec.internalTrafficPolicy if spec is not None else None
+        ),
+        traffic_distribution=spec.trafficDistribution if spec is not None else None,
+        clusterset_ip_enabled=vip_enabled,
+        export_creation_timestamp=export_created,
+        exported_labels=dict(exported_labels) if exported_labels else None,
+        exported_annotations=dict(exported_annotations) if exported_annotations else None,
+    )
+
+
+# --- EndpointSlices ----------------------------------------------------------------------------
+
+
+def _slice_labels(service: str, cluster: str, namespace: str | None) -> dict[str, str]:
+    labels = {
+        SERVICE_NAME_LABEL: service,
+        SOURCE_CLUSTER_LABEL: cluster,
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+    }
+    if namespace is not None:
+        labels[SOURCE_NAMESPACE_LABEL] = namespace
+    return labels
+
+
+def _own_slices(service_name: str, slices: Sequence[EndpointSlice]) -> list[EndpointSlice]:
+    """The cluster's own IPv4 slices for the service, sorted by name.
+
+    Our own imported copies (managed-by us) are never re-published, and slices labelled for another
+    Service are ignored, so a sloppy caller cannot loop endpoints between clusters.
+    """
+    out = []
+    for s in slices:
+        labels = (s.metadata.labels if s.metadata is not None else None) or {}
+        if labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE:
+            continue
+        if labels.get(KUBE_SERVICE_NAME_LABEL, service_name) != service_name:
+            continue
+        if s.addressType != "IPv4":
+            continue
+        out.append(s)
+    return sorted(out, key=lambda s: (s.metadata.name or "") if s.metadata is not None else "")
+
+
+def _ready(cond: EndpointConditions | None) -> bool:
+    """kube: a nil `ready` means unknown and is to be read as ready."""
+    return cond is None or cond.ready is not False
+
+
+def _normalized_conditions(cond: EndpointConditions | None) -> EndpointConditions:
+    """Explicit ready/serving/terminating, with kube's nil meanings (ready, serving=ready, not terminating)."""
+    ready = _ready(cond)
+    serving = cond.serving if cond is not None and cond.serving is not None else ready
+    terminating = bool(cond.terminating) if cond is not None else False
+    return EndpointConditions(ready=ready, serving=serving, terminating=terminating)
+
+
+def _port_id(p: EndpointPort) -> tuple[str, str]:
+    return (p.name or "", p.protocol or "TCP")
+
+
+def _choose_ports(own: Sequence[EndpointSlice]) -> dict[tuple[str, str], EndpointPort]:
+    """One definition per (name, protocol): the number backed by the most endpoints, then the lowest.
+
+    Slices of one Service normally agree; they differ only while a named targetPort resolves to
+    different container ports (e.g. mid rollout), which a single slice cannot express.
+    """
+    votes: dict[tuple[str, str], dict[int | None, int]] = {}
+    first: dict[tuple[str, str, int | None], EndpointPort] = {}
+    for s in own:
+        weight = len(s.endpoints or [])
+        for p in s.ports or []:
+            key = _port_id(p)
+            votes.setdefault(key, {})
+            votes[key][p.port] = votes[key].get(p.port, 0) + weight
+            first.setdefault((*key, p.port), p)
+    chosen: dict[tuple[str, str], EndpointPort] = {}
+    for key, counts in votes.items():
+        number = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0] is None, kv[0] or 0))[0][0]
+        p = first[(*key, number)]
+        chosen[key] = EndpointPort(name=key[0], protocol=key[1], port=number, appProtocol=p.appProtocol)
+    return chosen
+
+
+def _endpoint_rank(ep: Endpoint) -> tuple[bool, bool, bool]:
+    """Which duplicate of an address to keep: ready, then serving, then not terminating."""
+    cond = _normalized_conditions(ep.conditions)
+    return (bool(cond.ready), bool(cond.serving), not cond.terminating)
+
+
+def _ip_sort_key(address: str) -> tuple[int, int | str]:
+    try:
+        return (0, int(ipaddress.IPv4Address(address)))
+    except ValueError:
+        return (1, address)
+
+
+def _pod_endpoints(own: Sequence[EndpointSlice]) -> tuple[list[Endpoint], list[EndpointPort]]:
+    chosen = _choose_ports(own)
+    best: dict[str, Endpoint] = {}
+    for s in own:
+        defined = {(*_port_id(p), p.port) for p in s.ports or []}
+        if any(chosen[(name, proto)].port != number for name, proto, number in defined):
+            continue  # its endpoints listen elsewhere than the published ports
+        for ep in s.endpoints or []:
+            for address in ep.addresses or []:
+                old = best.get(address)
+                if old is None or _endpoint_rank(ep) > _endpoint_rank(old):
+                    best[address] = Endpoint(
+                        addresses=[address],
+                        conditions=_normalized_conditions(ep.conditions),
+                        hostname=ep.hostname,
+                        nodeName=ep.nodeName,
+                        zone=ep.zone,
+                    )
+    endpoints = [best[a] for a in sorted(best, key=_ip_sort_key)]
+    ports = sorted(chosen.values(), key=lambda p: (p.name or "", p.protocol or "", p.port or 0))
+    return endpoints, ports
+
+
+def _cluster_ip_endpoint(
+    service: Service, own: Sequence[EndpointSlice]
+) -> tuple[list[Endpoint], list[EndpointPort]]:
+    spec = service.spec
+    ready = any(_ready(ep.conditions) for s in own for ep in s.endpoints or [])
+    ports = [
+        EndpointPort(name=p.name or "", protocol=p.protocol or "TCP", port=p.port, appProtocol=p.appProtocol)
+        for p in (spec.ports if spec is not None else None) or []
+    ]
+    cluster_ip = spec.clusterIP if spec is not None else None
+    try:
+        ipaddress.IPv4Address(cluster_ip or "")
+    except ValueError:
+        return [], ports  # no (IPv4) ClusterIP yet, or headless: nothing to publish
+    conditions = EndpointConditions(ready=ready, serving=ready, terminating=False)
+    return [Endpoint(addresses=[cast(str, cluster_ip)], conditions=conditions)], ports
+
+
+def broker_slice(
+    cluster_id: str,
+    namespace: str,
+    service: Service,
+    slices: Sequence[EndpointSlice],
+    use_pod_ips: bool,
+) -> EndpointSlice:
+    """Cluster `cluster_id`'s EndpointSlice for the broker (docs/discovery.md "EndpointSlice content").
+
+    `slices` are the cluster's own slices of the Service. With `use_pod_ips` (VIP or headless) every
+    endpoint, deduplicated by address (the ready-most copy wins) and sorted by address, with the
+    resolved target ports; otherwise one endpoint, the Service's ClusterIP, ready if any endpoint
+    is. metadata.namespace is left unset: the caller puts it in the broker namespace.
+    """
+    name = (service.metadata.name if service.metadata is not None else None) or ""
+    if not name:
+        raise ValueError("the Service has no metadata.name")
+    own = _own_slices(name, slices)
+    endpoints, ports = _pod_endpoints(own) if use_pod_ips else _cluster_ip_endpoint(service, own)
+    return EndpointSlice(
+        metadata=KubeObjectMeta(
+            name=broker_object_name(name, namespace, cluster_id),
+            labels=_slice_labels(name, cluster_id, namespace),
+        ),
+        addressType="IPv4",
+        endpoints=endpoints,
+        ports=ports,
+    )
+
+
+def imported_slice_name(service: str, cluster: str) -> str:
+    """Name of cluster `cluster`'s slice copy next to ServiceImport `service` (one namespace).
+
+    `<svc>-<cluster>` alone collides (`a-b`/`c` vs `a`/`b-c`), hence the hash of the unambiguous
+    pair; at most 63 + 63 + 12 characters, well inside a DNS-1123 subdomain.
+    """
+    digest = hashlib.sha256(f"{service}/{cluster}".encode()).hexdigest()[:10]
+    return f"{service}-{cluster}-{digest}"
+
+
+def local_slice_copy(
+    broker: EndpointSlice,
+    namespace: str,
+    service: str,
+    cluster: str,
+    owner_uid: str,
+    owner_name: str,
+) -> EndpointSlice:
+    """The copy of a broker slice placed next to the local ServiceImport, owned by it.
+
+    Same endpoints, ports and addressType; our labels but never kubernetes.io/service-name, so the
+    local kube-proxy and EndpointSlice controller leave it alone; garbage-collected with the import.
+    """
+    return EndpointSlice(
+        metadata=KubeObjectMeta(
+            name=imported_slice_name(service, cluster),
+            namespace=namespace,
+            labels=_slice_labels(service, cluster, None),
+            ownerReferences=[
+                KubeOwnerReference(
+                    apiVersion=ServiceImport.crd.api_version,
+                    kind=ServiceImport.crd.kind,
+                    name=owner_name,
+                    uid=owner_uid,
+                    controller=True,
+                    blockOwnerDeletion=False,
+                )
+            ],
+        ),
+        addressType=broker.addressType or "IPv4",
+        endpoints=copy.deepcopy(broker.endpoints) or [],
+        ports=copy.deepcopy(broker.ports) or [],
+    )
+
+
+# --- ServiceImports ----------------------------------------------------------------------------
+
+
+def broker_service_import(
+    agg: Aggregate,
+    *,
+    service: str,
+    namespace: str,
+    vip_enabled: bool,
+    allocated_by: str | None,
+) -> ServiceImport:
+    """The aggregated ServiceImport as written on the broker (metadata.namespace left to the caller).
+
+    Exported labels/annotations go on its metadata (bookkeeping labels win a clash); the
+    use-clusterset-ip annotation records the fixed VIP setting, allocated-by the VIP's cluster.
+    """
+    labels = dict(agg.labels)
+    labels.update({SERVICE_NAME_LABEL: service, SOURCE_NAMESPACE_LABEL: namespace})
+    annotations = dict(agg.annotations)
+    annotations[USE_CLUSTERSET_IP_ANNOTATION] = "true" if vip_enabled else "false"
+    annotations.pop(CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION, None)
+    if allocated_by and agg.spec.ips:
+        annotations[CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION] = allocated_by
+    return ServiceImport(
+        metadata=ObjectMeta(
+            name=broker_object_name(service, namespace), labels=labels, annotations=annotations
+        ),
+        spec=agg.spec.model_copy(deep=True),
+        status=ServiceImportStatus(clusters=[ClusterStatus(cluster=c) for c in agg.clusters]),
+    )
+
+
+def local_service_import(broker_import: ServiceImport, *, namespace: str, service: str) -> ServiceImport:
+    """The member-cluster copy `<namespace>/<service>` of a broker aggregate.
+
+    Spec and status.clusters copied (conditions are the broker's own business); the two lighthouse
+    annotations and the exported labels/annotations become its metadata; the broker bookkeeping
+    labels are dropped. No uid/resourceVersion: the caller applies it.
+    """
+    labels = {k: v for k, v in (broker_import.metadata.labels or {}).items() if k not in BROKER_ONLY_LABELS}
+    annotations = dict(broker_import.metadata.annotations or {})
+    return ServiceImport(
+        metadata=ObjectMeta(
+            name=service, namespace=namespace, labels=labels or None, annotations=annotations or None
+        ),
+        spec=broker_import.spec.model_copy(deep=True),
+        status=ServiceImportStatus(
+            clusters=[c.model_copy() for c in broker_import.status.clusters],
+        ),
+    )

@@ -1,0 +1,333 @@
+"""Aggregation and conflict rules (isthmus.mcs.aggregate; docs/discovery.md "Aggregation rules")."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from isthmus.api.mcs import (
+    USE_CLUSTERSET_IP_ANNOTATION,
+    ClientIPConfig,
+    ConflictReason,
+    ExportedServiceSpec,
+    ServiceImportType,
+    ServicePort,
+    SessionAffinityConfig,
+    conflict_condition,
+)
+from isthmus.mcs.aggregate import aggregate, port_key, sort_exports
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def export(cluster: str, age: int = 0, **kw: Any) -> ExportedServiceSpec:
+    """An export made `age` seconds after T0 (smaller = older)."""
+    fields: dict[str, Any] = {
+        "cluster": cluster,
+        "service_name": "web",
+        "service_namespace": "shop",
+        "type": ServiceImportType.CLUSTER_SET_IP,
+        "ports": [ServicePort(name="http", protocol="TCP", port=80)],
+        "export_creation_timestamp": T0 + timedelta(seconds=age),
+    }
+    fields.update(kw)
+    return ExportedServiceSpec(**fields)
+
+
+def reasons(agg: Any) -> list[str]:
+    return [r for r, _ in agg.conflicts]
+
+
+def test_empty_input_raises() -> None:
+    with pytest.raises(ValueError, match="no cluster exports"):
+        aggregate([], ips=None, vip_enabled=False)
+
+
+def test_single_export() -> None:
+    agg = aggregate(
+        [
+            export(
+                "c1",
+                ip_families=["IPv4"],
+                internal_traffic_policy="Local",
+                traffic_distribution="PreferClose",
+                clusterset_ip_enabled=True,
+            )
+        ],
+        ips=["243.0.0.1"],
+        vip_enabled=True,
+    )
+    assert agg.spec.type == ServiceImportType.CLUSTER_SET_IP
+    assert agg.spec.ips == ["243.0.0.1"]
+    assert agg.spec.ip_families == ["IPv4"]
+    assert agg.spec.internal_traffic_policy == "Local"
+    assert agg.spec.traffic_distribution == "PreferClose"
+    assert [p.name for p in agg.spec.ports] == ["http"]
+    assert agg.clusters == ["c1"]
+    assert agg.conflicts == []
+    assert agg.conflicting_clusters == set()
+    assert agg.labels == {} and agg.annotations == {}
+
+
+def test_ips_passed_through_as_given() -> None:
+    assert aggregate([export("c1")], ips=None, vip_enabled=False).spec.ips is None
+    assert aggregate([export("c1")], ips=[], vip_enabled=False).spec.ips == []
+
+
+def test_clusters_sorted() -> None:
+    agg = aggregate([export("zeta", 0), export("alpha", 5), export("mid", 2)], ips=None, vip_enabled=False)
+    assert agg.clusters == ["alpha", "mid", "zeta"]
+
+
+def test_oldest_by_timestamp_wins_type_and_affinity() -> None:
+    older = export("zz", 0, type=ServiceImportType.HEADLESS, session_affinity="ClientIP")
+    newer = export("aa", 10)
+    agg = aggregate([newer, older], ips=None, vip_enabled=False)
+    assert agg.spec.type == ServiceImportType.HEADLESS
+    assert agg.spec.session_affinity == "ClientIP"
+    assert reasons(agg) == [ConflictReason.TYPE, ConflictReason.SESSION_AFFINITY]
+    assert agg.conflicts[0][1] == "type is Headless in cluster zz (oldest) but ClusterSetIP in cluster aa"
+    assert agg.conflicts[1][1] == "session affinity is ClientIP in cluster zz (oldest) but None in cluster aa"
+    assert agg.conflicting_clusters == {"aa"}
+
+
+def test_timestamp_tie_broken_by_cluster_id() -> None:
+    a = export("a", 0, type=ServiceImportType.HEADLESS)
+    b = export("b", 0)
+    agg = aggregate([b, a], ips=None, vip_enabled=False)
+    assert agg.spec.type == ServiceImportType.HEADLESS
+    assert agg.conflicting_clusters == {"b"}
+    assert "in cluster a (oldest)" in agg.conflicts[0][1]
+
+
+def test_sub_second_differences_are_ties() -> None:
+    """metav1.Time has second precision: a few ms apart is a tie, decided by cluster ID."""
+    b = export("b", 0, type=ServiceImportType.HEADLESS)
+    a = ExportedServiceSpec.model_validate(
+        {**export("a").model_dump(), "exportCreationTimestamp": T0 + timedelta(milliseconds=300)}
+    )
+    assert [e.cluster for e in sort_exports([b, a])] == ["a", "b"]
+
+
+def test_ports_union_by_name_in_first_seen_order() -> None:
+    c1 = export("c1", 0, ports=[ServicePort(name="http", port=80), ServicePort(name="metrics", port=9090)])
+    c2 = export("c2", 1, ports=[ServicePort(name="grpc", port=9000), ServicePort(name="http", port=80)])
+    agg = aggregate([c2, c1], ips=None, vip_enabled=False)
+    assert [(p.name, p.port) for p in agg.spec.ports] == [("http", 80), ("metrics", 9090), ("grpc", 9000)]
+    assert agg.conflicts == []
+
+
+def test_port_conflict_number() -> None:
+    c1 = export("c1", 0, ports=[ServicePort(name="http", port=80)])
+    c2 = export("c2", 1, ports=[ServicePort(name="http", port=8080)])
+    agg = aggregate([c1, c2], ips=None, vip_enabled=False)
+    assert [(p.name, p.port) for p in agg.spec.ports] == [("http", 80)]
+    assert agg.conflicts == [
+        (ConflictReason.PORT, 'port "http" is TCP/80 in cluster c1 (oldest) but TCP/8080 in cluster c2')
+    ]
+    assert agg.conflicting_clusters == {"c2"}
+
+
+def test_port_conflict_protocol_and_app_protocol() -> None:
+    c1 = export("c1", 0, ports=[ServicePort(name="dns", protocol="UDP", port=53)])
+    c2 = export("c2", 1, ports=[ServicePort(name="dns", protocol="TCP", port=53)])
+    c3 = export("c3", 2, ports=[ServicePort(name="dns", protocol="UDP", port=53, app_protocol="dns")])
+    agg = aggregate([c3, c2, c1], ips=None, vip_enabled=False)
+    assert reasons(agg) == [ConflictReason.PORT, ConflictReason.PORT]
+    assert agg.conflicts[0][1] == 'port "dns" is UDP/53 in cluster c1 (oldest) but TCP/53 in cluster c2'
+    assert agg.conflicts[1][1] == (
+        'port "dns" is UDP/53 in cluster c1 (oldest) but UDP/53 with appProtocol dns in cluster c3'
+    )
+    assert agg.conflicting_clusters == {"c2", "c3"}
+
+
+def test_port_oldest_definer_not_oldest_exporter() -> None:
+    """The winner of a name is the oldest cluster *defining* it."""
+    c1 = export("c1", 0, ports=[ServicePort(name="http", port=80)])
+    c2 = export("c2", 1, ports=[ServicePort(name="admin", port=81)])
+    c3 = export("c3", 2, ports=[ServicePort(name="admin", port=82)])
+    agg = aggregate([c1, c2, c3], ips=None, vip_enabled=False)
+    assert [(p.name, p.port) for p in agg.spec.ports] == [("http", 80), ("admin", 81)]
+    assert agg.conflicts[0][1] == 'port "admin" is TCP/81 in cluster c2 (oldest) but TCP/82 in cluster c3'
+
+
+def test_unnamed_ports_keyed_by_port_and_protocol() -> None:
+    c1 = export("c1", 0, ports=[ServicePort(port=80)])
+    c2 = export("c2", 1, ports=[ServicePort(port=80)])
+    c3 = export("c3", 2, ports=[ServicePort(port=80, protocol="UDP")])
+    c4 = export("c4", 3, ports=[ServicePort(port=80, app_protocol="http")])
+    agg = aggregate([c1, c2, c3, c4], ips=None, vip_enabled=False)
+    assert [(p.port, p.protocol) for p in agg.spec.ports] == [(80, "TCP"), (80, "UDP")]
+    assert agg.conflicts == [
+        (
+            ConflictReason.PORT,
+            "unnamed port TCP/80 is TCP/80 in cluster c1 (oldest) but TCP/80 with appProtocol http in cluster c4",
+        )
+    ]
+    assert port_key(ServicePort(port=80)) == (80, "TCP")
+    assert port_key(ServicePort(name="x", port=80)) == "x"
+
+
+def test_empty_ports() -> None:
+    agg = aggregate([export("c1", ports=[])], ips=None, vip_enabled=False)
+    assert agg.spec.ports == []
+
+
+def test_session_affinity_config_conflict() -> None:
+    cfg = SessionAffinityConfig(client_ip=ClientIPConfig(timeout_seconds=100))
+    other = SessionAffinityConfig(client_ip=ClientIPConfig(timeout_seconds=200))
+    c1 = export("c1", 0, session_affinity="ClientIP", session_affinity_config=cfg)
+    c2 = export("c2", 1, session_affinity="ClientIP", session_affinity_config=other)
+    c3 = export("c3", 2, session_affinity="ClientIP")
+    agg = aggregate([c1, c2, c3], ips=None, vip_enabled=False)
+    assert agg.spec.session_affinity_config == cfg
+    assert agg.spec.session_affinity_config is not cfg
+    assert reasons(agg) == [ConflictReason.SESSION_AFFINITY_CONFIG] * 2
+    assert (
+        agg.conflicts[0][1] == "session affinity timeout is 100 in cluster c1 (oldest) but 200 in cluster c2"
+    )
+    assert (
+        agg.conflicts[1][1]
+        == "session affinity timeout is 100 in cluster c1 (oldest) but unset in cluster c3"
+    )
+
+
+def test_affinity_unset_equals_none() -> None:
+    agg = aggregate([export("c1", 0), export("c2", 1, session_affinity="None")], ips=None, vip_enabled=False)
+    assert agg.conflicts == []
+    empty = SessionAffinityConfig()
+    agg = aggregate(
+        [export("c1", 0), export("c2", 1, session_affinity_config=empty)], ips=None, vip_enabled=False
+    )
+    assert agg.conflicts == []
+
+
+def test_affinity_config_not_compared_when_affinity_differs() -> None:
+    cfg = SessionAffinityConfig(client_ip=ClientIPConfig(timeout_seconds=100))
+    c1 = export("c1", 0, session_affinity="ClientIP", session_affinity_config=cfg)
+    c2 = export("c2", 1)
+    assert reasons(aggregate([c1, c2], ips=None, vip_enabled=False)) == [ConflictReason.SESSION_AFFINITY]
+
+
+def test_labels_and_annotations_union_oldest_wins() -> None:
+    c1 = export("c1", 0, exported_labels={"team": "a", "tier": "web"}, exported_annotations={"note": "x"})
+    c2 = export(
+        "c2", 1, exported_labels={"team": "b", "env": "prod"}, exported_annotations={"note": "y", "o": "1"}
+    )
+    c3 = export("c3", 2, exported_labels={"team": "a"})
+    agg = aggregate([c3, c2, c1], ips=None, vip_enabled=False)
+    assert agg.labels == {"env": "prod", "team": "a", "tier": "web"}
+    assert agg.annotations == {"note": "x", "o": "1"}
+    assert agg.conflicts == [
+        (ConflictReason.LABELS, 'exported label "team" is "a" in cluster c1 (oldest) but "b" in cluster c2'),
+        (
+            ConflictReason.ANNOTATIONS,
+            'exported annotation "note" is "x" in cluster c1 (oldest) but "y" in cluster c2',
+        ),
+    ]
+    assert agg.conflicting_clusters == {"c2"}
+
+
+def test_label_owned_by_older_non_oldest_cluster() -> None:
+    c1 = export("c1", 0)
+    c2 = export("c2", 1, exported_labels={"k": "v2"})
+    c3 = export("c3", 2, exported_labels={"k": "v3"})
+    agg = aggregate([c1, c2, c3], ips=None, vip_enabled=False)
+    assert agg.labels == {"k": "v2"}
+    assert agg.conflicts[0][1] == 'exported label "k" is "v2" in cluster c2 (oldest) but "v3" in cluster c3'
+
+
+def test_vip_enablement_conflict_any_exporter() -> None:
+    c1 = export("c1", 0, clusterset_ip_enabled=True)
+    c2 = export("c2", 1, clusterset_ip_enabled=False)
+    agg = aggregate([c1, c2], ips=["243.0.0.1"], vip_enabled=True)
+    assert reasons(agg) == [ConflictReason.CLUSTERSET_IP_ENABLEMENT]
+    message = agg.conflicts[0][1]
+    assert "cluster c2" in message
+    assert f"{USE_CLUSTERSET_IP_ANNOTATION}=false" in message
+    assert f"{USE_CLUSTERSET_IP_ANNOTATION}=true" in message
+    assert agg.conflicting_clusters == {"c2"}
+
+
+def test_vip_enablement_checked_against_fixed_setting_even_for_oldest() -> None:
+    """The aggregate's setting is fixed at creation; if the oldest later changes, it conflicts too."""
+    c1 = export("c1", 0, clusterset_ip_enabled=True)
+    agg = aggregate([c1], ips=None, vip_enabled=False)
+    assert reasons(agg) == [ConflictReason.CLUSTERSET_IP_ENABLEMENT]
+    assert agg.conflicting_clusters == {"c1"}
+
+
+def test_conflict_order_is_fixed_and_condition_builds() -> None:
+    c1 = export(
+        "c1",
+        0,
+        session_affinity="ClientIP",
+        exported_labels={"a": "1"},
+        exported_annotations={"b": "1"},
+        clusterset_ip_enabled=True,
+    )
+    c2 = export(
+        "c2",
+        1,
+        type=ServiceImportType.HEADLESS,
+        ports=[ServicePort(name="http", port=81)],
+        exported_labels={"a": "2"},
+        exported_annotations={"b": "2"},
+    )
+    agg = aggregate([c2, c1], ips=["243.0.0.9"], vip_enabled=True)
+    assert reasons(agg) == [
+        "TypeConflict",
+        "PortConflict",
+        "SessionAffinityConflict",
+        "LabelsConflict",
+        "AnnotationsConflict",
+        "ClusterSetIPEnablementConflict",
+    ]
+    assert all(type(r) is str for r in reasons(agg))
+    cond = conflict_condition(agg.conflicts)
+    assert cond.status == "True"
+    assert cond.reason == ",".join(reasons(agg))
+    assert "cluster c2" in cond.message
+
+
+def test_deterministic_under_input_permutations() -> None:
+    exports = [
+        export("c1", 5, ports=[ServicePort(name="a", port=1)], exported_labels={"x": "1"}),
+        export("c2", 0, ports=[ServicePort(name="a", port=2), ServicePort(name="b", port=3)]),
+        export("c3", 5, ports=[ServicePort(name="b", port=4)], exported_labels={"x": "2", "y": "y"}),
+        export("c4", 3, type=ServiceImportType.HEADLESS, clusterset_ip_enabled=True),
+    ]
+    results = set()
+    for perm in itertools.permutations(exports):
+        agg = aggregate(list(perm), ips=None, vip_enabled=False)
+        results.add(
+            (
+                agg.spec.model_dump_json(),
+                tuple(agg.clusters),
+                tuple(agg.labels.items()),
+                tuple(agg.conflicts),
+                tuple(sorted(agg.conflicting_clusters)),
+            )
+        )
+    assert len(results) == 1
+
+
+def test_duplicate_cluster_keeps_oldest_entry() -> None:
+    old = export("c1", 0, ports=[ServicePort(name="http", port=80)])
+    dup = export("c1", 9, ports=[ServicePort(name="http", port=81)])
+    agg = aggregate([dup, old], ips=None, vip_enabled=False)
+    assert agg.clusters == ["c1"]
+    assert agg.conflicts == []
+    assert agg.spec.ports[0].port == 80
+
+
+def test_inputs_not_mutated() -> None:
+    c1 = export("c1", 0, ip_families=["IPv4"])
+    before = c1.model_dump_json()
+    agg = aggregate([c1], ips=None, vip_enabled=False)
+    assert agg.spec.ip_families is not c1.ip_families
+    agg.spec.ports[0].port = 1
+    assert c1.model_dump_json() == before
