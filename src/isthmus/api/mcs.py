@@ -77,6 +77,12 @@ BROKER_SECRET_NAME = "isthmus-broker"
 BROKER_SECRET_KEY = "broker-info"
 AGENT_LEASE_NAME = "isthmus-agent"
 AGENT_FIELD_MANAGER = "isthmus-agent"
+JOIN_SERIAL_ANNOTATION = "isthmus.io/join-serial"
+"""On the Broker: bumped by every join that changed a Cluster; the bump's resourceVersion check
+serializes concurrent joins (module docstring)."""
+CLUSTER_UID_ANNOTATION = "isthmus.io/cluster-uid"
+"""On a Cluster: UID of the member's kube-system namespace, telling a re-join of the same cluster
+from a different cluster claiming a taken ID."""
 HEARTBEAT_ANNOTATION = "isthmus.io/heartbeat"
 """On the broker's Cluster object: when the cluster's agent last checked in (RFC3339)."""
 

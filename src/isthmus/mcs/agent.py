@@ -1,0 +1,628 @@
+"""The discovery agent: exports this cluster's services to the broker and imports everyone's.
+
+One controller, keyed by service ("<namespace>/<name>"), level-triggered: whatever changed —
+the ServiceExport, the Service, its EndpointSlices, another cluster's export on the broker,
+the aggregate, a namespace appearing — the agent re-reads everything it knows about that
+service from its caches and converges four things, in order:
+
+1. this cluster's view on the broker (ExportedService + EndpointSlice), or its withdrawal;
+2. the aggregated ServiceImport on the broker (created by the first exporter, which allocates
+   the VIP from its own CIDR; updated by every exporter; deleted when no exporter is left);
+3. the ServiceExport's Valid / Ready / Conflict conditions;
+4. the local ServiceImport and the EndpointSlices of every other cluster next to it.
+
+The rules are in docs/discovery.md; the merge and translation logic is pure (aggregate.py,
+endpoints.py, allocator.py), so this module only reads caches and writes differences.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import OwnerReference as LkOwnerReference
+from lightkube.resources.core_v1 import Namespace, Secret, Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.types import PatchType
+
+from isthmus.api.base import (
+    Condition,
+    ObjectMeta,
+    OwnerReference,
+    format_time,
+    merge_conditions,
+    new_condition,
+)
+from isthmus.api.mcs import (
+    AGENT_FIELD_MANAGER,
+    AGENT_LEASE_NAME,
+    AGENT_NAMESPACE,
+    BROKER_SECRET_KEY,
+    BROKER_SECRET_NAME,
+    CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION,
+    HEARTBEAT_ANNOTATION,
+    ISTHMUS_GROUP,
+    ISTHMUS_VERSION,
+    KUBE_SERVICE_NAME_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    SERVICE_DISCOVERY_NAME,
+    SERVICE_NAME_LABEL,
+    SOURCE_CLUSTER_LABEL,
+    SOURCE_NAMESPACE_LABEL,
+    USE_CLUSTERSET_IP_ANNOTATION,
+    Cluster,
+    ClusterStatus,
+    ConditionType,
+    ExportedService,
+    ExportedServiceSpec,
+    ReadyReason,
+    ServiceDiscovery,
+    ServiceDiscoverySpec,
+    ServiceExport,
+    ServiceImport,
+    ServiceImportStatus,
+    ServiceImportType,
+    ValidReason,
+    broker_object_name,
+    conflict_condition,
+)
+from isthmus.kube import helpers
+from isthmus.kube.resources import resource_for
+from isthmus.mcs.aggregate import Aggregate, aggregate
+from isthmus.mcs.allocator import AllocatorFull, VipAllocator
+from isthmus.mcs.brokerinfo import BrokerInfo
+from isthmus.mcs.endpoints import (
+    InvalidAnnotation,
+    broker_service_import,
+    broker_slice,
+    export_view,
+    imported_slice_name,
+    local_service_import,
+    local_slice_copy,
+    validate_export,
+    vip_setting,
+)
+from isthmus.runtime import (
+    Controller,
+    EventRecorder,
+    LeaderElector,
+    Result,
+    SharedInformerFactory,
+    object_labels,
+    object_name,
+    object_namespace,
+)
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 10.0
+
+# Index names.
+BY_SERVICE = "service"  # "<ns>/<svc>" from the MCS labels (broker objects, our local slice copies)
+BY_KUBE_SERVICE = "kube-service"  # "<ns>/<svc>" from kubernetes.io/service-name (kube's own slices)
+
+
+class AgentConfigError(Exception):
+    """The cluster is not joined (or joined under another ID): a user error, shown as is."""
+
+
+def _service_key(obj: Any) -> list[str]:
+    labels = object_labels(obj)
+    svc = labels.get(SERVICE_NAME_LABEL)
+    ns = labels.get(SOURCE_NAMESPACE_LABEL) or object_namespace(obj)
+    return [f"{ns}/{svc}"] if svc and ns else []
+
+
+def _kube_service_key(obj: Any) -> list[str]:
+    svc = object_labels(obj).get(KUBE_SERVICE_NAME_LABEL)
+    return [f"{object_namespace(obj)}/{svc}"] if svc else []
+
+
+def _own_key(obj: Any) -> list[str]:
+    return [f"{object_namespace(obj)}/{object_name(obj)}"]
+
+
+def _dump(obj: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], obj.to_dict()) if obj is not None else {}
+
+
+@dataclass
+class ExportState:
+    """What step 1 found out about this cluster's export of one service."""
+
+    export: ServiceExport | None = None
+    valid: bool = False
+    reason: str = ""
+    message: str = ""
+    type: ServiceImportType | None = None
+    spec: ExportedServiceSpec | None = None  # published view (None: not exporting)
+    hold: bool = False  # malformed annotation: leave what is published as it is
+    failure: str = ""  # why publishing failed (Ready=False Failed)
+    service: Service | None = None
+
+
+@dataclass
+class AggregateState:
+    current: ServiceImport | None = None
+    result: Aggregate | None = None
+    failure: str = ""
+
+
+class Agent:
+    """The discovery agent of one member cluster. `run()` until cancelled (leader-elected)."""
+
+    def __init__(
+        self,
+        *,
+        cluster: AsyncClient,
+        broker: AsyncClient,
+        cluster_id: str,
+        discovery: ServiceDiscoverySpec,
+        workers: int = 4,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        identity: str | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.broker = broker
+        self.cluster_id = cluster_id
+        self.discovery = discovery
+        self.broker_ns = discovery.broker_namespace
+        self.workers = workers
+        self.elector = LeaderElector(
+            cluster, AGENT_LEASE_NAME, AGENT_NAMESPACE, identity=identity, lease_duration=lease_duration,
+            renew_deadline=renew_deadline, retry_period=retry_period,
+        )
+        cidrs = discovery.clusterset_ip_cidr
+        self.allocator: VipAllocator | None = VipAllocator(str(cidrs[0])) if cidrs else None
+        self.recorder = EventRecorder(cluster, AGENT_FIELD_MANAGER)
+        self._ready = asyncio.Event()
+        self._controller: Controller | None = None
+        self._cluster_uid: str | None = None
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    async def from_cluster(cls, client: AsyncClient, cluster_id: str, **kwargs: Any) -> Agent:
+        """Build the agent from what `isthmus join` stored in the cluster."""
+        try:
+            sd = await helpers.get(client, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE)
+            secret = await client.get(Secret, BROKER_SECRET_NAME, namespace=AGENT_NAMESPACE)
+        except ApiError as e:
+            if helpers.is_not_found(e):
+                raise AgentConfigError(
+                    f"this cluster has not joined a clusterset (no {AGENT_NAMESPACE}/{SERVICE_DISCOVERY_NAME}); "
+                    "run `isthmus join` first") from None
+            raise
+        if sd.spec.cluster_id != cluster_id:
+            raise AgentConfigError(
+                f"this cluster joined as {sd.spec.cluster_id!r}, not {cluster_id!r}")
+        raw = (secret.data or {}).get(BROKER_SECRET_KEY)
+        if not raw:
+            raise AgentConfigError(f"secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME} has no {BROKER_SECRET_KEY!r}")
+        info = BrokerInfo.decode(base64.b64decode(raw).decode())
+        return cls(cluster=client, broker=info.client(), cluster_id=cluster_id, discovery=sd.spec, **kwargs)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def wait_ready(self) -> None:
+        """Returns once this agent leads, its caches are synced and its VIP allocator is rebuilt."""
+        await self._ready.wait()
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    async def run(self) -> None:
+        """Campaign for the Lease; while leading, run the controller. Never returns on its own."""
+        try:
+            while True:
+                await self.elector.run(self._lead)
+        finally:
+            await self.recorder.aclose()
+
+    async def _lead(self) -> None:
+        log.info("agent %s leading", self.cluster_id)
+        local = SharedInformerFactory(self.cluster)
+        broker = SharedInformerFactory(self.broker)
+        self._local = local
+        self._broker = broker
+        self.exports = local.informer(resource_for(ServiceExport))
+        self.services = local.informer(Service)
+        self.slices = local.informer(EndpointSlice)
+        self.imports = local.informer(resource_for(ServiceImport))
+        self.namespaces = local.informer(Namespace)
+        self.b_exports = broker.informer(resource_for(ExportedService), self.broker_ns)
+        self.b_imports = broker.informer(resource_for(ServiceImport), self.broker_ns)
+        self.b_slices = broker.informer(EndpointSlice, self.broker_ns)
+        self.b_clusters = broker.informer(resource_for(Cluster), self.broker_ns)
+        for inf in (self.slices, self.b_exports, self.b_imports, self.b_slices):
+            inf.add_indexer(BY_SERVICE, _service_key)
+        self.slices.add_indexer(BY_KUBE_SERVICE, _kube_service_key)
+        self.b_imports.add_handler(on_add=self._reserve_vips, on_update=lambda _o, n: self._reserve_vips(n),
+                                   on_delete=self._release_vips)
+
+        c = Controller(f"mcs-agent-{self.cluster_id}", self.reconcile, workers=self.workers)
+        c.watch(self.exports, _own_key)
+        c.watch(self.services, _own_key)
+        c.watch(self.slices, lambda o: _kube_service_key(o) + (
+            _service_key(o) if object_labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE else []))
+        c.watch(self.imports, _own_key)
+        c.watch(self.namespaces, self._keys_in_namespace)
+        c.watch(self.b_exports, _service_key)
+        c.watch(self.b_imports, _service_key)
+        c.watch(self.b_slices, _service_key)
+        # Only our own Cluster object gates publishing (others leaving cascade through the broker's
+        # GC of their ExportedServices); heartbeats touch only annotations, so spec changes, adds
+        # and deletes are what count.
+        c.watch(self.b_clusters, self._own_cluster_keys,
+                predicate=lambda old, new: old is None or _dump(old).get("spec") != _dump(new).get("spec"))
+        self._controller = c
+        local.start()
+        broker.start()
+        try:
+            await local.wait_synced()
+            await broker.wait_synced()
+            # Before allocating anything: every VIP already in use from our CIDR (restarts, and a
+            # cluster that got a departed cluster's CIDR) is marked taken.
+            for obj in self.b_imports.cache.list():
+                self._reserve_vips(obj)
+            self._ready.set()
+            log.info("agent %s ready (VIP CIDR %s, %d in use)", self.cluster_id,
+                     self.allocator.cidr if self.allocator else "none", self.allocator.used if self.allocator else 0)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(c.run())
+                tg.create_task(self._heartbeat())
+        finally:
+            self._ready.clear()
+            self._controller = None
+            await local.stop()
+            await broker.stop()
+
+    async def _heartbeat(self) -> None:
+        """Tell the broker this cluster's agent is alive (what `isthmus show clusters` reports)."""
+        while True:
+            now = format_time(datetime.now(UTC))
+            try:
+                await cast(Any, self.broker).patch(resource_for(Cluster), self.cluster_id,
+                                        {"metadata": {"annotations": {HEARTBEAT_ANNOTATION: now}}},
+                                        namespace=self.broker_ns, patch_type=PatchType.MERGE,
+                                        field_manager=AGENT_FIELD_MANAGER)
+            except Exception as e:  # the broker may be briefly unreachable: keep beating
+                log.warning("heartbeat to broker failed: %s", e)
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
+    # ------------------------------------------------------------------ VIP bookkeeping
+
+    def _reserve_vips(self, obj: Any) -> None:
+        if self.allocator is None:
+            return
+        for ip in (_dump(obj).get("spec") or {}).get("ips") or []:
+            if self.allocator.contains(ip):
+                self.allocator.reserve(ip)
+
+    def _release_vips(self, obj: Any) -> None:
+        """The aggregate is gone: the cluster whose CIDR holds its VIP frees it."""
+        if self.allocator is None:
+            return
+        for ip in (_dump(obj).get("spec") or {}).get("ips") or []:
+            if self.allocator.contains(ip):
+                self.allocator.release(ip)
+                log.info("released ClusterSet IP %s", ip)
+
+    # ------------------------------------------------------------------ key mapping
+
+    def _keys_in_namespace(self, ns_obj: Any) -> list[str]:
+        ns = object_name(ns_obj)
+        return [k for k in self._all_keys() if k.split("/", 1)[0] == ns]
+
+    def _own_cluster_keys(self, cluster_obj: Any) -> list[str]:
+        if object_name(cluster_obj) != self.cluster_id:
+            return []
+        return sorted(k for o in self.exports.cache.list() for k in _own_key(o))
+
+    def _all_keys(self) -> list[str]:
+        keys: set[str] = set()
+        for inf in (self.b_imports, self.b_exports):
+            for obj in inf.cache.list():
+                keys.update(_service_key(obj))
+        for obj in self.exports.cache.list():
+            keys.update(_own_key(obj))
+        return sorted(keys)
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def reconcile(self, key: str) -> Result | None:
+        ns, name = key.split("/", 1)
+        state = await self._sync_export(ns, name)
+        agg = await self._sync_aggregate(ns, name, state)
+        await self._sync_slice(ns, name, state, agg)
+        await self._sync_conditions(state, agg)
+        await self._sync_import(ns, name, agg.current)
+        return None
+
+    # -- 1. this cluster's view on the broker
+
+    def _cluster_owner(self) -> LkOwnerReference | None:
+        obj = self.b_clusters.cache.get(f"{self.broker_ns}/{self.cluster_id}")
+        if obj is None:
+            return None
+        uid = _dump(obj).get("metadata", {}).get("uid")
+        return LkOwnerReference(apiVersion=f"{ISTHMUS_GROUP}/{ISTHMUS_VERSION}", kind="Cluster",
+                                name=self.cluster_id, uid=uid, blockOwnerDeletion=False)
+
+    async def _sync_export(self, ns: str, name: str) -> ExportState:
+        raw = self.exports.cache.get(f"{ns}/{name}")
+        if raw is None:
+            await self._withdraw(ns, name)
+            return ExportState()
+        export = ServiceExport.from_dict(raw)
+        service = self.services.cache.get(f"{ns}/{name}")
+        state = ExportState(export=export, service=service)
+        try:
+            vip = vip_setting(export.metadata.annotations, self.discovery.clusterset_ip_enabled)
+        except InvalidAnnotation as e:
+            state.reason, state.message, state.hold = ValidReason.INVALID_ANNOTATION, str(e), True
+            self.recorder.warning(raw, ValidReason.INVALID_ANNOTATION, str(e))
+            return state
+        state.valid, state.reason, state.message, state.type = validate_export(service)
+        if not state.valid or service is None:
+            await self._withdraw(ns, name)
+            return state
+        owner = self._cluster_owner()
+        if owner is None:
+            state.failure = (f"cluster {self.cluster_id} is not registered on the broker "
+                             "(it left or never joined): run `isthmus join`")
+            return state
+        if state.type == ServiceImportType.HEADLESS:
+            vip = False  # a headless service has no virtual IP to give
+        created = export.metadata.creation_timestamp or datetime.now(UTC)
+        spec = export_view(self.cluster_id, service, created, export.spec.exported_labels,
+                           export.spec.exported_annotations, vip)
+        state.spec = spec
+        desired = ExportedService(
+            metadata=ObjectMeta(
+                name=broker_object_name(name, ns, self.cluster_id), namespace=self.broker_ns,
+                labels={SERVICE_NAME_LABEL: name, SOURCE_NAMESPACE_LABEL: ns, SOURCE_CLUSTER_LABEL: self.cluster_id},
+                owner_references=[OwnerReference.from_dict(owner.to_dict())],
+            ),
+            spec=spec,
+        )
+        current = self.b_exports.cache.get(f"{self.broker_ns}/{desired.metadata.name}")
+        if current is None or ExportedService.from_dict(current).spec != spec:
+            await helpers.apply(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
+        return state
+
+    async def _withdraw(self, ns: str, name: str) -> None:
+        bname = broker_object_name(name, ns, self.cluster_id)
+        if self.b_exports.cache.get(f"{self.broker_ns}/{bname}") is not None:
+            await helpers.ensure_deleted(self.broker, ExportedService, bname, namespace=self.broker_ns)
+        if self.b_slices.cache.get(f"{self.broker_ns}/{bname}") is not None:
+            await helpers.ensure_deleted(self.broker, EndpointSlice, bname, namespace=self.broker_ns)
+
+    # -- 2. the aggregate on the broker
+
+    def _exporters(self, ns: str, name: str, state: ExportState) -> list[ExportedServiceSpec]:
+        out: list[ExportedServiceSpec] = []
+        for obj in self.b_exports.cache.by_index(BY_SERVICE, f"{ns}/{name}"):
+            spec = ExportedService.from_dict(obj).spec
+            if spec.cluster != self.cluster_id or state.hold:
+                out.append(spec)
+        if state.spec is not None:
+            out.append(state.spec)  # what we just published, whether or not the cache has it yet
+        return out
+
+    async def _sync_aggregate(self, ns: str, name: str, state: ExportState) -> AggregateState:
+        agg_name = broker_object_name(name, ns)
+        raw = self.b_imports.cache.get(f"{self.broker_ns}/{agg_name}")
+        current = ServiceImport.from_dict(raw) if raw is not None else None
+        exporters = self._exporters(ns, name, state)
+        if not exporters:
+            if current is not None:
+                # Confirm against the broker itself before deleting what others may have just joined.
+                live = [o async for o in cast(Any, self.broker).list(
+                    resource_for(ExportedService), namespace=self.broker_ns,
+                    labels={SERVICE_NAME_LABEL: name, SOURCE_NAMESPACE_LABEL: ns})]
+                if not live:
+                    await helpers.ensure_deleted(self.broker, ServiceImport, agg_name, namespace=self.broker_ns)
+                    log.info("%s/%s: last exporter gone, aggregate deleted", ns, name)
+                    return AggregateState()
+            return AggregateState(current=current)
+        if current is None:
+            if state.spec is None:
+                return AggregateState()  # another exporter's agent creates it
+            return await self._create_aggregate(ns, name, exporters, state)
+        vip_enabled = (current.metadata.annotations or {}).get(USE_CLUSTERSET_IP_ANNOTATION) == "true"
+        result = aggregate(exporters, ips=current.spec.ips, vip_enabled=vip_enabled)
+        if state.spec is None:
+            return AggregateState(current=current, result=result)  # only exporters maintain it
+        desired = self._aggregate_object(
+            ns, name, result, vip_enabled, (current.metadata.annotations or {}).get(CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION))
+        if (desired.spec != current.spec or desired.metadata.labels != (current.metadata.labels or {})
+                or desired.metadata.annotations != (current.metadata.annotations or {})):
+            desired.metadata.resource_version = current.metadata.resource_version
+            current = await _write(self.broker, desired, replace=True)
+        current = await self._sync_aggregate_status(current, result)
+        return AggregateState(current=current, result=result)
+
+    def _aggregate_object(self, ns: str, name: str, result: Aggregate, vip_enabled: bool,
+                          allocated_by: str | None) -> ServiceImport:
+        obj = broker_service_import(result, service=name, namespace=ns, vip_enabled=vip_enabled,
+                                    allocated_by=allocated_by)
+        obj.metadata.namespace = self.broker_ns
+        return obj
+
+    async def _create_aggregate(self, ns: str, name: str, exporters: list[ExportedServiceSpec],
+                                state: ExportState) -> AggregateState:
+        assert state.spec is not None
+        vip_enabled = state.spec.clusterset_ip_enabled and state.type == ServiceImportType.CLUSTER_SET_IP
+        ips: list[str] | None = None
+        if vip_enabled:
+            if self.allocator is None:
+                return AggregateState(failure=f"cluster {self.cluster_id} has no ClusterSet IP CIDR")
+            try:
+                ips = [self.allocator.allocate()]
+            except AllocatorFull:
+                return AggregateState(failure=f"no free ClusterSet IP left in {self.allocator.cidr}")
+        result = aggregate(exporters, ips=ips, vip_enabled=vip_enabled)
+        desired = self._aggregate_object(ns, name, result, vip_enabled, self.cluster_id if ips else None)
+        try:
+            current = await _write(self.broker, desired, replace=False)
+        except ApiError as e:
+            if ips and self.allocator is not None:
+                self.allocator.release(ips[0])  # lost the race (or failed): give the reservation back
+            if helpers.is_conflict(e):
+                log.info("%s/%s: another cluster created the aggregate first", ns, name)
+                raise  # retried with backoff; the next pass sees it in the cache
+            raise
+        log.info("%s/%s: aggregate created%s", ns, name, f" with ClusterSet IP {ips[0]}" if ips else "")
+        current = await self._sync_aggregate_status(current, result)
+        return AggregateState(current=current, result=result)
+
+    async def _sync_aggregate_status(self, current: ServiceImport, result: Aggregate) -> ServiceImport:
+        clusters = [ClusterStatus(cluster=c) for c in result.clusters]
+        if current.status.clusters == clusters:
+            return current
+        current.status = ServiceImportStatus(clusters=clusters, conditions=current.status.conditions)
+        return await helpers.patch_status(self.broker, current, field_manager=AGENT_FIELD_MANAGER,
+                                          patch_type=PatchType.MERGE)
+
+    # -- this cluster's EndpointSlice on the broker
+
+    async def _sync_slice(self, ns: str, name: str, state: ExportState, agg: AggregateState) -> None:
+        if state.spec is None or state.service is None:
+            return
+        use_pod_ips = state.type == ServiceImportType.HEADLESS or bool(agg.current and agg.current.spec.ips)
+        if agg.current is None and not use_pod_ips:
+            use_pod_ips = state.spec.clusterset_ip_enabled  # about to get a VIP: skip a ClusterIP round trip
+        own = self.slices.cache.by_index(BY_KUBE_SERVICE, f"{ns}/{name}")
+        desired = broker_slice(self.cluster_id, ns, state.service, own, use_pod_ips)
+        assert desired.metadata is not None
+        desired.metadata.namespace = self.broker_ns
+        owner = self._cluster_owner()
+        desired.metadata.ownerReferences = [owner] if owner else None
+        current = self.b_slices.cache.get(f"{self.broker_ns}/{desired.metadata.name}")
+        if current is None or _slice_body(current) != _slice_body(desired):
+            await helpers.apply(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
+
+    # -- 3. conditions on the ServiceExport
+
+    async def _sync_conditions(self, state: ExportState, agg: AggregateState) -> None:
+        export = state.export
+        if export is None:
+            return
+        gen = export.metadata.generation
+        conds: list[Condition] = [new_condition(ConditionType.VALID, state.valid or False,
+                                                state.reason if not state.hold else ValidReason.INVALID_ANNOTATION,
+                                                state.message, gen)]
+        failure = state.failure or agg.failure
+        exported = bool(agg.current and any(c.cluster == self.cluster_id for c in agg.current.status.clusters))
+        if failure:
+            conds.append(new_condition(ConditionType.READY, False, ReadyReason.FAILED, failure, gen))
+        elif state.valid and exported:
+            conds.append(new_condition(ConditionType.READY, True, ReadyReason.EXPORTED,
+                                       "the service is exported to the clusterset", gen))
+        elif state.valid:
+            conds.append(new_condition(ConditionType.READY, False, ReadyReason.PENDING,
+                                       "waiting for the broker to aggregate the export", gen))
+        else:
+            conds.append(new_condition(ConditionType.READY, False, ReadyReason.PENDING,
+                                       f"not exported: {state.message}", gen))
+        conflicts = agg.result.conflicts if (agg.result and state.valid and exported) else []
+        conds.append(conflict_condition(conflicts, gen))
+        merged = merge_conditions(export.status.conditions, conds)
+        if _conditions_key(merged) == _conditions_key(export.status.conditions):
+            return
+        export.status.conditions = merged
+        if failure:
+            self.recorder.warning(self.exports.cache.get(f"{export.metadata.namespace}/{export.metadata.name}"),
+                                  ReadyReason.FAILED, failure)
+        try:
+            await helpers.patch_status(self.cluster, export, field_manager=AGENT_FIELD_MANAGER,
+                                       patch_type=PatchType.MERGE)
+        except ApiError as e:
+            if not helpers.is_not_found(e):  # deleted meanwhile: nothing to report on
+                raise
+
+    # -- 4. the local ServiceImport and the other clusters' EndpointSlices
+
+    async def _sync_import(self, ns: str, name: str, agg: ServiceImport | None) -> None:
+        if self.namespaces.cache.get(ns) is None:
+            return  # creating namespaces is not the agent's job; the Namespace watch brings us back
+        local_raw = self.imports.cache.get(f"{ns}/{name}")
+        local = ServiceImport.from_dict(local_raw) if local_raw is not None else None
+        copies = {object_name(o): o for o in self.slices.cache.by_index(BY_SERVICE, f"{ns}/{name}")
+                  if object_labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE and object_namespace(o) == ns}
+        if agg is None:
+            for slice_name in copies:
+                await helpers.ensure_deleted(self.cluster, EndpointSlice, slice_name, namespace=ns)
+            if local is not None:
+                await helpers.ensure_deleted(self.cluster, ServiceImport, name, namespace=ns)
+            return
+        desired = local_service_import(agg, namespace=ns, service=name)
+        if local is None:
+            local = await _write(self.cluster, desired, replace=False)
+        elif (local.spec != desired.spec or (local.metadata.labels or None) != desired.metadata.labels
+              or (local.metadata.annotations or None) != desired.metadata.annotations):
+            desired.metadata.resource_version = local.metadata.resource_version
+            local = await _write(self.cluster, desired, replace=True)
+        if local.status.clusters != agg.status.clusters:
+            local.status = ServiceImportStatus(clusters=agg.status.clusters, conditions=local.status.conditions)
+            local = await helpers.patch_status(self.cluster, local, field_manager=AGENT_FIELD_MANAGER,
+                                               patch_type=PatchType.MERGE)
+        uid = local.metadata.uid or ""
+        wanted: set[str] = set()
+        for b in self.b_slices.cache.by_index(BY_SERVICE, f"{ns}/{name}"):
+            cluster = object_labels(b).get(SOURCE_CLUSTER_LABEL)
+            if not cluster or cluster == self.cluster_id:
+                continue
+            copy = local_slice_copy(b, ns, name, cluster, uid, name)
+            wanted.add(imported_slice_name(name, cluster))
+            existing = copies.get(imported_slice_name(name, cluster))
+            if existing is None or _slice_body(existing) != _slice_body(copy) or _owner_uids(existing) != {uid}:
+                await helpers.apply(self.cluster, copy, field_manager=AGENT_FIELD_MANAGER, force=True)
+        for slice_name in copies.keys() - wanted:
+            await helpers.ensure_deleted(self.cluster, EndpointSlice, slice_name, namespace=ns)
+
+
+async def _write(client: AsyncClient, obj: ServiceImport, *, replace: bool) -> ServiceImport:
+    """Create or replace (with the object's resourceVersion) one of our models; returns what is stored."""
+    lk = resource_for(ServiceImport).from_dict(obj.to_dict())
+    call = cast(Any, client).replace if replace else cast(Any, client).create
+    return ServiceImport.from_dict(await call(lk, field_manager=AGENT_FIELD_MANAGER))
+
+
+def _slice_body(obj: Any) -> tuple[Any, ...]:
+    d = _dump(obj)
+    return (d.get("addressType"), d.get("endpoints") or [], d.get("ports") or [],
+            (d.get("metadata") or {}).get("labels") or {})
+
+
+def _owner_uids(obj: Any) -> set[str]:
+    return {r.get("uid", "") for r in (_dump(obj).get("metadata") or {}).get("ownerReferences") or []}
+
+
+def _conditions_key(conds: list[Condition] | None) -> list[tuple[str, str, str, str, int | None]]:
+    return sorted((c.type, str(c.status), c.reason, c.message, c.observed_generation) for c in conds or [])
+
+
+async def run_agent(agent: Agent, stop: asyncio.Event) -> None:
+    """Run until `stop` is set (the CLI's SIGTERM handler)."""
+    task = asyncio.create_task(agent.run())
+    await stop.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    with contextlib.suppress(Exception):
+        await agent.elector.release()
+
+
+__all__ = ["Agent", "AgentConfigError", "run_agent"]

@@ -1,0 +1,243 @@
+"""The discovery commands as a user runs them: `isthmus deploy-broker/join/export/show/leave` in
+subprocesses against `isthmus apiserver` processes (broker with TLS and a token, two members)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace
+
+import isthmus.cli.main
+from isthmus.cli.app import app
+from isthmus.kube.client import make_client
+from isthmus.mcs.brokerinfo import BrokerInfo
+
+pytestmark = pytest.mark.e2e
+
+# `python -m isthmus` once cli/main.py imports isthmus.cli.discovery; until then, the same app
+# with the module imported first.
+if any(c.name == "join" for c in app.registered_commands):
+    ISTHMUS = [sys.executable, "-m", "isthmus"]
+else:
+    ISTHMUS = [sys.executable, "-c", "import isthmus.cli.discovery; from isthmus.cli.main import app; app()"]
+assert isthmus.cli.main
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[str]
+    url: str
+    kubeconfig: Path
+
+
+def _start(data: Path, *extra: str) -> Server:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "isthmus", "apiserver", "--port", "0", "--data-dir", str(data), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    url = ""
+    while time.monotonic() < deadline and not url:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "listening on" in line:
+            url = line.strip().split()[-1]
+    assert url.startswith(("http://127.0.0.1:", "https://127.0.0.1:")), "apiserver did not start"
+    kc = data / "kubeconfig"
+    for _ in range(200):
+        if kc.exists():
+            break
+        time.sleep(0.05)
+    return Server(proc, url, kc)
+
+
+def _stop(s: Server) -> None:
+    if s.proc.poll() is None:
+        s.proc.send_signal(signal.SIGTERM)
+        try:
+            s.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            s.proc.kill()
+
+
+@dataclass
+class Clusterset:
+    tmp: Path
+    broker: Server
+    c1: Server
+    c2: Server
+
+    def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run([*ISTHMUS, *args], capture_output=True, text=True, timeout=60, cwd=self.tmp,
+                           env={"PATH": "/usr/bin:/bin", "HOME": str(self.tmp)})
+        if ok:
+            assert p.returncode == 0, f"isthmus {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
+        return p
+
+    def error(self, *args: str) -> str:
+        """Run a command that must fail as a user error: exit 2, one `error:` line, no traceback."""
+        p = self.run(*args, ok=False)
+        assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+        return lines[0].removeprefix("error: ")
+
+
+@pytest.fixture(scope="module")
+def cs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusterset]:
+    tmp = tmp_path_factory.mktemp("discovery")
+    servers: list[Server] = []
+    try:
+        servers.append(_start(tmp / "broker", "--tls", "--token-file", str(tmp / "broker-token")))
+        servers.append(_start(tmp / "c1"))
+        servers.append(_start(tmp / "c2"))
+        yield Clusterset(tmp, *servers)
+    finally:
+        for s in servers:
+            _stop(s)
+
+
+def test_1_deploy_broker(cs: Clusterset) -> None:
+    bk = str(cs.broker.kubeconfig)
+    assert cs.error("deploy-broker", "--kubeconfig", bk, "--globalnet").startswith("Globalnet is not supported")
+    assert cs.error("deploy-broker", "--kubeconfig", bk, "--clusterset-ip-cidr-range", "243.0.0.0/8,243.1.0.0/16") == (
+        "clusterset IP CIDR ranges 243.0.0.0/8 and 243.1.0.0/16 overlap"
+    )
+    out = cs.run("deploy-broker", "--kubeconfig", bk).stdout
+    assert "broker ready in namespace isthmus-broker" in out and "range 243.0.0.0/8" in out
+    info = BrokerInfo.decode((cs.tmp / "broker-info.subm").read_text())
+    assert info.server == cs.broker.url and info.ca_pem and info.token == (cs.tmp / "broker-token").read_text().strip()
+    assert (cs.tmp / "broker-info.subm").stat().st_mode & 0o077 == 0
+    cs.run("deploy-broker", "--kubeconfig", bk, "-o", "again.subm")  # idempotent
+    assert BrokerInfo.decode((cs.tmp / "again.subm").read_text()) == info
+    assert cs.error("deploy-broker", "--kubeconfig", bk, "--enable-clusterset-ip", "-o", "x.subm").startswith(
+        "the broker in namespace isthmus-broker is already deployed with clustersetIPEnabled=false, "
+        "clustersetIPCIDRRange=243.0.0.0/8"
+    )
+
+
+def test_2_join(cs: Clusterset) -> None:
+    k1, k2 = str(cs.c1.kubeconfig), str(cs.c2.kubeconfig)
+    out = cs.run("join", "broker-info.subm", "--kubeconfig", k1, "--cluster-id", "c1").stdout
+    assert "cluster c1 joined" in out and "243.0.0.0/16" in out and "off (broker's setting)" in out
+    assert cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2",
+                    "--clusterset-ip-cidr", "243.0.4.0/24") == (
+        "clusterset IP CIDR 243.0.4.0/24 overlaps 243.0.0.0/16, the clusterset IP CIDR of cluster c1"
+    )
+    assert cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2",
+                    "--clusterset-ip-cidr", "10.0.0.0/16") == (
+        "clusterset IP CIDR 10.0.0.0/16 is not inside the clusterset IP CIDR range 243.0.0.0/8"
+    )
+    assert "host bits set" in cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2",
+                                       "--clusterset-ip-cidr", "243.9.0.1/16")
+    assert "only lower-case letters" in cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "C2")
+    assert cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c1").startswith(
+        "cluster ID 'c1' is already taken by another cluster"
+    )
+    assert cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2", "--globalnet").startswith(
+        "Globalnet is not supported"
+    )
+    (cs.tmp / "bad.subm").write_text("not a broker info\n")
+    assert "expected base64-encoded JSON" in cs.error("join", "bad.subm", "--kubeconfig", k2, "--cluster-id", "c2")
+    assert "cannot read broker-info" in cs.error("join", "missing.subm", "--kubeconfig", k2, "--cluster-id", "c2")
+    assert "No such option: --bogus" in cs.error("join", "broker-info.subm", "--bogus")
+
+    out = cs.run("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2", "--enable-clusterset-ip",
+                 "--clusterset-ip-cidr", "243.7.0.0/20").stdout
+    assert "243.7.0.0/20" in out and "on (this cluster's setting)" in out
+    # Re-join is idempotent; changing the CIDR needs --force.
+    cs.run("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2", "--enable-clusterset-ip")
+    assert "pass --force" in cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2",
+                                      "--enable-clusterset-ip", "--clusterset-ip-cidr", "243.8.0.0/20")
+
+
+def test_3_show_clusters(cs: Clusterset) -> None:
+    data = json.loads(cs.run("show", "clusters", "--kubeconfig", str(cs.c1.kubeconfig), "-o", "json").stdout)
+    rows = {r["clusterID"]: r for r in data["items"]}
+    assert rows["c1"]["clustersetIPCIDR"] == ["243.0.0.0/16"] and rows["c1"]["clustersetIPEnabledSource"] == "broker"
+    assert rows["c2"]["clustersetIPCIDR"] == ["243.7.0.0/20"] and rows["c2"]["clustersetIPEnabled"] is True
+    assert rows["c1"]["heartbeat"] is None and rows["c1"]["joinedAt"]
+    table = cs.run("show", "clusters", "--kubeconfig", str(cs.c2.kubeconfig)).stdout.splitlines()
+    assert table[0].split() == ["CLUSTER", "CIDR", "VIP", "DEFAULT", "JOINED", "HEARTBEAT", "READY"]
+    assert table[1].split()[:4] == ["c1", "243.0.0.0/16", "off", "(broker)"] and "never" in table[1]
+    assert table[2].split()[:4] == ["c2", "243.7.0.0/20", "on", "(cluster)"]
+    assert cs.error("show", "nodes", "--kubeconfig", str(cs.c1.kubeconfig)) == (
+        "cannot show 'nodes': choose one of clusters, exports, imports"
+    )
+
+
+def test_4_export_show_unexport(cs: Clusterset) -> None:
+    k1 = str(cs.c1.kubeconfig)
+    assert cs.error("export", "web", "-n", "shop", "--kubeconfig", k1) == "namespace 'shop' does not exist"
+    cs.run("join", "broker-info.subm", "--kubeconfig", k1, "--cluster-id", "c1")  # still joined: no-op
+    # Namespaces are the user's; create one through the library the CLI uses.
+
+    async def mkns() -> None:
+        c = make_client(k1)
+        try:
+            await c.create(Namespace(metadata=ObjectMeta(name="shop")))
+        finally:
+            await c.close()
+
+    asyncio.run(mkns())
+    assert cs.run("export", "web", "-n", "shop", "--kubeconfig", k1).stdout.strip() == "serviceexport shop/web created"
+    assert cs.run("export", "web", "-n", "shop", "--kubeconfig", k1).stdout.strip() == "serviceexport shop/web unchanged"
+    assert cs.run("export", "web", "-n", "shop", "--use-clusterset-ip=true", "--kubeconfig", k1).stdout.strip() == (
+        "serviceexport shop/web configured"
+    )
+    assert cs.error("export", "web", "-n", "shop", "--use-clusterset-ip=yes", "--kubeconfig", k1) == (
+        "--use-clusterset-ip must be true or false, not 'yes'"
+    )
+    data = json.loads(cs.run("show", "exports", "-A", "-o", "json", "--kubeconfig", k1).stdout)
+    assert data == {"items": [{
+        "namespace": "shop", "name": "web", "useClustersetIP": "true", "valid": None, "ready": None,
+        "conflict": None, "creationTimestamp": data["items"][0]["creationTimestamp"],
+    }]}
+    table = cs.run("show", "exports", "-n", "shop", "--kubeconfig", k1).stdout.splitlines()
+    assert table[0].split() == ["NAMESPACE", "NAME", "VIP", "VALID", "READY", "CONFLICT", "AGE", "MESSAGE"]
+    assert table[1].split()[:3] == ["shop", "web", "true"]
+    assert json.loads(cs.run("show", "imports", "-A", "-o", "json", "--kubeconfig", k1).stdout) == {"items": []}
+    assert cs.error("show", "exports", "-n", "shop", "-A", "--kubeconfig", k1) == "use either --namespace or --all-namespaces"
+    assert cs.error("show", "exports", "-o", "yaml", "--kubeconfig", k1) == "--output must be table or json, not 'yaml'"
+    assert cs.run("unexport", "web", "-n", "shop", "--kubeconfig", k1).stdout.strip() == "serviceexport shop/web deleted"
+    assert cs.error("unexport", "web", "-n", "shop", "--kubeconfig", k1) == "serviceexport shop/web not found"
+
+
+def test_5_unreachable_and_bad_credentials(cs: Clusterset) -> None:
+    dead = cs.tmp / "dead.kubeconfig"
+    dead.write_text(cs.c1.kubeconfig.read_text().replace(cs.c1.url, "http://127.0.0.1:1"))
+    assert cs.error("show", "exports", "--kubeconfig", str(dead)).startswith(
+        "cannot reach the API server at http://127.0.0.1:1"
+    )
+    info = BrokerInfo.decode((cs.tmp / "broker-info.subm").read_text())
+    (cs.tmp / "badtoken.subm").write_text(dataclasses.replace(info, token="wrong").encode())
+    assert "rejected the credentials (401 Unauthorized)" in cs.error(
+        "show", "clusters", "--broker-info", "badtoken.subm"
+    )
+
+
+def test_6_leave(cs: Clusterset) -> None:
+    out = cs.run("leave", "--kubeconfig", str(cs.c2.kubeconfig)).stdout
+    assert "cluster c2 left the clusterset: removed from the broker" in out
+    assert "has not joined a clusterset" in cs.error("leave", "--kubeconfig", str(cs.c2.kubeconfig))
+    _stop(cs.c1)  # c1 dies: clean it off the broker with the broker-info alone
+    assert cs.error("leave", "--broker-info", "broker-info.subm", "--cluster-id", "nope") == (
+        "cluster 'nope' is not registered on the broker (members: c1)"
+    )
+    out = cs.run("leave", "--broker-info", "broker-info.subm", "--cluster-id", "c1").stdout
+    assert "cluster c1 removed from the broker" in out
+    data = json.loads(cs.run("show", "clusters", "--broker-info", "broker-info.subm", "-o", "json").stdout)
+    assert data == {"items": []}

@@ -1,0 +1,362 @@
+"""isthmus.mcs.join against real embedded apiservers: deploy-broker, join (concurrency, idempotence,
+force, bad input), leave (broker GC of the cluster's objects), export/unexport and the show rows."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ipaddress
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.models.discovery_v1 import Endpoint
+from lightkube.models.meta_v1 import ObjectMeta as LkMeta
+from lightkube.models.meta_v1 import OwnerReference as LkOwner
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from lightkube.resources.discovery_v1 import EndpointSlice
+
+from isthmus.api.base import ObjectMeta, OwnerReference, now
+from isthmus.api.mcs import (
+    AGENT_NAMESPACE,
+    BROKER_SECRET_KEY,
+    BROKER_SECRET_NAME,
+    HEARTBEAT_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    SERVICE_DISCOVERY_NAME,
+    USE_CLUSTERSET_IP_ANNOTATION,
+    Broker,
+    Cluster,
+    ExportedService,
+    ExportedServiceSpec,
+    ServiceDiscovery,
+    ServiceExport,
+    ServiceImport,
+    ServiceImportSpec,
+    ServiceImportType,
+)
+from isthmus.kube.helpers import get, get_or_none, list_all
+from isthmus.kube.resources import to_lightkube
+from isthmus.mcs import join as j
+from isthmus.mcs.brokerinfo import BrokerInfo
+from tests.conftest import RunningApiServer
+
+NS = "isthmus-broker"
+TOKEN = "broker-secret-token"
+
+
+@dataclass
+class Env:
+    tmp: Path
+    broker: RunningApiServer
+    bc: AsyncClient
+    servers: list[RunningApiServer]
+
+    async def member(self, name: str) -> AsyncClient:
+        srv = RunningApiServer(self.tmp / name, bookmark_interval=1.0)
+        await srv.start()
+        self.servers.append(srv)
+        return srv.client()
+
+    async def deploy(self, **kw: object) -> BrokerInfo:
+        args: dict[str, object] = {"namespace": NS, "enable_clusterset_ip": False, "cidr_range": None}
+        args.update(kw)
+        return await j.deploy_broker(
+            self.bc, server_url=self.broker.url, ca_pem=None, token=TOKEN, **args  # type: ignore[arg-type]
+        )
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    broker = RunningApiServer(tmp_path / "broker", bookmark_interval=1.0, token=TOKEN)
+    await broker.start()
+    e = Env(tmp_path, broker, broker.client(), [])
+    try:
+        yield e
+    finally:
+        for s in e.servers:
+            await s.close()
+        await broker.close()
+
+
+async def _join(e: Env, client: AsyncClient, info: BrokerInfo, cid: str, **kw: object) -> Cluster:
+    args: dict[str, object] = {"enable_clusterset_ip": None, "clusterset_ip_cidr": None, "force": False}
+    args.update(kw)
+    return await j.join(e.bc, client, info, cluster_id=cid, **args)  # type: ignore[arg-type]
+
+
+# --- deploy-broker ------------------------------------------------------------------------------
+
+
+async def test_deploy_broker_defaults_and_idempotent(env: Env) -> None:
+    info = await env.deploy()
+    assert info.clusterset_ip_cidr_range == ["243.0.0.0/8"] and not info.clusterset_ip_enabled
+    assert info.server == env.broker.url and info.token == TOKEN and info.namespace == NS
+    broker = await get(env.bc, Broker, "broker", namespace=NS)
+    assert broker.spec.clusterset_ip_cidr_range == ["243.0.0.0/8"]
+    cm = await env.bc.get(ConfigMap, "broker-info", namespace=NS)
+    assert cm.data == {"clustersetIPEnabled": "false", "clustersetIPCIDRRange": "243.0.0.0/8"}
+    rv = broker.metadata.resource_version
+    assert await env.deploy() == info
+    assert (await get(env.bc, Broker, "broker", namespace=NS)).metadata.resource_version == rv
+
+
+async def test_deploy_broker_settings_cannot_change(env: Env) -> None:
+    await env.deploy(enable_clusterset_ip=True, cidr_range=["10.0.0.0/8, 11.0.0.0/16"])
+    with pytest.raises(j.DiscoveryError) as exc:
+        await env.deploy(enable_clusterset_ip=False, cidr_range=None)
+    assert "already deployed with clustersetIPEnabled=true, clustersetIPCIDRRange=10.0.0.0/8,11.0.0.0/16" in str(
+        exc.value
+    )
+    info = await env.deploy(enable_clusterset_ip=True, cidr_range=["10.0.0.0/8", "11.0.0.0/16"])
+    assert info.clusterset_ip_cidr_range == ["10.0.0.0/8", "11.0.0.0/16"]
+
+
+@pytest.mark.parametrize(
+    ("ranges", "message"),
+    [
+        (["243.0.0.1/8"], "clusterset IP CIDR range 243.0.0.1/8 has host bits set: the network is 243.0.0.0/8"),
+        (["nonsense"], "clusterset IP CIDR range 'nonsense' is not a valid IPv4 network (a.b.c.d/n)"),
+        (["10.0.0.0/8,10.1.0.0/16"], "clusterset IP CIDR ranges 10.0.0.0/8 and 10.1.0.0/16 overlap"),
+    ],
+)
+async def test_deploy_broker_bad_range(env: Env, ranges: list[str], message: str) -> None:
+    with pytest.raises(j.DiscoveryError) as exc:
+        await env.deploy(cidr_range=ranges)
+    assert str(exc.value).startswith(message)
+    assert await get_or_none(env.bc, Namespace, NS) is None  # nothing written
+
+
+# --- join ---------------------------------------------------------------------------------------
+
+
+async def test_join_writes_cluster_and_member_objects(env: Env) -> None:
+    info = await env.deploy(enable_clusterset_ip=True)
+    c1 = await env.member("c1")
+    cluster = await _join(env, c1, info, "c1")
+    assert cluster.spec.clusterset_ip_cidr == ["243.0.0.0/16"]
+    assert cluster.spec.clusterset_ip_enabled is None and cluster.spec.joined_at is not None
+    sd = await get(c1, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE)
+    assert sd.spec.cluster_id == "c1" and sd.spec.clusterset_ip_enabled is True
+    assert sd.spec.clusterset_ip_cidr == ["243.0.0.0/16"] and sd.spec.broker_namespace == NS
+    secret = await c1.get(Secret, BROKER_SECRET_NAME, namespace=AGENT_NAMESPACE)
+    assert secret.data is not None
+    assert BrokerInfo.decode(base64.b64decode(secret.data[BROKER_SECRET_KEY])) == info
+    assert await j.membership(c1) == ("c1", info)
+
+    c2 = await env.member("c2")
+    cluster2 = await _join(env, c2, info, "c2", enable_clusterset_ip=False, clusterset_ip_cidr="243.7.0.0/20")
+    assert cluster2.spec.clusterset_ip_cidr == ["243.7.0.0/20"] and cluster2.spec.clusterset_ip_enabled is False
+    sd2 = await get(c2, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE)
+    assert sd2.spec.clusterset_ip_enabled is False
+
+
+async def test_concurrent_joins_never_overlap(env: Env) -> None:
+    info = await env.deploy()
+    members = [await env.member(f"m{i}") for i in range(5)]
+    clusters = await asyncio.gather(*(_join(env, c, info, f"m{i}") for i, c in enumerate(members)))
+    nets = [ipaddress.IPv4Network(c.spec.clusterset_ip_cidr[0]) for c in clusters]
+    assert len({str(n) for n in nets}) == 5
+    for a in nets:
+        for b in nets:
+            assert a is b or not a.overlaps(b)
+    stored = await list_all(env.bc, Cluster, namespace=NS)
+    assert sorted(c.name for c in stored) == [f"m{i}" for i in range(5)]
+    assert {c.spec.clusterset_ip_cidr[0] for c in stored} == {f"243.{i}.0.0/16" for i in range(5)}
+
+
+async def test_concurrent_joins_same_requested_cidr_one_wins(env: Env) -> None:
+    info = await env.deploy()
+    a, b = await env.member("a"), await env.member("b")
+    results = await asyncio.gather(
+        _join(env, a, info, "a", clusterset_ip_cidr="243.9.0.0/16"),
+        _join(env, b, info, "b", clusterset_ip_cidr="243.9.0.0/16"),
+        return_exceptions=True,
+    )
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], j.DiscoveryError)
+    assert "overlaps 243.9.0.0/16, the clusterset IP CIDR of cluster" in str(errors[0])
+    assert len(await list_all(env.bc, Cluster, namespace=NS)) == 1
+
+
+async def test_rejoin_is_idempotent_and_force_replaces(env: Env) -> None:
+    info = await env.deploy()
+    c1 = await env.member("c1")
+    first = await _join(env, c1, info, "c1")
+    again = await _join(env, c1, info, "c1")
+    assert again.spec.clusterset_ip_cidr == first.spec.clusterset_ip_cidr
+    assert again.metadata.resource_version == first.metadata.resource_version  # nothing rewritten
+    same = await _join(env, c1, info, "c1", clusterset_ip_cidr="243.0.0.0/16")
+    assert same.metadata.resource_version == first.metadata.resource_version
+
+    with pytest.raises(j.DiscoveryError) as exc:
+        await _join(env, c1, info, "c1", clusterset_ip_cidr="243.5.0.0/16")
+    assert str(exc.value).startswith(
+        "cluster 'c1' already has clusterset IP CIDR 243.0.0.0/16; pass --force to change it to 243.5.0.0/16"
+    )
+    forced = await _join(env, c1, info, "c1", clusterset_ip_cidr="243.5.0.0/16", force=True)
+    assert forced.spec.clusterset_ip_cidr == ["243.5.0.0/16"]
+    assert forced.spec.joined_at == first.spec.joined_at
+    sd = await get(c1, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE)
+    assert sd.spec.clusterset_ip_cidr == ["243.5.0.0/16"]
+
+
+async def test_duplicate_id_from_another_cluster(env: Env) -> None:
+    info = await env.deploy()
+    c1, other = await env.member("c1"), await env.member("other")
+    await _join(env, c1, info, "c1")
+    with pytest.raises(j.DiscoveryError) as exc:
+        await _join(env, other, info, "c1")
+    assert str(exc.value).startswith("cluster ID 'c1' is already taken by another cluster (joined ")
+    taken = await _join(env, other, info, "c1", force=True)
+    assert taken.spec.clusterset_ip_cidr == ["243.0.0.0/16"]
+    # A cluster joined under one ID cannot silently re-join under another.
+    with pytest.raises(j.DiscoveryError, match="this cluster already joined as 'c1': run `isthmus leave` first"):
+        await _join(env, other, info, "c2")
+
+
+@pytest.mark.parametrize(
+    ("cid", "cidr", "message"),
+    [
+        ("Bad_ID", None, "cluster ID 'Bad_ID' contains 'B', 'D', 'I', '_': only lower-case letters, digits and '-' are allowed"),
+        ("c1", "10.0.0.0/16", "clusterset IP CIDR 10.0.0.0/16 is not inside the clusterset IP CIDR range 243.0.0.0/8"),
+        ("c1", "243.0.0.1/16", "clusterset IP CIDR 243.0.0.1/16 has host bits set: the network is 243.0.0.0/16"),
+        ("c1", "banana", "clusterset IP CIDR 'banana' is not a valid IPv4 network (a.b.c.d/n)"),
+        ("c1", "243.0.128.0/17", "clusterset IP CIDR 243.0.128.0/17 overlaps 243.0.0.0/16, the clusterset IP CIDR of cluster taken"),
+    ],
+)
+async def test_join_bad_input(env: Env, cid: str, cidr: str | None, message: str) -> None:
+    info = await env.deploy()
+    await _join(env, await env.member("taken"), info, "taken")
+    c1 = await env.member("c1")
+    with pytest.raises(j.DiscoveryError) as exc:
+        await _join(env, c1, info, cid, clusterset_ip_cidr=cidr)
+    assert str(exc.value).startswith(message)
+    assert [c.name for c in await list_all(env.bc, Cluster, namespace=NS)] == ["taken"]
+    assert await get_or_none(c1, Namespace, AGENT_NAMESPACE) is None
+
+
+async def test_join_without_broker(env: Env) -> None:
+    info = BrokerInfo(server=env.broker.url, token=TOKEN, namespace="nowhere")
+    with pytest.raises(j.DiscoveryError, match="no broker in namespace nowhere of the broker API"):
+        await _join(env, await env.member("c1"), info, "c1")
+
+
+# --- leave --------------------------------------------------------------------------------------
+
+
+async def _owned_objects(e: Env, cluster: Cluster) -> None:
+    """What an agent publishes for one export: an ExportedService and an EndpointSlice, owned by the Cluster."""
+    owner = OwnerReference(api_version=cluster.api_version, kind="Cluster", name=cluster.name,
+                           uid=cluster.metadata.uid or "")
+    es = ExportedService(
+        metadata=ObjectMeta(name=f"web-shop-{cluster.name}", namespace=NS, owner_references=[owner]),
+        spec=ExportedServiceSpec(cluster=cluster.name, service_name="web", service_namespace="shop",
+                                 type=ServiceImportType.CLUSTER_SET_IP, export_creation_timestamp=now()),
+    )
+    await e.bc.create(to_lightkube(es))
+    lk_owner = LkOwner(apiVersion=cluster.api_version, kind="Cluster", name=cluster.name, uid=cluster.metadata.uid or "")
+    await e.bc.create(EndpointSlice(
+        metadata=LkMeta(name=f"web-shop-{cluster.name}", namespace=NS, ownerReferences=[lk_owner]),
+        addressType="IPv4", endpoints=[Endpoint(addresses=["127.0.0.9"])],
+    ))
+
+
+async def _wait_gone(client: AsyncClient, cluster: str) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            names = [x.name for x in await list_all(client, ExportedService, namespace=NS)]
+            slices = [s.metadata.name for s in await list_all(client, EndpointSlice, namespace=NS) if s.metadata]
+            if not any(cluster in n for n in names + slices):
+                return
+            await asyncio.sleep(0.05)
+
+
+async def test_leave_live_cluster(env: Env) -> None:
+    info = await env.deploy()
+    c1, c2 = await env.member("c1"), await env.member("c2")
+    cl1 = await _join(env, c1, info, "c1")
+    cl2 = await _join(env, c2, info, "c2")
+    await _owned_objects(env, cl1)
+    await _owned_objects(env, cl2)
+    # What c1's agent made locally: an imported slice, a ServiceImport; plus a user's own slice.
+    await c1.create(Namespace(metadata=LkMeta(name="shop")))
+    await c1.create(EndpointSlice(
+        metadata=LkMeta(name="web-c2", namespace="shop", labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE}),
+        addressType="IPv4", endpoints=[],
+    ))
+    await c1.create(EndpointSlice(metadata=LkMeta(name="mine", namespace="shop"), addressType="IPv4", endpoints=[]))
+    await c1.create(to_lightkube(ServiceImport(
+        metadata=ObjectMeta(name="web", namespace="shop"),
+        spec=ServiceImportSpec(type=ServiceImportType.CLUSTER_SET_IP),
+    )))
+    await c1.create(to_lightkube(ServiceExport(metadata=ObjectMeta(name="web", namespace="shop"))))
+
+    result = await j.leave(env.bc, c1, NS, "c1")
+    assert result == j.LeaveResult(cluster_id="c1", deregistered=True, local_objects=4)
+    await _wait_gone(env.bc, "c1")
+    assert [c.name for c in await list_all(env.bc, Cluster, namespace=NS)] == ["c2"]
+    assert [x.spec.cluster for x in await list_all(env.bc, ExportedService, namespace=NS)] == ["c2"]
+    assert await get_or_none(c1, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE) is None
+    assert await get_or_none(c1, Secret, BROKER_SECRET_NAME, namespace=AGENT_NAMESPACE) is None
+    assert [s.metadata.name for s in await list_all(c1, EndpointSlice, namespace="shop") if s.metadata] == ["mine"]
+    assert await list_all(c1, ServiceImport, namespace="shop") == []
+    assert len(await list_all(c1, ServiceExport, namespace="shop")) == 1  # the user's: untouched
+    # Leaving twice is harmless; the cluster can join again (and gets the freed CIDR back).
+    assert (await j.leave(env.bc, c1, NS, "c1")).deregistered is False
+    again = await _join(env, c1, info, "c1")
+    assert again.spec.clusterset_ip_cidr == cl1.spec.clusterset_ip_cidr
+
+
+async def test_leave_dead_cluster_broker_only(env: Env) -> None:
+    info = await env.deploy()
+    c1 = await env.member("c1")
+    cl1 = await _join(env, c1, info, "c1")
+    await _owned_objects(env, cl1)
+    await env.servers[0].stop()  # the cluster is gone
+    result = await j.leave(env.bc, None, NS, "c1")
+    assert result.deregistered and result.local_objects == 0
+    await _wait_gone(env.bc, "c1")
+
+
+# --- export and show ----------------------------------------------------------------------------
+
+
+async def test_export_unexport_and_rows(env: Env) -> None:
+    info = await env.deploy()
+    c1 = await env.member("c1")
+    with pytest.raises(j.DiscoveryError, match="CRDs are not installed"):
+        await c1.create(Namespace(metadata=LkMeta(name="shop")))
+        await j.export(c1, "web", "shop", None)
+    await _join(env, c1, info, "c1")
+    with pytest.raises(j.DiscoveryError, match="namespace 'nope' does not exist"):
+        await j.export(c1, "web", "nope", None)
+    obj, change = await j.export(c1, "web", "shop", None)
+    assert change == "created" and not (obj.metadata.annotations or {})
+    assert (await j.export(c1, "web", "shop", None))[1] == "unchanged"
+    obj, change = await j.export(c1, "web", "shop", True)
+    assert change == "configured" and obj.metadata.annotations == {USE_CLUSTERSET_IP_ANNOTATION: "true"}
+    assert (await j.export(c1, "web", "shop", True))[1] == "unchanged"
+    obj, change = await j.export(c1, "db", "shop", False)
+    assert change == "created" and obj.metadata.annotations == {USE_CLUSTERSET_IP_ANNOTATION: "false"}
+
+    rows = await j.export_rows(c1, None)
+    assert [(r.namespace, r.name, r.use_clusterset_ip) for r in rows] == [("shop", "db", "false"), ("shop", "web", "true")]
+    assert rows[0].valid is None and rows[0].to_dict()["valid"] is None
+
+    assert await j.unexport(c1, "web", "shop") is True
+    assert await j.unexport(c1, "web", "shop") is False
+    assert [r.name for r in await j.export_rows(c1, "shop")] == ["db"]
+
+    # Clusters as the broker knows them, with the agent's heartbeat.
+    cl = await get(env.bc, Cluster, "c1", namespace=NS)
+    cl.metadata.annotations = {**(cl.metadata.annotations or {}), HEARTBEAT_ANNOTATION: "2030-01-01T00:00:00Z"}
+    cl.metadata.managed_fields = None
+    await env.bc.replace(to_lightkube(cl))
+    [row] = await j.cluster_rows(env.bc, NS)
+    assert row.cluster_id == "c1" and row.cidrs == ["243.0.0.0/16"]
+    assert row.clusterset_ip_enabled is False and row.enabled_source == "broker"
+    assert row.to_dict()["heartbeat"] == "2030-01-01T00:00:00Z"
