@@ -1,0 +1,272 @@
+"""The pod runtime: what the scheduler and a kubelet do for a Pod, on loopback addresses.
+
+A Pod gets a node name, an IP from the cluster's pod CIDR and a Running/Ready status, so the
+EndpointSlice controller (and everything downstream) sees it like a real Pod. A Pod annotated
+``isthmus.io/workload: echo`` also gets real echo servers bound to that IP (see echo.py), and
+is Ready only once they listen. Servers stop and the address is released when the Pod goes.
+
+After a restart the addresses are re-reserved from the Pods' status before anything is
+allocated, and the echo servers of existing Pods are started again on the same addresses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+
+from isthmus.local.kubelite import ECHO_WORKLOAD, FIELD_MANAGER, WORKLOAD_ANNOTATION
+from isthmus.local.kubelite.echo import EchoIdentity, EchoServer
+from isthmus.local.kubelite.ipam import IPPool, PoolFull
+from isthmus.runtime import Controller, EventRecorder, Informer, Result, split_key
+
+__all__ = [
+    "HOST_IP",
+    "PodRuntime",
+    "container_ports",
+    "desired_pod_status",
+    "format_time",
+    "is_echo",
+    "node_name",
+    "status_up_to_date",
+]
+
+log = logging.getLogger(__name__)
+
+HOST_IP = "127.0.0.1"
+RETRY_SECONDS = 5.0
+_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+
+Obj = dict[str, Any]
+
+
+def format_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_name(cluster: str) -> str:
+    """The one node every Pod of a kube-lite cluster runs on."""
+    return f"{cluster}-node"
+
+
+def is_echo(pod: Mapping[str, Any]) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(WORKLOAD_ANNOTATION) == ECHO_WORKLOAD)
+
+
+def container_ports(pod: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """(containerPort, protocol) of every container port of the Pod, without duplicates."""
+    seen: set[tuple[int, str]] = set()
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for p in c.get("ports") or []:
+            if p.get("containerPort"):
+                seen.add((int(p["containerPort"]), str(p.get("protocol") or "TCP")))
+    return sorted(seen)
+
+
+def desired_pod_status(
+    pod: Mapping[str, Any], ip: str, *, now: str, ready: bool = True, message: str | None = None
+) -> Obj:
+    """The status a kubelet would report for the running Pod; timestamps already stored are kept
+    so that re-running this gives the same answer (no write loops)."""
+    current = pod.get("status") or {}
+    old_conds = {c.get("type"): c for c in current.get("conditions") or []}
+
+    def cond(ctype: str, ok: bool) -> Obj:
+        status = "True" if ok else "False"
+        old = old_conds.get(ctype) or {}
+        c: Obj = {
+            "type": ctype,
+            "status": status,
+            "lastProbeTime": None,
+            "lastTransitionTime": old.get("lastTransitionTime") if old.get("status") == status else now,
+        }
+        c["lastTransitionTime"] = c["lastTransitionTime"] or now
+        if not ok:
+            c["reason"] = "ContainersNotReady"
+            c["message"] = message or "containers are not ready"
+        return c
+
+    old_cs = {c.get("name"): c for c in current.get("containerStatuses") or []}
+    statuses = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        old = old_cs.get(c.get("name")) or {}
+        started = ((old.get("state") or {}).get("running") or {}).get("startedAt") or now
+        statuses.append(
+            {
+                "name": c.get("name"),
+                "ready": ready,
+                "started": True,
+                "state": {"running": {"startedAt": started}},
+                "image": c.get("image") or "",
+                "imageID": "",
+                "restartCount": 0,
+            }
+        )
+    return {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "hostIP": HOST_IP,
+        "hostIPs": [{"ip": HOST_IP}],
+        "startTime": current.get("startTime") or now,
+        "conditions": [cond(t, ready or t in ("PodScheduled", "Initialized")) for t in _CONDITIONS],
+        "containerStatuses": statuses,
+    }
+
+
+def status_up_to_date(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether every field of ``desired`` is already stored (server-side extras are ignored)."""
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, Mapping):
+            return {k: norm(x) for k, x in v.items() if x is not None}
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        return v
+
+    return all(norm(current.get(k)) == norm(v) for k, v in desired.items())
+
+
+class PodRuntime:
+    """Keyed by Pod. The address pool and the running echo servers live here."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        pods: Informer[Pod],
+        recorder: EventRecorder,
+        *,
+        cluster: str,
+        pod_cidr: str,
+        workers: int = 4,
+    ) -> None:
+        self.client = client
+        self.pods = pods
+        self.recorder = recorder
+        self.cluster = cluster
+        self.ips = IPPool(pod_cidr)
+        self.servers: dict[str, EchoServer] = {}
+        self._uids: dict[str, str | None] = {}
+        self.controller = Controller("kubelite-pods", self.reconcile, workers=workers)
+        self.controller.watch(pods)
+
+    def rebuild(self) -> None:
+        """Reserve the address of every stored Pod, oldest first; call before :meth:`run`."""
+        items = sorted(
+            (p.to_dict() for p in self.pods.cache.list()),
+            key=lambda p: str(p["metadata"].get("creationTimestamp") or ""),
+        )
+        for p in items:
+            ip = (p.get("status") or {}).get("podIP")
+            if ip:
+                self.ips.reserve(str(ip), f"{p['metadata'].get('namespace')}/{p['metadata']['name']}")
+        log.info("pod addresses rebuilt", extra={"pod_ips": len(self.ips)})
+
+    async def run(self) -> None:
+        await self.controller.run()
+
+    async def close(self) -> None:
+        """Stop every echo server (kube-lite is shutting down; the Pods stay as they are)."""
+        for key in list(self.servers):
+            await self._stop(key)
+
+    async def _stop(self, key: str) -> None:
+        server = self.servers.pop(key, None)
+        self._uids.pop(key, None)
+        if server is not None:
+            await server.stop()
+            log.info("echo servers stopped", extra={"pod": key, "ip": server.ip})
+
+    async def reconcile(self, key: str) -> Result | None:
+        ns, name = split_key(key)
+        pod = self.pods.cache.get(key)
+        if pod is None:
+            await self._stop(key)
+            self.ips.release_owner(key)
+            return None
+        data = pod.to_dict()
+        meta, spec, status = data["metadata"], data.get("spec") or {}, data.get("status") or {}
+        if meta.get("deletionTimestamp") is not None:
+            await self._stop(key)  # the containers are being killed; the address goes with the object
+            return None
+        if status.get("phase") in ("Succeeded", "Failed"):
+            await self._stop(key)
+            return None
+
+        if not spec.get("nodeName"):  # the scheduler's job: bind to our one node
+            spec["nodeName"] = node_name(self.cluster)
+            data["spec"] = spec
+            meta.pop("managedFields", None)
+            updated = await self.client.replace(cast(Pod, Pod.from_dict(data)), field_manager=FIELD_MANAGER)
+            data = updated.to_dict()
+
+        ip = status.get("podIP")
+        if spec.get("hostNetwork"):
+            ip = ip or HOST_IP
+        elif ip:
+            self.ips.reserve(str(ip), key)  # refused only for a foreign address: keep it, not ours
+        else:
+            try:
+                ip = self.ips.allocate(key)
+            except PoolFull:
+                self.recorder.warning(
+                    pod, "FailedScheduling", f"the pod CIDR {self.ips.network} has no free address left"
+                )
+                return Result(requeue_after=30.0)
+        for other in self.ips.held(key):
+            if other != ip:
+                self.ips.release(other, key)
+
+        ready, message = True, None
+        if is_echo(data):
+            ready, message = await self._ensure_echo(key, data, str(ip))
+            if message:
+                self.recorder.warning(pod, "EchoServerFailed", message)
+        else:
+            await self._stop(key)
+
+        desired = desired_pod_status(
+            data, str(ip), now=format_time(datetime.now(UTC)), ready=ready, message=message
+        )
+        if not status_up_to_date(data.get("status") or {}, desired):
+            await self.client.patch(
+                Pod.Status,
+                name,
+                {"status": desired},
+                namespace=ns,
+                patch_type=PatchType.MERGE,
+                field_manager=FIELD_MANAGER,
+            )
+        return None if ready else Result(requeue_after=RETRY_SECONDS)
+
+    async def _ensure_echo(self, key: str, pod: Obj, ip: str) -> tuple[bool, str | None]:
+        """Start (or restart, when the address, ports or Pod incarnation changed) the echo servers."""
+        meta = pod["metadata"]
+        ports = container_ports(pod)
+        server = self.servers.get(key)
+        wanted = EchoServer(EchoIdentity(meta["name"], meta.get("namespace") or "", self.cluster), ip, ports)
+        if (
+            server is not None
+            and server.ip == ip
+            and server.ports == wanted.ports
+            and self._uids.get(key) == meta.get("uid")
+            and server.listening
+        ):
+            return True, None
+        await self._stop(key)
+        try:
+            await wanted.start()
+        except OSError as e:
+            msg = f"echo server cannot listen on {ip}: {e.strerror or e}"
+            log.warning("echo server failed", extra={"pod": key, "error": msg})
+            return False, msg
+        self.servers[key] = wanted
+        self._uids[key] = meta.get("uid")
+        log.info("echo servers listening", extra={"pod": key, "ip": ip, "ports": wanted.ports})
+        return True, None

@@ -1,0 +1,52 @@
+"""`isthmus kube-lite` flag validation: bad input is exit code 2 with a clear message."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from isthmus.cli.kubelite import kube_lite as _kube_lite  # noqa: F401  (registers the command)
+from isthmus.cli.main import app
+
+GOOD = ["--kubeconfig", "/nonexistent/kubeconfig", "--cluster-name", "c1"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--pod-cidr", "127.101.0.0/33", "--service-cidr", "127.201.0.0/16"],
+            "pod CIDR '127.101.0.0/33' is not",
+        ),
+        (["--pod-cidr", "10.0.0.0/16", "--service-cidr", "127.201.0.0/16"], "outside 127.0.0.0/8"),
+        (["--pod-cidr", "127.101.0.1/16", "--service-cidr", "127.201.0.0/16"], "host bits set"),
+        (["--pod-cidr", "127.101.0.0/16", "--service-cidr", "127.101.128.0/17"], "overlap"),
+        (
+            ["--pod-cidr", "127.101.0.0/16", "--service-cidr", "127.201.0.0/16", "--node-port-range", "3-1"],
+            "port range",
+        ),
+        (
+            ["--pod-cidr", "127.101.0.0/16", "--service-cidr", "127.201.0.0/16", "--metrics-addr", "nope"],
+            "host:port",
+        ),
+        (["--pod-cidr", "127.101.0.0/16", "--service-cidr", "127.201.0.0/16"], "error:"),  # no kubeconfig
+    ],
+)
+def test_bad_flags_exit_2(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["kube-lite", *GOOD, *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bad_cluster_name() -> None:
+    args = ["kube-lite", "--kubeconfig", "k", "--cluster-name", "C_1"]
+    result = CliRunner().invoke(
+        app, [*args, "--pod-cidr", "127.101.0.0/16", "--service-cidr", "127.201.0.0/16"]
+    )
+    assert result.exit_code == 2 and "DNS-1123" in result.output
+
+
+def test_hidden() -> None:
+    result = CliRunner().invoke(app, ["--help"])
+    assert "kube-lite" not in result.output
