@@ -8,6 +8,7 @@ from isthmus.cli import crds as _crds  # noqa: F401
 from isthmus.cli import demo as _demo  # noqa: F401
 from isthmus.cli import discovery as _discovery  # noqa: F401
 from isthmus.cli import kubelite as _kubelite  # noqa: F401
+from isthmus.cli import proxy as _proxy  # noqa: F401
 from isthmus.cli.app import app
 
 __all__ = ["app"]

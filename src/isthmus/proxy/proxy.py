@@ -1,0 +1,487 @@
+"""The proxy as a component: informers → table → listeners, reconciled live.
+
+Any change to a Service, EndpointSlice or ServiceImport marks its `ns/name` dirty; dirty services
+are rebuilt on the next loop iteration (coalescing bursts) from what the caches hold *now* and the
+merged table is applied: new listeners start binding, gone ones stop accepting (relayed TCP
+connections keep their backend until they end), kept ones get the new endpoint set in place so
+ClientIP pins to surviving backends hold. Binding retries with backoff forever — an address held
+by something else, or one not local yet, must not take the proxy down.
+
+The CLI, `isthmus up` and the tests all start the proxy through `ProxyService`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+
+from isthmus.api.mcs import KUBE_SERVICE_NAME_LABEL, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport
+from isthmus.kube.resources import resource_for
+from isthmus.proxy.balancer import Balancer
+from isthmus.proxy.metrics import ListenerStats, ProxyStats
+from isthmus.proxy.table import (
+    DEFAULT_AFFINITY_TIMEOUT,
+    Backend,
+    EndpointSnap,
+    ImportSnap,
+    ListenerKey,
+    Port,
+    ServiceSnap,
+    SliceSnap,
+    Target,
+    merge_targets,
+    service_targets,
+)
+from isthmus.proxy.tcp import DEFAULT_CONNECT_TIMEOUT, TcpListener
+from isthmus.proxy.udp import DEFAULT_IDLE_TIMEOUT, UdpListener
+from isthmus.runtime import HealthServer, Informer, SharedInformerFactory, object_labels, object_namespace
+
+__all__ = [
+    "ProxyConfig",
+    "ProxyService",
+    "bind_socket",
+    "import_snapshot",
+    "service_snapshot",
+    "slice_snapshot",
+]
+
+log = logging.getLogger(__name__)
+
+MCS_SLICE_INDEX = "proxy-mcs-service"
+KUBE_SLICE_INDEX = "proxy-kube-service"
+
+
+# --- API objects → snapshots ---------------------------------------------------------------------
+
+
+def _affinity(kind: Any, config: Any) -> int | None:
+    if kind != "ClientIP":
+        return None
+    timeout = config.get("timeoutSeconds") if isinstance(config, dict) else None
+    return timeout if isinstance(timeout, int) and timeout > 0 else DEFAULT_AFFINITY_TIMEOUT
+
+
+def service_snapshot(svc: Service) -> ServiceSnap:
+    """A Service as the table needs it; headless and ExternalName services get no ClusterIP."""
+    meta, spec = svc.metadata, svc.spec
+    assert meta is not None
+    if spec is None:
+        return ServiceSnap(meta.namespace or "", meta.name or "")
+    ips: tuple[str, ...] = ()
+    if spec.type != "ExternalName" and spec.clusterIP not in (None, "", "None"):
+        ips = tuple(ip for ip in (spec.clusterIPs or [spec.clusterIP]) if ip and ip != "None")
+    cfg = spec.sessionAffinityConfig
+    client_ip = cfg.clientIP if cfg is not None else None
+    timeout_cfg = {"timeoutSeconds": client_ip.timeoutSeconds} if client_ip is not None else None
+    return ServiceSnap(
+        namespace=meta.namespace or "",
+        name=meta.name or "",
+        type=spec.type or "ClusterIP",
+        cluster_ips=ips,
+        ports=tuple(
+            Port(p.name or "", p.protocol or "TCP", p.port, p.nodePort) for p in spec.ports or () if p.port
+        ),
+        affinity_timeout=_affinity(spec.sessionAffinity, timeout_cfg),
+    )
+
+
+def slice_snapshot(obj: EndpointSlice, cluster: str = "") -> SliceSnap:
+    endpoints = []
+    for ep in obj.endpoints or ():
+        c = ep.conditions
+        ready = c is None or c.ready is None or bool(c.ready)  # nil means ready (API doc)
+        serving = c is None or c.serving is None or bool(c.serving)
+        terminating = c is not None and bool(c.terminating)
+        endpoints.append(EndpointSnap(tuple(ep.addresses or ()), ready, serving, terminating))
+    ports = tuple(
+        Port(p.name or "", p.protocol or "TCP", p.port) for p in obj.ports or () if isinstance(p.port, int)
+    )
+    return SliceSnap(tuple(endpoints), ports, cluster, obj.addressType or "IPv4")
+
+
+def import_snapshot(obj: Any) -> ImportSnap:
+    """A ServiceImport (lightkube generic dict); tolerant of missing fields."""
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    ports = tuple(
+        Port(str(p.get("name") or ""), str(p.get("protocol") or "TCP"), p["port"])
+        for p in spec.get("ports") or ()
+        if isinstance(p.get("port"), int)
+    )
+    cfg = (spec.get("sessionAffinityConfig") or {}).get("clientIP")
+    return ImportSnap(
+        namespace=obj.metadata.namespace or "",
+        name=obj.metadata.name or "",
+        type=str(spec.get("type") or "ClusterSetIP"),
+        ips=tuple(str(ip) for ip in spec.get("ips") or () if ip),
+        ports=ports,
+        affinity_timeout=_affinity(spec.get("sessionAffinity"), cfg),
+        clusters=tuple(str(c["cluster"]) for c in status.get("clusters") or () if c.get("cluster")),
+    )
+
+
+def _mcs_key(obj: Any) -> Iterable[str]:
+    labels = object_labels(obj)
+    svc = labels.get(SERVICE_NAME_LABEL)
+    if svc and KUBE_SERVICE_NAME_LABEL not in labels:
+        return (f"{object_namespace(obj)}/{svc}",)
+    return ()
+
+
+def _kube_key(obj: Any) -> Iterable[str]:
+    svc = object_labels(obj).get(KUBE_SERVICE_NAME_LABEL)
+    return (f"{object_namespace(obj)}/{svc}",) if svc else ()
+
+
+# --- sockets -------------------------------------------------------------------------------------
+
+
+def bind_socket(key: ListenerKey, reuse_port: bool = False) -> socket.socket:
+    """A bound, non-blocking socket for `key` (not yet listening); OSError when the address is taken.
+
+    TCP sets SO_REUSEADDR (restart while old connections sit in TIME_WAIT). UDP does not: on Linux
+    it would let a second proxy silently share a ClusterIP. VIPs set SO_REUSEPORT on purpose.
+    """
+    family = socket.AF_INET6 if ":" in key.ip else socket.AF_INET
+    kind = socket.SOCK_STREAM if key.protocol == "TCP" else socket.SOCK_DGRAM
+    sock = socket.socket(family, kind)
+    try:
+        if kind == socket.SOCK_STREAM:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((key.ip, key.port))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+# --- listeners -----------------------------------------------------------------------------------
+
+
+class _Listener:
+    """One wanted listener: its balancer, its server once bound, and the bind-retry task."""
+
+    def __init__(self, proxy: ProxyService, key: ListenerKey, target: Target) -> None:
+        self.proxy = proxy
+        self.key = key
+        self.target = target
+        self.balancer = Balancer(target.backends, target.affinity_timeout)
+        self.stats = self._stats_for(target)
+        cfg = proxy.config
+        self.server: TcpListener | UdpListener = (
+            TcpListener(self.balancer, self.stats, connect_timeout=cfg.connect_timeout)
+            if key.protocol == "TCP"
+            else UdpListener(self.balancer, self.stats, idle_timeout=cfg.udp_idle_timeout)
+        )
+        self.bound = False
+        self.failures = 0
+        proxy.stats.pending += 1
+        self._task = asyncio.get_running_loop().create_task(self._bind(), name=f"proxy bind {key}")
+
+    def _stats_for(self, target: Target) -> ListenerStats:
+        return self.proxy.stats.for_listener(target.service, target.port_name, self.key.protocol, target.kind)
+
+    def retarget(self, target: Target) -> None:
+        if target == self.target:
+            return
+        old, self.target = self.target, target
+        self.balancer.update(target.backends, target.affinity_timeout)
+        if (old.service, old.port_name, old.kind) != (target.service, target.port_name, target.kind):
+            self.stats = self.server.stats = self._stats_for(target)
+        if isinstance(self.server, UdpListener) and old.backends != target.backends:
+            self.server.backends_changed()
+
+    async def _bind(self) -> None:
+        cfg = self.proxy.config
+        delay = cfg.bind_backoff_base
+        while True:
+            try:
+                sock = bind_socket(self.key, self.target.reuse_port)
+                try:
+                    await self.server.start(sock)
+                except BaseException:
+                    sock.close()
+                    raise
+            except OSError as e:
+                self.failures += 1
+                self.proxy.stats.bind_failures += 1
+                level = (
+                    logging.WARNING if self.failures in (1, 10) or self.failures % 100 == 0 else logging.DEBUG
+                )
+                log.log(
+                    level,
+                    "cannot listen; retrying",
+                    extra={
+                        "listener": str(self.key),
+                        "service": self.target.service,
+                        "error": e.strerror or str(e),
+                        "attempt": self.failures,
+                        "retry_in": round(delay, 2),
+                    },
+                )
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, cfg.bind_backoff_cap)
+                continue
+            self.bound = True
+            self.proxy.stats.pending -= 1
+            self.proxy.stats.bound += 1
+            log.info(
+                "listening",
+                extra={
+                    "listener": str(self.key),
+                    "service": self.target.service,
+                    "port": self.target.port_name,
+                    "kind": self.target.kind,
+                    "backends": len(self.target.backends),
+                },
+            )
+            return
+
+    async def close(self, abort: bool = False) -> None:
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        self.server.close()
+        if abort:
+            self.server.abort_all()
+        if self.bound:
+            self.proxy.stats.bound -= 1
+            self.bound = False
+            log.info("stopped listening", extra={"listener": str(self.key), "service": self.target.service})
+        else:
+            self.proxy.stats.pending -= 1
+
+
+# --- the proxy -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ProxyConfig:
+    cluster_id: str
+    node_address: str | None = "127.0.0.1"
+    """Where NodePorts listen; None: no NodePort listeners."""
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    udp_idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    metrics_addr: str | None = None
+    sync_timeout: float | None = None
+    bind_backoff_base: float = 0.5
+    bind_backoff_cap: float = 30.0
+
+
+class ProxyService:
+    """One cluster's service proxy."""
+
+    def __init__(
+        self, client: AsyncClient, config: ProxyConfig, factory: SharedInformerFactory | None = None
+    ) -> None:
+        self.config = config
+        self.stats = ProxyStats()
+        self.factory = factory or SharedInformerFactory(client)
+        self.imports: Informer[Any] = self.factory.informer(resource_for(ServiceImport))
+        self.services: Informer[Service] = self.factory.informer(Service)
+        self.slices: Informer[EndpointSlice] = self.factory.informer(EndpointSlice)
+        self.slices.add_indexer(MCS_SLICE_INDEX, _mcs_key)
+        self.slices.add_indexer(KUBE_SLICE_INDEX, _kube_key)
+        self.listeners: dict[ListenerKey, _Listener] = {}
+        self.conflicts: list[str] = []
+        self.health: HealthServer | None = None
+        self._per_service: dict[str, list[tuple[ListenerKey, Target]]] = {}
+        self._dirty: set[str] = set()
+        self._scheduled = False
+        self._synced = False
+        self._sync_task: asyncio.Task[bool] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        self.imports.add_handler(self._on_obj, self._on_update, self._on_obj)
+        self.services.add_handler(self._on_obj, self._on_update, self._on_obj)
+        self.slices.add_handler(self._on_slice, self._on_slice_update, self._on_slice)
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.stats.ready
+
+    async def start(self) -> None:
+        """Serve metrics (if asked), then sync informers and apply the table in the background."""
+        if self.config.metrics_addr:
+            self.health = HealthServer()
+            self.health.add_readiness_check("proxy-synced", lambda: self.stats.ready)
+            await self.health.start(self.config.metrics_addr)
+        self._sync_task = asyncio.get_running_loop().create_task(self._run(), name="proxy informer sync")
+
+    async def wait_ready(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """True once the informers synced and the first table was applied; False on timeout."""
+        if self._sync_task is None:
+            raise RuntimeError("start() first")
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(self._sync_task)
+        except TimeoutError:
+            return False
+
+    async def stop(self) -> None:
+        """Stop listening and drop every relayed connection and flow."""
+        if self._sync_task is not None and not self._sync_task.done():
+            self._sync_task.cancel()
+            try:
+                await self._sync_task
+            except asyncio.CancelledError:
+                pass
+        self._synced = False
+        await self.factory.stop()
+        listeners, self.listeners = self.listeners, {}
+        await asyncio.gather(*(lis.close(abort=True) for lis in listeners.values()))
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+        self.stats.ready = False
+        if self.health is not None:
+            await self.health.stop()
+
+    async def _run(self) -> bool:
+        """Proxy ClusterIPs as soon as Services and slices are listed; VIPs follow the imports.
+
+        ServiceImports are listed separately so a cluster without the MCS CRDs (not joined yet)
+        still gets its ClusterIPs and NodePorts; "ready" waits for all three.
+        """
+        self.factory.start()
+        started = time.monotonic()
+        deadline = None if self.config.sync_timeout is None else started + self.config.sync_timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        for inf in (self.services, self.slices):
+            if not await inf.wait_synced(left()):
+                return False
+        self._dirty.update(self.services.cache.keys())
+        self._synced = True
+        self.flush()
+        if not await self.imports.wait_synced(left()):
+            log.warning("ServiceImports not listed yet (MCS CRDs missing?); proxying ClusterIPs only")
+            await self.imports.wait_synced()
+        self._touch_all_imports()
+        self.flush()
+        self.stats.ready = True
+        log.info(
+            "informers synced; proxying",
+            extra={
+                "services": len(self.services.cache),
+                "imports": len(self.imports.cache),
+                "slices": len(self.slices.cache),
+                "listeners": len(self.listeners),
+                "seconds": round(time.monotonic() - started, 3),
+            },
+        )
+        return True
+
+    def _touch_all_imports(self) -> None:
+        self._dirty.update(self.imports.cache.keys())
+
+    # ---- inspection (tests, status) -------------------------------------------------------------
+
+    def is_listening(self, key: ListenerKey) -> bool:
+        lis = self.listeners.get(key)
+        return lis is not None and lis.bound
+
+    def backends(self, key: ListenerKey) -> tuple[Backend, ...] | None:
+        lis = self.listeners.get(key)
+        return lis.balancer.backends if lis is not None else None
+
+    def target(self, key: ListenerKey) -> Target | None:
+        lis = self.listeners.get(key)
+        return lis.target if lis is not None else None
+
+    # ---- events ----------------------------------------------------------------------------------
+
+    def _on_obj(self, obj: Any) -> None:
+        self._touch(f"{object_namespace(obj)}/{obj.metadata.name}")
+
+    def _on_update(self, old: Any, new: Any) -> None:
+        self._on_obj(new)
+
+    def _on_slice(self, obj: Any) -> None:
+        for k in (*_mcs_key(obj), *_kube_key(obj)):
+            self._touch(k)
+
+    def _on_slice_update(self, old: Any, new: Any) -> None:
+        self._on_slice(old)  # a relabelled slice leaves its old service
+        self._on_slice(new)
+
+    def _touch(self, key: str) -> None:
+        self._dirty.add(key)
+        if self._synced and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    # ---- building --------------------------------------------------------------------------------
+
+    def build(self, key: str) -> list[tuple[ListenerKey, Target]]:
+        """The listeners one `ns/name` wants, from the caches as they are now."""
+        svc_obj = self.services.cache.get(key)
+        imp_obj = self.imports.cache.get(key)
+        svc = service_snapshot(svc_obj) if svc_obj is not None else None
+        imp = import_snapshot(imp_obj) if imp_obj is not None else None
+        if (svc is None or not svc.cluster_ips) and (imp is None or not imp.ips):
+            return []
+        kube = [slice_snapshot(s) for s in self.slices.cache.by_index(KUBE_SLICE_INDEX, key)]
+        imported: list[SliceSnap] = []
+        if imp is not None:
+            for s in self.slices.cache.by_index(MCS_SLICE_INDEX, key):
+                imported.append(slice_snapshot(s, object_labels(s).get(SOURCE_CLUSTER_LABEL) or ""))
+        return service_targets(
+            svc, kube, imp, imported, cluster_id=self.config.cluster_id, node_address=self.config.node_address
+        )
+
+    def flush(self) -> None:
+        """Rebuild every dirty service and apply the merged table."""
+        self._scheduled = False
+        dirty, self._dirty = self._dirty, set()
+        for key in dirty:
+            try:
+                targets = self.build(key)
+            except Exception:
+                log.exception(
+                    "building the proxy table failed; keeping the previous one", extra={"service": key}
+                )
+                continue
+            if targets:
+                self._per_service[key] = targets
+            else:
+                self._per_service.pop(key, None)
+        self.stats.rebuilds += len(dirty)
+        table = merge_targets(self._per_service)
+        for c in sorted(set(table.conflicts) - set(self.conflicts)):
+            log.warning("listener conflict", extra={"conflict": c})
+        self.conflicts = table.conflicts
+        self.stats.conflicts = len(table.conflicts)
+        self._apply(table.listeners)
+
+    def _apply(self, wanted: dict[ListenerKey, Target]) -> None:
+        for key, lis in list(self.listeners.items()):
+            target = wanted.get(key)
+            if target is None or target.reuse_port != lis.target.reuse_port:
+                del self.listeners[key]
+                task = asyncio.get_running_loop().create_task(lis.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+        for key, target in wanted.items():
+            current = self.listeners.get(key)
+            if current is None:
+                self.listeners[key] = _Listener(self, key, target)
+            else:
+                current.retarget(target)

@@ -1,0 +1,254 @@
+"""TCP listener: accept on the virtual address, connect to a backend, relay both ways.
+
+The relay is two `BufferedProtocol`s wired to each other's transports rather than asyncio streams:
+no task or `await` per chunk, and reads land in one buffer shared by the listener's connections
+(`recv_into`), so relaying a chunk costs one `recv_into` and one `send` when the far side keeps up.
+When a transport cannot send at once it keeps (3.12+) or copies (3.11) what was left, so the
+shared buffer is replaced whenever a write leaves bytes queued. Backpressure is the transports' own
+flow control: a side whose write buffer fills pauses reading on the other side.
+
+Half-close is relayed (EOF one way becomes `shutdown(SHUT_WR)` the other way); the pair closes when
+both directions have ended, and a reset on one side aborts the other. With no backend the client
+is accepted and reset at once (SO_LINGER 0), as kube-proxy rejects; a backend that refuses or
+does not answer within the connect timeout is skipped for the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from typing import Any
+
+from isthmus.proxy.balancer import Balancer
+from isthmus.proxy.metrics import ListenerStats
+from isthmus.proxy.table import Backend
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "TcpListener"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONNECT_TIMEOUT = 2.0
+BUFFER_SIZE = 256 * 1024
+"""One read's worth; as large as asyncio's own read size, so bulk transfers take few syscalls."""
+BACKLOG = 1024
+_LINGER_RESET = struct.pack("ii", 1, 0)
+
+
+def reset(transport: asyncio.BaseTransport) -> None:
+    """Close with an RST rather than a FIN, so the client sees "connection refused"-like failure."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        except OSError:
+            pass
+    assert isinstance(transport, asyncio.Transport)
+    transport.abort()
+
+
+class _Side(asyncio.BufferedProtocol):
+    """One end of a relayed connection; `peer` is the other end."""
+
+    __slots__ = ("closed", "eof", "listener", "peer", "stats", "transport")
+
+    def __init__(self, listener: TcpListener, stats: ListenerStats) -> None:
+        self.listener = listener
+        self.stats = stats
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Side | None = None
+        self.eof = False
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.listener.view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        peer = self.peer
+        if peer is None or peer.transport is None:
+            return
+        self._count(nbytes)
+        listener = self.listener
+        out = peer.transport
+        out.write(listener.view[:nbytes])
+        if out.get_write_buffer_size():
+            listener.fresh_buffer()  # the transport kept (or copied) part of this one
+
+    def _count(self, nbytes: int) -> None:
+        raise NotImplementedError
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        peer = self.peer
+        if peer is None or peer.transport is None or peer.closed:
+            return False
+        if peer.eof:
+            peer.transport.close()
+            return False  # both directions ended
+        if peer.transport.can_write_eof():
+            peer.transport.write_eof()
+        return True  # keep our write side open for the peer's remaining data
+
+    def pause_writing(self) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.eof:
+            peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.eof:
+            peer.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.closed:
+            if exc is None:
+                peer.transport.close()  # flushes what is queued first
+            else:
+                reset(peer.transport)
+
+
+class _Upstream(_Side):
+    __slots__ = ()
+
+    def _count(self, nbytes: int) -> None:
+        self.stats.bytes_out += nbytes
+
+
+class _Downstream(_Side):
+    """The accepted client connection; picks and connects the backend."""
+
+    __slots__ = ("_task", "client_ip")
+
+    def __init__(self, listener: TcpListener, stats: ListenerStats) -> None:
+        super().__init__(listener, stats)
+        self._task: asyncio.Task[None] | None = None
+        self.client_ip = ""
+
+    def _count(self, nbytes: int) -> None:
+        self.stats.bytes_in += nbytes
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        stats = self.stats
+        stats.connections += 1
+        peer = transport.get_extra_info("peername")
+        self.client_ip = peer[0] if peer else ""
+        backend = self.listener.balancer.pick(self.client_ip)
+        if backend is None:
+            stats.no_endpoints += 1
+            self.closed = True
+            reset(transport)
+            return
+        transport.pause_reading()  # the kernel holds the client's bytes until the backend answers
+        stats.active += 1
+        self.listener.connections.add(self)
+        self._task = asyncio.get_running_loop().create_task(self._connect(backend))
+
+    async def _connect(self, backend: Backend) -> None:
+        listener = self.listener
+        stats = self.stats
+        tried: list[Backend] = []
+        current: Backend | None = backend
+        while current is not None:
+            try:
+                up = await listener.open_upstream(current, self)
+            except TimeoutError:
+                stats.connect_timeout += 1
+            except OSError as e:
+                stats.connect_failed += 1
+                log.debug(
+                    "backend connect failed",
+                    extra={"backend": f"{current.host}:{current.port}", "error": str(e)},
+                )
+            else:
+                if self.closed:
+                    assert up.transport is not None
+                    up.transport.close()
+                    return
+                self.peer = up
+                assert self.transport is not None
+                self.transport.resume_reading()
+                return
+            listener.balancer.forget(self.client_ip, current)
+            tried.append(current)
+            current = listener.balancer.pick(self.client_ip, exclude=tried)
+        if not self.closed and self.transport is not None:
+            reset(self.transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self in self.listener.connections:
+            self.listener.connections.discard(self)
+            self.stats.active -= 1
+        self.closed = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        super().connection_lost(exc)
+
+    def abort(self) -> None:
+        for side in (self, self.peer):
+            if side is not None and side.transport is not None and not side.closed:
+                side.transport.abort()
+
+
+class TcpListener:
+    """Serves one listening socket; the balancer and stats are swapped by the proxy on updates."""
+
+    def __init__(
+        self, balancer: Balancer, stats: ListenerStats, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    ) -> None:
+        self.balancer = balancer
+        self.stats = stats
+        self.connect_timeout = connect_timeout
+        self.connections: set[_Downstream] = set()
+        self.buffer = bytearray(BUFFER_SIZE)
+        self.view = memoryview(self.buffer)
+        self._server: asyncio.Server | None = None
+
+    def fresh_buffer(self) -> None:
+        self.buffer = bytearray(BUFFER_SIZE)
+        self.view = memoryview(self.buffer)
+
+    async def start(self, sock: socket.socket) -> None:
+        """Serve on a bound socket (the proxy binds it, so it controls SO_REUSEPORT and retries)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Downstream(self, self.stats), sock=sock, backlog=BACKLOG
+        )
+
+    async def open_upstream(self, backend: Backend, down: _Downstream) -> _Upstream:
+        loop = asyncio.get_running_loop()
+        family = socket.AF_INET6 if ":" in backend.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            async with asyncio.timeout(self.connect_timeout):
+                await loop.sock_connect(sock, backend)
+            up = _Upstream(self, down.stats)
+            up.peer = down
+            await loop.create_connection(lambda: up, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        return up
+
+    def close(self) -> None:
+        """Stop accepting; connections already relayed keep their backend until they end."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    def abort_all(self) -> None:
+        for c in list(self.connections):
+            c.abort()
+
+    @property
+    def sockets(self) -> tuple[Any, ...]:
+        return tuple(self._server.sockets) if self._server is not None else ()

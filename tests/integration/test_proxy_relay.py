@@ -1,0 +1,295 @@
+"""TCP and UDP relaying over real loopback sockets, without an apiserver (isthmus.proxy.tcp/udp)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+import pytest
+
+from isthmus.proxy import Backend, Balancer, ListenerKey, bind_socket
+from isthmus.proxy.metrics import ListenerStats
+from isthmus.proxy.tcp import TcpListener
+from isthmus.proxy.udp import UdpListener
+from tests.integration.proxy_backends import TcpEcho, UdpEcho, eventually, random_net, tcp_ask, udp_ask
+
+pytestmark = pytest.mark.timeout(60)
+
+PORT = 18080
+
+
+@pytest.fixture
+def net() -> int:
+    return random_net()
+
+
+async def tcp_listener(
+    ip: str, backends: list[Backend], affinity: float | None = None, connect_timeout: float = 2.0
+) -> TcpListener:
+    lis = TcpListener(Balancer(backends, affinity), ListenerStats(), connect_timeout=connect_timeout)
+    await lis.start(bind_socket(ListenerKey("TCP", ip, PORT)))
+    return lis
+
+
+async def test_tcp_round_robin_and_client_ip(net: int) -> None:
+    a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
+    b = await TcpEcho("b", f"127.203.{net}.2", PORT).start()
+    lis = await tcp_listener(f"127.204.{net}.10", [Backend(a.host, PORT), Backend(b.host, PORT)])
+    try:
+        answers = [await tcp_ask(f"127.204.{net}.10", PORT, source="127.0.0.2") for _ in range(4)]
+        assert [x.split("|")[0] for x in answers] == ["a", "b", "a", "b"]
+        assert lis.stats.connections == 4
+        await eventually(lambda: lis.stats.active == 0)
+        assert lis.stats.bytes_in == 4 * 3
+    finally:
+        lis.close()
+        await a.stop()
+        await b.stop()
+
+
+async def test_tcp_half_close_is_relayed(net: int) -> None:
+    a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
+    lis = await tcp_listener(f"127.204.{net}.10", [Backend(a.host, PORT)])
+    try:
+        reader, writer = await asyncio.open_connection(f"127.204.{net}.10", PORT)
+        writer.write(b"one\ntwo\n")
+        writer.write_eof()  # the backend sees EOF, answers, then closes
+        data = await asyncio.wait_for(reader.read(), 5)
+        assert data.decode().splitlines() == ["a|127.0.0.1|one", "a|127.0.0.1|two", "bye a"]
+        writer.close()
+    finally:
+        lis.close()
+        await a.stop()
+
+
+async def test_tcp_large_transfer_both_ways(net: int) -> None:
+    """Several MB through the relay with a slow reader: backpressure must not lose or reorder bytes."""
+    host = f"127.203.{net}.1"
+
+    async def sink_and_source(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        total = 0
+        while chunk := await reader.read(65536):
+            total += len(chunk)
+        blob = os.urandom(1024) * 4096
+        writer.write(f"{total}\n".encode() + blob)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(sink_and_source, host, PORT, reuse_address=True)
+    lis = await tcp_listener(f"127.204.{net}.10", [Backend(host, PORT)])
+    try:
+        reader, writer = await asyncio.open_connection(f"127.204.{net}.10", PORT)
+        payload = os.urandom(1 << 20) * 5
+        writer.write(payload)
+        await writer.drain()
+        writer.write_eof()
+        header = await asyncio.wait_for(reader.readline(), 10)
+        assert int(header) == len(payload)
+        got = bytearray()
+        while chunk := await asyncio.wait_for(reader.read(7000), 10):
+            got += chunk
+            if len(got) % 100 == 0:
+                await asyncio.sleep(0)
+        assert len(got) == 4 << 20
+        assert bytes(got[:1024]) * 4096 == bytes(got)
+        writer.close()
+    finally:
+        lis.close()
+        server.close()
+
+
+async def test_tcp_no_endpoints_resets(net: int) -> None:
+    lis = await tcp_listener(f"127.204.{net}.10", [])
+    try:
+        with pytest.raises((ConnectionResetError, ConnectionError)):
+            await tcp_ask(f"127.204.{net}.10", PORT)
+        assert lis.stats.no_endpoints == 1
+    finally:
+        lis.close()
+
+
+async def test_tcp_fails_over_to_a_live_backend(net: int) -> None:
+    dead = Backend(f"127.203.{net}.9", PORT)  # nothing listens: refused
+    a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
+    lis = await tcp_listener(f"127.204.{net}.10", [Backend(a.host, PORT), dead], affinity=60)
+    try:
+        for src in ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"):
+            assert (await tcp_ask(f"127.204.{net}.10", PORT, source=src)).startswith("a|")
+        assert lis.stats.connect_failed >= 1
+        assert a.accepted == 4
+    finally:
+        lis.close()
+        await a.stop()
+
+
+async def test_tcp_all_backends_dead_resets(net: int) -> None:
+    lis = await tcp_listener(
+        f"127.204.{net}.10", [Backend(f"127.203.{net}.8", PORT), Backend(f"127.203.{net}.9", PORT)]
+    )
+    try:
+        with pytest.raises(ConnectionError):
+            await tcp_ask(f"127.204.{net}.10", PORT)
+        assert lis.stats.connect_failed == 2
+    finally:
+        lis.close()
+
+
+async def test_tcp_connect_timeout_moves_on(net: int) -> None:
+    """A backend whose accept queue is full never completes the handshake; the next one answers."""
+    stuck_host = f"127.203.{net}.7"
+    stuck = socket.socket()
+    stuck.bind((stuck_host, PORT))
+    stuck.listen(0)
+    fillers = []
+    for _ in range(4):  # fill the backlog so further SYNs are dropped
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect((stuck_host, PORT))
+        except BlockingIOError:
+            pass
+        fillers.append(s)
+    await asyncio.sleep(0.2)
+    a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
+    lis = await tcp_listener(
+        f"127.204.{net}.10", [Backend(stuck_host, PORT), Backend(a.host, PORT)], connect_timeout=0.3
+    )
+    try:
+        answers = [await tcp_ask(f"127.204.{net}.10", PORT, timeout=5) for _ in range(2)]
+        assert all(x.startswith("a|") for x in answers)
+        assert lis.stats.connect_timeout >= 1
+    finally:
+        lis.close()
+        await a.stop()
+        for s in fillers:
+            s.close()
+        stuck.close()
+
+
+async def test_tcp_existing_connection_keeps_its_backend(net: int) -> None:
+    a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
+    b = await TcpEcho("b", f"127.203.{net}.2", PORT).start()
+    balancer = Balancer([Backend(a.host, PORT)], None)
+    lis = TcpListener(balancer, ListenerStats())
+    await lis.start(bind_socket(ListenerKey("TCP", f"127.204.{net}.10", PORT)))
+    try:
+        reader, writer = await asyncio.open_connection(f"127.204.{net}.10", PORT)
+        writer.write(b"1\n")
+        assert (await reader.readline()).startswith(b"a|")
+        balancer.update([Backend(b.host, PORT)], None)
+        lis.close()  # even the listener going away leaves relayed connections alone
+        writer.write(b"2\n")
+        assert (await reader.readline()).startswith(b"a|")
+        writer.close()
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_udp_flows_affinity_and_replies_from_the_listener(net: int) -> None:
+    a = await UdpEcho("a", f"127.203.{net}.1", PORT).start()
+    b = await UdpEcho("b", f"127.203.{net}.2", PORT).start()
+    vip = f"127.204.{net}.10"
+    lis = UdpListener(
+        Balancer([Backend(a.host, PORT), Backend(b.host, PORT)], None), ListenerStats(), idle_timeout=0.5
+    )
+    await lis.start(bind_socket(ListenerKey("UDP", vip, PORT)))
+    try:
+        names = [(await udp_ask(vip, PORT, source="127.0.0.2")).split("|")[0] for _ in range(4)]
+        assert sorted(names) == ["a", "a", "b", "b"]  # each fresh socket is a new flow: round-robin
+        # one socket, many datagrams: one flow, one backend, replies from the VIP
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        sock.bind(("127.0.0.3", 0))
+        loop = asyncio.get_running_loop()
+        seen = set()
+        for i in range(5):
+            await loop.sock_sendto(sock, f"{i}".encode(), (vip, PORT))
+            data, frm = await asyncio.wait_for(loop.sock_recvfrom(sock, 65535), 2)
+            assert frm == (vip, PORT)
+            seen.add(data.split(b"|")[0])
+        assert len(seen) == 1
+        assert lis.stats.datagrams_in == 9 and lis.stats.datagrams_out == 9
+        await eventually(lambda: not lis.flows, timeout=5)  # idle flows expire
+        sock.close()
+    finally:
+        lis.close()
+        await a.stop()
+        await b.stop()
+
+
+async def test_udp_no_endpoints_drops(net: int) -> None:
+    vip = f"127.204.{net}.10"
+    lis = UdpListener(Balancer([], None), ListenerStats())
+    await lis.start(bind_socket(ListenerKey("UDP", vip, PORT)))
+    try:
+        with pytest.raises(TimeoutError):
+            await udp_ask(vip, PORT, timeout=0.3)
+        assert lis.stats.no_endpoints == 1
+    finally:
+        lis.close()
+
+
+async def test_udp_flow_to_a_removed_backend_moves(net: int) -> None:
+    a = await UdpEcho("a", f"127.203.{net}.1", PORT).start()
+    b = await UdpEcho("b", f"127.203.{net}.2", PORT).start()
+    vip = f"127.204.{net}.10"
+    balancer = Balancer([Backend(a.host, PORT)], None)
+    lis = UdpListener(balancer, ListenerStats())
+    await lis.start(bind_socket(ListenerKey("UDP", vip, PORT)))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setblocking(False)
+    sock.connect((vip, PORT))
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.sock_sendall(sock, b"x")
+        assert (await asyncio.wait_for(loop.sock_recv(sock, 100), 2)).startswith(b"a|")
+        balancer.update([Backend(b.host, PORT)], None)
+        lis.backends_changed()
+        await loop.sock_sendall(sock, b"y")
+        assert (await asyncio.wait_for(loop.sock_recv(sock, 100), 2)).startswith(b"b|")
+    finally:
+        sock.close()
+        lis.close()
+        await a.stop()
+        await b.stop()
+
+
+async def test_udp_refused_backend_is_unpinned(net: int) -> None:
+    a = await UdpEcho("a", f"127.203.{net}.1", PORT).start()
+    dead = Backend(f"127.203.{net}.9", PORT)
+    vip = f"127.204.{net}.10"
+    lis = UdpListener(Balancer([dead, Backend(a.host, PORT)], 60), ListenerStats())
+    await lis.start(bind_socket(ListenerKey("UDP", vip, PORT)))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setblocking(False)
+    sock.bind(("127.0.0.2", 0))
+    sock.connect((vip, PORT))
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.sock_sendall(sock, b"x")  # to the dead one: ICMP refused closes the flow
+        await eventually(lambda: lis.stats.upstream_error == 1, timeout=3)
+        await loop.sock_sendall(sock, b"y")
+        assert (await asyncio.wait_for(loop.sock_recv(sock, 100), 2)).startswith(b"a|")
+    finally:
+        sock.close()
+        lis.close()
+        await a.stop()
+
+
+async def test_reuse_port_lets_two_proxies_share_a_vip(net: int) -> None:
+    vip = ListenerKey("TCP", f"127.204.{net}.20", PORT)
+    s1 = bind_socket(vip, reuse_port=True)
+    s2 = bind_socket(vip, reuse_port=True)
+    s1.listen()
+    s2.listen()
+    with pytest.raises(OSError):
+        bind_socket(vip)  # a plain listener cannot join them
+    s1.close()
+    s2.close()
+    u = ListenerKey("UDP", f"127.204.{net}.20", PORT)
+    s3 = bind_socket(u)
+    with pytest.raises(OSError):
+        bind_socket(u)  # two ClusterIP UDP listeners never silently share
+    s3.close()

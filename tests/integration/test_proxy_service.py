@@ -1,0 +1,434 @@
+"""`isthmus proxy` against an embedded apiserver, with real TCP/UDP traffic over loopback.
+
+Objects are written by hand in the shapes docs/discovery.md specifies (what kube-lite and the agent
+write); the backends are small echo servers on their own 127.x addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Namespace, Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.types import PatchType
+
+from isthmus.api.mcs import (
+    KUBE_SERVICE_NAME_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    SERVICE_NAME_LABEL,
+    SOURCE_CLUSTER_LABEL,
+    ServiceImport,
+)
+from isthmus.kube.helpers import install_crds
+from isthmus.kube.resources import resource_for
+from isthmus.proxy import Backend, ListenerKey, ProxyConfig, ProxyService
+from tests.conftest import RunningApiServer
+from tests.integration.proxy_backends import TcpEcho, UdpEcho, eventually, random_net, tcp_ask, udp_ask
+
+pytestmark = pytest.mark.timeout(90)
+
+SI = resource_for(ServiceImport)
+NS = "shop"
+SVC_PORT = 8000
+TARGET = 18080
+
+
+@dataclass
+class Env:
+    client: AsyncClient
+    proxy: ProxyService
+    net: int
+
+    def ip(self, role: str, host: int) -> str:
+        """127.201.N.x ClusterIPs, 127.202.N.x backends, 127.205.N.x VIPs."""
+        return f"127.{ {'cip': 201, 'pod': 202, 'vip': 205}[role] }.{self.net}.{host}"
+
+    async def listening(self, key: ListenerKey, backends: int | None = None) -> None:
+        def ok() -> bool:
+            if not self.proxy.is_listening(key):
+                return False
+            got = self.proxy.backends(key)
+            return backends is None or (got is not None and len(got) == backends)
+
+        await eventually(ok)
+
+
+@pytest.fixture
+async def env(apiserver: RunningApiServer) -> AsyncIterator[Env]:
+    client = apiserver.client()
+    async with asyncio.timeout(30):
+        await install_crds(client)
+    await client.create(Namespace.from_dict({"metadata": {"name": NS}}))
+    proxy = ProxyService(
+        client,
+        ProxyConfig(
+            cluster_id="c1", node_address="127.0.0.1", metrics_addr="127.0.0.1:0", bind_backoff_base=0.05
+        ),
+    )
+    await proxy.start()
+    assert await proxy.wait_ready(20)
+    try:
+        yield Env(client, proxy, random_net())
+    finally:
+        await proxy.stop()
+
+
+# --- object builders --------------------------------------------------------------------------------
+
+
+def service(name: str, cluster_ip: str, ports: list[dict[str, Any]] | None = None, **spec: Any) -> Service:
+    return Service.from_dict(
+        {
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "clusterIP": cluster_ip,
+                "clusterIPs": [cluster_ip],
+                "ports": ports
+                or [{"name": "http", "port": SVC_PORT, "targetPort": TARGET, "protocol": "TCP"}],
+                **spec,
+            },
+        }
+    )
+
+
+def endpoints(*ips: str, ready: bool = True) -> list[dict[str, Any]]:
+    return [{"addresses": [ip], "conditions": {"ready": ready}} for ip in ips]
+
+
+def kube_slice(svc: str, ips: list[str], ports: list[dict[str, Any]] | None = None) -> EndpointSlice:
+    return EndpointSlice.from_dict(
+        {
+            "metadata": {"name": f"{svc}-abcde", "namespace": NS, "labels": {KUBE_SERVICE_NAME_LABEL: svc}},
+            "addressType": "IPv4",
+            "endpoints": endpoints(*ips),
+            "ports": ports or [{"name": "http", "port": TARGET, "protocol": "TCP"}],
+        }
+    )
+
+
+def imported_slice(svc: str, cluster: str, ips: list[str]) -> EndpointSlice:
+    return EndpointSlice.from_dict(
+        {
+            "metadata": {
+                "name": f"{svc}-{cluster}",
+                "namespace": NS,
+                "labels": {
+                    SERVICE_NAME_LABEL: svc,
+                    SOURCE_CLUSTER_LABEL: cluster,
+                    MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": endpoints(*ips),
+            "ports": [{"name": "http", "port": TARGET, "protocol": "TCP"}],
+        }
+    )
+
+
+async def create_import(client: AsyncClient, name: str, vip: str, clusters: list[str], **spec: Any) -> None:
+    obj = SI.from_dict(
+        {
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "kind": "ServiceImport",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "type": "ClusterSetIP",
+                "ips": [vip],
+                "ports": [{"name": "http", "port": SVC_PORT, "protocol": "TCP"}],
+                **spec,
+            },
+        }
+    )
+    await client.create(obj)
+    await set_import_clusters(client, name, clusters)
+
+
+async def set_import_clusters(client: AsyncClient, name: str, clusters: list[str]) -> None:
+    await client.patch(
+        SI.Status,
+        name,
+        {"status": {"clusters": [{"cluster": c} for c in clusters]}},
+        namespace=NS,
+        patch_type=PatchType.MERGE,
+    )
+
+
+async def set_endpoints(client: AsyncClient, slice_name: str, ips: list[str]) -> None:
+    await client.patch(
+        EndpointSlice, slice_name, {"endpoints": endpoints(*ips)}, namespace=NS, patch_type=PatchType.MERGE
+    )
+
+
+async def who(host: str, port: int, n: int, source: str | None = None) -> Counter[str]:
+    return Counter([(await tcp_ask(host, port, source=source)).split("|")[0] for _ in range(n)])
+
+
+# --- tests ------------------------------------------------------------------------------------------
+
+
+async def test_cluster_ip_tcp_round_robin_and_live_endpoints(env: Env) -> None:
+    a = await TcpEcho("a", env.ip("pod", 1), TARGET).start()
+    b = await TcpEcho("b", env.ip("pod", 2), TARGET).start()
+    c = await TcpEcho("c", env.ip("pod", 3), TARGET).start()
+    cip = env.ip("cip", 10)
+    key = ListenerKey("TCP", cip, SVC_PORT)
+    try:
+        await env.client.create(service("web", cip))
+        await env.client.create(kube_slice("web", [a.host, b.host]))
+        await env.listening(key, backends=2)
+        assert await who(cip, SVC_PORT, 4) == {"a": 2, "b": 2}
+        # a long-lived connection keeps its backend while the endpoint set changes under it
+        reader, writer = await asyncio.open_connection(cip, SVC_PORT)
+        writer.write(b"first\n")
+        pinned = (await reader.readline()).decode().split("|")[0]
+        survivor = b if pinned == "a" else a
+        await set_endpoints(env.client, "web-abcde", [survivor.host, c.host])
+        await eventually(
+            lambda: (
+                env.proxy.backends(key)
+                == tuple(sorted([Backend(survivor.host, TARGET), Backend(c.host, TARGET)]))
+            )
+        )
+        assert set(await who(cip, SVC_PORT, 4)) == {survivor.name, "c"}  # the removed one gets nothing new
+        writer.write(b"second\n")
+        assert (await reader.readline()).decode().split("|")[0] == pinned
+        writer.close()
+
+        await env.client.delete(Service, "web", namespace=NS)
+        await eventually(lambda: key not in env.proxy.listeners)
+        with pytest.raises(OSError):
+            await tcp_ask(cip, SVC_PORT, timeout=2)
+    finally:
+        for s in (a, b, c):
+            await s.stop()
+
+
+async def test_cluster_ip_udp(env: Env) -> None:
+    a = await UdpEcho("a", env.ip("pod", 1), TARGET).start()
+    b = await UdpEcho("b", env.ip("pod", 2), TARGET).start()
+    cip = env.ip("cip", 10)
+    key = ListenerKey("UDP", cip, 8053)
+    try:
+        ports = [{"name": "dns", "port": 8053, "targetPort": TARGET, "protocol": "UDP"}]
+        await env.client.create(service("dns", cip, ports))
+        await env.client.create(
+            kube_slice("dns", [a.host, b.host], [{"name": "dns", "port": TARGET, "protocol": "UDP"}])
+        )
+        await env.listening(key, backends=2)
+        answers = [await udp_ask(cip, 8053, f"q{i}") for i in range(4)]
+        assert Counter(x.split("|")[0] for x in answers) == {"a": 2, "b": 2}
+        assert all(x.endswith(f"|q{i}") for i, x in enumerate(answers))
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_client_ip_affinity_pins_each_client(env: Env) -> None:
+    a = await TcpEcho("a", env.ip("pod", 1), TARGET).start()
+    b = await TcpEcho("b", env.ip("pod", 2), TARGET).start()
+    ua = await UdpEcho("a", env.ip("pod", 1), TARGET).start()
+    ub = await UdpEcho("b", env.ip("pod", 2), TARGET).start()
+    cip = env.ip("cip", 10)
+    try:
+        ports = [
+            {"name": "http", "port": SVC_PORT, "targetPort": TARGET, "protocol": "TCP"},
+            {"name": "dns", "port": 8053, "targetPort": TARGET, "protocol": "UDP"},
+        ]
+        await env.client.create(
+            service(
+                "sticky",
+                cip,
+                ports,
+                sessionAffinity="ClientIP",
+                sessionAffinityConfig={"clientIP": {"timeoutSeconds": 60}},
+            )
+        )
+        slice_ports = [
+            {"name": "http", "port": TARGET, "protocol": "TCP"},
+            {"name": "dns", "port": TARGET, "protocol": "UDP"},
+        ]
+        await env.client.create(kube_slice("sticky", [a.host, b.host], slice_ports))
+        await env.listening(ListenerKey("TCP", cip, SVC_PORT), backends=2)
+        await env.listening(ListenerKey("UDP", cip, 8053), backends=2)
+        assert env.proxy.target(ListenerKey("TCP", cip, SVC_PORT)).affinity_timeout == 60  # type: ignore[union-attr]
+
+        two = await who(cip, SVC_PORT, 6, source="127.0.0.2")
+        three = await who(cip, SVC_PORT, 6, source="127.0.0.3")
+        assert len(two) == 1 and len(three) == 1 and set(two) != set(three)
+
+        udp_two = {(await udp_ask(cip, 8053, source="127.0.0.2")).split("|")[0] for _ in range(5)}
+        udp_three = {(await udp_ask(cip, 8053, source="127.0.0.3")).split("|")[0] for _ in range(5)}
+        assert len(udp_two) == 1 and len(udp_three) == 1 and udp_two != udp_three
+
+        # the pinned backend leaves: the client moves, and sticks to its new backend
+        pinned = next(iter(two))
+        remaining = b if pinned == "a" else a
+        await set_endpoints(env.client, "sticky-abcde", [remaining.host])
+        await env.listening(ListenerKey("TCP", cip, SVC_PORT), backends=1)
+        assert await who(cip, SVC_PORT, 3, source="127.0.0.2") == {remaining.name: 3}
+    finally:
+        for s in (a, b, ua, ub):
+            await s.stop()
+
+
+async def test_node_port(env: Env) -> None:
+    a = await TcpEcho("a", env.ip("pod", 1), TARGET).start()
+    node_port = random.randint(30000, 32767)
+    cip = env.ip("cip", 10)
+    try:
+        ports = [
+            {"name": "http", "port": SVC_PORT, "targetPort": TARGET, "nodePort": node_port, "protocol": "TCP"}
+        ]
+        await env.client.create(service("np", cip, ports, type="NodePort"))
+        await env.client.create(kube_slice("np", [a.host]))
+        await env.listening(ListenerKey("TCP", "127.0.0.1", node_port), backends=1)
+        assert (await tcp_ask("127.0.0.1", node_port)).startswith("a|")
+        assert (await tcp_ask(cip, SVC_PORT)).startswith("a|")
+    finally:
+        await a.stop()
+
+
+async def test_vip_balances_over_every_exporting_cluster(env: Env) -> None:
+    local = await TcpEcho("local", env.ip("pod", 1), TARGET).start()
+    remote = await TcpEcho("remote", env.ip("pod", 2), TARGET).start()
+    vip = env.ip("vip", 5)
+    key = ListenerKey("TCP", vip, SVC_PORT)
+    try:
+        await env.client.create(service("api", env.ip("cip", 10)))
+        await env.client.create(kube_slice("api", [local.host]))
+        await env.client.create(imported_slice("api", "c2", [remote.host]))
+        await create_import(env.client, "api", vip, ["c1", "c2"])
+        await env.listening(key, backends=2)
+        target = env.proxy.target(key)
+        assert target is not None and target.reuse_port and target.kind == "ClusterSetIP"
+        assert await who(vip, SVC_PORT, 4) == {"local": 2, "remote": 2}
+
+        # another proxy on the machine (another cluster's) can bind the same VIP
+        other = socket.socket()
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind((vip, SVC_PORT))
+        other.close()
+
+        await set_import_clusters(env.client, "api", ["c2"])  # this cluster stopped exporting
+        await env.listening(key, backends=1)
+        assert await who(vip, SVC_PORT, 3) == {"remote": 3}
+
+        await env.client.delete(SI, "api", namespace=NS)
+        await eventually(lambda: key not in env.proxy.listeners)
+        assert ListenerKey("TCP", env.ip("cip", 10), SVC_PORT) in env.proxy.listeners
+    finally:
+        await local.stop()
+        await remote.stop()
+
+
+async def test_vip_affinity_from_the_import(env: Env) -> None:
+    a = await TcpEcho("a", env.ip("pod", 1), TARGET).start()
+    b = await TcpEcho("b", env.ip("pod", 2), TARGET).start()
+    vip = env.ip("vip", 6)
+    try:
+        await env.client.create(imported_slice("db", "c2", [a.host]))
+        await env.client.create(imported_slice("db", "c3", [b.host]))
+        await create_import(env.client, "db", vip, ["c2", "c3"], sessionAffinity="ClientIP")
+        await env.listening(ListenerKey("TCP", vip, SVC_PORT), backends=2)
+        assert len(await who(vip, SVC_PORT, 5, source="127.0.0.2")) == 1
+        assert len(await who(vip, SVC_PORT, 5, source="127.0.0.3")) == 1
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_no_ready_endpoint_resets(env: Env) -> None:
+    cip = env.ip("cip", 10)
+    await env.client.create(service("empty", cip))
+    await env.client.create(
+        EndpointSlice.from_dict(
+            {
+                "metadata": {
+                    "name": "empty-x",
+                    "namespace": NS,
+                    "labels": {KUBE_SERVICE_NAME_LABEL: "empty"},
+                },
+                "addressType": "IPv4",
+                "endpoints": endpoints(env.ip("pod", 1), ready=False),
+                "ports": [{"name": "http", "port": TARGET, "protocol": "TCP"}],
+            }
+        )
+    )
+    await env.listening(ListenerKey("TCP", cip, SVC_PORT), backends=0)
+    with pytest.raises(ConnectionError):
+        await tcp_ask(cip, SVC_PORT)
+
+
+async def test_bind_failure_is_retried_not_fatal(env: Env) -> None:
+    a = await TcpEcho("a", env.ip("pod", 1), TARGET).start()
+    cip = env.ip("cip", 11)
+    squatter = socket.socket()
+    squatter.bind((cip, SVC_PORT))
+    squatter.listen()
+    key = ListenerKey("TCP", cip, SVC_PORT)
+    try:
+        await env.client.create(service("late", cip))
+        await env.client.create(kube_slice("late", [a.host]))
+        await eventually(lambda: env.proxy.stats.bind_failures >= 2)
+        assert not env.proxy.is_listening(key)
+        squatter.close()
+        await env.listening(key, backends=1)
+        assert (await tcp_ask(cip, SVC_PORT)).startswith("a|")
+    finally:
+        squatter.close()
+        await a.stop()
+
+
+async def test_metrics(env: Env) -> None:
+    a = await TcpEcho("a", env.ip("pod", 1), TARGET).start()
+    cip = env.ip("cip", 10)
+    try:
+        await env.client.create(service("m", cip))
+        await env.client.create(kube_slice("m", [a.host]))
+        await env.listening(ListenerKey("TCP", cip, SVC_PORT), backends=1)
+        await tcp_ask(cip, SVC_PORT)
+        assert env.proxy.health is not None
+        async with aiohttp.ClientSession() as s:
+            r = await s.get(f"http://127.0.0.1:{env.proxy.health.port}/metrics")
+            text = await r.text()
+            ready = await s.get(f"http://127.0.0.1:{env.proxy.health.port}/readyz")
+            assert ready.status == 200
+        line = 'isthmus_proxy_connections_total{kind="ClusterIP",port="http",protocol="TCP",service="shop/m"}'
+        assert any(ln.startswith(line) and float(ln.split()[-1]) >= 1 for ln in text.splitlines())
+        assert "isthmus_proxy_active_connections" in text and "isthmus_proxy_listeners" in text
+    finally:
+        await a.stop()
+
+
+async def test_cluster_ips_work_before_the_mcs_crds_exist(apiserver: RunningApiServer) -> None:
+    """A cluster that has not joined (no ServiceImport CRD) still gets its ClusterIPs proxied."""
+    client = apiserver.client()
+    await client.create(Namespace.from_dict({"metadata": {"name": NS}}))
+    net = random_net()
+    a = await TcpEcho("a", f"127.202.{net}.1", TARGET).start()
+    cip = f"127.201.{net}.10"
+    await client.create(service("web", cip))
+    await client.create(kube_slice("web", [a.host]))
+    proxy = ProxyService(client, ProxyConfig(cluster_id="c1", sync_timeout=1))
+    await proxy.start()
+    try:
+        assert not await proxy.wait_ready(2)
+        await eventually(lambda: proxy.is_listening(ListenerKey("TCP", cip, SVC_PORT)))
+        assert (await tcp_ask(cip, SVC_PORT)).startswith("a|")
+        async with asyncio.timeout(30):
+            await install_crds(client)
+        assert await proxy.wait_ready(20)
+    finally:
+        await proxy.stop()
+        await a.stop()
