@@ -371,3 +371,27 @@ async def test_discovery_and_openapi(apiserver: RunningApiServer) -> None:
                  "/openapi/v3/api/v1"]:
         status, _ = await _raw(apiserver, "GET", path)
         assert status == 200, path
+
+
+async def test_restart_keeps_dependents_of_custom_resources(apiserver: RunningApiServer) -> None:
+    """The GC must not take a custom resource's dependents for orphans after a restart."""
+    await _install_gadgets(apiserver)
+    c = apiserver.client()
+    owner = None
+    for _ in range(50):
+        try:
+            owner = await c.create(Gadget(metadata=ObjectMeta(name="owner", namespace="default"), spec={}))
+            break
+        except ApiError as e:
+            if e.status.code != 404:
+                raise
+            await asyncio.sleep(0.05)
+    assert owner is not None
+    ref = OwnerReference(apiVersion="example.com/v1", kind="Gadget", name="owner", uid=owner.metadata.uid)
+    await c.create(ConfigMap(metadata=ObjectMeta(name="dependent", namespace="default", ownerReferences=[ref])))
+    await apiserver.restart()
+    c2 = apiserver.client()
+    await asyncio.sleep(0.5)  # give a wrongful collection every chance to happen
+    assert (await c2.get(ConfigMap, "dependent", namespace="default")).metadata.ownerReferences
+    await c2.delete(Gadget, "owner", namespace="default")  # and real collection still works
+    assert await _gone(c2, "dependent")

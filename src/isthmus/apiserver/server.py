@@ -130,9 +130,11 @@ class ApiServer:
         self._gc_queue = asyncio.Queue()
         self._register_builtins()
         self.store.on_write(self._on_write)
-        self._index_all()
         for crd in self.store.list(CRD_KEY):
             self._register_crd(crd)
+        # Only after every stored CRD is served again: otherwise custom objects are missing from the
+        # uid index and the GC takes their dependents for orphans.
+        self._index_all()
         # Everything loaded so far lives as long as the server: keep it out of the cyclic GC's scans,
         # whose full collections otherwise pause the loop for tens of ms with 100k objects.
         gc.freeze()
