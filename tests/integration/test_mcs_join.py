@@ -65,7 +65,11 @@ class Env:
         args: dict[str, object] = {"namespace": NS, "enable_clusterset_ip": False, "cidr_range": None}
         args.update(kw)
         return await j.deploy_broker(
-            self.bc, server_url=self.broker.url, ca_pem=None, token=TOKEN, **args  # type: ignore[arg-type]
+            self.bc,
+            server_url=self.broker.url,
+            ca_pem=None,
+            token=TOKEN,
+            **args,  # type: ignore[arg-type]
         )
 
 
@@ -108,8 +112,9 @@ async def test_deploy_broker_settings_cannot_change(env: Env) -> None:
     await env.deploy(enable_clusterset_ip=True, cidr_range=["10.0.0.0/8, 11.0.0.0/16"])
     with pytest.raises(j.DiscoveryError) as exc:
         await env.deploy(enable_clusterset_ip=False, cidr_range=None)
-    assert "already deployed with clustersetIPEnabled=true, clustersetIPCIDRRange=10.0.0.0/8,11.0.0.0/16" in str(
-        exc.value
+    assert (
+        "already deployed with clustersetIPEnabled=true, clustersetIPCIDRRange=10.0.0.0/8,11.0.0.0/16"
+        in str(exc.value)
     )
     info = await env.deploy(enable_clusterset_ip=True, cidr_range=["10.0.0.0/8", "11.0.0.0/16"])
     assert info.clusterset_ip_cidr_range == ["10.0.0.0/8", "11.0.0.0/16"]
@@ -118,7 +123,10 @@ async def test_deploy_broker_settings_cannot_change(env: Env) -> None:
 @pytest.mark.parametrize(
     ("ranges", "message"),
     [
-        (["243.0.0.1/8"], "clusterset IP CIDR range 243.0.0.1/8 has host bits set: the network is 243.0.0.0/8"),
+        (
+            ["243.0.0.1/8"],
+            "clusterset IP CIDR range 243.0.0.1/8 has host bits set: the network is 243.0.0.0/8",
+        ),
         (["nonsense"], "clusterset IP CIDR range 'nonsense' is not a valid IPv4 network (a.b.c.d/n)"),
         (["10.0.0.0/8,10.1.0.0/16"], "clusterset IP CIDR ranges 10.0.0.0/8 and 10.1.0.0/16 overlap"),
     ],
@@ -149,7 +157,9 @@ async def test_join_writes_cluster_and_member_objects(env: Env) -> None:
 
     c2 = await env.member("c2")
     cluster2 = await _join(env, c2, info, "c2", enable_clusterset_ip=False, clusterset_ip_cidr="243.7.0.0/20")
-    assert cluster2.spec.clusterset_ip_cidr == ["243.7.0.0/20"] and cluster2.spec.clusterset_ip_enabled is False
+    assert (
+        cluster2.spec.clusterset_ip_cidr == ["243.7.0.0/20"] and cluster2.spec.clusterset_ip_enabled is False
+    )
     sd2 = await get(c2, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE)
     assert sd2.spec.clusterset_ip_enabled is False
 
@@ -214,18 +224,36 @@ async def test_duplicate_id_from_another_cluster(env: Env) -> None:
     taken = await _join(env, other, info, "c1", force=True)
     assert taken.spec.clusterset_ip_cidr == ["243.0.0.0/16"]
     # A cluster joined under one ID cannot silently re-join under another.
-    with pytest.raises(j.DiscoveryError, match="this cluster already joined as 'c1': run `isthmus leave` first"):
+    with pytest.raises(
+        j.DiscoveryError, match="this cluster already joined as 'c1': run `isthmus leave` first"
+    ):
         await _join(env, other, info, "c2")
 
 
 @pytest.mark.parametrize(
     ("cid", "cidr", "message"),
     [
-        ("Bad_ID", None, "cluster ID 'Bad_ID' contains 'B', 'D', 'I', '_': only lower-case letters, digits and '-' are allowed"),
-        ("c1", "10.0.0.0/16", "clusterset IP CIDR 10.0.0.0/16 is not inside the clusterset IP CIDR range 243.0.0.0/8"),
-        ("c1", "243.0.0.1/16", "clusterset IP CIDR 243.0.0.1/16 has host bits set: the network is 243.0.0.0/16"),
+        (
+            "Bad_ID",
+            None,
+            "cluster ID 'Bad_ID' contains 'B', 'D', 'I', '_': only lower-case letters, digits and '-' are allowed",
+        ),
+        (
+            "c1",
+            "10.0.0.0/16",
+            "clusterset IP CIDR 10.0.0.0/16 is not inside the clusterset IP CIDR range 243.0.0.0/8",
+        ),
+        (
+            "c1",
+            "243.0.0.1/16",
+            "clusterset IP CIDR 243.0.0.1/16 has host bits set: the network is 243.0.0.0/16",
+        ),
         ("c1", "banana", "clusterset IP CIDR 'banana' is not a valid IPv4 network (a.b.c.d/n)"),
-        ("c1", "243.0.128.0/17", "clusterset IP CIDR 243.0.128.0/17 overlaps 243.0.0.0/16, the clusterset IP CIDR of cluster taken"),
+        (
+            "c1",
+            "243.0.128.0/17",
+            "clusterset IP CIDR 243.0.128.0/17 overlaps 243.0.0.0/16, the clusterset IP CIDR of cluster taken",
+        ),
     ],
 )
 async def test_join_bad_input(env: Env, cid: str, cidr: str | None, message: str) -> None:
@@ -250,26 +278,39 @@ async def test_join_without_broker(env: Env) -> None:
 
 async def _owned_objects(e: Env, cluster: Cluster) -> None:
     """What an agent publishes for one export: an ExportedService and an EndpointSlice, owned by the Cluster."""
-    owner = OwnerReference(api_version=cluster.api_version, kind="Cluster", name=cluster.name,
-                           uid=cluster.metadata.uid or "")
+    owner = OwnerReference(
+        api_version=cluster.api_version, kind="Cluster", name=cluster.name, uid=cluster.metadata.uid or ""
+    )
     es = ExportedService(
         metadata=ObjectMeta(name=f"web-shop-{cluster.name}", namespace=NS, owner_references=[owner]),
-        spec=ExportedServiceSpec(cluster=cluster.name, service_name="web", service_namespace="shop",
-                                 type=ServiceImportType.CLUSTER_SET_IP, export_creation_timestamp=now()),
+        spec=ExportedServiceSpec(
+            cluster=cluster.name,
+            service_name="web",
+            service_namespace="shop",
+            type=ServiceImportType.CLUSTER_SET_IP,
+            export_creation_timestamp=now(),
+        ),
     )
     await e.bc.create(to_lightkube(es))
-    lk_owner = LkOwner(apiVersion=cluster.api_version, kind="Cluster", name=cluster.name, uid=cluster.metadata.uid or "")
-    await e.bc.create(EndpointSlice(
-        metadata=LkMeta(name=f"web-shop-{cluster.name}", namespace=NS, ownerReferences=[lk_owner]),
-        addressType="IPv4", endpoints=[Endpoint(addresses=["127.0.0.9"])],
-    ))
+    lk_owner = LkOwner(
+        apiVersion=cluster.api_version, kind="Cluster", name=cluster.name, uid=cluster.metadata.uid or ""
+    )
+    await e.bc.create(
+        EndpointSlice(
+            metadata=LkMeta(name=f"web-shop-{cluster.name}", namespace=NS, ownerReferences=[lk_owner]),
+            addressType="IPv4",
+            endpoints=[Endpoint(addresses=["127.0.0.9"])],
+        )
+    )
 
 
 async def _wait_gone(client: AsyncClient, cluster: str) -> None:
     async with asyncio.timeout(10):
         while True:
             names = [x.name for x in await list_all(client, ExportedService, namespace=NS)]
-            slices = [s.metadata.name for s in await list_all(client, EndpointSlice, namespace=NS) if s.metadata]
+            slices = [
+                s.metadata.name for s in await list_all(client, EndpointSlice, namespace=NS) if s.metadata
+            ]
             if not any(cluster in n for n in names + slices):
                 return
             await asyncio.sleep(0.05)
@@ -284,15 +325,24 @@ async def test_leave_live_cluster(env: Env) -> None:
     await _owned_objects(env, cl2)
     # What c1's agent made locally: an imported slice, a ServiceImport; plus a user's own slice.
     await c1.create(Namespace(metadata=LkMeta(name="shop")))
-    await c1.create(EndpointSlice(
-        metadata=LkMeta(name="web-c2", namespace="shop", labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE}),
-        addressType="IPv4", endpoints=[],
-    ))
-    await c1.create(EndpointSlice(metadata=LkMeta(name="mine", namespace="shop"), addressType="IPv4", endpoints=[]))
-    await c1.create(to_lightkube(ServiceImport(
-        metadata=ObjectMeta(name="web", namespace="shop"),
-        spec=ServiceImportSpec(type=ServiceImportType.CLUSTER_SET_IP),
-    )))
+    await c1.create(
+        EndpointSlice(
+            metadata=LkMeta(name="web-c2", namespace="shop", labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE}),
+            addressType="IPv4",
+            endpoints=[],
+        )
+    )
+    await c1.create(
+        EndpointSlice(metadata=LkMeta(name="mine", namespace="shop"), addressType="IPv4", endpoints=[])
+    )
+    await c1.create(
+        to_lightkube(
+            ServiceImport(
+                metadata=ObjectMeta(name="web", namespace="shop"),
+                spec=ServiceImportSpec(type=ServiceImportType.CLUSTER_SET_IP),
+            )
+        )
+    )
     await c1.create(to_lightkube(ServiceExport(metadata=ObjectMeta(name="web", namespace="shop"))))
 
     result = await j.leave(env.bc, c1, NS, "c1")
@@ -302,7 +352,9 @@ async def test_leave_live_cluster(env: Env) -> None:
     assert [x.spec.cluster for x in await list_all(env.bc, ExportedService, namespace=NS)] == ["c2"]
     assert await get_or_none(c1, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE) is None
     assert await get_or_none(c1, Secret, BROKER_SECRET_NAME, namespace=AGENT_NAMESPACE) is None
-    assert [s.metadata.name for s in await list_all(c1, EndpointSlice, namespace="shop") if s.metadata] == ["mine"]
+    assert [s.metadata.name for s in await list_all(c1, EndpointSlice, namespace="shop") if s.metadata] == [
+        "mine"
+    ]
     assert await list_all(c1, ServiceImport, namespace="shop") == []
     assert len(await list_all(c1, ServiceExport, namespace="shop")) == 1  # the user's: untouched
     # Leaving twice is harmless; the cluster can join again (and gets the freed CIDR back).
@@ -344,7 +396,10 @@ async def test_export_unexport_and_rows(env: Env) -> None:
     assert change == "created" and obj.metadata.annotations == {USE_CLUSTERSET_IP_ANNOTATION: "false"}
 
     rows = await j.export_rows(c1, None)
-    assert [(r.namespace, r.name, r.use_clusterset_ip) for r in rows] == [("shop", "db", "false"), ("shop", "web", "true")]
+    assert [(r.namespace, r.name, r.use_clusterset_ip) for r in rows] == [
+        ("shop", "db", "false"),
+        ("shop", "web", "true"),
+    ]
     assert rows[0].valid is None and rows[0].to_dict()["valid"] is None
 
     assert await j.unexport(c1, "web", "shop") is True
@@ -353,7 +408,10 @@ async def test_export_unexport_and_rows(env: Env) -> None:
 
     # Clusters as the broker knows them, with the agent's heartbeat.
     cl = await get(env.bc, Cluster, "c1", namespace=NS)
-    cl.metadata.annotations = {**(cl.metadata.annotations or {}), HEARTBEAT_ANNOTATION: "2030-01-01T00:00:00Z"}
+    cl.metadata.annotations = {
+        **(cl.metadata.annotations or {}),
+        HEARTBEAT_ANNOTATION: "2030-01-01T00:00:00Z",
+    }
     cl.metadata.managed_fields = None
     await env.bc.replace(to_lightkube(cl))
     [row] = await j.cluster_rows(env.bc, NS)

@@ -17,7 +17,7 @@ def agent(
     kubeconfig: Annotated[str | None, typer.Option(help="Kubeconfig of this cluster (default $KUBECONFIG).")] = None,
     context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
     metrics_addr: Annotated[str | None, typer.Option(help="Serve /metrics, /healthz, /readyz here (host:port).")] = None,
-    workers: Annotated[int, typer.Option(help="Concurrent reconciles.")] = 4,
+    workers: Annotated[int, typer.Option(help="Concurrent reconciles.")] = 16,
     log_format: Annotated[str, typer.Option(help="Log format: text or json.")] = "text",
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
 ) -> None:

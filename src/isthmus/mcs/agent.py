@@ -21,10 +21,12 @@ import asyncio
 import base64
 import contextlib
 import logging
+import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import httpx2
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import OwnerReference as LkOwnerReference
 from lightkube.resources.core_v1 import Namespace, Secret, Service
@@ -103,6 +105,7 @@ from isthmus.runtime import (
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 10.0
+FAILED_RETRY_SECONDS = 5.0
 
 # Index names.
 BY_SERVICE = "service"  # "<ns>/<svc>" from the MCS labels (broker objects, our local slice copies)
@@ -145,6 +148,7 @@ class ExportState:
     spec: ExportedServiceSpec | None = None  # published view (None: not exporting)
     hold: bool = False  # malformed annotation: leave what is published as it is
     failure: str = ""  # why publishing failed (Ready=False Failed)
+    pending: str = ""  # why it is not exported yet although nothing failed (Ready=False Pending)
     service: Service | None = None
 
 
@@ -250,7 +254,9 @@ class Agent:
         self.b_imports.add_handler(on_add=self._reserve_vips, on_update=lambda _o, n: self._reserve_vips(n),
                                    on_delete=self._release_vips)
 
-        c = Controller(f"mcs-agent-{self.cluster_id}", self.reconcile, workers=self.workers)
+        # Thousands of services are normal; the queue's global limiter is for protecting the API
+        # from retry storms, not for throttling the first sync.
+        c = Controller(f"mcs-agent-{self.cluster_id}", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
         c.watch(self.exports, _own_key)
         c.watch(self.services, _own_key)
         c.watch(self.slices, lambda o: _kube_service_key(o) + (
@@ -288,14 +294,25 @@ class Agent:
             await broker.stop()
 
     async def _heartbeat(self) -> None:
-        """Tell the broker this cluster's agent is alive (what `isthmus show clusters` reports)."""
+        """Tell the broker this cluster's agent is alive: the heartbeat annotation (what `isthmus show
+        clusters` ages) and a Ready condition on the Cluster's status."""
         while True:
-            now = format_time(datetime.now(UTC))
+            now = datetime.now(UTC)
             try:
-                await cast(Any, self.broker).patch(resource_for(Cluster), self.cluster_id,
-                                        {"metadata": {"annotations": {HEARTBEAT_ANNOTATION: now}}},
-                                        namespace=self.broker_ns, patch_type=PatchType.MERGE,
-                                        field_manager=AGENT_FIELD_MANAGER)
+                await cast(Any, self.broker).patch(
+                    resource_for(Cluster), self.cluster_id,
+                    {"metadata": {"annotations": {HEARTBEAT_ANNOTATION: format_time(now)}}},
+                    namespace=self.broker_ns, patch_type=PatchType.MERGE, field_manager=AGENT_FIELD_MANAGER)
+                raw = self.b_clusters.cache.get(f"{self.broker_ns}/{self.cluster_id}")
+                if raw is not None:
+                    cluster = Cluster.from_dict(raw)
+                    ready = new_condition(ConditionType.READY, True, "AgentRunning",
+                                          f"the agent of cluster {self.cluster_id} is running", cluster.metadata.generation)
+                    merged = merge_conditions(cluster.status.conditions, [ready])
+                    if _conditions_key(merged) != _conditions_key(cluster.status.conditions):
+                        cluster.status.conditions = merged
+                        await helpers.patch_status(self.broker, cluster, field_manager=AGENT_FIELD_MANAGER,
+                                                   patch_type=PatchType.MERGE)
             except Exception as e:  # the broker may be briefly unreachable: keep beating
                 log.warning("heartbeat to broker failed: %s", e)
             await asyncio.sleep(HEARTBEAT_SECONDS)
@@ -341,12 +358,31 @@ class Agent:
     # ------------------------------------------------------------------ reconcile
 
     async def reconcile(self, key: str) -> Result | None:
+        try:
+            return await self._reconcile(key)
+        except ApiError as e:
+            if not helpers.is_conflict(e):
+                raise
+            # Another exporter's agent wrote the shared aggregate first: that is progress, not a
+            # failure, so look again soon (with jitter to break lockstep) instead of backing off.
+            return Result(requeue_after=0.02 + random.random() * 0.08)
+
+    async def _reconcile(self, key: str) -> Result | None:
         ns, name = key.split("/", 1)
-        state = await self._sync_export(ns, name)
-        agg = await self._sync_aggregate(ns, name, state)
-        await self._sync_slice(ns, name, state, agg)
+        state = ExportState()
+        try:
+            await self._sync_export(ns, name, state)
+            agg = await self._sync_aggregate(ns, name, state)
+            await self._sync_slice(ns, name, state, agg)
+        except (httpx2.TransportError, OSError) as e:
+            # The broker is unreachable: still tell the user where the export stands, then retry.
+            state.pending = f"waiting for the broker ({type(e).__name__}: {e or 'unreachable'})"
+            await self._sync_conditions(state, AggregateState())
+            raise
         await self._sync_conditions(state, agg)
         await self._sync_import(ns, name, agg.current)
+        if state.failure or agg.failure:
+            return Result(requeue_after=FAILED_RETRY_SECONDS)  # e.g. a full CIDR: a VIP may free up
         return None
 
     # -- 1. this cluster's view on the broker
@@ -359,29 +395,30 @@ class Agent:
         return LkOwnerReference(apiVersion=f"{ISTHMUS_GROUP}/{ISTHMUS_VERSION}", kind="Cluster",
                                 name=self.cluster_id, uid=uid, blockOwnerDeletion=False)
 
-    async def _sync_export(self, ns: str, name: str) -> ExportState:
+    async def _sync_export(self, ns: str, name: str, state: ExportState) -> None:
+        """Fills `state` as it learns, so a broker failure half-way still leaves what was found."""
         raw = self.exports.cache.get(f"{ns}/{name}")
         if raw is None:
             await self._withdraw(ns, name)
-            return ExportState()
+            return
         export = ServiceExport.from_dict(raw)
         service = self.services.cache.get(f"{ns}/{name}")
-        state = ExportState(export=export, service=service)
+        state.export, state.service = export, service
         try:
             vip = vip_setting(export.metadata.annotations, self.discovery.clusterset_ip_enabled)
         except InvalidAnnotation as e:
             state.reason, state.message, state.hold = ValidReason.INVALID_ANNOTATION, str(e), True
             self.recorder.warning(raw, ValidReason.INVALID_ANNOTATION, str(e))
-            return state
+            return
         state.valid, state.reason, state.message, state.type = validate_export(service)
         if not state.valid or service is None:
             await self._withdraw(ns, name)
-            return state
+            return
         owner = self._cluster_owner()
         if owner is None:
             state.failure = (f"cluster {self.cluster_id} is not registered on the broker "
                              "(it left or never joined): run `isthmus join`")
-            return state
+            return
         if state.type == ServiceImportType.HEADLESS:
             vip = False  # a headless service has no virtual IP to give
         created = export.metadata.creation_timestamp or datetime.now(UTC)
@@ -399,7 +436,6 @@ class Agent:
         current = self.b_exports.cache.get(f"{self.broker_ns}/{desired.metadata.name}")
         if current is None or ExportedService.from_dict(current).spec != spec:
             await helpers.apply(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
-        return state
 
     async def _withdraw(self, ns: str, name: str) -> None:
         bname = broker_object_name(name, ns, self.cluster_id)
@@ -418,6 +454,15 @@ class Agent:
                 out.append(spec)
         if state.spec is not None:
             out.append(state.spec)  # what we just published, whether or not the cache has it yet
+        return out
+
+    async def _live_exporters(self, ns: str, name: str, state: ExportState) -> list[ExportedServiceSpec]:
+        live = [ExportedService.from_dict(o).spec async for o in cast(Any, self.broker).list(
+            resource_for(ExportedService), namespace=self.broker_ns,
+            labels={SERVICE_NAME_LABEL: name, SOURCE_NAMESPACE_LABEL: ns})]
+        out = [e for e in live if e.cluster != self.cluster_id]
+        if state.spec is not None:
+            out.append(state.spec)
         return out
 
     async def _sync_aggregate(self, ns: str, name: str, state: ExportState) -> AggregateState:
@@ -441,6 +486,11 @@ class Agent:
                 return AggregateState()  # another exporter's agent creates it
             return await self._create_aggregate(ns, name, exporters, state)
         vip_enabled = (current.metadata.annotations or {}).get(USE_CLUSTERSET_IP_ANNOTATION) == "true"
+        listed = {c.cluster for c in current.status.clusters}
+        if state.spec is not None and not listed <= {e.cluster for e in exporters}:
+            # Our cache may simply not have seen another cluster's export yet: never drop a cluster
+            # from the aggregate on the cache's word (agents would undo each other), ask the broker.
+            exporters = await self._live_exporters(ns, name, state)
         result = aggregate(exporters, ips=current.spec.ips, vip_enabled=vip_enabled)
         if state.spec is None:
             return AggregateState(current=current, result=result)  # only exporters maintain it
@@ -532,7 +582,7 @@ class Agent:
                                        "the service is exported to the clusterset", gen))
         elif state.valid:
             conds.append(new_condition(ConditionType.READY, False, ReadyReason.PENDING,
-                                       "waiting for the broker to aggregate the export", gen))
+                                       state.pending or "waiting for the broker to aggregate the export", gen))
         else:
             conds.append(new_condition(ConditionType.READY, False, ReadyReason.PENDING,
                                        f"not exported: {state.message}", gen))
