@@ -26,8 +26,9 @@ $(STAMP): pyproject.toml
 demo: install
 	$(VENV)/bin/isthmus demo
 
+# Tests mostly wait on sockets and subprocesses: four workers, one test file each (module fixtures).
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 4 --dist loadfile
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench
