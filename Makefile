@@ -34,9 +34,17 @@ lint: install
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 
+# The benchmarks compare against real peers (dnsperf drives both isthmus dns and NSD).
+BENCH_APT_PACKAGES ?= dnsperf nsd
+
 bench: install
+	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(BENCH_APT_PACKAGES)"
 	$(PY) bench/apiserver.py
 	$(PY) bench/runtime.py
+	$(PY) bench/mcs.py
+	$(PY) bench/mcs_allocator.py
+	$(PY) bench/dns.py
+	$(PY) bench/proxy.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

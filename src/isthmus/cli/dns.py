@@ -1,0 +1,108 @@
+"""`isthmus dns`: the authoritative clusterset.local DNS server of one cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+from typing import Annotated
+
+import typer
+
+from isthmus.api.mcs import CLUSTERSET_DOMAIN
+from isthmus.cli.app import app, fail
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@app.command("dns")
+def dns(
+    cluster_id: Annotated[str, typer.Option("--cluster-id", help="This cluster's ID in the clusterset.")],
+    kubeconfig: Annotated[str | None, typer.Option(help="Kubeconfig of this cluster's API server.")] = None,
+    context: Annotated[str | None, typer.Option(help="Context of the kubeconfig to use.")] = None,
+    listen: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="HOST:PORT for UDP and TCP; repeat for several (IPv6: [::1]:5353).",
+            show_default="127.0.0.1:5353",
+        ),
+    ] = None,
+    zone: Annotated[
+        list[str] | None,
+        typer.Option(help="Clusterset zone to serve; repeatable.", show_default=CLUSTERSET_DOMAIN),
+    ] = None,
+    ttl: Annotated[int, typer.Option(help="TTL of every answer, and of negative answers, in seconds.")] = 5,
+    cluster_names: Annotated[
+        bool,
+        typer.Option("--cluster-names", help="Also answer Lighthouse-style <cluster>.<svc>.<ns>.svc.<zone>."),
+    ] = False,
+    local_zone: Annotated[
+        str | None,
+        typer.Option(help="Also serve this cluster's own Services in this zone (e.g. cluster.local)."),
+    ] = None,
+    max_udp: Annotated[int, typer.Option(help="Largest UDP response (EDNS0); larger answers set TC.")] = 1232,
+    metrics_addr: Annotated[
+        str | None, typer.Option(help="Serve /metrics, /healthz and /readyz on HOST:PORT.")
+    ] = None,
+    log_format: Annotated[str, typer.Option(help="Log format: text or json.")] = "text",
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+) -> None:
+    """Answer <svc>.<ns>.svc.clusterset.local from this cluster's ServiceImports and EndpointSlices."""
+    from isthmus.dns.server import parse_listen
+    from isthmus.dns.service import DnsConfig, DnsService, validate_zone
+    from isthmus.kube.client import KubeConfigError, make_client
+    from isthmus.runtime import parse_addr, setup_logging
+
+    try:
+        setup_logging(log_format, log_level)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    if not _DNS_LABEL.match(cluster_id):
+        raise fail(f"--cluster-id {cluster_id!r} is not a DNS-1123 label")
+    try:
+        addrs = [parse_listen(a) for a in (listen or ["127.0.0.1:5353"])]
+        zones = [validate_zone(z) for z in (zone or [CLUSTERSET_DOMAIN])]
+        local = validate_zone(local_zone) if local_zone else None
+        if local in zones:
+            raise ValueError(f"--local-zone {local} is also a --zone; they must differ")
+        if metrics_addr:
+            parse_addr(metrics_addr)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    if not 0 <= ttl <= 2**31 - 1:
+        raise fail("--ttl must be between 0 and 2147483647")
+    if not 512 <= max_udp <= 65535:
+        raise fail("--max-udp must be between 512 and 65535")
+    try:
+        client = make_client(kubeconfig, context, field_manager="isthmus-dns")
+    except KubeConfigError as e:
+        raise fail(str(e)) from None
+    config = DnsConfig(
+        cluster_id=cluster_id,
+        listen=addrs,
+        zones=zones,
+        ttl=ttl,
+        cluster_names=cluster_names,
+        local_zone=local,
+        max_udp=max_udp,
+        metrics_addr=metrics_addr,
+    )
+    try:
+        asyncio.run(_serve(DnsService(client, config)))
+    except OSError as e:
+        raise fail(f"cannot listen: {e.strerror or e}") from None
+
+
+async def _serve(service: object) -> None:
+    from isthmus.dns.service import DnsService
+
+    assert isinstance(service, DnsService)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await service.start()
+    try:
+        await stop.wait()
+    finally:
+        await service.stop()

@@ -1,0 +1,248 @@
+"""Informers → snapshots → the wire cache.
+
+Any change to a ServiceImport, a Service or an EndpointSlice marks its service (`ns/name`) dirty;
+dirty services are rebuilt on the next loop iteration (coalescing bursts) from what the caches
+hold *now* — level-triggered, so the latest spec always wins — and swapped into the wire cache.
+Until every informer has synced nothing is published and the cache answers SERVFAIL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from lightkube.resources.core_v1 import Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+
+from isthmus.api.mcs import KUBE_SERVICE_NAME_LABEL, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport
+from isthmus.dns.records import (
+    CLUSTER_SET_IP,
+    Endpoint,
+    ImportSnap,
+    LocalService,
+    Port,
+    SliceSnap,
+    service_records,
+)
+from isthmus.dns.wire import WireCache
+from isthmus.kube.resources import resource_for
+from isthmus.runtime import Informer, SharedInformerFactory, object_labels, object_namespace
+
+__all__ = ["MCS_SLICE_INDEX", "DnsSource", "import_snapshot", "local_service_snapshot", "slice_snapshot"]
+
+log = logging.getLogger(__name__)
+
+MCS_SLICE_INDEX = "dns-mcs-service"
+KUBE_SLICE_INDEX = "dns-kube-service"
+CLUSTERSET_DNS_VERSION = "1.0.0"
+"""MCS DNS specification schema version, answered as TXT at dns-version.<zone>."""
+KUBE_DNS_VERSION = "1.1.0"
+"""Kubernetes DNS specification version, for the local zone."""
+
+
+def _mcs_key(obj: Any) -> Iterable[str]:
+    labels = object_labels(obj)
+    svc = labels.get(SERVICE_NAME_LABEL)
+    if svc and KUBE_SERVICE_NAME_LABEL not in labels:
+        return (f"{object_namespace(obj)}/{svc}",)
+    return ()
+
+
+def _kube_key(obj: Any) -> Iterable[str]:
+    svc = object_labels(obj).get(KUBE_SERVICE_NAME_LABEL)
+    return (f"{object_namespace(obj)}/{svc}",) if svc else ()
+
+
+# --- object → snapshot ----------------------------------------------------------------------------
+
+
+def _port(name: Any, protocol: Any, port: Any) -> Port | None:
+    if not isinstance(port, int):
+        return None
+    return Port(name or None, str(protocol or "TCP"), port)
+
+
+def import_snapshot(obj: Any) -> ImportSnap:
+    """A ServiceImport (lightkube generic dict) as a plain snapshot; tolerant of missing fields."""
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    ports = tuple(
+        p
+        for p in (_port(d.get("name"), d.get("protocol"), d.get("port")) for d in spec.get("ports") or [])
+        if p
+    )
+    return ImportSnap(
+        namespace=obj.metadata.namespace or "",
+        name=obj.metadata.name or "",
+        type=str(spec.get("type") or CLUSTER_SET_IP),
+        ips=tuple(str(ip) for ip in spec.get("ips") or ()),
+        ports=ports,
+        clusters=tuple(str(c.get("cluster")) for c in status.get("clusters") or () if c.get("cluster")),
+    )
+
+
+def slice_snapshot(obj: EndpointSlice, cluster: str) -> SliceSnap:
+    endpoints = []
+    for ep in obj.endpoints or ():
+        cond = ep.conditions
+        ready = True if cond is None or cond.ready is None else bool(cond.ready)  # nil means ready (API doc)
+        endpoints.append(Endpoint(tuple(ep.addresses or ()), ready, ep.hostname))
+    ports = tuple(p for p in (_port(p.name, p.protocol, p.port) for p in obj.ports or ()) if p)
+    return SliceSnap(cluster, tuple(endpoints), ports)
+
+
+def local_service_snapshot(svc: Service, slices: Sequence[EndpointSlice], cluster: str) -> LocalService:
+    spec = svc.spec
+    assert svc.metadata is not None
+    cluster_ip = spec.clusterIP if spec else None
+    ips = tuple(spec.clusterIPs or ([cluster_ip] if cluster_ip else [])) if spec else ()
+    headless = cluster_ip == "None"
+    return LocalService(
+        namespace=svc.metadata.namespace or "",
+        name=svc.metadata.name or "",
+        cluster_ips=() if headless else tuple(ip for ip in ips if ip and ip != "None"),
+        headless=headless,
+        ports=tuple(
+            p for p in (_port(p.name, p.protocol, p.port) for p in ((spec.ports or ()) if spec else ())) if p
+        ),
+        publish_not_ready=bool(spec.publishNotReadyAddresses) if spec else False,
+        external_name=spec.externalName if spec and spec.type == "ExternalName" else None,
+        slices=tuple(slice_snapshot(s, cluster) for s in slices),
+    )
+
+
+# --- the source -----------------------------------------------------------------------------------
+
+
+class DnsSource:
+    """Keeps a WireCache in step with one cluster's ServiceImports, Services and EndpointSlices."""
+
+    def __init__(
+        self,
+        factory: SharedInformerFactory,
+        cache: WireCache,
+        *,
+        cluster_id: str,
+        zones: Sequence[str],
+        local_zone: str | None = None,
+        cluster_names: bool = False,
+    ) -> None:
+        self.cache = cache
+        self.factory = factory
+        self.cluster_id = cluster_id
+        self.zones = list(zones)
+        self.local_zone = local_zone
+        self.cluster_names = cluster_names
+        self.imports: Informer[Any] = factory.informer(resource_for(ServiceImport))
+        self.services: Informer[Service] = factory.informer(Service)
+        self.slices: Informer[EndpointSlice] = factory.informer(EndpointSlice)
+        self.slices.add_indexer(MCS_SLICE_INDEX, _mcs_key)
+        self.slices.add_indexer(KUBE_SLICE_INDEX, _kube_key)
+        self._dirty: set[str] = set()
+        self._scheduled = False
+        self._synced = False
+        self.rebuilds = 0
+        self.last_flush: float = 0.0
+        self.imports.add_handler(self._on_obj, self._on_update, self._on_obj)
+        self.services.add_handler(self._on_obj, self._on_update, self._on_obj)
+        self.slices.add_handler(self._on_slice, self._on_slice_update, self._on_slice)
+
+    # ---- events ----------------------------------------------------------------------------------
+
+    def _on_obj(self, obj: Any) -> None:
+        self._touch(f"{object_namespace(obj)}/{obj.metadata.name}")
+
+    def _on_update(self, old: Any, new: Any) -> None:
+        self._on_obj(new)
+
+    def _on_slice(self, obj: Any) -> None:
+        for k in (*_mcs_key(obj), *_kube_key(obj)):
+            self._touch(k)
+
+    def _on_slice_update(self, old: Any, new: Any) -> None:
+        self._on_slice(old)  # a relabelled slice leaves its old service
+        self._on_slice(new)
+
+    def _touch(self, key: str) -> None:
+        self._dirty.add(key)
+        if self._synced and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    # ---- building --------------------------------------------------------------------------------
+
+    async def run(self, sync_timeout: float | None = None) -> bool:
+        """Start the informers, wait for the initial lists, publish everything, then serve.
+        Returns False if the informers did not sync within `sync_timeout` (the cache stays SERVFAIL)."""
+        self.factory.start()
+        started = time.monotonic()
+        if not await self.factory.wait_synced(sync_timeout):
+            return False
+        self._dirty.update(self._all_keys())
+        self.flush()
+        self.cache.set_ready()
+        self._synced = True
+        log.info(
+            "informers synced; answering",
+            extra={
+                "imports": len(self.imports.cache),
+                "services": len(self.services.cache),
+                "slices": len(self.slices.cache),
+                "answers": len(self.cache),
+                "seconds": round(time.monotonic() - started, 3),
+            },
+        )
+        if self._dirty:  # events that raced the first build
+            self.flush()
+        return True
+
+    def _all_keys(self) -> set[str]:
+        keys = set(self.imports.cache.keys()) | set(self.slices.cache.index_values(MCS_SLICE_INDEX))
+        if self.local_zone:
+            keys |= set(self.services.cache.keys())
+        return keys
+
+    def flush(self) -> None:
+        """Rebuild every dirty service and swap its answers in."""
+        self._scheduled = False
+        dirty, self._dirty = self._dirty, set()
+        for key in dirty:
+            try:
+                self.cache.replace(("svc", key), self.build(key))
+            except Exception:
+                log.exception(
+                    "building DNS answers failed; keeping the previous ones", extra={"service": key}
+                )
+        self.rebuilds += len(dirty)
+        self.last_flush = time.monotonic()
+
+    def build(self, key: str) -> Any:
+        """The RecordSet of one `ns/name` from the caches as they are now (None: nothing to serve)."""
+        imp_obj = self.imports.cache.get(key)
+        svc_obj = self.services.cache.get(key)
+        imp = import_snapshot(imp_obj) if imp_obj is not None else None
+        local: LocalService | None = None
+        if svc_obj is not None and (imp is not None or self.local_zone):
+            kube_slices = self.slices.cache.by_index(KUBE_SLICE_INDEX, key)
+            local = local_service_snapshot(svc_obj, kube_slices, self.cluster_id)
+        if imp is None and (local is None or not self.local_zone):
+            return None
+        slices = []
+        if imp is not None:
+            for s in self.slices.cache.by_index(MCS_SLICE_INDEX, key):
+                cluster = object_labels(s).get(SOURCE_CLUSTER_LABEL)
+                if cluster:
+                    slices.append(slice_snapshot(s, cluster))
+        rs = service_records(
+            imp,
+            slices,
+            local,
+            local_cluster=self.cluster_id,
+            zones=self.zones,
+            local_zone=self.local_zone,
+            cluster_names=self.cluster_names,
+        )
+        return rs if rs.names or rs.rrsets else None
