@@ -1,7 +1,7 @@
 """TCP listener: accept on the virtual address, connect to a backend, relay both ways.
 
 The relay is two `BufferedProtocol`s wired to each other's transports rather than asyncio streams:
-no task or `await` per chunk, and reads land in one buffer shared by the listener's connections
+no task or `await` per chunk, and reads land in one buffer shared by every connection (see _ReadBuffer)
 (`recv_into`), so relaying a chunk costs one `recv_into` and one `send` when the far side keeps up.
 When a transport cannot send at once it keeps (3.12+) or copies (3.11) what was left, so the
 shared buffer is replaced whenever a write leaves bytes queued. Backpressure is the transports' own
@@ -36,6 +36,25 @@ BACKLOG = 1024
 _LINGER_RESET = struct.pack("ii", 1, 0)
 
 
+class _ReadBuffer:
+    """The one read buffer of every relayed connection in the process.
+
+    asyncio reads into it and calls `buffer_updated` in the same callback, which writes the bytes
+    on before any other read can happen (the loop is single-threaded), so one buffer serves all
+    listeners: a buffer per listener cost 256 KB each, 256 MB for a thousand Services. It is
+    replaced whenever a write leaves bytes queued (the transport may still reference them).
+    """
+
+    def __init__(self) -> None:
+        self.view = memoryview(bytearray(BUFFER_SIZE))
+
+    def fresh(self) -> None:
+        self.view = memoryview(bytearray(BUFFER_SIZE))
+
+
+_READ = _ReadBuffer()
+
+
 def reset(transport: asyncio.BaseTransport) -> None:
     """Close with an RST rather than a FIN, so the client sees "connection refused"-like failure."""
     sock = transport.get_extra_info("socket")
@@ -66,18 +85,17 @@ class _Side(asyncio.BufferedProtocol):
         self.transport = transport
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.listener.view
+        return _READ.view
 
     def buffer_updated(self, nbytes: int) -> None:
         peer = self.peer
         if peer is None or peer.transport is None:
             return
         self._count(nbytes)
-        listener = self.listener
         out = peer.transport
-        out.write(listener.view[:nbytes])
+        out.write(_READ.view[:nbytes])
         if out.get_write_buffer_size():
-            listener.fresh_buffer()  # the transport kept (or copied) part of this one
+            _READ.fresh()  # the transport kept (or copied) part of this one
 
     def _count(self, nbytes: int) -> None:
         raise NotImplementedError
@@ -208,13 +226,7 @@ class TcpListener:
         self.stats = stats
         self.connect_timeout = connect_timeout
         self.connections: set[_Downstream] = set()
-        self.buffer = bytearray(BUFFER_SIZE)
-        self.view = memoryview(self.buffer)
         self._server: asyncio.Server | None = None
-
-    def fresh_buffer(self) -> None:
-        self.buffer = bytearray(BUFFER_SIZE)
-        self.view = memoryview(self.buffer)
 
     async def start(self, sock: socket.socket) -> None:
         """Serve on a bound socket (the proxy binds it, so it controls SO_REUSEPORT and retries)."""
