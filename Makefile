@@ -27,8 +27,10 @@ demo: install
 	$(VENV)/bin/isthmus demo
 
 # Tests mostly wait on sockets and subprocesses: four workers, one test file each (module fixtures).
+# Tests that start a local clusterset run afterwards, one at a time (they share one 127.x plan).
 test: install
-	$(PY) -m pytest -q -n 4 --dist loadfile
+	$(PY) -m pytest -q -n 4 --dist loadfile -m "not clusterset"
+	$(PY) -m pytest -q -m clusterset
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench

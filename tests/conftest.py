@@ -65,3 +65,4 @@ async def apiserver(tmp_path: Path) -> AsyncIterator[RunningApiServer]:
         yield srv
     finally:
         await srv.close()
+

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from isthmus.cli.app import app
 
 
 @app.command("demo")
-def demo() -> None:
-    """Run the scripted tour; exits non-zero naming the step that failed."""
+def demo(
+    state_dir: Annotated[
+        Path | None,
+        typer.Option("--state-dir", help="A fresh (absent or empty) state dir. Default: a temporary one."),
+    ] = None,
+    clusters: Annotated[int, typer.Option("--clusters", min=2, help="How many clusters to start.")] = 3,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the temporary state dir (logs, kubeconfigs) after the tour.")
+    ] = False,
+) -> None:
+    """Run the scripted tour on a local clusterset; exits non-zero naming the step that failed.
+
+    The clusterset is always stopped (`isthmus down`) at the end, whatever happened.
+    """
     from isthmus.local.demo import run_demo
 
-    raise typer.Exit(run_demo())
+    raise typer.Exit(run_demo(state_dir=state_dir, clusters=clusters, keep=keep))

@@ -1,200 +1,680 @@
-"""`isthmus demo` (interim): a scripted tour of the embedded API server with kubectl.
+"""`isthmus demo`: the scripted tour of a local clusterset — the main job of Isthmus.
 
-Until the local clusterset exists, the tour shows the floor everything stands on: a real
-`isthmus apiserver` process (TLS, bearer token, SQLite), our CRDs served as soon as they are
-applied, kubectl working against it, validation errors where the user looks, and state that
-survives a restart. Each step either passes or names itself as the failure.
+The tour drives only what a user has: `isthmus up/status/export/show/unexport/down`, `kubectl`
+with the manifests of `examples/`, a DNS client and plain sockets. So what passes here is what a
+user gets, and a failure names the step a user would have seen break. Every wait is a bounded
+poll (controllers are eventually consistent; a blind sleep is either flaky or slow), every
+address touched is checked to be in 127.0.0.0/8, and `isthmus down` runs whatever happens, so
+nothing is left running behind a failed or interrupted tour.
 """
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
+import os
+import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
+from rich import box
 from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
 
-SERVICE = """
-apiVersion: v1
-kind: Namespace
-metadata: {name: demo}
----
-apiVersion: v1
-kind: Service
-metadata: {name: echo, namespace: demo}
-spec:
-  selector: {app: echo}
-  ports: [{name: http, port: 80, targetPort: 8080}]
----
-apiVersion: multicluster.x-k8s.io/v1alpha1
-kind: ServiceExport
-metadata:
-  name: echo
-  namespace: demo
-  annotations: {lighthouse.submariner.io/use-clusterset-ip: "true"}
-"""
+__all__ = ["Step", "StepFailed", "run_demo"]
 
-BAD_IMPORT = """
-apiVersion: multicluster.x-k8s.io/v1alpha1
-kind: ServiceImport
-metadata: {name: broken, namespace: demo}
-spec:
-  type: Anycast
-  ports: [{port: 99999, protocol: TCP}]
-"""
+T = TypeVar("T")
+
+NAMESPACE = "demo"
+VIP_SVC = "echo-vip"
+PLAIN_SVC = "echo"
+HTTP_PORT = 80
+UDP_PORT = 9090
+REQUESTS = 20
+ZONE = "svc.clusterset.local"
+USE_CLUSTERSET_IP = "lighthouse.submariner.io/use-clusterset-ip"
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+
+UP_TIMEOUT = 240.0
+"""`up` starts 2N+2 processes on a small machine; generous, but bounded."""
+DOWN_TIMEOUT = 90.0
+CMD_TIMEOUT = 60.0
+WAIT = 30.0
+"""Bound of each convergence wait after `up`; they normally take well under a second."""
+MAX_SHOWN_LINES = 14
 
 
 class StepFailed(Exception):
-    pass
+    """A step saw something other than what it waited for; the message says what it saw."""
+
+
+class NotYet(Exception):
+    """A probe's "not there yet", with what it saw, for the timeout message."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One numbered step of the tour: a title (the name a failure is reported under) and its body."""
+
+    title: str
+    run: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Member:
+    """One cluster as `isthmus status -o json` describes it."""
+
+    name: str
+    context: str
+    dns: tuple[str, int]
+    raw: dict[str, Any] = field(compare=False, repr=False)
+
+
+def examples_dir() -> Path:
+    """The repository's `examples/` (the demo applies the same files a user would)."""
+    for base in (Path(__file__).resolve().parents[3], Path.cwd()):
+        if (base / "examples" / "echo-deployment.yaml").is_file():
+            return base / "examples"
+    raise StepFailed("cannot find examples/echo-deployment.yaml (run the demo from the Isthmus repository)")
+
+
+def loopback(address: str) -> str:
+    """The address itself if it is in 127.0.0.0/8; the demo never sends anything elsewhere."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        raise StepFailed(f"{address!r} is not an IP address") from None
+    if ip not in LOOPBACK:
+        raise StepFailed(f"{address} is outside 127.0.0.0/8: the local clusterset must stay on loopback")
+    return address
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise StepFailed(f"cannot parse the address {text!r} (want HOST:PORT)")
+    return loopback(host.strip("[]")), int(port)
+
+
+def fqdn(svc: str) -> str:
+    return f"{svc}.{NAMESPACE}.{ZONE}"
+
+
+def poll(what: str, probe: Callable[[], T], timeout: float = WAIT, interval: float = 0.15) -> T:
+    """`probe()` until it returns instead of raising NotYet; StepFailed with the last sighting after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return probe()
+        except NotYet as seen:
+            if time.monotonic() >= deadline:
+                raise StepFailed(f"timed out after {timeout:.0f}s waiting for {what}; last seen: {seen}") from None
+        time.sleep(interval)
+
+
+# --- probes: DNS and traffic ------------------------------------------------------------------------
+
+
+def dns_query(server: tuple[str, int], name: str, rdtype: str) -> tuple[str, list[str]]:
+    """(rcode text, answer rdata texts) of one UDP query to `server`."""
+    import dns.exception
+    import dns.message
+    import dns.query
+    import dns.rcode
+
+    query = dns.message.make_query(name, rdtype)
+    try:
+        reply = dns.query.udp(query, server[0], port=server[1], timeout=1.0)
+    except (dns.exception.Timeout, OSError) as err:
+        raise NotYet(f"no answer from {server[0]}:{server[1]} ({type(err).__name__})") from None
+    answers = sorted(rd.to_text() for rrset in reply.answer for rd in rrset)
+    return dns.rcode.to_text(reply.rcode()), answers
+
+
+def http_get(ip: str, port: int) -> dict[str, Any]:
+    """One request on a fresh connection (each connection is balanced on its own)."""
+    conn = http.client.HTTPConnection(loopback(ip), port, timeout=2.0)
+    try:
+        conn.request("GET", "/isthmus-demo", headers={"Connection": "close"})
+        resp = conn.getresponse()
+        body = resp.read()
+    except OSError as err:
+        raise NotYet(f"HTTP {ip}:{port}: {err.strerror or type(err).__name__}") from None
+    finally:
+        conn.close()
+    if resp.status != 200:
+        raise NotYet(f"HTTP {ip}:{port} answered {resp.status}")
+    return _json_answer(body, f"HTTP {ip}:{port}")
+
+
+def udp_echo(ip: str, port: int, timeout: float = 1.0) -> dict[str, Any]:
+    """One datagram from a fresh socket (a new source port, so a new balancing decision)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout)
+        try:
+            s.connect((loopback(ip), port))
+            s.send(b"hello from isthmus demo")
+            data = s.recv(65535)
+        except OSError as err:
+            raise NotYet(f"UDP {ip}:{port}: {err.strerror or type(err).__name__}") from None
+    return _json_answer(data, f"UDP {ip}:{port}")
+
+
+def tcp_refused(ip: str, port: int) -> bool:
+    """Whether nothing accepts TCP on ip:port any more (refused or silent)."""
+    try:
+        with socket.create_connection((loopback(ip), port), timeout=0.5):
+            return False
+    except OSError:
+        return True
+
+
+def _json_answer(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        raise NotYet(f"{where} answered something that is not the echo JSON: {data[:80]!r}") from None
+    if not isinstance(answer, dict) or "cluster" not in answer:
+        raise NotYet(f"{where} answered JSON without a cluster field: {data[:80]!r}")
+    return answer
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return {}
+
+
+# --- the tour ---------------------------------------------------------------------------------------
 
 
 class Demo:
-    def __init__(self, console: Console, workdir: Path) -> None:
-        self.console = console
-        self.workdir = workdir
-        self.data = workdir / "apiserver"
-        self.proc: subprocess.Popen[str] | None = None
-        self.url = ""
+    """The steps, sharing what earlier ones learned (contexts, DNS addresses, the VIP)."""
 
-    # -- helpers
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        p = subprocess.run(
-            ["kubectl", f"--kubeconfig={self.data / 'kubeconfig'}", f"--cache-dir={self.workdir / 'cache'}", *args],
-            input=stdin, capture_output=True, text=True, timeout=60,
-        )
+    def __init__(self, console: Console, state_dir: Path, clusters: int) -> None:
+        self.console = console
+        self.state_dir = state_dir
+        self.n = clusters
+        self.cache_dir = state_dir / ".demo-kubectl-cache"
+        self.env = dict(os.environ)
+        self.env.pop("KUBECONFIG", None)  # set from `isthmus status` once the clusterset is up
+        self.members: list[Member] = []
+        self.vip = ""
+        self.cluster_ips: dict[str, str] = {}
+        self._examples: Path | None = None
+
+    # -- plumbing
+
+    @property
+    def exporters(self) -> list[Member]:
+        return self.members[:2]
+
+    @property
+    def observer(self) -> Member:
+        """The cluster that exports nothing and still sees everything (c3 by default)."""
+        return self.members[-1]
+
+    def example(self, name: str) -> str:
+        if self._examples is None:
+            self._examples = examples_dir()
+        path = self._examples / name
+        try:
+            return os.path.relpath(path)
+        except ValueError:
+            return str(path)
+
+    def note(self, text: str) -> None:
+        self.console.print(f"   {text}", highlight=False)
+
+    def wait(self, what: str, probe: Callable[[], T], timeout: float = WAIT) -> T:
+        """`poll`, then say how long the system took to get there (the number a user cares about)."""
+        t0 = time.monotonic()
+        result = poll(what, probe, timeout)
+        self.console.print(f"   [dim]waited {time.monotonic() - t0:.2f}s for {escape(what)}[/dim]", highlight=False)
+        return result
+
+    def show(self, text: str, limit: int = MAX_SHOWN_LINES) -> None:
+        lines = text.rstrip().splitlines()
+        for line in lines[:limit]:
+            self.console.print(f"     [dim]{escape(line.rstrip())}[/dim]", highlight=False, soft_wrap=True)
+        if len(lines) > limit:
+            self.console.print(f"     [dim]… {len(lines) - limit} more lines[/dim]", highlight=False)
+
+    def table(self, *columns: str) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False, pad_edge=False)
+        for col in columns:
+            table.add_column(col)
+        return table
+
+    def print_table(self, table: Table) -> None:
+        self.console.print(Padding(table, (0, 0, 0, 3), expand=False))
+
+    def _exec(
+        self, argv: list[str], shown: list[str], *, quiet: bool, check: bool, timeout: float, output: bool
+    ) -> subprocess.CompletedProcess[str]:
+        if not quiet:
+            self.console.print(f"   [bold]$[/bold] {escape(shlex.join(shown))}", highlight=False, soft_wrap=True)
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env,
+                               stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise StepFailed(f"`{shlex.join(shown)}` did not finish within {timeout:.0f}s") from None
         if check and p.returncode != 0:
-            raise StepFailed(f"kubectl {' '.join(args)}: {p.stderr.strip() or p.stdout.strip()}")
+            detail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-6:]
+            raise StepFailed(f"`{shlex.join(shown)}` exited {p.returncode}:\n" + "\n".join(detail))
+        if output and not quiet:
+            self.show(p.stdout if p.stdout.strip() else p.stderr)
         return p
 
-    def show(self, text: str) -> None:
-        for line in text.rstrip().splitlines():
-            self.console.print(f"    [dim]{line}[/dim]", highlight=False)
+    def kubectl(self, *args: str, quiet: bool = False, check: bool = True,
+                output: bool = True) -> subprocess.CompletedProcess[str]:
+        """kubectl as a user types it (KUBECONFIG is the merged one); a private cache keeps $HOME clean."""
+        return self._exec(["kubectl", f"--cache-dir={self.cache_dir}", *args], ["kubectl", *args],
+                          quiet=quiet, check=check, timeout=CMD_TIMEOUT, output=output)
 
-    def start_server(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "isthmus", "apiserver", "--port", "0", "--data-dir", str(self.data), "--tls",
-             "--token-file", str(self.data / "token"), "--log-level", "warning"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            if "listening on" in line:
-                self.url = line.split()[-1]
-                return
-        err = self.proc.stderr.read() if self.proc.stderr else ""
-        raise StepFailed(f"apiserver did not start: {err.strip()}")
+    def isthmus(self, *args: str, quiet: bool = False, check: bool = True, output: bool = True,
+                timeout: float = CMD_TIMEOUT) -> subprocess.CompletedProcess[str]:
+        """The CLI through this interpreter, so the demo tests the isthmus it ships with."""
+        return self._exec([sys.executable, "-m", "isthmus", *args], ["isthmus", *args],
+                          quiet=quiet, check=check, timeout=timeout, output=output)
 
-    def stop_server(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                code = self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                raise StepFailed("apiserver did not stop on SIGTERM") from None
-            self.proc = None
-            if code != 0:
-                raise StepFailed(f"apiserver exited with {code} on SIGTERM")
+    def get_json(self, member: Member, *args: str) -> dict[str, Any]:
+        p = self.kubectl("--context", member.context, "get", *args, "-o", "json", quiet=True, check=False)
+        if p.returncode != 0:
+            raise NotYet(f"kubectl get {' '.join(args)} in {member.name}: {p.stderr.strip()[:200]}")
+        data: dict[str, Any] = json.loads(p.stdout)
+        return data
+
+    def items(self, member: Member, resource: str) -> list[dict[str, Any]]:
+        return list(self.get_json(member, resource, "-n", NAMESPACE).get("items") or [])
 
     # -- steps
-    def step_start(self) -> None:
-        self.start_server()
-        self.console.print(f"    apiserver at [bold]{self.url}[/bold] (TLS, bearer token, SQLite in {self.data})")
-        self.show(self.kubectl("version").stdout)
 
-    def step_crds(self) -> None:
-        from isthmus.api.crdgen import all_crds, to_yaml
+    def steps(self) -> list[Step]:
+        return [
+            Step("start a local clusterset (isthmus up)", self.step_up),
+            Step("run echo workloads in two clusters", self.step_workloads),
+            Step("export echo-vip with a ClusterSet IP and echo without", self.step_export),
+            Step("see the ServiceImports in every cluster", self.step_imports),
+            Step("resolve the names through each cluster's DNS server", self.step_dns),
+            Step("send traffic through the VIP: answers from both clusters", self.step_traffic),
+            Step("provoke conflicts: a port and the VIP setting", self.step_conflict),
+            Step("resolve the conflicts", self.step_resolve),
+            Step("unexport and see it all go", self.step_unexport),
+        ]
 
-        self.kubectl("apply", "-f", "-", stdin=to_yaml(all_crds()))
-        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=30s")
-        self.show(self.kubectl("get", "crds").stdout)
+    def step_up(self) -> None:
+        p = self.isthmus("up", "--clusters", str(self.n), "--state-dir", str(self.state_dir), "--detach",
+                         timeout=UP_TIMEOUT, output=False)
+        lines = p.stdout.strip().splitlines()
+        self.show("\n".join([ln for ln in lines if " ready in " in ln] or lines[-3:]))
+        status = self.status()
+        if not status.get("ready"):
+            sick = [f"{c.get('name')}: {part}={state}" for c in status.get("clusters") or []
+                    for part, state in (c.get("parts") or {}).items() if state != "ready"]
+            raise StepFailed("`isthmus status` says the clusterset is not ready: " + (", ".join(sick) or "?"))
+        self.env["KUBECONFIG"] = str(status["kubeconfig"])
+        self.members = [Member(c["name"], c["context"], parse_hostport(c["dns"]), c) for c in status["clusters"]]
+        if len(self.members) != self.n:
+            raise StepFailed(f"asked for {self.n} clusters, `isthmus status` lists {len(self.members)}")
+        broker = status.get("broker") or {}
+        plan = self.table("cluster", "API server", "DNS", "pod CIDR", "service CIDR", "ClusterSet IP CIDR")
+        plan.add_row(str(broker.get("name", "broker")), str(broker.get("server", "-")), "-", "-", "-",
+                     f"{broker.get('clustersetIPCIDRRange', '-')} (range)")
+        for m in self.members:
+            plan.add_row(m.name, str(m.raw.get("server", "-")), f"{m.dns[0]}:{m.dns[1]}", str(m.raw.get("podCIDR")),
+                         str(m.raw.get("serviceCIDR")), str(m.raw.get("clustersetIPCIDR")))
+        self.note("address plan ([bold]isthmus status[/bold]): everything on 127.0.0.0/8")
+        self.print_table(plan)
+        self.note(f"kubectl: [bold]export KUBECONFIG={escape(str(status['kubeconfig']))}[/bold]")
+
+    def status(self) -> dict[str, Any]:
+        p = self.isthmus("status", "--state-dir", str(self.state_dir), "-o", "json", quiet=True)
+        try:
+            data: dict[str, Any] = json.loads(p.stdout)
+        except ValueError:
+            raise StepFailed(f"`isthmus status -o json` printed no JSON: {p.stdout[:200]!r}") from None
+        return data
+
+    def step_workloads(self) -> None:
+        for m in self.members:
+            self.kubectl("--context", m.context, "create", "namespace", NAMESPACE)
+        manifest = self.example("echo-deployment.yaml")
+        for m in self.exporters:
+            self.kubectl("--context", m.context, "apply", "-n", NAMESPACE, "-f", manifest)
+        for m in self.exporters:
+            self.kubectl("--context", m.context, "-n", NAMESPACE, "rollout", "status", "deployment/echo",
+                         "--timeout=60s")
+        pods = self.table("cluster", "pod", "pod IP", "ready")
+        for m in self.exporters:
+            for pod in self.items(m, "pods"):
+                ready = condition(pod, "Ready").get("status", "-")
+                pods.add_row(m.name, pod["metadata"]["name"], (pod.get("status") or {}).get("podIP", "-"), ready)
+            self.cluster_ips[m.name] = str(
+                self.get_json(m, "service", PLAIN_SVC, "-n", NAMESPACE)["spec"].get("clusterIP"))
+        self.note("echo pods answer HTTP on :8080 and UDP on :9090 with JSON naming their cluster")
+        self.print_table(pods)
 
     def step_export(self) -> None:
-        self.kubectl("apply", "-f", "-", stdin=SERVICE)
-        self.show(self.kubectl("get", "svc,serviceexports", "-n", "demo").stdout)
+        for m in self.exporters:
+            self.kubectl("--context", m.context, "apply", "-n", NAMESPACE, "-f", self.example("serviceexport-vip.yaml"))
+        for m in self.exporters:
+            self.isthmus("export", PLAIN_SVC, "-n", NAMESPACE, "--context", m.context)
+        self.note(f"[dim](`isthmus export {PLAIN_SVC}` = kubectl apply -f {self.example('serviceexport.yaml')})[/dim]")
 
-    def step_status(self) -> None:
-        cond = {"type": "Ready", "status": "True", "reason": "Exported", "message": "demo",
-                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        waiter = subprocess.Popen(
-            ["kubectl", f"--kubeconfig={self.data / 'kubeconfig'}", f"--cache-dir={self.workdir / 'cache'}",
-             "wait", "--for=condition=Ready", "serviceexport/echo", "-n", "demo", "--timeout=30s"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.3)
-        self.kubectl("patch", "serviceexport", "echo", "-n", "demo", "--subresource=status", "--type=merge",
-                     "-p", json.dumps({"status": {"conditions": [cond]}}))
-        out, err = waiter.communicate(timeout=40)
-        if waiter.returncode != 0:
-            raise StepFailed(f"kubectl wait: {err.strip()}")
-        self.show(out)
+        def exported() -> None:
+            for m in self.exporters:
+                found = {e["metadata"]["name"]: e for e in self.items(m, "serviceexports")}
+                for svc in (VIP_SVC, PLAIN_SVC):
+                    ready = condition(found.get(svc, {}), "Ready")
+                    if ready.get("status") != "True":
+                        raise NotYet(f"{m.name} {svc} Ready={ready.get('status')} {ready.get('reason', '')}")
 
-    def step_invalid(self) -> None:
-        p = self.kubectl("apply", "-f", "-", stdin=BAD_IMPORT, check=False)
-        if p.returncode == 0 or "is invalid" not in p.stderr:
-            raise StepFailed("an invalid ServiceImport was accepted")
-        self.show(p.stderr)
-        if self.kubectl("get", "serviceimport", "broken", "-n", "demo", check=False).returncode == 0:
-            raise StepFailed("the invalid ServiceImport was stored")
+        self.wait("both ServiceExports to be Ready in both clusters", exported)
+        self.isthmus("show", "exports", "-n", NAMESPACE, "--context", self.exporters[0].context)
 
-    def step_restart(self) -> None:
-        before = json.loads(self.kubectl("get", "serviceexport", "echo", "-n", "demo", "-o", "json").stdout)
-        self.stop_server()
-        self.start_server()
-        after = json.loads(self.kubectl("get", "serviceexport", "echo", "-n", "demo", "-o", "json").stdout)
-        for field in ("uid", "resourceVersion"):
-            if before["metadata"][field] != after["metadata"][field]:
-                raise StepFailed(f"metadata.{field} changed across the restart")
-        self.console.print(f"    serviceexport/echo kept uid {after['metadata']['uid'][:8]}… and "
-                           f"resourceVersion {after['metadata']['resourceVersion']} across the restart")
+    def step_imports(self) -> None:
+        want = sorted(m.name for m in self.exporters)
 
-    def step_cleanup(self) -> None:
-        self.kubectl("delete", "namespace", "demo", "--timeout=30s")
-        if self.kubectl("get", "namespace", "demo", check=False).returncode == 0:
-            raise StepFailed("namespace demo still exists")
-        self.console.print("    namespace demo and everything in it deleted")
+        def imported() -> str:
+            vip = ""
+            for m in self.members:
+                found = {i["metadata"]["name"]: i for i in self.items(m, "serviceimports")}
+                for svc in (VIP_SVC, PLAIN_SVC):
+                    imp = found.get(svc)
+                    if imp is None:
+                        raise NotYet(f"no ServiceImport {svc} in {m.name}")
+                    clusters = sorted(c.get("cluster", "") for c in (imp.get("status") or {}).get("clusters") or [])
+                    if clusters != want:
+                        raise NotYet(f"ServiceImport {svc} in {m.name} lists clusters {clusters}")
+                    ips = list((imp.get("spec") or {}).get("ips") or [])
+                    if svc == PLAIN_SVC and ips:
+                        raise StepFailed(f"ServiceImport {svc} in {m.name} has a VIP {ips}; it was exported without")
+                    if svc == VIP_SVC:
+                        if not ips:
+                            raise NotYet(f"ServiceImport {svc} in {m.name} has no VIP yet")
+                        if vip and ips[0] != vip:
+                            raise NotYet(f"ServiceImport {svc} has VIP {ips[0]} in {m.name} but {vip} elsewhere")
+                        vip = ips[0]
+            return vip
+
+        self.vip = loopback(self.wait("the ServiceImports in every cluster, listing both exporters", imported))
+        ctx = self.observer.context
+        self.kubectl("--context", ctx, "get", "serviceimports", "-A")
+        self.isthmus("show", "imports", "-n", NAMESPACE, "--context", ctx)
+        where = ", ".join(m.name for m in self.members)
+        self.note(f"imported in {where}; VIP of {VIP_SVC}: [bold]{self.vip}[/bold]")
+
+    def step_dns(self) -> None:
+        owner = {ip: name for name, ip in self.cluster_ips.items()}
+        srv_name = f"_http._tcp.{fqdn(VIP_SVC)}"
+        want_srv = f"{HTTP_PORT} {fqdn(VIP_SVC)}."
+        table = self.table("DNS server", "query", "answer", "")
+
+        def resolved() -> list[tuple[str, str, str, str]]:
+            rows = []
+            for m in self.members:
+                rcode, vip_a = dns_query(m.dns, fqdn(VIP_SVC), "A")
+                if vip_a != [self.vip]:
+                    raise NotYet(f"{m.name}: A {fqdn(VIP_SVC)} → {rcode} {vip_a}")
+                rcode, plain_a = dns_query(m.dns, fqdn(PLAIN_SVC), "A")
+                if len(plain_a) != 1 or plain_a[0] not in owner:
+                    raise NotYet(f"{m.name}: A {fqdn(PLAIN_SVC)} → {rcode} {plain_a}")
+                rcode, srv = dns_query(m.dns, srv_name, "SRV")
+                if not srv or not srv[0].endswith(want_srv):
+                    raise NotYet(f"{m.name}: SRV {srv_name} → {rcode} {srv}")
+                where = f"{m.name} {m.dns[0]}:{m.dns[1]}"
+                rows += [
+                    (where, f"{fqdn(VIP_SVC)} A", vip_a[0], "the VIP"),
+                    ("", f"{fqdn(PLAIN_SVC)} A", plain_a[0], f"ClusterIP of {owner[plain_a[0]]}"),
+                    ("", f"{srv_name} SRV", srv[0], ""),
+                ]
+            return rows
+
+        for row in self.wait("the answers of every cluster's DNS server", resolved):
+            table.add_row(*row)
+        self.print_table(table)
+        d = self.observer.dns
+        self.note(f"[dim]try it: dig @{d[0]} -p {d[1]} {fqdn(VIP_SVC)}[/dim]")
+
+    def _batch(self, send: Callable[[], dict[str, Any]]) -> tuple[Counter[str], Counter[str], dict[str, Any]]:
+        clusters: Counter[str] = Counter()
+        pods: Counter[str] = Counter()
+        sample: dict[str, Any] = {}
+        for _ in range(REQUESTS):
+            answer = send()
+            clusters[str(answer["cluster"])] += 1
+            pods[str(answer.get("pod"))] += 1
+            sample = answer
+        return clusters, pods, sample
+
+    def step_traffic(self) -> None:
+        want = {m.name for m in self.exporters}
+        results: list[tuple[str, str, Counter[str], Counter[str], dict[str, Any]]] = []
+        for proto, port, send in (("HTTP/TCP", HTTP_PORT, lambda: http_get(self.vip, HTTP_PORT)),
+                                  ("UDP", UDP_PORT, lambda: udp_echo(self.vip, UDP_PORT))):
+
+            def split(send: Callable[[], dict[str, Any]] = send) -> tuple[Counter[str], Counter[str], dict[str, Any]]:
+                clusters, pods, sample = self._batch(send)
+                if set(clusters) != want:
+                    raise NotYet(f"{REQUESTS} answers came from {dict(clusters)}")
+                return clusters, pods, sample
+
+            clusters, pods, sample = self.wait(f"{proto} answers through {self.vip}:{port} from both clusters", split)
+            results.append((proto, f"{self.vip}:{port}", clusters, pods, sample))
+        names = sorted(want)
+        table = self.table("traffic", "to", *(f"from {n}" for n in names), "pods that answered")
+        for proto, target, clusters, pods, _ in results:
+            table.add_row(f"{REQUESTS} {proto}", target, *(str(clusters[n]) for n in names), str(len(pods)))
+        self.print_table(table)
+        sample = results[0][4]
+        shown = {k: sample.get(k) for k in ("pod", "namespace", "cluster", "client", "method", "path")}
+        self.note(f"one HTTP answer: [dim]{escape(json.dumps(shown))}[/dim]")
+        self.note(f"[dim]try it: curl http://{self.vip}/[/dim]")
+
+    def _conflicts(self) -> dict[tuple[str, str], dict[str, Any]]:
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for m in self.exporters:
+            for e in self.items(m, "serviceexports"):
+                out[(m.name, e["metadata"]["name"])] = condition(e, "Conflict")
+        return out
+
+    def step_conflict(self) -> None:
+        second = self.exporters[1]
+        port_patch = json.dumps([{"op": "replace", "path": "/spec/ports/0/port", "value": 8080}])
+        self.kubectl("--context", second.context, "-n", NAMESPACE, "patch", "service", PLAIN_SVC,
+                     "--type=json", "-p", port_patch)
+        self.isthmus("export", VIP_SVC, "-n", NAMESPACE, "--use-clusterset-ip=false", "--context", second.context)
+        expect = {PLAIN_SVC: "PortConflict", VIP_SVC: "ClusterSetIPEnablementConflict"}
+
+        def conflicted() -> None:
+            seen = self._conflicts()
+            for m in self.exporters:
+                for svc, reason in expect.items():
+                    cond = seen.get((m.name, svc), {})
+                    if cond.get("status") != "True" or reason not in str(cond.get("reason", "")):
+                        raise NotYet(f"{m.name} {svc} Conflict={cond.get('status')} {cond.get('reason', '')}")
+
+        self.wait("the Conflict condition on both clusters' ServiceExports", conflicted)
+        self.note(f"{second.name}'s http port is now 8080 and its {VIP_SVC} export says no VIP; "
+                  "every exporter is told (the oldest export wins, nothing else changes):")
+        for m in self.exporters:
+            self.isthmus("show", "exports", "-n", NAMESPACE, "--context", m.context)
+
+    def step_resolve(self) -> None:
+        second = self.exporters[1]
+        port_patch = json.dumps([{"op": "replace", "path": "/spec/ports/0/port", "value": HTTP_PORT}])
+        self.kubectl("--context", second.context, "-n", NAMESPACE, "patch", "service", PLAIN_SVC,
+                     "--type=json", "-p", port_patch)
+        self.isthmus("export", VIP_SVC, "-n", NAMESPACE, "--use-clusterset-ip=true", "--context", second.context)
+
+        def cleared() -> None:
+            for (name, svc), cond in self._conflicts().items():
+                if cond.get("status") != "False":
+                    raise NotYet(f"{name} {svc} Conflict={cond.get('status')} {cond.get('reason', '')}")
+
+        self.wait("every Conflict condition to clear", cleared)
+        self.isthmus("show", "exports", "-n", NAMESPACE, "--context", second.context)
+
+    def step_unexport(self) -> None:
+        for svc in (VIP_SVC, PLAIN_SVC):
+            for m in self.exporters:
+                self.isthmus("unexport", svc, "-n", NAMESPACE, "--context", m.context)
+        t0 = time.monotonic()
+        seen: list[tuple[str, str, float]] = []
+
+        def no_imports() -> None:
+            for m in self.members:
+                left = [i["metadata"]["name"] for i in self.items(m, "serviceimports")]
+                if left:
+                    raise NotYet(f"ServiceImports {left} still in {m.name}")
+
+        everywhere = ", ".join(m.name for m in self.members)
+        poll("the ServiceImports to go from every cluster", no_imports)
+        seen.append(("ServiceImports echo, echo-vip", everywhere, time.monotonic() - t0))
+
+        def nxdomain() -> None:
+            for m in self.members:
+                for svc in (VIP_SVC, PLAIN_SVC):
+                    rcode, answers = dns_query(m.dns, fqdn(svc), "A")
+                    if rcode != "NXDOMAIN":
+                        raise NotYet(f"{m.name}: A {fqdn(svc)} → {rcode} {answers}")
+
+        poll("NXDOMAIN from every cluster's DNS server", nxdomain)
+        seen.append(("DNS names (now NXDOMAIN)", everywhere, time.monotonic() - t0))
+
+        def vip_silent() -> None:
+            if not tcp_refused(self.vip, HTTP_PORT):
+                raise NotYet(f"{self.vip}:{HTTP_PORT} still accepts TCP")
+            try:
+                answer = udp_echo(self.vip, UDP_PORT, timeout=0.3)
+            except NotYet:
+                return
+            raise NotYet(f"{self.vip}:{UDP_PORT} still answers UDP (from {answer.get('cluster')})")
+
+        poll(f"the VIP {self.vip} to stop answering", vip_silent)
+        seen.append((f"VIP {self.vip} (TCP :{HTTP_PORT}, UDP :{UDP_PORT})", "-", time.monotonic() - t0))
+        self.kubectl("--context", self.observer.context, "get", "serviceimports", "-A")
+        table = self.table("gone", "from", "after the last unexport")
+        for what, where, after in seen:
+            table.add_row(what, where, f"{after:.2f}s")
+        self.print_table(table)
+
+    def down(self) -> None:
+        self.isthmus("down", "--state-dir", str(self.state_dir), timeout=DOWN_TIMEOUT)
 
 
-def run_demo(console: Console | None = None) -> int:
-    """Run every step; 0 when all pass, 1 naming the failed step otherwise."""
-    console = console or Console()
+def _prerequisites(console: Console) -> bool:
     if shutil.which("kubectl") is None:
         console.print("[red]kubectl is required for the demo (it is the client users have)[/red]")
+        return False
+    try:
+        import dns.message  # noqa: F401
+    except ImportError:
+        console.print("[red]the demo needs dnspython (`pip install dnspython`, or `make demo`)[/red]")
+        return False
+    return True
+
+
+def run_demo(
+    console: Console | None = None,
+    *,
+    state_dir: Path | None = None,
+    clusters: int = 3,
+    keep: bool = False,
+    edit_steps: Callable[[list[Step]], Iterable[Step]] | None = None,
+) -> int:
+    """Run every step; 0 when all pass, 1 naming the failed step (130 on Ctrl-C), 2 for unusable arguments.
+
+    `state_dir` None means a fresh temporary directory, removed at the end unless `keep`.
+    `edit_steps` is the tests' seam: it gets the step list and returns the one to run.
+    `isthmus down` always runs last, also after a failure or Ctrl-C.
+    """
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # logs and CI: wide enough that tables never wrap
+            console = Console(width=140)
+    if clusters < 2:
+        console.print("[red]the demo needs at least 2 clusters (two export, the last one watches)[/red]")
+        return 2
+    temporary = state_dir is None
+    if state_dir is None:
+        state_dir = Path(tempfile.mkdtemp(prefix="isthmus-demo-"))
+    elif state_dir.exists() and (not state_dir.is_dir() or any(state_dir.iterdir())):
+        console.print(f"[red]the demo needs a fresh state dir; {state_dir} is not empty "
+                      "(remove it, or leave --state-dir out for a temporary one)[/red]")
+        return 2
+    if not _prerequisites(console):
         return 1
-    console.rule("[bold]Isthmus demo[/bold] — the embedded Kubernetes-compatible API server")
-    with tempfile.TemporaryDirectory(prefix="isthmus-demo-") as tmp:
-        demo = Demo(console, Path(tmp))
-        steps: list[tuple[str, Callable[[], None]]] = [
-            ("start isthmus apiserver", demo.step_start),
-            ("install the Isthmus CRDs", demo.step_crds),
-            ("apply a Service and its ServiceExport", demo.step_export),
-            ("set status, kubectl wait --for=condition=Ready", demo.step_status),
-            ("invalid input is rejected with field paths", demo.step_invalid),
-            ("restart: state and resourceVersions survive", demo.step_restart),
-            ("delete the namespace and its contents", demo.step_cleanup),
-        ]
+
+    demo = Demo(console, state_dir.resolve(), clusters)
+    steps = list(edit_steps(demo.steps()) if edit_steps else demo.steps())
+    total = len(steps) + 1  # + isthmus down
+    console.rule(f"[bold]Isthmus demo[/bold] — a local clusterset of {clusters} clusters and a broker")
+    failed: tuple[int, str, str] | None = None
+    started = time.monotonic()
+    ready_at: float | None = None
+    interrupted: list[int] = []
+
+    def run_step(i: int, title: str, body: Callable[[], None]) -> str | None:
+        console.print(f"\n[bold cyan]{i}/{total}[/bold cyan] [bold]{escape(title)}[/bold]")
+        t0 = time.monotonic()
         try:
-            for i, (title, fn) in enumerate(steps, 1):
-                console.print(f"[bold cyan]{i}.[/bold cyan] {title}")
-                t0 = time.monotonic()
-                try:
-                    fn()
-                except (StepFailed, subprocess.TimeoutExpired) as e:
-                    console.print(f"[bold red]✗ step {i} failed: {title}[/bold red]\n  {e}")
-                    return 1
-                console.print(f"  [green]✓[/green] [dim]{time.monotonic() - t0:.2f}s[/dim]")
-        finally:
-            try:
-                demo.stop_server()
-            except StepFailed as e:
-                console.print(f"[red]{e}[/red]")
-    console.rule("[green]all steps passed[/green]")
+            body()
+        except StepFailed as err:
+            reason = str(err)
+        except KeyboardInterrupt:
+            interrupted.append(i)
+            reason = "interrupted (Ctrl-C)"
+        except Exception as err:  # a bug or a surprise is still this step's failure, and down must run
+            reason = f"unexpected {type(err).__name__}: {err}"
+        else:
+            console.print(f"   [green]✓[/green] [dim]{time.monotonic() - t0:.2f}s[/dim]")
+            return None
+        console.print(f"   [bold red]✗ step {i} failed: {escape(title)}[/bold red] [dim]{time.monotonic() - t0:.2f}s[/dim]")
+        for line in reason.splitlines():
+            console.print(f"     {escape(line)}", highlight=False, soft_wrap=True)
+        return reason
+
+    try:
+        for i, step in enumerate(steps, 1):
+            reason = run_step(i, step.title, step.run)
+            if reason is not None:
+                failed = (i, step.title, reason)
+                break
+            if i == 1:
+                ready_at = time.monotonic()
+    finally:
+        down_title = "stop the clusterset (isthmus down)"
+        reason = run_step(total, down_title, demo.down)
+        if reason is not None and failed is None:
+            failed = (total, down_title, reason)
+        if temporary and not keep:
+            shutil.rmtree(state_dir, ignore_errors=True)
+        elif temporary:
+            console.print(f"\n   state dir kept: {state_dir}")
+
+    elapsed = time.monotonic() - started
+    after_up = f", {time.monotonic() - ready_at:.1f}s after up" if ready_at is not None else ""
+    if failed is not None:
+        i, title, _ = failed
+        if interrupted:
+            console.rule(f"[bold red]interrupted at step {i}: {escape(title)}[/bold red]")
+            return 130
+        console.rule(f"[bold red]step {i} failed: {escape(title)}[/bold red]")
+        return 1
+    console.rule(f"[green]all steps passed[/green] in {elapsed:.1f}s{after_up}")
     return 0

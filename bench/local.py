@@ -1,0 +1,140 @@
+"""Benchmark of the local clusterset: `isthmus up --detach` to ready, and what it costs in memory.
+
+Prints: wall time of `isthmus up --clusters N --detach` (it returns once every part answers
+/readyz), the RSS of the whole clusterset (supervisor + every recorded part) idle, then after
+exporting S services from c1 (with a ClusterSet IP) once every other cluster has imported them
+(bounded wait), and the time `isthmus down` takes. A fresh temp state dir; 127.0.0.1 only.
+
+Usage: python bench/local.py [--clusters N] [--services S] [--timeout SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.core_v1 import ServicePort, ServiceSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Service
+
+from isthmus.api.mcs import MCS_GROUP, MCS_VERSION
+from isthmus.kube.client import make_client
+
+ISTHMUS = [sys.executable, "-m", "isthmus"]
+SvcExport = create_namespaced_resource(MCS_GROUP, MCS_VERSION, "ServiceExport", "serviceexports")
+SvcImport = create_namespaced_resource(MCS_GROUP, MCS_VERSION, "ServiceImport", "serviceimports")
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def status(root: Path) -> dict[str, Any]:
+    out = subprocess.run([*ISTHMUS, "status", "--state-dir", str(root), "-o", "json"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+def memory(root: Path) -> tuple[float, dict[str, float]]:
+    """Total RSS (MB) over the supervisor and every part, and the mean per kind of part."""
+    doc = status(root)
+    by_kind: dict[str, list[float]] = collections.defaultdict(list)
+    total = rss_mb(doc["supervisor"]["pid"]) if doc["supervisor"]["pid"] else 0.0
+    for owner in [doc["broker"], *doc["clusters"]]:
+        for kind, proc in owner["processes"].items():
+            if proc["pid"]:
+                mb = rss_mb(proc["pid"])
+                total += mb
+                by_kind[kind].append(mb)
+    return total, {k: sum(v) / len(v) for k, v in by_kind.items()}
+
+
+def show_memory(label: str, root: Path) -> None:
+    total, kinds = memory(root)
+    per = ", ".join(f"{k} {v:.0f}" for k, v in sorted(kinds.items()))
+    print(f"RSS {label}: {total:.0f} MB in total (mean per process, MB: {per})")
+
+
+async def export_services(root: Path, clusters: list[str], n: int, within: float) -> float:
+    """Create n Services + ServiceExports in c1; seconds until every other cluster imported all."""
+    c1 = make_client(root / "kubeconfigs" / "c1.yaml")
+    others = {c: make_client(root / "kubeconfigs" / f"{c}.yaml") for c in clusters[1:]}
+    try:
+        for client in [c1, *others.values()]:
+            await client.create(Namespace(metadata=ObjectMeta(name="bulk")))
+        limit = asyncio.Semaphore(32)
+
+        async def one(i: int) -> None:
+            async with limit:
+                await c1.create(Service(metadata=ObjectMeta(name=f"svc-{i}", namespace="bulk"),
+                                        spec=ServiceSpec(selector={"app": f"a{i}"},
+                                                         ports=[ServicePort(name="http", port=80)])))
+                await c1.create(SvcExport(metadata=ObjectMeta(
+                    name=f"svc-{i}", namespace="bulk",
+                    annotations={"lighthouse.submariner.io/use-clusterset-ip": "true"})))
+
+        started = time.monotonic()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        print(f"created {n} Services + ServiceExports in c1 in {time.monotonic() - started:.1f}s")
+        deadline = started + within
+        while time.monotonic() < deadline:
+            counts = {}
+            for name, client in others.items():
+                counts[name] = len([item async for item in client.list(SvcImport, namespace="bulk")])
+            if all(c >= n for c in counts.values()):
+                return time.monotonic() - started
+            await asyncio.sleep(1.0)
+        raise TimeoutError(f"not converged within {within:.0f}s: {counts}")
+    finally:
+        for client in [c1, *others.values()]:
+            await client.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clusters", type=int, default=3)
+    ap.add_argument("--services", type=int, default=1000)
+    ap.add_argument("--timeout", type=float, default=300.0, help="bound on the export convergence wait")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="isthmus-bench-local-"))
+    root = tmp / "state"
+    try:
+        started = time.monotonic()
+        subprocess.run([*ISTHMUS, "up", "--clusters", str(args.clusters), "--detach", "--state-dir", str(root),
+                        "--enable-clusterset-ip"], check=True, timeout=180, stdout=subprocess.DEVNULL)
+        print(f"isthmus up --clusters {args.clusters} --detach: ready in {time.monotonic() - started:.1f}s "
+              f"({1 + args.clusters * 5} processes + the supervisor)")
+        time.sleep(10)
+        show_memory("idle", root)
+        clusters = [c["name"] for c in status(root)["clusters"]]
+        if len(clusters) > 1:
+            took = asyncio.run(export_services(root, clusters, args.services, args.timeout))
+            print(f"{args.services} exported services imported into {', '.join(clusters[1:])} in {took:.1f}s")
+            show_memory(f"after exporting {args.services} services", root)
+        started = time.monotonic()
+        subprocess.run([*ISTHMUS, "down", "--state-dir", str(root)], check=True, timeout=60, stdout=subprocess.DEVNULL)
+        print(f"isthmus down: {time.monotonic() - started:.1f}s")
+    finally:
+        subprocess.run([*ISTHMUS, "down", "--state-dir", str(root)], timeout=60, capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

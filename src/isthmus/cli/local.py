@@ -1,0 +1,375 @@
+"""`isthmus up`, `isthmus status`, `isthmus down`: the local clusterset (design/local.md).
+
+Flags, progress and printing only; the work is in `isthmus.local.up` (bring-up, status) and
+`isthmus.local.supervisor` (processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from isthmus.cli.app import app, fail
+from isthmus.local import plan
+from isthmus.local.state import PHASE_FAILED, Layout, StateError, load_state
+from isthmus.local.supervisor import is_ours, tail, terminate
+from isthmus.local.up import (
+    PHASE_UNSUPERVISED,
+    SUPERVISE_FLAG,
+    collect_status,
+    machine_holder,
+    plan_in_use_message,
+    running_supervisor,
+    spawn_supervisor,
+    supervise,
+)
+
+READY_TIMEOUT = 90.0
+STOP_TIMEOUT = 25.0
+DOWN_TIMEOUT = 20.0
+
+StateDirOpt = Annotated[
+    Path, typer.Option("--state-dir", help="Where the clusterset keeps its state, logs and kubeconfigs.")
+]
+DEFAULT_STATE_DIR = Path(".isthmus")
+
+_ICON = {"ready": ("✔", "green"), "starting": ("…", "yellow"), "down": ("✘", "red")}
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def _status(layout: Layout) -> dict[str, Any]:
+    return asyncio.run(collect_status(layout))
+
+
+# --- up ------------------------------------------------------------------------------------------
+
+
+@app.command("up")
+def up(
+    clusters: Annotated[
+        int | None,
+        typer.Option("--clusters", help=f"Number of clusters c1..cN (1-{plan.MAX_CLUSTERS}; default "
+                     f"{plan.DEFAULT_CLUSTERS}, or what the state dir holds).", show_default=False),
+    ] = None,
+    state_dir: StateDirOpt = DEFAULT_STATE_DIR,
+    enable_clusterset_ip: Annotated[
+        bool, typer.Option("--enable-clusterset-ip", help="Export services with a ClusterSet IP (VIP) by default.")
+    ] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Return once ready; leave the clusterset running.")
+    ] = False,
+    supervise_flag: Annotated[bool, typer.Option(SUPERVISE_FLAG, hidden=True)] = False,
+) -> None:
+    """Start a broker and N clusters on this machine (127.0.0.0/8 only) and keep them running."""
+    layout = Layout.at(state_dir)
+    if clusters is not None:
+        try:
+            plan.validate_count(clusters)
+        except plan.PlanError as e:
+            raise fail(str(e)) from None
+    try:
+        state = load_state(layout)
+    except StateError as e:
+        raise fail(str(e)) from None
+    if state is not None and clusters is not None and clusters != state.clusters:
+        raise fail(f"{layout.root} holds a clusterset of {state.clusters} cluster(s), not {clusters}: "
+                   "drop --clusters, or use another --state-dir")
+    if supervise_flag:
+        try:
+            raise typer.Exit(supervise(layout, clusters, enable_clusterset_ip))
+        except plan.PlanError as e:
+            raise fail(str(e)) from None
+    console = _console()
+    pid = running_supervisor(layout)
+    if pid is not None:
+        console.print(f"The clusterset in {layout.root} is already running (supervisor pid {pid}).")
+        _print_table(console, _status(layout))
+        return
+    holder = machine_holder()
+    if holder is not None and holder != str(layout.root):
+        raise fail(plan_in_use_message(holder))
+    started = time.monotonic()
+    try:
+        proc = spawn_supervisor(layout, clusters, enable_clusterset_ip, foreground=not detach)
+    except OSError as e:
+        raise fail(f"cannot use the state dir {layout.root}: {e.strerror or e}") from None
+    stop_requested = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    if not detach:
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+    doc = _watch_bringup(console, layout, proc, lambda: stop_requested)
+    if doc is not None and doc["ready"]:
+        _print_ready(console, doc, time.monotonic() - started)
+        if detach:
+            return
+        console.print("[bold]Running.[/bold] Ctrl-C here (or `isthmus down` elsewhere) stops everything.")
+    elif proc.poll() is not None:
+        other = running_supervisor(layout)
+        if proc.returncode == 0 and other is not None:  # another `up` won the race for this state dir
+            console.print(f"Another `isthmus up` runs this clusterset (supervisor pid {other}).")
+            return
+        _explain_exit(console, layout)
+        raise typer.Exit(1)
+    elif not stop_requested:
+        _explain_not_ready(console, layout, doc)
+        if detach:
+            console.print(f"The clusterset keeps starting in the background; "
+                          f"`isthmus status --state-dir {state_dir}` to watch, "
+                          f"`isthmus down --state-dir {state_dir}` to stop it.")
+            raise typer.Exit(1)
+        console.print("Still trying in the foreground; Ctrl-C stops everything.")
+    while not stop_requested and proc.poll() is None:
+        time.sleep(0.2)
+    if proc.poll() is None:
+        console.print("Stopping the clusterset…")
+        if is_ours(proc.pid, layout.root, marker=SUPERVISE_FLAG):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            console.print("[red]the supervisor did not stop in time;[/red] running `isthmus down` steps")
+            _down(console, layout)
+    code = proc.returncode
+    if code not in (0, -signal.SIGTERM):
+        _explain_exit(console, layout)
+        raise typer.Exit(1)
+    console.print("Stopped.")
+
+
+def _part_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(name, health, address) of every part, in start order."""
+    rows = [("broker apiserver", doc["broker"]["parts"]["apiserver"], doc["broker"]["server"])]
+    for c in doc["clusters"]:
+        procs = c["processes"]
+        for kind in plan.CLUSTER_PART_KINDS:
+            addr = c["server"] if kind == plan.APISERVER else c["dns"] if kind == plan.DNS else \
+                procs[kind]["readyz"].removeprefix("http://").removesuffix("/readyz")
+            rows.append((f"{c['name']} {kind}", c["parts"][kind], addr))
+    return rows
+
+
+def _progress(doc: dict[str, Any] | None, elapsed: float) -> Group:
+    if doc is None:
+        return Group(Spinner("dots", text=f" preparing the state dir ({elapsed:.0f}s)"))
+    grid = Table.grid(padding=(0, 2))
+    for _ in range(3):
+        grid.add_column()
+    for name, health, addr in _part_rows(doc):
+        if health == "ready":
+            grid.add_row(Text("✔", style="green"), Text(name, style="green"), Text(addr, style="dim"))
+        elif health == "starting":
+            grid.add_row(Spinner("dots", style="yellow"), Text(name), Text(addr, style="dim"))
+        else:
+            grid.add_row(Text("·", style="dim"), Text(name, style="dim"), Text(addr, style="dim"))
+    phase = doc["phase"]
+    joined = sum(1 for c in doc["clusters"] if c["joined"])
+    head = Text(f"Starting the local clusterset ({phase}; {joined}/{len(doc['clusters'])} joined; "
+                f"{elapsed:.0f}s)", style="bold")
+    return Group(head, grid)
+
+
+def _watch_bringup(console: Console, layout: Layout, proc: subprocess.Popen[bytes],
+                   stopped: Any) -> dict[str, Any] | None:
+    """Show a line per part until all are ready, the supervisor exits, a signal, or the timeout."""
+    started = time.monotonic()
+    doc: dict[str, Any] | None = None
+    with Live(_progress(None, 0), console=console, refresh_per_second=8, transient=False) as live:
+        while time.monotonic() - started < READY_TIMEOUT and proc.poll() is None and not stopped():
+            try:
+                doc = _status(layout) if layout.exists() else None
+            except (StateError, FileNotFoundError, KeyError):
+                doc = None  # the supervisor is still writing its first state.json
+            live.update(_progress(doc, time.monotonic() - started))
+            if doc is not None and doc["ready"]:
+                break
+            time.sleep(0.3)
+    if not console.is_terminal:
+        console.line()  # a non-terminal Live leaves its last frame without a newline
+    return doc
+
+
+def _print_ready(console: Console, doc: dict[str, Any], elapsed: float) -> None:
+    names = ", ".join(c["name"] for c in doc["clusters"])
+    console.print(f"\n[bold green]The local clusterset is ready[/bold green] in {elapsed:.1f}s: "
+                  f"broker + {len(doc['clusters'])} cluster(s) ({names}).\n")
+    c1 = doc["clusters"][0]
+    dns_host, _, dns_port = c1["dns"].rpartition(":")
+    console.print("Use it:", style="bold")
+    for line in (
+        f"export KUBECONFIG={doc['kubeconfig']}",
+        f"kubectl --context {c1['name']} get namespaces",
+        f"isthmus export <service> -n <namespace> --context {c1['name']}",
+        f"dig @{dns_host} -p {dns_port} <service>.<namespace>.svc.clusterset.local",
+        f"isthmus status --state-dir {doc['stateDir']}    isthmus down --state-dir {doc['stateDir']}",
+    ):
+        console.print(f"  [cyan]{line}[/cyan]", highlight=False, soft_wrap=True)
+    console.print()
+    _print_table(console, doc)
+
+
+def _explain_exit(console: Console, layout: Layout) -> None:
+    try:
+        state = load_state(layout)
+    except StateError:
+        state = None
+    why = state.error if state is not None and state.phase == PHASE_FAILED and state.error else "it exited"
+    console.print(f"[red]error:[/red] the clusterset did not come up: {why}")
+    _print_tail(console, layout.log("supervisor"))
+
+
+def _explain_not_ready(console: Console, layout: Layout, doc: dict[str, Any] | None) -> None:
+    if doc is None:
+        console.print(f"[red]error:[/red] nothing came up within {READY_TIMEOUT:.0f}s")
+        _print_tail(console, layout.log("supervisor"))
+        return
+    late = [(n, h) for n, h, _ in _part_rows(doc) if h != "ready"]
+    console.print(f"[red]error:[/red] not ready within {READY_TIMEOUT:.0f}s: "
+                  f"{', '.join(n for n, _ in late)}")
+    for name, _ in late[:3]:
+        _print_tail(console, layout.log(name.replace(" ", "-")))
+
+
+def _print_tail(console: Console, path: Path) -> None:
+    lines = tail(path)
+    if lines:
+        console.print(f"[bold]last lines of {path}:[/bold]")
+        for line in lines:
+            console.print(f"  {line}", style="dim", highlight=False, markup=False)
+
+
+# --- status --------------------------------------------------------------------------------------
+
+
+def _health(parts: dict[str, str]) -> Text:
+    out = Text()
+    for kind, health in parts.items():
+        icon, style = _ICON.get(health, ("?", "red"))
+        out.append(f"{icon} {kind}  ", style=style)
+    return out
+
+
+def _print_table(console: Console, doc: dict[str, Any]) -> None:
+    verdict = Text("ready", style="bold green") if doc["ready"] else Text(f"not ready ({doc['phase']})", style="bold red")
+    console.print(Text.assemble("Local clusterset in ", (doc["stateDir"], "bold"), ": ", verdict))
+    if doc.get("error"):
+        console.print(f"  [red]{doc['error']}[/red]", highlight=False)
+    if doc["phase"] == PHASE_UNSUPERVISED:
+        console.print("  [yellow]the supervisor is gone: nothing restarts a part that exits. "
+                      "`isthmus down` stops what is left; `isthmus up` resumes.[/yellow]")
+    table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
+    for col in ("NAME", "API SERVER", "DNS", "POD CIDR", "SERVICE CIDR", "CLUSTERSET IP CIDR", "NODEPORTS", "PARTS"):
+        table.add_column(col, no_wrap=col != "PARTS")
+    b = doc["broker"]
+    table.add_row("broker", b["server"], "-", "-", "-", b["clustersetIPCIDRRange"], "-", _health(b["parts"]))
+    for c in doc["clusters"]:
+        table.add_row(c["name"], c["server"], c["dns"], c["podCIDR"], c["serviceCIDR"], c["clustersetIPCIDR"],
+                      c["nodePortRange"], _health(c["parts"]))
+    console.print(table)
+    vip = "on" if b["clustersetIPEnabled"] else "off (per export: --use-clusterset-ip true)"
+    console.print(f"Nodes and NodePorts on {plan.NODE_ADDRESS}; ClusterSet IP by default: {vip}; "
+                  f"DNS zones clusterset.local and {plan.LOCAL_ZONE}.", highlight=False)
+    console.print(f"KUBECONFIG={doc['kubeconfig']}  (contexts: broker, "
+                  f"{', '.join(c['context'] for c in doc['clusters'])})", highlight=False, soft_wrap=True)
+
+
+@app.command("status")
+def status(
+    state_dir: StateDirOpt = DEFAULT_STATE_DIR,
+    output: Annotated[str, typer.Option("--output", "-o", metavar="table|json", help="Output format.")] = "table",
+) -> None:
+    """Show the clusters, API URLs, kubeconfigs, DNS addresses, address plan and each part's health."""
+    if output not in ("table", "json"):
+        raise fail(f"--output must be table or json, not {output!r}")
+    layout = Layout.at(state_dir)
+    if not layout.exists():
+        raise fail(f"no local clusterset in {layout.root} (start one with `isthmus up --state-dir {state_dir}`)")
+    try:
+        doc = _status(layout)
+    except StateError as e:
+        raise fail(str(e)) from None
+    if output == "json":
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    _print_table(_console(), doc)
+
+
+# --- down ----------------------------------------------------------------------------------------
+
+
+def _down(console: Console, layout: Layout) -> bool:
+    """Stop the supervisor (it stops its parts) or, after a crash, the parts directly; True if all gone."""
+    try:
+        state = load_state(layout)
+    except StateError:
+        state = None
+    recorded = state.recorded_pids() if state is not None else {}
+    recorded.pop("supervisor", None)
+    sup = running_supervisor(layout)
+    deadline = time.monotonic() + DOWN_TIMEOUT
+    if sup is not None:
+        with console.status(f"stopping the supervisor (pid {sup}) and its parts…"):
+            if is_ours(sup, layout.root, marker=SUPERVISE_FLAG):
+                os.kill(sup, signal.SIGTERM)
+            while time.monotonic() < deadline and (
+                is_ours(sup, layout.root) or any(is_ours(p, layout.root) for p in recorded.values())
+            ):
+                time.sleep(0.1)
+    left = {n: p for n, p in recorded.items() if is_ours(p, layout.root)}
+    if sup is not None and is_ours(sup, layout.root):
+        left["supervisor"] = sup
+    if left:
+        console.print(f"stopping {len(left)} process(es) directly: {', '.join(sorted(left))}")
+        left = terminate(left, layout.root, grace=5.0)
+    if state is not None and running_supervisor(layout) is None and not left:
+        from isthmus.local.state import PHASE_STOPPED, save_state
+
+        for p in state.parts.values():
+            p.pid = None
+        state.supervisor_pid, state.phase = None, PHASE_STOPPED if state.phase != PHASE_FAILED else state.phase
+        save_state(layout, state)
+    if left:
+        console.print(f"[red]error:[/red] still running: {', '.join(f'{n} (pid {p})' for n, p in left.items())}")
+        return False
+    return True
+
+
+@app.command("down")
+def down(state_dir: StateDirOpt = DEFAULT_STATE_DIR) -> None:
+    """Stop everything `isthmus up` started on this state dir, and nothing else (state is kept)."""
+    layout = Layout.at(state_dir)
+    console = _console()
+    try:
+        state = load_state(layout) if layout.root.exists() else None
+    except StateError:
+        state = None
+    anything = running_supervisor(layout) is not None or (
+        state is not None and any(is_ours(p, layout.root) for p in state.recorded_pids().values())
+    )
+    if not anything:
+        console.print(f"Nothing is running in {layout.root}.")
+        return
+    if not _down(console, layout):
+        raise typer.Exit(1)
+    console.print(f"Stopped the local clusterset in {layout.root} (state kept: `isthmus up` resumes it).")

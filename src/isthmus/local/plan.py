@@ -1,0 +1,140 @@
+"""The address plan of the local clusterset: pure, so `up`, `status` and the tests agree on it.
+
+Everything lives in 127.0.0.0/8 (every 127.x address is local on Linux: no root, no
+interfaces). Cluster ``ci`` (1-based ``i``) gets pod CIDR 127.(100+i).0.0/16, service CIDR
+127.(200+i).0.0/16, NodePorts 30000+(i-1)*500 … +499 and a VIP block of the broker's
+127.240.0.0/12 — a /16 each (c1 127.240.0.0/16, c2 127.241.0.0/16 …) while 16 of them fit, a
+/17 each beyond that, so 30 clusters never overlap. VIP blocks are passed to `join`
+explicitly: clusters joining concurrently then still get the block their name promises.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+MAX_CLUSTERS = 30
+DEFAULT_CLUSTERS = 3
+BROKER = "broker"
+HOST = "127.0.0.1"
+NODE_ADDRESS = "127.0.0.1"
+LOCAL_ZONE = "cluster.local"
+CLUSTERSET_IP_RANGE = "127.240.0.0/12"
+NODE_PORT_BASE = 30000
+NODE_PORTS_PER_CLUSTER = 500
+
+APISERVER = "apiserver"
+KUBE_LITE = "kube-lite"
+AGENT = "agent"
+DNS = "dns"
+PROXY = "proxy"
+CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY)
+"""Start order within a cluster; stop order is the reverse."""
+
+
+class PlanError(ValueError):
+    """A request the plan cannot satisfy (the message is for users)."""
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """The fixed addresses of one cluster (ports are picked at run time, see `port_names`)."""
+
+    name: str
+    index: int
+    pod_cidr: str
+    service_cidr: str
+    node_port_low: int
+    node_port_high: int
+    clusterset_ip_cidr: str
+
+    @property
+    def node_port_range(self) -> str:
+        return f"{self.node_port_low}-{self.node_port_high}"
+
+
+@dataclass(frozen=True)
+class PartId:
+    """One long-running process: ``broker-apiserver``, ``c1-agent``…"""
+
+    cluster: str
+    kind: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.cluster}-{self.kind}"
+
+
+def validate_count(n: int) -> None:
+    if not 1 <= n <= MAX_CLUSTERS:
+        raise PlanError(f"--clusters must be between 1 and {MAX_CLUSTERS}, not {n}")
+
+
+def cluster_name(i: int) -> str:
+    return f"c{i}"
+
+
+def vip_prefix(n: int) -> int:
+    """/16 per cluster while they fit in the /12 (16 clusters), /17 beyond (up to 32)."""
+    rng = ipaddress.ip_network(CLUSTERSET_IP_RANGE)
+    prefix = 16
+    while 2 ** (prefix - rng.prefixlen) < n:
+        prefix += 1
+    return prefix
+
+
+def cluster_plan(i: int, n: int) -> ClusterPlan:
+    """Addresses of cluster ``ci`` in a clusterset of ``n``."""
+    validate_count(n)
+    if not 1 <= i <= n:
+        raise PlanError(f"cluster index {i} outside 1..{n}")
+    rng = ipaddress.ip_network(CLUSTERSET_IP_RANGE)
+    prefix = vip_prefix(n)
+    block = ipaddress.ip_network((int(rng.network_address) + (i - 1) * 2 ** (32 - prefix), prefix))
+    low = NODE_PORT_BASE + (i - 1) * NODE_PORTS_PER_CLUSTER
+    return ClusterPlan(
+        name=cluster_name(i),
+        index=i,
+        pod_cidr=f"127.{100 + i}.0.0/16",
+        service_cidr=f"127.{200 + i}.0.0/16",
+        node_port_low=low,
+        node_port_high=low + NODE_PORTS_PER_CLUSTER - 1,
+        clusterset_ip_cidr=str(block),
+    )
+
+
+def address_plan(n: int) -> list[ClusterPlan]:
+    validate_count(n)
+    return [cluster_plan(i, n) for i in range(1, n + 1)]
+
+
+def parts(n: int) -> list[PartId]:
+    """Every long-running part in start order: the broker, every apiserver, then the rest."""
+    validate_count(n)
+    names = [cluster_name(i) for i in range(1, n + 1)]
+    out = [PartId(BROKER, APISERVER)] + [PartId(c, APISERVER) for c in names]
+    out += [PartId(c, kind) for c in names for kind in CLUSTER_PART_KINDS if kind != APISERVER]
+    return out
+
+
+def port_names(n: int) -> list[str]:
+    """The ports picked at first `up` and kept: API ports, DNS ports, one metrics port per part."""
+    out: list[str] = []
+    for part in parts(n):
+        if part.kind == APISERVER:
+            out.append(part.name)
+        else:
+            if part.kind == DNS:
+                out.append(part.name)
+            out.append(metrics_port_name(part))
+    return out
+
+
+def metrics_port_name(part: PartId) -> str:
+    """The apiserver serves /readyz on its own port; the others on a metrics port."""
+    return part.name if part.kind == APISERVER else f"{part.name}-metrics"
+
+
+def udp_too(port_name: str) -> bool:
+    """DNS listens on UDP and TCP: its port must be free for both."""
+    return port_name.endswith(f"-{DNS}")

@@ -1,0 +1,563 @@
+"""Bring-up of the local clusterset, and the read side (`status`) both `up` and users rely on.
+
+`isthmus up` always runs the clusterset through a supervisor process
+(`python -m isthmus up --state-dir DIR --supervise`), in the foreground or detached: one code
+path, and a process whose command line names the state dir, so `down` can prove it is ours. The
+supervisor brings parts up in dependency order — the broker's and every cluster's apiserver,
+then `deploy-broker` and `join` (the real commands, only when not done yet for this broker
+URL), then kube-lite, agent, dns and proxy per cluster — and keeps them running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import errno
+import fcntl
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
+from isthmus.apiserver.tls import ensure_certs
+from isthmus.local import plan
+from isthmus.local.plan import AGENT, APISERVER, BROKER, DNS, HOST, KUBE_LITE, PROXY, PartId
+from isthmus.local.state import (
+    PHASE_FAILED,
+    PHASE_RUNNING,
+    PHASE_SETUP,
+    PHASE_STARTING,
+    PHASE_STOPPED,
+    PHASE_STOPPING,
+    Layout,
+    PartState,
+    State,
+    load_state,
+    save_state,
+    write_atomic,
+)
+from isthmus.local.supervisor import PartSpec, Supervisor, is_ours, probe, run_command, terminate
+
+log = logging.getLogger("isthmus.local")
+
+SUPERVISE_FLAG = "--supervise"
+PHASE_UNSUPERVISED = "unsupervised"
+APISERVER_READY_TIMEOUT = 60.0
+PARTS_READY_TIMEOUT = 60.0
+SETUP_COMMAND_TIMEOUT = 90.0
+SETUP_ATTEMPTS = 3
+RESERVED_PORTS = range(plan.NODE_PORT_BASE, plan.NODE_PORT_BASE + plan.MAX_CLUSTERS * plan.NODE_PORTS_PER_CLUSTER)
+"""Never pick an API/DNS/metrics port where a proxy may listen for NodePorts on 127.0.0.1."""
+
+
+def isthmus_argv() -> list[str]:
+    """How parts are launched: this interpreter, so the venv of `up` is the venv of every part."""
+    return [sys.executable, "-m", "isthmus"]
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"  # logs reach the log files as they happen
+    return env
+
+
+# --- ports and kubeconfigs -----------------------------------------------------------------------
+
+
+def port_free(port: int, udp: bool = False) -> bool:
+    """Can a server bind 127.0.0.1:port now (TCP with SO_REUSEADDR, like our servers; UDP too)?"""
+    kinds = [socket.SOCK_STREAM] + ([socket.SOCK_DGRAM] if udp else [])
+    for kind in kinds:
+        with socket.socket(socket.AF_INET, kind) as s:
+            if kind == socket.SOCK_STREAM:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                return False
+    return True
+
+
+def pick_port(taken: set[int], udp: bool = False) -> int:
+    """A free port the kernel offers, outside the NodePort ranges and not already planned."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = int(s.getsockname()[1])
+        if port not in taken and port not in RESERVED_PORTS and port_free(port, udp):
+            return port
+    raise OSError(errno.EADDRINUSE, "no free port on 127.0.0.1")
+
+
+def resolve_ports(state: State, free: Callable[[int, bool], bool] = port_free,
+                  pick: Callable[[set[int], bool], int] = pick_port) -> list[str]:
+    """Keep every saved port that is still free; pick the missing or taken ones. Returns the
+    names of ports that changed (their kubeconfigs or broker-info must be rewritten)."""
+    changed: list[str] = []
+    names = plan.port_names(state.clusters)
+    taken: set[int] = set()
+    for name in names:
+        port = state.ports.get(name)
+        udp = plan.udp_too(name)
+        if port is None or port in taken or not free(port, udp):
+            port = pick(taken | {p for n, p in state.ports.items() if n in names}, udp)
+            state.ports[name] = port
+            changed.append(name)
+        taken.add(port)
+    state.ports = {n: state.ports[n] for n in names}
+    return changed
+
+
+def server_url(state: State, name: str) -> str:
+    return f"https://{HOST}:{state.ports[PartId(name, APISERVER).name]}"
+
+
+def ensure_token(layout: Layout, name: str) -> str:
+    """The bearer token of one apiserver (0600 file in its data dir, created once)."""
+    path = layout.token_file(name)
+    if path.exists() and path.read_text().strip():
+        return path.read_text().strip().splitlines()[0].strip()
+    token = secrets.token_urlsafe(32)
+    write_atomic(path, token + "\n", mode=0o600)
+    return token
+
+
+def ensure_ca(layout: Layout, name: str) -> bytes:
+    """The apiserver's CA, made before its first start (it finds and serves the same files), so
+    kubeconfigs exist before the server does. TLS because kubectl sends tokens only over TLS."""
+    ca, _, _ = ensure_certs(layout.data_dir(name) / "tls", [HOST, "localhost"])
+    return ca.read_bytes()
+
+
+def write_kubeconfigs(layout: Layout, state: State) -> None:
+    """One kubeconfig per apiserver (context = its name) and the merged one (current: c1)."""
+    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [], "users": [], "contexts": [],
+                              "current-context": plan.cluster_name(1), "preferences": {}}
+    for name in [BROKER] + [c.name for c in plan.address_plan(state.clusters)]:
+        one = kubeconfig_dict(name, server_url(state, name), ca_pem=ensure_ca(layout, name),
+                              token=ensure_token(layout, name))
+        write_kubeconfig(layout.kubeconfig_of(name), one)
+        for key in ("clusters", "users", "contexts"):
+            merged[key] += one[key]
+    write_kubeconfig(layout.kubeconfig, merged)
+
+
+# --- parts ---------------------------------------------------------------------------------------
+
+
+def ready_url(state: State, part: PartId) -> str:
+    scheme = "https" if part.kind == APISERVER else "http"
+    return f"{scheme}://{HOST}:{state.ports[plan.metrics_port_name(part)]}/readyz"
+
+
+def metrics_addr(state: State, part: PartId) -> str:
+    return f"{HOST}:{state.ports[plan.metrics_port_name(part)]}"
+
+
+def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
+    """The command line of one part; every one names a path inside the state dir (see is_ours)."""
+    base = isthmus_argv()
+    if part.kind == APISERVER:
+        return [*base, "apiserver", "--host", HOST, "--port", str(state.ports[part.name]),
+                "--data-dir", str(layout.data_dir(part.cluster)), "--tls",
+                "--token-file", str(layout.token_file(part.cluster))]
+    cp = plan.cluster_plan(int(part.cluster[1:]), state.clusters)
+    kc = ["--kubeconfig", str(layout.kubeconfig_of(part.cluster))]
+    metrics = ["--metrics-addr", metrics_addr(state, part)]
+    if part.kind == KUBE_LITE:
+        return [*base, "kube-lite", *kc, "--cluster-name", cp.name, "--pod-cidr", cp.pod_cidr,
+                "--service-cidr", cp.service_cidr, "--node-port-range", cp.node_port_range, *metrics]
+    if part.kind == AGENT:
+        return [*base, "agent", *kc, "--cluster-id", cp.name, *metrics]
+    if part.kind == DNS:
+        return [*base, "dns", *kc, "--cluster-id", cp.name, "--listen", f"{HOST}:{state.ports[part.name]}",
+                "--local-zone", plan.LOCAL_ZONE, *metrics]
+    if part.kind == PROXY:
+        return [*base, "proxy", *kc, "--cluster-id", cp.name, "--node-address", plan.NODE_ADDRESS, *metrics]
+    raise ValueError(f"unknown part kind {part.kind!r}")
+
+
+def part_spec(layout: Layout, state: State, part: PartId) -> PartSpec:
+    tier = 0 if part.cluster == BROKER else 1 if part.kind == APISERVER else 2
+    return PartSpec(part.name, part_argv(layout, state, part), layout.log(part.name), ready_url(state, part), tier)
+
+
+def deploy_broker_argv(layout: Layout, state: State) -> list[str]:
+    vip = ["--enable-clusterset-ip"] if state.enable_clusterset_ip else []
+    return [*isthmus_argv(), "deploy-broker", "--kubeconfig", str(layout.kubeconfig_of(BROKER)), *vip,
+            "--clusterset-ip-cidr-range", plan.CLUSTERSET_IP_RANGE, "--output", str(layout.broker_info)]
+
+
+def join_argv(layout: Layout, state: State, cluster: plan.ClusterPlan) -> list[str]:
+    return [*isthmus_argv(), "join", str(layout.broker_info), "--kubeconfig", str(layout.kubeconfig_of(cluster.name)),
+            "--cluster-id", cluster.name, "--clusterset-ip-cidr", cluster.clusterset_ip_cidr]
+
+
+def needs_deploy(layout: Layout, state: State) -> bool:
+    """deploy-broker (and every join) again when the broker moved or the VIP default changed."""
+    return (not layout.broker_info.exists() or state.broker_server != server_url(state, BROKER)
+            or state.setup_vip != state.enable_clusterset_ip)
+
+
+# --- the supervisor process ----------------------------------------------------------------------
+
+
+class SetupFailed(Exception):
+    pass
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+def lock_supervisor(layout: Layout) -> int:
+    """Hold an exclusive lock on supervisor.pid for the supervisor's life; write our PID in it."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(layout.supervisor_pid, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AlreadyRunning(str(layout.root)) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+MACHINE_LOCK = Path(tempfile.gettempdir()) / "isthmus-local-clusterset.lock"
+"""Held by the running supervisor: local clustersets share one fixed address plan on 127.0.0.0/8
+(pod IPs, ClusterIPs, NodePorts, VIPs bound with SO_REUSEPORT), so two at once would take each
+other's addresses and even each other's VIP traffic."""
+
+
+class AddressPlanInUse(Exception):
+    """Another local clusterset (its state dir is the message) runs on this machine."""
+
+
+def lock_machine(layout: Layout) -> int:
+    """Take the machine-wide lock for the supervisor's life, recording our state dir in it."""
+    fd = os.open(MACHINE_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode(errors="replace").strip()
+        os.close(fd)
+        raise AddressPlanInUse(holder or "an unknown state dir") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{layout.root}\n".encode())
+    return fd
+
+
+def machine_holder() -> str | None:
+    """State dir of the local clusterset running on this machine, if any (checked, not taken)."""
+    try:
+        fd = os.open(MACHINE_LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 4096).decode(errors="replace").strip() or "an unknown state dir"
+    finally:
+        os.close(fd)  # closing drops a lock we may have taken
+    return None
+
+
+def plan_in_use_message(holder: str) -> str:
+    return (f"another local clusterset is running from {holder}: local clustersets share one address plan "
+            f"on 127.0.0.0/8, so only one runs at a time; stop it first (isthmus down --state-dir {holder})")
+
+
+def running_supervisor(layout: Layout) -> int | None:
+    """PID of the supervisor of this state dir, verified (None when none runs)."""
+    try:
+        pid = int(layout.supervisor_pid.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if is_ours(pid, layout.root, marker=SUPERVISE_FLAG) else None
+
+
+class Bringup:
+    """The supervisor's work: bring everything up, keep it up, take it down on a signal."""
+
+    def __init__(self, layout: Layout, state: State) -> None:
+        self.layout = layout
+        self.state = state
+        self.sup = Supervisor(layout.root, self._on_change, env=child_env())
+        self.stop = asyncio.Event()
+
+    def _on_change(self, name: str, part: PartState) -> None:
+        self.state.parts[name] = PartState(part.pid, part.restarts, part.last_exit, part.started_at)
+        save_state(self.layout, self.state)
+
+    def _phase(self, phase: str, error: str | None = None) -> None:
+        self.state.phase, self.state.error = phase, error
+        save_state(self.layout, self.state)
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        with contextlib.suppress(ValueError):
+            loop.add_signal_handler(signal.SIGHUP, lambda: None)  # a closed terminal is no reason to stop
+        bring = asyncio.create_task(self._bring_up())
+        await self.stop.wait()
+        code = 0
+        if not bring.done():
+            bring.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            try:
+                await bring
+            except SetupFailed as e:
+                log.error("bring-up failed: %s", e)
+                code = 1
+        failed = self.state.phase == PHASE_FAILED
+        self._phase(PHASE_STOPPING, self.state.error)
+        log.info("stopping every part")
+        await self.sup.stop()
+        self.state.supervisor_pid = None
+        for p in self.state.parts.values():
+            p.pid = None
+        self._phase(PHASE_FAILED if failed else PHASE_STOPPED, self.state.error)
+        log.info("stopped")
+        return code
+
+    async def _bring_up(self) -> None:
+        try:
+            all_parts = plan.parts(self.state.clusters)
+            previous = dict(self.state.parts)
+            apiservers = [p for p in all_parts if p.kind == APISERVER]
+            for p in apiservers:
+                self.sup.start(part_spec(self.layout, self.state, p), previous.get(p.name))
+            late = await self.sup.wait_ready([p.name for p in apiservers], APISERVER_READY_TIMEOUT)
+            if late:
+                raise SetupFailed(f"apiserver(s) not ready within {APISERVER_READY_TIMEOUT:.0f}s: {', '.join(late)}")
+            self._phase(PHASE_SETUP)
+            await self._setup()
+            for p in all_parts:
+                if p.kind != APISERVER:
+                    self.sup.start(part_spec(self.layout, self.state, p), previous.get(p.name))
+            self._phase(PHASE_RUNNING)
+            late = await self.sup.wait_ready([p.name for p in all_parts], PARTS_READY_TIMEOUT)
+            if late:
+                log.warning("not ready after %.0fs (still trying): %s", PARTS_READY_TIMEOUT, ", ".join(late))
+            else:
+                log.info("every part is ready")
+        except Exception as e:  # nothing can come up: record why, take down what did
+            self._phase(PHASE_FAILED, str(e) if isinstance(e, SetupFailed) else f"{type(e).__name__}: {e}")
+            self.stop.set()
+            raise SetupFailed(self.state.error) from e
+
+    async def _one_shot(self, what: str, argv: list[str], log_name: str) -> None:
+        for attempt in range(1, SETUP_ATTEMPTS + 1):
+            rc = await run_command(argv, self.layout.log(log_name), SETUP_COMMAND_TIMEOUT, env=child_env())
+            if rc == 0:
+                return
+            log.warning("%s failed (exit %d, attempt %d/%d)", what, rc, attempt, SETUP_ATTEMPTS)
+            await asyncio.sleep(attempt)
+        raise SetupFailed(f"{what} failed {SETUP_ATTEMPTS} times; see {self.layout.log(log_name)}")
+
+    async def _setup(self) -> None:
+        st, layout = self.state, self.layout
+        if needs_deploy(layout, st):
+            await self._one_shot("deploy-broker", deploy_broker_argv(layout, st), "deploy-broker")
+            st.broker_server, st.setup_vip, st.joined = server_url(st, BROKER), st.enable_clusterset_ip, {}
+            save_state(layout, st)
+        limit = asyncio.Semaphore(4)
+
+        async def join(cluster: plan.ClusterPlan) -> None:
+            async with limit:
+                await self._one_shot(f"join {cluster.name}", join_argv(layout, st, cluster), f"{cluster.name}-join")
+            st.joined[cluster.name] = await read_clusterset_cidr(layout, cluster)
+            save_state(layout, st)
+
+        todo = [c for c in plan.address_plan(st.clusters) if c.name not in st.joined]
+        await asyncio.gather(*(join(c) for c in todo))
+
+
+async def read_clusterset_cidr(layout: Layout, cluster: plan.ClusterPlan) -> str:
+    """The VIP block join recorded in the cluster's ServiceDiscovery (the plan's, if unreadable)."""
+    from isthmus.api.mcs import AGENT_NAMESPACE, SERVICE_DISCOVERY_NAME, ServiceDiscovery
+    from isthmus.kube.client import make_client
+    from isthmus.kube.helpers import get_or_none
+
+    try:
+        client = make_client(layout.kubeconfig_of(cluster.name), timeout=10.0)
+        try:
+            sd = await get_or_none(client, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE)
+        finally:
+            await client.close()
+    except Exception as e:  # informational only: the plan says the same unless someone re-joined by hand
+        log.warning("cannot read %s's ServiceDiscovery: %s", cluster.name, e)
+        return cluster.clusterset_ip_cidr
+    cidrs = list(sd.spec.clusterset_ip_cidr) if sd is not None else []
+    return ", ".join(cidrs) or cluster.clusterset_ip_cidr
+
+
+def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -> State:
+    """Load or create the state, settle ports and kubeconfigs (called with the lock held)."""
+    state = load_state(layout)
+    if state is None:
+        state = State(clusters=requested or plan.DEFAULT_CLUSTERS)
+    elif requested is not None and requested != state.clusters:
+        raise plan.PlanError(
+            f"{layout.root} holds a clusterset of {state.clusters} cluster(s), not {requested}: "
+            "drop --clusters, or `isthmus down` and use another --state-dir"
+        )
+    plan.validate_count(state.clusters)
+    state.enable_clusterset_ip = state.enable_clusterset_ip or enable_clusterset_ip
+    # Parts a crashed supervisor left behind hold our ports: stop them first (verified PIDs only).
+    leftovers = {n: p.pid for n, p in state.parts.items() if p.pid}
+    if leftovers:
+        left = terminate(leftovers, layout.root)
+        if left:
+            raise OSError(f"processes of a previous run do not stop: {left}")
+    for p in state.parts.values():
+        p.pid = None
+    changed = resolve_ports(state)
+    if changed and state.ports:
+        log.info("ports picked: %s", ", ".join(f"{n}={state.ports[n]}" for n in changed))
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    write_kubeconfigs(layout, state)
+    state.supervisor_pid, state.phase, state.error = os.getpid(), PHASE_STARTING, None
+    save_state(layout, state)
+    return state
+
+
+def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -> int:
+    """Body of `up --supervise`: exit code 0 after a clean stop, 1 when setup failed."""
+    from isthmus.runtime import setup_logging
+
+    setup_logging("text", "info")
+    try:
+        lock = lock_supervisor(layout)
+    except AlreadyRunning:
+        log.info("a supervisor already runs for %s", layout.root)
+        return 0
+    try:
+        machine = lock_machine(layout)
+    except AddressPlanInUse as e:
+        log.error("%s", plan_in_use_message(str(e)))
+        with contextlib.suppress(OSError):
+            layout.supervisor_pid.unlink()
+        os.close(lock)
+        return 2
+    try:
+        state = prepare(layout, requested, enable_clusterset_ip)
+        return asyncio.run(Bringup(layout, state).run())
+    finally:
+        with contextlib.suppress(OSError):
+            layout.supervisor_pid.unlink()
+        os.close(machine)
+        os.close(lock)
+
+
+# --- the `up` side: start a supervisor and watch it -----------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Foreground `up`: if the terminal's `isthmus up` is killed, its supervisor stops too."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip: bool,
+                     foreground: bool) -> subprocess.Popen[bytes]:
+    """Start `up --supervise` in its own session, output to logs/supervisor.log."""
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    argv = [*isthmus_argv(), "up", "--state-dir", str(layout.root), SUPERVISE_FLAG]
+    if clusters is not None:
+        argv += ["--clusters", str(clusters)]
+    if enable_clusterset_ip:
+        argv.append("--enable-clusterset-ip")
+    with open(layout.log("supervisor"), "ab") as out:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env=child_env(), preexec_fn=_die_with_parent if foreground else None,
+        )
+
+
+# --- status --------------------------------------------------------------------------------------
+
+
+async def collect_status(layout: Layout) -> dict[str, Any]:
+    """The `status -o json` document: the plan, every part's state (probed now), and paths."""
+    state = load_state(layout)
+    if state is None:
+        raise FileNotFoundError(str(layout.state_file))
+    sup_pid = running_supervisor(layout)
+    parts = plan.parts(state.clusters)
+    alive = {p.name: is_ours(state.parts.get(p.name, PartState()).pid, layout.root) for p in parts}
+    async with aiohttp.ClientSession(trust_env=False) as session:
+        probes = await asyncio.gather(*(
+            probe(session, ready_url(state, p)) if alive[p.name] and p.name in state.parts else _false()
+            for p in parts
+        ))
+    ready = {p.name: ok for p, ok in zip(parts, probes, strict=True)}
+
+    def health(p: PartId) -> str:
+        if ready[p.name]:
+            return "ready"
+        return "starting" if alive[p.name] or sup_pid else "down"
+
+    def detail(p: PartId) -> dict[str, Any]:
+        st = state.parts.get(p.name, PartState())
+        return {"pid": st.pid if alive[p.name] else None, "restarts": st.restarts, "lastExit": st.last_exit,
+                "log": str(layout.log(p.name)), "readyz": ready_url(state, p)}
+
+    broker_part = PartId(BROKER, APISERVER)
+    clusters = []
+    for cp in plan.address_plan(state.clusters):
+        mine = [p for p in parts if p.cluster == cp.name]
+        clusters.append({
+            "name": cp.name, "context": cp.name, "server": server_url(state, cp.name),
+            "kubeconfig": str(layout.kubeconfig_of(cp.name)),
+            "dns": f"{HOST}:{state.ports[PartId(cp.name, DNS).name]}", "localZone": plan.LOCAL_ZONE,
+            "podCIDR": cp.pod_cidr, "serviceCIDR": cp.service_cidr,
+            "clustersetIPCIDR": state.joined.get(cp.name, cp.clusterset_ip_cidr),
+            "joined": cp.name in state.joined,
+            "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": cp.node_port_range,
+            "ready": all(ready[p.name] for p in mine),
+            "parts": {p.kind: health(p) for p in mine},
+            "processes": {p.kind: detail(p) for p in mine},
+        })
+    all_ready = bool(sup_pid) and state.phase == PHASE_RUNNING and all(ready.values())
+    if sup_pid:
+        phase = state.phase
+    elif any(alive.values()):
+        phase = PHASE_UNSUPERVISED  # the supervisor crashed: nothing restarts parts; `down` stops them
+    else:
+        phase = PHASE_FAILED if state.phase == PHASE_FAILED else PHASE_STOPPED
+    return {
+        "ready": all_ready,
+        "phase": phase,
+        "error": state.error,
+        "stateDir": str(layout.root),
+        "kubeconfig": str(layout.kubeconfig),
+        "supervisor": {"pid": sup_pid, "running": sup_pid is not None, "log": str(layout.log("supervisor"))},
+        "broker": {
+            "name": BROKER, "context": BROKER, "server": server_url(state, BROKER),
+            "kubeconfig": str(layout.kubeconfig_of(BROKER)), "brokerInfo": str(layout.broker_info),
+            "clustersetIPCIDRRange": plan.CLUSTERSET_IP_RANGE,
+            "clustersetIPEnabled": state.enable_clusterset_ip,
+            "ready": ready[broker_part.name],
+            "parts": {APISERVER: health(broker_part)},
+            "processes": {APISERVER: detail(broker_part)},
+        },
+        "clusters": clusters,
+    }
+
+
+async def _false() -> bool:
+    return False

@@ -1,0 +1,298 @@
+"""The local clusterset as a user runs it: `isthmus up --detach`, `status -o json`, kubectl, DNS
+and real TCP/UDP traffic through a ClusterSet IP, crash recovery, `down`, and resume.
+
+One clusterset (3 clusters) is shared by the tests of this module, in file order; the fixture
+always runs `isthmus down` and checks that no process naming the state dir survives.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import dns.message
+import dns.query
+import dns.rdatatype
+import pytest
+
+# clusterset: one local clusterset at a time (they share one 127.x plan); `make test` runs these serially.
+pytestmark = [pytest.mark.e2e, pytest.mark.clusterset, pytest.mark.timeout(240)]
+
+T = TypeVar("T")
+ISTHMUS = [sys.executable, "-m", "isthmus"]
+
+ECHO = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo, namespace: demo}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: echo}}
+  template:
+    metadata:
+      labels: {app: echo}
+      annotations: {isthmus.io/workload: echo}
+    spec:
+      containers:
+      - name: echo
+        image: echo
+        ports: [{containerPort: 8080, protocol: TCP}, {containerPort: 8081, protocol: UDP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: demo}
+spec:
+  selector: {app: echo}
+  ports:
+  - {name: http, port: 80, targetPort: 8080, protocol: TCP}
+  - {name: udp, port: 81, targetPort: 8081, protocol: UDP}
+"""
+
+EXPORT = """
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata:
+  name: {name}
+  namespace: demo
+  annotations: {{lighthouse.submariner.io/use-clusterset-ip: "true"}}
+"""
+
+SECOND = """
+apiVersion: v1
+kind: Service
+metadata: {name: echo2, namespace: demo}
+spec:
+  selector: {app: echo}
+  ports: [{name: http, port: 8000, targetPort: 8080, protocol: TCP}]
+"""
+
+
+class Clusterset:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.env = {**os.environ, "KUBECONFIG": str(root / "kubeconfig")}
+        self.env.pop("HTTP_PROXY", None)
+        self.env.pop("http_proxy", None)
+
+    def isthmus(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run([*ISTHMUS, *args], capture_output=True, text=True, timeout=timeout, env=self.env)
+        if check and p.returncode != 0:
+            raise AssertionError(f"isthmus {' '.join(args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def up(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        return self.isthmus("up", "--detach", "--state-dir", str(self.root), *extra)
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(self.isthmus("status", "--state-dir", str(self.root), "-o", "json").stdout)
+        return out
+
+    def kubectl(self, context: str, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        p = subprocess.run(["kubectl", "--context", context, f"--cache-dir={self.root / 'kubectl-cache'}", *args],
+                           input=stdin, capture_output=True, text=True, timeout=60, env=self.env)
+        if check and p.returncode != 0:
+            raise AssertionError(f"kubectl --context {context} {' '.join(args)}: {p.stderr or p.stdout}")
+        return p.stdout
+
+    def our_processes(self) -> list[str]:
+        """Every process whose command line names the state dir (the supervisor and its parts)."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    args = (entry / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if any(str(self.root).encode() in a for a in args):
+                    found.append(f"{entry.name}: {b' '.join(args).decode(errors='replace')}")
+        return found
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0, every: float = 0.3) -> T:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+            if value:
+                return value
+        except (AssertionError, OSError, ValueError, KeyError, dns.exception.DNSException) as e:
+            last = e
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}" + (f": {last}" if last else ""))
+
+
+@pytest.fixture(scope="module")
+def cs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusterset]:
+    cs = Clusterset(tmp_path_factory.mktemp("local") / "state")
+    try:
+        started = time.monotonic()
+        out = cs.up("--clusters", "3", "--enable-clusterset-ip")
+        print(f"isthmus up --clusters 3 --detach: ready in {time.monotonic() - started:.1f}s")
+        assert "export KUBECONFIG=" in out.stdout
+        yield cs
+    finally:
+        cs.isthmus("down", "--state-dir", str(cs.root), check=False, timeout=60)
+        left = cs.our_processes()
+        for line in left:  # never leave a clusterset behind, even when `down` is broken
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+        assert not left, f"processes survived `isthmus down`: {left}"
+
+
+def _http_clusters(url: str, n: int) -> collections.Counter[str]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    seen: collections.Counter[str] = collections.Counter()
+    for _ in range(n):
+        with opener.open(url, timeout=3) as r:
+            seen[json.loads(r.read())["cluster"]] += 1
+    return seen
+
+
+def _udp_clusters(ip: str, port: int, n: int) -> collections.Counter[str]:
+    seen: collections.Counter[str] = collections.Counter()
+    for i in range(n):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(3)
+            s.sendto(f"ping {i}".encode(), (ip, port))
+            seen[json.loads(s.recvfrom(65535)[0])["cluster"]] += 1
+    return seen
+
+
+def _from_both(answers: Callable[[], collections.Counter[str]]) -> Callable[[], collections.Counter[str] | None]:
+    """A probe that succeeds once pods of both c1 and c2 answered."""
+    def probe() -> collections.Counter[str] | None:
+        seen = answers()
+        return seen if set(seen) == {"c1", "c2"} else None
+    return probe
+
+
+def _resolve(dns_addr: str, name: str) -> list[str]:
+    host, _, port = dns_addr.rpartition(":")
+    reply = dns.query.udp(dns.message.make_query(name, "A"), host, port=int(port), timeout=2)
+    return sorted(r.to_text() for rrset in reply.answer if rrset.rdtype == dns.rdatatype.A for r in rrset)
+
+
+def _vip(cs: Clusterset, context: str, name: str) -> str | None:
+    out = cs.kubectl(context, "-n", "demo", "get", "serviceimport", name, "-o", "json", check=False)
+    if not out:
+        return None
+    ips = json.loads(out)["spec"].get("ips") or []
+    return str(ips[0]) if ips else None
+
+
+def test_up_reports_every_part_ready(cs: Clusterset) -> None:
+    doc = cs.status()
+    assert doc["ready"] is True and doc["stateDir"] == str(cs.root)
+    assert doc["kubeconfig"] == str(cs.root / "kubeconfig")
+    assert doc["broker"]["context"] == "broker" and doc["broker"]["clustersetIPCIDRRange"] == "127.240.0.0/12"
+    assert [c["name"] for c in doc["clusters"]] == ["c1", "c2", "c3"]
+    for i, c in enumerate(doc["clusters"], start=1):
+        assert c["ready"] is True
+        assert c["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "agent", "dns", "proxy")}
+        assert c["podCIDR"] == f"127.{100 + i}.0.0/16" and c["serviceCIDR"] == f"127.{200 + i}.0.0/16"
+        assert c["clustersetIPCIDR"] == f"127.{239 + i}.0.0/16"
+        assert c["server"].startswith("https://127.0.0.1:") and c["dns"].startswith("127.0.0.1:")
+        assert Path(c["kubeconfig"]).exists()
+    table = cs.isthmus("status", "--state-dir", str(cs.root)).stdout
+    assert "ready" in table and "127.102.0.0/16" in table
+    again = cs.up()  # already running: says so, exits 0
+    assert "already running" in again.stdout
+
+
+def test_kubectl_reaches_every_cluster_through_the_merged_kubeconfig(cs: Clusterset) -> None:
+    assert "kube-system" in cs.kubectl("c2", "get", "ns")
+    assert "isthmus-broker" in cs.kubectl("broker", "get", "ns")
+
+
+def test_a_second_clusterset_is_refused_while_one_runs(cs: Clusterset, tmp_path: Path) -> None:
+    """Clustersets share the 127.x address plan: a second one must fail clearly, not half-start."""
+    other = Clusterset(tmp_path / "other")
+    p = other.isthmus("up", "--detach", "--clusters", "2", "--state-dir", str(other.root), check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"another local clusterset is running from {cs.root}" in p.stderr
+    assert not other.our_processes()
+    assert cs.status()["ready"]
+
+
+def test_exported_service_gets_a_vip_dns_name_and_traffic_from_both_clusters(cs: Clusterset) -> None:
+    for ctx in ("c1", "c2"):
+        cs.kubectl(ctx, "apply", "-f", "-", stdin=ECHO)
+    cs.kubectl("c3", "create", "namespace", "demo")
+    cs.isthmus("export", "echo", "-n", "demo", "--context", "c1")
+    cs.kubectl("c2", "apply", "-f", "-", stdin=EXPORT.format(name="echo"))
+    vips = {ctx: wait_for(f"ServiceImport VIP in {ctx}", functools.partial(_vip, cs, ctx, "echo"))
+            for ctx in ("c1", "c2", "c3")}
+    vip = vips["c1"]
+    assert set(vips.values()) == {vip} and vip.startswith("127.24")
+    doc = cs.status()
+    for c in doc["clusters"]:
+        assert wait_for(f"DNS answer from {c['name']}",
+                        functools.partial(_resolve, c["dns"], "echo.demo.svc.clusterset.local")) == [vip]
+    # Both clusters' pods are endpoints once every agent imported both slices.
+    tcp = wait_for("TCP answers from both clusters", _from_both(lambda: _http_clusters(f"http://{vip}:80/hello", 16)))
+    assert sum(tcp.values()) == 16
+    udp = wait_for("UDP answers from both clusters", _from_both(lambda: _udp_clusters(vip, 81, 16)))
+    assert sum(udp.values()) == 16
+    cluster_ip = cs.kubectl("c1", "-n", "demo", "get", "svc", "echo", "-o", "jsonpath={.spec.clusterIP}")
+    assert cluster_ip.startswith("127.201.")
+    assert set(_http_clusters(f"http://{cluster_ip}:80/", 6)) == {"c1"}
+    assert _resolve(doc["clusters"][0]["dns"], "echo.demo.svc.cluster.local") == [cluster_ip]
+
+
+def test_killed_parts_are_restarted_and_converge(cs: Clusterset) -> None:
+    before = cs.status()
+    agent = before["clusters"][0]["processes"]["agent"]["pid"]
+    apiserver = before["clusters"][1]["processes"]["apiserver"]["pid"]
+    os.kill(agent, signal.SIGKILL)
+    os.kill(apiserver, signal.SIGKILL)
+
+    def recovered() -> dict[str, Any] | None:
+        doc = cs.status()
+        new_agent = doc["clusters"][0]["processes"]["agent"]["pid"]
+        new_api = doc["clusters"][1]["processes"]["apiserver"]["pid"]
+        return doc if doc["ready"] and new_agent not in (None, agent) and new_api not in (None, apiserver) else None
+
+    doc = wait_for("killed parts restarted and ready", recovered, timeout=60, every=1)
+    assert doc["clusters"][0]["processes"]["agent"]["restarts"] >= 1
+    assert doc["clusters"][0]["processes"]["agent"]["lastExit"] == -9
+    # A new export from c2 (whose apiserver restarted) reaches c1 (whose agent restarted).
+    cs.kubectl("c2", "apply", "-f", "-", stdin=SECOND)
+    cs.isthmus("export", "echo2", "-n", "demo", "--context", "c2", "--use-clusterset-ip", "true")
+    vip2 = wait_for("echo2 imported into c1", lambda: _vip(cs, "c1", "echo2"), timeout=30)
+    assert wait_for("echo2 in c1's DNS",
+                    lambda: _resolve(doc["clusters"][0]["dns"], "echo2.demo.svc.clusterset.local")) == [vip2]
+    assert set(wait_for("echo2 traffic", lambda: _http_clusters(f"http://{vip2}:8000/", 4))) == {"c2"}
+
+
+def test_down_stops_everything_and_up_resumes_with_objects_intact(cs: Clusterset) -> None:
+    before = cs.status()
+    out = cs.isthmus("down", "--state-dir", str(cs.root), timeout=60)
+    assert "Stopped" in out.stdout
+    assert cs.our_processes() == []
+    assert cs.isthmus("down", "--state-dir", str(cs.root)).stdout.startswith("Nothing is running")
+    stopped = cs.status()
+    assert stopped["ready"] is False and stopped["clusters"][0]["parts"]["agent"] == "down"
+
+    cs.up()
+    doc = cs.status()
+    assert doc["ready"] is True
+    assert [c["server"] for c in doc["clusters"]] == [c["server"] for c in before["clusters"]]  # same ports
+    assert cs.kubectl("c1", "-n", "demo", "get", "deployment", "echo", "-o", "name") == "deployment.apps/echo\n"
+    vip = _vip(cs, "c3", "echo")
+    assert vip is not None and vip.startswith("127.24")
+    assert set(wait_for("traffic after resume", _from_both(lambda: _http_clusters(f"http://{vip}:80/", 12)))) == {"c1", "c2"}

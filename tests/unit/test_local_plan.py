@@ -1,0 +1,57 @@
+"""The local clusterset's address plan: fixed, disjoint, inside 127.0.0.0/8."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from isthmus.local import plan
+
+
+def test_cluster_addresses_follow_the_documented_plan() -> None:
+    c1, c2, c3 = plan.address_plan(3)
+    assert (c1.name, c1.pod_cidr, c1.service_cidr, c1.clusterset_ip_cidr) == (
+        "c1", "127.101.0.0/16", "127.201.0.0/16", "127.240.0.0/16")
+    assert (c2.pod_cidr, c2.service_cidr, c2.clusterset_ip_cidr) == ("127.102.0.0/16", "127.202.0.0/16", "127.241.0.0/16")
+    assert c3.clusterset_ip_cidr == "127.242.0.0/16"
+    assert (c1.node_port_range, c2.node_port_range, c3.node_port_range) == ("30000-30499", "30500-30999", "31000-31499")
+
+
+@pytest.mark.parametrize("n", [1, 2, 16, 17, 30])
+def test_every_range_is_loopback_and_disjoint(n: int) -> None:
+    clusters = plan.address_plan(n)
+    nets = [ipaddress.IPv4Network(c) for cp in clusters for c in (cp.pod_cidr, cp.service_cidr, cp.clusterset_ip_cidr)]
+    loopback = ipaddress.IPv4Network("127.0.0.0/8")
+    vip_range = ipaddress.IPv4Network(plan.CLUSTERSET_IP_RANGE)
+    assert all(net.subnet_of(loopback) for net in nets)
+    assert all(ipaddress.IPv4Network(cp.clusterset_ip_cidr).subnet_of(vip_range) for cp in clusters)
+    for i, a in enumerate(nets):
+        for b in nets[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+    ports = [set(range(cp.node_port_low, cp.node_port_high + 1)) for cp in clusters]
+    assert sum(len(p) for p in ports) == len(set().union(*ports))
+
+
+def test_vip_blocks_shrink_only_when_16_no_longer_fit() -> None:
+    assert plan.vip_prefix(16) == 16
+    assert plan.vip_prefix(17) == 17
+    assert plan.address_plan(30)[29].clusterset_ip_cidr == "127.254.128.0/17"
+
+
+@pytest.mark.parametrize("n", [0, -1, 31])
+def test_cluster_count_is_bounded(n: int) -> None:
+    with pytest.raises(plan.PlanError, match="between 1 and 30"):
+        plan.address_plan(n)
+
+
+def test_parts_start_with_the_apiservers_and_ports_cover_every_part() -> None:
+    parts = plan.parts(2)
+    names = [p.name for p in parts]
+    assert names[:3] == ["broker-apiserver", "c1-apiserver", "c2-apiserver"]
+    assert names[3:7] == ["c1-kube-lite", "c1-agent", "c1-dns", "c1-proxy"]
+    ports = plan.port_names(2)
+    assert len(ports) == len(set(ports))
+    for p in parts:
+        assert plan.metrics_port_name(p) in ports
+    assert "c1-dns" in ports and plan.udp_too("c1-dns") and not plan.udp_too("c1-dns-metrics")
