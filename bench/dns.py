@@ -433,7 +433,7 @@ def run(args: argparse.Namespace, tmp: Path, kids: Children) -> None:
 
     dns_port = free_port()
     isthmus = kids.start(
-        pinned(ISTHMUS_CORE, [PY, "-m", "isthmus.dns", "--kubeconfig", str(kubeconfig), "--cluster-id", "c1",
+        pinned(ISTHMUS_CORE, [PY, "-m", "isthmus", "dns", "--kubeconfig", str(kubeconfig), "--cluster-id", "c1",
                               "--listen", f"127.0.0.1:{dns_port}", "--log-level", "warning"]),
         tmp / "isthmus-dns.log",
     )  # fmt: skip

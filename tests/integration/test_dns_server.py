@@ -441,7 +441,7 @@ async def test_cli_process_logs_sync_and_answers(apiserver: Any) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "isthmus.dns", "--kubeconfig", apiserver.kubeconfig, "--cluster-id", "c1",
+        sys.executable, "-m", "isthmus", "dns", "--kubeconfig", apiserver.kubeconfig, "--cluster-id", "c1",
         "--listen", f"127.0.0.1:{port}", "--log-format", "json",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
