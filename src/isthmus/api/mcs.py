@@ -8,7 +8,7 @@ they all live in the broker namespace, so a joining cluster's credentials can be
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal
@@ -479,6 +479,18 @@ class ExportedService(Resource):
 
     spec: ExportedServiceSpec
     status: ExportedServiceStatus = Field(default_factory=ExportedServiceStatus)
+
+
+def mcs_service_name(labels: Mapping[str, str]) -> str | None:
+    """The service an EndpointSlice made for multi-cluster use belongs to (kube's own slices, which
+    carry kubernetes.io/service-name, never count)."""
+    svc = labels.get(SERVICE_NAME_LABEL)
+    return svc if svc and KUBE_SERVICE_NAME_LABEL not in labels else None
+
+
+def kube_service_name(labels: Mapping[str, str]) -> str | None:
+    """The Service one of kube's own EndpointSlices belongs to."""
+    return labels.get(KUBE_SERVICE_NAME_LABEL) or None
 
 
 def broker_object_name(service: str, namespace: str, cluster: str | None = None) -> str:

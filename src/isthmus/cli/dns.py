@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-import signal
 from typing import Annotated
 
 import typer
 
 from isthmus.api.mcs import CLUSTERSET_DOMAIN
-from isthmus.cli.app import app, fail
+from isthmus.cli.app import app, fail, serve_until_signalled
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -88,21 +87,8 @@ def dns(
         metrics_addr=metrics_addr,
     )
     try:
-        asyncio.run(_serve(DnsService(client, config)))
+        service = DnsService(client, config)
+        asyncio.run(serve_until_signalled(service.start, service.stop))
     except OSError as e:
         raise fail(f"cannot listen: {e.strerror or e}") from None
 
-
-async def _serve(service: object) -> None:
-    from isthmus.dns.service import DnsService
-
-    assert isinstance(service, DnsService)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await service.start()
-    try:
-        await stop.wait()
-    finally:
-        await service.stop()

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import re
-import signal
 from typing import Annotated
 
 import typer
 
-from isthmus.cli.app import app, fail
+from isthmus.cli.app import app, fail, serve_until_signalled
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -73,21 +72,8 @@ def proxy(
         metrics_addr=metrics_addr,
     )
     try:
-        asyncio.run(_serve(ProxyService(client, config)))
+        service = ProxyService(client, config)
+        asyncio.run(serve_until_signalled(service.start, service.stop))
     except OSError as e:
         raise fail(f"cannot serve metrics: {e.strerror or e}") from None
 
-
-async def _serve(service: object) -> None:
-    from isthmus.proxy import ProxyService
-
-    assert isinstance(service, ProxyService)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await service.start()
-    try:
-        await stop.wait()
-    finally:
-        await service.stop()

@@ -8,7 +8,6 @@ Until every informer has synced nothing is published and the cache answers SERVF
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -17,7 +16,7 @@ from typing import Any
 from lightkube.resources.core_v1 import Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from isthmus.api.mcs import KUBE_SERVICE_NAME_LABEL, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport
+from isthmus.api.mcs import SOURCE_CLUSTER_LABEL, ServiceImport, kube_service_name, mcs_service_name
 from isthmus.dns.records import (
     CLUSTER_SET_IP,
     Endpoint,
@@ -30,6 +29,7 @@ from isthmus.dns.records import (
 from isthmus.dns.wire import WireCache
 from isthmus.kube.resources import resource_for
 from isthmus.runtime import Informer, SharedInformerFactory, object_labels, object_namespace
+from isthmus.runtime.dirty import DirtyKeys
 
 __all__ = ["MCS_SLICE_INDEX", "DnsSource", "import_snapshot", "local_service_snapshot", "slice_snapshot"]
 
@@ -44,16 +44,21 @@ KUBE_DNS_VERSION = "1.1.0"
 
 
 def _mcs_key(obj: Any) -> Iterable[str]:
-    labels = object_labels(obj)
-    svc = labels.get(SERVICE_NAME_LABEL)
-    if svc and KUBE_SERVICE_NAME_LABEL not in labels:
-        return (f"{object_namespace(obj)}/{svc}",)
-    return ()
+    svc = mcs_service_name(object_labels(obj))
+    return (f"{object_namespace(obj)}/{svc}",) if svc else ()
 
 
 def _kube_key(obj: Any) -> Iterable[str]:
-    svc = object_labels(obj).get(KUBE_SERVICE_NAME_LABEL)
+    svc = kube_service_name(object_labels(obj))
     return (f"{object_namespace(obj)}/{svc}",) if svc else ()
+
+
+def _own_key(obj: Any) -> Iterable[str]:
+    return (f"{object_namespace(obj)}/{obj.metadata.name}",)
+
+
+def _slice_keys(obj: Any) -> Iterable[str]:
+    return (*_mcs_key(obj), *_kube_key(obj))
 
 
 # --- object → snapshot ----------------------------------------------------------------------------
@@ -141,36 +146,12 @@ class DnsSource:
         self.slices: Informer[EndpointSlice] = factory.informer(EndpointSlice)
         self.slices.add_indexer(MCS_SLICE_INDEX, _mcs_key)
         self.slices.add_indexer(KUBE_SLICE_INDEX, _kube_key)
-        self._dirty: set[str] = set()
-        self._scheduled = False
-        self._synced = False
         self.rebuilds = 0
         self.last_flush: float = 0.0
-        self.imports.add_handler(self._on_obj, self._on_update, self._on_obj)
-        self.services.add_handler(self._on_obj, self._on_update, self._on_obj)
-        self.slices.add_handler(self._on_slice, self._on_slice_update, self._on_slice)
-
-    # ---- events ----------------------------------------------------------------------------------
-
-    def _on_obj(self, obj: Any) -> None:
-        self._touch(f"{object_namespace(obj)}/{obj.metadata.name}")
-
-    def _on_update(self, old: Any, new: Any) -> None:
-        self._on_obj(new)
-
-    def _on_slice(self, obj: Any) -> None:
-        for k in (*_mcs_key(obj), *_kube_key(obj)):
-            self._touch(k)
-
-    def _on_slice_update(self, old: Any, new: Any) -> None:
-        self._on_slice(old)  # a relabelled slice leaves its old service
-        self._on_slice(new)
-
-    def _touch(self, key: str) -> None:
-        self._dirty.add(key)
-        if self._synced and not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+        self._dirty = DirtyKeys(self.flush)
+        self._dirty.watch(self.imports, _own_key)
+        self._dirty.watch(self.services, _own_key)
+        self._dirty.watch(self.slices, _slice_keys)
 
     # ---- building --------------------------------------------------------------------------------
 
@@ -181,10 +162,10 @@ class DnsSource:
         started = time.monotonic()
         if not await self.factory.wait_synced(sync_timeout):
             return False
-        self._dirty.update(self._all_keys())
+        self._dirty.add(self._all_keys())
         self.flush()
         self.cache.set_ready()
-        self._synced = True
+        self._dirty.armed = True
         log.info(
             "informers synced; answering",
             extra={
@@ -195,7 +176,7 @@ class DnsSource:
                 "seconds": round(time.monotonic() - started, 3),
             },
         )
-        if self._dirty:  # events that raced the first build
+        if self._dirty.pending:  # events that raced the first build
             self.flush()
         return True
 
@@ -207,8 +188,7 @@ class DnsSource:
 
     def flush(self) -> None:
         """Rebuild every dirty service and swap its answers in."""
-        self._scheduled = False
-        dirty, self._dirty = self._dirty, set()
+        dirty = self._dirty.take()
         for key in dirty:
             try:
                 self.cache.replace(("svc", key), self.build(key))

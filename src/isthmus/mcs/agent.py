@@ -51,7 +51,6 @@ from isthmus.api.mcs import (
     HEARTBEAT_ANNOTATION,
     ISTHMUS_GROUP,
     ISTHMUS_VERSION,
-    KUBE_SERVICE_NAME_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     SERVICE_DISCOVERY_NAME,
@@ -74,6 +73,7 @@ from isthmus.api.mcs import (
     ValidReason,
     broker_object_name,
     conflict_condition,
+    kube_service_name,
 )
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
@@ -124,7 +124,7 @@ def _service_key(obj: Any) -> list[str]:
 
 
 def _kube_service_key(obj: Any) -> list[str]:
-    svc = object_labels(obj).get(KUBE_SERVICE_NAME_LABEL)
+    svc = kube_service_name(object_labels(obj))
     return [f"{object_namespace(obj)}/{svc}"] if svc else []
 
 

@@ -25,7 +25,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from isthmus.api.mcs import KUBE_SERVICE_NAME_LABEL, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL, ServiceImport
+from isthmus.api.mcs import SOURCE_CLUSTER_LABEL, ServiceImport, kube_service_name, mcs_service_name
 from isthmus.kube.resources import resource_for
 from isthmus.proxy.balancer import Balancer
 from isthmus.proxy.metrics import ListenerStats, ProxyStats
@@ -45,6 +45,7 @@ from isthmus.proxy.table import (
 from isthmus.proxy.tcp import DEFAULT_CONNECT_TIMEOUT, TcpListener
 from isthmus.proxy.udp import DEFAULT_IDLE_TIMEOUT, UdpListener
 from isthmus.runtime import HealthServer, Informer, SharedInformerFactory, object_labels, object_namespace
+from isthmus.runtime.dirty import DirtyKeys
 
 __all__ = [
     "ProxyConfig",
@@ -131,16 +132,21 @@ def import_snapshot(obj: Any) -> ImportSnap:
 
 
 def _mcs_key(obj: Any) -> Iterable[str]:
-    labels = object_labels(obj)
-    svc = labels.get(SERVICE_NAME_LABEL)
-    if svc and KUBE_SERVICE_NAME_LABEL not in labels:
-        return (f"{object_namespace(obj)}/{svc}",)
-    return ()
+    svc = mcs_service_name(object_labels(obj))
+    return (f"{object_namespace(obj)}/{svc}",) if svc else ()
 
 
 def _kube_key(obj: Any) -> Iterable[str]:
-    svc = object_labels(obj).get(KUBE_SERVICE_NAME_LABEL)
+    svc = kube_service_name(object_labels(obj))
     return (f"{object_namespace(obj)}/{svc}",) if svc else ()
+
+
+def _own_key(obj: Any) -> Iterable[str]:
+    return (f"{object_namespace(obj)}/{obj.metadata.name}",)
+
+
+def _slice_keys(obj: Any) -> Iterable[str]:
+    return (*_mcs_key(obj), *_kube_key(obj))
 
 
 # --- sockets -------------------------------------------------------------------------------------
@@ -301,14 +307,12 @@ class ProxyService:
         self.conflicts: list[str] = []
         self.health: HealthServer | None = None
         self._per_service: dict[str, list[tuple[ListenerKey, Target]]] = {}
-        self._dirty: set[str] = set()
-        self._scheduled = False
-        self._synced = False
+        self._dirty = DirtyKeys(self.flush)
         self._sync_task: asyncio.Task[bool] | None = None
         self._closing: set[asyncio.Task[None]] = set()
-        self.imports.add_handler(self._on_obj, self._on_update, self._on_obj)
-        self.services.add_handler(self._on_obj, self._on_update, self._on_obj)
-        self.slices.add_handler(self._on_slice, self._on_slice_update, self._on_slice)
+        self._dirty.watch(self.imports, _own_key)
+        self._dirty.watch(self.services, _own_key)
+        self._dirty.watch(self.slices, _slice_keys)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -342,7 +346,7 @@ class ProxyService:
                 await self._sync_task
             except asyncio.CancelledError:
                 pass
-        self._synced = False
+        self._dirty.armed = False
         await self.factory.stop()
         listeners, self.listeners = self.listeners, {}
         await asyncio.gather(*(lis.close(abort=True) for lis in listeners.values()))
@@ -368,13 +372,13 @@ class ProxyService:
         for inf in (self.services, self.slices):
             if not await inf.wait_synced(left()):
                 return False
-        self._dirty.update(self.services.cache.keys())
-        self._synced = True
+        self._dirty.add(self.services.cache.keys())
+        self._dirty.armed = True
         self.flush()
         if not await self.imports.wait_synced(left()):
             log.warning("ServiceImports not listed yet (MCS CRDs missing?); proxying ClusterIPs only")
             await self.imports.wait_synced()
-        self._touch_all_imports()
+        self._dirty.add(self.imports.cache.keys())
         self.flush()
         self.stats.ready = True
         log.info(
@@ -388,9 +392,6 @@ class ProxyService:
             },
         )
         return True
-
-    def _touch_all_imports(self) -> None:
-        self._dirty.update(self.imports.cache.keys())
 
     # ---- inspection (tests, status) -------------------------------------------------------------
 
@@ -407,26 +408,6 @@ class ProxyService:
         return lis.target if lis is not None else None
 
     # ---- events ----------------------------------------------------------------------------------
-
-    def _on_obj(self, obj: Any) -> None:
-        self._touch(f"{object_namespace(obj)}/{obj.metadata.name}")
-
-    def _on_update(self, old: Any, new: Any) -> None:
-        self._on_obj(new)
-
-    def _on_slice(self, obj: Any) -> None:
-        for k in (*_mcs_key(obj), *_kube_key(obj)):
-            self._touch(k)
-
-    def _on_slice_update(self, old: Any, new: Any) -> None:
-        self._on_slice(old)  # a relabelled slice leaves its old service
-        self._on_slice(new)
-
-    def _touch(self, key: str) -> None:
-        self._dirty.add(key)
-        if self._synced and not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
 
     # ---- building --------------------------------------------------------------------------------
 
@@ -449,8 +430,7 @@ class ProxyService:
 
     def flush(self) -> None:
         """Rebuild every dirty service and apply the merged table."""
-        self._scheduled = False
-        dirty, self._dirty = self._dirty, set()
+        dirty = self._dirty.take()
         for key in dirty:
             try:
                 targets = self.build(key)
