@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from isthmus.apiserver.errors import ApiError, bad_request
+from isthmus.apiserver.schema import resolve_all_of
 
 Path = tuple[str, ...]
 
@@ -61,19 +62,7 @@ _MISSING: Final = _Missing()
 # ================================================================ schema helpers
 
 
-def _schema(schema: Any) -> dict[str, Any] | None:
-    """Resolve `allOf` wrappers (the shape inlined $refs often take) into one schema dict."""
-    if not isinstance(schema, dict):
-        return None
-    if "allOf" not in schema:
-        return schema
-    merged: dict[str, Any] = {}
-    for sub in schema.get("allOf") or []:
-        resolved = _schema(sub)
-        if resolved:
-            merged.update(resolved)
-    merged.update({k: v for k, v in schema.items() if k != "allOf"})
-    return merged
+_schema = resolve_all_of
 
 
 def _field(schema: dict[str, Any] | None, key: str) -> tuple[dict[str, Any] | None, bool]:

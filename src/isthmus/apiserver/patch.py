@@ -18,6 +18,7 @@ import json
 from typing import Any, Final
 
 from isthmus.apiserver.errors import ApiError, bad_request
+from isthmus.apiserver.schema import resolve_all_of
 
 # kube-apiserver refuses bigger JSON patches (maxJSONPatchOperations).
 MAX_JSON_PATCH_OPERATIONS: Final = 10000
@@ -270,19 +271,7 @@ class _Deleted:
 _DELETED: Final = _Deleted()
 
 
-def _schema(schema: Any) -> dict[str, Any] | None:
-    """Resolve `allOf` wrappers (how inlined $refs often look) into one schema dict."""
-    if not isinstance(schema, dict):
-        return None
-    if "allOf" not in schema:
-        return schema
-    merged: dict[str, Any] = {}
-    for sub in schema.get("allOf") or []:
-        resolved = _schema(sub)
-        if resolved:
-            merged.update(resolved)
-    merged.update({k: v for k, v in schema.items() if k != "allOf"})
-    return merged
+_schema = resolve_all_of
 
 
 def _field_schema(schema: dict[str, Any] | None, key: str) -> dict[str, Any] | None:

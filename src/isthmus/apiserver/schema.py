@@ -30,6 +30,21 @@ _ROOT_KEPT = ("apiVersion", "kind", "metadata")
 # ---------------------------------------------------------------- value formatting (Go's field.Error)
 
 
+def resolve_all_of(schema: Any) -> dict[str, Any] | None:
+    """Resolve `allOf` wrappers (the shape inlined $refs often take) into one schema dict."""
+    if not isinstance(schema, dict):
+        return None
+    if "allOf" not in schema:
+        return schema
+    merged: dict[str, Any] = {}
+    for sub in schema.get("allOf") or []:
+        resolved = resolve_all_of(sub)
+        if resolved:
+            merged.update(resolved)
+    merged.update({k: v for k, v in schema.items() if k != "allOf"})
+    return merged
+
+
 def go_sharp(v: Any) -> str:
     """Go's %#v for decoded JSON (map[string]interface {}, []interface {}), used for composite bad values."""
     if isinstance(v, dict):
