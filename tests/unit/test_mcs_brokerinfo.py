@@ -13,6 +13,8 @@ from isthmus.mcs.brokerinfo import BrokerInfo, access_from_config
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
+PLACEHOLDER_SERVER = "http://x"  # never contacted: these tests only decode documents
+
 
 def _enc(data: object) -> str:
     return base64.b64encode(json.dumps(data).encode()).decode()
@@ -48,8 +50,8 @@ def test_round_trip_and_defaults() -> None:
         (_enc({"server": "http://x", "token": 5}), "broker-info: 'token' must be a non-empty string"),
         (_enc({"server": "http://x", "clustersetIPEnabled": "yes"}), "'clustersetIPEnabled' must be true or false"),
         (_enc({"server": "http://x", "clustersetIPCIDRRange": []}), "must be a non-empty list of CIDRs"),
-        (  # a document only: nothing is ever sent to either address
-            _enc({"server": "http://x", "clustersetIPCIDRRange": ["243.0.0.1/8"]}),
+        (  # a document only: nothing is ever sent anywhere
+            _enc({"server": PLACEHOLDER_SERVER, "clustersetIPCIDRRange": ["243.0.0.1/8"]}),
             "has an invalid CIDR '243.0.0.1/8'",
         ),
     ],
