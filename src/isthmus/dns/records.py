@@ -12,7 +12,7 @@ service without a VIP); almost every ring has one element.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -284,7 +284,11 @@ def clusterset_records(
     named = _named(imp.ports)
 
     if imp.type == HEADLESS:
-        _headless(rs, base, views, named, local_cluster, publish_nr)
+        _headless(
+            rs, base, views, named,
+            host_of=lambda sl, ep: f"{endpoint_hostname(ep)}.{sl.cluster}.{base}",
+            usable=lambda sl, ep: _usable(ep, publish_nr and sl.cluster == local_cluster),
+        )
     else:
         _cluster_set_ip(rs, base, imp, remote, local if local_exports else None, local_cluster, named)
 
@@ -344,18 +348,20 @@ def _headless(
     base: str,
     views: Sequence[SliceSnap],
     named: Sequence[Port],
-    local_cluster: str,
-    publish_nr: bool,
+    *,
+    host_of: Callable[[SliceSnap, Endpoint], str],
+    usable: Callable[[SliceSnap, Endpoint], bool],
 ) -> None:
+    """Headless records of either zone: every usable endpoint under the service name, its own host
+    name (the zones differ in its shape), and SRV per named port and for the service."""
     all_ips: list[str] = []
     hosts: dict[str, list[str]] = {}
     per_port: dict[Port, list[tuple[int, str]]] = {p: [] for p in named}
     for s in views:
-        nr_ok = publish_nr and s.cluster == local_cluster
         for ep in s.endpoints:
-            if not _usable(ep, nr_ok):
+            if not usable(s, ep):
                 continue
-            host = f"{endpoint_hostname(ep)}.{s.cluster}.{base}"
+            host = host_of(s, ep)
             all_ips.extend(ep.addresses)
             hosts.setdefault(host, []).extend(ep.addresses)
             for p in named:
@@ -405,26 +411,11 @@ def local_records(svc: LocalService, *, zone: str) -> RecordSet:
     if svc.external_name:
         rs.cnames[base] = svc.external_name.rstrip(".").lower()
     elif svc.headless:
-        all_ips: list[str] = []
-        hosts: dict[str, list[str]] = {}
-        per_port: dict[Port, list[tuple[int, str]]] = {p: [] for p in named}
-        for s in svc.slices:
-            for ep in s.endpoints:
-                if not _usable(ep, svc.publish_not_ready):
-                    continue
-                host = f"{endpoint_hostname(ep)}.{base}"
-                all_ips.extend(ep.addresses)
-                hosts.setdefault(host, []).extend(ep.addresses)
-                for p in named:
-                    per_port[p].append((_slice_port(s, p), host))
-        _add_addresses(rs, base, all_ips)
-        for host, ips in hosts.items():
-            _add_addresses(rs, host, ips)
-        every: list[tuple[int, str]] = []
-        for p, recs in per_port.items():
-            rs.add(_srv_owner(p, base), SRV, _srv_set(recs))
-            every.extend(recs)
-        rs.add(base, SRV, _srv_set(every))
+        _headless(
+            rs, base, svc.slices, named,
+            host_of=lambda _sl, ep: f"{endpoint_hostname(ep)}.{base}",
+            usable=lambda _sl, ep: _usable(ep, svc.publish_not_ready),
+        )
     elif svc.cluster_ips:
         _add_addresses(rs, base, svc.cluster_ips)
         for p in named:
