@@ -139,13 +139,15 @@ async def test_import_spec_copies_the_aggregate(cs: ClusterSet) -> None:
         assert SOURCE_NAMESPACE_LABEL not in labels_of(imp)
 
 
-async def test_slices_from_every_other_cluster_next_to_the_import(cs: ClusterSet) -> None:
+async def test_slices_from_every_exporting_cluster_next_to_the_import(cs: ClusterSet) -> None:
+    """KEP-1645: every cluster that imports a service, the exporters included, has MCS EndpointSlices
+    for it — one per exporting cluster, the exporter's own among them."""
     ns = "i-slices"
     await _ns_everywhere(cs, ns)
     await cs.export(0, "web", ns, svc=service("web", ns, cluster_ip="127.10.1.1"))
     await cs.export(1, "web", ns, svc=service("web", ns, cluster_ip="127.10.2.2"))
     await cs.wait_aggregate("web", ns, ["c1", "c2"])
-    expected = {0: ["c2"], 1: ["c1"], 2: ["c1", "c2"]}
+    expected = {0: ["c1", "c2"], 1: ["c1", "c2"], 2: ["c1", "c2"]}
     cluster_ips = {"c1": "127.10.1.1", "c2": "127.10.2.2"}
     for i, sources in expected.items():
         imp = await cs.wait_import(i, "web", ns, ["c1", "c2"])
@@ -168,9 +170,7 @@ async def test_slices_from_every_other_cluster_next_to_the_import(cs: ClusterSet
             assert addresses_of(s) == [cluster_ips[src]], s
             assert _endpoints(s)[0]["conditions"]["ready"] is True
             assert {p["port"] for p in s["ports"]} == {80}
-    # No copy of a cluster's own endpoints, and kube's own slices untouched.
-    own = [s for s in await cs.all_slices(0, ns) if labels_of(s).get(SOURCE_CLUSTER_LABEL) == "c1"]
-    assert own == []
+    # The exporter's own MCS slice never takes kube's place: kube's own slice is untouched.
     kube = await get_or_none(cs.c(0), EndpointSlice, "web-kube1", ns)
     assert kube is not None and labels_of(kube)[MANAGED_BY_LABEL] == "endpointslice-controller.k8s.io"
 
@@ -407,7 +407,7 @@ async def test_unexport_by_one_cluster_recomputes_ports_and_clusters(cs: Cluster
     await eventually(recomputed, what="ports and clusters recomputed")
     await _slices_from(cs, 2, "web", ns, ["c2"])
     await _slices_from(cs, 0, "web", ns, ["c2"])
-    await _slices_from(cs, 1, "web", ns, [])
+    await _slices_from(cs, 1, "web", ns, ["c2"])  # the exporter imports its own endpoints too
     assert len(await cs.exported_services("web", ns)) == 1
     assert len(await cs.broker_slices("web", ns)) == 1
 

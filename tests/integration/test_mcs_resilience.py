@@ -317,7 +317,7 @@ async def test_agent_restarts_do_not_recreate_what_exists(cs: ClusterSet) -> Non
         await cs.wait_condition(i, "web", ns, ConditionType.READY, "True")
 
         async def slice_in(i: int = i) -> bool:
-            return len(await cs.imported_slices(i, "web", ns)) == 1
+            return sorted(await cs.imported_slices(i, "web", ns)) == ["c1", "c2"]
 
         await eventually(slice_in)
     vip = await cs.vip_of("web", ns)

@@ -85,6 +85,8 @@ CLUSTER_UID_ANNOTATION = "isthmus.io/cluster-uid"
 from a different cluster claiming a taken ID."""
 HEARTBEAT_ANNOTATION = "isthmus.io/heartbeat"
 """On the broker's Cluster object: when the cluster's agent last checked in (RFC3339)."""
+DEFAULT_DEAD_CLUSTER_GRACE = 60.0
+"""Seconds without a heartbeat after which a cluster's endpoints are withdrawn from every import."""
 
 # --- conditions ---------------------------------------------------------------------------------
 
@@ -110,6 +112,21 @@ class ReadyReason(StrEnum):
     READY = "Ready"
     PENDING = "Pending"
     FAILED = "Failed"
+
+
+class ClusterReason(StrEnum):
+    """Reasons of the Ready condition on a broker `Cluster`."""
+
+    AGENT_RUNNING = "AgentRunning"
+    AGENT_SILENT = "AgentSilent"
+    """No heartbeat for longer than the grace period: its endpoints are withdrawn from every import."""
+
+
+class ClusterEventReason(StrEnum):
+    """Events posted on a broker `Cluster` when its endpoints are withdrawn or restored."""
+
+    WITHDRAWN = "EndpointsWithdrawn"
+    RESTORED = "EndpointsRestored"
 
 
 class ConflictReason(StrEnum):
@@ -217,8 +234,10 @@ class ServiceExport(Resource):
         plural="serviceexports",
         short_names=("svcex",),
         printer_columns=(
-            PrinterColumn("Valid", "string", '.status.conditions[?(@.type=="Valid")].status', priority=1),
+            PrinterColumn("Valid", "string", '.status.conditions[?(@.type=="Valid")].status'),
             PrinterColumn("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
+            PrinterColumn("Conflict", "string", '.status.conditions[?(@.type=="Conflict")].status'),
+            PrinterColumn("Reason", "string", '.status.conditions[?(@.type=="Conflict")].reason', priority=1),
             AGE_COLUMN,
         ),
     )
@@ -358,6 +377,8 @@ class Cluster(Resource):
             PrinterColumn("CIDR", "string", ".spec.clustersetIPCIDR"),
             PrinterColumn("ClustersetIP", "boolean", ".spec.clustersetIPEnabled"),
             PrinterColumn("Joined", "date", ".spec.joinedAt"),
+            PrinterColumn("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
+            PrinterColumn("Reason", "string", '.status.conditions[?(@.type=="Ready")].reason'),
             AGE_COLUMN,
         ),
     )

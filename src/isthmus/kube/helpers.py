@@ -316,3 +316,27 @@ async def wait_established(client: AsyncClient, name: str) -> None:
 def _established(crd: CustomResourceDefinition) -> bool:
     conditions = (crd.status.conditions if crd.status else None) or []
     return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+
+def describe_error(err: BaseException) -> str:
+    """An exception as users should read it: its text, or its type when the text is empty.
+
+    Timeouts in httpx and asyncio carry no text at all (`ReadTimeout: ` is not a reason).
+    """
+    text = str(err).strip()
+    name = type(err).__name__
+    if not text:
+        return name
+    return text if name in text else f"{name}: {text}"
+
+
+def is_namespace_terminating(err: BaseException) -> bool:
+    """403 on create because the namespace is being deleted (kube's NamespaceLifecycle admission)."""
+    if status_code(err) != 403:
+        return False
+    status = getattr(err, "status", None)
+    details = getattr(status, "details", None)
+    causes = getattr(details, "causes", None) or []
+    if any(getattr(c, "reason", None) == "NamespaceTerminating" for c in causes):
+        return True
+    return "being terminated" in (getattr(status, "message", None) or "")

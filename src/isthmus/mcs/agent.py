@@ -32,11 +32,13 @@ from lightkube.models.meta_v1 import OwnerReference as LkOwnerReference
 from lightkube.resources.core_v1 import Namespace, Secret, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
+from prometheus_client import Counter
 
 from isthmus.api.base import (
     Condition,
     ObjectMeta,
     OwnerReference,
+    find_condition,
     format_time,
     merge_conditions,
     new_condition,
@@ -48,6 +50,7 @@ from isthmus.api.mcs import (
     BROKER_SECRET_KEY,
     BROKER_SECRET_NAME,
     CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION,
+    DEFAULT_DEAD_CLUSTER_GRACE,
     HEARTBEAT_ANNOTATION,
     ISTHMUS_GROUP,
     ISTHMUS_VERSION,
@@ -59,8 +62,11 @@ from isthmus.api.mcs import (
     SOURCE_NAMESPACE_LABEL,
     USE_CLUSTERSET_IP_ANNOTATION,
     Cluster,
+    ClusterEventReason,
+    ClusterReason,
     ClusterStatus,
     ConditionType,
+    ConflictReason,
     ExportedService,
     ExportedServiceSpec,
     ReadyReason,
@@ -91,7 +97,11 @@ from isthmus.mcs.endpoints import (
     validate_export,
     vip_setting,
 )
+from isthmus.mcs.liveness import Liveness
 from isthmus.runtime import (
+    NORMAL,
+    REGISTRY,
+    WARNING,
     Controller,
     EventRecorder,
     LeaderElector,
@@ -106,10 +116,21 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 10.0
 FAILED_RETRY_SECONDS = 5.0
+BROKER_TIMEOUT = 5.0
+"""Per-request timeout toward the broker: an unreachable or silent broker shows in conditions within
+seconds, not after httpx's 30 s default (watches are not bounded by it)."""
+
+IGNORED_SLICES = Counter(
+    "isthmus_agent_ignored_slices_total",
+    "Broker EndpointSlices not imported, by reason (unregistered source cluster, source not listed in the "
+    "aggregate, wrong name or owner, silent cluster).",
+    ["reason"], registry=REGISTRY,
+)
 
 # Index names.
 BY_SERVICE = "service"  # "<ns>/<svc>" from the MCS labels (broker objects, our local slice copies)
 BY_KUBE_SERVICE = "kube-service"  # "<ns>/<svc>" from kubernetes.io/service-name (kube's own slices)
+BY_SOURCE_CLUSTER = "source-cluster"  # broker slices by the cluster they claim to come from
 
 
 class AgentConfigError(Exception):
@@ -126,6 +147,11 @@ def _service_key(obj: Any) -> list[str]:
 def _kube_service_key(obj: Any) -> list[str]:
     svc = kube_service_name(object_labels(obj))
     return [f"{object_namespace(obj)}/{svc}"] if svc else []
+
+
+def _source_cluster_key(obj: Any) -> list[str]:
+    cluster = object_labels(obj).get(SOURCE_CLUSTER_LABEL)
+    return [cluster] if cluster else []
 
 
 def _own_key(obj: Any) -> list[str]:
@@ -174,6 +200,7 @@ class Agent:
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
         identity: str | None = None,
+        dead_cluster_grace: float = DEFAULT_DEAD_CLUSTER_GRACE,
     ) -> None:
         self.cluster = cluster
         self.broker = broker
@@ -188,6 +215,13 @@ class Agent:
         cidrs = discovery.clusterset_ip_cidr
         self.allocator: VipAllocator | None = VipAllocator(str(cidrs[0])) if cidrs else None
         self.recorder = EventRecorder(cluster, AGENT_FIELD_MANAGER)
+        self.broker_recorder = EventRecorder(broker, f"{AGENT_FIELD_MANAGER}/{cluster_id}")
+        self.liveness = Liveness(dead_cluster_grace)
+        # Peers judge silence with the same grace (one clusterset, one setting): beat several times
+        # within it, so one lost beat never looks like death.
+        self.heartbeat_interval = min(HEARTBEAT_SECONDS, dead_cluster_grace / 4)
+        self._silent: frozenset[str] = frozenset()
+        self._ignored_logged: set[tuple[str, str]] = set()
         self._ready = asyncio.Event()
         self._controller: Controller | None = None
         self._cluster_uid: str | None = None
@@ -213,7 +247,8 @@ class Agent:
         if not raw:
             raise AgentConfigError(f"secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME} has no {BROKER_SECRET_KEY!r}")
         info = BrokerInfo.decode(base64.b64decode(raw).decode())
-        return cls(cluster=client, broker=info.client(), cluster_id=cluster_id, discovery=sd.spec, **kwargs)
+        return cls(cluster=client, broker=info.client(timeout=BROKER_TIMEOUT), cluster_id=cluster_id,
+                   discovery=sd.spec, **kwargs)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -232,6 +267,7 @@ class Agent:
                 await self.elector.run(self._lead)
         finally:
             await self.recorder.aclose()
+            await self.broker_recorder.aclose()
 
     async def _lead(self) -> None:
         log.info("agent %s leading", self.cluster_id)
@@ -251,6 +287,9 @@ class Agent:
         for inf in (self.slices, self.b_exports, self.b_imports, self.b_slices):
             inf.add_indexer(BY_SERVICE, _service_key)
         self.slices.add_indexer(BY_KUBE_SERVICE, _kube_service_key)
+        self.b_slices.add_indexer(BY_SOURCE_CLUSTER, _source_cluster_key)
+        self.b_clusters.add_handler(on_add=self._observe_cluster, on_update=lambda _o, n: self._observe_cluster(n),
+                                    on_delete=self._forget_cluster)
         self.b_imports.add_handler(on_add=self._reserve_vips, on_update=lambda _o, n: self._reserve_vips(n),
                                    on_delete=self._release_vips)
 
@@ -271,6 +310,9 @@ class Agent:
         # and deletes are what count.
         c.watch(self.b_clusters, self._own_cluster_keys,
                 predicate=lambda old, new: old is None or _dump(old).get("spec") != _dump(new).get("spec"))
+        # A cluster registering or leaving changes whose slices may be imported.
+        c.watch(self.b_clusters, self._cluster_slice_keys,
+                predicate=lambda old, new: old is None)
         self._controller = c
         local.start()
         broker.start()
@@ -281,12 +323,17 @@ class Agent:
             # cluster that got a departed cluster's CIDR) is marked taken.
             for obj in self.b_imports.cache.list():
                 self._reserve_vips(obj)
+            # The lists just succeeded, so the broker is reachable; peers already marked silent on the
+            # broker stay withdrawn from the first reconcile on.
+            self.liveness.link_ok()
+            self._silent = self.liveness.silent()
             self._ready.set()
             log.info("agent %s ready (VIP CIDR %s, %d in use)", self.cluster_id,
                      self.allocator.cidr if self.allocator else "none", self.allocator.used if self.allocator else 0)
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(c.run())
                 tg.create_task(self._heartbeat())
+                tg.create_task(self._judge_liveness())
         finally:
             self._ready.clear()
             self._controller = None
@@ -294,28 +341,134 @@ class Agent:
             await broker.stop()
 
     async def _heartbeat(self) -> None:
-        """Tell the broker this cluster's agent is alive: the heartbeat annotation (what `isthmus show
-        clusters` ages) and a Ready condition on the Cluster's status."""
+        """Tell the broker this cluster's agent is alive: the heartbeat annotation (what peers and
+        `isthmus show clusters` age) and a Ready condition on the Cluster's status. Its success or
+        failure is also this agent's measure of whether it can see the broker (see liveness.py)."""
         while True:
             now = datetime.now(UTC)
             try:
-                await cast(Any, self.broker).patch(
+                stored = await cast(Any, self.broker).patch(
                     resource_for(Cluster), self.cluster_id,
                     {"metadata": {"annotations": {HEARTBEAT_ANNOTATION: format_time(now)}}},
                     namespace=self.broker_ns, patch_type=PatchType.MERGE, field_manager=AGENT_FIELD_MANAGER)
-                raw = self.b_clusters.cache.get(f"{self.broker_ns}/{self.cluster_id}")
-                if raw is not None:
-                    cluster = Cluster.from_dict(raw)
-                    ready = new_condition(ConditionType.READY, True, "AgentRunning",
-                                          f"the agent of cluster {self.cluster_id} is running", cluster.metadata.generation)
-                    merged = merge_conditions(cluster.status.conditions, [ready])
-                    if _conditions_key(merged) != _conditions_key(cluster.status.conditions):
-                        cluster.status.conditions = merged
-                        await helpers.patch_status(self.broker, cluster, field_manager=AGENT_FIELD_MANAGER,
-                                                   patch_type=PatchType.MERGE)
-            except Exception as e:  # the broker may be briefly unreachable: keep beating
-                log.warning("heartbeat to broker failed: %s", e)
-            await asyncio.sleep(HEARTBEAT_SECONDS)
+                await self._observe_peers()
+                cluster = Cluster.from_dict(stored.to_dict())
+                previous = find_condition(cluster.status.conditions, ConditionType.READY)
+                ready = new_condition(ConditionType.READY, True, ClusterReason.AGENT_RUNNING,
+                                      f"the agent of cluster {self.cluster_id} is running", cluster.metadata.generation)
+                merged = merge_conditions(cluster.status.conditions, [ready])
+                if _conditions_key(merged) != _conditions_key(cluster.status.conditions):
+                    cluster.status.conditions = merged
+                    await helpers.patch_status(self.broker, cluster, field_manager=AGENT_FIELD_MANAGER,
+                                               patch_type=PatchType.MERGE)
+                    if previous is not None and previous.reason == ClusterReason.AGENT_SILENT:
+                        self.broker_recorder.normal(
+                            stored, ClusterEventReason.RESTORED,
+                            f"the agent of cluster {self.cluster_id} is back: its endpoints are imported again")
+            except (httpx2.TransportError, OSError) as e:  # the broker may be briefly unreachable: keep beating
+                self.liveness.link_failed()
+                log.warning("heartbeat to broker failed: %s", helpers.describe_error(e))
+            except Exception as e:
+                log.warning("heartbeat to broker failed: %s", helpers.describe_error(e))
+            await asyncio.sleep(self.heartbeat_interval)
+
+    # ------------------------------------------------------------------ peers' liveness
+
+    async def _observe_peers(self) -> None:
+        """Read every peer's heartbeat from the broker itself, then count the link as up.
+
+        Not from the informer: after an outage its watch may take many seconds to reconnect, and
+        peers must not look silent meanwhile; a list that succeeded is a view known to be fresh.
+        """
+        peers = [o async for o in cast(Any, self.broker).list(resource_for(Cluster), namespace=self.broker_ns)]
+        names = set()
+        for obj in peers:
+            names.add(object_name(obj))
+            self._observe_cluster(obj)
+        for gone in self.liveness.peers() - names:
+            self.liveness.forget(gone)
+        self.liveness.link_ok()
+
+    def _observe_cluster(self, obj: Any) -> None:
+        name = object_name(obj)
+        if name == self.cluster_id:
+            return
+        d = _dump(obj)
+        ready = find_condition(Cluster.from_dict(d).status.conditions, ConditionType.READY)
+        self.liveness.observe(
+            name, ((d.get("metadata") or {}).get("annotations") or {}).get(HEARTBEAT_ANNOTATION),
+            marked_silent=ready is not None and ready.reason == ClusterReason.AGENT_SILENT
+                          and str(ready.status) == "False")
+        if name in self._silent and name not in self.liveness.silent():
+            self._apply_silence()  # it beats again: restore at once rather than at the next tick
+
+    def _forget_cluster(self, obj: Any) -> None:
+        self.liveness.forget(object_name(obj))
+
+    def _cluster_slice_keys(self, cluster_obj: Any) -> list[str]:
+        return sorted({k for o in self.b_slices.cache.by_index(BY_SOURCE_CLUSTER, object_name(cluster_obj))
+                       for k in _service_key(o)})
+
+    async def _judge_liveness(self) -> None:
+        """Withdraw silent peers' endpoints and restore returning ones (time-based, so a loop)."""
+        period = max(0.2, min(5.0, self.liveness.grace / 4))
+        while True:
+            await asyncio.sleep(period)
+            newly_silent = self._apply_silence()
+            for name in sorted(newly_silent):
+                try:
+                    await self._mark_silent(name)
+                except Exception as e:  # another agent may have written it first; it is informative only
+                    log.info("could not mark cluster %s silent: %s", name, helpers.describe_error(e))
+
+    def _apply_silence(self) -> frozenset[str]:
+        """Recompute the silent set; requeue every service of a cluster that changed side. Returns the
+        clusters that just went silent."""
+        silent = self.liveness.silent()
+        changed = silent ^ self._silent
+        if not changed:
+            return frozenset()
+        went, back = silent - self._silent, self._silent - silent
+        self._silent = silent
+        for name in sorted(went):
+            log.warning("cluster %s: no heartbeat for over %.0f s: its endpoints are withdrawn from every import",
+                        name, self.liveness.grace)
+        for name in sorted(back):
+            log.info("cluster %s is alive again: its endpoints are imported again", name)
+        if self._controller is not None:
+            for name in sorted(changed):
+                for o in self.b_slices.cache.by_index(BY_SOURCE_CLUSTER, name):
+                    for key in _service_key(o):
+                        self._controller.enqueue(key)
+        return went
+
+    async def _mark_silent(self, name: str) -> None:
+        """Say why on the silent cluster's `Cluster` (once: a write guarded by resourceVersion, so of all
+        agents noticing at the same time one writes it and posts the Event)."""
+        raw = self.b_clusters.cache.get(f"{self.broker_ns}/{name}")
+        if raw is None:
+            return
+        cluster = Cluster.from_dict(_dump(raw))
+        current = find_condition(cluster.status.conditions, ConditionType.READY)
+        if current is not None and current.reason == ClusterReason.AGENT_SILENT:
+            return
+        age = self.liveness.silent_for(name)
+        message = (f"no heartbeat from the agent of cluster {name} for "
+                   f"{f'{age:.0f} s' if age is not None else 'longer than the grace period'} "
+                   f"(grace {self.liveness.grace:.0f} s, seen by {self.cluster_id}): its endpoints are "
+                   "withdrawn from every import until it returns")
+        conds = merge_conditions(cluster.status.conditions, [new_condition(
+            ConditionType.READY, False, ClusterReason.AGENT_SILENT, message, cluster.metadata.generation)])
+        body = {"metadata": {"resourceVersion": cluster.metadata.resource_version},
+                "status": {"conditions": [c.to_dict() for c in conds]}}
+        try:
+            await cast(Any, self.broker).patch(resource_for(Cluster).Status, name, body, namespace=self.broker_ns,
+                                               patch_type=PatchType.MERGE, field_manager=AGENT_FIELD_MANAGER)
+        except ApiError as e:
+            if helpers.is_conflict(e) or helpers.is_not_found(e):
+                return  # someone else said it first, or it left
+            raise
+        self.broker_recorder.warning(raw, ClusterEventReason.WITHDRAWN, message)
 
     # ------------------------------------------------------------------ VIP bookkeeping
 
@@ -376,7 +529,8 @@ class Agent:
             await self._sync_slice(ns, name, state, agg)
         except (httpx2.TransportError, OSError) as e:
             # The broker is unreachable: still tell the user where the export stands, then retry.
-            state.pending = f"waiting for the broker ({type(e).__name__}: {e or 'unreachable'})"
+            self.liveness.link_failed()
+            state.pending = f"waiting for the broker: {helpers.describe_error(e)}"
             await self._sync_conditions(state, AggregateState())
             raise
         await self._sync_conditions(state, agg)
@@ -408,7 +562,6 @@ class Agent:
             vip = vip_setting(export.metadata.annotations, self.discovery.clusterset_ip_enabled)
         except InvalidAnnotation as e:
             state.reason, state.message, state.hold = ValidReason.INVALID_ANNOTATION, str(e), True
-            self.recorder.warning(raw, ValidReason.INVALID_ANNOTATION, str(e))
             return
         state.valid, state.reason, state.message, state.type = validate_export(service)
         if not state.valid or service is None:
@@ -591,10 +744,12 @@ class Agent:
         merged = merge_conditions(export.status.conditions, conds)
         if _conditions_key(merged) == _conditions_key(export.status.conditions):
             return
+        previous = export.status.conditions
         export.status.conditions = merged
-        if failure:
-            self.recorder.warning(self.exports.cache.get(f"{export.metadata.namespace}/{export.metadata.name}"),
-                                  ReadyReason.FAILED, failure)
+        raw = self.exports.cache.get(f"{export.metadata.namespace}/{export.metadata.name}")
+        if raw is not None:
+            for kind, reason, message in _condition_events(previous, merged):
+                self.recorder.event(raw, kind, reason, message)
         try:
             await helpers.patch_status(self.cluster, export, field_manager=AGENT_FIELD_MANAGER,
                                        patch_type=PatchType.MERGE)
@@ -605,8 +760,51 @@ class Agent:
     # -- 4. the local ServiceImport and the other clusters' EndpointSlices
 
     async def _sync_import(self, ns: str, name: str, agg: ServiceImport | None) -> None:
-        if self.namespaces.cache.get(ns) is None:
+        ns_obj = self.namespaces.cache.get(ns)
+        if ns_obj is None:
             return  # creating namespaces is not the agent's job; the Namespace watch brings us back
+        if _terminating(ns_obj):
+            return  # kube refuses new objects there; the Namespace watch brings us back if it returns
+        try:
+            await self._sync_import_in(ns, name, agg)
+        except ApiError as e:
+            if not helpers.is_namespace_terminating(e):
+                raise
+            # Deleted between our cache read and the write: expected, and the namespace's deletion
+            # removes what we made there.
+            log.debug("%s/%s: namespace is being deleted; not importing", ns, name)
+
+    def _importable(self, b: Any, ns: str, name: str, agg: ServiceImport) -> str | None:
+        """Why a broker slice must not be imported (None: import it).
+
+        Anyone holding a broker credential can write slices there, so a slice is trusted only when it
+        is the one its source cluster publishes: a registered `Cluster`, listed in the aggregate, under
+        the canonical name, owned by that `Cluster`. Silent clusters' slices are withdrawn.
+        """
+        cluster = object_labels(b).get(SOURCE_CLUSTER_LABEL) or ""
+        registered = self.b_clusters.cache.get(f"{self.broker_ns}/{cluster}") if cluster else None
+        if registered is None:
+            return "unregistered-cluster"
+        if cluster not in {c.cluster for c in agg.status.clusters}:
+            return "not-in-aggregate"
+        if object_name(b) != broker_object_name(name, ns, cluster) or _uid(registered) not in _owner_uids(b):
+            return "not-canonical"
+        if cluster in self._silent:
+            return "silent-cluster"
+        return None
+
+    def _note_ignored(self, b: Any, reason: str) -> None:
+        if reason != "silent-cluster":  # withdrawn, not suspicious: logged once per cluster elsewhere
+            IGNORED_SLICES.labels(reason).inc()
+            seen = (f"{object_name(b)}@{_dump(b).get('metadata', {}).get('resourceVersion')}", reason)
+            if seen not in self._ignored_logged:
+                if len(self._ignored_logged) > 10_000:
+                    self._ignored_logged.clear()
+                self._ignored_logged.add(seen)
+                log.warning("not importing broker EndpointSlice %s (source cluster %r): %s", object_name(b),
+                            object_labels(b).get(SOURCE_CLUSTER_LABEL), _IGNORED_WHY[reason])
+
+    async def _sync_import_in(self, ns: str, name: str, agg: ServiceImport | None) -> None:
         local_raw = self.imports.cache.get(f"{ns}/{name}")
         local = ServiceImport.from_dict(local_raw) if local_raw is not None else None
         copies = {object_name(o): o for o in self.slices.cache.by_index(BY_SERVICE, f"{ns}/{name}")
@@ -631,8 +829,12 @@ class Agent:
         uid = local.metadata.uid or ""
         wanted: set[str] = set()
         for b in self.b_slices.cache.by_index(BY_SERVICE, f"{ns}/{name}"):
-            cluster = object_labels(b).get(SOURCE_CLUSTER_LABEL)
-            if not cluster or cluster == self.cluster_id:
+            # Our own slice too: every cluster that imports a service, the exporter included, has MCS
+            # EndpointSlices for it (KEP-1645); dns and the proxy read their own cluster from kube's.
+            cluster = object_labels(b).get(SOURCE_CLUSTER_LABEL) or ""
+            why = self._importable(b, ns, name, agg)
+            if why is not None:
+                self._note_ignored(b, why)
                 continue
             copy = local_slice_copy(b, ns, name, cluster, uid, name)
             wanted.add(imported_slice_name(name, cluster))
@@ -656,8 +858,52 @@ def _slice_body(obj: Any) -> tuple[Any, ...]:
             (d.get("metadata") or {}).get("labels") or {})
 
 
+_IGNORED_WHY = {
+    "unregistered-cluster": "no such Cluster is registered on the broker",
+    "not-in-aggregate": "the cluster is not listed in the aggregated ServiceImport's status.clusters",
+    "not-canonical": "its name or owner is not the one its cluster publishes",
+}
+
+
+def _uid(obj: Any) -> str:
+    return str((_dump(obj).get("metadata") or {}).get("uid") or "")
+
+
+def _terminating(ns_obj: Any) -> bool:
+    d = _dump(ns_obj)
+    return bool((d.get("metadata") or {}).get("deletionTimestamp")) or (d.get("status") or {}).get("phase") == "Terminating"
+
+
 def _owner_uids(obj: Any) -> set[str]:
     return {r.get("uid", "") for r in (_dump(obj).get("metadata") or {}).get("ownerReferences") or []}
+
+
+def _condition_events(before: list[Condition] | None, after: list[Condition]) -> list[tuple[str, str, str]]:
+    """The Events a ServiceExport's condition change deserves: a Warning when a problem appears (or
+    changes), a Normal one when it clears or the export first becomes ready."""
+    out: list[tuple[str, str, str]] = []
+
+    def pair(type_: str) -> tuple[Condition | None, Condition | None]:
+        return find_condition(before, type_), find_condition(after, type_)
+
+    old, new = pair(ConditionType.VALID)
+    if new is not None and str(new.status) == "False" and (old is None or (old.status, old.reason, old.message)
+                                                             != (new.status, new.reason, new.message)):
+        out.append((WARNING, new.reason, new.message))
+    elif new is not None and str(new.status) == "True" and old is not None and str(old.status) == "False":
+        out.append((NORMAL, new.reason, "the export is valid again"))
+    old, new = pair(ConditionType.READY)
+    if new is not None and new.reason == ReadyReason.FAILED and (old is None or old.message != new.message):
+        out.append((WARNING, new.reason, new.message))
+    elif new is not None and str(new.status) == "True" and (old is None or str(old.status) != "True"):
+        out.append((NORMAL, new.reason, new.message))
+    old, new = pair(ConditionType.CONFLICT)
+    if new is not None and str(new.status) == "True" and (old is None or (old.status, old.reason, old.message)
+                                                            != (new.status, new.reason, new.message)):
+        out.append((WARNING, new.reason, new.message))
+    elif new is not None and str(new.status) == "False" and old is not None and str(old.status) == "True":
+        out.append((NORMAL, ConflictReason.NO_CONFLICTS, f"conflict resolved (was: {old.reason})"))
+    return out
 
 
 def _conditions_key(conds: list[Condition] | None) -> list[tuple[str, str, str, str, int | None]]:
