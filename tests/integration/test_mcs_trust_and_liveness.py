@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,8 +26,10 @@ from lightkube.resources.core_v1 import ConfigMap, Event, Namespace
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.api.mcs import (
+    AGENT_NAMESPACE,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    SERVICE_DISCOVERY_NAME,
     SERVICE_NAME_LABEL,
     SOURCE_CLUSTER_LABEL,
     SOURCE_NAMESPACE_LABEL,
@@ -34,10 +38,13 @@ from isthmus.api.mcs import (
     ClusterReason,
     ConditionType,
     ConflictReason,
+    ReadyReason,
+    ServiceDiscovery,
     broker_object_name,
 )
+from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
-from isthmus.mcs.agent import Agent
+from isthmus.mcs.agent import BROKER_TIMEOUT, Agent
 from isthmus.runtime import REGISTRY
 from tests.integration.mcs_harness import (
     BROKER_NS,
@@ -250,8 +257,6 @@ async def test_a_namespace_being_deleted_is_waited_out_quietly(
     await cs.c(2).patch(ConfigMap, "hold", {"metadata": {"finalizers": None}}, namespace=ns)
 
     async def gone() -> bool:
-        from isthmus.kube import helpers
-
         try:
             await cs.c(2).get(Namespace, ns)
         except Exception as e:
@@ -290,3 +295,42 @@ async def test_condition_changes_are_posted_as_events(cs: ClusterSet) -> None:
         return True
 
     await eventually(cleared)
+
+
+async def _hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A broker that accepts connections and never answers."""
+    with contextlib.suppress(Exception):
+        await reader.read()
+    writer.close()
+
+
+@pytest.mark.parametrize("broker", ["silent", "refusing"])
+async def test_an_agent_that_cannot_reach_the_broker_says_so_within_seconds(tmp_path: Path, broker: str) -> None:
+    hole = await asyncio.start_server(_hold, "127.0.0.1", 0)
+    port = hole.sockets[0].getsockname()[1]
+    if broker == "refusing":
+        hole.close()
+        await hole.wait_closed()
+    async with ClusterSet(tmp_path, n=1, start_agents=False) as cs:
+        m = cs.clusters[0]
+        sd = await helpers.get(m.client, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE)
+        unreachable = dataclasses.replace(cs.info, server=f"http://127.0.0.1:{port}", ca_pem=None)
+        agent = Agent(cluster=m.client, broker=unreachable.client(timeout=BROKER_TIMEOUT), cluster_id=m.id,
+                      discovery=sd.spec)
+        task = asyncio.create_task(agent.run())
+        try:
+            await cs.export(0, "web", "t-nobroker")
+            # Within a few seconds, not after a 30 s client timeout; and the reason is never empty.
+            se = await cs.wait_condition(0, "web", "t-nobroker", ConditionType.READY, "False",
+                                         ReadyReason.PENDING, within=BROKER_TIMEOUT * 3)
+            ready = next(c for c in se["status"]["conditions"] if c["type"] == ConditionType.READY)
+            assert f"127.0.0.1:{port}" in ready["message"]
+            want = "ReadTimeout" if broker == "silent" else "ConnectError"
+            assert want in ready["message"], ready["message"]
+            assert not ready["message"].rstrip().endswith(":"), ready["message"]
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            await agent.broker.close()
+            hole.close()

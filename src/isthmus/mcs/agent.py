@@ -318,7 +318,8 @@ class Agent:
         broker.start()
         try:
             await local.wait_synced()
-            await broker.wait_synced()
+            while not await broker.wait_synced(timeout=BROKER_TIMEOUT):
+                await self._report_waiting_for_broker()
             # Before allocating anything: every VIP already in use from our CIDR (restarts, and a
             # cluster that got a departed cluster's CIDR) is marked taken.
             for obj in self.b_imports.cache.list():
@@ -339,6 +340,27 @@ class Agent:
             self._controller = None
             await local.stop()
             await broker.stop()
+
+    async def _report_waiting_for_broker(self) -> None:
+        """Started while the broker is unreachable: nothing can be published, but every export says
+        why (Ready=False Pending) instead of staying silent until the broker answers."""
+        errors = {inf.last_error for inf in self._broker.informers if inf.last_error}
+        why = f"waiting for the broker at {self.broker_server}: " + ("; ".join(sorted(errors)) or "no answer yet")
+        for raw in self.exports.cache.list():
+            state = ExportState(pending=why)
+            self._check_export(object_namespace(raw) or "", object_name(raw), state)
+            try:
+                await self._sync_conditions(state, AggregateState())
+            except Exception as e:
+                log.warning("could not report on %s/%s: %s", object_namespace(raw), object_name(raw),
+                            helpers.describe_error(e))
+
+    @property
+    def broker_server(self) -> str:
+        try:
+            return str(cast(Any, self.broker)._client.config.cluster.server)  # lightkube internals
+        except AttributeError:
+            return "its address in broker-info"
 
     async def _heartbeat(self) -> None:
         """Tell the broker this cluster's agent is alive: the heartbeat annotation (what peers and
@@ -549,12 +571,12 @@ class Agent:
         return LkOwnerReference(apiVersion=f"{ISTHMUS_GROUP}/{ISTHMUS_VERSION}", kind="Cluster",
                                 name=self.cluster_id, uid=uid, blockOwnerDeletion=False)
 
-    async def _sync_export(self, ns: str, name: str, state: ExportState) -> None:
-        """Fills `state` as it learns, so a broker failure half-way still leaves what was found."""
+    def _check_export(self, ns: str, name: str, state: ExportState) -> bool | None:
+        """The local half of step 1 (no broker needed): fills `state`; returns the export's VIP wish
+        when it can be published, None when it cannot."""
         raw = self.exports.cache.get(f"{ns}/{name}")
         if raw is None:
-            await self._withdraw(ns, name)
-            return
+            return None
         export = ServiceExport.from_dict(raw)
         service = self.services.cache.get(f"{ns}/{name}")
         state.export, state.service = export, service
@@ -562,11 +584,19 @@ class Agent:
             vip = vip_setting(export.metadata.annotations, self.discovery.clusterset_ip_enabled)
         except InvalidAnnotation as e:
             state.reason, state.message, state.hold = ValidReason.INVALID_ANNOTATION, str(e), True
-            return
+            return None
         state.valid, state.reason, state.message, state.type = validate_export(service)
-        if not state.valid or service is None:
-            await self._withdraw(ns, name)
+        return vip if state.valid and service is not None else None
+
+    async def _sync_export(self, ns: str, name: str, state: ExportState) -> None:
+        """Fills `state` as it learns, so a broker failure half-way still leaves what was found."""
+        vip = self._check_export(ns, name, state)
+        if vip is None:
+            if not state.hold:  # a malformed annotation leaves what is published as it is
+                await self._withdraw(ns, name)
             return
+        export, service = state.export, state.service
+        assert export is not None and service is not None
         owner = self._cluster_owner()
         if owner is None:
             state.failure = (f"cluster {self.cluster_id} is not registered on the broker "

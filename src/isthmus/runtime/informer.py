@@ -254,6 +254,8 @@ class Informer(Generic[T]):
         self._rv: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._failures = 0
+        self.last_error: str | None = None
+        """Why the last list or watch failed (None once a list succeeds): for status reporting."""
         ns_label = namespace or ""
         self._m_relists = {
             r: metrics.INFORMER_RELISTS.labels(self.name, ns_label, r)
@@ -367,6 +369,7 @@ class Informer(Generic[T]):
                 self._failures += 1
                 reason, need_list = "error", True
                 delay = self._backoff()
+                self.last_error = _describe(e)
                 log.warning(
                     "list/watch failed; relisting after backoff",
                     extra={"resource": self.name, "error": _describe(e), "retry_in": round(delay, 3)},
@@ -404,6 +407,7 @@ class Informer(Generic[T]):
             self.relists += 1
         self._replace(fresh)
         self._rv = rv
+        self.last_error = None
         log.debug("listed", extra={"resource": self.name, "count": len(fresh), "rv": rv, "reason": reason})
         self._synced.set()
 
