@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from lightkube.resources.core_v1 import Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from isthmus.api.mcs import SOURCE_CLUSTER_LABEL, ServiceImport, kube_service_name, mcs_service_name
+from isthmus.api.mcs import SOURCE_CLUSTER_LABEL, ServiceImport
 from isthmus.dns.records import (
     CLUSTER_SET_IP,
     Endpoint,
@@ -27,8 +27,9 @@ from isthmus.dns.records import (
     service_records,
 )
 from isthmus.dns.wire import WireCache
+from isthmus.kube import keys
 from isthmus.kube.resources import resource_for
-from isthmus.runtime import Informer, SharedInformerFactory, object_labels, object_namespace
+from isthmus.runtime import Informer, SharedInformerFactory, object_labels
 from isthmus.runtime.dirty import DirtyKeys
 
 __all__ = ["MCS_SLICE_INDEX", "DnsSource", "import_snapshot", "local_service_snapshot", "slice_snapshot"]
@@ -41,24 +42,6 @@ CLUSTERSET_DNS_VERSION = "1.0.0"
 """MCS DNS specification schema version, answered as TXT at dns-version.<zone>."""
 KUBE_DNS_VERSION = "1.1.0"
 """Kubernetes DNS specification version, for the local zone."""
-
-
-def _mcs_key(obj: Any) -> Iterable[str]:
-    svc = mcs_service_name(object_labels(obj))
-    return (f"{object_namespace(obj)}/{svc}",) if svc else ()
-
-
-def _kube_key(obj: Any) -> Iterable[str]:
-    svc = kube_service_name(object_labels(obj))
-    return (f"{object_namespace(obj)}/{svc}",) if svc else ()
-
-
-def _own_key(obj: Any) -> Iterable[str]:
-    return (f"{object_namespace(obj)}/{obj.metadata.name}",)
-
-
-def _slice_keys(obj: Any) -> Iterable[str]:
-    return (*_mcs_key(obj), *_kube_key(obj))
 
 
 # --- object → snapshot ----------------------------------------------------------------------------
@@ -144,14 +127,14 @@ class DnsSource:
         self.imports: Informer[Any] = factory.informer(resource_for(ServiceImport))
         self.services: Informer[Service] = factory.informer(Service)
         self.slices: Informer[EndpointSlice] = factory.informer(EndpointSlice)
-        self.slices.add_indexer(MCS_SLICE_INDEX, _mcs_key)
-        self.slices.add_indexer(KUBE_SLICE_INDEX, _kube_key)
+        self.slices.add_indexer(MCS_SLICE_INDEX, keys.mcs_keys)
+        self.slices.add_indexer(KUBE_SLICE_INDEX, keys.kube_slice_keys)
         self.rebuilds = 0
         self.last_flush: float = 0.0
         self._dirty = DirtyKeys(self.flush)
-        self._dirty.watch(self.imports, _own_key)
-        self._dirty.watch(self.services, _own_key)
-        self._dirty.watch(self.slices, _slice_keys)
+        self._dirty.watch(self.imports, keys.own_keys)
+        self._dirty.watch(self.services, keys.own_keys)
+        self._dirty.watch(self.slices, keys.slice_keys)
 
     # ---- building --------------------------------------------------------------------------------
 

@@ -79,9 +79,8 @@ from isthmus.api.mcs import (
     ValidReason,
     broker_object_name,
     conflict_condition,
-    kube_service_name,
 )
-from isthmus.kube import helpers
+from isthmus.kube import helpers, keys
 from isthmus.kube.resources import resource_for
 from isthmus.mcs.aggregate import Aggregate, aggregate
 from isthmus.mcs.allocator import AllocatorFull, VipAllocator
@@ -137,25 +136,9 @@ class AgentConfigError(Exception):
     """The cluster is not joined (or joined under another ID): a user error, shown as is."""
 
 
-def _service_key(obj: Any) -> list[str]:
-    labels = object_labels(obj)
-    svc = labels.get(SERVICE_NAME_LABEL)
-    ns = labels.get(SOURCE_NAMESPACE_LABEL) or object_namespace(obj)
-    return [f"{ns}/{svc}"] if svc and ns else []
-
-
-def _kube_service_key(obj: Any) -> list[str]:
-    svc = kube_service_name(object_labels(obj))
-    return [f"{object_namespace(obj)}/{svc}"] if svc else []
-
-
 def _source_cluster_key(obj: Any) -> list[str]:
     cluster = object_labels(obj).get(SOURCE_CLUSTER_LABEL)
     return [cluster] if cluster else []
-
-
-def _own_key(obj: Any) -> list[str]:
-    return [f"{object_namespace(obj)}/{object_name(obj)}"]
 
 
 def _dump(obj: Any) -> dict[str, Any]:
@@ -285,8 +268,8 @@ class Agent:
         self.b_slices = broker.informer(EndpointSlice, self.broker_ns)
         self.b_clusters = broker.informer(resource_for(Cluster), self.broker_ns)
         for inf in (self.slices, self.b_exports, self.b_imports, self.b_slices):
-            inf.add_indexer(BY_SERVICE, _service_key)
-        self.slices.add_indexer(BY_KUBE_SERVICE, _kube_service_key)
+            inf.add_indexer(BY_SERVICE, keys.mcs_keys)
+        self.slices.add_indexer(BY_KUBE_SERVICE, keys.kube_slice_keys)
         self.b_slices.add_indexer(BY_SOURCE_CLUSTER, _source_cluster_key)
         self.b_clusters.add_handler(on_add=self._observe_cluster, on_update=lambda _o, n: self._observe_cluster(n),
                                     on_delete=self._forget_cluster)
@@ -296,15 +279,15 @@ class Agent:
         # Thousands of services are normal; the queue's global limiter is for protecting the API
         # from retry storms, not for throttling the first sync.
         c = Controller(f"mcs-agent-{self.cluster_id}", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
-        c.watch(self.exports, _own_key)
-        c.watch(self.services, _own_key)
-        c.watch(self.slices, lambda o: _kube_service_key(o) + (
-            _service_key(o) if object_labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE else []))
-        c.watch(self.imports, _own_key)
+        c.watch(self.exports, keys.own_keys)
+        c.watch(self.services, keys.own_keys)
+        c.watch(self.slices, lambda o: keys.kube_slice_keys(o) + (
+            keys.mcs_keys(o) if object_labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE else ()))
+        c.watch(self.imports, keys.own_keys)
         c.watch(self.namespaces, self._keys_in_namespace)
-        c.watch(self.b_exports, _service_key)
-        c.watch(self.b_imports, _service_key)
-        c.watch(self.b_slices, _service_key)
+        c.watch(self.b_exports, keys.mcs_keys)
+        c.watch(self.b_imports, keys.mcs_keys)
+        c.watch(self.b_slices, keys.mcs_keys)
         # Only our own Cluster object gates publishing (others leaving cascade through the broker's
         # GC of their ExportedServices); heartbeats touch only annotations, so spec changes, adds
         # and deletes are what count.
@@ -429,7 +412,7 @@ class Agent:
 
     def _cluster_slice_keys(self, cluster_obj: Any) -> list[str]:
         return sorted({k for o in self.b_slices.cache.by_index(BY_SOURCE_CLUSTER, object_name(cluster_obj))
-                       for k in _service_key(o)})
+                       for k in keys.mcs_keys(o)})
 
     async def _judge_liveness(self) -> None:
         """Withdraw silent peers' endpoints and restore returning ones (time-based, so a loop)."""
@@ -460,7 +443,7 @@ class Agent:
         if self._controller is not None:
             for name in sorted(changed):
                 for o in self.b_slices.cache.by_index(BY_SOURCE_CLUSTER, name):
-                    for key in _service_key(o):
+                    for key in keys.mcs_keys(o):
                         self._controller.enqueue(key)
         return went
 
@@ -514,21 +497,21 @@ class Agent:
 
     def _keys_in_namespace(self, ns_obj: Any) -> list[str]:
         ns = object_name(ns_obj)
-        return [k for k in self._all_keys() if k.split("/", 1)[0] == ns]
+        return [k for k in self._all_keys() if keys.service_of(k)[0] == ns]
 
     def _own_cluster_keys(self, cluster_obj: Any) -> list[str]:
         if object_name(cluster_obj) != self.cluster_id:
             return []
-        return sorted(k for o in self.exports.cache.list() for k in _own_key(o))
+        return sorted(k for o in self.exports.cache.list() for k in keys.own_keys(o))
 
     def _all_keys(self) -> list[str]:
-        keys: set[str] = set()
+        found: set[str] = set()
         for inf in (self.b_imports, self.b_exports):
             for obj in inf.cache.list():
-                keys.update(_service_key(obj))
+                found.update(keys.mcs_keys(obj))
         for obj in self.exports.cache.list():
-            keys.update(_own_key(obj))
-        return sorted(keys)
+            found.update(keys.own_keys(obj))
+        return sorted(found)
 
     # ------------------------------------------------------------------ reconcile
 
@@ -543,7 +526,7 @@ class Agent:
             return Result(requeue_after=0.02 + random.random() * 0.08)
 
     async def _reconcile(self, key: str) -> Result | None:
-        ns, name = key.split("/", 1)
+        ns, name = keys.service_of(key)
         state = ExportState()
         try:
             await self._sync_export(ns, name, state)
