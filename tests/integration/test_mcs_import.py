@@ -1,6 +1,6 @@
 """Aggregation on the broker, ServiceImport copies and imported EndpointSlices in member clusters,
 propagation of Service changes, and cleanup (docs/discovery.md "Objects in each member cluster",
-"EndpointSlice content", design/mcs.md "Object flow")."""
+"EndpointSlice content")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure answer builders (design/dns.md "Names and answers")."""
+"""The pure answer builders (docs/dns.md "Names and answers")."""
 
 from __future__ import annotations
 

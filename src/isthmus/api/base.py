@@ -57,7 +57,7 @@ IPV4_CIDR_PATTERN = (
     r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])$"
 )
 IPv4CIDR = Annotated[str, Field(pattern=IPV4_CIDR_PATTERN)]
-"""An IPv4 CIDR such as 243.0.0.0/8 (ClusterSet IPs are IPv4 only, as in the seed)."""
+"""An IPv4 CIDR such as 243.0.0.0/8 (ClusterSet IPs are IPv4 only, as in Submariner)."""
 
 StringMap = dict[str, str]
 

@@ -65,7 +65,7 @@ KUBE_SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 CLUSTERSET_DOMAIN = "clusterset.local"
 DEFAULT_CLUSTERSET_IP_CIDR_RANGE = "243.0.0.0/8"
 DEFAULT_CLUSTER_CIDR_PREFIX = 16
-"""Each cluster's VIP block is a /16 of the clusterset range unless asked otherwise (seed)."""
+"""Each cluster's VIP block is a /16 of the clusterset range unless asked otherwise (as in Submariner)."""
 DEFAULT_BROKER_NAMESPACE = "isthmus-broker"
 BROKER_NAME = "broker"
 """The one Broker object in a broker namespace."""
@@ -388,9 +388,9 @@ class Cluster(Resource):
 
 
 class ServiceDiscoverySpec(KubeModel):
-    """Discovery settings of one member cluster (the seed's SubmarinerDiscoverySpec), written by join.
+    """Discovery settings of one member cluster (Submariner's SubmarinerDiscoverySpec), written by join.
 
-    The seed's Go tag for clustersetIPCIDR is misspelt `clusterserIpCidr`; we use the intended name.
+    Submariner's Go tag for clustersetIPCIDR is misspelt `clusterserIpCidr`; we use the intended name.
     """
 
     cluster_id: DNS1123Label = Field(alias="clusterID")
@@ -432,7 +432,7 @@ class ServiceDiscovery(Resource):
 
 class ExportedServiceSpec(KubeModel):
     """One cluster's view of one exported service, as its agent publishes it to the broker
-    (design/mcs.md "Object flow" step 2). Every agent aggregates these into the ServiceImport
+    (docs/discovery.md, object flow). Every agent aggregates these into the ServiceImport
     and computes conflicts from them (oldest `exportCreationTimestamp`, then cluster ID, wins)."""
 
     model_config = ConfigDict(

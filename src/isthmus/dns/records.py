@@ -2,7 +2,7 @@
 
 Nothing here touches the network or the API: `source` turns informer objects into the
 snapshots below, `wire` turns the resulting records into response bytes. Every rule of
-design/dns.md "Names and answers" lives here, so it is unit-tested without sockets.
+docs/dns.md "Names and answers" lives here, so it is unit-tested without sockets.
 
 Names are lowercase, without the trailing dot. A record set maps (name, qtype) to a *ring*:
 a list of alternative answers served in turn (round-robin over clusters for a ClusterSetIP

@@ -1,6 +1,6 @@
 """Controller runtime: informers, work queues, controllers, events, leader election, metrics.
 
-See ARCHITECTURE.md, "How a controller is written".
+How a controller is written with them: docs/architecture.md and docs/runtime.md.
 """
 
 from isthmus.runtime.controller import Controller, KeyMapper, Reconciler, Result, enqueue_owner, enqueue_self

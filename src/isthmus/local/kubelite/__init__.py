@@ -3,8 +3,7 @@
 A real cluster's kube-apiserver allocates ClusterIPs and NodePorts, kube-controller-manager
 turns Deployments/StatefulSets into Pods and Pods into EndpointSlices, and kubelets run the
 Pods. kube-lite does the same, level-triggered over informer caches, so that Isthmus runs on
-an embedded apiserver exactly as on a real cluster (docs: design/local.md, "kube-lite per
-cluster"). Pods annotated ``isthmus.io/workload: echo`` get real echo servers on their pod IP.
+an embedded apiserver exactly as on a real cluster (docs/local.md). Pods annotated ``isthmus.io/workload: echo`` get real echo servers on their pod IP.
 
 Everything is rebuilt from the API objects when kube-lite starts: it keeps no state of its own.
 """
