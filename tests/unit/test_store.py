@@ -1,17 +1,20 @@
-"""The store's contract: rv sequence, persistence, history/410, watch semantics, callbacks."""
+"""The store's contract: rv sequence, persistence, private files, refusing damaged files, history/410,
+watch semantics, callbacks."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.store import Obj, Store, Watch, WatchEvent
+from isthmus.apiserver.store import Obj, Store, UnusableStore, Watch, WatchEvent
 
 CM = "/configmaps"
 NS = "/namespaces"
@@ -205,6 +208,73 @@ def test_unserializable_object_is_rejected_without_side_effects(tmp_path: Path) 
     assert s.rv == 0 and s.get(CM, "default", "a") is None
     assert s.create(CM, obj("a"))["metadata"]["resourceVersion"] == "1"
     s.close()
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_database_wal_and_shm_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    """They hold Secrets; SQLite's own default would be 0644 under the usual umask 022."""
+    path = tmp_path / "state.db"
+    old = os.umask(0o022)
+    try:
+        s = Store(str(path))
+        s.open()
+        s.create(CM, obj("a"))
+        modes = {p.name: _mode(p) for p in tmp_path.iterdir()}
+        s.close()
+    finally:
+        os.umask(old)
+    assert modes == {"state.db": 0o600, "state.db-wal": 0o600, "state.db-shm": 0o600}
+
+
+def test_existing_readable_database_is_made_private_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    s = Store(str(path))
+    s.open()
+    s.create(CM, obj("a"))
+    s.close()
+    os.chmod(path, 0o644)
+    s2 = Store(str(path))
+    s2.open()
+    assert s2.get(CM, "default", "a") is not None
+    assert {p.name: _mode(p) for p in tmp_path.iterdir()} == {
+        "state.db": 0o600, "state.db-wal": 0o600, "state.db-shm": 0o600}
+    s2.close()
+
+
+def _foreign_sqlite(path: Path) -> None:
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE other (a)")
+    db.commit()
+    db.close()
+
+
+def _truncated_store(path: Path) -> None:
+    s = Store(str(path))
+    s.open()
+    for i in range(200):
+        s.create(CM, obj(f"o{i}", data={"k": "v" * 200}))
+    s.close()
+    path.write_bytes(path.read_bytes()[:4096 * 3])
+
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (lambda p: p.write_bytes(b""), "is empty (0 bytes)"),
+    (lambda p: p.write_bytes(b"not a database at all, just some text\n" * 50), "is not an SQLite database"),
+    (_foreign_sqlite, "has no isthmus tables (objects, meta)"),
+    (_truncated_store, "is unreadable (database disk image is malformed)"),
+], ids=["empty", "garbage", "foreign", "truncated"])
+def test_unusable_database_is_refused_and_left_untouched(tmp_path: Path, make: Any, problem: str) -> None:
+    """Opening must not turn a damaged store into a fresh, empty one (that loses every object silently)."""
+    path = tmp_path / "state.db"
+    make(path)
+    before = path.read_bytes()
+    with pytest.raises(UnusableStore) as e:
+        Store(str(path)).open()
+    assert str(e.value) == f"database {path} {problem}"
+    assert path.read_bytes() == before
 
 
 # ----- history and watches --------------------------------------------------------------

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from isthmus.apiserver.datadir import write_private
 
 
 def kubeconfig_dict(name: str, server: str, *, ca_pem: bytes | None = None, token: str | None = None,
@@ -28,11 +29,7 @@ def kubeconfig_dict(name: str, server: str, *, ca_pem: bytes | None = None, toke
 
 
 def write_kubeconfig(path: str | Path, config: dict[str, Any]) -> None:
-    """Atomic write, mode 0600 (it may carry a token)."""
+    """Atomic write, mode 0600 from the first byte (it may carry a token)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "w") as f:
-        yaml.safe_dump(config, f, sort_keys=False)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, p)
+    write_private(p, yaml.safe_dump(config, sort_keys=False))

@@ -17,7 +17,9 @@ import contextlib
 import gc
 import hmac
 import logging
+import shutil
 import signal
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -28,7 +30,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from isthmus.apiserver import errors, meta, openapi, protobuf, schema, table
+from isthmus.apiserver import datadir, errors, meta, openapi, protobuf, schema, table
 from isthmus.apiserver.admission import Admission, AdmissionRequest
 from isthmus.apiserver.apply import server_side_apply, track_update
 from isthmus.apiserver.builtins import builtin_resources, crd_resources, validate_crd
@@ -37,7 +39,7 @@ from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
 from isthmus.apiserver.resources import ResourceInfo
 from isthmus.apiserver.selectors import parse_field_selector, parse_label_selector
-from isthmus.apiserver.store import Store, WatchEvent
+from isthmus.apiserver.store import Store, UnusableStore, WatchEvent
 from isthmus.apiserver.tls import ensure_certs, server_context
 
 log = logging.getLogger("isthmus.apiserver")
@@ -54,6 +56,8 @@ SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePe
                "managedFields", "selfLink")
 STATUS_VERBS = ["get", "patch", "update"]
 MAX_RETRIES = 8
+# What kube's system:public-info-viewer role grants to unauthenticated users.
+PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version", "/version/"})
 
 
 def clone(obj: Any) -> Any:
@@ -92,8 +96,16 @@ class ApiServer:
         bookmark_interval: float = 5.0,
         preload_crds: list[Obj] | None = None,
         admission: Admission | None = None,
+        reinitialize: bool = False,
     ) -> None:
-        self.data_dir = Path(data_dir) if data_dir else None
+        """token None serves everyone (for in-process use); `isthmus apiserver` always sets one.
+
+        reinitialize: accept starting empty when the data dir was initialised before but its
+        database is missing, empty or unreadable (an unreadable file is renamed aside, never deleted).
+        """
+        # Absolute, so errors name the file unambiguously whatever the caller's working directory.
+        self.data_dir = Path(data_dir).absolute() if data_dir else None
+        self.reinitialize = reinitialize
         self.token = token
         self.tls = tls
         self.host = host
@@ -115,6 +127,7 @@ class ApiServer:
         self._dependents: defaultdict[str, set[tuple[str, str, str]]] = defaultdict(set)
         self._enc_cache: dict[tuple[int, str], bytes] = {}
         self._started = False
+        self._tls_tmp: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,9 +137,11 @@ class ApiServer:
         return f"{scheme}://{self.host}:{self.port}"
 
     async def start(self) -> str:
+        """Open the store and listen. Raises DataDirError (one line for the user) before binding."""
         if self.data_dir:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store.open()
+            self._open_data_dir(self.data_dir)
+        else:
+            self.store.open()
         self._gc_queue = asyncio.Queue()
         self._register_builtins()
         self.store.on_write(self._on_write)
@@ -165,7 +180,9 @@ class ApiServer:
         await self._runner.setup()
         ssl_ctx = None
         if self.tls:
-            certs = self.data_dir / "tls" if self.data_dir else Path(_tempdir()) / "tls"
+            if self.data_dir is None and self._tls_tmp is None:
+                self._tls_tmp = tempfile.mkdtemp(prefix="isthmus-apiserver-")  # 0700
+            certs = self.data_dir / "tls" if self.data_dir else Path(self._tls_tmp or "") / "tls"
             ca_path, crt_path, key_path = ensure_certs(certs, [self.host, "localhost", "127.0.0.1"])
             self.ca_pem = ca_path.read_bytes()
             ssl_ctx = server_context(crt_path, key_path)
@@ -194,7 +211,37 @@ class ApiServer:
             await self._runner.cleanup()
             self._runner = None
         self.store.close()
+        if self._tls_tmp:
+            # Without a data dir the CA dies with the process; leave no private keys behind.
+            shutil.rmtree(self._tls_tmp, ignore_errors=True)
+            self._tls_tmp = None
         log.info("apiserver stopped")
+
+    def _open_data_dir(self, data_dir: Path) -> None:
+        """Private modes, then the database: a data dir that held one never silently starts empty."""
+        datadir.secure(data_dir)
+        db = data_dir / datadir.DB
+        used = datadir.evidence_of_use(data_dir)
+        if not db.exists() and used:
+            if not self.reinitialize:
+                raise datadir.DataDirError(
+                    f"database {db} is missing, but data dir {data_dir} was initialised before ({used}): "
+                    + datadir.ADVICE)
+            kept = datadir.set_aside(db)
+            log.warning("--reinitialize: %s is missing, starting with an empty database; kept aside: %s",
+                        db, ", ".join(map(str, kept)) or "nothing")
+        try:
+            self.store.open()
+        except UnusableStore as e:
+            if not self.reinitialize:
+                raise datadir.DataDirError(f"{e}: {datadir.ADVICE}") from None
+            kept = datadir.set_aside(db)
+            log.warning("--reinitialize: %s; starting with an empty database; kept aside: %s",
+                        e, ", ".join(map(str, kept)))
+            self.store.open()
+        except OSError as e:
+            raise datadir.DataDirError(f"cannot open database {db}: {e.strerror or e}") from None
+        datadir.write_marker(data_dir)
 
     def kubeconfig(self, name: str = "isthmus") -> dict[str, Any]:
         return kubeconfig_dict(name, self.url, ca_pem=self.ca_pem, token=self.token)
@@ -317,9 +364,10 @@ class ApiServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
             path = request.path
+            if not self._authenticate(request) and path not in PUBLIC_PATHS:
+                raise errors.unauthorized()
             if path in ("/healthz", "/livez", "/readyz"):
                 return web.Response(text="ok")
-            self._authenticate(request)
             return await self._route(request, path)
         except ApiError as e:
             return self._status(e)
@@ -331,12 +379,20 @@ class ApiServer:
             log.exception("internal error on %s %s", request.method, request.path)
             return self._status(errors.internal(type(e).__name__ + ": " + str(e)))
 
-    def _authenticate(self, request: web.Request) -> None:
+    def _authenticate(self, request: web.Request) -> bool:
+        """True when the request carries our token, False when it carries none (anonymous).
+
+        As kube's bearer token authenticator: the scheme is case-insensitive, a header that is
+        not `Bearer <token>` counts as no credentials, and a wrong token is 401 on every path.
+        """
         if not self.token:
-            return
-        auth = request.headers.get("Authorization", "")
-        if not auth.startswith("Bearer ") or not hmac.compare_digest(auth[7:].strip(), self.token):
+            return True
+        parts = request.headers.get("Authorization", "").strip().split(" ", 2)
+        if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
+            return False
+        if not hmac.compare_digest(parts[1].encode(), self.token.encode()):
             raise errors.unauthorized()
+        return True
 
     @staticmethod
     def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
@@ -1340,12 +1396,6 @@ def _manager_from_agent(agent: str) -> str:
     """kube's default field manager: the user agent up to the first '/'."""
     head = agent.split("/", 1)[0].strip()
     return head[:128] or "unknown"
-
-
-def _tempdir() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="isthmus-apiserver-")
 
 
 async def serve(server: ApiServer, kubeconfig_out: str | None) -> None:

@@ -17,8 +17,10 @@ commit: a per-write commit costs tens of microseconds, well inside the budget, a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
+import os
 import sqlite3
 import threading
 from bisect import bisect_left, insort
@@ -53,6 +55,56 @@ CREATE TABLE IF NOT EXISTS objects (
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (k, v) VALUES ('rv', 0);
 """
+
+
+class UnusableStore(Exception):
+    """An existing database file that cannot be opened as a store (empty, not SQLite, damaged)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"database {path} {problem}")
+        self.path = path
+        self.problem = problem
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_header(path: str) -> None:
+    """Reject files SQLite would happily treat as an empty database (0 bytes) or choke on later."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise UnusableStore(path, f"cannot be read ({e.strerror})") from None
+    if not head:
+        raise UnusableStore(path, "is empty (0 bytes)")
+    if head != _SQLITE_MAGIC:
+        raise UnusableStore(path, "is not an SQLite database")
+
+
+def _create(path: str) -> None:
+    """Make a new database with the schema, atomically: an existing state.db was always complete once.
+
+    Built under a temporary name (0600 before SQLite touches it, so its WAL/SHM are 0600 too)
+    and renamed into place; a crash midway leaves only the temporary file, rebuilt next time.
+    """
+    tmp = path + ".new"
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp + suffix)  # a previous attempt's leftovers; they never held objects
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    db = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(_SCHEMA)
+    finally:
+        db.close()  # the last connection checkpoints the WAL into the file and removes it
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 @dataclass(slots=True)
@@ -279,10 +331,42 @@ class Store:
     # ----- lifecycle -------------------------------------------------------------------
 
     def open(self) -> None:
-        """Create tables / load every persisted object into memory."""
+        """Create the database if absent, or load every persisted object into memory.
+
+        An existing file must be an isthmus store: an empty, foreign or damaged one raises
+        UnusableStore rather than being silently replaced by fresh tables.
+        """
         if self._path is None or self._db is not None:
             return
-        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        path = self._path
+        if not os.path.exists(path):
+            _create(path)
+        _check_header(path)
+        for suffix in ("", "-wal", "-shm"):
+            # SQLite creates the WAL and SHM with the database file's mode: keep all three 0600.
+            if os.path.isfile(path + suffix):
+                os.chmod(path + suffix, 0o600)
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            self._load(db)
+        except sqlite3.DatabaseError as e:
+            db.close()
+            raise UnusableStore(path, f"is unreadable ({e})") from None
+        except orjson.JSONDecodeError as e:
+            db.close()
+            raise UnusableStore(path, f"holds an object that is not valid JSON ({e})") from None
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+        self._checkpointer = _Checkpointer(path)
+
+    def _load(self, db: sqlite3.Connection) -> None:
+        # Checked before anything writes: a foreign file is refused untouched, and CREATE TABLE
+        # IF NOT EXISTS would otherwise "repair" a store that lost its tables into an empty one.
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"objects", "meta"} <= tables:
+            raise UnusableStore(self._path or "", "has no isthmus tables (objects, meta)")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA wal_autocheckpoint=0")  # see _Checkpointer
@@ -291,7 +375,7 @@ class Store:
         # can leave max(rv) behind), so the sequence resumes from whichever is higher.
         row = db.execute("SELECT MAX((SELECT v FROM meta WHERE k = 'rv'), COALESCE((SELECT MAX(rv) FROM objects), 0))"
                          ).fetchone()
-        self._rv = int(row[0])
+        rv = int(row[0])
         objects: dict[str, dict[Key, Obj]] = {}
         loads = orjson.loads
         # The primary key orders rows by (key, namespace, name) in byte order, which for UTF-8
@@ -312,11 +396,10 @@ class Store:
         finally:
             if gc_was_enabled:
                 gc.enable()
+        self._rv = rv
         self._objects = objects
         self._sorted = {k: list(v) for k, v in objects.items()}
         self._list_cache = {}
-        self._db = db
-        self._checkpointer = _Checkpointer(self._path)
         # History does not survive a restart: resuming from exactly the restored rv is fine.
         self._history = {}
         self._history_all.clear()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import ssl
 from pathlib import Path
 
@@ -13,18 +12,16 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-
-def _write(path: Path, data: bytes, private: bool = False) -> None:
-    path.write_bytes(data)
-    if private:
-        os.chmod(path, 0o600)
+from isthmus.apiserver.datadir import make_private_dir, make_private_file, write_private
 
 
 def ensure_certs(directory: Path, hosts: list[str]) -> tuple[Path, Path, Path]:
-    """Return (ca.crt, server.crt, server.key), creating them once."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Return (ca.crt, server.crt, server.key), creating them once; the dir is 0700, every file 0600."""
+    make_private_dir(directory)
     ca_crt, srv_crt, srv_key = directory / "ca.crt", directory / "server.crt", directory / "server.key"
     if ca_crt.exists() and srv_crt.exists() and srv_key.exists():
+        for f in (ca_crt, srv_crt, srv_key, directory / "ca.key"):
+            make_private_file(f)
         return ca_crt, srv_crt, srv_key
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -62,12 +59,14 @@ def ensure_certs(directory: Path, hosts: list[str]) -> tuple[Path, Path, Path]:
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    _write(directory / "ca.key", ca_key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), private=True)
-    _write(ca_crt, ca.public_bytes(serialization.Encoding.PEM))
-    _write(srv_key, key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), private=True)
-    _write(srv_crt, cert.public_bytes(serialization.Encoding.PEM))
+    # Keys are written with 0600 from the first byte (never briefly readable); the certificates
+    # are not secret but get the same mode, so the whole dir has one rule.
+    write_private(directory / "ca.key", ca_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    write_private(ca_crt, ca.public_bytes(serialization.Encoding.PEM))
+    write_private(srv_key, key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    write_private(srv_crt, cert.public_bytes(serialization.Encoding.PEM))
     return ca_crt, srv_crt, srv_key
 
 

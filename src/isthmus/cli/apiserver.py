@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import os
 import secrets
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -12,48 +16,100 @@ import typer
 from isthmus.cli.app import app, fail
 
 
+def _is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and "localhost"; anything else (0.0.0.0, ::, names) may be reachable from outside."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _read_or_create_token(path: Path) -> str:
     """k3s-style: use the token in the file, or create one (0600) when the file does not exist."""
-    if path.exists():
-        token = path.read_text().strip().splitlines()[0].strip() if path.read_text().strip() else ""
-        if not token:
-            raise fail(f"token file {path} is empty")
-        return token
-    token = secrets.token_urlsafe(32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(token + "\n")
-    path.chmod(0o600)
+    from isthmus.apiserver.datadir import make_private_file, write_private
+
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            token = secrets.token_urlsafe(32)
+            write_private(path, token + "\n")
+            return token
+        make_private_file(path)
+        lines = path.read_text().strip().splitlines()
+    except OSError as e:
+        raise fail(f"cannot use token file {path}: {e.strerror or e}") from None
+    token = lines[0].strip() if lines else ""
+    if not token or " " in token:
+        raise fail(f"token file {path} must hold one token on its first line")
     return token
 
 
 @app.command("apiserver")
 def apiserver(
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(
+        help="Address to listen on. Other than loopback (127.0.0.0/8, ::1, localhost) needs TLS.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0 = pick a free one).")] = 6443,
-    data_dir: Annotated[Path | None, typer.Option(help="Persist state in SQLite here (default: in memory).")] = None,
-    token_file: Annotated[Path | None, typer.Option(help="Require this bearer token (created if missing).")] = None,
-    tls: Annotated[bool, typer.Option("--tls", help="Serve HTTPS with a self-signed CA.")] = False,
-    kubeconfig_out: Annotated[Path | None, typer.Option(help="Write a kubeconfig here (default DATA_DIR/kubeconfig).")] = None,
+    data_dir: Annotated[Path | None, typer.Option(
+        help="Persist state in SQLite here, 0700 (default: in memory).")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        help="Bearer token clients must send (created if missing; default DATA_DIR/token, "
+             "or a new token per start without a data dir).")] = None,
+    tls: Annotated[bool, typer.Option(
+        "--tls/--no-tls", help="Serve HTTPS with a self-signed CA (kubectl sends tokens only over HTTPS).")] = True,
+    kubeconfig_out: Annotated[Path | None, typer.Option(
+        help="Write a kubeconfig here (default DATA_DIR/kubeconfig, or a private temp dir).")] = None,
+    reinitialize: Annotated[bool, typer.Option(
+        "--reinitialize", help="Start with an empty database when the data dir's one is missing, empty or "
+                               "unreadable (an unreadable file is renamed aside, never deleted).")] = False,
     max_body_bytes: Annotated[int, typer.Option(help="Reject request bodies larger than this (413).")] = 3 * 1024 * 1024,
     log_format: Annotated[str, typer.Option(help="Log format: text or json.")] = "text",
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
 ) -> None:
-    """Serve a Kubernetes-compatible API (kubectl works against it) until SIGTERM/SIGINT."""
+    """Serve a Kubernetes-compatible API (kubectl works against it) until SIGTERM/SIGINT.
+
+    Every request but /healthz, /livez, /readyz and /version needs the bearer token.
+    """
+    from isthmus.apiserver.datadir import DataDirError
     from isthmus.apiserver.server import ApiServer, serve
     from isthmus.runtime.logging import setup_logging
 
+    # Everything this process writes (database, WAL, keys, kubeconfig, token) is private.
+    os.umask(0o077)
     if log_format not in ("text", "json"):
         raise fail("--log-format must be text or json")
     setup_logging(log_format, log_level)
     if not 0 <= port <= 65535:
         raise fail("--port must be between 0 and 65535")
-    if tls and data_dir is None:
-        typer.echo("note: --tls without --data-dir: a new CA is made on every start", err=True)
-    token = _read_or_create_token(token_file) if token_file else None
-    if kubeconfig_out is None and data_dir is not None:
-        kubeconfig_out = data_dir / "kubeconfig"
-    server = ApiServer(data_dir=data_dir, token=token, tls=tls, host=host, port=port, max_body_bytes=max_body_bytes)
+    if not tls and not _is_loopback(host):
+        raise fail(f"--host {host} is not a loopback address: serving beyond this machine needs TLS "
+                   "(drop --no-tls); only 127.0.0.0/8, ::1 and localhost may serve plain HTTP")
+    if token_file is None and data_dir is not None:
+        token_file = data_dir / "token"
+    # Without a data dir the token is new on every start and known only through the kubeconfig,
+    # which then goes to a private temp dir (0700) rather than to stdout or a log.
+    token = _read_or_create_token(token_file) if token_file else secrets.token_urlsafe(32)
+    scratch: str | None = None
+    if kubeconfig_out is None:
+        if data_dir is not None:
+            kubeconfig_out = data_dir / "kubeconfig"
+        else:
+            scratch = tempfile.mkdtemp(prefix="isthmus-apiserver-")
+            kubeconfig_out = Path(scratch) / "kubeconfig"
+    if data_dir is None:
+        typer.echo("note: no --data-dir: objects are in memory; token and CA are new on every start", err=True)
+    if not tls:
+        typer.echo("note: --no-tls: kubectl does not send tokens over plain HTTP, only other clients will "
+                   "authenticate", err=True)
+    server = ApiServer(data_dir=data_dir, token=token, tls=tls, host=host, port=port,
+                       max_body_bytes=max_body_bytes, reinitialize=reinitialize)
     try:
-        asyncio.run(serve(server, str(kubeconfig_out.resolve()) if kubeconfig_out else None))
+        asyncio.run(serve(server, str(kubeconfig_out.resolve())))
+    except DataDirError as e:
+        raise fail(str(e)) from None
     except OSError as e:
         raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)  # its token died with the server

@@ -1,0 +1,242 @@
+"""`isthmus apiserver` as a user runs it: private files, never starting empty on a damaged
+database, never serving anonymously, and refusing to serve plain HTTP beyond loopback."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")]
+
+ISTHMUS = str(Path(sys.executable).with_name("isthmus"))
+PRIVATE = ("state.db", "state.db-wal", "state.db-shm", "kubeconfig", "token", "initialized.json")
+TLS_FILES = ("ca.crt", "ca.key", "server.crt", "server.key")
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[str]
+    url: str
+    kubeconfig: Path
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.kubeconfig}.cache",
+                            *args], capture_output=True, text=True, timeout=30)
+        assert not check or p.returncode == 0, p.stderr
+        return p
+
+    def get(self, path: str, auth: str | None = None) -> tuple[int, dict[str, object] | str]:
+        """GET with the CA from the kubeconfig; `auth` is the whole Authorization header."""
+        cfg = yaml.safe_load(self.kubeconfig.read_text())
+        ca = cfg["clusters"][0]["cluster"].get("certificate-authority-data")
+        ctx = ssl.create_default_context(cadata=base64.b64decode(ca).decode()) if ca else None
+        req = urllib.request.Request(self.url + path, headers={"Authorization": auth} if auth else {})
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                status, ctype, body = r.status, r.headers.get_content_type(), r.read()
+        except urllib.error.HTTPError as e:
+            status, ctype, body = e.code, e.headers.get_content_type(), e.read()
+        return status, json.loads(body) if ctype == "application/json" else body.decode()
+
+    def token(self) -> str:
+        return str(yaml.safe_load(self.kubeconfig.read_text())["users"][0]["user"]["token"])
+
+
+def start(*args: str, log: Path) -> Server:
+    """Start `isthmus apiserver --port 0 ARGS` and wait until it listened and wrote its kubeconfig."""
+    with open(log, "a") as err:
+        proc = subprocess.Popen([ISTHMUS, "apiserver", "--port", "0", *args], stdout=subprocess.PIPE,
+                                stderr=err, text=True)
+    assert proc.stdout is not None
+    url, kubeconfig = "", ""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not kubeconfig:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "listening on" in line:
+            url = line.split()[-1]
+        elif line.startswith("kubeconfig written to"):
+            kubeconfig = line.split()[-1]
+    if not kubeconfig:
+        stop(proc)
+        raise AssertionError(f"apiserver did not start: {log.read_text()}")
+    return Server(proc, url, Path(kubeconfig))
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def running() -> Iterator[list[Server]]:
+    """Servers started by a test, stopped (by pid) whatever happens."""
+    servers: list[Server] = []
+    yield servers
+    for s in servers:
+        stop(s.proc)
+
+
+def refused(*args: str) -> str:
+    """Run a command that must fail as a user error before serving: exit 2, one `error:` line."""
+    p = subprocess.run([ISTHMUS, "apiserver", *args], capture_output=True, text=True, timeout=20)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "listening on" not in p.stdout, "it served before refusing"
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    return lines[0]
+
+
+def modes(data: Path) -> dict[str, int]:
+    out = {".": data.stat().st_mode & 0o777, "tls": (data / "tls").stat().st_mode & 0o777}
+    for name in PRIVATE:
+        out[name] = (data / name).stat().st_mode & 0o777
+    for name in TLS_FILES:
+        out[f"tls/{name}"] = (data / "tls" / name).stat().st_mode & 0o777
+    return out
+
+
+ALL_PRIVATE = {".": 0o700, "tls": 0o700, **dict.fromkeys(PRIVATE, 0o600), **{f"tls/{n}": 0o600 for n in TLS_FILES}}
+
+
+def test_data_dir_is_private_and_loosened_modes_are_fixed_at_start(tmp_path: Path, running: list[Server]) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chmod(data, 0o755)
+    running.append(s := start("--data-dir", str(data), log=tmp_path / "log"))
+    s.kubectl("create", "configmap", "keep", "--from-literal=k=v")
+    assert modes(data) == ALL_PRIVATE
+    stop(s.proc)
+
+    # As an older version (or a umask) left them: readable by everyone.
+    os.chmod(data, 0o755)
+    os.chmod(data / "tls", 0o755)
+    for f in [*data.iterdir(), *(data / "tls").iterdir()]:
+        if f.is_file():
+            os.chmod(f, 0o644)
+    running.append(s := start("--data-dir", str(data), log=tmp_path / "log"))
+    assert modes(data) == ALL_PRIVATE
+    assert s.kubectl("get", "configmap", "keep", "-o", "jsonpath={.data.k}").stdout == "v"
+
+
+@pytest.fixture(scope="module")
+def initialised(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stopped apiserver's data dir holding one ConfigMap."""
+    data = tmp_path_factory.mktemp("initialised") / "data"
+    s = start("--data-dir", str(data), log=data.parent / "log")
+    try:
+        s.kubectl("create", "configmap", "keep", "--from-literal=k=v")
+    finally:
+        stop(s.proc)
+    return data
+
+
+def _empty(db: Path) -> None:
+    db.write_bytes(b"")
+
+
+def _missing(db: Path) -> None:
+    db.unlink()
+
+
+def _garbage(db: Path) -> None:
+    db.write_bytes(os.urandom(8192))
+
+
+@pytest.mark.parametrize(("damage", "problem"), [
+    (_empty, "is empty (0 bytes)"),
+    (_missing, "is missing, but data dir {data} was initialised before ({data}/initialized.json exists)"),
+    (_garbage, "is not an SQLite database"),
+], ids=["truncated", "missing", "garbage"])
+def test_damaged_database_after_init_is_refused(initialised: Path, tmp_path: Path, damage: object,
+                                                problem: str) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(initialised, data)
+    db = data / "state.db"
+    damage(db)  # type: ignore[operator]
+    before = db.read_bytes() if db.exists() else None
+    line = refused("--data-dir", str(data))
+    assert line == (f"error: database {db} {problem.format(data=data)}: restore it from a backup, "
+                    "or start once with --reinitialize to begin with an empty database")
+    assert (db.read_bytes() if db.exists() else None) == before
+
+
+def test_reinitialize_starts_empty_and_keeps_the_damaged_file(initialised: Path, tmp_path: Path,
+                                                              running: list[Server]) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(initialised, data)
+    junk = os.urandom(8192)
+    (data / "state.db").write_bytes(junk)
+    running.append(s := start("--data-dir", str(data), "--reinitialize", log=tmp_path / "log"))
+    assert s.kubectl("get", "configmap", "keep", check=False).returncode != 0
+    assert [p.read_bytes() for p in data.glob("state.db.unusable-*")] == [junk]
+
+
+def test_generated_token_is_required_kept_across_restarts_and_works_with_kubectl(
+        tmp_path: Path, running: list[Server]) -> None:
+    data = tmp_path / "data"
+    running.append(s := start("--data-dir", str(data), log=tmp_path / "log"))
+    assert s.url.startswith("https://127.0.0.1:")
+    token = s.token()
+    assert token and (data / "token").read_text().strip() == token
+    s.kubectl("create", "secret", "generic", "broker-token", "--from-literal=t=x")
+
+    status, body = s.get("/api/v1/namespaces/default/secrets")
+    assert status == 401 and isinstance(body, dict)
+    assert (body["kind"], body["reason"], body["code"]) == ("Status", "Unauthorized", 401)
+    assert s.get("/version")[0] == 200 and s.get("/readyz") == (200, "ok")
+    for scheme in ("bearer", "BEARER"):
+        status, body = s.get("/api/v1/namespaces/default/secrets", f"{scheme} {token}")
+        assert status == 200 and isinstance(body, dict) and body["kind"] == "SecretList"
+
+    stop(s.proc)
+    running.append(s2 := start("--data-dir", str(data), log=tmp_path / "log"))
+    assert s2.token() == token
+    s2.kubectl("get", "secret", "broker-token")
+
+
+def test_without_data_dir_the_kubeconfig_is_private_and_removed_on_exit(tmp_path: Path,
+                                                                         running: list[Server]) -> None:
+    running.append(s := start(log=tmp_path / "log"))
+    assert s.kubeconfig.stat().st_mode & 0o777 == 0o600
+    assert s.kubeconfig.parent.stat().st_mode & 0o777 == 0o700
+    assert "default" in s.kubectl("get", "namespaces", "-o", "name").stdout
+    assert s.get("/api/v1/namespaces")[0] == 401
+    stop(s.proc)
+    assert not s.kubeconfig.parent.exists()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.10", "example.com"])
+def test_plain_http_beyond_loopback_is_refused(host: str) -> None:
+    line = refused("--host", host, "--no-tls", "--port", "0")
+    assert line.startswith(f"error: --host {host} is not a loopback address: serving beyond this machine "
+                           "needs TLS")
+
+
+def test_plain_http_on_any_loopback_address_still_needs_the_token(tmp_path: Path, running: list[Server]) -> None:
+    kc = tmp_path / "kubeconfig"
+    running.append(s := start("--host", "127.0.0.2", "--no-tls", "--kubeconfig-out", str(kc), log=tmp_path / "log"))
+    assert s.url.startswith("http://127.0.0.2:") and s.kubeconfig == kc
+    assert s.get("/api/v1/namespaces")[0] == 401
+    assert s.get("/api/v1/namespaces", f"bearer {s.token()}")[0] == 200
