@@ -61,16 +61,57 @@ def test_slash32_has_one_address() -> None:
     assert alloc.allocate() == "10.0.0.7"
 
 
-def test_release_makes_lowest_free_again() -> None:
+def test_freed_address_is_not_handed_out_again_at_once() -> None:
+    """Export/unexport churn: other clusters may still import a freed VIP, so it is reused last."""
     alloc = VipAllocator("243.1.0.0/24")
     for _ in range(20):
         alloc.allocate()
     alloc.release("243.1.0.5")
     alloc.release("243.1.0.3")
     assert alloc.used == 18
-    assert alloc.allocate() == "243.1.0.3"
-    assert alloc.allocate() == "243.1.0.5"
     assert alloc.allocate() == "243.1.0.21"
+    alloc.release("243.1.0.21")
+    assert alloc.allocate() == "243.1.0.22"
+
+
+def test_allocation_wraps_around_to_the_oldest_freed_addresses() -> None:
+    alloc = VipAllocator("10.0.0.0/29")  # 6 usable
+    got = [alloc.allocate() for _ in range(5)]
+    assert got == [f"10.0.0.{i}" for i in range(1, 6)]
+    alloc.release("10.0.0.4")
+    alloc.release("10.0.0.2")
+    assert alloc.allocate() == "10.0.0.6"  # the end first
+    assert alloc.allocate() == "10.0.0.2"  # then from the start again
+    assert alloc.allocate() == "10.0.0.4"
+    with pytest.raises(AllocatorFull):
+        alloc.allocate()
+    alloc.release("10.0.0.1")
+    alloc.release("10.0.0.5")
+    assert alloc.allocate() == "10.0.0.5"  # after the last one handed out (10.0.0.4), not the lowest
+    assert alloc.allocate() == "10.0.0.1"
+
+
+def test_wrap_search_crosses_byte_boundaries() -> None:
+    alloc = VipAllocator("10.0.0.0/27")  # 30 usable: 4 bytes
+    ips = [alloc.allocate() for _ in range(30)]
+    alloc.release(ips[9])  # second byte
+    alloc.release(ips[25])  # fourth byte
+    assert alloc.allocate() == ips[9]  # wrapped: the search restarts at index 0
+    assert alloc.allocate() == ips[25]
+    alloc.release(ips[3])
+    alloc.release(ips[26])
+    assert alloc.allocate() == ips[26]  # after ips[25], in the same byte
+    assert alloc.allocate() == ips[3]
+
+
+def test_rebuild_resumes_after_the_highest_reserved_address() -> None:
+    """An agent restart rebuilds the allocator with reserve(): the low freed addresses stay unused."""
+    alloc = VipAllocator("243.1.0.0/24")
+    for ip in ("243.1.0.7", "243.1.0.2", "243.1.0.9"):  # in any order, as a cache lists them
+        assert alloc.reserve(ip)
+    assert alloc.allocate() == "243.1.0.10"
+    assert not alloc.reserve("243.1.0.2")  # already used: no effect
+    assert alloc.allocate() == "243.1.0.11"
 
 
 def test_release_idempotent_and_ignores_foreign() -> None:
@@ -95,9 +136,8 @@ def test_reserve() -> None:
     assert alloc.in_use("243.1.0.1")
     assert alloc.used == 1
     assert alloc.reserve("243.1.0.3")
-    assert alloc.allocate() == "243.1.0.2"
     assert alloc.allocate() == "243.1.0.4"
-    assert alloc.used == 4
+    assert alloc.used == 3
 
 
 def test_reserve_everything_then_full() -> None:

@@ -44,9 +44,14 @@ class VipAllocator:
     """Bitmap allocator over the usable host addresses of one IPv4 CIDR.
 
     Network and broadcast addresses are excluded for prefixes shorter than /31 (RFC 3021 makes both
-    addresses of a /31 usable; a /32 is its one address). `allocate` hands out the lowest free
-    address; a cursor that never passes the lowest free bit keeps a full sweep linear instead of
-    quadratic.
+    addresses of a /31 usable; a /32 is its one address).
+
+    `allocate` hands out the first free address after the last one handed out, wrapping around at
+    the end of the CIDR, so a freed address is reused as late as possible: other clusters may still
+    hold an import with it for a while, and their proxies would otherwise serve it for two services.
+    `reserve` (the agent's start-up rebuild from the ServiceImports in use) moves that position to
+    the highest address it marks, so a restarted agent resumes after the newest VIPs instead of
+    handing out the just-freed low addresses again.
     """
 
     def __init__(self, cidr: str) -> None:
@@ -77,8 +82,8 @@ class VipAllocator:
         if tail:
             self._bits[-1] = (1 << tail) - 1  # the low bits are the last positions
         self._used = 0
-        self._cursor = 0
-        """A byte index at or below the lowest byte that has a free bit."""
+        self._last = -1
+        """Index of the address last allocated (or the highest reserved); the search starts after it."""
 
     # --- introspection ---------------------------------------------------------------------
 
@@ -118,25 +123,44 @@ class VipAllocator:
 
     # --- mutation --------------------------------------------------------------------------
 
-    def allocate(self) -> str:
-        """The lowest free address, now marked used. Raises AllocatorFull when none is left."""
-        match = _NOT_FULL_BYTE.search(self._bits, self._cursor)
-        if match is None:
-            self._cursor = len(self._bits)
-            raise AllocatorFull(f"all {self._size} clusterset IPs of {self._net} are in use")
-        byte_idx = match.start()
-        byte = self._bits[byte_idx]
+    def _find_free(self, start: int) -> int | None:
+        """The first free index at or after `start`, or None."""
+        if start >= self._size:
+            return None
+        byte_idx = start >> 3
+        # Positions before `start` in its byte count as used (bit 0x80 is the byte's first position).
+        byte = self._bits[byte_idx] | ((0xFF00 >> (start & 7)) & 0xFF)
+        if byte == 0xFF:
+            match = _NOT_FULL_BYTE.search(self._bits, byte_idx + 1)
+            if match is None:
+                return None
+            byte_idx = match.start()
+            byte = self._bits[byte_idx]
         bit = 0
         while byte & (0x80 >> bit):
             bit += 1
-        self._bits[byte_idx] = byte | (0x80 >> bit)
+        return byte_idx * 8 + bit  # padding bits past the end are set, so this is < size
+
+    def allocate(self) -> str:
+        """The first free address after the last allocated one (wrapping), now marked used.
+
+        Raises AllocatorFull when none is left.
+        """
+        if self._used >= self._size:
+            raise AllocatorFull(f"all {self._size} clusterset IPs of {self._net} are in use")
+        idx = self._find_free(self._last + 1)
+        if idx is None:
+            idx = self._find_free(0)
+        assert idx is not None  # used < size: some bit is free
+        self._bits[idx >> 3] |= 0x80 >> (idx & 7)
         self._used += 1
-        self._cursor = byte_idx
-        return str(ipaddress.IPv4Address(self._first + byte_idx * 8 + bit))
+        self._last = idx
+        return str(ipaddress.IPv4Address(self._first + idx))
 
     def reserve(self, ip: str) -> bool:
         """Mark `ip` used (e.g. a VIP found on a ServiceImport at start-up).
 
+        Allocation resumes after the highest address reserved this way (see the class docstring).
         False if it was already used, lies outside the CIDR or is not an IPv4 address.
         """
         idx = self._index(ip)
@@ -144,6 +168,7 @@ class VipAllocator:
             return False
         self._bits[idx >> 3] |= 0x80 >> (idx & 7)
         self._used += 1
+        self._last = max(self._last, idx)
         return True
 
     def release(self, ip: str) -> None:
@@ -153,7 +178,6 @@ class VipAllocator:
             return
         self._bits[idx >> 3] &= ~(0x80 >> (idx & 7)) & 0xFF
         self._used -= 1
-        self._cursor = min(self._cursor, idx >> 3)
 
     def __repr__(self) -> str:
         return f"VipAllocator({self.cidr!r}, used={self._used}/{self._size})"
@@ -211,7 +235,7 @@ def plan_cluster_cidr(
     requested: str | None,
     prefix: int = 16,
 ) -> str:
-    """The VIP CIDR for `cluster_id` (design/mcs.md "Broker, clusters, CIDRs").
+    """The VIP CIDR for `cluster_id` (docs/discovery.md, the broker's `Cluster` objects).
 
     `taken` maps other cluster IDs to their CIDR. With `requested`, it is checked (a strict IPv4
     network, inside one of `ranges`, overlapping nobody else's CIDR) and returned in canonical form;
