@@ -332,6 +332,82 @@ async def test_vip_balances_over_every_exporting_cluster(env: Env) -> None:
         await remote.stop()
 
 
+async def test_vip_claimed_by_a_second_import_keeps_its_first_owner(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A VIP freed and reallocated while this cluster still imports the old service: the service
+    holding it keeps every port of it, the newcomer waits, and the conflict is logged once."""
+    old = await TcpEcho("old", env.ip("pod", 1), TARGET).start()
+    new = await TcpEcho("new", env.ip("pod", 2), TARGET).start()
+    vip = env.ip("vip", 7)
+    key, metrics = ListenerKey("TCP", vip, SVC_PORT), ListenerKey("TCP", vip, SVC_PORT + 1)
+    try:
+        await env.client.create(imported_slice("zeta", "c2", [old.host]))
+        await create_import(env.client, "zeta", vip, ["c2"])
+        await env.listening(key, backends=1)
+        # the newcomer sorts first by name, and asks for one more port on the same VIP
+        await env.client.create(imported_slice("alpha", "c3", [new.host]))
+        ports = [
+            {"name": "http", "port": SVC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "port": SVC_PORT + 1, "protocol": "TCP"},
+        ]
+        await create_import(env.client, "alpha", vip, ["c3"], ports=ports)
+        await eventually(lambda: env.proxy.stats.conflicts == 1)
+        target = env.proxy.target(key)
+        assert target is not None and target.service == f"{NS}/zeta"
+        assert env.proxy.backends(key) == (Backend(old.host, TARGET),)
+        assert metrics not in env.proxy.listeners, "no port of the VIP may serve the newcomer"
+        assert await who(vip, SVC_PORT, 4) == {"old": 4}
+
+        # rebuilds of both services change nothing, and the conflict is not logged again
+        for extra in (3, 4):
+            rebuilds = env.proxy.stats.rebuilds
+            await set_endpoints(env.client, "alpha-c3", [new.host, env.ip("pod", extra)])
+            await eventually(lambda n=rebuilds: env.proxy.stats.rebuilds > n)
+        assert env.proxy.backends(key) == (Backend(old.host, TARGET),)
+        assert await who(vip, SVC_PORT, 2) == {"old": 2}
+        logged = [r for r in caplog.records if r.getMessage() == "listener conflict"]
+        assert len(logged) == 1 and "shop/alpha" in str(getattr(logged[0], "conflict", ""))
+
+        # the holder lets go: the newcomer gets the whole VIP
+        await env.client.delete(SI, "zeta", namespace=NS)
+        await env.listening(metrics)
+        await eventually(lambda: (t := env.proxy.target(key)) is not None and t.service == f"{NS}/alpha")
+        assert env.proxy.stats.conflicts == 0
+        assert await who(vip, SVC_PORT, 2) == {"new": 2}
+    finally:
+        await old.stop()
+        await new.stop()
+
+
+async def test_vip_uses_the_local_kube_slices_never_an_mcs_slice_from_this_cluster(env: Env) -> None:
+    """The exporting cluster's agent publishes an MCS slice for its own export too: ignored here."""
+    local = await TcpEcho("local", env.ip("pod", 1), TARGET).start()
+    remote = await TcpEcho("remote", env.ip("pod", 2), TARGET).start()
+    stale = env.ip("pod", 9)  # only in the MCS slice naming this cluster (c1)
+    vip = env.ip("vip", 8)
+    key = ListenerKey("TCP", vip, SVC_PORT)
+    try:
+        await env.client.create(service("own", env.ip("cip", 12)))
+        await env.client.create(kube_slice("own", [local.host]))
+        await env.client.create(imported_slice("own", "c1", [local.host, stale]))
+        await env.client.create(imported_slice("own", "c2", [remote.host]))
+        await eventually(lambda: env.proxy.slices.cache.get(f"{NS}/own-c2") is not None)
+        await eventually(lambda: env.proxy.slices.cache.get(f"{NS}/own-c1") is not None)
+        # not (yet) listed as an exporter: none of this cluster's endpoints
+        await create_import(env.client, "own", vip, ["c2"])
+        await env.listening(key, backends=1)
+        assert env.proxy.backends(key) == (Backend(remote.host, TARGET),)
+        # an exporter: its endpoints once, from its kube slices
+        await set_import_clusters(env.client, "own", ["c1", "c2"])
+        await env.listening(key, backends=2)
+        assert env.proxy.backends(key) == (Backend(local.host, TARGET), Backend(remote.host, TARGET))
+        assert await who(vip, SVC_PORT, 4) == {"local": 2, "remote": 2}
+    finally:
+        await local.stop()
+        await remote.stop()
+
+
 async def test_vip_affinity_from_the_import(env: Env) -> None:
     a = await TcpEcho("a", env.ip("pod", 1), TARGET).start()
     b = await TcpEcho("b", env.ip("pod", 2), TARGET).start()

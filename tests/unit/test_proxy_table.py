@@ -3,6 +3,7 @@ API-object → snapshot converters."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from lightkube.resources.core_v1 import Service
@@ -207,6 +208,23 @@ def test_vip_ignores_an_imported_slice_claiming_the_local_cluster() -> None:
     assert Backend("127.9.9.9", 8080) not in t.listeners[ListenerKey("TCP", "127.250.0.5", 80)].backends
 
 
+def test_vip_never_uses_an_mcs_slice_of_the_local_cluster() -> None:
+    """The agent may publish an MCS slice for this cluster's own export: its kube slices count, once."""
+    own_mcs = imported("c1", "127.1.0.1", "127.9.9.9")  # a copy of the kube slice, plus a stale address
+    for clusters in (("c1", "c2"), ("c2",)):  # an exporter, or not (yet / any more)
+        t = table(
+            [svc()],
+            {"shop/web": [kube_slice("127.1.0.1")]},
+            [imp(clusters=clusters)],
+            {"shop/web": [own_mcs, imported("c2", "127.2.0.1")]},
+        )
+        local = (Backend("127.1.0.1", 8080),) if "c1" in clusters else ()
+        assert t.listeners[ListenerKey("TCP", "127.250.0.5", 80)].backends == (
+            *local,
+            Backend("127.2.0.1", 8080),
+        ), clusters
+
+
 def test_import_without_vip_or_headless_gets_no_listener() -> None:
     assert table([], {}, [imp(ips=())]).listeners == {}
     assert table([], {}, [imp(type="Headless")]).listeners == {}
@@ -238,6 +256,66 @@ def test_listener_claimed_twice_goes_to_one_owner_deterministically() -> None:
     assert len(t1.conflicts) == 1 and "shop/b" in t1.conflicts[0]
 
 
+def named_imp(name: str, ports: tuple[Port, ...] = (HTTP,), created: float = 0.0) -> ImportSnap:
+    return ImportSnap("shop", name, ips=("127.250.0.5",), ports=ports, clusters=("c2",), created=created)
+
+
+BACKEND_OF = {"zeta": "127.2.0.1", "alpha": "127.2.0.2", "aaa": "127.2.0.3"}
+
+
+def vip_table(imps: list[ImportSnap], held: Any = None) -> Any:
+    """Imports all on one VIP, each with its own backend (BACKEND_OF)."""
+    slices = {i.key: [imported("c2", BACKEND_OF[i.name])] for i in imps}
+    return table([], {}, imps, slices, held=held)
+
+
+def test_contested_vip_stays_with_the_service_holding_it_on_every_port() -> None:
+    """A freed VIP reallocated while the old import lingers: the holder keeps the whole address."""
+    zeta = named_imp("zeta")
+    before = vip_table([zeta])
+    # the newcomer sorts first by name and also wants a second port on the same VIP
+    alpha = named_imp("alpha", ports=(HTTP, Port("metrics", "TCP", 9090)))
+    t = vip_table([zeta, alpha], held=before.listeners)
+    assert set(t.listeners) == {ListenerKey("TCP", "127.250.0.5", 80)}, "no port of the VIP serves alpha"
+    target = t.listeners[ListenerKey("TCP", "127.250.0.5", 80)]
+    assert target.service == "shop/zeta" and target.backends == (Backend("127.2.0.1", 8080),)
+    assert t.conflicts == [
+        "127.250.0.5 is claimed by ClusterSetIP shop/zeta and by ClusterSetIP shop/alpha; "
+        "serving only the first, on every port"
+    ]
+    # rebuilt again and again: no flip, the same single conflict
+    again = vip_table([alpha, zeta], held=t.listeners)
+    assert again.listeners == t.listeners and again.conflicts == t.conflicts
+
+
+def test_contested_vip_goes_to_the_newcomer_once_the_holder_lets_go() -> None:
+    zeta, alpha = named_imp("zeta"), named_imp("alpha", ports=(HTTP, Port("metrics", "TCP", 9090)))
+    held = vip_table([zeta, alpha], held=vip_table([zeta]).listeners).listeners
+    t = vip_table([alpha], held=held)
+    assert {k.port for k in t.listeners} == {80, 9090}
+    assert {x.service for x in t.listeners.values()} == {"shop/alpha"} and t.conflicts == []
+
+
+def test_contested_vip_with_no_holder_goes_to_the_older_object() -> None:
+    """A proxy (re)starting amid a conflict keeps serving the import that existed first."""
+    old, new = named_imp("zeta", created=1000.0), named_imp("alpha", created=2000.0)
+    for order in ([old, new], [new, old]):
+        assert vip_table(order).listeners[ListenerKey("TCP", "127.250.0.5", 80)].service == "shop/zeta"
+    # unknown creation times rank last, then names decide
+    unknown = named_imp("aaa")
+    assert vip_table([unknown, new]).listeners[ListenerKey("TCP", "127.250.0.5", 80)].service == "shop/alpha"
+
+
+def test_a_service_port_holding_a_node_port_keeps_it() -> None:
+    a = svc("a", type="NodePort", ports=(Port("http", "TCP", 80, 30080),))
+    b = svc("b", ip="127.201.0.11", type="NodePort", ports=(Port("http", "TCP", 80, 30080),))
+    key = ListenerKey("TCP", "127.0.0.1", 30080)
+    held = table([b]).listeners
+    t = table([a, b], held=held)
+    assert t.listeners[key].service == "shop/b"
+    assert len(t.conflicts) == 1 and t.conflicts[0].startswith(f"{key} is claimed by NodePort shop/b:http")
+
+
 # --- converters -------------------------------------------------------------------------------------
 
 
@@ -259,6 +337,7 @@ def test_service_snapshot() -> None:
     assert snap.cluster_ips == ("127.201.0.10",)
     assert snap.ports == (Port("http", "TCP", 80, 30080), Port("", "UDP", 53))
     assert snap.affinity_timeout == 60 and snap.type == "NodePort"
+    assert snap.created == 0.0  # no creationTimestamp: unknown
 
 
 def test_service_snapshot_defaults_and_headless() -> None:
@@ -303,7 +382,7 @@ def test_import_snapshot() -> None:
         {
             "apiVersion": "multicluster.x-k8s.io/v1alpha1",
             "kind": "ServiceImport",
-            "metadata": {"name": "web", "namespace": "shop"},
+            "metadata": {"name": "web", "namespace": "shop", "creationTimestamp": "2026-01-01T00:00:10Z"},
             "spec": {
                 "type": "ClusterSetIP",
                 "ips": ["127.250.0.5"],
@@ -316,3 +395,4 @@ def test_import_snapshot() -> None:
     snap = import_snapshot(si)
     assert snap.ips == ("127.250.0.5",) and snap.clusters == ("c1", "c2")
     assert snap.ports == (HTTP,) and snap.affinity_timeout == 10800
+    assert snap.created == datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC).timestamp()

@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from lightkube import AsyncClient
@@ -72,6 +73,12 @@ def _affinity(kind: Any, config: Any) -> int | None:
     return timeout if isinstance(timeout, int) and timeout > 0 else DEFAULT_AFFINITY_TIMEOUT
 
 
+def _created(meta: Any) -> float:
+    """metadata.creationTimestamp as epoch seconds; 0 when unset (a fake or not yet stored object)."""
+    ts = getattr(meta, "creationTimestamp", None) if meta is not None else None
+    return ts.timestamp() if isinstance(ts, datetime) else 0.0
+
+
 def service_snapshot(svc: Service) -> ServiceSnap:
     """A Service as the table needs it; headless and ExternalName services get no ClusterIP."""
     meta, spec = svc.metadata, svc.spec
@@ -93,6 +100,7 @@ def service_snapshot(svc: Service) -> ServiceSnap:
             Port(p.name or "", p.protocol or "TCP", p.port, p.nodePort) for p in spec.ports or () if p.port
         ),
         affinity_timeout=_affinity(spec.sessionAffinity, timeout_cfg),
+        created=_created(meta),
     )
 
 
@@ -128,6 +136,7 @@ def import_snapshot(obj: Any) -> ImportSnap:
         ports=ports,
         affinity_timeout=_affinity(spec.get("sessionAffinity"), cfg),
         clusters=tuple(str(c["cluster"]) for c in status.get("clusters") or () if c.get("cluster")),
+        created=_created(obj.metadata),
     )
 
 
@@ -422,6 +431,8 @@ class ProxyService:
         kube = [slice_snapshot(s) for s in self.slices.cache.by_index(KUBE_SLICE_INDEX, key)]
         imported: list[SliceSnap] = []
         if imp is not None:
+            # MCS slices of every source cluster; service_targets leaves out this cluster's own
+            # (its endpoints come from `kube`), so nothing is counted twice.
             for s in self.slices.cache.by_index(MCS_SLICE_INDEX, key):
                 imported.append(slice_snapshot(s, object_labels(s).get(SOURCE_CLUSTER_LABEL) or ""))
         return service_targets(
@@ -444,8 +455,9 @@ class ProxyService:
             else:
                 self._per_service.pop(key, None)
         self.stats.rebuilds += len(dirty)
-        table = merge_targets(self._per_service)
-        for c in sorted(set(table.conflicts) - set(self.conflicts)):
+        # What is served now is held on to: a newcomer claiming a held address or listener waits.
+        table = merge_targets(self._per_service, {k: lis.target for k, lis in self.listeners.items()})
+        for c in sorted(set(table.conflicts) - set(self.conflicts)):  # once, not on every rebuild
             log.warning("listener conflict", extra={"conflict": c})
         self.conflicts = table.conflicts
         self.stats.conflicts = len(table.conflicts)

@@ -10,6 +10,12 @@ Pure functions over plain snapshots (no sockets, no API objects), so every rule 
   clusters plus, when this cluster is one of the exporters (`status.clusters`), its own slices —
   so whichever proxy the kernel hands a connection to, it reaches every cluster's endpoints.
 
+A virtual address (ClusterIP or VIP) belongs to one service at a time, with all its ports: when a
+second service claims it (a VIP freed in one cluster and reallocated while another cluster still
+imports the old service), the service already holding it keeps it and the newcomer gets no
+listener on it until the holder lets go, so no connection to that address can reach the
+newcomer's backends. With no holder yet (proxy start), the older object wins.
+
 A service port maps to a slice port by name and protocol (kube names slice ports after service
 ports; an unnamed single port is ""), falling back to the slice's only port of that protocol for
 a single-port service. Endpoints are the ready ones; when none is ready, serving-and-terminating
@@ -18,6 +24,7 @@ ones are used (kube-proxy's terminating-endpoint fallback) so draining pods fini
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
@@ -46,6 +53,9 @@ PROTOCOLS = ("TCP", "UDP")
 
 Kind = Literal["ClusterIP", "NodePort", "ClusterSetIP"]
 _KIND_ORDER: dict[str, int] = {"ClusterSetIP": 0, "ClusterIP": 1, "NodePort": 2}
+_ADDRESS_KINDS = frozenset({"ClusterIP", "ClusterSetIP"})
+"""Kinds whose address is the service's own: every port of it goes to one service. (A NodePort's
+node address is shared by every NodePort service, so it is contested listener by listener.)"""
 
 
 class Backend(NamedTuple):
@@ -101,6 +111,8 @@ class ServiceSnap:
     ports: tuple[Port, ...] = ()
     affinity_timeout: int | None = None
     """ClientIP stickiness in seconds; None when sessionAffinity is not ClientIP."""
+    created: float = 0.0
+    """metadata.creationTimestamp as epoch seconds; 0 when unknown."""
 
     @property
     def key(self) -> str:
@@ -116,6 +128,8 @@ class ImportSnap:
     ports: tuple[Port, ...] = ()
     affinity_timeout: int | None = None
     clusters: tuple[str, ...] = ()
+    created: float = 0.0
+    """metadata.creationTimestamp as epoch seconds; 0 when unknown."""
 
     @property
     def key(self) -> str:
@@ -134,13 +148,16 @@ class Target:
     affinity_timeout: int | None = None
     reuse_port: bool = False
     """SO_REUSEPORT: VIPs are bound by every cluster's proxy on the machine."""
+    created: float = 0.0
+    """When the claiming Service/ServiceImport was created (epoch seconds, 0 unknown): with no
+    holder yet, the older claim wins a contested address."""
 
 
 @dataclass
 class Table:
     listeners: dict[ListenerKey, Target] = field(default_factory=dict)
     conflicts: list[str] = field(default_factory=list)
-    """Human-readable reasons a listener was claimed by more than one service port."""
+    """Human-readable reasons an address or listener was claimed by more than one service (port)."""
 
 
 # --- endpoints -----------------------------------------------------------------------------------
@@ -206,20 +223,26 @@ def service_targets(
                 out.append(
                     (
                         ListenerKey(p.protocol, ip, p.port),
-                        Target(svc.key, p.name, "ClusterIP", backends, svc.affinity_timeout),
+                        Target(
+                            svc.key, p.name, "ClusterIP", backends, svc.affinity_timeout, created=svc.created
+                        ),
                     )
                 )
             if node_ports and node_address and p.node_port:
                 out.append(
                     (
                         ListenerKey(p.protocol, node_address, p.node_port),
-                        Target(svc.key, p.name, "NodePort", backends, svc.affinity_timeout),
+                        Target(
+                            svc.key, p.name, "NodePort", backends, svc.affinity_timeout, created=svc.created
+                        ),
                     )
                 )
     if imp is not None and imp.ips and imp.type != "Headless":
-        local = cluster_id in imp.clusters
-        slices = [s for s in imp_slices if not (local and s.cluster == cluster_id)]
-        if local:
+        # This cluster's endpoints come from its own kube slices, never from an MCS slice naming it
+        # as the source (the agent may publish one for its own export): counted once, and only
+        # while this cluster is an exporter.
+        slices = [s for s in imp_slices if s.cluster != cluster_id]
+        if cluster_id in imp.clusters:
             slices.extend(svc_slices)
         single = len(imp.ports) == 1
         for p in imp.ports:
@@ -230,26 +253,95 @@ def service_targets(
                 out.append(
                     (
                         ListenerKey(p.protocol, ip, p.port),
-                        Target(imp.key, p.name, "ClusterSetIP", backends, imp.affinity_timeout, True),
+                        Target(
+                            imp.key, p.name, "ClusterSetIP", backends, imp.affinity_timeout, True, imp.created
+                        ),
                     )
                 )
     return out
 
 
-def merge_targets(per_service: Mapping[str, Sequence[tuple[ListenerKey, Target]]]) -> Table:
-    """One table from every service's listeners; a listener claimed twice goes to one owner.
+Owner = tuple[str, str]
+"""(kind, service): who a virtual address belongs to."""
 
-    The owner is chosen deterministically (VIPs, then ClusterIPs, then NodePorts; then by service
-    key and port name) so every rebuild — and every proxy — picks the same one.
+
+def _owner(t: Target) -> Owner:
+    return (t.kind, t.service)
+
+
+def _rank(t: Target) -> tuple[float, int, str, str]:
+    """Order of claims when nobody holds what they contest: older object, then VIP before
+    ClusterIP before NodePort, then service key and port name (every proxy picks the same)."""
+    return (t.created or math.inf, _KIND_ORDER[t.kind], t.service, t.port_name)
+
+
+def _describe(owner: Owner) -> str:
+    return f"{owner[0]} {owner[1]}"
+
+
+def _address_owners(
+    claims: Mapping[ListenerKey, Sequence[Target]], held: Mapping[ListenerKey, Target], table: Table
+) -> dict[str, Owner]:
+    """The one owner of each claimed ClusterIP/VIP; each contested address is one conflict."""
+    holders = {key.ip: _owner(t) for key, t in held.items() if t.kind in _ADDRESS_KINDS}
+    claimants: dict[str, dict[Owner, Target]] = {}
+    for key, ts in claims.items():
+        for t in ts:
+            if t.kind not in _ADDRESS_KINDS:
+                continue
+            mine = claimants.setdefault(key.ip, {})
+            best = mine.get(_owner(t))
+            if best is None or _rank(t) < _rank(best):
+                mine[_owner(t)] = t
+    owners: dict[str, Owner] = {}
+    for ip, by_owner in claimants.items():
+        holder = holders.get(ip)
+        if holder in by_owner:
+            winner = holder
+        else:
+            winner = min(by_owner, key=lambda o: _rank(by_owner[o]))
+        owners[ip] = winner
+        if len(by_owner) > 1:
+            others = ", ".join(_describe(o) for o in sorted(by_owner) if o != winner)
+            table.conflicts.append(
+                f"{ip} is claimed by {_describe(winner)} and by {others}; serving only the first, "
+                "on every port"
+            )
+    return owners
+
+
+def _holder_first(ts: Sequence[Target], holder: Target | None) -> list[Target]:
+    """Claims of one listener in rank order, but the port that holds it now first."""
+    held_by = None if holder is None else (holder.kind, holder.service, holder.port_name)
+    return sorted(ts, key=lambda t: ((t.kind, t.service, t.port_name) != held_by, _rank(t)))
+
+
+def merge_targets(
+    per_service: Mapping[str, Sequence[tuple[ListenerKey, Target]]],
+    held: Mapping[ListenerKey, Target] | None = None,
+) -> Table:
+    """One table from every service's listeners; whatever is claimed twice goes to one owner.
+
+    A ClusterIP or VIP goes, with all its ports, to one service; other contested listeners (a
+    NodePort, two port names of one service on one port) go to one service port. `held` is the
+    table being served: its owner keeps what it still claims, so a newcomer never takes over a
+    listener and rebuilds never flip it. What nobody holds goes to the best `_rank`.
     """
+    held = held or {}
     claims: dict[ListenerKey, list[Target]] = {}
     for targets in per_service.values():
         for key, target in targets:
             claims.setdefault(key, []).append(target)
     table = Table()
+    owners = _address_owners(claims, held, table)
     for key, ts in claims.items():
+        owner = owners.get(key.ip)
+        if owner is not None:
+            ts = [t for t in ts if t.kind not in _ADDRESS_KINDS or _owner(t) == owner]
+        if not ts:
+            continue
         if len(ts) > 1:
-            ts.sort(key=lambda t: (_KIND_ORDER[t.kind], t.service, t.port_name))
+            ts = _holder_first(ts, held.get(key))
             winner = ts[0]
             losers = ", ".join(f"{t.kind} {t.service}:{t.port_name or '-'}" for t in ts[1:])
             table.conflicts.append(
@@ -268,8 +360,12 @@ def build_table(
     *,
     cluster_id: str,
     node_address: str | None = "127.0.0.1",
+    held: Mapping[ListenerKey, Target] | None = None,
 ) -> Table:
-    """The whole table from snapshots of every Service, ServiceImport and their slices (by `ns/name`)."""
+    """The whole table from snapshots of every Service, ServiceImport and their slices (by `ns/name`).
+
+    `held`: the table served so far (see `merge_targets`).
+    """
     svcs = {s.key: s for s in services}
     imps = {i.key: i for i in imports}
     per: dict[str, list[tuple[ListenerKey, Target]]] = {}
@@ -282,4 +378,4 @@ def build_table(
             cluster_id=cluster_id,
             node_address=node_address,
         )
-    return merge_targets(per)
+    return merge_targets(per, held)
