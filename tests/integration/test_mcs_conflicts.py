@@ -1,4 +1,4 @@
-"""Conflict resolution (KEP-1645 + the seed): oldest export wins, the Conflict condition is set on
+"""Conflict resolution (KEP-1645): oldest export wins, the Conflict condition is set on
 every exporting cluster and cleared everywhere when resolved (docs/discovery.md "Aggregation rules")."""
 
 from __future__ import annotations
@@ -169,7 +169,32 @@ async def test_session_affinity_conflicts(cs: ClusterSet) -> None:
     await wait_conflict(cs, [0, 1], "web", ns, None)
 
 
+EXPORTED_KEYS = ("tier", "a", "b", "extra", "owner")
+
+
+def exported(meta: dict[str, str]) -> dict[str, str]:
+    """The exported keys this test uses, among whatever else the ServiceImport carries."""
+    return {k: v for k, v in meta.items() if k in EXPORTED_KEYS}
+
+
+async def wait_import_metadata(
+    cs: ClusterSet, name: str, ns: str, labels: dict[str, str], annotations: dict[str, str]
+) -> None:
+    """The ServiceImport in every cluster carries exactly these exported labels and annotations."""
+
+    async def check() -> bool:
+        for i in range(len(cs.clusters)):
+            imp = await cs.local_import(i, name, ns)
+            assert imp is not None, f"no ServiceImport in {cs.clusters[i].id}"
+            assert exported(labels_of(imp)) == labels, f"{cs.clusters[i].id}: {labels_of(imp)}"
+            assert exported(annotations_of(imp)) == annotations, f"{cs.clusters[i].id}: {annotations_of(imp)}"
+        return True
+
+    await eventually(check, what=f"exported labels {labels} and annotations {annotations} everywhere")
+
+
 async def test_exported_labels_and_annotations_conflicts_share_one_condition(cs: ClusterSet) -> None:
+    """KEP-1645: when the sets differ, the oldest export's whole set is used, never a per-key union."""
     ns = "cf-labels"
     await _ns(cs, ns)
     await cs.export(
@@ -182,22 +207,58 @@ async def test_exported_labels_and_annotations_conflicts_share_one_condition(cs:
     await wait_conflict(cs, [0, 1], "web", ns, {ConflictReason.LABELS, ConflictReason.ANNOTATIONS})
     se = await cs.get_export(0, "web", ns)
     assert "," in condition(se, ConditionType.CONFLICT)["reason"], "reasons are comma-joined in one condition"
-    imp = await cs.wait_import(2, "web", ns, ["c1", "c2"])
+    await cs.wait_aggregate("web", ns, ["c1", "c2"])
+    await wait_import_metadata(cs, "web", ns, {"tier": "web", "a": "1"}, {"owner": "x"})
 
-    async def merged() -> bool:
-        imp = await cs.local_import(2, "web", ns)
-        labels = labels_of(imp)
-        assert labels.get("tier") == "web" and labels.get("a") == "1" and labels.get("b") == "2", labels
-        assert annotations_of(imp).get("owner") == "x", annotations_of(imp)
-        return True
-
-    await eventually(merged, what="union of exported labels, oldest value wins")
-    assert imp is not None
     # Fix only the labels: the annotations conflict stays, alone.
-    await cs.patch(1, SE, "web", ns, {"spec": {"exportedLabels": {"tier": "web", "b": "2"}}})
+    await cs.patch(1, SE, "web", ns, {"spec": {"exportedLabels": {"tier": "web", "a": "1", "b": None}}})
     await wait_conflict(cs, [0, 1], "web", ns, {ConflictReason.ANNOTATIONS})
-    await cs.patch(1, SE, "web", ns, {"spec": {"exportedAnnotations": {"owner": "x"}}})
+    # One extra key and no disagreeing value is still a different set: a conflict, key not added.
+    await cs.patch(1, SE, "web", ns, {"spec": {"exportedLabels": {"extra": "1"}}})
+    await wait_conflict(cs, [0, 1], "web", ns, {ConflictReason.LABELS, ConflictReason.ANNOTATIONS})
+    await wait_import_metadata(cs, "web", ns, {"tier": "web", "a": "1"}, {"owner": "x"})
+    # They agree again: cleared everywhere.
+    await cs.patch(
+        1, SE, "web", ns, {"spec": {"exportedLabels": {"extra": None}, "exportedAnnotations": {"owner": "x"}}}
+    )
     await wait_conflict(cs, [0, 1], "web", ns, None)
+    await wait_import_metadata(cs, "web", ns, {"tier": "web", "a": "1"}, {"owner": "x"})
+
+
+async def test_exporter_without_exported_labels_conflicts_with_one_that_has_them(cs: ClusterSet) -> None:
+    """An exporter without exportedLabels has the empty set; the oldest (empty) set is the one used."""
+    ns = "cf-nolabels"
+    await _ns(cs, ns)
+    await cs.export(0, "web", ns)
+    await cs.wait_exported(0, "web", ns)
+    await cs.export(1, "web", ns, exported_labels={"tier": "web"})
+    await wait_conflict(cs, [0, 1], "web", ns, {ConflictReason.LABELS})
+    await cs.wait_aggregate("web", ns, ["c1", "c2"])
+    await wait_import_metadata(cs, "web", ns, {}, {})
+    await cs.patch(1, SE, "web", ns, {"spec": {"exportedLabels": None}})
+    await wait_conflict(cs, [0, 1], "web", ns, None)
+
+
+async def test_headless_export_asking_for_a_vip_is_no_enablement_conflict(cs: ClusterSet) -> None:
+    """A headless service has no VIP: use-clusterset-ip is not compared for it."""
+    ns = "cf-headless-vip"
+    await _ns(cs, ns)
+    headless = service("db", ns, headless=True)
+    # Headless everywhere, every exporter asking for a VIP: nothing to conflict about.
+    await cs.export(0, "db", ns, svc=headless, use_clusterset_ip="true")
+    await cs.wait_exported(0, "db", ns)
+    await cs.export(1, "db", ns, svc=headless, use_clusterset_ip="true")
+    await cs.wait_aggregate("db", ns, ["c1", "c2"])
+    await wait_conflict(cs, [0, 1], "db", ns, None)
+    assert ips_of(await cs.broker_import("db", ns)) == []
+    # Next to an older ClusterSetIP export with a VIP, it is a type conflict, and only that.
+    await cs.export(0, "web", ns, use_clusterset_ip="true")
+    await cs.wait_exported(0, "web", ns)
+    await cs.export(1, "web", ns, svc=service("web", ns, headless=True), use_clusterset_ip="true")
+    await wait_conflict(cs, [0, 1], "web", ns, {ConflictReason.TYPE})
+    for i in (0, 1):
+        se = await cs.get_export(i, "web", ns)
+        assert USE_CLUSTERSET_IP_ANNOTATION not in condition(se, ConditionType.CONFLICT)["message"]
 
 
 async def test_clusterset_ip_enablement_conflict_keeps_the_export_with_the_aggregates_behaviour(
@@ -218,7 +279,9 @@ async def test_clusterset_ip_enablement_conflict_keeps_the_export_with_the_aggre
     )
     await wait_conflict(cs, [0, 1], "web", ns, {ConflictReason.CLUSTERSET_IP_ENABLEMENT})
     se2 = await cs.get_export(1, "web", ns)
-    assert cond_is(se2, ConditionType.VALID, "True", ValidReason.VALID), "the seed: Valid stays True"
+    assert cond_is(se2, ConditionType.VALID, "True", ValidReason.VALID), (
+        "a conflicting export stays Valid=True"
+    )
     await cs.wait_condition(1, "web", ns, ConditionType.READY, "True")
     agg = await cs.wait_aggregate("web", ns, ["c1", "c2"])
     assert ips_of(agg) == [vip]

@@ -212,32 +212,83 @@ def test_affinity_config_not_compared_when_affinity_differs() -> None:
     assert reasons(aggregate([c1, c2], ips=None, vip_enabled=False)) == [ConflictReason.SESSION_AFFINITY]
 
 
-def test_labels_and_annotations_union_oldest_wins() -> None:
+def test_labels_and_annotations_oldest_whole_set_wins() -> None:
+    """KEP-1645: when the sets differ the oldest export's set is used as a whole, never a union."""
     c1 = export("c1", 0, exported_labels={"team": "a", "tier": "web"}, exported_annotations={"note": "x"})
     c2 = export(
         "c2", 1, exported_labels={"team": "b", "env": "prod"}, exported_annotations={"note": "y", "o": "1"}
     )
-    c3 = export("c3", 2, exported_labels={"team": "a"})
+    c3 = export("c3", 2, exported_labels={"team": "a", "tier": "web"}, exported_annotations={"note": "x"})
     agg = aggregate([c3, c2, c1], ips=None, vip_enabled=False)
-    assert agg.labels == {"env": "prod", "team": "a", "tier": "web"}
-    assert agg.annotations == {"note": "x", "o": "1"}
+    assert agg.labels == {"team": "a", "tier": "web"}
+    assert agg.annotations == {"note": "x"}
     assert agg.conflicts == [
-        (ConflictReason.LABELS, 'exported label "team" is "a" in cluster c1 (oldest) but "b" in cluster c2'),
+        (
+            ConflictReason.LABELS,
+            "exported labels of cluster c2 differ from those of cluster c1 (oldest, whose set is used): "
+            '"env" is only in cluster c2; "team" is "a" in cluster c1 but "b" in cluster c2; '
+            '"tier" is only in cluster c1',
+        ),
         (
             ConflictReason.ANNOTATIONS,
-            'exported annotation "note" is "x" in cluster c1 (oldest) but "y" in cluster c2',
+            "exported annotations of cluster c2 differ from those of cluster c1 (oldest, whose set is used): "
+            '"note" is "x" in cluster c1 but "y" in cluster c2; "o" is only in cluster c2',
         ),
     ]
     assert agg.conflicting_clusters == {"c2"}
 
 
-def test_label_owned_by_older_non_oldest_cluster() -> None:
+def test_labels_differing_only_by_extra_keys_conflict() -> None:
+    """No key disagrees, yet the sets are not identical: still a conflict, and no key is added."""
+    c1 = export("c1", 0, exported_labels={"tier": "web"})
+    c2 = export("c2", 1, exported_labels={"tier": "web", "extra": "1"})
+    agg = aggregate([c1, c2], ips=None, vip_enabled=False)
+    assert agg.labels == {"tier": "web"}
+    assert reasons(agg) == [ConflictReason.LABELS]
+    assert agg.conflicting_clusters == {"c2"}
+
+
+def test_no_labels_is_the_empty_set_and_differs() -> None:
+    c1 = export("c1", 0)
+    c2 = export("c2", 1, exported_annotations={"note": "x"})
+    agg = aggregate([c1, c2], ips=None, vip_enabled=False)
+    assert agg.annotations == {}, "the oldest export's (empty) set wins"
+    assert reasons(agg) == [ConflictReason.ANNOTATIONS]
+    assert agg.conflicts[0][1].endswith('"note" is only in cluster c2')
+    # the other way round: the newer exporter without any is the one in conflict
+    agg = aggregate(
+        [export("c1", 0, exported_labels={"k": "v"}), export("c2", 1)], ips=None, vip_enabled=False
+    )
+    assert agg.labels == {"k": "v"} and reasons(agg) == [ConflictReason.LABELS]
+    assert agg.conflicting_clusters == {"c2"}
+
+
+def test_identical_sets_and_empty_equals_unset_do_not_conflict() -> None:
+    c1 = export("c1", 0, exported_labels={"a": "1", "b": "2"}, exported_annotations={})
+    c2 = export("c2", 1, exported_labels={"b": "2", "a": "1"})
+    agg = aggregate([c1, c2], ips=None, vip_enabled=False)
+    assert agg.conflicts == [] and agg.labels == {"a": "1", "b": "2"} and agg.annotations == {}
+
+
+def test_label_conflict_message_is_capped() -> None:
+    c1 = export("c1", 0, exported_labels={f"k{i}": "old" for i in range(6)})
+    c2 = export("c2", 1, exported_labels={f"k{i}": "new" for i in range(6)})
+    message = aggregate([c1, c2], ips=None, vip_enabled=False).conflicts[0][1]
+    assert '"k0"' in message and '"k2"' in message and '"k3"' not in message
+    assert message.endswith("and 3 more")
+
+
+def test_labels_set_of_an_older_non_oldest_cluster_is_not_used() -> None:
     c1 = export("c1", 0)
     c2 = export("c2", 1, exported_labels={"k": "v2"})
-    c3 = export("c3", 2, exported_labels={"k": "v3"})
+    c3 = export("c3", 2, exported_labels={"k": "v2"})
     agg = aggregate([c1, c2, c3], ips=None, vip_enabled=False)
-    assert agg.labels == {"k": "v2"}
-    assert agg.conflicts[0][1] == 'exported label "k" is "v2" in cluster c2 (oldest) but "v3" in cluster c3'
+    assert agg.labels == {}
+    assert agg.conflicting_clusters == {"c2", "c3"}
+    assert [m.split(":")[0] for _, m in agg.conflicts] == [
+        "exported labels of cluster c2 differ from those of cluster c1 (oldest, whose set is used)",
+        "exported labels of cluster c3 differ from those of cluster c1 (oldest, whose set is used)",
+    ]
 
 
 def test_vip_enablement_conflict_any_exporter() -> None:
@@ -260,6 +311,26 @@ def test_vip_enablement_checked_against_fixed_setting_even_for_oldest() -> None:
     assert agg.conflicting_clusters == {"c1"}
 
 
+def test_headless_export_is_not_compared_for_vip_enablement() -> None:
+    """A headless export has no VIP: its (forced False) setting is no ClusterSetIPEnablementConflict."""
+    c1 = export("c1", 0, clusterset_ip_enabled=True)
+    c2 = export("c2", 1, type=ServiceImportType.HEADLESS, clusterset_ip_enabled=False)
+    agg = aggregate([c1, c2], ips=["243.0.0.1"], vip_enabled=True)
+    assert reasons(agg) == [ConflictReason.TYPE]
+    # the only exporter, turned headless under an aggregate created with a VIP
+    c1_headless = export("c1", 0, type=ServiceImportType.HEADLESS, clusterset_ip_enabled=False)
+    assert aggregate([c1_headless], ips=["243.0.0.1"], vip_enabled=True).conflicts == []
+
+
+def test_headless_aggregate_is_not_compared_for_vip_enablement() -> None:
+    c1 = export("c1", 0, type=ServiceImportType.HEADLESS)
+    c2 = export("c2", 1, clusterset_ip_enabled=True)
+    agg = aggregate([c1, c2], ips=None, vip_enabled=False)
+    assert reasons(agg) == [ConflictReason.TYPE]
+    # once the headless export is gone, the ClusterSetIP one is compared again
+    assert reasons(aggregate([c2], ips=None, vip_enabled=False)) == [ConflictReason.CLUSTERSET_IP_ENABLEMENT]
+
+
 def test_conflict_order_is_fixed_and_condition_builds() -> None:
     c1 = export(
         "c1",
@@ -277,7 +348,15 @@ def test_conflict_order_is_fixed_and_condition_builds() -> None:
         exported_labels={"a": "2"},
         exported_annotations={"b": "2"},
     )
-    agg = aggregate([c2, c1], ips=["243.0.0.9"], vip_enabled=True)
+    c3 = export(
+        "c3",
+        2,
+        session_affinity="ClientIP",
+        exported_labels={"a": "1"},
+        exported_annotations={"b": "1"},
+        clusterset_ip_enabled=False,
+    )
+    agg = aggregate([c3, c2, c1], ips=["243.0.0.9"], vip_enabled=True)
     assert reasons(agg) == [
         "TypeConflict",
         "PortConflict",

@@ -212,6 +212,25 @@ def test_export_view_headless_defaults() -> None:
     assert view.session_affinity is None and view.ip_families is None
 
 
+def test_headless_with_use_clusterset_ip_true_is_no_enablement_conflict() -> None:
+    """A headless export asking for a VIP: there is none to give, so nothing to conflict about."""
+    headless = service(cluster_ip="None")
+    view = export_view(
+        "c2", headless, T0, None, None, vip_setting({USE_CLUSTERSET_IP_ANNOTATION: "true"}, False)
+    )
+    assert view.clusterset_ip_enabled is False
+    for vip_enabled, ips in ((False, None), (True, ["243.0.0.1"])):
+        assert aggregate([view], ips=ips, vip_enabled=vip_enabled).conflicts == []
+    # next to an older ClusterSetIP export with a VIP it is a type conflict, and only that
+    older = export_view("c1", service(), T0, None, None, True)
+    agg = aggregate(
+        [view.model_copy(update={"export_creation_timestamp": T0.replace(year=2027)}), older],
+        ips=["243.0.0.1"],
+        vip_enabled=True,
+    )
+    assert [r for r, _ in agg.conflicts] == ["TypeConflict"]
+
+
 def test_export_view_rejects_unexportable() -> None:
     with pytest.raises(ValueError, match="ExternalName"):
         export_view("c1", service(type_="ExternalName"), T0, None, None, False)

@@ -1,6 +1,6 @@
 """Merge every cluster's view of one exported service into the aggregated ServiceImport spec.
 
-The rules are docs/discovery.md "Aggregation rules" and design/mcs.md "Conflicts" (KEP-1645):
+The rules are docs/discovery.md "Aggregation rules" (KEP-1645 "Constraints and Conflict Resolution"):
 the oldest export (by exportCreationTimestamp, ties by cluster ID) wins every property, ports are
 the union by name, and every disagreement with the winner becomes a (reason, message) pair for
 the one `Conflict` condition that is set on *every* exporter's ServiceExport.
@@ -11,7 +11,7 @@ identical ServiceImports, so the result depends only on the set of inputs, never
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from isthmus.api.mcs import (
@@ -19,6 +19,7 @@ from isthmus.api.mcs import (
     ConflictReason,
     ExportedServiceSpec,
     ServiceImportSpec,
+    ServiceImportType,
     ServicePort,
     SessionAffinityConfig,
 )
@@ -35,9 +36,9 @@ class Aggregate:
     clusters: list[str]
     """Every exporting cluster ID, sorted (→ status.clusters)."""
     labels: dict[str, str] = field(default_factory=dict)
-    """Merged exported labels (oldest value per key)."""
+    """Exported labels: the oldest export's whole set."""
     annotations: dict[str, str] = field(default_factory=dict)
-    """Merged exported annotations (oldest value per key)."""
+    """Exported annotations: the oldest export's whole set."""
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     """(reason, message) pairs in a fixed order, for `api.mcs.conflict_condition`."""
     conflicting_clusters: set[str] = field(default_factory=set)
@@ -86,32 +87,56 @@ def _show(value: object) -> str:
     return "unset" if value is None else str(value)
 
 
+_MAX_DIFFERENCES = 3
+"""How many differing keys a labels/annotations conflict message spells out."""
+
+
+def _map_differences(oldest: Mapping[str, str], other: Mapping[str, str], a: str, b: str) -> str:
+    """What differs between two exported label/annotation sets, key by key (sorted, capped)."""
+    parts: list[str] = []
+    for key in sorted(oldest.keys() | other.keys()):
+        if key not in other:
+            parts.append(f'"{key}" is only in cluster {a}')
+        elif key not in oldest:
+            parts.append(f'"{key}" is only in cluster {b}')
+        elif oldest[key] != other[key]:
+            parts.append(f'"{key}" is "{oldest[key]}" in cluster {a} but "{other[key]}" in cluster {b}')
+    more = len(parts) - _MAX_DIFFERENCES
+    shown = "; ".join(parts[:_MAX_DIFFERENCES])
+    return f"{shown}; and {more} more" if more > 0 else shown
+
+
 def _merge_map(
     ordered: Sequence[ExportedServiceSpec],
-    get: Callable[[ExportedServiceSpec], dict[str, str] | None],
+    get: Callable[[ExportedServiceSpec], Mapping[str, str] | None],
     what: str,
     reason: ConflictReason,
     conflicts: list[tuple[str, str]],
     losers: set[str],
 ) -> dict[str, str]:
-    """Union of exported labels or annotations; the oldest value of a key wins."""
-    merged: dict[str, str] = {}
-    owner: dict[str, str] = {}
-    for exp in ordered:
-        for key in sorted(get(exp) or {}):
-            value = (get(exp) or {})[key]
-            if key not in merged:
-                merged[key], owner[key] = value, exp.cluster
-            elif merged[key] != value:
-                conflicts.append(
-                    (
-                        reason,
-                        f'exported {what} "{key}" is "{merged[key]}" in cluster {owner[key]} (oldest) '
-                        f'but "{value}" in cluster {exp.cluster}',
-                    )
-                )
-                losers.add(exp.cluster)
-    return dict(sorted(merged.items()))
+    """The oldest export's exported labels (or annotations), as a whole set.
+
+    KEP-1645 "Labels and Annotations": the set applies to the service as a whole, so when the sets of
+    name/value pairs are not identical the conflict resolution picks one set, the oldest's; keys
+    are never mixed from several exporters. An exporter without any counts as the empty set, which
+    differs from a non-empty one (the KEP compares the sets, and the oldest empty set does win).
+    """
+    oldest = ordered[0]
+    winner = dict(get(oldest) or {})
+    for exp in ordered[1:]:
+        mine = get(exp) or {}
+        if mine == winner:
+            continue
+        conflicts.append(
+            (
+                reason,
+                f"exported {what}s of cluster {exp.cluster} differ from those of cluster "
+                f"{oldest.cluster} (oldest, whose set is used): "
+                + _map_differences(winner, mine, oldest.cluster, exp.cluster),
+            )
+        )
+        losers.add(exp.cluster)
+    return dict(sorted(winner.items()))
 
 
 def aggregate(
@@ -209,8 +234,15 @@ def aggregate(
     )
 
     # VIP setting: fixed on the aggregate when it was created; a differing export still exports.
+    # A headless service has no VIP, so the setting means nothing for a headless export (whose view
+    # carries clusterset_ip_enabled=False whatever the user asked) nor for a headless aggregate:
+    # comparing them would report a conflict about a VIP nobody can have, naming a value the user
+    # never set. A headless/ClusterSetIP mix is already a TypeConflict.
     setting = "true" if vip_enabled else "false"
-    for exp in ordered:
+    compared = [] if oldest.type == ServiceImportType.HEADLESS else ordered
+    for exp in compared:
+        if exp.type == ServiceImportType.HEADLESS:
+            continue
         if exp.clusterset_ip_enabled != vip_enabled:
             asked = "true" if exp.clusterset_ip_enabled else "false"
             conflicts.append(

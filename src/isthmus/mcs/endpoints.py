@@ -147,6 +147,7 @@ def export_view(
 ) -> ExportedServiceSpec:
     """What cluster `cluster_id` publishes about `service` (an ExportedService spec).
 
+    A headless Service has no VIP, so its view never asks for one, whatever `vip_enabled` says.
     Raises ValueError if the Service cannot be exported (see validate_export): callers validate first.
     """
     valid, _, message, svc_type = validate_export(service)
@@ -189,7 +190,7 @@ def export_view(
             "TrafficPolicy | None", spec.internalTrafficPolicy if spec is not None else None
         ),
         traffic_distribution=spec.trafficDistribution if spec is not None else None,
-        clusterset_ip_enabled=vip_enabled,
+        clusterset_ip_enabled=vip_enabled and svc_type == ServiceImportType.CLUSTER_SET_IP,
         export_creation_timestamp=export_created,
         exported_labels=dict(exported_labels) if exported_labels else None,
         exported_annotations=dict(exported_annotations) if exported_annotations else None,
