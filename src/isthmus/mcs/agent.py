@@ -585,8 +585,6 @@ class Agent:
             state.failure = (f"cluster {self.cluster_id} is not registered on the broker "
                              "(it left or never joined): run `isthmus join`")
             return
-        if state.type == ServiceImportType.HEADLESS:
-            vip = False  # a headless service has no virtual IP to give
         created = export.metadata.creation_timestamp or datetime.now(UTC)
         spec = export_view(self.cluster_id, service, created, export.spec.exported_labels,
                            export.spec.exported_annotations, vip)

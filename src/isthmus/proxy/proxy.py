@@ -17,7 +17,6 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,7 +25,8 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from isthmus.api.mcs import SOURCE_CLUSTER_LABEL, ServiceImport, kube_service_name, mcs_service_name
+from isthmus.api.mcs import SOURCE_CLUSTER_LABEL, ServiceImport
+from isthmus.kube import keys
 from isthmus.kube.resources import resource_for
 from isthmus.proxy.balancer import Balancer
 from isthmus.proxy.metrics import ListenerStats, ProxyStats
@@ -45,7 +45,7 @@ from isthmus.proxy.table import (
 )
 from isthmus.proxy.tcp import DEFAULT_CONNECT_TIMEOUT, TcpListener
 from isthmus.proxy.udp import DEFAULT_IDLE_TIMEOUT, UdpListener
-from isthmus.runtime import HealthServer, Informer, SharedInformerFactory, object_labels, object_namespace
+from isthmus.runtime import HealthServer, Informer, SharedInformerFactory, object_labels
 from isthmus.runtime.dirty import DirtyKeys
 
 __all__ = [
@@ -138,24 +138,6 @@ def import_snapshot(obj: Any) -> ImportSnap:
         clusters=tuple(str(c["cluster"]) for c in status.get("clusters") or () if c.get("cluster")),
         created=_created(obj.metadata),
     )
-
-
-def _mcs_key(obj: Any) -> Iterable[str]:
-    svc = mcs_service_name(object_labels(obj))
-    return (f"{object_namespace(obj)}/{svc}",) if svc else ()
-
-
-def _kube_key(obj: Any) -> Iterable[str]:
-    svc = kube_service_name(object_labels(obj))
-    return (f"{object_namespace(obj)}/{svc}",) if svc else ()
-
-
-def _own_key(obj: Any) -> Iterable[str]:
-    return (f"{object_namespace(obj)}/{obj.metadata.name}",)
-
-
-def _slice_keys(obj: Any) -> Iterable[str]:
-    return (*_mcs_key(obj), *_kube_key(obj))
 
 
 # --- sockets -------------------------------------------------------------------------------------
@@ -310,8 +292,8 @@ class ProxyService:
         self.imports: Informer[Any] = self.factory.informer(resource_for(ServiceImport))
         self.services: Informer[Service] = self.factory.informer(Service)
         self.slices: Informer[EndpointSlice] = self.factory.informer(EndpointSlice)
-        self.slices.add_indexer(MCS_SLICE_INDEX, _mcs_key)
-        self.slices.add_indexer(KUBE_SLICE_INDEX, _kube_key)
+        self.slices.add_indexer(MCS_SLICE_INDEX, keys.mcs_keys)
+        self.slices.add_indexer(KUBE_SLICE_INDEX, keys.kube_slice_keys)
         self.listeners: dict[ListenerKey, _Listener] = {}
         self.conflicts: list[str] = []
         self.health: HealthServer | None = None
@@ -319,9 +301,9 @@ class ProxyService:
         self._dirty = DirtyKeys(self.flush)
         self._sync_task: asyncio.Task[bool] | None = None
         self._closing: set[asyncio.Task[None]] = set()
-        self._dirty.watch(self.imports, _own_key)
-        self._dirty.watch(self.services, _own_key)
-        self._dirty.watch(self.slices, _slice_keys)
+        self._dirty.watch(self.imports, keys.own_keys)
+        self._dirty.watch(self.services, keys.own_keys)
+        self._dirty.watch(self.slices, keys.slice_keys)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
