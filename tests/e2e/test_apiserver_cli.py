@@ -6,11 +6,13 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import shutil
 import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -63,19 +65,25 @@ def start(*args: str, log: Path) -> Server:
         proc = subprocess.Popen([ISTHMUS, "apiserver", "--port", "0", *args], stdout=subprocess.PIPE,
                                 stderr=err, text=True)
     assert proc.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    # A reader thread, so a server that never prints the expected line cannot block the test.
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or ()], daemon=True).start()
     url, kubeconfig = "", ""
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not kubeconfig:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if "listening on" in line:
-            url = line.split()[-1]
-        elif line.startswith("kubeconfig written to"):
-            kubeconfig = line.split()[-1]
-    if not kubeconfig:
-        stop(proc)
-        raise AssertionError(f"apiserver did not start: {log.read_text()}")
+    try:
+        while not kubeconfig and time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if "listening on" in line:
+                url = line.split()[-1]
+            elif line.startswith("kubeconfig written to"):
+                kubeconfig = line.split()[-1]
+    finally:
+        if not kubeconfig:
+            stop(proc)
+    assert kubeconfig, f"apiserver did not start: {log.read_text()}"
     return Server(proc, url, Path(kubeconfig))
 
 
