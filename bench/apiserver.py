@@ -33,6 +33,10 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+HEADERS: dict[str, str] = {}
+"""The bearer token the server generated in its data dir (it never serves anonymously)."""
+
+
 class Server:
     def __init__(self, data: Path) -> None:
         self.data = data
@@ -41,14 +45,15 @@ class Server:
 
     def start(self) -> float:
         t0 = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "isthmus", "apiserver", "--port", "0", "--data-dir",
-                                      str(self.data), "--log-level", "warning"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "isthmus", "apiserver", "--port", "0", "--no-tls",
+                                      "--data-dir", str(self.data), "--log-level", "warning"],
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout
         for line in self.proc.stdout:
             if "listening on" in line:
                 self.url = line.split()[-1]
                 break
+        HEADERS["Authorization"] = f"Bearer {(self.data / 'token').read_text().strip()}"
         return time.monotonic() - t0
 
     def stop(self) -> None:
@@ -65,7 +70,7 @@ def cm(name: str, ns: str = "bench") -> dict:  # type: ignore[type-arg]
 
 
 async def _create_range(url: str, prefix: str, n: int, ns: str = "bench") -> float:
-    async with aiohttp.ClientSession() as s:
+    async with aiohttp.ClientSession(headers=HEADERS) as s:
         t0 = time.perf_counter()
         for i in range(n):
             async with s.post(f"{url}/api/v1/namespaces/{ns}/configmaps", json=cm(f"{prefix}-{i}", ns)) as r:
@@ -80,12 +85,12 @@ def _client_proc(url: str, prefix: str, n: int, q: mp.Queue) -> None:  # type: i
 
 
 async def ensure_ns(url: str, name: str) -> None:
-    async with aiohttp.ClientSession() as s:
+    async with aiohttp.ClientSession(headers=HEADERS) as s:
         await s.post(f"{url}/api/v1/namespaces", json={"metadata": {"name": name}})
 
 
 async def gets(url: str, n: int) -> float:
-    async with aiohttp.ClientSession() as s:
+    async with aiohttp.ClientSession(headers=HEADERS) as s:
         t0 = time.perf_counter()
         for i in range(n):
             async with s.get(f"{url}/api/v1/namespaces/bench/configmaps/one-{i % 1000}") as r:
@@ -94,7 +99,7 @@ async def gets(url: str, n: int) -> float:
 
 
 async def list_time(url: str, ns: str) -> tuple[float, int]:
-    async with aiohttp.ClientSession() as s:
+    async with aiohttp.ClientSession(headers=HEADERS) as s:
         t0 = time.perf_counter()
         async with s.get(f"{url}/api/v1/namespaces/{ns}/configmaps") as r:
             body = await r.read()
@@ -123,7 +128,7 @@ def _watchers_proc(url: str, n_watchers: int, n_events: int, rv: str, q: mp.Queu
                         return
 
         conn = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=conn) as s:
+        async with aiohttp.ClientSession(connector=conn, headers=HEADERS) as s:
             tasks = [asyncio.create_task(one(s)) for _ in range(n_watchers)]
             while ready < n_watchers:  # noqa: ASYNC110 - a poll keeps the bench simple
                 await asyncio.sleep(0.05)
@@ -135,7 +140,7 @@ def _watchers_proc(url: str, n_watchers: int, n_events: int, rv: str, q: mp.Queu
 
 
 async def produce_events(url: str, n: int, rate: float) -> None:
-    async with aiohttp.ClientSession() as s:
+    async with aiohttp.ClientSession(headers=HEADERS) as s:
         for i in range(n):
             obj = cm(f"w-{i}", "watch")
             obj["metadata"]["annotations"] = {"sent": repr(time.time())}
@@ -200,7 +205,7 @@ def main() -> None:
         rv = "0"
 
         async def current_rv() -> str:
-            async with aiohttp.ClientSession() as s, s.get(f"{url}/api/v1/namespaces/watch/configmaps") as r:
+            async with aiohttp.ClientSession(headers=HEADERS) as s, s.get(f"{url}/api/v1/namespaces/watch/configmaps") as r:
                 return str((await r.json())["metadata"]["resourceVersion"])
 
         rv = asyncio.run(current_rv())
