@@ -13,8 +13,10 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -99,7 +101,10 @@ class Clusterset:
         return self.isthmus("up", "--detach", "--state-dir", str(self.root), *extra)
 
     def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = json.loads(self.isthmus("status", "--state-dir", str(self.root), "-o", "json").stdout)
+        """`status -o json`, whose exit code says whether the clusterset is ready."""
+        p = self.isthmus("status", "--state-dir", str(self.root), "-o", "json", check=False)
+        out: dict[str, Any] = json.loads(p.stdout)
+        assert p.returncode == (0 if out["ready"] else 1), p.stderr
         return out
 
     def kubectl(self, context: str, *args: str, stdin: str | None = None, check: bool = True) -> str:
@@ -208,10 +213,27 @@ def test_up_reports_every_part_ready(cs: Clusterset) -> None:
         assert c["clustersetIPCIDR"] == f"127.{239 + i}.0.0/16"
         assert c["server"].startswith("https://127.0.0.1:") and c["dns"].startswith("127.0.0.1:")
         assert Path(c["kubeconfig"]).exists()
+    for c in doc["clusters"]:  # membership and heartbeats as the broker has them
+        assert c["joined"] is True and 0 <= c["heartbeatAge"] <= 30 and c["problems"] == []
+        assert c["restarts"] == 0
+    assert doc["broker"]["reachable"] is True and doc["problems"] == []
     table = cs.isthmus("status", "--state-dir", str(cs.root)).stdout
-    assert "ready" in table and "127.102.0.0/16" in table
+    assert "ready" in table and "127.102.0.0/16" in table and "JOINED / HEARTBEAT" in table
+    assert cs.isthmus("status", "--state-dir", str(cs.root), "--wait", "--timeout", "5").returncode == 0
     again = cs.up()  # already running: says so, exits 0
     assert "already running" in again.stdout
+
+
+def test_everything_in_the_state_dir_is_private(cs: Clusterset) -> None:
+    """It holds tokens (kubeconfigs, broker-info, Secrets in every state.db): dirs 0700, files 0600."""
+    loose = []
+    for path in [cs.root, *cs.root.rglob("*")]:
+        if "kubectl-cache" in path.parts or path.is_symlink():
+            continue  # kubectl's own cache, written by this test's kubectl
+        want = 0o700 if path.is_dir() else 0o600
+        if stat.S_IMODE(path.stat().st_mode) != want:
+            loose.append(f"{oct(stat.S_IMODE(path.stat().st_mode))} {path.relative_to(cs.root)}")
+    assert not loose, loose
 
 
 def test_kubectl_reaches_every_cluster_through_the_merged_kubeconfig(cs: Clusterset) -> None:
@@ -270,6 +292,8 @@ def test_killed_parts_are_restarted_and_converge(cs: Clusterset) -> None:
     doc = wait_for("killed parts restarted and ready", recovered, timeout=60, every=1)
     assert doc["clusters"][0]["processes"]["agent"]["restarts"] >= 1
     assert doc["clusters"][0]["processes"]["agent"]["lastExit"] == -9
+    assert doc["clusters"][0]["restarts"] >= 1
+    assert "agent ↻" in cs.isthmus("status", "--state-dir", str(cs.root)).stdout  # restarts in the table
     # A new export from c2 (whose apiserver restarted) reaches c1 (whose agent restarted).
     cs.kubectl("c2", "apply", "-f", "-", stdin=SECOND)
     cs.isthmus("export", "echo2", "-n", "demo", "--context", "c2", "--use-clusterset-ip", "true")
@@ -277,6 +301,97 @@ def test_killed_parts_are_restarted_and_converge(cs: Clusterset) -> None:
     assert wait_for("echo2 in c1's DNS",
                     lambda: _resolve(doc["clusters"][0]["dns"], "echo2.demo.svc.clusterset.local")) == [vip2]
     assert set(wait_for("echo2 traffic", lambda: _http_clusters(f"http://{vip2}:8000/", 4))) == {"c2"}
+
+
+class TrafficLoop:
+    """DNS queries and HTTP requests through the VIP in a loop on a thread, counting failures."""
+
+    MAX_ROUNDS = 3000  # bounded even if `stop()` is never reached
+
+    def __init__(self, dns_addr: str, name: str, url: str) -> None:
+        self.dns_addr, self.name, self.url = dns_addr, name, url
+        self.ok = collections.Counter[str]()
+        self.failed = collections.Counter[str]()
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        for _ in range(self.MAX_ROUNDS):
+            if self._stop.is_set():
+                return
+            try:
+                assert _resolve(self.dns_addr, self.name), "no A record"
+                self.ok["dns"] += 1
+            except Exception as e:
+                self.failed["dns"] += 1
+                self.errors.append(f"dns: {e!r}")
+            try:
+                with opener.open(self.url, timeout=3) as r:
+                    json.loads(r.read())
+                self.ok["http"] += 1
+            except Exception as e:
+                self.failed["http"] += 1
+                self.errors.append(f"http: {e!r}")
+            time.sleep(0.02)
+
+    def __enter__(self) -> TrafficLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def _pids(doc: dict[str, Any]) -> dict[str, int]:
+    out = {"broker-apiserver": doc["broker"]["processes"]["apiserver"]["pid"]}
+    for c in doc["clusters"]:
+        out.update({f"{c['name']}-{k}": p["pid"] for k, p in c["processes"].items()})
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except OSError:
+        return False
+
+
+def test_up_after_a_supervisor_crash_adopts_healthy_parts_without_an_outage(cs: Clusterset) -> None:
+    before = wait_for("ready", lambda: (d := cs.status())["ready"] and d)
+    pids = _pids(before)
+    supervisor = before["supervisor"]["pid"]
+    dns_addr = before["clusters"][0]["dns"]
+    vip = _vip(cs, "c1", "echo")
+    assert vip is not None
+    with TrafficLoop(dns_addr, "echo.demo.svc.clusterset.local", f"http://{vip}:80/") as loop:
+        wait_for("traffic flowing", lambda: loop.ok["http"] >= 5 and loop.ok["dns"] >= 5)
+        os.kill(supervisor, signal.SIGKILL)
+        wait_for("the supervisor gone", lambda: not _alive(supervisor))
+        assert cs.status()["phase"] == "unsupervised"
+        started = time.monotonic()
+        cs.up()
+        print(f"`isthmus up` after the supervisor crash: {time.monotonic() - started:.1f}s")
+        after = cs.status()
+        settled = loop.ok["http"] + 20
+        wait_for("traffic after `up`", lambda: loop.ok["http"] >= settled)
+    print(f"during re-up: ok {dict(loop.ok)}, failed {dict(loop.failed)}")
+    assert after["ready"] is True and after["supervisor"]["pid"] not in (None, supervisor)
+    assert _pids(after) == pids  # every part adopted, none restarted
+    assert sum(loop.failed.values()) == 0, loop.errors[:10]
+
+    # The new supervisor watches what it adopted: a killed adopted part is restarted.
+    os.kill(pids["c3-dns"], signal.SIGKILL)
+
+    def restarted() -> dict[str, Any] | None:
+        doc = cs.status()
+        pid = doc["clusters"][2]["processes"]["dns"]["pid"]
+        return doc if doc["ready"] and pid not in (None, pids["c3-dns"]) else None
+
+    doc = wait_for("adopted c3-dns restarted", restarted, timeout=60, every=0.5)
+    assert doc["clusters"][2]["processes"]["dns"]["restarts"] == after["clusters"][2]["processes"]["dns"]["restarts"] + 1
 
 
 def test_down_stops_everything_and_up_resumes_with_objects_intact(cs: Clusterset) -> None:
@@ -296,3 +411,17 @@ def test_down_stops_everything_and_up_resumes_with_objects_intact(cs: Clusterset
     vip = _vip(cs, "c3", "echo")
     assert vip is not None and vip.startswith("127.24")
     assert set(wait_for("traffic after resume", _from_both(lambda: _http_clusters(f"http://{vip}:80/", 12)))) == {"c1", "c2"}
+
+
+def test_status_reads_membership_from_the_broker(cs: Clusterset) -> None:
+    """A cluster that left the broker is not ready, whatever its processes say."""
+    wait_for("ready", lambda: cs.status()["ready"])
+    out = cs.isthmus("leave", "--kubeconfig", str(cs.root / "kubeconfigs" / "c3.yaml"))
+    assert "c3" in out.stdout
+    doc = cs.status()
+    c3 = doc["clusters"][2]
+    assert doc["ready"] is False and c3["ready"] is False and c3["joined"] is False
+    assert "c3 left the clusterset (not registered on the broker)" in c3["problems"]
+    assert doc["clusters"][0]["joined"] is True
+    p = cs.isthmus("status", "--state-dir", str(cs.root), "--wait", "--timeout", "2", check=False)
+    assert p.returncode == 1 and "c3 left the clusterset" in p.stderr and p.stderr.startswith("error: not ready")

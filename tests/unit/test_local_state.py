@@ -24,7 +24,8 @@ def test_state_round_trips_through_json(tmp_path: Path) -> None:
     save_state(layout, state)
     on_disk = json.loads(layout.state_file.read_text())
     assert on_disk["setup"]["joined"] == {"c1": "127.240.0.0/16"}
-    assert on_disk["parts"]["c1-agent"] == {"pid": 7, "restarts": 2, "lastExit": -9, "startedAt": 1.5}
+    assert on_disk["parts"]["c1-agent"] == {"pid": 7, "restarts": 2, "lastExit": -9, "startedAt": 1.5,
+                                            "lastError": None, "failed": False}
     again = load_state(layout)
     assert again is not None
     assert again.to_json() == state.to_json()
@@ -63,9 +64,12 @@ def test_saved_ports_are_kept_and_taken_ones_replaced() -> None:
     assert changed == ["c1-apiserver"] and state.ports["c1-apiserver"] == 45000
 
 
-def test_picked_ports_avoid_node_ports() -> None:
-    port = up.pick_port(set())
-    assert port not in up.RESERVED_PORTS and up.port_free(port)
+def test_picked_ports_avoid_node_ports_and_ephemeral_ports() -> None:
+    """An ephemeral port can be held by any outgoing connection's local end: a server picked
+    there would fail to bind on a later restart."""
+    for _ in range(20):
+        port = up.pick_port(set())
+        assert port not in up.RESERVED_PORTS and port not in up.ephemeral_ports() and up.port_free(port)
 
 
 def test_every_part_command_names_the_state_dir(tmp_path: Path) -> None:

@@ -1,16 +1,28 @@
-"""The supervisor with stand-in parts: restart with backoff, ordered stop, SIGKILL for stragglers."""
+"""The supervisor with stand-in parts: restart with backoff, ordered stop, SIGKILL for stragglers,
+parts that refuse to start, and processes adopted from a crashed supervisor."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from isthmus.local.state import PartState
-from isthmus.local.supervisor import PartSpec, Supervisor, is_ours, run_command, tail
+from isthmus.local.supervisor import (
+    CRASH_LOOP,
+    GIVE_UP_AFTER,
+    PartSpec,
+    Supervisor,
+    cmdline,
+    is_ours,
+    run_command,
+    tail,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -68,3 +80,94 @@ async def test_one_shot_commands_log_and_time_out(tmp_path: Path) -> None:
     assert await run_command([sys.executable, "-c", "print('done')"], log, 10) == 0
     assert await run_command([sys.executable, "-c", "import time; time.sleep(30)"], log, 0.5) == -1
     assert "done" in tail(log)
+
+
+async def test_a_part_refusing_to_start_is_reported_and_not_restarted_forever(tmp_path: Path) -> None:
+    saved: dict[str, PartState] = {}
+    sup = Supervisor(tmp_path, lambda n, s: saved.__setitem__(n, PartState(**vars(s))))
+    refuse = "import sys; print('starting'); print('error: /x/state.db is empty', file=sys.stderr); sys.exit(2)"
+    sup.start(_spec(tmp_path, "api", refuse))
+    assert await sup.wait_ready(["api"], within=600, fail_fast=True) == ["api"]  # returns on trouble, not at 600s
+    await _until(lambda: sup.states["api"].failed)
+    st = saved["api"]
+    assert st.failed and st.last_exit == 2 and st.pid is None
+    assert st.last_error == "error: /x/state.db is empty"
+    assert st.restarts == GIVE_UP_AFTER - 1
+    assert sup.trouble(["api"]) == {"api": "refused to start: error: /x/state.db is empty"}
+    assert any("not restarting it" in line for line in tail(tmp_path / "logs" / "api.log"))
+    # Once the cause is fixed, `up` asks for a retry.
+    sup.specs["api"] = _spec(tmp_path, "api", "import time; print('serving', flush=True); time.sleep(60)")
+    assert sup.retry_failed() == ["api"]
+    await _until(lambda: sup.states["api"].pid is not None)
+    assert not sup.states["api"].failed and sup.trouble(["api"]) == {}
+    await sup.stop()
+
+
+async def test_a_crash_loop_keeps_restarting_and_says_what_the_part_said(tmp_path: Path) -> None:
+    sup = Supervisor(tmp_path, lambda n, s: None)
+    sup.start(_spec(tmp_path, "agent", "raise RuntimeError('cannot reach the apiserver')"))
+    await _until(lambda: sup.states["agent"].restarts >= CRASH_LOOP)
+    await sup.stop()
+    st = sup.states["agent"]
+    assert not st.failed and st.last_exit == 1
+    assert st.last_error == "RuntimeError: cannot reach the apiserver"  # a traceback's last line
+    assert sup.trouble(["agent"]) == {"agent": "keeps exiting at start: RuntimeError: cannot reach the apiserver"}
+
+
+def _popen(*args: str) -> subprocess.Popen[bytes]:
+    """Start a sleeper; return once it has exec'ed (before that its cmdline is still ours)."""
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", *args]
+    p = subprocess.Popen(argv, start_new_session=True)
+    for _ in range(200):
+        if cmdline(p.pid) == argv:
+            break
+        time.sleep(0.01)
+    return p
+
+
+def _stand_in(root: Path) -> subprocess.Popen[bytes]:
+    """A process as a crashed supervisor leaves it: our command line, its own session."""
+    return _popen(str(root))
+
+
+async def test_an_adopted_process_is_watched_restarted_and_stopped(tmp_path: Path) -> None:
+    orphan = _stand_in(tmp_path)
+    try:
+        sup = Supervisor(tmp_path, lambda n, s: None)
+        sup.start(_spec(tmp_path, "dns", "import time; time.sleep(60)"),
+                  PartState(restarts=4, started_at=12.5), adopt=orphan.pid)
+        await _until(lambda: sup.states["dns"].pid is not None)
+        assert sup.states["dns"].pid == orphan.pid and sup.states["dns"].started_at == 12.5  # kept, not relaunched
+        assert "adopted" in tail(tmp_path / "logs" / "dns.log")[-1]
+        orphan.kill()
+        orphan.wait()  # the test is its parent: reap it, as init would
+        await _until(lambda: sup.states["dns"].pid not in (None, orphan.pid))
+        st = sup.states["dns"]
+        assert st.restarts == 5 and st.last_exit is None  # not our child: no exit code
+        new = st.pid
+        await sup.stop()
+        assert not is_ours(new, tmp_path)
+
+        second = _stand_in(tmp_path)
+        sup = Supervisor(tmp_path, lambda n, s: None)
+        sup.start(_spec(tmp_path, "dns", "import time; time.sleep(60)"), adopt=second.pid)
+        await _until(lambda: sup.states["dns"].pid == second.pid)
+        await sup.stop(grace=5)
+        assert second.wait(5) == -15  # stopped with SIGTERM through its pidfd
+    finally:
+        orphan.kill()
+        orphan.wait()
+
+
+async def test_a_pid_that_is_not_ours_is_never_adopted(tmp_path: Path) -> None:
+    stranger = _popen()
+    try:
+        sup = Supervisor(tmp_path, lambda n, s: None)
+        sup.start(_spec(tmp_path, "proxy", "import time; time.sleep(60)"), adopt=stranger.pid)
+        await _until(lambda: sup.states["proxy"].pid is not None)
+        assert sup.states["proxy"].pid != stranger.pid
+        await sup.stop()
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()

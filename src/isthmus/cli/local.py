@@ -1,4 +1,4 @@
-"""`isthmus up`, `isthmus status`, `isthmus down`: the local clusterset (design/local.md).
+"""`isthmus up`, `isthmus status`, `isthmus down`: the local clusterset (docs/local.md).
 
 Flags, progress and printing only; the work is in `isthmus.local.up` (bring-up, status) and
 `isthmus.local.supervisor` (processes).
@@ -12,22 +12,40 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
 from isthmus.cli.app import app, fail
 from isthmus.local import plan
-from isthmus.local.state import PHASE_FAILED, Layout, StateError, load_state
+from isthmus.local.state import (
+    PHASE_FAILED,
+    PHASE_RUNNING,
+    PHASE_STOPPED,
+    Layout,
+    State,
+    StateError,
+    load_state,
+    salvage_pids,
+    save_state,
+)
 from isthmus.local.supervisor import is_ours, tail, terminate
 from isthmus.local.up import (
+    HEALTH_FAILED,
+    HEALTH_READY,
+    HEALTH_RESTARTING,
+    HEALTH_STARTING,
     PHASE_UNSUPERVISED,
+    RETRY_SIGNAL,
+    STALE_HEARTBEAT,
     SUPERVISE_FLAG,
     collect_status,
     machine_holder,
@@ -46,7 +64,8 @@ StateDirOpt = Annotated[
 ]
 DEFAULT_STATE_DIR = Path(".isthmus")
 
-_ICON = {"ready": ("✔", "green"), "starting": ("…", "yellow"), "down": ("✘", "red")}
+_ICON = {HEALTH_READY: ("✔", "green"), HEALTH_STARTING: ("…", "yellow"), HEALTH_RESTARTING: ("↻", "yellow"),
+         HEALTH_FAILED: ("✘", "red"), "down": ("✘", "red")}
 
 
 def _console() -> Console:
@@ -56,6 +75,14 @@ def _console() -> Console:
 
 def _status(layout: Layout) -> dict[str, Any]:
     return asyncio.run(collect_status(layout))
+
+
+def _checked_status(layout: Layout) -> dict[str, Any]:
+    """`_status`, a state.json that cannot be used being a user error."""
+    try:
+        return _status(layout)
+    except StateError as e:
+        raise fail(str(e)) from None
 
 
 # --- up ------------------------------------------------------------------------------------------
@@ -77,7 +104,10 @@ def up(
     ] = False,
     supervise_flag: Annotated[bool, typer.Option(SUPERVISE_FLAG, hidden=True)] = False,
 ) -> None:
-    """Start a broker and N clusters on this machine (127.0.0.0/8 only) and keep them running."""
+    """Start a broker and N clusters on this machine (127.0.0.0/8 only) and keep them running.
+
+    After a crash of the supervisor, `up` keeps the parts still running and healthy and restarts
+    only the others; on a running clusterset it retries the parts that refused to start."""
     layout = Layout.at(state_dir)
     if clusters is not None:
         try:
@@ -99,8 +129,7 @@ def up(
     console = _console()
     pid = running_supervisor(layout)
     if pid is not None:
-        console.print(f"The clusterset in {layout.root} is already running (supervisor pid {pid}).")
-        _print_table(console, _status(layout))
+        _up_while_running(console, layout, pid)
         return
     holder = machine_holder()
     if holder is not None and holder != str(layout.root):
@@ -119,7 +148,7 @@ def up(
     if not detach:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-    doc = _watch_bringup(console, layout, proc, lambda: stop_requested)
+    doc = _watch_bringup(console, layout, lambda: proc.poll() is None, lambda: stop_requested)
     if doc is not None and doc["ready"]:
         _print_ready(console, doc, time.monotonic() - started)
         if detach:
@@ -135,7 +164,7 @@ def up(
     elif not stop_requested:
         _explain_not_ready(console, layout, doc)
         if detach:
-            console.print(f"The clusterset keeps starting in the background; "
+            console.print(f"The clusterset keeps running in the background; "
                           f"`isthmus status --state-dir {state_dir}` to watch, "
                           f"`isthmus down --state-dir {state_dir}` to stop it.")
             raise typer.Exit(1)
@@ -158,15 +187,57 @@ def up(
     console.print("Stopped.")
 
 
-def _part_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(name, health, address) of every part, in start order."""
-    rows = [("broker apiserver", doc["broker"]["parts"]["apiserver"], doc["broker"]["server"])]
+def _up_while_running(console: Console, layout: Layout, pid: int) -> None:
+    """`up` on a running clusterset: say so, after retrying the parts that refused to start."""
+    doc = _checked_status(layout)
+    failed = [row.name for row in _part_rows(doc) if row.health == HEALTH_FAILED]
+    if not failed:
+        console.print(f"The clusterset in {layout.root} is already running (supervisor pid {pid}).")
+        _print_table(console, doc)
+        return
+    console.print(f"The clusterset in {layout.root} runs (supervisor pid {pid}); starting again: {', '.join(failed)}")
+    if is_ours(pid, layout.root, marker=SUPERVISE_FLAG):
+        os.kill(pid, RETRY_SIGNAL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and _failed_parts(layout) & {n.replace(" ", "-") for n in failed}:
+        time.sleep(0.1)  # the supervisor has taken the signal once state.json says so
+    after = _watch_bringup(console, layout, lambda: running_supervisor(layout) is not None, lambda: False)
+    if after is not None and after["ready"]:
+        _print_table(console, after)
+        return
+    _explain_not_ready(console, layout, after)
+    raise typer.Exit(1)
+
+
+def _failed_parts(layout: Layout) -> set[str]:
+    try:
+        state = load_state(layout)
+    except StateError:
+        return set()
+    return {n for n, p in state.parts.items() if p.failed} if state is not None else set()
+
+
+class _Row:
+    """One part as the tables show it."""
+
+    def __init__(self, name: str, health: str, addr: str, proc: dict[str, Any]) -> None:
+        self.name, self.health, self.addr, self.proc = name, health, addr, proc
+
+    @property
+    def log_name(self) -> str:
+        return self.name.replace(" ", "-")
+
+
+def _part_rows(doc: dict[str, Any]) -> list[_Row]:
+    """Every part, in start order."""
+    b = doc["broker"]
+    rows = [_Row("broker apiserver", b["parts"]["apiserver"], b["server"], b["processes"]["apiserver"])]
     for c in doc["clusters"]:
         procs = c["processes"]
         for kind in plan.CLUSTER_PART_KINDS:
             addr = c["server"] if kind == plan.APISERVER else c["dns"] if kind == plan.DNS else \
                 procs[kind]["readyz"].removeprefix("http://").removesuffix("/readyz")
-            rows.append((f"{c['name']} {kind}", c["parts"][kind], addr))
+            rows.append(_Row(f"{c['name']} {kind}", c["parts"][kind], addr, procs[kind]))
     return rows
 
 
@@ -174,15 +245,22 @@ def _progress(doc: dict[str, Any] | None, elapsed: float) -> Group:
     if doc is None:
         return Group(Spinner("dots", text=f" preparing the state dir ({elapsed:.0f}s)"))
     grid = Table.grid(padding=(0, 2))
-    for _ in range(3):
+    for _ in range(4):
         grid.add_column()
-    for name, health, addr in _part_rows(doc):
-        if health == "ready":
-            grid.add_row(Text("✔", style="green"), Text(name, style="green"), Text(addr, style="dim"))
-        elif health == "starting":
-            grid.add_row(Spinner("dots", style="yellow"), Text(name), Text(addr, style="dim"))
+    for row in _part_rows(doc):
+        said = Text(row.proc.get("lastError") or "", style="red" if row.health == HEALTH_FAILED else "dim")
+        if row.health == HEALTH_READY:
+            grid.add_row(Text("✔", style="green"), Text(row.name, style="green"), Text(row.addr, style="dim"), "")
+        elif row.health == HEALTH_FAILED:
+            grid.add_row(Text("✘", style="red"), Text(f"{row.name} (not restarted)", style="red"),
+                         Text(row.addr, style="dim"), said)
+        elif row.health == HEALTH_RESTARTING:
+            grid.add_row(Text("↻", style="yellow"), Text(f"{row.name} (restart {row.proc['restarts']})"),
+                         Text(row.addr, style="dim"), said)
+        elif row.health == HEALTH_STARTING:
+            grid.add_row(Spinner("dots", style="yellow"), Text(row.name), Text(row.addr, style="dim"), "")
         else:
-            grid.add_row(Text("·", style="dim"), Text(name, style="dim"), Text(addr, style="dim"))
+            grid.add_row(Text("·", style="dim"), Text(row.name, style="dim"), Text(row.addr, style="dim"), "")
     phase = doc["phase"]
     joined = sum(1 for c in doc["clusters"] if c["joined"])
     head = Text(f"Starting the local clusterset ({phase}; {joined}/{len(doc['clusters'])} joined; "
@@ -190,20 +268,22 @@ def _progress(doc: dict[str, Any] | None, elapsed: float) -> Group:
     return Group(head, grid)
 
 
-def _watch_bringup(console: Console, layout: Layout, proc: subprocess.Popen[bytes],
-                   stopped: Any) -> dict[str, Any] | None:
-    """Show a line per part until all are ready, the supervisor exits, a signal, or the timeout."""
+def _watch_bringup(console: Console, layout: Layout, running: Callable[[], bool],
+                   stopped: Callable[[], bool]) -> dict[str, Any] | None:
+    """Show a line per part until all are ready, one is given up on, the supervisor exits, a
+    signal, or the timeout."""
     started = time.monotonic()
     doc: dict[str, Any] | None = None
     with Live(_progress(None, 0), console=console, refresh_per_second=8, transient=False) as live:
-        while time.monotonic() - started < READY_TIMEOUT and proc.poll() is None and not stopped():
+        while time.monotonic() - started < READY_TIMEOUT and running() and not stopped():
             try:
                 doc = _status(layout) if layout.exists() else None
-            except (StateError, FileNotFoundError, KeyError):
+            except (StateError, FileNotFoundError):
                 doc = None  # the supervisor is still writing its first state.json
             live.update(_progress(doc, time.monotonic() - started))
-            if doc is not None and doc["ready"]:
-                break
+            if doc is not None and (doc["ready"] or (doc["phase"] == PHASE_RUNNING and any(
+                    r.health == HEALTH_FAILED for r in _part_rows(doc)))):
+                break  # (a part failing before `running` fails the bring-up: the supervisor exits)
             time.sleep(0.3)
     if not console.is_terminal:
         console.line()  # a non-terminal Live leaves its last frame without a newline
@@ -230,13 +310,19 @@ def _print_ready(console: Console, doc: dict[str, Any], elapsed: float) -> None:
 
 
 def _explain_exit(console: Console, layout: Layout) -> None:
+    """The supervisor is gone without a ready clusterset: why, naming the parts that failed."""
     try:
         state = load_state(layout)
     except StateError:
         state = None
     why = state.error if state is not None and state.phase == PHASE_FAILED and state.error else "it exited"
-    console.print(f"[red]error:[/red] the clusterset did not come up: {why}")
-    _print_tail(console, layout.log("supervisor"))
+    console.print(f"[red]error:[/red] the clusterset did not come up: {escape(why)}", highlight=False, soft_wrap=True)
+    named = [n for n in (state.parts if state is not None else {}) if n in why]
+    for name in named[:3]:
+        _print_tail(console, layout.log(name), lines=8)
+    if not named:
+        _print_tail(console, layout.log("supervisor"))
+    console.print("The state dir and every cluster's data are kept: fix the cause, then run `isthmus up` again.")
 
 
 def _explain_not_ready(console: Console, layout: Layout, doc: dict[str, Any] | None) -> None:
@@ -244,49 +330,70 @@ def _explain_not_ready(console: Console, layout: Layout, doc: dict[str, Any] | N
         console.print(f"[red]error:[/red] nothing came up within {READY_TIMEOUT:.0f}s")
         _print_tail(console, layout.log("supervisor"))
         return
-    late = [(n, h) for n, h, _ in _part_rows(doc) if h != "ready"]
-    console.print(f"[red]error:[/red] not ready within {READY_TIMEOUT:.0f}s: "
-                  f"{', '.join(n for n, _ in late)}")
-    for name, _ in late[:3]:
-        _print_tail(console, layout.log(name.replace(" ", "-")))
+    console.print("[red]error:[/red] the clusterset is not ready:")
+    for problem in doc["problems"]:
+        console.print(f"  {problem}", highlight=False, markup=False, soft_wrap=True)
+    late = [r for r in _part_rows(doc) if r.health != HEALTH_READY]
+    late.sort(key=lambda r: r.health not in (HEALTH_FAILED, HEALTH_RESTARTING))
+    for row in late[:3]:
+        _print_tail(console, layout.log(row.log_name), lines=6)
 
 
-def _print_tail(console: Console, path: Path) -> None:
-    lines = tail(path)
-    if lines:
+def _print_tail(console: Console, path: Path, lines: int = 15) -> None:
+    said = tail(path, lines)
+    if said:
         console.print(f"[bold]last lines of {path}:[/bold]")
-        for line in lines:
-            console.print(f"  {line}", style="dim", highlight=False, markup=False)
+        for line in said:
+            console.print(f"  {line}", style="dim", highlight=False, markup=False, soft_wrap=True)
 
 
 # --- status --------------------------------------------------------------------------------------
 
 
-def _health(parts: dict[str, str]) -> Text:
+def _health(parts: dict[str, str], procs: dict[str, dict[str, Any]]) -> Text:
     out = Text()
     for kind, health in parts.items():
         icon, style = _ICON.get(health, ("?", "red"))
-        out.append(f"{icon} {kind}  ", style=style)
+        restarts = procs[kind]["restarts"]
+        out.append(f"{icon} {kind}" + (f" ↻{restarts}" if restarts else "") + "  ", style=style)
     return out
+
+
+def _membership(c: dict[str, Any]) -> Text:
+    if c["joined"] is None:
+        return Text("unknown", style="yellow")
+    if not c["joined"]:
+        return Text("no", style="red")
+    age = c["heartbeatAge"]
+    if age is None:
+        return Text("yes, no heartbeat", style="yellow")
+    return Text(f"yes, {age}s ago", style="red" if age > STALE_HEARTBEAT else "green")
 
 
 def _print_table(console: Console, doc: dict[str, Any]) -> None:
     verdict = Text("ready", style="bold green") if doc["ready"] else Text(f"not ready ({doc['phase']})", style="bold red")
     console.print(Text.assemble("Local clusterset in ", (doc["stateDir"], "bold"), ": ", verdict))
     if doc.get("error"):
-        console.print(f"  [red]{doc['error']}[/red]", highlight=False)
+        console.print(f"  [red]{escape(doc['error'])}[/red]", highlight=False, soft_wrap=True)
     if doc["phase"] == PHASE_UNSUPERVISED:
         console.print("  [yellow]the supervisor is gone: nothing restarts a part that exits. "
-                      "`isthmus down` stops what is left; `isthmus up` resumes.[/yellow]")
+                      "`isthmus up` keeps the healthy parts and restarts the others; "
+                      "`isthmus down` stops them.[/yellow]")
     table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
-    for col in ("NAME", "API SERVER", "DNS", "POD CIDR", "SERVICE CIDR", "CLUSTERSET IP CIDR", "NODEPORTS", "PARTS"):
+    for col in ("NAME", "API SERVER", "DNS", "POD CIDR", "SERVICE CIDR", "CLUSTERSET IP CIDR", "NODEPORTS",
+                "JOINED / HEARTBEAT", "PARTS"):
         table.add_column(col, no_wrap=col != "PARTS")
     b = doc["broker"]
-    table.add_row("broker", b["server"], "-", "-", "-", b["clustersetIPCIDRRange"], "-", _health(b["parts"]))
+    table.add_row("broker", b["server"], "-", "-", "-", b["clustersetIPCIDRRange"], "-", "-",
+                  _health(b["parts"], b["processes"]))
     for c in doc["clusters"]:
         table.add_row(c["name"], c["server"], c["dns"], c["podCIDR"], c["serviceCIDR"], c["clustersetIPCIDR"],
-                      c["nodePortRange"], _health(c["parts"]))
+                      c["nodePortRange"], _membership(c), _health(c["parts"], c["processes"]))
     console.print(table)
+    if doc["problems"] and doc["phase"] not in (PHASE_STOPPED, PHASE_FAILED):
+        console.print("Not ready:", style="bold red")
+        for problem in doc["problems"]:
+            console.print(f"  {problem}", highlight=False, markup=False, soft_wrap=True)
     vip = "on" if b["clustersetIPEnabled"] else "off (per export: --use-clusterset-ip true)"
     console.print(f"Nodes and NodePorts on {plan.NODE_ADDRESS}; ClusterSet IP by default: {vip}; "
                   f"DNS zones clusterset.local and {plan.LOCAL_ZONE}.", highlight=False)
@@ -298,34 +405,58 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
 def status(
     state_dir: StateDirOpt = DEFAULT_STATE_DIR,
     output: Annotated[str, typer.Option("--output", "-o", metavar="table|json", help="Output format.")] = "table",
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the clusterset is ready (or --timeout).")] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", metavar="SECONDS", help="With --wait: how long to wait.")
+    ] = 60.0,
 ) -> None:
-    """Show the clusters, API URLs, kubeconfigs, DNS addresses, address plan and each part's health."""
+    """Show the clusters, API URLs, kubeconfigs, DNS addresses, address plan, each part's health and
+    restarts, and membership and heartbeats as the broker has them. Exit code 0 only when ready."""
     if output not in ("table", "json"):
         raise fail(f"--output must be table or json, not {output!r}")
+    if not timeout > 0:
+        raise fail(f"--timeout must be more than 0 seconds, not {timeout:g}")
     layout = Layout.at(state_dir)
     if not layout.exists():
         raise fail(f"no local clusterset in {layout.root} (start one with `isthmus up --state-dir {state_dir}`)")
-    try:
-        doc = _status(layout)
-    except StateError as e:
-        raise fail(str(e)) from None
+    doc = _checked_status(layout)
+    if wait:
+        deadline = time.monotonic() + timeout
+        try:
+            while not doc["ready"] and time.monotonic() < deadline:
+                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+                doc = _checked_status(layout)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
     if output == "json":
         typer.echo(json.dumps(doc, indent=2))
-        return
-    _print_table(_console(), doc)
+    else:
+        _print_table(_console(), doc)
+    if not doc["ready"]:
+        waited = f"after {timeout:g}s " if wait else ""
+        raise fail(f"not ready {waited}({doc['phase']}): {'; '.join(doc['problems']) or 'unknown'}", code=1)
 
 
 # --- down ----------------------------------------------------------------------------------------
 
 
+def _recorded(layout: Layout) -> tuple[State | None, dict[str, int], str | None]:
+    """(state, the PIDs of the parts it records, why state.json cannot be used): a damaged
+    state.json still gives up the PIDs in it that are well-formed."""
+    try:
+        state = load_state(layout) if layout.root.exists() else None
+    except StateError as e:
+        pids = salvage_pids(layout)
+        pids.pop("supervisor", None)
+        return None, pids, e.problem
+    pids = state.recorded_pids() if state is not None else {}
+    pids.pop("supervisor", None)
+    return state, pids, None
+
+
 def _down(console: Console, layout: Layout) -> bool:
     """Stop the supervisor (it stops its parts) or, after a crash, the parts directly; True if all gone."""
-    try:
-        state = load_state(layout)
-    except StateError:
-        state = None
-    recorded = state.recorded_pids() if state is not None else {}
-    recorded.pop("supervisor", None)
+    state, recorded, _ = _recorded(layout)
     sup = running_supervisor(layout)
     deadline = time.monotonic() + DOWN_TIMEOUT
     if sup is not None:
@@ -343,12 +474,12 @@ def _down(console: Console, layout: Layout) -> bool:
         console.print(f"stopping {len(left)} process(es) directly: {', '.join(sorted(left))}")
         left = terminate(left, layout.root, grace=5.0)
     if state is not None and running_supervisor(layout) is None and not left:
-        from isthmus.local.state import PHASE_STOPPED, save_state
-
-        for p in state.parts.values():
-            p.pid = None
-        state.supervisor_pid, state.phase = None, PHASE_STOPPED if state.phase != PHASE_FAILED else state.phase
-        save_state(layout, state)
+        state, _, _ = _recorded(layout)  # the supervisor may have written it while stopping
+        if state is not None:
+            for p in state.parts.values():
+                p.pid = None
+            state.supervisor_pid, state.phase = None, PHASE_STOPPED if state.phase != PHASE_FAILED else state.phase
+            save_state(layout, state)
     if left:
         console.print(f"[red]error:[/red] still running: {', '.join(f'{n} (pid {p})' for n, p in left.items())}")
         return False
@@ -360,16 +491,15 @@ def down(state_dir: StateDirOpt = DEFAULT_STATE_DIR) -> None:
     """Stop everything `isthmus up` started on this state dir, and nothing else (state is kept)."""
     layout = Layout.at(state_dir)
     console = _console()
-    try:
-        state = load_state(layout) if layout.root.exists() else None
-    except StateError:
-        state = None
-    anything = running_supervisor(layout) is not None or (
-        state is not None and any(is_ours(p, layout.root) for p in state.recorded_pids().values())
-    )
+    _, recorded, damaged = _recorded(layout)
+    anything = running_supervisor(layout) is not None or any(is_ours(p, layout.root) for p in recorded.values())
     if not anything:
+        if damaged:
+            raise fail(damaged)
         console.print(f"Nothing is running in {layout.root}.")
         return
     if not _down(console, layout):
         raise typer.Exit(1)
     console.print(f"Stopped the local clusterset in {layout.root} (state kept: `isthmus up` resumes it).")
+    if damaged:  # everything it could verify is stopped; the file still needs fixing
+        raise fail(damaged)

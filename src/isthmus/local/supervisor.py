@@ -4,7 +4,12 @@ A part is one long-running `isthmus` command. Each runs in its own session (a te
 Ctrl-C reaches the supervisor only, which then stops the parts in order) with stdout and stderr
 appended to its log. A part that exits is restarted with exponential backoff (0.5 s doubling to
 30 s, back to 0.5 s once it had run 60 s), so one crash costs seconds, a crash loop costs
-little CPU, and a crash of one cluster never touches the others.
+little CPU, and a crash of one cluster never touches the others. What a run said last (its
+`error: ...` line) is kept for `status`; a part that keeps refusing to start (exit code 2 at
+once, e.g. an apiserver refusing a damaged database) is left stopped instead of looping.
+
+Parts outlive a supervisor that crashed; the next supervisor adopts the healthy ones (see
+`up.prepare`) and watches them like its children, through a pidfd.
 
 Processes are only ever signalled when they are provably ours: the PID was recorded *and*
 /proc/<pid>/cmdline names the state dir (a PID the kernel reused for something else does not).
@@ -25,7 +30,7 @@ from typing import BinaryIO
 
 import aiohttp
 
-from isthmus.local.state import PartState
+from isthmus.local.state import PartState, open_private
 
 log = logging.getLogger("isthmus.local")
 
@@ -125,6 +130,19 @@ async def probe(session: aiohttp.ClientSession, url: str, limit: float = 1.0) ->
 # --- the supervisor ------------------------------------------------------------------------------
 
 
+QUICK_EXIT = 10.0
+"""A run shorter than this counts as a failure to start."""
+REFUSED = 2
+"""The exit code of a command refusing its input or data (`error: ...`, see cli.app.fail)."""
+GIVE_UP_AFTER = 3
+"""Consecutive quick refusals after which a part is left stopped: the same command with the same
+data refuses again, and a silent restart loop would hide why."""
+CRASH_LOOP = 3
+"""Consecutive quick exits (any code) that make a part "crash-looping" for `trouble`."""
+ADOPTED_POLL = 0.5
+"""How often an adopted process is checked when pidfd_open is unavailable."""
+
+
 @dataclass(frozen=True)
 class PartSpec:
     """How to run one part and how to tell it is ready; `tier` orders stopping (highest first)."""
@@ -140,22 +158,133 @@ def _stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S")
 
 
+def open_log(path: Path) -> BinaryIO:
+    """Open a log for appending, private to the user (a child inherits it; the caller closes it)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return os.fdopen(open_private(path, os.O_WRONLY | os.O_APPEND), "ab")
+
+
 def _open_log(path: Path, banner: str) -> BinaryIO:
-    """Open a log for appending (a child inherits it) with a line saying what starts now."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    out = open(path, "ab")  # handed to the child; the caller closes it
+    """`open_log` with a line saying what starts now."""
+    out = open_log(path)
     out.write(f"=== {_stamp()} isthmus up: {banner}\n".encode())
     out.flush()
     return out
 
 
 def _note(path: Path, line: str) -> None:
-    with contextlib.suppress(OSError), open(path, "a") as out:
-        out.write(f"=== {_stamp()} isthmus up: {line}\n")
+    with contextlib.suppress(OSError), open_log(path) as out:
+        out.write(f"=== {_stamp()} isthmus up: {line}\n".encode())
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def last_error(path: Path, offset: int = 0, limit: int = 300) -> str | None:
+    """What a run said last, from its log after `offset`: its last `error: ...` line, else its
+    last line (a traceback ends with the exception). None when it printed nothing."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(offset, _size(path) - 16384))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return None
+    lines = [ln for ln in lines if ln and not ln.startswith("=== ")]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    said = errors or lines
+    return said[-1][:limit] if said else None
+
+
+class _Child:
+    """A part this supervisor started."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, root: Path) -> None:
+        self.proc, self.root, self.pid = proc, root, proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc.returncode is None
+
+    async def wait(self) -> int | None:
+        return await self.proc.wait()
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.running and is_ours(self.pid, self.root):
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+
+
+class _Adopted:
+    """A part a previous supervisor started, still running and verified ours.
+
+    Not our child: its exit is seen through a pidfd (or by polling), its exit code is unknown,
+    and signals go through the pidfd, so a reused PID is never signalled.
+    """
+
+    def __init__(self, pid: int, root: Path, pidfd: int | None) -> None:
+        self.pid, self.root, self._pidfd = pid, root, pidfd
+        loop = asyncio.get_running_loop()
+        self._exited: asyncio.Future[None] = loop.create_future()
+        if pidfd is not None:
+            loop.add_reader(pidfd, self._gone)
+        else:
+            self._poller = asyncio.create_task(self._poll(), name=f"watch pid {pid}")
+
+    @classmethod
+    def open(cls, pid: int, root: Path) -> _Adopted | None:
+        """Watch `pid` if it is ours (None when it is gone or not ours)."""
+        if not is_ours(pid, root):
+            return None
+        try:
+            pidfd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return None
+        except (OSError, AttributeError):  # kernel < 5.3: poll instead
+            pidfd = None
+        if not is_ours(pid, root):  # verified again: the pidfd may have caught a reused PID
+            if pidfd is not None:
+                os.close(pidfd)
+            return None
+        return cls(pid, root, pidfd)
+
+    def _gone(self) -> None:
+        if self._pidfd is not None:
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        if not self._exited.done():
+            self._exited.set_result(None)
+
+    async def _poll(self) -> None:
+        while is_ours(self.pid, self.root):  # noqa: ASYNC110 (no event tells us another process exited)
+            await asyncio.sleep(ADOPTED_POLL)
+        self._gone()
+
+    @property
+    def running(self) -> bool:
+        return not self._exited.done()
+
+    async def wait(self) -> int | None:
+        await asyncio.shield(self._exited)
+        return None
+
+    def signal(self, sig: signal.Signals) -> None:
+        if not self.running:
+            return
+        if self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, sig)
+        else:
+            _signal(self.pid, sig, self.root)
 
 
 class Supervisor:
-    """Runs parts as child processes until `stop()`; reports every PID change to `on_change`."""
+    """Runs parts until `stop()` (children it starts, or processes it adopts); reports every
+    change of a part's state to `on_change`."""
 
     def __init__(
         self, root: Path, on_change: Callable[[str, PartState], None], env: dict[str, str] | None = None
@@ -165,7 +294,8 @@ class Supervisor:
         self.env = env
         self.specs: dict[str, PartSpec] = {}
         self.states: dict[str, PartState] = {}
-        self._procs: dict[str, asyncio.subprocess.Process] = {}
+        self.quick_exits: dict[str, int] = {}
+        self._procs: dict[str, _Child | _Adopted] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
 
@@ -173,59 +303,120 @@ class Supervisor:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
-    def start(self, spec: PartSpec, previous: PartState | None = None) -> None:
-        """Launch `spec` and keep it running (restart counts carry over from `previous`)."""
+    def start(self, spec: PartSpec, previous: PartState | None = None, adopt: int | None = None) -> None:
+        """Keep `spec` running: adopt the running process `adopt` if it is still ours, else launch
+        it (restart counts carry over from `previous`)."""
         self.specs[spec.name] = spec
-        self.states[spec.name] = PartState(restarts=previous.restarts if previous else 0)
-        self._tasks[spec.name] = asyncio.create_task(self._keep_running(spec), name=f"part {spec.name}")
+        state = PartState(restarts=previous.restarts if previous else 0)
+        if adopt is not None and previous is not None:
+            state.started_at = previous.started_at
+        self.states[spec.name] = state
+        self.quick_exits[spec.name] = 0
+        self._tasks[spec.name] = asyncio.create_task(self._keep_running(spec, adopt), name=f"part {spec.name}")
 
-    async def _spawn(self, spec: PartSpec) -> asyncio.subprocess.Process:
+    def retry_failed(self) -> list[str]:
+        """Start again the parts given up on (after their cause was fixed); returns their names."""
+        names = [n for n, st in self.states.items() if st.failed and not self.stopping]
+        for name in names:
+            self.states[name].failed = False
+            self.quick_exits[name] = 0
+            self.on_change(name, self.states[name])
+            self._tasks[name] = asyncio.create_task(self._keep_running(self.specs[name], None), name=f"part {name}")
+        return names
+
+    def trouble(self, names: Iterable[str]) -> dict[str, str]:
+        """Parts of `names` given up on or crash-looping, with what they said last."""
+        out = {}
+        for name in names:
+            st = self.states.get(name)
+            if st is None or not (st.failed or self.quick_exits.get(name, 0) >= CRASH_LOOP):
+                continue
+            said = st.last_error or (f"exit code {st.last_exit}" if st.last_exit is not None else "no output")
+            how = "refused to start" if st.failed else "keeps exiting at start"
+            out[name] = f"{how}: {said}"
+        return out
+
+    async def _spawn(self, spec: PartSpec) -> tuple[_Child, int]:
         with _open_log(spec.log, f"starting {spec.name}") as out:
-            return await asyncio.create_subprocess_exec(
+            offset = out.tell()
+            proc = await asyncio.create_subprocess_exec(
                 *spec.argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True, env=self.env,
             )
+        return _Child(proc, self.root), offset
 
-    async def _keep_running(self, spec: PartSpec) -> None:
+    async def _keep_running(self, spec: PartSpec, adopt: int | None) -> None:
         backoff = BACKOFF_START
         state = self.states[spec.name]
+        refused = 0
         while not self.stopping:
-            try:
-                proc = await self._spawn(spec)
-            except OSError as e:
-                log.error("%s: cannot start: %s", spec.name, e)
-                rc: int | None = None
-                started = time.monotonic()
-            else:
-                self._procs[spec.name] = proc
+            handle: _Child | _Adopted | None = None
+            offset = 0
+            if adopt is not None:
+                handle = _Adopted.open(adopt, self.root)
+                adopt = None
+                if handle is not None:
+                    offset = _size(spec.log)
+                    _note(spec.log, f"{spec.name} (pid {handle.pid}) adopted by a new supervisor")
+                    log.info("%s adopted (pid %d)", spec.name, handle.pid)
+            if handle is None:
+                try:
+                    handle, offset = await self._spawn(spec)
+                except OSError as e:
+                    log.error("%s: cannot start: %s", spec.name, e)
+                    state.last_error = f"cannot start: {e}"
+            started = time.monotonic()
+            rc: int | None = None
+            if handle is not None:
+                self._procs[spec.name] = handle
                 if self.stopping:  # stop() began while this one was being spawned
-                    self._kill(proc, signal.SIGTERM)
-                started = time.monotonic()
-                state.pid, state.started_at = proc.pid, time.time()
+                    handle.signal(signal.SIGTERM)
+                state.pid = handle.pid
+                if isinstance(handle, _Child) or state.started_at is None:
+                    state.started_at = time.time()
                 self.on_change(spec.name, state)
-                log.info("%s started (pid %d)", spec.name, proc.pid)
-                rc = await proc.wait()
+                if isinstance(handle, _Child):
+                    log.info("%s started (pid %d)", spec.name, handle.pid)
+                rc = await handle.wait()
                 self._procs.pop(spec.name, None)
                 state.pid, state.last_exit = None, rc
+                if not self.stopping:  # what a part says when asked to stop is no error
+                    state.last_error = last_error(spec.log, offset)
                 self.on_change(spec.name, state)
             if self.stopping:
                 return
-            if time.monotonic() - started >= HEALTHY_RESET:
+            ran = time.monotonic() - started
+            if ran >= HEALTHY_RESET:
                 backoff = BACKOFF_START
+            quick = ran < QUICK_EXIT
+            self.quick_exits[spec.name] = self.quick_exits.get(spec.name, 0) + 1 if quick else 0
+            refused = refused + 1 if quick and rc == REFUSED else 0
+            what = ("could not start" if handle is None else f"exited with code {rc}" if rc is not None
+                    else "exited (adopted: exit code unknown)")
+            said = f" (last output: {state.last_error})" if state.last_error else ""
+            if refused >= GIVE_UP_AFTER:
+                state.failed = True
+                self.on_change(spec.name, state)
+                log.error("%s %s, %d times in a row: not restarting it; fix the cause, then `isthmus up` "
+                          "starts it again%s", spec.name, what, refused, said)
+                _note(spec.log, f"{spec.name} {what}, {refused} times in a row: not restarting it")
+                return
             state.restarts += 1
-            what = f"exited with code {rc}" if rc is not None else "could not start"
-            log.warning("%s %s; restarting in %.1fs (restart %d)", spec.name, what, backoff, state.restarts)
+            log.warning("%s %s; restarting in %.1fs (restart %d)%s", spec.name, what, backoff, state.restarts, said)
             _note(spec.log, f"{spec.name} {what}; restarting in {backoff:.1f}s")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), backoff)
             backoff = min(backoff * 2, BACKOFF_MAX)
 
-    async def wait_ready(self, names: Iterable[str], within: float) -> list[str]:
-        """Poll /readyz of `names` until all answer 200 or `within` seconds; returns the ones not ready."""
+    async def wait_ready(self, names: Iterable[str], within: float, fail_fast: bool = False) -> list[str]:
+        """Poll /readyz of `names` until all answer 200 or `within` seconds (with `fail_fast`, until
+        one is in `trouble`); returns the ones not ready."""
         pending = {n: self.specs[n].ready_url for n in names}
         deadline = time.monotonic() + within
         async with aiohttp.ClientSession(trust_env=False) as session:
             while pending and not self.stopping and time.monotonic() < deadline:
+                if fail_fast and self.trouble(pending):
+                    break
                 results = await asyncio.gather(*(probe(session, u) for u in pending.values()))
                 pending = {n: u for (n, u), ok in zip(pending.items(), results, strict=True) if not ok}
                 if pending:
@@ -240,12 +431,12 @@ class Supervisor:
         for tier in sorted({s.tier for s in self.specs.values()}, reverse=True):
             procs = [p for n, p in self._procs.items() if self.specs[n].tier == tier]
             for p in procs:
-                self._kill(p, signal.SIGTERM)
+                p.signal(signal.SIGTERM)
             await self._wait_procs(procs, deadline)
         for p in list(self._procs.values()):
-            if p.returncode is None:
+            if p.running:
                 log.warning("pid %d did not stop within %.0fs: SIGKILL", p.pid, grace)
-                self._kill(p, signal.SIGKILL)
+                p.signal(signal.SIGKILL)
         await self._wait_procs(list(self._procs.values()), time.monotonic() + 5.0)
         tasks = list(self._tasks.values())
         if tasks:
@@ -254,13 +445,8 @@ class Supervisor:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _kill(self, proc: asyncio.subprocess.Process, sig: signal.Signals) -> None:
-        if proc.returncode is None and is_ours(proc.pid, self.root):
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-
     @staticmethod
-    async def _wait_procs(procs: list[asyncio.subprocess.Process], deadline: float) -> None:
+    async def _wait_procs(procs: list[_Child | _Adopted], deadline: float) -> None:
         left = max(0.0, deadline - time.monotonic())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), left)

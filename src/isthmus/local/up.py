@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
+import datetime
 import errno
 import fcntl
 import logging
 import os
+import random
 import secrets
 import signal
 import socket
@@ -43,16 +46,33 @@ from isthmus.local.state import (
     Layout,
     PartState,
     State,
+    StateError,
     load_state,
+    open_private,
+    private_dir,
     save_state,
+    secure_state_dir,
     write_atomic,
 )
-from isthmus.local.supervisor import PartSpec, Supervisor, is_ours, probe, run_command, terminate
+from isthmus.local.supervisor import (
+    PartSpec,
+    Supervisor,
+    cmdline,
+    is_ours,
+    open_log,
+    probe,
+    run_command,
+    terminate,
+)
 
 log = logging.getLogger("isthmus.local")
 
 SUPERVISE_FLAG = "--supervise"
+RETRY_SIGNAL = signal.SIGUSR1
+"""Sent by `up` to a running supervisor: start again the parts it gave up on."""
 PHASE_UNSUPERVISED = "unsupervised"
+PRIVATE_UMASK = 0o077
+"""The supervisor's umask, inherited by every part: what they create is private to the user."""
 APISERVER_READY_TIMEOUT = 60.0
 PARTS_READY_TIMEOUT = 60.0
 SETUP_COMMAND_TIMEOUT = 90.0
@@ -89,15 +109,30 @@ def port_free(port: int, udp: bool = False) -> bool:
     return True
 
 
+PORT_POOL = range(10000, plan.NODE_PORT_BASE)
+"""Where API, DNS and metrics ports are picked: below the NodePorts and, on Linux's default
+ip_local_port_range (32768-60999), outside the ephemeral ports, which any outgoing connection
+(a part's watch on its apiserver) may hold as its local port and so keep a server from binding."""
+
+
+def ephemeral_ports() -> range:
+    """The kernel's range for the local ports of outgoing connections."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
 def pick_port(taken: set[int], udp: bool = False) -> int:
-    """A free port the kernel offers, outside the NodePort ranges and not already planned."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = int(s.getsockname()[1])
-        if port not in taken and port not in RESERVED_PORTS and port_free(port, udp):
+    """A free port outside the ephemeral and NodePort ranges, not already planned."""
+    ephemeral = ephemeral_ports()
+    pool = [p for p in PORT_POOL if p not in ephemeral and p not in RESERVED_PORTS and p not in taken]
+    rng = random.Random()
+    for port in rng.sample(pool, min(len(pool), 200)):
+        if port_free(port, udp):
             return port
-    raise OSError(errno.EADDRINUSE, "no free port on 127.0.0.1")
+    raise OSError(errno.EADDRINUSE, "no free port on 127.0.0.1 outside the ephemeral and NodePort ranges")
 
 
 def resolve_ports(state: State, free: Callable[[int, bool], bool] = port_free,
@@ -136,6 +171,7 @@ def ensure_token(layout: Layout, name: str) -> str:
 def ensure_ca(layout: Layout, name: str) -> bytes:
     """The apiserver's CA, made before its first start (it finds and serves the same files), so
     kubeconfigs exist before the server does. TLS because kubectl sends tokens only over TLS."""
+    private_dir(layout.data_dir(name) / "tls")
     ca, _, _ = ensure_certs(layout.data_dir(name) / "tls", [HOST, "localhost"])
     return ca.read_bytes()
 
@@ -223,8 +259,8 @@ class AlreadyRunning(Exception):
 
 def lock_supervisor(layout: Layout) -> int:
     """Hold an exclusive lock on supervisor.pid for the supervisor's life; write our PID in it."""
-    layout.root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(layout.supervisor_pid, os.O_RDWR | os.O_CREAT, 0o644)
+    private_dir(layout.root)
+    fd = open_private(layout.supervisor_pid, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -291,15 +327,25 @@ def running_supervisor(layout: Layout) -> int | None:
 class Bringup:
     """The supervisor's work: bring everything up, keep it up, take it down on a signal."""
 
-    def __init__(self, layout: Layout, state: State) -> None:
+    def __init__(self, layout: Layout, state: State, adopt: dict[str, int] | None = None) -> None:
         self.layout = layout
         self.state = state
+        self.adopt = adopt or {}
+        """Parts a crashed supervisor left running and healthy (name → PID), kept instead of restarted."""
         self.sup = Supervisor(layout.root, self._on_change, env=child_env())
         self.stop = asyncio.Event()
 
     def _on_change(self, name: str, part: PartState) -> None:
-        self.state.parts[name] = PartState(part.pid, part.restarts, part.last_exit, part.started_at)
+        self.state.parts[name] = dataclasses.replace(part)
         save_state(self.layout, self.state)
+
+    def _retry_failed(self) -> None:
+        names = self.sup.retry_failed()
+        if names:
+            log.info("retrying %s", ", ".join(names))
+
+    def _start(self, part: PartId, previous: dict[str, PartState]) -> None:
+        self.sup.start(part_spec(self.layout, self.state, part), previous.get(part.name), self.adopt.get(part.name))
 
     def _phase(self, phase: str, error: str | None = None) -> None:
         self.state.phase, self.state.error = phase, error
@@ -311,6 +357,7 @@ class Bringup:
             loop.add_signal_handler(sig, self.stop.set)
         with contextlib.suppress(ValueError):
             loop.add_signal_handler(signal.SIGHUP, lambda: None)  # a closed terminal is no reason to stop
+        loop.add_signal_handler(RETRY_SIGNAL, self._retry_failed)
         bring = asyncio.create_task(self._bring_up())
         await self.stop.wait()
         code = 0
@@ -339,15 +386,18 @@ class Bringup:
             previous = dict(self.state.parts)
             apiservers = [p for p in all_parts if p.kind == APISERVER]
             for p in apiservers:
-                self.sup.start(part_spec(self.layout, self.state, p), previous.get(p.name))
-            late = await self.sup.wait_ready([p.name for p in apiservers], APISERVER_READY_TIMEOUT)
+                self._start(p, previous)
+            late = await self.sup.wait_ready([p.name for p in apiservers], APISERVER_READY_TIMEOUT, fail_fast=True)
+            trouble = self.sup.trouble(late)
+            if trouble:  # nothing works without every apiserver: say which and why, at once
+                raise SetupFailed("; ".join(f"{n} {why}" for n, why in trouble.items()))
             if late:
                 raise SetupFailed(f"apiserver(s) not ready within {APISERVER_READY_TIMEOUT:.0f}s: {', '.join(late)}")
             self._phase(PHASE_SETUP)
             await self._setup()
             for p in all_parts:
                 if p.kind != APISERVER:
-                    self.sup.start(part_spec(self.layout, self.state, p), previous.get(p.name))
+                    self._start(p, previous)
             self._phase(PHASE_RUNNING)
             late = await self.sup.wait_ready([p.name for p in all_parts], PARTS_READY_TIMEOUT)
             if late:
@@ -405,8 +455,42 @@ async def read_clusterset_cidr(layout: Layout, cluster: plan.ClusterPlan) -> str
     return ", ".join(cidrs) or cluster.clusterset_ip_cidr
 
 
-def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -> State:
-    """Load or create the state, settle ports and kubeconfigs (called with the lock held)."""
+def adoptable(layout: Layout, state: State) -> dict[str, int]:
+    """Parts a crashed supervisor left running that can be kept as they are (name → PID): the
+    recorded PID is alive, its command line is exactly what would be launched now, and it is ready."""
+    candidates: dict[str, tuple[int, str]] = {}
+    for part in plan.parts(state.clusters):
+        pid = state.parts.get(part.name, PartState()).pid
+        if not pid or not is_ours(pid, layout.root):
+            continue
+        try:
+            argv = part_argv(layout, state, part)
+        except (KeyError, ValueError):  # a port is not recorded: it cannot be the same command
+            continue
+        if cmdline(pid) == argv:
+            candidates[part.name] = (pid, ready_url(state, part))
+    if not candidates:
+        return {}
+
+    async def probe_all() -> list[bool]:
+        async with aiohttp.ClientSession(trust_env=False) as session:
+            return await asyncio.gather(*(probe(session, url, limit=2.0) for _, url in candidates.values()))
+
+    healthy = asyncio.run(probe_all())
+    return {n: pid for (n, (pid, _)), ok in zip(candidates.items(), healthy, strict=True) if ok}
+
+
+def _part_ports(part: PartId) -> set[str]:
+    """Names of the ports a part listens on (see plan.port_names)."""
+    return {part.name, plan.metrics_port_name(part)}
+
+
+def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -> tuple[State, dict[str, int]]:
+    """Load or create the state, settle ports and kubeconfigs (called with the lock held).
+
+    Returns the state and the parts to adopt: after a supervisor crash, the healthy parts keep
+    running (their clients see no outage); only the dead or changed ones are restarted.
+    """
     state = load_state(layout)
     if state is None:
         state = State(clusters=requested or plan.DEFAULT_CLUSTERS)
@@ -416,23 +500,43 @@ def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -
             "drop --clusters, or `isthmus down` and use another --state-dir"
         )
     plan.validate_count(state.clusters)
+    secure_state_dir(layout, [BROKER] + [c.name for c in plan.address_plan(state.clusters)])
     state.enable_clusterset_ip = state.enable_clusterset_ip or enable_clusterset_ip
-    # Parts a crashed supervisor left behind hold our ports: stop them first (verified PIDs only).
-    leftovers = {n: p.pid for n, p in state.parts.items() if p.pid}
-    if leftovers:
-        left = terminate(leftovers, layout.root)
-        if left:
-            raise OSError(f"processes of a previous run do not stop: {left}")
-    for p in state.parts.values():
-        p.pid = None
-    changed = resolve_ports(state)
+    by_name = {p.name: p for p in plan.parts(state.clusters)}
+    adopt = adoptable(layout, state)
+    # Every other part a crashed supervisor left behind holds our ports: stop it (verified PIDs only).
+    leftovers = {n: p.pid for n, p in state.parts.items() if p.pid and n not in adopt}
+    _stop_leftovers(layout, leftovers)
+    held = {state.ports[pn] for n in adopt for pn in _part_ports(by_name[n]) if pn in state.ports}
+    changed = resolve_ports(state, free=lambda port, udp: port in held or port_free(port, udp))
     if changed and state.ports:
         log.info("ports picked: %s", ", ".join(f"{n}={state.ports[n]}" for n in changed))
-    layout.logs.mkdir(parents=True, exist_ok=True)
+    # An adopted part must still be the right command, talking to the right apiserver and broker.
+    moved = {n.removesuffix("-apiserver") for n in changed if n.endswith("-apiserver")}
+    redo_setup = needs_deploy(layout, state)
+    stale = {n: pid for n, pid in adopt.items()
+             if cmdline(pid) != part_argv(layout, state, by_name[n])
+             or (by_name[n].kind != APISERVER and by_name[n].cluster in moved)
+             or (by_name[n].kind == AGENT and redo_setup)}
+    _stop_leftovers(layout, stale)
+    adopt = {n: pid for n, pid in adopt.items() if n not in stale}
+    for name, p in state.parts.items():
+        if name not in adopt:
+            p.pid = None
+    if adopt:
+        log.info("adopting %d running part(s): %s", len(adopt), ", ".join(sorted(adopt)))
+    private_dir(layout.logs)
     write_kubeconfigs(layout, state)
     state.supervisor_pid, state.phase, state.error = os.getpid(), PHASE_STARTING, None
     save_state(layout, state)
-    return state
+    return state, adopt
+
+
+def _stop_leftovers(layout: Layout, pids: dict[str, int]) -> None:
+    if pids:
+        left = terminate(pids, layout.root)
+        if left:
+            raise OSError(f"processes of a previous run do not stop: {left}")
 
 
 def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -> int:
@@ -440,6 +544,7 @@ def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool)
     from isthmus.runtime import setup_logging
 
     setup_logging("text", "info")
+    os.umask(PRIVATE_UMASK)
     try:
         lock = lock_supervisor(layout)
     except AlreadyRunning:
@@ -454,8 +559,8 @@ def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool)
         os.close(lock)
         return 2
     try:
-        state = prepare(layout, requested, enable_clusterset_ip)
-        return asyncio.run(Bringup(layout, state).run())
+        state, adopt = prepare(layout, requested, enable_clusterset_ip)
+        return asyncio.run(Bringup(layout, state, adopt).run())
     finally:
         with contextlib.suppress(OSError):
             layout.supervisor_pid.unlink()
@@ -475,13 +580,13 @@ def _die_with_parent() -> None:
 def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip: bool,
                      foreground: bool) -> subprocess.Popen[bytes]:
     """Start `up --supervise` in its own session, output to logs/supervisor.log."""
-    layout.logs.mkdir(parents=True, exist_ok=True)
+    private_dir(layout.logs)
     argv = [*isthmus_argv(), "up", "--state-dir", str(layout.root), SUPERVISE_FLAG]
     if clusters is not None:
         argv += ["--clusters", str(clusters)]
     if enable_clusterset_ip:
         argv.append("--enable-clusterset-ip")
-    with open(layout.log("supervisor"), "ab") as out:
+    with open_log(layout.log("supervisor")) as out:
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             env=child_env(), preexec_fn=_die_with_parent if foreground else None,
@@ -490,12 +595,77 @@ def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip:
 
 # --- status --------------------------------------------------------------------------------------
 
+STALE_HEARTBEAT = 30.0
+"""An agent beats every 10 s: a heartbeat older than this means the cluster is not served."""
+BROKER_READ_TIMEOUT = 2.0
+
+HEALTH_READY = "ready"
+HEALTH_STARTING = "starting"
+HEALTH_RESTARTING = "restarting"
+HEALTH_FAILED = "failed"
+HEALTH_DOWN = "down"
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """A Cluster object on the broker."""
+
+    heartbeat: datetime.datetime | None
+
+
+async def read_members(layout: Layout) -> dict[str, Member]:
+    """The member clusters registered on the broker (its Cluster objects), by name.
+
+    Raises on anything that prevents reading them; no Cluster kind or namespace yet (before
+    deploy-broker) is no members.
+    """
+    from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, HEARTBEAT_ANNOTATION, Cluster
+    from isthmus.kube.client import make_client
+    from isthmus.kube.helpers import is_not_found, list_all
+    from isthmus.mcs.brokerinfo import BrokerInfo
+
+    try:
+        namespace = BrokerInfo.decode(layout.broker_info.read_text()).namespace
+    except (OSError, ValueError):
+        namespace = DEFAULT_BROKER_NAMESPACE
+    client = make_client(layout.kubeconfig_of(BROKER), timeout=BROKER_READ_TIMEOUT)
+    try:
+        async with asyncio.timeout(BROKER_READ_TIMEOUT):
+            clusters = await list_all(client, Cluster, namespace=namespace)
+    except Exception as e:
+        if is_not_found(e):
+            return {}
+        raise
+    finally:
+        await client.close()
+    return {c.name: Member(_parse_time((c.metadata.annotations or {}).get(HEARTBEAT_ANNOTATION)))
+            for c in clusters}
+
+
+def _parse_time(value: str | None) -> datetime.datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}"[:200] if text else type(e).__name__
+
 
 async def collect_status(layout: Layout) -> dict[str, Any]:
-    """The `status -o json` document: the plan, every part's state (probed now), and paths."""
+    """The `status -o json` document: the plan, every part's state (probed now), membership and
+    heartbeats as the broker has them, and every reason the clusterset is not ready."""
     state = load_state(layout)
     if state is None:
         raise FileNotFoundError(str(layout.state_file))
+    missing = [n for n in plan.port_names(state.clusters) if n not in state.ports]
+    if missing:
+        raise StateError(f"{layout.state_file} is damaged: ports.{missing[0]} is missing; fix or restore that "
+                         f"value (`isthmus up --state-dir {layout.root}` picks missing ports)")
     sup_pid = running_supervisor(layout)
     parts = plan.parts(state.clusters)
     alive = {p.name: is_ours(state.parts.get(p.name, PartState()).pid, layout.root) for p in parts}
@@ -505,44 +675,105 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             for p in parts
         ))
     ready = {p.name: ok for p, ok in zip(parts, probes, strict=True)}
+    broker_part = PartId(BROKER, APISERVER)
+    members: dict[str, Member] | None = None
+    if ready[broker_part.name]:
+        try:
+            members = await read_members(layout)
+            broker_error = None
+        except Exception as e:  # reported per cluster: membership is unknown, not guessed
+            broker_error = f"cannot read the broker's clusters: {_short(e)}"
+    else:
+        broker_error = "the broker apiserver is not ready"
+    now = datetime.datetime.now(datetime.UTC)
+    problems: list[str] = []
 
     def health(p: PartId) -> str:
+        st = state.parts.get(p.name, PartState())
         if ready[p.name]:
-            return "ready"
-        return "starting" if alive[p.name] or sup_pid else "down"
+            return HEALTH_READY
+        if st.failed:
+            return HEALTH_FAILED
+        if alive[p.name]:
+            return HEALTH_STARTING
+        if sup_pid:
+            return HEALTH_RESTARTING if st.last_exit is not None or st.last_error else HEALTH_STARTING
+        return HEALTH_DOWN
 
     def detail(p: PartId) -> dict[str, Any]:
         st = state.parts.get(p.name, PartState())
         return {"pid": st.pid if alive[p.name] else None, "restarts": st.restarts, "lastExit": st.last_exit,
+                "lastError": st.last_error, "failed": st.failed,
                 "log": str(layout.log(p.name)), "readyz": ready_url(state, p)}
 
-    broker_part = PartId(BROKER, APISERVER)
+    def part_problem(p: PartId) -> str | None:
+        h = health(p)
+        if h == HEALTH_READY:
+            return None
+        st = state.parts.get(p.name, PartState())
+        said = f": {st.last_error}" if st.last_error and h in (HEALTH_FAILED, HEALTH_RESTARTING) else ""
+        if h == HEALTH_FAILED:
+            return f"{p.name} failed, not restarted{said}"
+        return f"{p.name} {h}{said}"
+
+    if not sup_pid:
+        problems.append("the supervisor is not running")
+    elif state.phase != PHASE_RUNNING:
+        problems.append(f"phase is {state.phase}, not {PHASE_RUNNING}")
+    if (bp := part_problem(broker_part)) is not None:
+        problems.append(bp)
+
     clusters = []
     for cp in plan.address_plan(state.clusters):
         mine = [p for p in parts if p.cluster == cp.name]
+        mine_problems = [pp for p in mine if (pp := part_problem(p)) is not None]
+        member = members.get(cp.name) if members is not None else None
+        joined = None if members is None else member is not None
+        age = None
+        if member is not None and member.heartbeat is not None:
+            age = max(0, int((now - member.heartbeat).total_seconds()))
+        if members is None:
+            mine_problems.append(f"{cp.name}: membership unknown ({broker_error})")
+        elif member is None:
+            left = "left the clusterset (not registered on the broker)" if cp.name in state.joined \
+                else "not joined yet"
+            mine_problems.append(f"{cp.name} {left}")
+        elif age is None:
+            mine_problems.append(f"{cp.name}: no heartbeat from its agent on the broker yet")
+        elif age > STALE_HEARTBEAT:
+            mine_problems.append(f"{cp.name}: its agent's last heartbeat is {age}s old "
+                                 f"(stale after {STALE_HEARTBEAT:.0f}s)")
+        problems += mine_problems
         clusters.append({
             "name": cp.name, "context": cp.name, "server": server_url(state, cp.name),
             "kubeconfig": str(layout.kubeconfig_of(cp.name)),
             "dns": f"{HOST}:{state.ports[PartId(cp.name, DNS).name]}", "localZone": plan.LOCAL_ZONE,
             "podCIDR": cp.pod_cidr, "serviceCIDR": cp.service_cidr,
             "clustersetIPCIDR": state.joined.get(cp.name, cp.clusterset_ip_cidr),
-            "joined": cp.name in state.joined,
+            "joined": joined,
+            "heartbeat": member.heartbeat.strftime("%Y-%m-%dT%H:%M:%SZ") if member and member.heartbeat else None,
+            "heartbeatAge": age,
             "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": cp.node_port_range,
-            "ready": all(ready[p.name] for p in mine),
+            "ready": not mine_problems,
+            "restarts": sum(state.parts.get(p.name, PartState()).restarts for p in mine),
+            "problems": mine_problems,
             "parts": {p.kind: health(p) for p in mine},
             "processes": {p.kind: detail(p) for p in mine},
         })
-    all_ready = bool(sup_pid) and state.phase == PHASE_RUNNING and all(ready.values())
     if sup_pid:
         phase = state.phase
     elif any(alive.values()):
         phase = PHASE_UNSUPERVISED  # the supervisor crashed: nothing restarts parts; `down` stops them
     else:
         phase = PHASE_FAILED if state.phase == PHASE_FAILED else PHASE_STOPPED
+        # Nothing runs: one reason, not one per part.
+        problems = [f"the last `isthmus up` failed: {state.error}" if phase == PHASE_FAILED and state.error
+                    else f"nothing runs (`isthmus up --state-dir {layout.root}` starts it)"]
     return {
-        "ready": all_ready,
+        "ready": not problems,
         "phase": phase,
         "error": state.error,
+        "problems": problems,
         "stateDir": str(layout.root),
         "kubeconfig": str(layout.kubeconfig),
         "supervisor": {"pid": sup_pid, "running": sup_pid is not None, "log": str(layout.log("supervisor"))},
@@ -552,6 +783,9 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             "clustersetIPCIDRRange": plan.CLUSTERSET_IP_RANGE,
             "clustersetIPEnabled": state.enable_clusterset_ip,
             "ready": ready[broker_part.name],
+            "reachable": members is not None,
+            "reachError": broker_error,
+            "restarts": state.parts.get(broker_part.name, PartState()).restarts,
             "parts": {APISERVER: health(broker_part)},
             "processes": {APISERVER: detail(broker_part)},
         },
