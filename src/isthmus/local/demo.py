@@ -615,10 +615,11 @@ def run_demo(
         state_dir = Path(tempfile.mkdtemp(prefix="isthmus-demo-"))
     elif state_dir.exists() and (not state_dir.is_dir() or any(state_dir.iterdir())):
         console.print(f"[red]the demo needs a fresh state dir; {state_dir} is not empty "
-                      "(remove it, or leave --state-dir out for a temporary one)[/red]")
+                      "(pass another --state-dir, or leave it out for a temporary one)[/red]")
         return 2
     if not _prerequisites(console):
         return 1
+    os.umask(0o077)  # kubectl's cache and everything else the demo writes in the state dir stay private
 
     demo = Demo(console, state_dir.resolve(), clusters)
     steps = list(edit_steps(demo.steps()) if edit_steps else demo.steps())
