@@ -443,6 +443,7 @@ async def test_cli_process_logs_sync_and_answers(apiserver: Any) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "isthmus", "dns", "--kubeconfig", apiserver.kubeconfig, "--cluster-id", "c1",
         "--listen", f"127.0.0.1:{port}", "--log-format", "json",
+        "--tcp-max-per-source", "1", "--tcp-query-timeout", "30",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -458,6 +459,19 @@ async def test_cli_process_logs_sync_and_answers(apiserver: Any) -> None:
             assert time.monotonic() < end and proc.returncode is None, "isthmus dns did not answer"
             await asyncio.sleep(0.1)
         assert [rr.address for rr in r.answer[0]] == ["243.0.0.7"]
+        # the TCP flags reach the server: one connection per address, so a second closes the first
+        first = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            assert await asyncio.wait_for(first[0].read(1), 3) == b""
+        except ConnectionResetError:
+            pass
+        first[1].close()
+        wire = msg.to_wire()
+        writer.write(struct.pack(">H", len(wire)) + wire)
+        size = struct.unpack(">H", await asyncio.wait_for(reader.readexactly(2), 3))[0]
+        assert dns.message.from_wire(await reader.readexactly(size)).answer
+        writer.close()
     finally:
         proc.send_signal(signal.SIGTERM)
         output, _ = await asyncio.wait_for(proc.communicate(), 10)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 from typer.testing import CliRunner
 
-from isthmus.cli.dns import dns as _dns  # noqa: F401  (registers the command)
+from isthmus.cli.dns import dns as _dns  # registers the command
 from isthmus.cli.main import app
-from isthmus.dns.server import parse_listen
+from isthmus.dns.server import TcpLimits, parse_listen
 
 
 @pytest.mark.parametrize(
@@ -23,6 +25,11 @@ from isthmus.dns.server import parse_listen
         (["--cluster-id", "c1", "--kubeconfig", "/nonexistent/kubeconfig"], "error:"),
         (["--cluster-id", "c1", "--log-format", "xml"], "log format"),
         (["--cluster-id", "c1", "--local-zone", "clusterset.local."], "must differ"),
+        (["--cluster-id", "c1", "--tcp-query-timeout", "0"], "--tcp-query-timeout must"),
+        (["--cluster-id", "c1", "--tcp-query-timeout", "inf"], "--tcp-query-timeout must"),
+        (["--cluster-id", "c1", "--tcp-idle-timeout", "nan"], "--tcp-idle-timeout must"),
+        (["--cluster-id", "c1", "--tcp-max-connections", "0"], "--tcp-max-connections must"),
+        (["--cluster-id", "c1", "--tcp-max-per-source", "-1"], "--tcp-max-per-source must"),
     ],
 )
 def test_bad_flags_exit_2(args: list[str], message: str) -> None:
@@ -37,3 +44,12 @@ def test_parse_listen() -> None:
     assert parse_listen("[::1]:53") == ("::1", 53)
     with pytest.raises(ValueError):
         parse_listen(":53")
+
+
+def test_tcp_flag_defaults_are_the_servers() -> None:
+    params = inspect.signature(_dns).parameters
+    flags = {
+        f: params[f"tcp_{f}"].default
+        for f in ("query_timeout", "idle_timeout", "max_connections", "max_per_source")
+    }
+    assert TcpLimits(**flags) == TcpLimits()

@@ -40,6 +40,25 @@ def dns(
         typer.Option(help="Also serve this cluster's own Services in this zone (e.g. cluster.local)."),
     ] = None,
     max_udp: Annotated[int, typer.Option(help="Largest UDP response (EDNS0); larger answers set TC.")] = 1232,
+    tcp_query_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a TCP connection has to send a whole query; trickled bytes do not extend it."
+        ),
+    ] = 5.0,
+    tcp_idle_timeout: Annotated[
+        float, typer.Option(help="Seconds an answered TCP connection may wait for its next query.")
+    ] = 10.0,
+    tcp_max_connections: Annotated[
+        int,
+        typer.Option(help="Open TCP connections; at the cap the oldest idle one is closed for a new one."),
+    ] = 1024,
+    tcp_max_per_source: Annotated[
+        int,
+        typer.Option(
+            help="Open TCP connections per client address; beyond, that address's oldest idle one is closed."
+        ),
+    ] = 64,
     metrics_addr: Annotated[
         str | None, typer.Option(help="Serve /metrics, /healthz and /readyz on HOST:PORT.")
     ] = None,
@@ -47,7 +66,7 @@ def dns(
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
 ) -> None:
     """Answer <svc>.<ns>.svc.clusterset.local from this cluster's ServiceImports and EndpointSlices."""
-    from isthmus.dns.server import parse_listen
+    from isthmus.dns.server import TcpLimits, parse_listen
     from isthmus.dns.service import DnsConfig, DnsService, validate_zone
     from isthmus.kube.client import KubeConfigError, make_client
     from isthmus.runtime import parse_addr, setup_logging
@@ -66,6 +85,7 @@ def dns(
             raise ValueError(f"--local-zone {local} is also a --zone; they must differ")
         if metrics_addr:
             parse_addr(metrics_addr)
+        tcp = TcpLimits(tcp_query_timeout, tcp_idle_timeout, tcp_max_connections, tcp_max_per_source)
     except ValueError as e:
         raise fail(str(e)) from None
     if not 0 <= ttl <= 2**31 - 1:
@@ -88,7 +108,7 @@ def dns(
     )
     try:
         service = DnsService(client, config)
+        service.server.tcp = tcp  # DnsConfig has no field for the TCP limits
         asyncio.run(serve_until_signalled(service.start, service.stop))
     except OSError as e:
         raise fail(f"cannot listen: {e.strerror or e}") from None
-

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 
 from isthmus.runtime import REGISTRY
 
-__all__ = ["LATENCY_BUCKETS", "DnsStats", "qtype_name", "rcode_name"]
+__all__ = ["LATENCY_BUCKETS", "TCP_CLOSE_REASONS", "DnsStats", "qtype_name", "rcode_name"]
 
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.1,
@@ -29,6 +29,12 @@ _QTYPES = {
     41: "OPT", 64: "SVCB", 65: "HTTPS", 251: "IXFR", 252: "AXFR", 255: "ANY",
 }  # fmt: skip
 _RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED", 16: "BADVERS"}
+
+
+TCP_CLOSE_REASONS = ("query_timeout", "idle_timeout", "source_limit", "global_limit")
+"""Why the server closed a TCP connection: no whole query within the query deadline, idle past the
+idle timeout, or closed to make room for a new connection from the same address (per-source cap)
+or from any address (global cap)."""
 
 
 def qtype_name(qtype: int) -> str:
@@ -56,6 +62,10 @@ class DnsStats:
         self.latency_sum_ns = 0
         self.records = 0
         self.ready = False
+        self.tcp_connections = 0
+        """Open DNS-over-TCP connections."""
+        self.tcp_closed = dict.fromkeys(TCP_CLOSE_REASONS, 0)
+        """Reason → TCP connections the server closed (not counting clients that closed first)."""
         _LIVE.add(self)
 
     def observe_ns(self, ns: int) -> None:
@@ -91,6 +101,18 @@ class _DnsCollector(Collector):
             live,
             "dropped",
         )
+        closed = CounterMetricFamily(
+            "isthmus_dns_tcp_closed",
+            "TCP connections closed by the server: query_timeout (no whole query in time), idle_timeout, "
+            "source_limit and global_limit (closed to make room for a new connection).",
+            labels=["reason"],
+        )
+        for reason in TCP_CLOSE_REASONS:
+            closed.add_metric([reason], sum(s.tcp_closed[reason] for s in live))
+        yield closed
+        conns = GaugeMetricFamily("isthmus_dns_tcp_connections", "Open DNS-over-TCP connections.")
+        conns.add_metric([], sum(s.tcp_connections for s in live))
+        yield conns
         records = GaugeMetricFamily("isthmus_dns_cache_entries", "(name, type) answers in the wire cache.")
         records.add_metric([], sum(s.records for s in live))
         yield records

@@ -4,30 +4,85 @@ UDP skips asyncio's transports: the loop watches the socket (`add_reader`) and t
 drains it with plain `recvfrom`/`sendto` until it would block (bounded per wake-up so TCP and
 informers still get turns). That saves the transport's per-datagram bookkeeping, measurably
 faster than a DatagramProtocol (see bench/dns.py). TCP is an asyncio Protocol that answers every
-complete length-prefixed message in a buffer, so pipelined queries get answers in order.
+complete length-prefixed message in a buffer, so pipelined queries get answers in order;
+`TcpLimits` bounds how long a connection may take to send a query and how many stay open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import logging
+import math
 import socket
-from collections.abc import Sequence
+import struct
+import termios
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain, islice
 from time import perf_counter_ns
 from typing import cast
 
 from isthmus.dns.wire import WireCache
 
-__all__ = ["DnsServer", "parse_listen"]
+__all__ = ["DnsServer", "TcpLimits", "parse_listen"]
 
 log = logging.getLogger(__name__)
 
 UDP_BATCH = 256
 """Datagrams answered per readiness callback before yielding to the loop."""
-TCP_IDLE_TIMEOUT = 10.0
-MAX_TCP_CONNECTIONS = 1024
 SOCKET_BUFFER = 4 << 20
+TCP_LOG_INTERVAL = 60.0
+"""At most one log line per this many seconds about connections closed for stalling or to make room."""
+_PEEKS = 16
+"""Connections checked for an unread query when choosing one to close."""
+_RST = struct.pack("ii", 1, 0)
+"""SO_LINGER on, zero timeout: close() sends RST and leaves no TIME_WAIT behind."""
+
+
+@dataclass(frozen=True)
+class TcpLimits:
+    """How long and how many DNS-over-TCP connections may stay open.
+
+    `query_timeout`: a new connection must deliver a whole length-prefixed query within it, and so
+    must an answered one once the first byte of its next query arrives. Trickled bytes never extend
+    it, so a slow-loris connection holds a slot for at most this long. 5 s leaves a client on a
+    lossy path a few retransmissions (BIND's tcp-initial-timeout may not go below 2.5 s).
+
+    `idle_timeout`: how long an answered connection may wait, silent, for its next query.
+
+    `max_connections`: at this cap a new connection is still accepted, and the oldest idle one
+    (answered, nothing received since) is closed; if none is idle, the one that has waited longest
+    for its query. BIND (tcp-clients) and NSD (tcp-count) turn the newcomer away instead, which
+    during a flood means every real client is turned away while the flood keeps its slots. RFC 7766
+    lets a server under attack drop idle connections at once (§6.2.3) and has clients retry a query
+    whose connection closed (§6.2.4).
+
+    `max_per_source`: connections one client address may hold. RFC 7766 §6.2.2 asks clients for
+    one connection but servers' per-address limits to be "much looser", since an address may be a
+    NAT or a forwarder; 64 covers CoreDNS `forward` with `force_tcp` or a node-local cache, which
+    open one connection per query in flight for every pod behind them, and keeps one address to
+    1/16 of the default table. Over it, that address's own oldest idle (else longest-waiting)
+    connection is closed, as at the global cap. Unbound (tcp-connection-limit) and PowerDNS
+    (max-tcp-per-client) refuse the newcomer; then a flood sharing an address with real clients (a
+    node, a NAT) still denies them, which is what this limit is for.
+    """
+
+    query_timeout: float = 5.0
+    idle_timeout: float = 10.0
+    max_connections: int = 1024
+    max_per_source: int = 64
+
+    def __post_init__(self) -> None:
+        if not 0 < self.query_timeout < math.inf:
+            raise ValueError("--tcp-query-timeout must be a number of seconds above 0")
+        if not 0 < self.idle_timeout < math.inf:
+            raise ValueError("--tcp-idle-timeout must be a number of seconds above 0")
+        if self.max_connections < 1:
+            raise ValueError("--tcp-max-connections must be at least 1")
+        if self.max_per_source < 1:
+            raise ValueError("--tcp-max-per-source must be at least 1")
 
 
 def parse_listen(addr: str) -> tuple[str, int]:
@@ -88,31 +143,29 @@ class _Udp:
 
 
 class _TcpProtocol(asyncio.Protocol):
-    """Length-prefixed DNS over TCP: pipelined queries are answered in order; idle connections close."""
+    """Length-prefixed DNS over TCP: pipelined queries are answered in order.
+
+    A connection is either idle (its queries answered, nothing of the next one received) on the
+    idle timeout, or waiting for a whole query on the query deadline. Bytes of an unfinished query
+    never restart either clock.
+    """
 
     def __init__(self, server: DnsServer) -> None:
         self.server = server
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
-        self.idle: asyncio.TimerHandle | None = None
+        self.source = ""
+        self.idle = False
+        self.since = 0.0
+        """Loop time it became idle or started waiting: the server closes the oldest first."""
+        self.timer: asyncio.TimerHandle | None = None
+        self.paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        if len(self.server._tcp_conns) >= self.server.max_tcp:
-            self.transport.abort()
-            return
-        self.server._tcp_conns.add(self)
-        self._arm()
-
-    def _arm(self) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-        loop = asyncio.get_running_loop()
-        self.idle = loop.call_later(self.server.tcp_idle_timeout, self._timeout)
-
-    def _timeout(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+        peer = transport.get_extra_info("peername")
+        self.source = peer[0] if peer else ""
+        self.server._admit(self)
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf
@@ -135,48 +188,193 @@ class _TcpProtocol(asyncio.Protocol):
                 return
             out.append(len(resp).to_bytes(2, "big") + resp)
             stats.observe_ns(perf_counter_ns() - t0)
-        if out and self.transport is not None:
+        if out:
+            assert self.transport is not None
             self.transport.write(b"".join(out))
-        self._arm()
+            if not self.paused:  # paused: pause_writing gave it a deadline to read its answers
+                if buf:
+                    self.server._wait(self)  # the next query has begun: its own deadline
+                else:
+                    self.server._rest(self)
+        elif self.idle:
+            self.server._wait(self)  # the next query has begun: its deadline starts now
 
     def pause_writing(self) -> None:
-        """A client that pipelines but does not read: stop reading its queries, bounding our buffer."""
+        """A client that pipelines but does not read: stop reading its queries, bounding our buffer,
+        and give it the query deadline to take its answers."""
+        self.paused = True
         if self.transport is not None:
             self.transport.pause_reading()
+        self.server._wait(self)
 
     def resume_writing(self) -> None:
+        self.paused = False
         if self.transport is not None:
             self.transport.resume_reading()
+        if self.buf:
+            self.server._wait(self)
+        else:
+            self.server._rest(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-        self.server._tcp_conns.discard(self)
+        self.server._forget(self)
+
+    def has_unread_query(self) -> bool:
+        """A whole query already waits in the kernel: the client was prompt, the loop is behind.
+
+        During a connection flood asyncio accepts a batch of connections before it reads any of
+        them, so the oldest "waiting" connection may be a real client whose query just arrived.
+        """
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None or self.paused:  # paused: its queries wait because it does not read
+            return False
+        buf = self.buf
+        try:
+            unread = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+            if len(buf) + unread < 2:
+                return False
+            head = bytes(buf[:2])
+            if len(head) < 2:
+                with sock.dup() as peek:  # a transport's socket does not expose recv
+                    head += peek.recv(2 - len(head), socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:  # the connection is gone
+            return False
+        return len(head) == 2 and len(buf) + unread >= 2 + ((head[0] << 8) | head[1])
+
+
+def _eviction_order(conn: _TcpProtocol) -> tuple[bool, float]:
+    return (not conn.idle, conn.since)
+
+
+def _victim(candidates: Iterable[_TcpProtocol]) -> _TcpProtocol:
+    """The first candidate without a whole unread query (checking a few); else the first."""
+    first: _TcpProtocol | None = None
+    for conn in islice(candidates, _PEEKS):
+        if first is None:
+            first = conn
+        if not conn.has_unread_query():
+            return conn
+    assert first is not None
+    return first
 
 
 class DnsServer:
     """Serves a WireCache on UDP and TCP at each address (the same port for both).
 
     Port 0 picks a free port per address (the UDP one, then TCP binds it too); `bound` lists the
-    actual (host, port) pairs once started.
+    actual (host, port) pairs once started. `tcp` bounds TCP connections (see TcpLimits); it may be
+    replaced before `start()`.
     """
 
     def __init__(
-        self,
-        cache: WireCache,
-        addrs: Sequence[tuple[str, int]],
-        *,
-        tcp_idle_timeout: float = TCP_IDLE_TIMEOUT,
-        max_tcp: int = MAX_TCP_CONNECTIONS,
+        self, cache: WireCache, addrs: Sequence[tuple[str, int]], *, tcp: TcpLimits | None = None
     ) -> None:
         self.cache = cache
         self.addrs = list(addrs)
-        self.tcp_idle_timeout = tcp_idle_timeout
-        self.max_tcp = max_tcp
+        self.tcp = tcp if tcp is not None else TcpLimits()
         self.bound: list[tuple[str, int]] = []
         self._udp: list[_Udp] = []
         self._tcp: list[asyncio.Server] = []
-        self._tcp_conns: set[_TcpProtocol] = set()
+        # Every open connection is in exactly one of these, in the order it entered that state.
+        self._idle: dict[_TcpProtocol, None] = {}
+        self._waiting: dict[_TcpProtocol, None] = {}
+        self._sources: dict[str, dict[_TcpProtocol, None]] = {}
+        self._logged = dict(cache.stats.tcp_closed)
+        self._log_at = 0.0
+        self._log_later: asyncio.TimerHandle | None = None
+
+    # ---- TCP connection bookkeeping (event loop thread only) ---------------------------------------
+
+    def _admit(self, conn: _TcpProtocol) -> None:
+        """Take every new connection; at a limit, close an older one to make room."""
+        same = self._sources.get(conn.source)
+        if same is not None and len(same) >= self.tcp.max_per_source:
+            self._close(_victim(sorted(same, key=_eviction_order)), "source_limit")
+        elif len(self._idle) + len(self._waiting) >= self.tcp.max_connections:
+            self._close(_victim(chain(self._idle, self._waiting)), "global_limit")
+        self._sources.setdefault(conn.source, {})[conn] = None
+        self.cache.stats.tcp_connections += 1
+        self._wait(conn)
+
+    def _rest(self, conn: _TcpProtocol) -> None:
+        self._enter(conn, True, self._idle, self.tcp.idle_timeout)
+
+    def _wait(self, conn: _TcpProtocol) -> None:
+        self._enter(conn, False, self._waiting, self.tcp.query_timeout)
+
+    def _enter(self, conn: _TcpProtocol, idle: bool, into: dict[_TcpProtocol, None], timeout: float) -> None:
+        if conn.timer is not None:
+            conn.timer.cancel()
+        self._idle.pop(conn, None)
+        self._waiting.pop(conn, None)
+        into[conn] = None
+        conn.idle = idle
+        loop = asyncio.get_running_loop()
+        conn.since = loop.time()
+        conn.timer = loop.call_at(conn.since + timeout, self._expire, conn)
+
+    def _expire(self, conn: _TcpProtocol) -> None:
+        self._close(conn, "idle_timeout" if conn.idle else "query_timeout")
+
+    def _close(self, conn: _TcpProtocol, reason: str) -> None:
+        """Idle connections get a FIN; stalled ones, or ones with answers the client is not reading,
+        a RST, which frees the socket at once (no TIME_WAIT, nothing left to flush)."""
+        graceful = conn.idle
+        self._forget(conn)
+        stats = self.cache.stats
+        stats.tcp_closed[reason] += 1
+        t = conn.transport
+        if t is not None:
+            if graceful and not t.is_closing() and not t.get_write_buffer_size():
+                t.close()
+            else:
+                sock = t.get_extra_info("socket")
+                if sock is not None:
+                    try:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RST)
+                    except OSError:  # already gone on the kernel side: abort() is enough
+                        pass
+                t.abort()
+        if reason != "idle_timeout":
+            self._note()
+
+    def _forget(self, conn: _TcpProtocol) -> None:
+        if conn.timer is not None:
+            conn.timer.cancel()
+            conn.timer = None
+        self._idle.pop(conn, None)
+        self._waiting.pop(conn, None)
+        same = self._sources.get(conn.source)
+        if same is not None and conn in same:
+            del same[conn]
+            if not same:
+                del self._sources[conn.source]
+            self.cache.stats.tcp_connections -= 1
+
+    def _note(self) -> None:
+        """Log now if the last line is TCP_LOG_INTERVAL old, else once that interval is up: a flood
+        closes thousands of connections a second and must not write a line for each."""
+        if self._log_later is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._log_at:
+            self._log_closed()
+        else:
+            self._log_later = loop.call_at(self._log_at, self._log_closed)
+
+    def _log_closed(self) -> None:
+        self._log_later = None
+        self._log_at = asyncio.get_running_loop().time() + TCP_LOG_INTERVAL
+        closed = self.cache.stats.tcp_closed
+        delta = {r: closed[r] - self._logged.get(r, 0) for r in closed if r != "idle_timeout"}
+        self._logged = dict(closed)
+        if any(delta.values()):
+            log.warning(
+                "dns tcp connections closed for stalling or to make room",
+                extra={**delta, "open": self.cache.stats.tcp_connections},
+            )
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Bind every address; OSError (address in use, not permitted) propagates after cleanup."""
@@ -207,9 +405,13 @@ class DnsServer:
         for u in self._udp:
             u.close()
         self._udp.clear()
-        for conn in list(self._tcp_conns):
+        for conn in [*self._idle, *self._waiting]:
+            self._forget(conn)
             if conn.transport is not None:
                 conn.transport.abort()
+        if self._log_later is not None:
+            self._log_later.cancel()
+            self._log_closed()
         for s in self._tcp:
             s.close()
         for s in self._tcp:
