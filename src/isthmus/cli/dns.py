@@ -105,10 +105,10 @@ def dns(
         local_zone=local,
         max_udp=max_udp,
         metrics_addr=metrics_addr,
+        tcp=tcp,
     )
     try:
         service = DnsService(client, config)
-        service.server.tcp = tcp  # DnsConfig has no field for the TCP limits
         asyncio.run(serve_until_signalled(service.start, service.stop))
     except OSError as e:
         raise fail(f"cannot listen: {e.strerror or e}") from None

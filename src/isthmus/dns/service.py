@@ -15,7 +15,7 @@ from lightkube import AsyncClient
 
 from isthmus.api.mcs import CLUSTERSET_DOMAIN
 from isthmus.dns.metrics import DnsStats
-from isthmus.dns.server import DnsServer
+from isthmus.dns.server import DnsServer, TcpLimits
 from isthmus.dns.source import CLUSTERSET_DNS_VERSION, KUBE_DNS_VERSION, DnsSource
 from isthmus.dns.wire import DEFAULT_MAX_UDP, WireCache, name_to_wire
 from isthmus.runtime import HealthServer, SharedInformerFactory
@@ -49,6 +49,7 @@ class DnsConfig:
     metrics_addr: str | None = None
     sync_timeout: float | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    tcp: TcpLimits = field(default_factory=TcpLimits)
 
 
 class DnsService:
@@ -80,7 +81,7 @@ class DnsService:
             local_zone=local_zone,
             cluster_names=config.cluster_names,
         )
-        self.server = DnsServer(self.cache, config.listen)
+        self.server = DnsServer(self.cache, config.listen, tcp=config.tcp)
         self.health: HealthServer | None = None
         self._sync_task: asyncio.Task[bool] | None = None
 
