@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -80,3 +84,92 @@ async def test_make_client(tmp_path: Path) -> None:
         assert other.namespace == "x"
     finally:
         await other.close()
+
+
+def _write(path: Path, doc: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _merge_files(tmp_path: Path) -> tuple[Path, Path]:
+    a = _write(tmp_path / "a" / "config", {
+        "current-context": "c1",
+        "clusters": [{"name": "x", "cluster": {"server": "http://127.0.0.1:7001"}}],
+        "users": [{"name": "u", "user": {"token": "from-a"}}],
+        "contexts": [{"name": "c1", "context": {"cluster": "x", "user": "u"}}],
+    })
+    b = _write(tmp_path / "b" / "config", {
+        "current-context": "c2",  # a set it first: ignored
+        "clusters": [
+            {"name": "x", "cluster": {"server": "http://127.0.0.1:7999"}},  # a defines x first: ignored
+            {"name": "far", "cluster": {"server": "https://127.0.0.1:7002", "certificate-authority": "ca.crt"}},
+        ],
+        "users": [{"name": "u", "user": {"token": "from-b"}}, {"name": "v", "user": {"tokenFile": "token"}}],
+        "contexts": [
+            {"name": "c2", "context": {"cluster": "x", "user": "u", "namespace": "ns-b"}},
+            {"name": "c3", "context": {"cluster": "far", "user": "v"}},
+        ],
+    })
+    return a, b
+
+
+def test_kubeconfig_list_is_merged_as_kubectl_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = _merge_files(tmp_path)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", f"{a}:{tmp_path / 'missing'}:{b}")
+    assert load_config().context_name == "c1"  # the first current-context wins
+    c2 = load_config(context="c2")  # only b has it
+    assert (c2.cluster.server, c2.namespace, c2.user.token if c2.user else None) == (
+        "http://127.0.0.1:7001", "ns-b", "from-a",  # x and u: the first file that names them wins
+    )
+    c3 = load_config(context="c3")
+    assert c3.cluster.server == "https://127.0.0.1:7002"
+    # Relative file references are relative to the file that holds them.
+    assert c3.cluster.certificate_auth == str(b.parent / "ca.crt")
+    assert c3.user is not None and c3.user.token_file == str(b.parent / "token")
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+def test_merge_agrees_with_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = _merge_files(tmp_path)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", f"{a}:{tmp_path / 'missing'}:{b}")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "KUBECONFIG": os.environ["KUBECONFIG"]}
+    for context in ("c1", "c2", "c3"):
+        view = json.loads(subprocess.run(
+            ["kubectl", "config", "view", "--minify", "--context", context, "-o", "json"],
+            env=env, capture_output=True, text=True, check=True,
+        ).stdout)
+        ours = load_config(context=context)
+        assert ours.cluster.server == view["clusters"][0]["cluster"]["server"], context
+        assert ours.namespace == view["contexts"][0]["context"].get("namespace", "default"), context
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("clusters: [\n  - bad: {\n", "is not valid YAML: expected the node content, but found '-' (line 2, column 3)"),
+        ("- just\n- a list\n", "is not a kubeconfig: expected a mapping with clusters, users and contexts, found list"),
+        ("apiVersion: v1\ncontexts: [{name: a, context: {cluster: a}}]\ncurrent-context: a\n", "defines no clusters"),
+        ("clusters: 3\n", "clusters must be a list, not int"),
+        ("clusters: [{cluster: {server: x}}]\n", "clusters[0] has no name"),
+        (
+            "clusters: [{name: a, cluster: {server: http://127.0.0.1:1}}]\n"
+            "contexts: [{name: a, context: {cluster: b}}]\ncurrent-context: a\n",
+            "context 'a' names cluster 'b', which kubeconfig",
+        ),
+        (
+            "clusters: [{name: a, cluster: {server: http://127.0.0.1:1, insecure-skip-tls-verify: maybe}}]\n"
+            "contexts: [{name: a, context: {cluster: a}}]\ncurrent-context: a\n",
+            "cluster 'a': Expected `bool`, got `str`",
+        ),
+    ],
+)
+def test_malformed_kubeconfigs_are_one_line_errors_naming_the_file(tmp_path: Path, text: str, message: str) -> None:
+    bad = tmp_path / "kc"
+    bad.write_text(text)
+    with pytest.raises(KubeConfigError) as exc:
+        load_config(bad)
+    assert message in str(exc.value) and str(bad) in str(exc.value)
+    assert "\n" not in str(exc.value)
