@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import pty
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,23 +18,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from lightkube import AsyncClient
+from lightkube.models.core_v1 import ServicePort, ServiceSpec
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.core_v1 import Namespace, Service
 
-import isthmus.cli.main
-from isthmus.cli.app import app
+from isthmus.api.base import ObjectMeta as Meta
+from isthmus.api.mcs import (
+    ConflictReason,
+    ServiceExport,
+    ServiceImport,
+    ServiceImportSpec,
+    conflict_condition,
+)
 from isthmus.kube.client import make_client
+from isthmus.kube.helpers import get, patch_status
+from isthmus.kube.resources import to_lightkube
 from isthmus.mcs.brokerinfo import BrokerInfo
 
 pytestmark = pytest.mark.e2e
 
-# `python -m isthmus` once cli/main.py imports isthmus.cli.discovery; until then, the same app
-# with the module imported first.
-if any(c.name == "join" for c in app.registered_commands):
-    ISTHMUS = [sys.executable, "-m", "isthmus"]
-else:
-    ISTHMUS = [sys.executable, "-c", "import isthmus.cli.discovery; from isthmus.cli.main import app; app()"]
-assert isthmus.cli.main
+ISTHMUS = [sys.executable, "-m", "isthmus"]
+ENV = {"PATH": "/usr/bin:/bin"}
 
 
 @dataclass
@@ -82,7 +90,7 @@ class Clusterset:
 
     def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
         p = subprocess.run([*ISTHMUS, *args], capture_output=True, text=True, timeout=60, cwd=self.tmp,
-                           env={"PATH": "/usr/bin:/bin", "HOME": str(self.tmp)})
+                           env={**ENV, "HOME": str(self.tmp)})
         if ok:
             assert p.returncode == 0, f"isthmus {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
         return p
@@ -94,6 +102,22 @@ class Clusterset:
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
         return lines[0].removeprefix("error: ")
+
+    def answer(self, reply: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run a command on a terminal (a pty as stdin) and type `reply` to its question."""
+        master, slave = pty.openpty()
+        try:
+            proc = subprocess.Popen([*ISTHMUS, *args], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, cwd=self.tmp, env={**ENV, "HOME": str(self.tmp)})
+            os.close(slave)
+            os.write(master, reply.encode() + b"\n")
+            out, err = proc.communicate(timeout=60)
+        finally:
+            os.close(master)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def client(self, server: Server) -> AsyncClient:
+        return make_client(server.kubeconfig, field_manager="e2e")
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +177,7 @@ def test_2_join(cs: Clusterset) -> None:
     (cs.tmp / "bad.subm").write_text("not a broker info\n")
     assert "expected base64-encoded JSON" in cs.error("join", "bad.subm", "--kubeconfig", k2, "--cluster-id", "c2")
     assert "cannot read broker-info" in cs.error("join", "missing.subm", "--kubeconfig", k2, "--cluster-id", "c2")
-    assert "No such option: --bogus" in cs.error("join", "broker-info.subm", "--bogus")
+    assert cs.error("join", "broker-info.subm", "--bogus") == "no such option: --bogus (see isthmus join --help)"
 
     out = cs.run("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2", "--enable-clusterset-ip",
                  "--clusterset-ip-cidr", "243.7.0.0/20").stdout
@@ -183,16 +207,34 @@ def test_4_export_show_unexport(cs: Clusterset) -> None:
     k1 = str(cs.c1.kubeconfig)
     assert cs.error("export", "web", "-n", "shop", "--kubeconfig", k1) == "namespace 'shop' does not exist"
     cs.run("join", "broker-info.subm", "--kubeconfig", k1, "--cluster-id", "c1")  # still joined: no-op
-    # Namespaces are the user's; create one through the library the CLI uses.
+    # Namespaces and Services are the user's; create them through the library the CLI uses.
 
     async def mkns() -> None:
-        c = make_client(k1)
+        c = cs.client(cs.c1)
         try:
             await c.create(Namespace(metadata=ObjectMeta(name="shop")))
         finally:
             await c.close()
 
     asyncio.run(mkns())
+    # As subctl does: no export of a Service that does not exist, unless asked for.
+    assert cs.error("export", "web", "-n", "shop", "--kubeconfig", k1) == (
+        "service shop/web not found (use --allow-missing to export it before it exists)"
+    )
+    assert cs.run("export", "web", "-n", "shop", "--kubeconfig", k1, "--allow-missing").stdout.strip() == (
+        "serviceexport shop/web created"
+    )
+    cs.run("unexport", "web", "-n", "shop", "--kubeconfig", k1)
+
+    async def mksvc() -> None:
+        c = cs.client(cs.c1)
+        try:
+            await c.create(Service(metadata=ObjectMeta(name="web", namespace="shop"),
+                                   spec=ServiceSpec(ports=[ServicePort(port=80)])))
+        finally:
+            await c.close()
+
+    asyncio.run(mksvc())
     assert cs.run("export", "web", "-n", "shop", "--kubeconfig", k1).stdout.strip() == "serviceexport shop/web created"
     assert cs.run("export", "web", "-n", "shop", "--kubeconfig", k1).stdout.strip() == "serviceexport shop/web unchanged"
     assert cs.run("export", "web", "-n", "shop", "--use-clusterset-ip=true", "--kubeconfig", k1).stdout.strip() == (
@@ -203,17 +245,54 @@ def test_4_export_show_unexport(cs: Clusterset) -> None:
     )
     data = json.loads(cs.run("show", "exports", "-A", "-o", "json", "--kubeconfig", k1).stdout)
     assert data == {"items": [{
-        "namespace": "shop", "name": "web", "useClustersetIP": "true", "valid": None, "ready": None,
-        "conflict": None, "creationTimestamp": data["items"][0]["creationTimestamp"],
+        "namespace": "shop", "name": "web", "useClustersetIP": "true", "clusterClustersetIPEnabled": False,
+        "serviceIPs": None, "valid": None, "ready": None, "conflict": None,
+        "creationTimestamp": data["items"][0]["creationTimestamp"],
     }]}
     table = cs.run("show", "exports", "-n", "shop", "--kubeconfig", k1).stdout.splitlines()
-    assert table[0].split() == ["NAMESPACE", "NAME", "VIP", "VALID", "READY", "CONFLICT", "AGE", "MESSAGE"]
-    assert table[1].split()[:3] == ["shop", "web", "true"]
+    assert table[0].split() == ["NAMESPACE", "NAME", "VIP", "WANTS", "VIP", "VALID", "READY", "CONFLICT", "AGE", "MESSAGE"]
+    assert table[1].split()[:4] == ["shop", "web", "-", "true"]  # no VIP known yet: not imported
     assert json.loads(cs.run("show", "imports", "-A", "-o", "json", "--kubeconfig", k1).stdout) == {"items": []}
     assert cs.error("show", "exports", "-n", "shop", "-A", "--kubeconfig", k1) == "use either --namespace or --all-namespaces"
     assert cs.error("show", "exports", "-o", "yaml", "--kubeconfig", k1) == "--output must be table or json, not 'yaml'"
     assert cs.run("unexport", "web", "-n", "shop", "--kubeconfig", k1).stdout.strip() == "serviceexport shop/web deleted"
     assert cs.error("unexport", "web", "-n", "shop", "--kubeconfig", k1) == "serviceexport shop/web not found"
+
+
+def test_4b_show_conflicts_one_per_line_and_the_vip(cs: Clusterset) -> None:
+    """What an agent writes for a service in conflict, as `show` prints it."""
+    k1 = str(cs.c1.kubeconfig)
+    cs.run("export", "web", "-n", "shop", "--kubeconfig", k1)
+    ports = "port http is 80/TCP in cluster c0 but 8080/TCP in cluster c1"
+    labels = 'label "tier" is "web" in cluster c0 but "api" in cluster c1'
+
+    async def as_the_agent() -> None:
+        c = cs.client(cs.c1)
+        try:
+            export = await get(c, ServiceExport, "web", namespace="shop")
+            export.status.conditions = [
+                conflict_condition([(ConflictReason.PORT, ports), (ConflictReason.LABELS, labels)])
+            ]
+            await patch_status(c, export, field_manager="e2e")
+            await c.create(to_lightkube(ServiceImport(
+                metadata=Meta(name="web", namespace="shop"),
+                spec=ServiceImportSpec(type="ClusterSetIP", ips=["243.0.0.7"]),
+            )))
+        finally:
+            await c.close()
+
+    asyncio.run(as_the_agent())
+    lines = cs.run("show", "exports", "-n", "shop", "--kubeconfig", k1).stdout.splitlines()
+    assert lines[1].split()[:4] == ["shop", "web", "243.0.0.7", "false"]  # the VIP; this cluster's default: off
+    assert lines[1].split()[4:8] == ["(default)", "-", "-", "True"]
+    assert lines[1].rstrip().endswith(f"Conflict: {ports}") and "PortConflict" in lines[1]
+    assert lines[2].split()[0] == "LabelsConflict" and lines[2].rstrip().endswith(f"Conflict: {labels}")
+    assert len(lines) == 3
+    imports = cs.run("show", "imports", "-n", "shop", "--kubeconfig", k1).stdout.splitlines()
+    assert imports[0].split() == ["NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "CONFLICT"]
+    assert imports[1].split() == ["shop", "web", "ClusterSetIP", "243.0.0.7", "-", "-", "PortConflict"]
+    assert imports[2].split() == ["LabelsConflict"]
+    cs.run("unexport", "web", "-n", "shop", "--kubeconfig", k1)
 
 
 def test_5_unreachable_and_bad_credentials(cs: Clusterset) -> None:
@@ -229,15 +308,39 @@ def test_5_unreachable_and_bad_credentials(cs: Clusterset) -> None:
     )
 
 
+def test_5b_join_a_silent_broker(cs: Clusterset) -> None:
+    """A broker that accepts and never answers: join gives up within seconds and says why."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        info = BrokerInfo.decode((cs.tmp / "broker-info.subm").read_text())
+        (cs.tmp / "silent.subm").write_text(dataclasses.replace(info, server=url, ca_pem=None).encode())
+        assert cs.error("join", "silent.subm", "--kubeconfig", str(cs.c1.kubeconfig), "--cluster-id", "c1") == (
+            f"the API server at {url} did not answer in time (ReadTimeout)"
+        )
+
+
 def test_6_leave(cs: Clusterset) -> None:
-    out = cs.run("leave", "--kubeconfig", str(cs.c2.kubeconfig)).stdout
-    assert "cluster c2 left the clusterset: removed from the broker" in out
-    assert "has not joined a clusterset" in cs.error("leave", "--kubeconfig", str(cs.c2.kubeconfig))
+    k2 = str(cs.c2.kubeconfig)
+    assert cs.error("leave", "--kubeconfig", k2) == (
+        "leave would remove this cluster from its clusterset: pass --yes to confirm (there is no terminal to ask on)"
+    )
+    declined = cs.answer("n", "leave", "--kubeconfig", k2)
+    assert declined.returncode == 1 and declined.stderr.strip() == "nothing changed", declined
+    assert f"Remove cluster c2 from the clusterset (broker {cs.broker.url}, namespace isthmus-broker)" in declined.stdout
+    clusters = json.loads(cs.run("show", "clusters", "--broker-info", "broker-info.subm", "-o", "json").stdout)
+    assert [r["clusterID"] for r in clusters["items"]] == ["c1", "c2"]
+
+    accepted = cs.answer("y", "leave", "--kubeconfig", k2)
+    assert accepted.returncode == 0, accepted
+    assert "cluster c2 left the clusterset: removed from the broker" in accepted.stdout
+    assert "has not joined a clusterset" in cs.error("leave", "--kubeconfig", k2, "--yes")
     _stop(cs.c1)  # c1 dies: clean it off the broker with the broker-info alone
-    assert cs.error("leave", "--broker-info", "broker-info.subm", "--cluster-id", "nope") == (
+    assert cs.error("leave", "--broker-info", "broker-info.subm", "--cluster-id", "nope", "--yes") == (
         "cluster 'nope' is not registered on the broker (members: c1)"
     )
-    out = cs.run("leave", "--broker-info", "broker-info.subm", "--cluster-id", "c1").stdout
+    out = cs.run("leave", "--broker-info", "broker-info.subm", "--cluster-id", "c1", "-y").stdout
     assert "cluster c1 removed from the broker" in out
     data = json.loads(cs.run("show", "clusters", "--broker-info", "broker-info.subm", "-o", "json").stdout)
     assert data == {"items": []}

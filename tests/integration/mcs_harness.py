@@ -2,7 +2,7 @@
 
 `ClusterSet` starts a broker and n member clusters as embedded apiservers (random 127.0.0.1
 ports, persistent data dirs so `restart()` keeps state), deploys the broker and joins every
-cluster through `isthmus.mcs.join`, then runs one `isthmus.mcs.agent.Agent` per cluster in
+cluster through `isthmus.mcs.membership`, then runs one `isthmus.mcs.agent.Agent` per cluster in
 this event loop. Teardown stops every agent and server even when the test failed.
 
 Also here: `eventually` (poll an async predicate) and builders of the objects a user (or
@@ -376,11 +376,11 @@ class ClusterSet:
         return srv
 
     async def _setup(self) -> None:
-        from isthmus.mcs import join as joinmod
+        from isthmus.mcs.broker import deploy_broker
 
         self.broker = await self._new_server("broker", token=BROKER_TOKEN)
         self.broker_client = self.broker.client()
-        self.info = await joinmod.deploy_broker(
+        self.info = await deploy_broker(
             self.broker_client,
             namespace=BROKER_NS,
             enable_clusterset_ip=self.enable_clusterset_ip,
@@ -406,7 +406,7 @@ class ClusterSet:
         dirname: str | None = None,
     ) -> Member:
         """Start a new member apiserver, join it as `cluster_id`, and (by default) start its agent."""
-        from isthmus.mcs import join as joinmod
+        from isthmus.mcs import membership as joinmod
 
         srv = await self._new_server(dirname or cluster_id)
         client = srv.client()
@@ -531,8 +531,8 @@ class ClusterSet:
         await b.start()
 
     async def leave(self, i: int) -> Any:
-        """Uninstall cluster i: stop its agent(s), then `isthmus.mcs.join.leave`."""
-        from isthmus.mcs import join as joinmod
+        """Uninstall cluster i: stop its agent(s), then `isthmus.mcs.membership.leave`."""
+        from isthmus.mcs import membership as joinmod
 
         m = self.clusters[i]
         await self.stop_agent(i)

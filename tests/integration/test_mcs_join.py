@@ -1,4 +1,5 @@
-"""isthmus.mcs.join against real embedded apiservers: deploy-broker, join (concurrency, idempotence,
+"""The discovery control plane (isthmus.mcs.broker, .membership, .exports, .views) against real
+embedded apiservers: deploy-broker, join (concurrency, idempotence,
 force, bad input), leave (broker GC of the cluster's objects), export/unexport and the show rows."""
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from pathlib import Path
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.models.core_v1 import ServicePort as LkServicePort
+from lightkube.models.core_v1 import ServiceSpec
 from lightkube.models.discovery_v1 import Endpoint
 from lightkube.models.meta_v1 import ObjectMeta as LkMeta
 from lightkube.models.meta_v1 import OwnerReference as LkOwner
-from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.api.base import ObjectMeta, OwnerReference, now
@@ -30,6 +33,7 @@ from isthmus.api.mcs import (
     USE_CLUSTERSET_IP_ANNOTATION,
     Broker,
     Cluster,
+    ConflictReason,
     ExportedService,
     ExportedServiceSpec,
     ServiceDiscovery,
@@ -37,11 +41,13 @@ from isthmus.api.mcs import (
     ServiceImport,
     ServiceImportSpec,
     ServiceImportType,
+    conflict_condition,
 )
-from isthmus.kube.helpers import get, get_or_none, list_all
+from isthmus.kube.helpers import get, get_or_none, list_all, patch_status
 from isthmus.kube.resources import to_lightkube
-from isthmus.mcs import join as j
+from isthmus.mcs import broker, exports, membership, views
 from isthmus.mcs.brokerinfo import BrokerInfo
+from isthmus.mcs.control import DiscoveryError
 from tests.conftest import RunningApiServer
 
 NS = "isthmus-broker"
@@ -64,7 +70,7 @@ class Env:
     async def deploy(self, **kw: object) -> BrokerInfo:
         args: dict[str, object] = {"namespace": NS, "enable_clusterset_ip": False, "cidr_range": None}
         args.update(kw)
-        return await j.deploy_broker(
+        return await broker.deploy_broker(
             self.bc,
             server_url=self.broker.url,
             ca_pem=None,
@@ -89,7 +95,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
 async def _join(e: Env, client: AsyncClient, info: BrokerInfo, cid: str, **kw: object) -> Cluster:
     args: dict[str, object] = {"enable_clusterset_ip": None, "clusterset_ip_cidr": None, "force": False}
     args.update(kw)
-    return await j.join(e.bc, client, info, cluster_id=cid, **args)  # type: ignore[arg-type]
+    return await membership.join(e.bc, client, info, cluster_id=cid, **args)  # type: ignore[arg-type]
 
 
 # --- deploy-broker ------------------------------------------------------------------------------
@@ -110,7 +116,7 @@ async def test_deploy_broker_defaults_and_idempotent(env: Env) -> None:
 
 async def test_deploy_broker_settings_cannot_change(env: Env) -> None:
     await env.deploy(enable_clusterset_ip=True, cidr_range=["10.0.0.0/8, 11.0.0.0/16"])
-    with pytest.raises(j.DiscoveryError) as exc:
+    with pytest.raises(DiscoveryError) as exc:
         await env.deploy(enable_clusterset_ip=False, cidr_range=None)
     assert (
         "already deployed with clustersetIPEnabled=true, clustersetIPCIDRRange=10.0.0.0/8,11.0.0.0/16"
@@ -132,7 +138,7 @@ async def test_deploy_broker_settings_cannot_change(env: Env) -> None:
     ],
 )
 async def test_deploy_broker_bad_range(env: Env, ranges: list[str], message: str) -> None:
-    with pytest.raises(j.DiscoveryError) as exc:
+    with pytest.raises(DiscoveryError) as exc:
         await env.deploy(cidr_range=ranges)
     assert str(exc.value).startswith(message)
     assert await get_or_none(env.bc, Namespace, NS) is None  # nothing written
@@ -153,7 +159,7 @@ async def test_join_writes_cluster_and_member_objects(env: Env) -> None:
     secret = await c1.get(Secret, BROKER_SECRET_NAME, namespace=AGENT_NAMESPACE)
     assert secret.data is not None
     assert BrokerInfo.decode(base64.b64decode(secret.data[BROKER_SECRET_KEY])) == info
-    assert await j.membership(c1) == ("c1", info)
+    assert await membership.membership(c1) == ("c1", info)
 
     c2 = await env.member("c2")
     cluster2 = await _join(env, c2, info, "c2", enable_clusterset_ip=False, clusterset_ip_cidr="243.7.0.0/20")
@@ -187,7 +193,7 @@ async def test_concurrent_joins_same_requested_cidr_one_wins(env: Env) -> None:
         return_exceptions=True,
     )
     errors = [r for r in results if isinstance(r, BaseException)]
-    assert len(errors) == 1 and isinstance(errors[0], j.DiscoveryError)
+    assert len(errors) == 1 and isinstance(errors[0], DiscoveryError)
     assert "overlaps 243.9.0.0/16, the clusterset IP CIDR of cluster" in str(errors[0])
     assert len(await list_all(env.bc, Cluster, namespace=NS)) == 1
 
@@ -202,7 +208,7 @@ async def test_rejoin_is_idempotent_and_force_replaces(env: Env) -> None:
     same = await _join(env, c1, info, "c1", clusterset_ip_cidr="243.0.0.0/16")
     assert same.metadata.resource_version == first.metadata.resource_version
 
-    with pytest.raises(j.DiscoveryError) as exc:
+    with pytest.raises(DiscoveryError) as exc:
         await _join(env, c1, info, "c1", clusterset_ip_cidr="243.5.0.0/16")
     assert str(exc.value).startswith(
         "cluster 'c1' already has clusterset IP CIDR 243.0.0.0/16; pass --force to change it to 243.5.0.0/16"
@@ -218,14 +224,14 @@ async def test_duplicate_id_from_another_cluster(env: Env) -> None:
     info = await env.deploy()
     c1, other = await env.member("c1"), await env.member("other")
     await _join(env, c1, info, "c1")
-    with pytest.raises(j.DiscoveryError) as exc:
+    with pytest.raises(DiscoveryError) as exc:
         await _join(env, other, info, "c1")
     assert str(exc.value).startswith("cluster ID 'c1' is already taken by another cluster (joined ")
     taken = await _join(env, other, info, "c1", force=True)
     assert taken.spec.clusterset_ip_cidr == ["243.0.0.0/16"]
     # A cluster joined under one ID cannot silently re-join under another.
     with pytest.raises(
-        j.DiscoveryError, match="this cluster already joined as 'c1': run `isthmus leave` first"
+        DiscoveryError, match="this cluster already joined as 'c1': run `isthmus leave` first"
     ):
         await _join(env, other, info, "c2")
 
@@ -260,7 +266,7 @@ async def test_join_bad_input(env: Env, cid: str, cidr: str | None, message: str
     info = await env.deploy()
     await _join(env, await env.member("taken"), info, "taken")
     c1 = await env.member("c1")
-    with pytest.raises(j.DiscoveryError) as exc:
+    with pytest.raises(DiscoveryError) as exc:
         await _join(env, c1, info, cid, clusterset_ip_cidr=cidr)
     assert str(exc.value).startswith(message)
     assert [c.name for c in await list_all(env.bc, Cluster, namespace=NS)] == ["taken"]
@@ -269,7 +275,7 @@ async def test_join_bad_input(env: Env, cid: str, cidr: str | None, message: str
 
 async def test_join_without_broker(env: Env) -> None:
     info = BrokerInfo(server=env.broker.url, token=TOKEN, namespace="nowhere")
-    with pytest.raises(j.DiscoveryError, match="no broker in namespace nowhere of the broker API"):
+    with pytest.raises(DiscoveryError, match="no broker in namespace nowhere of the broker API"):
         await _join(env, await env.member("c1"), info, "c1")
 
 
@@ -345,8 +351,8 @@ async def test_leave_live_cluster(env: Env) -> None:
     )
     await c1.create(to_lightkube(ServiceExport(metadata=ObjectMeta(name="web", namespace="shop"))))
 
-    result = await j.leave(env.bc, c1, NS, "c1")
-    assert result == j.LeaveResult(cluster_id="c1", deregistered=True, local_objects=4)
+    result = await membership.leave(env.bc, c1, NS, "c1")
+    assert result == membership.LeaveResult(cluster_id="c1", deregistered=True, local_objects=4)
     await _wait_gone(env.bc, "c1")
     assert [c.name for c in await list_all(env.bc, Cluster, namespace=NS)] == ["c2"]
     assert [x.spec.cluster for x in await list_all(env.bc, ExportedService, namespace=NS)] == ["c2"]
@@ -358,7 +364,7 @@ async def test_leave_live_cluster(env: Env) -> None:
     assert await list_all(c1, ServiceImport, namespace="shop") == []
     assert len(await list_all(c1, ServiceExport, namespace="shop")) == 1  # the user's: untouched
     # Leaving twice is harmless; the cluster can join again (and gets the freed CIDR back).
-    assert (await j.leave(env.bc, c1, NS, "c1")).deregistered is False
+    assert (await membership.leave(env.bc, c1, NS, "c1")).deregistered is False
     again = await _join(env, c1, info, "c1")
     assert again.spec.clusterset_ip_cidr == cl1.spec.clusterset_ip_cidr
 
@@ -369,7 +375,7 @@ async def test_leave_dead_cluster_broker_only(env: Env) -> None:
     cl1 = await _join(env, c1, info, "c1")
     await _owned_objects(env, cl1)
     await env.servers[0].stop()  # the cluster is gone
-    result = await j.leave(env.bc, None, NS, "c1")
+    result = await membership.leave(env.bc, None, NS, "c1")
     assert result.deregistered and result.local_objects == 0
     await _wait_gone(env.bc, "c1")
 
@@ -377,34 +383,53 @@ async def test_leave_dead_cluster_broker_only(env: Env) -> None:
 # --- export and show ----------------------------------------------------------------------------
 
 
+def _service(name: str, namespace: str) -> Service:
+    return Service(metadata=LkMeta(name=name, namespace=namespace), spec=ServiceSpec(ports=[LkServicePort(port=80)]))
+
+
+async def test_export_refuses_a_service_that_does_not_exist(env: Env) -> None:
+    """As subctl does: a typo must not leave an export behind that no cluster will ever see."""
+    info = await env.deploy()
+    c1 = await env.member("c1")
+    await _join(env, c1, info, "c1")
+    await c1.create(Namespace(metadata=LkMeta(name="shop")))
+    with pytest.raises(DiscoveryError) as exc:
+        await exports.export(c1, "nosuch", "shop", None)
+    assert str(exc.value) == "service shop/nosuch not found (use --allow-missing to export it before it exists)"
+    assert await list_all(c1, ServiceExport, namespace="shop") == []
+    obj, change = await exports.export(c1, "nosuch", "shop", None, allow_missing=True)
+    assert change == "created" and obj.name == "nosuch"
+
+
 async def test_export_unexport_and_rows(env: Env) -> None:
     info = await env.deploy()
     c1 = await env.member("c1")
-    with pytest.raises(j.DiscoveryError, match="CRDs are not installed"):
-        await c1.create(Namespace(metadata=LkMeta(name="shop")))
-        await j.export(c1, "web", "shop", None)
+    await c1.create(Namespace(metadata=LkMeta(name="shop")))
+    await c1.create(_service("web", "shop"))
+    with pytest.raises(DiscoveryError, match="CRDs are not installed"):
+        await exports.export(c1, "web", "shop", None)
     await _join(env, c1, info, "c1")
-    with pytest.raises(j.DiscoveryError, match="namespace 'nope' does not exist"):
-        await j.export(c1, "web", "nope", None)
-    obj, change = await j.export(c1, "web", "shop", None)
+    with pytest.raises(DiscoveryError, match="namespace 'nope' does not exist"):
+        await exports.export(c1, "web", "nope", None)
+    obj, change = await exports.export(c1, "web", "shop", None)
     assert change == "created" and not (obj.metadata.annotations or {})
-    assert (await j.export(c1, "web", "shop", None))[1] == "unchanged"
-    obj, change = await j.export(c1, "web", "shop", True)
+    assert (await exports.export(c1, "web", "shop", None))[1] == "unchanged"
+    obj, change = await exports.export(c1, "web", "shop", True)
     assert change == "configured" and obj.metadata.annotations == {USE_CLUSTERSET_IP_ANNOTATION: "true"}
-    assert (await j.export(c1, "web", "shop", True))[1] == "unchanged"
-    obj, change = await j.export(c1, "db", "shop", False)
+    assert (await exports.export(c1, "web", "shop", True))[1] == "unchanged"
+    obj, change = await exports.export(c1, "db", "shop", False, allow_missing=True)  # no Service db yet
     assert change == "created" and obj.metadata.annotations == {USE_CLUSTERSET_IP_ANNOTATION: "false"}
 
-    rows = await j.export_rows(c1, None)
+    rows = await views.export_rows(c1, None)
     assert [(r.namespace, r.name, r.use_clusterset_ip) for r in rows] == [
         ("shop", "db", "false"),
         ("shop", "web", "true"),
     ]
     assert rows[0].valid is None and rows[0].to_dict()["valid"] is None
 
-    assert await j.unexport(c1, "web", "shop") is True
-    assert await j.unexport(c1, "web", "shop") is False
-    assert [r.name for r in await j.export_rows(c1, "shop")] == ["db"]
+    assert await exports.unexport(c1, "web", "shop") is True
+    assert await exports.unexport(c1, "web", "shop") is False
+    assert [r.name for r in await views.export_rows(c1, "shop")] == ["db"]
 
     # Clusters as the broker knows them, with the agent's heartbeat.
     cl = await get(env.bc, Cluster, "c1", namespace=NS)
@@ -414,7 +439,42 @@ async def test_export_unexport_and_rows(env: Env) -> None:
     }
     cl.metadata.managed_fields = None
     await env.bc.replace(to_lightkube(cl))
-    [row] = await j.cluster_rows(env.bc, NS)
+    [row] = await views.cluster_rows(env.bc, NS)
     assert row.cluster_id == "c1" and row.cidrs == ["243.0.0.0/16"]
     assert row.clusterset_ip_enabled is False and row.enabled_source == "broker"
     assert row.to_dict()["heartbeat"] == "2030-01-01T00:00:00Z"
+
+
+async def test_show_rows_split_conflicts_show_the_vip_and_mark_conflicted_imports(env: Env) -> None:
+    info = await env.deploy()
+    c1 = await env.member("c1")
+    await _join(env, c1, info, "c1")  # the broker's default: no VIP
+    await c1.create(Namespace(metadata=LkMeta(name="shop")))
+    await c1.create(_service("web", "shop"))
+    exported, _ = await exports.export(c1, "web", "shop", True)
+    # What the agent writes for two conflicts: reasons comma-joined, messages joined with "; ".
+    exported.status.conditions = [conflict_condition([
+        (ConflictReason.PORT, "port http is 80/TCP in cluster c0 but 8080/TCP in cluster c1"),
+        (ConflictReason.LABELS, 'label "tier" is "web" in cluster c0 but "api" in cluster c1'),
+    ])]
+    await patch_status(c1, exported, field_manager="test")
+    await c1.create(to_lightkube(ServiceImport(
+        metadata=ObjectMeta(name="web", namespace="shop"),
+        spec=ServiceImportSpec(type=ServiceImportType.CLUSTER_SET_IP, ips=["243.0.0.7"]),
+    )))
+
+    [row] = await views.export_rows(c1, "shop")
+    assert (row.vip(), row.wants_vip()) == ("243.0.0.7", "true")
+    assert row.conflict_reasons() == ["PortConflict", "LabelsConflict"]
+    assert row.problems() == [
+        "Conflict: port http is 80/TCP in cluster c0 but 8080/TCP in cluster c1",
+        'Conflict: label "tier" is "web" in cluster c0 but "api" in cluster c1',
+    ]
+    assert row.to_dict()["serviceIPs"] == ["243.0.0.7"]
+    [imp] = await views.import_rows(c1, "shop")
+    assert imp.conflicts == ["PortConflict", "LabelsConflict"] and imp.to_dict()["conflicts"] == imp.conflicts
+
+    # Before the import exists, and without the annotation: the cluster's default is shown as such.
+    await exports.export(c1, "other", "shop", None, allow_missing=True)
+    other = next(r for r in await views.export_rows(c1, "shop") if r.name == "other")
+    assert (other.vip(), other.wants_vip(), other.problems()) == ("-", "false (default)", [])

@@ -29,14 +29,19 @@ GOOD = ["--kubeconfig", "/nonexistent/kubeconfig", "--cluster-name", "c1"]
             ["--pod-cidr", "127.101.0.0/16", "--service-cidr", "127.201.0.0/16", "--metrics-addr", "nope"],
             "host:port",
         ),
-        (["--pod-cidr", "127.101.0.0/16", "--service-cidr", "127.201.0.0/16"], "error:"),  # no kubeconfig
+        (["--pod-cidr", "127.101.0.0/16", "--service-cidr", "127.201.0.0/16"], "kubeconfig /nonexistent/kubeconfig not found"),
+        (["--service-cidr", "127.201.0.0/16"], "missing option '--pod-cidr' (see isthmus kube-lite --help)"),
+        (
+            ["--pod-cidr", "127.101.0.0/16", "--service-cidr", "127.201.0.0/16", "--log-format", "yaml"],
+            "--log-format must be text or json",
+        ),
     ],
 )
 def test_bad_flags_exit_2(args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["kube-lite", *GOOD, *args])
     assert result.exit_code == 2, result.output
-    assert message in result.output
-    assert "Traceback" not in result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr
 
 
 def test_bad_cluster_name() -> None:

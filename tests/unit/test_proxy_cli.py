@@ -1,4 +1,5 @@
-"""`isthmus proxy` flag validation: user errors exit 2 with a message, before anything starts."""
+"""`isthmus proxy` flag validation: user errors (usage errors included) are one `error:` line and
+exit 2, before anything starts."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from isthmus.cli.app import app
     [
         (["--cluster-id", "Not_A_Label"], "DNS-1123"),
         (["--cluster-id", "c1", "--node-address", "localhost"], "not an IP address"),
-        (["--cluster-id", "c1", "--log-format", "xml"], "log format"),
+        (["--cluster-id", "c1", "--log-format", "xml"], "--log-format must be text or json"),
+        (["--cluster-id", "c1", "--log-level", "loud"], "--log-level must be one of"),
+        ([], "missing option '--cluster-id' (see isthmus proxy --help)"),
+        (["--cluster-id", "c1", "--connect-timeout", "soon"], "invalid value for '--connect-timeout'"),
         (["--cluster-id", "c1", "--connect-timeout", "0"], "--connect-timeout"),
         (["--cluster-id", "c1", "--udp-idle-timeout", "-1"], "--udp-idle-timeout"),
         (["--cluster-id", "c1", "--metrics-addr", "nope"], "not host:port"),
@@ -25,7 +29,8 @@ from isthmus.cli.app import app
 def test_bad_flags_exit_2(args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["proxy", *args])
     assert result.exit_code == 2, result.output
-    assert message in result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr
 
 
 def test_help_lists_the_command() -> None:

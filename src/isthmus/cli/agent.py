@@ -3,54 +3,76 @@
 from __future__ import annotations
 
 import asyncio
-import signal
+import contextlib
+import os
+import socket
 from typing import Annotated
 
 import typer
 
-from isthmus.cli.app import app, fail
+from isthmus.cli.app import (
+    Background,
+    ClusterIdOpt,
+    ContextOpt,
+    KubeconfigOpt,
+    LogFormatOpt,
+    LogLevelOpt,
+    MetricsAddrOpt,
+    command,
+    fail,
+    run_component,
+)
+
+RELEASE_TIMEOUT = 3.0
+"""How long a stopping agent tries to hand its Lease back."""
 
 
-@app.command("agent")
+def default_identity() -> str:
+    """The pod's name where there is one (stable across restarts of the pod), else the host name."""
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+@command("agent")
 def agent(
-    cluster_id: Annotated[str, typer.Option("--cluster-id", help="This cluster's ID (as given to join).")],
-    kubeconfig: Annotated[str | None, typer.Option(help="Kubeconfig of this cluster (default $KUBECONFIG).")] = None,
-    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
-    metrics_addr: Annotated[str | None, typer.Option(help="Serve /metrics, /healthz, /readyz here (host:port).")] = None,
-    workers: Annotated[int, typer.Option(help="Concurrent reconciles.")] = 16,
-    log_format: Annotated[str, typer.Option(help="Log format: text or json.")] = "text",
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    cluster_id: ClusterIdOpt,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    identity: Annotated[
+        str | None,
+        typer.Option(
+            "--identity",
+            help="Holder identity in the agent's leader-election Lease; an agent restarted with the same "
+                 "identity takes its own lease back at once (default: $POD_NAME, else the host name).",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_addr: MetricsAddrOpt = None,
+    workers: Annotated[int, typer.Option(min=1, help="Concurrent reconciles.")] = 16,
+    log_format: LogFormatOpt = "text",
+    log_level: LogLevelOpt = "info",
 ) -> None:
     """Export this cluster's services to the broker and import everyone's (leader-elected)."""
-    from isthmus.kube.client import KubeConfigError, make_client
-    from isthmus.mcs.agent import Agent, AgentConfigError, run_agent
-    from isthmus.runtime import HealthServer, setup_logging
+    from isthmus.kube.client import make_client
+    from isthmus.mcs.agent import Agent, AgentConfigError
 
-    if log_format not in ("text", "json"):
-        raise fail("--log-format must be text or json")
-    setup_logging(log_format, log_level)
+    holder = identity or default_identity()
+    if not holder.strip():
+        raise fail("--identity must not be empty")
 
-    async def main() -> None:
+    async def build() -> Background:
         client = make_client(kubeconfig, context)
-        the_agent = await Agent.from_cluster(client, cluster_id, workers=workers)
-        health = None
-        if metrics_addr:
-            health = HealthServer()
-            health.add_readiness_check("agent", lambda: the_agent.ready)
-            await health.start(metrics_addr)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         try:
-            await run_agent(the_agent, stop)
-        finally:
-            if health is not None:
-                await health.stop()
+            the_agent = await Agent.from_cluster(client, cluster_id, workers=workers, identity=holder)
+        except AgentConfigError as err:
+            raise fail(str(err)) from None
 
-    try:
-        asyncio.run(main())
-    except (KubeConfigError, AgentConfigError) as e:
-        raise fail(str(e)) from None
-    except OSError as e:
-        raise fail(f"cannot reach the cluster: {e}") from None
+        async def release() -> None:
+            # Best effort and bounded: a successor need not wait out the lease, but an API server
+            # that does not answer must not hold up the shutdown (the lease expires on its own).
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(RELEASE_TIMEOUT):
+                    await the_agent.elector.release()
+
+        return Background("agent", the_agent.run, lambda: the_agent.ready, on_stop=release)
+
+    run_component("agent", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)

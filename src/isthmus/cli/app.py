@@ -1,30 +1,331 @@
-"""The `isthmus` typer application; command modules attach themselves to it."""
+"""The `isthmus` typer application and the one way its commands are built.
+
+- `command(name)` registers a command. Usage errors (unknown command or option, missing or malformed
+  value) and the user errors of the layers below (kubeconfig, API answers, unreachable servers,
+  discovery rules) end as one `error: ...` line on stderr and exit code 2, never a traceback or
+  click's usage box. The application group does the same for what it parses itself and for
+  commands registered with a bare `app.command`.
+- Shared option types (`KubeconfigOpt`, `ContextOpt`, `ClusterIdOpt`, `LogFormatOpt`, `LogLevelOpt`,
+  `MetricsAddrOpt`) validate their values the same way everywhere.
+- `run_component` runs a long-running component: logging, SIGTERM/SIGINT, the optional
+  `/metrics` `/healthz` `/readyz` server; the component owns start, stop and readiness.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
 
 import typer
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
+from typer.core import TyperCommand, TyperGroup
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print a user-facing error and return the Exit to raise (exit code 2 = bad input)."""
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    return typer.Exit(code)
+
+
+# --- user errors --------------------------------------------------------------------------------
+
+
+def user_error_message(err: BaseException) -> str | None:
+    """The one-line message of an error the user can cause and fix, or None for a bug.
+
+    Kubeconfig and discovery errors carry their message; API answers and transport failures name
+    the server; an exception without text is named by its type (timeouts in httpx have no text).
+    """
+    import httpx2
+    from lightkube import ApiError
+
+    from isthmus.kube.client import KubeConfigError
+    from isthmus.kube.helpers import describe_error
+    from isthmus.mcs.control import DiscoveryError
+
+    if isinstance(err, KubeConfigError | DiscoveryError):
+        return str(err)
+    if isinstance(err, ApiError):
+        return _api_message(err)
+    if isinstance(err, httpx2.TimeoutException):
+        return f"the API server{_at(err)} did not answer in time ({describe_error(err)})"
+    if isinstance(err, httpx2.HTTPError):
+        return f"cannot reach the API server{_at(err)}: {describe_error(err)}"
+    if isinstance(err, TimeoutError):
+        return "timed out waiting for the API server"
+    if isinstance(err, BrokenPipeError):
+        return None  # `isthmus show ... | head`: typer ends quietly
+    if isinstance(err, OSError):
+        text = err.strerror or describe_error(err)
+        return f"{err.filename}: {text}" if err.filename else text
+    return None
+
+
+def _at(err: Any) -> str:
+    """` at <scheme>://<host>:<port>` of the request that failed, or nothing when unknown."""
+    try:
+        url = err.request.url
+    except (AttributeError, RuntimeError):  # httpx raises RuntimeError when no request is attached
+        return ""
+    return f" at {url.scheme}://{url.host}:{url.port}" if url.port else f" at {url.scheme}://{url.host}"
+
+
+def _api_message(err: Any) -> str:
+    status = err.status
+    code = status.code if status is not None else None
+    where = _at(err)
+    if code == 401:
+        return f"the API server{where} rejected the credentials (401 Unauthorized): check the token"
+    if code == 403:
+        return f"the API server{where} refused: {status.message} (403 Forbidden)"
+    reason = f"{code} {status.reason}" if status is not None and status.reason else str(code)
+    return f"the API server{where} answered {reason}: {status.message if status is not None else err}"
+
+
+def _usage_exit(err: UsageError, where: Any) -> typer.Exit:
+    """click's usage error as one line naming the help to read (`where`: the context being parsed
+    or run, for errors that carry none)."""
+    message = " ".join(err.format_message().split()).rstrip(".")
+    message = message[:1].lower() + message[1:]  # our messages start lower-case, click's do not
+    ctx = err.ctx or where
+    names: list[str] = []
+    if ctx is not None and ctx.parent is None and ctx.invoked_subcommand:  # the group, running a command
+        names.append(ctx.invoked_subcommand)
+    while ctx is not None and ctx.parent is not None:  # the root's name may be `python -m isthmus`
+        names.insert(0, ctx.info_name or "")
+        ctx = ctx.parent
+    return fail(f"{message} (see {' '.join(['isthmus', *names])} --help)")
+
+
+def _one_line(run: Callable[[], Any], ctx: Any) -> Any:
+    """Run a parse or an invocation in `ctx`, turning usage and user errors into `error:` + exit 2."""
+    try:
+        return run()
+    except NoArgsIsHelpError:
+        raise  # `isthmus` alone prints the help
+    except UsageError as err:
+        raise _usage_exit(err, ctx) from None
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as err:
+        message = user_error_message(err)
+        if message is None:
+            raise
+        raise fail(message) from None
+
+
+class IsthmusCommand(TyperCommand):
+    """A command whose usage and user errors are one `error:` line, exit 2."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return list(_one_line(lambda: super(IsthmusCommand, self).parse_args(ctx, args), ctx))
+
+    def invoke(self, ctx: Any) -> Any:
+        return _one_line(lambda: super(IsthmusCommand, self).invoke(ctx), ctx)
+
+
+class IsthmusGroup(TyperGroup):
+    """The application: unknown commands and options are one `error:` line, exit 2, as are the
+    errors of every subcommand (it parses and runs them inside its own `invoke`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return list(_one_line(lambda: super(IsthmusGroup, self).parse_args(ctx, args), ctx))
+
+    def invoke(self, ctx: Any) -> Any:
+        return _one_line(lambda: super(IsthmusGroup, self).invoke(ctx), ctx)
+
 
 app = typer.Typer(
     name="isthmus",
     help="Multi-cluster service networking for Kubernetes.",
+    cls=IsthmusGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
 
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print a user-facing error and return the Exit to raise (exit code 2 = bad input)."""
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
+def command(name: str, **kwargs: Any) -> Callable[[F], F]:
+    """Register an `isthmus <name>` command (see the module docstring for what it gets)."""
+    return app.command(name, cls=IsthmusCommand, **kwargs)
+
+
+# --- shared options -----------------------------------------------------------------------------
+
+
+def _cluster_id(value: str | None) -> str | None:
+    from isthmus.mcs.allocator import validate_cluster_id
+
+    if value is not None:
+        problem = validate_cluster_id(value)
+        if problem is not None:
+            raise fail(f"--cluster-id: {problem}")
+    return value
+
+
+def _log_format(value: str) -> str:
+    if value not in ("text", "json"):
+        raise fail(f"--log-format must be text or json, not {value!r}")
+    return value
+
+
+def _log_level(value: str) -> str:
+    if not isinstance(logging.getLevelName(value.upper()), int):
+        raise fail(f"--log-level must be one of debug, info, warning, error, critical, not {value!r}")
+    return value
+
+
+def _metrics_addr(value: str | None) -> str | None:
+    from isthmus.runtime import parse_addr
+
+    if value:
+        try:
+            parse_addr(value)
+        except ValueError as err:
+            raise fail(f"--metrics-addr: {err}") from None
+    return value
+
+
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        help="Kubeconfig of the cluster (default: $KUBECONFIG's files merged as kubectl does, else ~/.kube/config).",
+        show_default=False,
+    ),
+]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="Kubeconfig context (default: the current one).")]
+ClusterIdOpt = Annotated[
+    str, typer.Option("--cluster-id", help="This cluster's ID in the clusterset (as given to join).", callback=_cluster_id)
+]
+LogFormatOpt = Annotated[str, typer.Option("--log-format", metavar="text|json", help="Log format.", callback=_log_format)]
+LogLevelOpt = Annotated[str, typer.Option("--log-level", help="Log level (debug, info, warning, error).", callback=_log_level)]
+MetricsAddrOpt = Annotated[
+    str | None,
+    typer.Option("--metrics-addr", metavar="HOST:PORT", help="Serve /metrics, /healthz and /readyz here.",
+                 callback=_metrics_addr),
+]
+
+
+# --- long-running components --------------------------------------------------------------------
+
+
+class Component(Protocol):
+    """What `run_component` runs: it owns start, stop and readiness."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class Finite(Protocol):
+    """A component that may end on its own; `wait()` returns (or raises) when it does."""
+
+    async def wait(self) -> None: ...
+
+
+class Background:
+    """A coroutine as a Component: start() runs it as a task, stop() cancels it, then `on_stop`.
+
+    If the coroutine ends or fails on its own, the command ends too (with its error)."""
+
+    def __init__(
+        self,
+        name: str,
+        run: Callable[[], Coroutine[Any, Any, Any]],
+        ready: Callable[[], bool],
+        on_stop: Callable[[], Awaitable[Any]] | None = None,
+    ) -> None:
+        self.name = name
+        self._run = run
+        self._ready = ready
+        self._on_stop = on_stop
+        self._task: asyncio.Task[Any] | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._ready()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=self.name)
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._on_stop is not None:
+            await self._on_stop()
+
+
+def run_component(
+    name: str,
+    build: Callable[[], Awaitable[Component]],
+    *,
+    log_format: str = "text",
+    log_level: str = "info",
+    metrics_addr: str | None = None,
+) -> None:
+    """Set up logging, build the component, serve health and metrics if asked, run it until
+    SIGTERM or SIGINT (or until it ends on its own), then stop it cleanly."""
+    from isthmus.runtime import setup_logging
+
+    setup_logging(log_format, log_level)
+    asyncio.run(_serve(name, build, metrics_addr))
+
+
+async def _serve(name: str, build: Callable[[], Awaitable[Component]], metrics_addr: str | None) -> None:
+    from isthmus.runtime import HealthServer
+
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    component = await build()
+    health: HealthServer | None = None
+    try:
+        if metrics_addr:
+            health = HealthServer()
+            health.add_liveness_check(name, lambda: True)
+            health.add_readiness_check(name, lambda: component.ready)
+            try:
+                await health.start(metrics_addr)
+            except OSError as err:
+                raise fail(f"cannot serve /metrics on {metrics_addr}: {err.strerror or err}") from None
+        await component.start()
+        try:
+            waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stopping.wait())]
+            if isinstance(component, Finite):
+                waiters.append(asyncio.ensure_future(component.wait()))
+            done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in pending:
+                waiter.cancel()
+            for waiter in done:
+                waiter.result()  # a component that failed on its own ends the command with its error
+        finally:
+            await component.stop()
+    finally:
+        if health is not None:
+            await health.stop()
 
 
 async def serve_until_signalled(start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]) -> None:
-    """The life of a long-running command: start, wait for SIGTERM/SIGINT, stop cleanly."""
+    """Start, wait for SIGTERM/SIGINT, stop: for commands that do not use `run_component` yet."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

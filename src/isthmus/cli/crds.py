@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 
 from isthmus.api.crdgen import all_crds, crd_file_name, to_yaml
-from isthmus.cli.app import app, fail
+from isthmus.cli.app import command, fail
 
 
-@app.command("crds")
+@command("crds")
 def crds(
     output_dir: Annotated[
         Path | None,

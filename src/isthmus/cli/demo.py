@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from isthmus.cli.app import app
+from isthmus.cli.app import command
 
 
-@app.command("demo")
+@command("demo")
 def demo(
     state_dir: Annotated[
         Path | None,

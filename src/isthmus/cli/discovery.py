@@ -1,7 +1,9 @@
 """Discovery control-plane commands: deploy-broker, join, leave, export, unexport, show.
 
-Flags, clients and printing only; the work is in `isthmus.mcs.join`. Every user error (bad CIDR,
-taken ID, unreadable broker-info, unreachable API) ends as one `error: ...` line and exit code 2.
+Flags, clients and printing only; the work is in `isthmus.mcs.broker`, `.membership`, `.exports`
+and `.views`. Every user error (bad CIDR, taken ID, unreadable broker-info, unreachable or silent
+API server) ends as one `error: ...` line and exit code 2 (cli/app.py). Requests time out after
+a few seconds (`COMMAND_TIMEOUT`), so a server that accepts and never answers fails fast.
 """
 
 from __future__ import annotations
@@ -9,88 +11,45 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import httpx2
 import typer
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperCommand
-from typer.exceptions import TyperException
 
 from isthmus.api.base import now
 from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE
-from isthmus.cli.app import app, fail
-from isthmus.kube.client import KubeConfigError, load_config, make_client
-from isthmus.mcs import join as mcs
+from isthmus.cli.app import ContextOpt, KubeconfigOpt, command, fail
+from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client
+from isthmus.mcs import broker as mcs_broker
+from isthmus.mcs import exports as mcs_exports
+from isthmus.mcs import membership as mcs_membership
+from isthmus.mcs import views
 from isthmus.mcs.brokerinfo import BrokerInfo, access_from_config
+from isthmus.mcs.control import FIELD_MANAGER
 
 T = TypeVar("T")
 
-KubeconfigOpt = Annotated[
-    Path | None, typer.Option("--kubeconfig", help="Kubeconfig of the cluster (default: $KUBECONFIG).")
-]
-ContextOpt = Annotated[str | None, typer.Option("--context", help="Kubeconfig context (default: current).")]
 GlobalnetOpt = Annotated[
     bool, typer.Option("--globalnet", help="Not supported with ClusterSet IPs; rejected with an explanation.")
 ]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 STALE_HEARTBEAT_SECONDS = 30
+BROKER_TIMEOUT_SECONDS = float(COMMAND_TIMEOUT.read or 10.0)
+"""BrokerInfo.client takes one figure for every phase of a request."""
 
 
 # --- plumbing -----------------------------------------------------------------------------------
 
 
-class OneLineErrors(TyperCommand):
-    """Usage errors (unknown option, missing or malformed value) as one `error: ...` line, exit 2,
-    like every other user error of these commands, instead of click's usage box."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except TyperException as err:
-            raise fail(f"{err} (see `isthmus {self.name} --help`)") from None
-
-
-def _api_message(err: ApiError) -> str:
-    status = err.status
-    code = status.code if status is not None else None
-    url = _url_of(err)
-    where = f" at {url}" if url else ""
-    if code == 401:
-        return f"the API server{where} rejected the credentials (401 Unauthorized): check the token"
-    if code == 403:
-        return f"the API server{where} refused: {status.message} (403 Forbidden)"
-    reason = f"{code} {status.reason}" if status is not None and status.reason else str(code)
-    return f"the API server{where} answered {reason}: {status.message if status is not None else err}"
-
-
-def _url_of(err: httpx2.HTTPError) -> str:
-    try:
-        url = err.request.url
-    except RuntimeError:
-        return ""
-    return f"{url.scheme}://{url.host}:{url.port}" if url.port else f"{url.scheme}://{url.host}"
-
-
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run one command's coroutine, turning every expected failure into `error: ...` + exit 2."""
-    try:
-        return asyncio.run(coro)
-    except (mcs.DiscoveryError, KubeConfigError, ValueError) as err:
-        raise fail(str(err)) from None
-    except ApiError as err:
-        raise fail(_api_message(err)) from None
-    except httpx2.HTTPError as err:
-        url = _url_of(err)
-        raise fail(f"cannot reach the API server{' at ' + url if url else ''}: {err or type(err).__name__}") from None
-    except TimeoutError:
-        raise fail("timed out waiting for the API server") from None
-    except OSError as err:  # e.g. TLS files, sockets outside httpx
-        raise fail(f"{err.strerror or err}") from None
+    """Run one command's coroutine; its errors become `error:` lines in cli/app.py."""
+    return asyncio.run(coro)
 
 
 async def _with_clients(
@@ -111,7 +70,11 @@ async def _with_clients(
 
 
 def _cluster_factory(kubeconfig: Path | None, context: str | None) -> Callable[[], AsyncClient]:
-    return lambda: make_client(kubeconfig, context, field_manager=mcs.FIELD_MANAGER)
+    return lambda: make_client(kubeconfig, context, field_manager=FIELD_MANAGER, timeout=COMMAND_TIMEOUT)
+
+
+def _broker_factory(info: BrokerInfo) -> Callable[[], AsyncClient]:
+    return lambda: info.client(timeout=BROKER_TIMEOUT_SECONDS)
 
 
 def _read_broker_info(path: Path) -> BrokerInfo:
@@ -127,22 +90,32 @@ def _read_broker_info(path: Path) -> BrokerInfo:
 
 
 def _namespace(kubeconfig: Path | None, context: str | None, namespace: str | None) -> str:
-    if namespace:
-        return namespace
-    try:
-        return load_config(kubeconfig, context).namespace
-    except KubeConfigError as err:
-        raise fail(str(err)) from None
+    return namespace or load_config(kubeconfig, context).namespace
 
 
 def _on_off(value: bool) -> str:
     return "on" if value else "off"
 
 
+def _confirm(question: str, yes: bool) -> None:
+    """Ask before a destructive step; `--yes` skips the question. Declining changes nothing, exit 1."""
+    if yes:
+        return
+    if not typer.confirm(question, default=False):
+        typer.echo("nothing changed", err=True)
+        raise typer.Exit(1)
+
+
+def _needs_terminal(yes: bool, what: str) -> None:
+    """Without --yes, a confirmation is needed: refuse up front (before any request) without a terminal."""
+    if not yes and not sys.stdin.isatty():
+        raise fail(f"{what}: pass --yes to confirm (there is no terminal to ask on)")
+
+
 # --- deploy-broker ------------------------------------------------------------------------------
 
 
-@app.command("deploy-broker", cls=OneLineErrors)
+@command("deploy-broker")
 def deploy_broker(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
@@ -167,14 +140,14 @@ def deploy_broker(
 ) -> None:
     """Set up the broker on the API of --kubeconfig and write broker-info.subm for `isthmus join`."""
     if globalnet:
-        raise fail(mcs.GLOBALNET_UNSUPPORTED)
+        raise fail(mcs_broker.GLOBALNET_UNSUPPORTED)
     try:
         server, ca_pem, token = access_from_config(load_config(kubeconfig, context))
-    except (KubeConfigError, ValueError) as err:
+    except ValueError as err:
         raise fail(str(err)) from None
 
     async def body(client: AsyncClient) -> BrokerInfo:
-        return await mcs.deploy_broker(
+        return await mcs_broker.deploy_broker(
             client,
             namespace=namespace,
             enable_clusterset_ip=enable_clusterset_ip,
@@ -204,7 +177,7 @@ def deploy_broker(
 # --- join ---------------------------------------------------------------------------------------
 
 
-@app.command("join", cls=OneLineErrors)
+@command("join")
 def join(
     broker_info: Annotated[Path, typer.Argument(help="The broker-info.subm written by deploy-broker.")],
     kubeconfig: KubeconfigOpt = None,
@@ -231,13 +204,13 @@ def join(
 ) -> None:
     """Join this cluster to the clusterset described by BROKER_INFO."""
     if globalnet:
-        raise fail(mcs.GLOBALNET_UNSUPPORTED)
+        raise fail(mcs_broker.GLOBALNET_UNSUPPORTED)
     if not cluster_id:
         raise fail("--cluster-id is required (a DNS-1123 label naming this cluster in the clusterset)")
     info = _read_broker_info(broker_info)
 
     async def body(broker: AsyncClient, cluster: AsyncClient) -> tuple[Any, bool]:
-        registered = await mcs.join(
+        registered = await mcs_membership.join(
             broker,
             cluster,
             info,
@@ -246,10 +219,10 @@ def join(
             clusterset_ip_cidr=clusterset_ip_cidr,
             force=force,
         )
-        broker_obj = await mcs.get_broker(broker, info.namespace)
+        broker_obj = await mcs_broker.get_broker(broker, info.namespace)
         return registered, broker_obj.spec.clusterset_ip_enabled
 
-    cluster, broker_default = _run(_with_clients([info.client, _cluster_factory(kubeconfig, context)], body))
+    cluster, broker_default = _run(_with_clients([_broker_factory(info), _cluster_factory(kubeconfig, context)], body))
     own = cluster.spec.clusterset_ip_enabled
     default = f"{_on_off(own)} (this cluster's setting)" if own is not None else f"{_on_off(broker_default)} (broker's setting)"
     typer.echo(f"cluster {cluster.name} joined the clusterset at {info.server}")
@@ -260,7 +233,7 @@ def join(
 # --- leave --------------------------------------------------------------------------------------
 
 
-@app.command("leave", cls=OneLineErrors)
+@command("leave")
 def leave(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
@@ -269,42 +242,64 @@ def leave(
         typer.Option("--broker-info", help="Clean a cluster that is gone off the broker (with --cluster-id)."),
     ] = None,
     cluster_id: Annotated[str | None, typer.Option("--cluster-id", help="The cluster to remove.")] = None,
+    yes: YesOpt = False,
 ) -> None:
-    """Leave the clusterset: this cluster (--kubeconfig), or a dead one (--broker-info, --cluster-id)."""
+    """Leave the clusterset: this cluster (--kubeconfig), or a dead one (--broker-info, --cluster-id).
+
+    Asks for confirmation first, naming the cluster and the broker; --yes skips the question.
+    """
     if broker_info is not None:
         if not cluster_id:
             raise fail("--broker-info needs --cluster-id: the cluster to remove from the broker")
         if kubeconfig is not None:
             raise fail("use either --kubeconfig (this cluster leaves) or --broker-info (remove a dead cluster)")
-        info = _read_broker_info(broker_info)
-        gone_id: str = cluster_id
-
-        async def broker_only(broker: AsyncClient) -> tuple[mcs.LeaveResult, list[str]]:
-            result = await mcs.leave(broker, None, info.namespace, gone_id)
-            members = [] if result.deregistered else [r.cluster_id for r in await mcs.cluster_rows(broker, info.namespace)]
-            return result, members
-
-        result, members = _run(_with_clients([info.client], broker_only))
-        if not result.deregistered:
-            known = ", ".join(members) or "none"
-            raise fail(f"cluster {gone_id!r} is not registered on the broker (members: {known})")
-        typer.echo(f"cluster {gone_id} removed from the broker; its exports and endpoints are garbage-collected")
+        _needs_terminal(yes, f"leave would remove cluster {cluster_id} from the broker")
+        _leave_broker_only(_read_broker_info(broker_info), cluster_id, yes)
         return
+    _needs_terminal(yes, "leave would remove this cluster from its clusterset")
 
-    async def this_cluster(cluster: AsyncClient) -> mcs.LeaveResult:
-        joined_as, info = await mcs.membership(cluster)
-        if cluster_id and cluster_id != joined_as:
-            raise mcs.DiscoveryError(f"this cluster joined as {joined_as!r}, not {cluster_id!r}")
-        broker = info.client()
-        try:
-            return await mcs.leave(broker, cluster, info.namespace, joined_as)
-        finally:
-            await broker.close()
+    async def lookup(cluster: AsyncClient) -> tuple[str, BrokerInfo]:
+        return await mcs_membership.membership(cluster)
 
-    result = _run(_with_clients([_cluster_factory(kubeconfig, context)], this_cluster))
+    joined_as, info = _run(_with_clients([_cluster_factory(kubeconfig, context)], lookup))
+    if cluster_id and cluster_id != joined_as:
+        raise fail(f"this cluster joined as {joined_as!r}, not {cluster_id!r}")
+    _confirm(
+        f"Remove cluster {joined_as} from the clusterset (broker {info.server}, namespace {info.namespace}) "
+        f"and delete what join and the agent made in it?",
+        yes,
+    )
+
+    async def this_cluster(broker: AsyncClient, cluster: AsyncClient) -> mcs_membership.LeaveResult:
+        return await mcs_membership.leave(broker, cluster, info.namespace, joined_as)
+
+    result = _run(_with_clients([_broker_factory(info), _cluster_factory(kubeconfig, context)], this_cluster))
     registered = "removed from the broker" if result.deregistered else "was not registered on the broker"
     typer.echo(f"cluster {result.cluster_id} left the clusterset: {registered}; "
                f"{result.local_objects} local object(s) deleted")
+
+
+def _leave_broker_only(info: BrokerInfo, gone_id: str, yes: bool) -> None:
+    async def members(broker: AsyncClient) -> list[str]:
+        return [r.cluster_id for r in await views.cluster_rows(broker, info.namespace)]
+
+    known = _run(_with_clients([_broker_factory(info)], members))
+    if gone_id not in known:
+        raise fail(f"cluster {gone_id!r} is not registered on the broker (members: {', '.join(known) or 'none'})")
+    _confirm(
+        f"Remove cluster {gone_id} from the broker {info.server} (namespace {info.namespace})? "
+        f"Its exports and endpoints disappear from every cluster.",
+        yes,
+    )
+
+    async def remove(broker: AsyncClient) -> mcs_membership.LeaveResult:
+        return await mcs_membership.leave(broker, None, info.namespace, gone_id)
+
+    result = _run(_with_clients([_broker_factory(info)], remove))
+    if not result.deregistered:  # someone else removed it meanwhile: the outcome the user asked for
+        typer.echo(f"cluster {gone_id} was already gone from the broker")
+        return
+    typer.echo(f"cluster {gone_id} removed from the broker; its exports and endpoints are garbage-collected")
 
 
 # --- export / unexport --------------------------------------------------------------------------
@@ -319,10 +314,15 @@ def _parse_bool(value: str | None, flag: str) -> bool | None:
     raise fail(f"{flag} must be true or false, not {value!r}")
 
 
-@app.command("export", cls=OneLineErrors)
+NamespaceOpt = Annotated[
+    str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")
+]
+
+
+@command("export")
 def export(
     name: Annotated[str, typer.Argument(help="The Service to export (the ServiceExport gets its name).")],
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")] = None,
+    namespace: NamespaceOpt = None,
     use_clusterset_ip: Annotated[
         str | None,
         typer.Option(
@@ -331,6 +331,9 @@ def export(
             help="Set the use-clusterset-ip annotation (default: the cluster's setting applies).",
         ),
     ] = None,
+    allow_missing: Annotated[
+        bool, typer.Option("--allow-missing", help="Export even if the Service does not exist (yet).")
+    ] = False,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
@@ -339,17 +342,17 @@ def export(
     ns = _namespace(kubeconfig, context, namespace)
 
     async def body(client: AsyncClient) -> str:
-        _, change = await mcs.export(client, name, ns, use)
+        _, change = await mcs_exports.export(client, name, ns, use, allow_missing=allow_missing)
         return change
 
     change = _run(_with_clients([_cluster_factory(kubeconfig, context)], body))
     typer.echo(f"serviceexport {ns}/{name} {change}")
 
 
-@app.command("unexport", cls=OneLineErrors)
+@command("unexport")
 def unexport(
     name: Annotated[str, typer.Argument(help="The exported Service.")],
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")] = None,
+    namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
@@ -357,7 +360,7 @@ def unexport(
     ns = _namespace(kubeconfig, context, namespace)
 
     async def body(client: AsyncClient) -> bool:
-        return await mcs.unexport(client, name, ns)
+        return await mcs_exports.unexport(client, name, ns)
 
     if not _run(_with_clients([_cluster_factory(kubeconfig, context)], body)):
         raise fail(f"serviceexport {ns}/{name} not found")
@@ -380,8 +383,12 @@ def _age(at: datetime | None, ref: datetime) -> str:
     return f"{secs}s"
 
 
-def _cond(view: mcs.ConditionView | None) -> str:
-    return "-" if view is None else f"{view.status} {view.reason}".strip()
+def _cond(view: views.ConditionView | None) -> str:
+    """`Status Reason`; several comma-joined reasons (Conflict) one per line."""
+    if view is None:
+        return "-"
+    first, *more = [r for r in view.reason.split(",") if r] or [""]
+    return "\n".join([f"{view.status} {first}".strip(), *more])
 
 
 def _print_table(table: Table) -> None:
@@ -398,7 +405,7 @@ def _new_table(*columns: str) -> Table:
     return table
 
 
-@app.command("show", cls=OneLineErrors)
+@command("show")
 def show(
     what: Annotated[str, typer.Argument(metavar="clusters|exports|imports", help="What to list.")],
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace (exports, imports).")] = None,
@@ -410,7 +417,11 @@ def show(
         Path | None, typer.Option("--broker-info", help="clusters: ask this broker instead of the cluster's.")
     ] = None,
 ) -> None:
-    """List the clusterset's clusters, this cluster's exports (with their conditions) or its imports."""
+    """List the clusterset's clusters, this cluster's exports or its imports.
+
+    Exports show their conditions (each conflict on its own line), the VIP their service has and
+    this cluster's wish; imports mark the services this cluster exports in conflict.
+    """
     if what not in SHOW_WHAT:
         raise fail(f"cannot show {what!r}: choose one of {', '.join(SHOW_WHAT)}")
     if output not in ("table", "json"):
@@ -425,8 +436,8 @@ def show(
 
     async def body(client: AsyncClient) -> list[Any]:
         if what == "exports":
-            return list(await mcs.export_rows(client, ns))
-        return list(await mcs.import_rows(client, ns))
+            return list(await views.export_rows(client, ns))
+        return list(await views.import_rows(client, ns))
 
     rows = _run(_with_clients([_cluster_factory(kubeconfig, context)], body))
     if output == "json":
@@ -436,15 +447,15 @@ def show(
         typer.echo(f"no {what} {'in any namespace' if ns is None else 'in namespace ' + ns}", err=True)
         return
     if what == "exports":
-        table = _new_table("NAMESPACE", "NAME", "VIP", "VALID", "READY", "CONFLICT", "AGE", "MESSAGE")
+        table = _new_table("NAMESPACE", "NAME", "VIP", "WANTS VIP", "VALID", "READY", "CONFLICT", "AGE", "MESSAGE")
         for r in rows:
-            table.add_row(r.namespace, r.name, r.use_clusterset_ip or "-", _cond(r.valid), _cond(r.ready),
-                          _cond(r.conflict), _age(r.created, ref), "; ".join(r.problems()))
+            table.add_row(r.namespace, r.name, r.vip(), r.wants_vip(), _cond(r.valid), _cond(r.ready),
+                          _cond(r.conflict), _age(r.created, ref), "\n".join(r.problems()) or "-")
     else:
-        table = _new_table("NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS")
+        table = _new_table("NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "CONFLICT")
         for r in rows:
             table.add_row(r.namespace, r.name, r.type, ", ".join(r.ips) or "-", ", ".join(r.clusters) or "-",
-                          r.port_text() or "-")
+                          r.port_text() or "-", "\n".join(r.conflicts) or "-")
     _print_table(table)
 
 
@@ -454,17 +465,17 @@ def _show_clusters(
     if broker_info is not None:
         info = _read_broker_info(broker_info)
 
-        async def from_file(broker: AsyncClient) -> list[mcs.ClusterRow]:
-            return await mcs.cluster_rows(broker, info.namespace)
+        async def from_file(broker: AsyncClient) -> list[views.ClusterRow]:
+            return await views.cluster_rows(broker, info.namespace)
 
-        rows = _run(_with_clients([info.client], from_file))
+        rows = _run(_with_clients([_broker_factory(info)], from_file))
     else:
 
-        async def via_cluster(cluster: AsyncClient) -> list[mcs.ClusterRow]:
-            _, joined = await mcs.membership(cluster)
-            broker = joined.client()
+        async def via_cluster(cluster: AsyncClient) -> list[views.ClusterRow]:
+            _, joined = await mcs_membership.membership(cluster)
+            broker = _broker_factory(joined)()
             try:
-                return await mcs.cluster_rows(broker, joined.namespace)
+                return await views.cluster_rows(broker, joined.namespace)
             finally:
                 await broker.close()
 
@@ -484,3 +495,4 @@ def _show_clusters(
                       f"{_on_off(r.clusterset_ip_enabled)} ({r.enabled_source})",
                       _age(r.joined_at, ref), beat, r.ready or "-")
     _print_table(table)
+
