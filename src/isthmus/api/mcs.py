@@ -85,6 +85,8 @@ CLUSTER_UID_ANNOTATION = "isthmus.io/cluster-uid"
 from a different cluster claiming a taken ID."""
 HEARTBEAT_ANNOTATION = "isthmus.io/heartbeat"
 """On the broker's Cluster object: when the cluster's agent last checked in (RFC3339)."""
+STALE_HEARTBEAT_SECONDS = 30.0
+"""A heartbeat older than this (three missed beats) is shown as stale by `show clusters` and `status`."""
 DEFAULT_DEAD_CLUSTER_GRACE = 60.0
 """Seconds without a heartbeat after which a cluster's endpoints are withdrawn from every import."""
 

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from isthmus.api.mcs import DEFAULT_DEAD_CLUSTER_GRACE
 from isthmus.cli.app import (
     Background,
     ClusterIdOpt,
@@ -46,6 +47,14 @@ def agent(
             show_default=False,
         ),
     ] = None,
+    dead_cluster_grace: Annotated[
+        float,
+        typer.Option(
+            "--dead-cluster-grace", min=1.0,
+            help="Seconds without a heartbeat after which a cluster's endpoints are withdrawn from every "
+                 "import (restored when it returns; a broker outage never triggers it).",
+        ),
+    ] = DEFAULT_DEAD_CLUSTER_GRACE,
     metrics_addr: MetricsAddrOpt = None,
     workers: Annotated[int, typer.Option(min=1, help="Concurrent reconciles.")] = 16,
     log_format: LogFormatOpt = "text",
@@ -62,7 +71,8 @@ def agent(
     async def build() -> Background:
         client = make_client(kubeconfig, context)
         try:
-            the_agent = await Agent.from_cluster(client, cluster_id, workers=workers, identity=holder)
+            the_agent = await Agent.from_cluster(client, cluster_id, workers=workers, identity=holder,
+                                                   dead_cluster_grace=dead_cluster_grace)
         except AgentConfigError as err:
             raise fail(str(err)) from None
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from isthmus.cli.app import app, fail
+from isthmus.cli.app import LogFormatOpt, LogLevelOpt, command, fail
 
 
 def _is_loopback(host: str) -> bool:
@@ -46,11 +46,11 @@ def _read_or_create_token(path: Path) -> str:
     return token
 
 
-@app.command("apiserver")
+@command("apiserver")
 def apiserver(
     host: Annotated[str, typer.Option(
         help="Address to listen on. Other than loopback (127.0.0.0/8, ::1, localhost) needs TLS.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on (0 = pick a free one).")] = 6443,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0 = pick a free one).")] = 6443,
     data_dir: Annotated[Path | None, typer.Option(
         help="Persist state in SQLite here, 0700 (default: in memory).")] = None,
     token_file: Annotated[Path | None, typer.Option(
@@ -64,8 +64,8 @@ def apiserver(
         "--reinitialize", help="Start with an empty database when the data dir's one is missing, empty or "
                                "unreadable (an unreadable file is renamed aside, never deleted).")] = False,
     max_body_bytes: Annotated[int, typer.Option(help="Reject request bodies larger than this (413).")] = 3 * 1024 * 1024,
-    log_format: Annotated[str, typer.Option(help="Log format: text or json.")] = "text",
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    log_format: LogFormatOpt = "text",
+    log_level: LogLevelOpt = "info",
 ) -> None:
     """Serve a Kubernetes-compatible API (kubectl works against it) until SIGTERM/SIGINT.
 
@@ -77,11 +77,7 @@ def apiserver(
 
     # Everything this process writes (database, WAL, keys, kubeconfig, token) is private.
     os.umask(0o077)
-    if log_format not in ("text", "json"):
-        raise fail("--log-format must be text or json")
     setup_logging(log_format, log_level)
-    if not 0 <= port <= 65535:
-        raise fail("--port must be between 0 and 65535")
     if not tls and not _is_loopback(host):
         raise fail(f"--host {host} is not a loopback address: serving beyond this machine needs TLS "
                    "(drop --no-tls); only 127.0.0.0/8, ::1 and localhost may serve plain HTTP")

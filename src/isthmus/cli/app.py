@@ -322,16 +322,3 @@ async def _serve(name: str, build: Callable[[], Awaitable[Component]], metrics_a
     finally:
         if health is not None:
             await health.stop()
-
-
-async def serve_until_signalled(start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]) -> None:
-    """Start, wait for SIGTERM/SIGINT, stop: for commands that do not use `run_component` yet."""
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    await start()
-    try:
-        await stopping.wait()
-    finally:
-        await stop()

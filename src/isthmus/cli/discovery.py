@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from isthmus.api.base import now
-from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE
+from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, STALE_HEARTBEAT_SECONDS
 from isthmus.cli.app import ContextOpt, KubeconfigOpt, command, fail
 from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client
 from isthmus.mcs import broker as mcs_broker
@@ -39,9 +39,6 @@ GlobalnetOpt = Annotated[
     bool, typer.Option("--globalnet", help="Not supported with ClusterSet IPs; rejected with an explanation.")
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-STALE_HEARTBEAT_SECONDS = 30
-BROKER_TIMEOUT_SECONDS = float(COMMAND_TIMEOUT.read or 10.0)
-"""BrokerInfo.client takes one figure for every phase of a request."""
 
 
 # --- plumbing -----------------------------------------------------------------------------------
@@ -74,7 +71,7 @@ def _cluster_factory(kubeconfig: Path | None, context: str | None) -> Callable[[
 
 
 def _broker_factory(info: BrokerInfo) -> Callable[[], AsyncClient]:
-    return lambda: info.client(timeout=BROKER_TIMEOUT_SECONDS)
+    return lambda: info.client(timeout=COMMAND_TIMEOUT)
 
 
 def _read_broker_info(path: Path) -> BrokerInfo:

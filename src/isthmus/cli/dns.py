@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
-import re
 from typing import Annotated
 
 import typer
 
 from isthmus.api.mcs import CLUSTERSET_DOMAIN
-from isthmus.cli.app import app, fail, serve_until_signalled
+from isthmus.cli.app import (
+    ClusterIdOpt,
+    ContextOpt,
+    KubeconfigOpt,
+    LogFormatOpt,
+    LogLevelOpt,
+    MetricsAddrOpt,
+    command,
+    fail,
+    run_component,
+)
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
-
-@app.command("dns")
+@command("dns")
 def dns(
-    cluster_id: Annotated[str, typer.Option("--cluster-id", help="This cluster's ID in the clusterset.")],
-    kubeconfig: Annotated[str | None, typer.Option(help="Kubeconfig of this cluster's API server.")] = None,
-    context: Annotated[str | None, typer.Option(help="Context of the kubeconfig to use.")] = None,
+    cluster_id: ClusterIdOpt,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
     listen: Annotated[
         list[str] | None,
         typer.Option(
@@ -59,32 +65,21 @@ def dns(
             help="Open TCP connections per client address; beyond, that address's oldest idle one is closed."
         ),
     ] = 64,
-    metrics_addr: Annotated[
-        str | None, typer.Option(help="Serve /metrics, /healthz and /readyz on HOST:PORT.")
-    ] = None,
-    log_format: Annotated[str, typer.Option(help="Log format: text or json.")] = "text",
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    metrics_addr: MetricsAddrOpt = None,
+    log_format: LogFormatOpt = "text",
+    log_level: LogLevelOpt = "info",
 ) -> None:
     """Answer <svc>.<ns>.svc.clusterset.local from this cluster's ServiceImports and EndpointSlices."""
     from isthmus.dns.server import TcpLimits, parse_listen
     from isthmus.dns.service import DnsConfig, DnsService, validate_zone
-    from isthmus.kube.client import KubeConfigError, make_client
-    from isthmus.runtime import parse_addr, setup_logging
+    from isthmus.kube.client import make_client
 
-    try:
-        setup_logging(log_format, log_level)
-    except ValueError as e:
-        raise fail(str(e)) from None
-    if not _DNS_LABEL.match(cluster_id):
-        raise fail(f"--cluster-id {cluster_id!r} is not a DNS-1123 label")
     try:
         addrs = [parse_listen(a) for a in (listen or ["127.0.0.1:5353"])]
         zones = [validate_zone(z) for z in (zone or [CLUSTERSET_DOMAIN])]
         local = validate_zone(local_zone) if local_zone else None
         if local in zones:
             raise ValueError(f"--local-zone {local} is also a --zone; they must differ")
-        if metrics_addr:
-            parse_addr(metrics_addr)
         tcp = TcpLimits(tcp_query_timeout, tcp_idle_timeout, tcp_max_connections, tcp_max_per_source)
     except ValueError as e:
         raise fail(str(e)) from None
@@ -92,10 +87,6 @@ def dns(
         raise fail("--ttl must be between 0 and 2147483647")
     if not 512 <= max_udp <= 65535:
         raise fail("--max-udp must be between 512 and 65535")
-    try:
-        client = make_client(kubeconfig, context, field_manager="isthmus-dns")
-    except KubeConfigError as e:
-        raise fail(str(e)) from None
     config = DnsConfig(
         cluster_id=cluster_id,
         listen=addrs,
@@ -107,8 +98,12 @@ def dns(
         metrics_addr=metrics_addr,
         tcp=tcp,
     )
+
+    async def build() -> DnsService:
+        # The service serves its own /metrics (it adds the DNS counters), so run_component gets none.
+        return DnsService(make_client(kubeconfig, context, field_manager="isthmus-dns"), config)
+
     try:
-        service = DnsService(client, config)
-        asyncio.run(serve_until_signalled(service.start, service.stop))
+        run_component("dns", build, log_format=log_format, log_level=log_level)
     except OSError as e:
         raise fail(f"cannot listen: {e.strerror or e}") from None

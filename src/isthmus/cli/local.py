@@ -24,7 +24,8 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from isthmus.cli.app import app, fail
+from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
+from isthmus.cli.app import command, fail
 from isthmus.local import plan
 from isthmus.local.state import (
     PHASE_FAILED,
@@ -45,7 +46,6 @@ from isthmus.local.up import (
     HEALTH_STARTING,
     PHASE_UNSUPERVISED,
     RETRY_SIGNAL,
-    STALE_HEARTBEAT,
     SUPERVISE_FLAG,
     collect_status,
     machine_holder,
@@ -88,7 +88,7 @@ def _checked_status(layout: Layout) -> dict[str, Any]:
 # --- up ------------------------------------------------------------------------------------------
 
 
-@app.command("up")
+@command("up")
 def up(
     clusters: Annotated[
         int | None,
@@ -367,7 +367,7 @@ def _membership(c: dict[str, Any]) -> Text:
     age = c["heartbeatAge"]
     if age is None:
         return Text("yes, no heartbeat", style="yellow")
-    return Text(f"yes, {age}s ago", style="red" if age > STALE_HEARTBEAT else "green")
+    return Text(f"yes, {age}s ago", style="red" if age > STALE_HEARTBEAT_SECONDS else "green")
 
 
 def _print_table(console: Console, doc: dict[str, Any]) -> None:
@@ -401,7 +401,7 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
                   f"{', '.join(c['context'] for c in doc['clusters'])})", highlight=False, soft_wrap=True)
 
 
-@app.command("status")
+@command("status")
 def status(
     state_dir: StateDirOpt = DEFAULT_STATE_DIR,
     output: Annotated[str, typer.Option("--output", "-o", metavar="table|json", help="Output format.")] = "table",
@@ -486,7 +486,7 @@ def _down(console: Console, layout: Layout) -> bool:
     return True
 
 
-@app.command("down")
+@command("down")
 def down(state_dir: StateDirOpt = DEFAULT_STATE_DIR) -> None:
     """Stop everything `isthmus up` started on this state dir, and nothing else (state is kept)."""
     layout = Layout.at(state_dir)

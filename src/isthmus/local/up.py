@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.tls import ensure_certs
 from isthmus.local import plan
@@ -595,8 +596,6 @@ def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip:
 
 # --- status --------------------------------------------------------------------------------------
 
-STALE_HEARTBEAT = 30.0
-"""An agent beats every 10 s: a heartbeat older than this means the cluster is not served."""
 BROKER_READ_TIMEOUT = 2.0
 
 HEALTH_READY = "ready"
@@ -740,9 +739,9 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             mine_problems.append(f"{cp.name} {left}")
         elif age is None:
             mine_problems.append(f"{cp.name}: no heartbeat from its agent on the broker yet")
-        elif age > STALE_HEARTBEAT:
+        elif age > STALE_HEARTBEAT_SECONDS:
             mine_problems.append(f"{cp.name}: its agent's last heartbeat is {age}s old "
-                                 f"(stale after {STALE_HEARTBEAT:.0f}s)")
+                                 f"(stale after {STALE_HEARTBEAT_SECONDS:.0f}s)")
         problems += mine_problems
         clusters.append({
             "name": cp.name, "context": cp.name, "server": server_url(state, cp.name),

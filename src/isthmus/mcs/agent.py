@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import random
 from dataclasses import dataclass
@@ -921,15 +920,4 @@ def _conditions_key(conds: list[Condition] | None) -> list[tuple[str, str, str, 
     return sorted((c.type, str(c.status), c.reason, c.message, c.observed_generation) for c in conds or [])
 
 
-async def run_agent(agent: Agent, stop: asyncio.Event) -> None:
-    """Run until `stop` is set (the CLI's SIGTERM handler)."""
-    task = asyncio.create_task(agent.run())
-    await stop.wait()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    with contextlib.suppress(Exception):
-        await agent.elector.release()
-
-
-__all__ = ["Agent", "AgentConfigError", "run_agent"]
+__all__ = ["Agent", "AgentConfigError"]

@@ -130,14 +130,14 @@ class BrokerInfo:
             "current-context": name,
         }
 
-    def client(self, *, field_manager: str | None = None, timeout: float = 30.0) -> AsyncClient:
+    def client(self, *, field_manager: str | None = None, timeout: float | httpx2.Timeout = 30.0) -> AsyncClient:
         """A lightkube AsyncClient for the broker API (configured as `isthmus.kube.client.make_client`)."""
         config = KubeConfig.from_dict(self.to_kubeconfig())
         return AsyncClient(
             config,
             namespace=self.namespace,
             field_manager=field_manager,
-            timeout=httpx2.Timeout(timeout),
+            timeout=timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout),
             trust_env=not _is_loopback(self.server),
         )
 
