@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.store import Obj, Store, UnusableStore, Watch, WatchEvent
+from isthmus.apiserver.storage import Obj, Store, UnusableStore, Watch, WatchEvent
 
 CM = "/configmaps"
 NS = "/namespaces"

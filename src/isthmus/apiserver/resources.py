@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from isthmus.apiserver.errors import ApiError
+
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
 
@@ -51,3 +53,66 @@ class ResourceInfo:
     @property
     def list_kind(self) -> str:
         return f"{self.kind}List"
+
+
+class ResourceRegistry:
+    """The resource types served right now: the built-ins, plus every served version of each stored CRD.
+
+    Lookups by (group, version, plural) for requests, by storage key for controllers. `cache` holds
+    documents derived from the set (discovery, OpenAPI) and is emptied whenever the set changes.
+    """
+
+    def __init__(self) -> None:
+        self._infos: dict[tuple[str, str, str], ResourceInfo] = {}
+        self._crds: dict[str, list[ResourceInfo]] = {}
+        self.cache: dict[str, bytes] = {}
+
+    def add(self, info: ResourceInfo) -> None:
+        self._infos[(info.group, info.version, info.plural)] = info
+        self.cache.clear()
+
+    def serve_crd(self, name: str, infos: list[ResourceInfo]) -> None:
+        """Serve `infos` for CRD `name`, replacing what it served before."""
+        self.unserve_crd(name)
+        for info in infos:
+            self.add(info)
+        self._crds[name] = infos
+
+    def unserve_crd(self, name: str) -> None:
+        for info in self._crds.pop(name, []):
+            self._infos.pop((info.group, info.version, info.plural), None)
+        self.cache.clear()
+
+    def crd_infos(self, name: str) -> list[ResourceInfo]:
+        return self._crds.get(name, [])
+
+    def find(self, group: str, version: str, plural: str) -> ResourceInfo | None:
+        return self._infos.get((group, version, plural))
+
+    def get(self, group: str, version: str, plural: str) -> ResourceInfo:
+        """The served info, else 404 as kube words it."""
+        info = self._infos.get((group, version, plural))
+        if info is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource",
+                           {"group": group, "kind": plural} if group else {"kind": plural})
+        return info
+
+    def all(self) -> list[ResourceInfo]:
+        return list(self._infos.values())
+
+    def keys(self) -> set[str]:
+        """Storage keys of every served resource."""
+        return {i.key for i in self._infos.values()}
+
+    def storage_info(self, key: str) -> ResourceInfo | None:
+        """The info objects under `key` are stored as (its storage version), else any served one."""
+        found = None
+        for info in self._infos.values():
+            if info.key == key:
+                if info.storage_version:
+                    return info
+                found = info
+        return found
+
+    def serves(self, kind: str, api_version: str) -> bool:
+        return any(i.kind == kind and i.api_version == api_version for i in self._infos.values())

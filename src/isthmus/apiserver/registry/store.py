@@ -1,0 +1,377 @@
+"""The generic store: create, update (bodies, patches, apply) and delete for every resource type.
+
+kube's genericregistry.Store over storage: build the new object, prepare it, default, prune and
+validate it (422), admit it (mutating, validating), then commit with optimistic concurrency.
+Storage methods never await, so everything between reading the live object and committing is
+atomic on the event loop, except admission: when a hook awaited and the object changed
+meanwhile, the write is recomputed (kube's GuaranteedUpdate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from isthmus.apiserver import errors, meta, schema
+from isthmus.apiserver.admission import Admission, AdmissionRequest
+from isthmus.apiserver.apply import server_side_apply, track_update
+from isthmus.apiserver.builtins import validate_crd
+from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
+from isthmus.apiserver.storage import Store
+
+Obj = dict[str, Any]
+
+CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
+NS_KEY = "/namespaces"
+CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+# Metadata the server owns: never taken from a client's update.
+SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
+               "managedFields", "selfLink")
+MAX_RETRIES = 8
+
+
+def clone(obj: Any) -> Any:
+    """Deep copy of JSON data (orjson round trip beats copy.deepcopy by ~10x)."""
+    return orjson.loads(orjson.dumps(obj))
+
+
+def _spec_view(obj: Obj, has_status: bool) -> Obj:
+    """What metadata.generation tracks: everything but metadata (and status when it is a subresource)."""
+    return {k: v for k, v in obj.items() if k != "metadata" and not (has_status and k == "status")}
+
+
+def _without_volatile(obj: Obj) -> Obj:
+    """The object as compared to decide whether a write is a no-op."""
+    m = {k: v for k, v in obj.get("metadata", {}).items() if k not in ("resourceVersion", "managedFields")}
+    return {**obj, "metadata": m}
+
+
+class GenericStore:
+    """Writes of every resource type, through one pipeline; reads go to `storage` directly."""
+
+    def __init__(self, storage: Store, resources: ResourceRegistry, admission: Admission) -> None:
+        self.storage = storage
+        self.resources = resources
+        self.admission = admission
+
+    # ------------------------------------------------------------------ shared steps
+
+    def check_kind(self, info: ResourceInfo, obj: Any) -> Obj:
+        """The body is an object of this resource's kind (any served version); apiVersion/kind set."""
+        if not isinstance(obj, dict):
+            raise errors.bad_request(f"the object provided is unrecognized: expected a {info.kind} object")
+        av, kind = obj.get("apiVersion"), obj.get("kind")
+        if av and av != info.api_version and not self.resources.serves(info.kind, av):
+            raise errors.bad_request(
+                f"the API version in the data ({av}) does not match the expected API version ({info.api_version})")
+        if kind and kind != info.kind:
+            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({info.kind})")
+        obj["apiVersion"] = info.api_version
+        obj["kind"] = info.kind
+        m = obj.get("metadata")
+        if m is None:
+            obj["metadata"] = m = {}
+        if not isinstance(m, dict):
+            raise errors.invalid(info.group, info.kind, "", [errors.cause("metadata", "Invalid value: must be an object")])
+        return obj
+
+    def _normalize(self, info: ResourceInfo, obj: Obj, field_validation: str, warnings: list[str]) -> None:
+        """Defaults, pruning of unknown fields (per fieldValidation) and validation (422)."""
+        if info.schema is not None:
+            schema.apply_defaults(obj, info.schema)
+        if info.defaulter is not None:
+            info.defaulter(obj)
+        if info.schema is not None:
+            dropped = schema.prune(obj, info.schema)
+            if dropped:
+                if field_validation == "Strict":
+                    msgs = "; ".join(f'unknown field "{p}"' for p in dropped)
+                    raise errors.bad_request(f"strict decoding error: {msgs}")
+                if field_validation == "Warn":
+                    warnings.extend(f'unknown field \\"{p}\\"' for p in dropped)
+        m = obj["metadata"]
+        causes = meta.validate_metadata(m, name_rule=meta.NAME_RULES.get(info.key, "subdomain"),
+                                        namespaced=info.namespaced)
+        if info.schema is not None:
+            causes += schema.validate(obj, info.schema)
+        if info.key == CRD_KEY:
+            causes += validate_crd(obj)
+        if causes:
+            raise errors.invalid(info.group, info.kind, str(m.get("name") or ""), causes)
+
+    def _check_namespace(self, info: ResourceInfo, ns: str, operation: str) -> None:
+        """kube's NamespaceLifecycle admission: the namespace exists, and takes no new objects while terminating."""
+        if not info.namespaced:
+            return
+        nso = self.storage.get(NS_KEY, "", ns)
+        if nso is None:
+            raise errors.not_found("", "namespaces", ns)
+        if operation == "CREATE" and nso["metadata"].get("deletionTimestamp"):
+            raise ApiError(403, "Forbidden", f"{info.plural} is forbidden: unable to create new content in "
+                           f"namespace {ns} because it is being terminated",
+                           {"kind": info.plural, "causes": [{"reason": "NamespaceTerminating",
+                                                             "message": f"namespace {ns} is being terminated",
+                                                             "field": "metadata.namespace"}]})
+
+    # ------------------------------------------------------------------ create
+
+    def _prepare_create(self, info: ResourceInfo, ns: str, body: Any, field_validation: str,
+                        warnings: list[str]) -> Obj:
+        obj = self.check_kind(info, body)
+        m = obj["metadata"]
+        if info.namespaced:
+            if m.get("namespace") and m["namespace"] != ns:
+                raise errors.bad_request("the namespace of the provided object does not match the namespace sent "
+                                         "on the request")
+            m["namespace"] = ns
+        else:
+            m.pop("namespace", None)
+        if not m.get("name") and m.get("generateName"):
+            m["name"] = meta.generate_name(str(m["generateName"]))
+        if m.get("resourceVersion"):
+            raise errors.bad_request("resourceVersion should not be set on objects to be created")
+        for k in SERVER_META:
+            m.pop(k, None)
+        m["uid"] = meta.new_uid()
+        m["creationTimestamp"] = meta.now_rfc3339()
+        m["generation"] = 1
+        if info.has_status:
+            obj.pop("status", None)
+        if info.key == NS_KEY:
+            obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]
+            obj["status"] = {"phase": "Active"}
+        if info.key == CRD_KEY:
+            fins = m.setdefault("finalizers", [])
+            if CRD_CLEANUP_FINALIZER not in fins:
+                fins.append(CRD_CLEANUP_FINALIZER)
+        self._normalize(info, obj, field_validation, warnings)
+        return obj
+
+    async def create(self, info: ResourceInfo, ns: str, body: Any, *, manager: str, dry_run: bool = False,
+                     field_validation: str = "Warn", warnings: list[str] | None = None,
+                     user: str = "system:admin", prepared: Obj | None = None) -> Obj:
+        """Create `body` in namespace `ns` ("" for cluster-scoped kinds); `prepared` skips preparation
+        (server-side apply creating an object prepares it itself)."""
+        warnings = warnings if warnings is not None else []
+        obj = prepared if prepared is not None else self._prepare_create(info, ns, body, field_validation, warnings)
+        if prepared is None:
+            obj = track_update(None, obj, manager=manager, schema=info.schema, api_version=info.api_version,
+                               now=obj["metadata"]["creationTimestamp"])
+        self._check_namespace(info, ns, "CREATE")
+        if self.admission.active(info):
+            req = AdmissionRequest("CREATE", info, "", ns, obj["metadata"]["name"], obj, None, user, dry_run)
+            await self.admission.run(req)
+            obj = self.check_kind(info, req.object)
+            self._normalize(info, obj, "Ignore", warnings)
+            self._check_namespace(info, ns, "CREATE")
+        name = obj["metadata"]["name"]
+        for _ in range(MAX_RETRIES):
+            if self.storage.get(info.key, ns, name) is None:
+                break
+            if not obj["metadata"].get("generateName") or prepared is not None:
+                raise errors.already_exists(info.group, info.plural, name)
+            name = meta.generate_name(obj["metadata"]["generateName"])
+            obj["metadata"]["name"] = name
+        else:
+            raise errors.already_exists(info.group, info.plural, name)
+        if dry_run:
+            return obj
+        return self.storage.create(info.key, obj)
+
+    # ------------------------------------------------------------------ update
+
+    def _prepare_update(self, info: ResourceInfo, live: Obj, desired: Any, *, subresource: str,
+                        field_validation: str, warnings: list[str]) -> Obj:
+        new = self.check_kind(info, desired)
+        lm, nm = live["metadata"], new["metadata"]
+        name, ns = lm["name"], lm.get("namespace", "")
+        if nm.get("name") and nm["name"] != name:
+            raise errors.bad_request(f"the name of the object ({nm['name']}) does not match the name on the URL "
+                                     f"({name})")
+        if info.namespaced and nm.get("namespace") and nm["namespace"] != ns:
+            raise errors.bad_request("the namespace of the provided object does not match the namespace sent on "
+                                     "the request")
+        sent_rv = nm.get("resourceVersion")
+        if sent_rv and sent_rv != lm.get("resourceVersion"):
+            raise errors.stale(info.group, info.plural, name)
+        if subresource == "status":
+            # Only status moves through /status (and, for namespaces' /finalize, spec.finalizers).
+            keep = clone(live)
+            if "status" in new:
+                keep["status"] = new["status"]
+            else:
+                keep.pop("status", None)
+            if info.key == NS_KEY:
+                keep.setdefault("spec", {})["finalizers"] = (new.get("spec") or {}).get("finalizers", [])
+            new = keep
+        else:
+            if info.has_status:
+                if "status" in live:
+                    new["status"] = clone(live["status"])
+                else:
+                    new.pop("status", None)
+            if info.key == NS_KEY:
+                new.setdefault("spec", {})["finalizers"] = list((live.get("spec") or {}).get("finalizers", []))
+            nm = new["metadata"]
+            nm["name"] = name
+            if info.namespaced:
+                nm["namespace"] = ns
+            for k in SERVER_META:
+                if k in lm:
+                    nm[k] = lm[k]
+                else:
+                    nm.pop(k, None)
+        new["metadata"]["resourceVersion"] = lm.get("resourceVersion")
+        if lm.get("deletionTimestamp"):
+            added = [f for f in new["metadata"].get("finalizers") or [] if f not in (lm.get("finalizers") or [])]
+            if added:
+                raise errors.invalid(info.group, info.kind, name, [errors.cause(
+                    "metadata.finalizers", f"Forbidden: no new finalizers can be added if the object is being "
+                    f"deleted, found new finalizers {added}", "FieldValueForbidden")])
+        self._normalize(info, new, field_validation, warnings)
+        if _spec_view(new, info.has_status) != _spec_view(live, info.has_status):
+            new["metadata"]["generation"] = int(lm.get("generation") or 1) + 1
+        return new
+
+    async def update(self, info: ResourceInfo, ns: str, name: str, build: Callable[[Obj], Any], *,
+                     subresource: str = "", manager: str, dry_run: bool = False,
+                     field_validation: str = "Warn", warnings: list[str] | None = None,
+                     apply: bool = False, force: bool = False,
+                     user: str = "system:admin") -> tuple[Obj, bool]:
+        """GuaranteedUpdate: build the new object from the live one, validate, admit, commit; retry on races.
+
+        build(live_copy) returns the desired object (an update body, a patched object, or an apply config).
+        With apply=True the result of build is the applied configuration and may create the object.
+        Returns (object, created).
+        """
+        warnings = warnings if warnings is not None else []
+        for _ in range(MAX_RETRIES):
+            live = self.storage.get(info.key, ns, name)
+            if live is None:
+                if not apply:
+                    raise errors.not_found(info.group, info.plural, name)
+                applied = self.check_kind(info, build({}))
+                if applied["metadata"].get("name") and applied["metadata"]["name"] != name:
+                    raise errors.bad_request(f"the name of the object ({applied['metadata']['name']}) does not match "
+                                             f"the name on the URL ({name})")
+                applied["metadata"]["name"] = name
+                if subresource == "status":
+                    raise errors.not_found(info.group, info.plural, name)
+                now = meta.now_rfc3339()
+                merged = server_side_apply(None, applied, manager=manager, force=force, schema=info.schema,
+                                           api_version=info.api_version, now=now)
+                mf = merged["metadata"].get("managedFields")
+                prepared = self._prepare_create(info, ns, merged, field_validation, warnings)
+                if mf:
+                    prepared["metadata"]["managedFields"] = mf
+                created = await self.create(info, ns, None, manager=manager, dry_run=dry_run,
+                                            warnings=warnings, user=user, prepared=prepared)
+                return created, True
+            rv_before = live["metadata"].get("resourceVersion")
+            desired = build(clone(live))
+            now = meta.now_rfc3339()
+            if apply:
+                applied = self.check_kind(info, desired)
+                if subresource == "status":
+                    applied = {k: v for k, v in applied.items() if k in ("apiVersion", "kind", "metadata", "status")}
+                elif info.has_status:
+                    applied.pop("status", None)
+                merged = server_side_apply(live, applied, manager=manager, force=force, schema=info.schema,
+                                           api_version=info.api_version, now=now, subresource=subresource)
+                mf = merged["metadata"].get("managedFields")
+                new = self._prepare_update(info, live, merged, subresource=subresource,
+                                           field_validation=field_validation, warnings=warnings)
+                if mf is not None:
+                    new["metadata"]["managedFields"] = mf
+            else:
+                new = self._prepare_update(info, live, desired, subresource=subresource,
+                                           field_validation=field_validation, warnings=warnings)
+                if _without_volatile(new) != _without_volatile(live):
+                    new = track_update(live, new, manager=manager, schema=info.schema,
+                                       api_version=info.api_version, now=now, subresource=subresource)
+            if self.admission.active(info):
+                req = AdmissionRequest("UPDATE", info, subresource, ns, name, new, clone(live), user, dry_run)
+                await self.admission.run(req)
+                new = self.check_kind(info, req.object)
+                self._normalize(info, new, "Ignore", warnings)
+                current = self.storage.get(info.key, ns, name)
+                if current is None or current["metadata"].get("resourceVersion") != rv_before:
+                    continue  # raced with another writer while admitting: recompute
+            if _without_volatile(new) == _without_volatile(live) and (
+                    new["metadata"].get("managedFields") == live["metadata"].get("managedFields") or not apply):
+                return live, False  # no-op: kube does not bump the resourceVersion
+            if dry_run:
+                return new, False
+            if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") and not (
+                    info.key == NS_KEY and (new.get("spec") or {}).get("finalizers")):
+                return self.storage.delete(info.key, ns, name), False
+            return self.storage.update(info.key, new), False
+        raise errors.conflict(info.group, info.plural, name, "too many concurrent modifications, try again")
+
+    # ------------------------------------------------------------------ delete
+
+    async def delete(self, info: ResourceInfo, ns: str, name: str, options: Obj | None = None, *,
+                     dry_run: bool = False, user: str = "system:admin") -> tuple[Obj, bool]:
+        """Delete, or start a graceful deletion when finalizers (or a propagation policy) hold the object.
+
+        Returns (object, deleted_now)."""
+        options = options or {}
+        for _ in range(MAX_RETRIES):
+            live = self.storage.get(info.key, ns, name)
+            if live is None:
+                raise errors.not_found(info.group, info.plural, name)
+            lm = live["metadata"]
+            pre = options.get("preconditions") or {}
+            if pre.get("uid") and pre["uid"] != lm.get("uid"):
+                raise errors.conflict(info.group, info.plural, name,
+                                      f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
+                                      f"{lm.get('uid')}")
+            if pre.get("resourceVersion") and pre["resourceVersion"] != lm.get("resourceVersion"):
+                raise errors.conflict(info.group, info.plural, name,
+                                      f"Precondition failed: ResourceVersion in precondition: "
+                                      f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                                      f"{lm.get('resourceVersion')}")
+            rv_before = lm.get("resourceVersion")
+            if self.admission.active(info):
+                req = AdmissionRequest("DELETE", info, "", ns, name, None, clone(live), user, dry_run)
+                await self.admission.run(req)
+                current = self.storage.get(info.key, ns, name)
+                if current is None or current["metadata"].get("resourceVersion") != rv_before:
+                    continue
+            if dry_run:
+                return live, False
+            policy = options.get("propagationPolicy")
+            finalizers = list(lm.get("finalizers") or [])
+            if policy == "Foreground" and "foregroundDeletion" not in finalizers:
+                finalizers.append("foregroundDeletion")
+            if policy == "Orphan" and "orphan" not in finalizers:
+                finalizers.append("orphan")
+            ns_pending = info.key == NS_KEY and (live.get("spec") or {}).get("finalizers")
+            if finalizers or ns_pending:
+                if lm.get("deletionTimestamp") and finalizers == list(lm.get("finalizers") or []):
+                    return live, False
+                new = clone(live)
+                nm = new["metadata"]
+                nm["finalizers"] = finalizers
+                if not nm.get("deletionTimestamp"):
+                    nm["deletionTimestamp"] = meta.now_rfc3339()
+                    nm["deletionGracePeriodSeconds"] = 0
+                    nm["generation"] = int(nm.get("generation") or 1) + 1
+                if info.key == NS_KEY:
+                    new.setdefault("status", {})["phase"] = "Terminating"
+                return self.storage.update(info.key, new), False
+            return self.storage.delete(info.key, ns, name), True
+        raise errors.conflict(info.group, info.plural, name, "too many concurrent modifications, try again")
+
+    async def remove_finalizer(self, info: ResourceInfo, ns: str, name: str, finalizer: str, *,
+                               manager: str) -> None:
+        """Drop one metadata.finalizer (the last one going completes a graceful deletion)."""
+
+        def drop(live: Obj) -> Obj:
+            live["metadata"]["finalizers"] = [f for f in live["metadata"].get("finalizers") or [] if f != finalizer]
+            return live
+
+        await self.update(info, ns, name, drop, manager=manager)
