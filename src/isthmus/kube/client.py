@@ -18,7 +18,7 @@ from lightkube import AsyncClient, ConfigError, KubeConfig
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import Cluster, Context, User
 
-COMMAND_TIMEOUT = httpx2.Timeout(10.0, connect=5.0)
+COMMAND_TIMEOUT = httpx2.Timeout(5.0)
 """Per-request timeout of one-shot commands: a server that accepts and never answers fails them in
 seconds, not after httpx's 30 s default (watches are not bounded by it)."""
 
