@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 import secrets
 import shutil
@@ -14,16 +13,7 @@ from typing import Annotated
 import typer
 
 from isthmus.cli.app import LogFormatOpt, LogLevelOpt, command, fail
-
-
-def _is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 and "localhost"; anything else (0.0.0.0, ::, names) may be reachable from outside."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+from isthmus.kube.client import is_loopback_host
 
 
 def _read_or_create_token(path: Path) -> str:
@@ -78,7 +68,7 @@ def apiserver(
     # Everything this process writes (database, WAL, keys, kubeconfig, token) is private.
     os.umask(0o077)
     setup_logging(log_format, log_level)
-    if not tls and not _is_loopback(host):
+    if not tls and not is_loopback_host(host):
         raise fail(f"--host {host} is not a loopback address: serving beyond this machine needs TLS "
                    "(drop --no-tls); only 127.0.0.0/8, ::1 and localhost may serve plain HTTP")
     if token_file is None and data_dir is not None:

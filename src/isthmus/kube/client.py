@@ -6,6 +6,7 @@ merged (missing ones skipped), else `~/.kube/config`, else the in-cluster servic
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -199,17 +200,33 @@ def make_client(
     `field_manager` becomes the default for every write (server-side apply needs one);
     `timeout` bounds each request except watches, which lightkube keeps open.
     """
-    config = load_config(kubeconfig, context)
+    return client_for(load_config(kubeconfig, context), namespace=namespace, field_manager=field_manager,
+                      timeout=timeout)
+
+
+def client_for(
+    config: SingleConfig,
+    *,
+    namespace: str | None = None,
+    field_manager: str | None = None,
+    timeout: float | httpx2.Timeout = 30.0,
+) -> AsyncClient:
+    """The one way Isthmus builds a client from a selected configuration (kubeconfig, broker-info)."""
     return AsyncClient(
         config,
         namespace=namespace,
         field_manager=field_manager,
         timeout=timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout),
         # Proxy variables must not route loopback apiservers (the embedded default) through a proxy.
-        trust_env=not _is_loopback(config.cluster.server),
+        trust_env=not is_loopback_host(httpx2.URL(config.cluster.server).host),
     )
 
 
-def _is_loopback(server: str) -> bool:
-    host = httpx2.URL(server).host
-    return host in ("localhost", "::1") or host.startswith("127.")
+def is_loopback_host(host: str) -> bool:
+    """127.0.0.0/8, ::1 and "localhost": this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -20,6 +20,7 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.config.kubeconfig import SingleConfig
 
 from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, DEFAULT_CLUSTERSET_IP_CIDR_RANGE
+from isthmus.kube.client import client_for
 
 FORMAT_VERSION = 1
 """Bumped only for incompatible changes; decoders reject versions they do not know."""
@@ -131,15 +132,11 @@ class BrokerInfo:
         }
 
     def client(self, *, field_manager: str | None = None, timeout: float | httpx2.Timeout = 30.0) -> AsyncClient:
-        """A lightkube AsyncClient for the broker API (configured as `isthmus.kube.client.make_client`)."""
-        config = KubeConfig.from_dict(self.to_kubeconfig())
-        return AsyncClient(
-            config,
-            namespace=self.namespace,
-            field_manager=field_manager,
-            timeout=timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout),
-            trust_env=not _is_loopback(self.server),
-        )
+        """A lightkube AsyncClient for the broker API, built as every other Isthmus client."""
+        config = KubeConfig.from_dict(self.to_kubeconfig()).get()
+        if config is None:  # pragma: no cover - to_kubeconfig always names its one context
+            raise ValueError("broker-info: no context")
+        return client_for(config, namespace=self.namespace, field_manager=field_manager, timeout=timeout)
 
 
 def _optional_str(data: dict[str, Any], key: str) -> str | None:
@@ -150,16 +147,6 @@ def _optional_str(data: dict[str, Any], key: str) -> str | None:
         raise ValueError(f"broker-info: {key!r} must be a non-empty string")
     return value
 
-
-def _is_loopback(server: str) -> bool:
-    """Loopback brokers (the embedded default) must never be reached through a proxy from the environment."""
-    host = httpx2.URL(server).host
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def access_from_config(config: SingleConfig) -> tuple[str, str | None, str | None]:
