@@ -423,6 +423,12 @@ class _Cache:
 _CACHE = _Cache()
 
 
+def resources_key(resources: list[ResourceInfo]) -> tuple[Any, ...]:
+    """The identity of a set of served resources, as the document caches see it. It holds the ids of
+    their schemas: keep the resources alive for as long as the key is kept."""
+    return _Cache.key("", resources)
+
+
 def doc_hash(doc: Doc) -> str:
     """Stable content hash (kube publishes an uppercase SHA-512 hex in serverRelativeURL)."""
     data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
