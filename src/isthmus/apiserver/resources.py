@@ -54,6 +54,14 @@ class ResourceInfo:
     def list_kind(self) -> str:
         return f"{self.kind}List"
 
+    def subresource(self, name: str) -> str:
+        """The subresource a request path names, as the write pipeline knows it; 404 if not served."""
+        if name == "finalize" and self.key == "/namespaces":
+            name = "status"  # spec.finalizers are written like status here: owned by the server
+        if name != "status" or not self.has_status:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return name
+
 
 class ResourceRegistry:
     """The resource types served right now: the built-ins, plus every served version of each stored CRD.

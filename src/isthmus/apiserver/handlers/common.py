@@ -1,0 +1,83 @@
+"""What every handler shares: the server's parts, JSON responses, request bodies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+
+from isthmus.apiserver import errors, protobuf
+from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.registry.store import GenericStore
+from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
+from isthmus.apiserver.storage import Store
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class HandlerContext:
+    """The server parts handlers use: reads go to `storage`, writes through `store`."""
+
+    storage: Store
+    store: GenericStore
+    resources: ResourceRegistry
+    max_body_bytes: int
+    bookmark_interval: float
+    server_address: str = ""  # host:port, known once the listener is bound
+    # Encoded watch events, shared by the watchers of one resource: (rv, type + apiVersion) → line.
+    event_cache: dict[tuple[int, str], bytes] = field(default_factory=dict)
+
+
+def not_found() -> ApiError:
+    """A path the server has no route for."""
+    return ApiError(404, "NotFound", "the server could not find the requested resource")
+
+
+def json_response(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+    resp = web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+    for w in warnings or []:
+        resp.headers.add("Warning", f'299 - "{w}"')
+    return resp
+
+
+def status_response(e: ApiError) -> web.Response:
+    return json_response(e.status(), status=e.code)
+
+
+def output(info: ResourceInfo, obj: Obj) -> Obj:
+    """The object as served at the requested version (objects are stored under their storage version)."""
+    if obj.get("apiVersion") != info.api_version:
+        return {**obj, "apiVersion": info.api_version}
+    return obj
+
+
+def truthy(v: str | None) -> bool:
+    return v is not None and v.lower() in ("true", "1")
+
+
+def decode(raw: bytes, ctype: str) -> Any:
+    """A request body: kube protobuf, JSON, or YAML when the content type says so."""
+    if ctype == protobuf.CONTENT_TYPE:  # kubectl's typed clients (create namespace/configmap/...)
+        return protobuf.decode_object(raw)
+    if not raw.strip():
+        raise errors.bad_request("the request body is empty")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        if "yaml" not in ctype:
+            raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise errors.bad_request(f"error converting YAML to JSON: {str(e).splitlines()[0]}") from None
+
+
+async def read_body(ctx: HandlerContext, request: web.Request) -> Any:
+    if request.content_length is not None and request.content_length > ctx.max_body_bytes:
+        raise errors.too_large(ctx.max_body_bytes)
+    raw = await request.read()
+    return decode(raw, request.content_type or "application/json")

@@ -1,0 +1,81 @@
+"""PATCH of an object or its status: JSON patch, merge patch, strategic merge patch, server-side apply.
+
+As kube's patch handler: the patch type picks how the new object is built from the live one;
+the generic store then runs it through the update pipeline (and retries the build on races).
+Apply may create the object (201).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from isthmus.apiserver import errors
+from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.handlers.common import HandlerContext, decode, json_response, output, truthy
+from isthmus.apiserver.handlers.scope import RequestScope
+from isthmus.apiserver.patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
+from isthmus.apiserver.registry.store import clone
+
+Obj = dict[str, Any]
+
+
+def _require_object_patch(patch: Any) -> None:
+    if not isinstance(patch, dict):
+        raise errors.bad_request("the patch must be a JSON object")
+
+
+async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
+    request, info = scope.request, scope.info
+    assert scope.name is not None
+    ctype = (request.content_type or "").lower()
+    q = request.query
+    raw = await request.read()
+    warnings: list[str] = []
+    apply = False
+    force = truthy(q.get("force"))
+    build: Callable[[Obj], Any]
+    if ctype == "application/json-patch+json":
+        ops = decode(raw, "application/json")
+
+        def build(live: Obj) -> Any:
+            return apply_json_patch(live, ops)
+    elif ctype == "application/merge-patch+json":
+        patch = decode(raw, "application/json")
+        _require_object_patch(patch)
+
+        def build(live: Obj) -> Any:
+            return apply_merge_patch(live, patch)
+    elif ctype == "application/strategic-merge-patch+json":
+        if not info.builtin:
+            raise ApiError(415, "UnsupportedMediaType",
+                           "the body of the request was in an unknown format - accepted media types include: "
+                           "application/json-patch+json, application/merge-patch+json, "
+                           "application/apply-patch+yaml")
+        patch = decode(raw, "application/json")
+        _require_object_patch(patch)
+
+        def build(live: Obj) -> Any:
+            return apply_strategic_merge_patch(live, patch, info.schema)
+    elif ctype in ("application/apply-patch+yaml", "application/apply-patch+cbor"):
+        if not q.get("fieldManager"):
+            raise errors.invalid("meta.k8s.io", "PatchOptions", "", [errors.cause(
+                "fieldManager", "Required value: is required for apply patch", "FieldValueRequired")])
+        applied = decode(raw, "application/yaml")
+        if not isinstance(applied, dict):
+            raise errors.bad_request("apply patch must be an object")
+        if not applied.get("apiVersion") or not applied.get("kind"):
+            raise errors.bad_request("apiVersion and kind must be set in an apply configuration")
+        apply = True
+
+        def build(live: Obj) -> Any:
+            return clone(applied)
+    else:
+        raise errors.unsupported_media_type(ctype)
+    out, created = await ctx.store.update(info, scope.ns, scope.name, build, subresource=scope.subresource,
+                                          manager=scope.manager, dry_run=scope.dry_run,
+                                          field_validation=scope.field_validation, warnings=warnings, apply=apply,
+                                          force=force)
+    return json_response(output(info, out), status=201 if created else 200, warnings=warnings)

@@ -1,0 +1,19 @@
+"""PUT of an object or its status: replace."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, read_body
+from isthmus.apiserver.handlers.scope import RequestScope
+from isthmus.apiserver.registry.store import clone
+
+
+async def update_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
+    assert scope.name is not None
+    body = await read_body(ctx, scope.request)
+    warnings: list[str] = []
+    out, _ = await ctx.store.update(scope.info, scope.ns, scope.name, lambda live: clone(body),
+                                    subresource=scope.subresource, manager=scope.manager, dry_run=scope.dry_run,
+                                    field_validation=scope.field_validation, warnings=warnings)
+    return json_response(output(scope.info, out), warnings=warnings)
