@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from isthmus.apiserver.builtins import builtin_resources, crd_resources, validate_crd
+from isthmus.apiserver.builtins import builtin_resources, crd_resources
+from isthmus.apiserver.registry.customresourcedefinition import validate_crd
 from isthmus.apiserver.resources import ResourceInfo
 from isthmus.apiserver.schema import apply_defaults, prune, validate
 

@@ -35,10 +35,6 @@ DNS1035_MSG = (
     "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
 )
 
-# How each kind's names are validated (default: DNS-1123 subdomain).
-NAME_RULES: dict[str, str] = {"/namespaces": "label", "/services": "dns1035"}
-
-
 def now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 

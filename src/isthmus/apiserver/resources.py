@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
 from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.registry.strategy import Strategy
 
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
 
 @dataclass
 class ResourceInfo:
+    """One served resource type (a group, version and plural) and its strategy.
+
+    What discovery and OpenAPI describe is data here; what the write pipeline and reads do
+    differently for this kind is `strategy`'s (registry/strategy.py).
+    """
+
     group: str  # "" for the core group
     version: str
     plural: str
@@ -22,20 +30,15 @@ class ResourceInfo:
     short_names: list[str] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)
     verbs: list[str] = field(default_factory=lambda: list(ALL_VERBS))
-    has_status: bool = False
+    has_status: bool = False  # the status subresource is served
     # OpenAPI v3 schema of the whole object, refs inlined, carrying the kube extensions
     # (x-kubernetes-preserve-unknown-fields, x-kubernetes-list-type, x-kubernetes-list-map-keys,
     # x-kubernetes-map-type, x-kubernetes-patch-merge-key, x-kubernetes-patch-strategy,
     # x-kubernetes-int-or-string, x-kubernetes-embedded-resource). None = anything goes.
     schema: dict[str, Any] | None = None
-    # CRD additionalPrinterColumns shape: {name, type, jsonPath, description?, priority?, format?}
-    printer_columns: list[dict[str, Any]] = field(default_factory=list)
     builtin: bool = True  # built-ins accept strategic-merge-patch; CRDs do not (415, like kube)
     storage_version: bool = True  # the version objects are stored under (CRDs: spec.versions[].storage)
-    # Kind-specific defaulting kube does in Go (e.g. Service ports[].targetPort = port); runs after schema defaults.
-    defaulter: Callable[[dict[str, Any]], None] | None = None
-    # Field selector paths beyond metadata.name / metadata.namespace (e.g. pods: spec.nodeName, status.phase).
-    field_selectors: set[str] = field(default_factory=set)
+    strategy: Strategy = field(default_factory=Strategy)
 
     @property
     def api_version(self) -> str:
@@ -54,10 +57,26 @@ class ResourceInfo:
     def list_kind(self) -> str:
         return f"{self.kind}List"
 
+    # Views of the strategy, for callers that only read.
+
+    @property
+    def defaulter(self) -> Callable[[dict[str, Any]], None] | None:
+        """The kind-specific defaulting kube does in Go (runs after schema defaults), if any."""
+        return self.strategy.default if self.strategy.has_defaults else None
+
+    @property
+    def field_selectors(self) -> AbstractSet[str]:
+        """Field selector paths beyond metadata.name / metadata.namespace (e.g. pods: spec.nodeName)."""
+        return self.strategy.field_selectors.keys()
+
+    @property
+    def printer_columns(self) -> list[dict[str, Any]]:
+        """CRD additionalPrinterColumns shape: {name, type, jsonPath, description?, priority?, format?}."""
+        return self.strategy.printer_columns
+
     def subresource(self, name: str) -> str:
         """The subresource a request path names, as the write pipeline knows it; 404 if not served."""
-        if name == "finalize" and self.key == "/namespaces":
-            name = "status"  # spec.finalizers are written like status here: owned by the server
+        name = self.strategy.subresource_aliases.get(name, name)
         if name != "status" or not self.has_status:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return name

@@ -8,6 +8,7 @@ already know from real clusters. The field selector parser mirrors k8s.io/apimac
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -407,14 +408,19 @@ class LabelSelector:
 _META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 
 
+# How a selectable field is read from an object: the string kube compares.
+FieldGetter = Callable[[dict[str, Any]], str]
+
+
 @dataclass(frozen=True, slots=True)
 class FieldTerm:
     field: str
     op: str  # "=" (also for "==") or "!="
     value: str
+    getter: FieldGetter | None = None  # None: the field is read as a path (field_value)
 
 
-def _field_value(obj: dict[str, Any], path: str) -> str:
+def field_value(obj: dict[str, Any], path: str) -> str:
     """The string form kube compares: missing → "", booleans lower-case, numbers as written."""
     cur: Any = obj
     for part in path.split("."):
@@ -454,7 +460,7 @@ class FieldSelector:
 
     def matches(self, obj: dict[str, Any]) -> bool:
         for t in self.terms:
-            have = _field_value(obj, t.field)
+            have = t.getter(obj) if t.getter is not None else field_value(obj, t.field)
             if (have == t.value) != (t.op == "="):
                 return False
         return True
@@ -522,11 +528,19 @@ def parse_label_selector(text: str | None) -> LabelSelector:
         raise errors.bad_request(str(e)) from None
 
 
+def field_path(path: str) -> FieldGetter:
+    """A getter reading `path` (dotted) the way kube's field selectors compare it."""
+    return lambda obj: field_value(obj, path)
+
+
 def parse_field_selector(
-    text: str | None, allowed: set[str] | None = None, *, builtin: bool = True
+    text: str | None,
+    allowed: Collection[str] | Mapping[str, FieldGetter] | None = None,
+    *,
+    builtin: bool = True,
 ) -> FieldSelector:
-    """allowed: field paths this kind supports (metadata.name and metadata.namespace always);
-    an unsupported field → errors.bad_request('field label not supported: X').
+    """allowed: fields this kind supports beyond metadata.name and metadata.namespace, as paths or
+    as field → getter; an unsupported field → errors.bad_request('field label not supported: X').
 
     Wording follows kube: kinds with their own selectable fields (pods, …) and CRDs
     (builtin=False) say `field label not supported: X`; other built-in kinds fall back to
@@ -534,6 +548,7 @@ def parse_field_selector(
     """
     if not text:
         return FieldSelector()
+    getters: Mapping[str, FieldGetter] = allowed if isinstance(allowed, Mapping) else {}
     terms: list[FieldTerm] = []
     try:
         for part in sorted(_split_terms(text)):
@@ -543,10 +558,10 @@ def parse_field_selector(
             if split is None:
                 raise _SelectorError(f"invalid selector: '{text}'; can't understand '{part}'")
             lhs, op, rhs = split
-            terms.append(FieldTerm(lhs, "!=" if op == "!=" else "=", _unescape(rhs)))
+            terms.append(FieldTerm(lhs, "!=" if op == "!=" else "=", _unescape(rhs), getters.get(lhs)))
     except _SelectorError as e:
         raise errors.bad_request(str(e)) from None
-    extra = allowed or set()
+    extra = allowed or ()
     for t in terms:
         if t.field in _META_FIELDS or t.field in extra:
             continue

@@ -34,7 +34,8 @@ from isthmus.apiserver.handlers import create, delete, discovery, get, openapi, 
 from isthmus.apiserver.handlers.common import HandlerContext, not_found, status_response
 from isthmus.apiserver.handlers.scope import resolve
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
-from isthmus.apiserver.registry.store import CRD_KEY, GenericStore, clone
+from isthmus.apiserver.registry.customresourcedefinition import KEY as CRD_KEY
+from isthmus.apiserver.registry.store import GenericStore, clone
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store, UnusableStore
 from isthmus.apiserver.tls import ensure_certs, server_context

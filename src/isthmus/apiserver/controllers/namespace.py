@@ -13,8 +13,10 @@ import logging
 from typing import Any
 
 from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.registry.store import NS_KEY, GenericStore
-from isthmus.apiserver.resources import ResourceRegistry
+from isthmus.apiserver.registry.namespace import FINALIZER
+from isthmus.apiserver.registry.namespace import KEY as NS_KEY
+from isthmus.apiserver.registry.store import GenericStore
+from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store
 
 log = logging.getLogger("isthmus.apiserver")
@@ -50,7 +52,7 @@ class NamespaceController:
             except Exception:
                 log.exception("namespace controller")
 
-    async def _terminate(self, ns_info: Any, nso: Obj) -> None:
+    async def _terminate(self, ns_info: ResourceInfo, nso: Obj) -> None:
         ns = nso["metadata"]["name"]
         left = 0
         for key in self.resources.keys():
@@ -62,17 +64,17 @@ class NamespaceController:
                 if not o["metadata"].get("deletionTimestamp"):
                     with contextlib.suppress(ApiError):
                         await self.store.delete(info, ns, o["metadata"]["name"])
-        if left == 0 and "kubernetes" in (nso.get("spec") or {}).get("finalizers", []):
+        if left == 0 and FINALIZER in (nso.get("spec") or {}).get("finalizers", []):
 
             def finalize(live: Obj) -> Obj:
                 live.setdefault("spec", {})["finalizers"] = [
-                    f for f in live["spec"].get("finalizers", []) if f != "kubernetes"]
+                    f for f in live["spec"].get("finalizers", []) if f != FINALIZER]
                 return live
 
             with contextlib.suppress(ApiError):
                 await self.store.update(ns_info, "", ns, finalize, subresource="status",
                                         manager="namespace-controller")
         current = self.storage.get(NS_KEY, "", ns)
-        if current is not None and not (current.get("spec") or {}).get("finalizers") and not \
+        if current is not None and not ns_info.strategy.holds_deletion(current) and not \
                 current["metadata"].get("finalizers"):
             self.storage.delete(NS_KEY, "", ns)

@@ -24,7 +24,7 @@ def selection(request: web.Request, info: ResourceInfo, name: str | None) -> Cal
     None when everything matches."""
     q = request.query
     ls = parse_label_selector(q.get("labelSelector"))
-    fs = parse_field_selector(q.get("fieldSelector"), info.field_selectors, builtin=info.builtin)
+    fs = parse_field_selector(q.get("fieldSelector"), info.strategy.field_selectors, builtin=info.builtin)
     if not q.get("labelSelector") and not q.get("fieldSelector") and name is None:
         return None
 

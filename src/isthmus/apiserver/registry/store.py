@@ -2,6 +2,9 @@
 
 kube's genericregistry.Store over storage: build the new object, prepare it, default, prune and
 validate it (422), admit it (mutating, validating), then commit with optimistic concurrency.
+What differs between kinds is the strategy's (registry/strategy.py, which lists the order its
+hooks are called in); this module never asks which kind it writes.
+
 Storage methods never await, so everything between reading the live object and committing is
 atomic on the event loop, except admission: when a hook awaited and the object changed
 meanwhile, the write is recomputed (kube's GuaranteedUpdate).
@@ -12,30 +15,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from isthmus.apiserver import errors, meta, schema
 from isthmus.apiserver.admission import Admission, AdmissionRequest
 from isthmus.apiserver.apply import server_side_apply, track_update
-from isthmus.apiserver.builtins import validate_crd
 from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.registry import namespace
+from isthmus.apiserver.registry.strategy import clone
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store
 
+__all__ = ["GenericStore", "clone"]
+
 Obj = dict[str, Any]
 
-CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
-NS_KEY = "/namespaces"
-CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+
 # Metadata the server owns: never taken from a client's update.
 SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
                "managedFields", "selfLink")
 MAX_RETRIES = 8
-
-
-def clone(obj: Any) -> Any:
-    """Deep copy of JSON data (orjson round trip beats copy.deepcopy by ~10x)."""
-    return orjson.loads(orjson.dumps(obj))
 
 
 def _spec_view(obj: Obj, has_status: bool) -> Obj:
@@ -78,12 +75,14 @@ class GenericStore:
             raise errors.invalid(info.group, info.kind, "", [errors.cause("metadata", "Invalid value: must be an object")])
         return obj
 
-    def _normalize(self, info: ResourceInfo, obj: Obj, field_validation: str, warnings: list[str]) -> None:
-        """Defaults, pruning of unknown fields (per fieldValidation) and validation (422)."""
+    def _normalize(self, info: ResourceInfo, obj: Obj, field_validation: str, warnings: list[str],
+                   old: Obj | None) -> None:
+        """Defaults, pruning of unknown fields (per fieldValidation) and validation (422); old: the
+        live object of an update."""
+        strategy = info.strategy
         if info.schema is not None:
             schema.apply_defaults(obj, info.schema)
-        if info.defaulter is not None:
-            info.defaulter(obj)
+        strategy.default(obj)
         if info.schema is not None:
             dropped = schema.prune(obj, info.schema)
             if dropped:
@@ -93,12 +92,10 @@ class GenericStore:
                 if field_validation == "Warn":
                     warnings.extend(f'unknown field \\"{p}\\"' for p in dropped)
         m = obj["metadata"]
-        causes = meta.validate_metadata(m, name_rule=meta.NAME_RULES.get(info.key, "subdomain"),
-                                        namespaced=info.namespaced)
+        causes = meta.validate_metadata(m, name_rule=strategy.name_rule, namespaced=info.namespaced)
         if info.schema is not None:
             causes += schema.validate(obj, info.schema)
-        if info.key == CRD_KEY:
-            causes += validate_crd(obj)
+        causes += strategy.validate(obj) if old is None else strategy.validate_update(obj, old)
         if causes:
             raise errors.invalid(info.group, info.kind, str(m.get("name") or ""), causes)
 
@@ -106,7 +103,7 @@ class GenericStore:
         """kube's NamespaceLifecycle admission: the namespace exists, and takes no new objects while terminating."""
         if not info.namespaced:
             return
-        nso = self.storage.get(NS_KEY, "", ns)
+        nso = self.storage.get(namespace.KEY, "", ns)
         if nso is None:
             raise errors.not_found("", "namespaces", ns)
         if operation == "CREATE" and nso["metadata"].get("deletionTimestamp"):
@@ -138,16 +135,16 @@ class GenericStore:
         m["uid"] = meta.new_uid()
         m["creationTimestamp"] = meta.now_rfc3339()
         m["generation"] = 1
+        strategy = info.strategy
         if info.has_status:
-            obj.pop("status", None)
-        if info.key == NS_KEY:
-            obj.setdefault("spec", {})["finalizers"] = ["kubernetes"]
-            obj["status"] = {"phase": "Active"}
-        if info.key == CRD_KEY:
-            fins = m.setdefault("finalizers", [])
-            if CRD_CLEANUP_FINALIZER not in fins:
-                fins.append(CRD_CLEANUP_FINALIZER)
-        self._normalize(info, obj, field_validation, warnings)
+            obj.pop("status", None)  # status is the status subresource's to write
+        strategy.prepare_for_create(obj)
+        status = strategy.initial_status(obj)
+        if status is not None:
+            obj["status"] = status
+        self._normalize(info, obj, field_validation, warnings, None)
+        warnings.extend(strategy.warnings_on_create(obj))
+        strategy.canonicalize(obj)
         return obj
 
     async def create(self, info: ResourceInfo, ns: str, body: Any, *, manager: str, dry_run: bool = False,
@@ -165,7 +162,7 @@ class GenericStore:
             req = AdmissionRequest("CREATE", info, "", ns, obj["metadata"]["name"], obj, None, user, dry_run)
             await self.admission.run(req)
             obj = self.check_kind(info, req.object)
-            self._normalize(info, obj, "Ignore", warnings)
+            self._normalize(info, obj, "Ignore", warnings, None)
             self._check_namespace(info, ns, "CREATE")
         name = obj["metadata"]["name"]
         for _ in range(MAX_RETRIES):
@@ -197,24 +194,16 @@ class GenericStore:
         sent_rv = nm.get("resourceVersion")
         if sent_rv and sent_rv != lm.get("resourceVersion"):
             raise errors.stale(info.group, info.plural, name)
+        strategy = info.strategy
         if subresource == "status":
-            # Only status moves through /status (and, for namespaces' /finalize, spec.finalizers).
-            keep = clone(live)
-            if "status" in new:
-                keep["status"] = new["status"]
-            else:
-                keep.pop("status", None)
-            if info.key == NS_KEY:
-                keep.setdefault("spec", {})["finalizers"] = (new.get("spec") or {}).get("finalizers", [])
-            new = keep
+            new = strategy.status_strategy.prepare_for_update(new, live)
         else:
-            if info.has_status:
+            if info.has_status:  # main-resource writes never change status
                 if "status" in live:
                     new["status"] = clone(live["status"])
                 else:
                     new.pop("status", None)
-            if info.key == NS_KEY:
-                new.setdefault("spec", {})["finalizers"] = list((live.get("spec") or {}).get("finalizers", []))
+            strategy.prepare_for_update(new, live)
             nm = new["metadata"]
             nm["name"] = name
             if info.namespaced:
@@ -231,7 +220,9 @@ class GenericStore:
                 raise errors.invalid(info.group, info.kind, name, [errors.cause(
                     "metadata.finalizers", f"Forbidden: no new finalizers can be added if the object is being "
                     f"deleted, found new finalizers {added}", "FieldValueForbidden")])
-        self._normalize(info, new, field_validation, warnings)
+        self._normalize(info, new, field_validation, warnings, live)
+        warnings.extend(strategy.warnings_on_update(new, live))
+        strategy.canonicalize(new)
         if _spec_view(new, info.has_status) != _spec_view(live, info.has_status):
             new["metadata"]["generation"] = int(lm.get("generation") or 1) + 1
         return new
@@ -296,7 +287,7 @@ class GenericStore:
                 req = AdmissionRequest("UPDATE", info, subresource, ns, name, new, clone(live), user, dry_run)
                 await self.admission.run(req)
                 new = self.check_kind(info, req.object)
-                self._normalize(info, new, "Ignore", warnings)
+                self._normalize(info, new, "Ignore", warnings, live)
                 current = self.storage.get(info.key, ns, name)
                 if current is None or current["metadata"].get("resourceVersion") != rv_before:
                     continue  # raced with another writer while admitting: recompute
@@ -305,8 +296,8 @@ class GenericStore:
                 return live, False  # no-op: kube does not bump the resourceVersion
             if dry_run:
                 return new, False
-            if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") and not (
-                    info.key == NS_KEY and (new.get("spec") or {}).get("finalizers")):
+            if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") and \
+                    not info.strategy.holds_deletion(new):
                 return self.storage.delete(info.key, ns, name), False
             return self.storage.update(info.key, new), False
         raise errors.conflict(info.group, info.plural, name, "too many concurrent modifications, try again")
@@ -349,8 +340,7 @@ class GenericStore:
                 finalizers.append("foregroundDeletion")
             if policy == "Orphan" and "orphan" not in finalizers:
                 finalizers.append("orphan")
-            ns_pending = info.key == NS_KEY and (live.get("spec") or {}).get("finalizers")
-            if finalizers or ns_pending:
+            if finalizers or info.strategy.holds_deletion(live):
                 if lm.get("deletionTimestamp") and finalizers == list(lm.get("finalizers") or []):
                     return live, False
                 new = clone(live)
@@ -360,8 +350,7 @@ class GenericStore:
                     nm["deletionTimestamp"] = meta.now_rfc3339()
                     nm["deletionGracePeriodSeconds"] = 0
                     nm["generation"] = int(nm.get("generation") or 1) + 1
-                if info.key == NS_KEY:
-                    new.setdefault("status", {})["phase"] = "Terminating"
+                info.strategy.prepare_for_delete(new)
                 return self.storage.update(info.key, new), False
             return self.storage.delete(info.key, ns, name), True
         raise errors.conflict(info.group, info.plural, name, "too many concurrent modifications, try again")

@@ -1,0 +1,86 @@
+"""Custom resources: what each served version of a CustomResourceDefinition serves, and its strategy.
+
+As apiextensions-apiserver: the version's openAPIV3Schema (with ObjectMeta at metadata) is the
+schema, its additionalPrinterColumns the table and its selectableFields the field selectors;
+everything else is the generic behaviour.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+from isthmus.apiserver import _builtin_schemas
+from isthmus.apiserver.registry.strategy import Strategy, fields
+from isthmus.apiserver.resources import ResourceInfo
+from isthmus.apiserver.table import dig
+
+Obj = dict[str, Any]
+
+
+class CustomResourceStrategy(Strategy):
+    """Objects of one served CRD version."""
+
+    def __init__(self, printer_columns: list[Obj], selectable_fields: Iterable[str]) -> None:
+        self.printer_columns = printer_columns
+        self.field_selectors = fields(*sorted(selectable_fields))
+
+
+def crd_object_schema(version_schema: Any) -> dict[str, Any]:
+    """A served version's openAPIV3Schema wrapped the way kube serves it: apiVersion, kind and
+    metadata (ObjectMeta) are always allowed at the root."""
+    root: dict[str, Any]
+    if isinstance(version_schema, dict) and version_schema:
+        root = copy.deepcopy(version_schema)
+    else:
+        root = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    root.setdefault("type", "object")
+    props = root.setdefault("properties", {})
+    props.setdefault("apiVersion", {"type": "string"})
+    props.setdefault("kind", {"type": "string"})
+    meta = copy.deepcopy(_builtin_schemas.object_meta_schema())
+    user_meta = props.get("metadata")
+    if isinstance(user_meta, dict):  # name/generateName constraints a CRD may declare
+        meta["properties"].update(user_meta.get("properties") or {})
+    props["metadata"] = meta
+    return root
+
+
+def crd_resources(crd: dict[str, object]) -> list[ResourceInfo]:
+    """One ResourceInfo per served version of a CustomResourceDefinition (apiextensions.k8s.io/v1)."""
+    spec = crd.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    names = spec.get("names") or {}
+    kind = str(names.get("kind") or "")
+    plural = str(names.get("plural") or "")
+    singular = str(names.get("singular") or kind.lower())
+    out: list[ResourceInfo] = []
+    for v in spec.get("versions") or []:
+        if not isinstance(v, dict) or not v.get("served"):
+            continue
+        columns = [dict(c) for c in v.get("additionalPrinterColumns") or [] if isinstance(c, dict)]
+        selectable = {
+            str(f["jsonPath"]).lstrip(".")
+            for f in v.get("selectableFields") or []
+            if isinstance(f, dict) and isinstance(f.get("jsonPath"), str)
+        }
+        out.append(
+            ResourceInfo(
+                group=str(spec.get("group") or ""),
+                version=str(v.get("name") or ""),
+                plural=plural,
+                singular=singular,
+                kind=kind,
+                namespaced=spec.get("scope") != "Cluster",
+                short_names=[str(s) for s in names.get("shortNames") or []],
+                categories=[str(s) for s in names.get("categories") or []],
+                has_status=isinstance(dig(v, "subresources"), dict) and "status" in v["subresources"],
+                schema=crd_object_schema(dig(v, "schema", "openAPIV3Schema")),
+                builtin=False,
+                storage_version=bool(v.get("storage")),
+                strategy=CustomResourceStrategy(columns, selectable),
+            )
+        )
+    return out

@@ -1,0 +1,309 @@
+"""CustomResourceDefinitions (apiextensions.k8s.io/v1): defaults, validation, the cleanup finalizer.
+
+Validation messages and paths follow apiextensions-apiserver's ValidateCustomResourceDefinition.
+A new CRD gets the `customresourcecleanup.apiextensions.k8s.io` finalizer; controllers/crd.py
+removes it once the CRD's objects are gone. Serving, establishing and cleanup are the CRD
+controller's; what a CRD serves is registry/customresource.py.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from isthmus.apiserver.errors import cause
+from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
+from isthmus.apiserver.registry.strategy import Strategy
+from isthmus.apiserver.schema import go_sharp, go_value
+from isthmus.apiserver.table import CREATED_DESC, NAME_COLUMN, Column, col, dig, name_of, parse_time
+
+Obj = dict[str, Any]
+
+
+KEY = "apiextensions.k8s.io/customresourcedefinitions"
+CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+
+
+def default_crd(obj: Obj) -> None:
+    """SetDefaults_CustomResourceDefinitionSpec: singular, listKind, conversion strategy."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    names = spec.get("names")
+    if isinstance(names, dict) and isinstance(names.get("kind"), str):
+        set_default(names, "singular", names["kind"].lower())
+        set_default(names, "listKind", names["kind"] + "List")
+    conv = ensure_dict(spec, "conversion")
+    set_default(conv, "strategy", "None")
+
+
+def _crd(obj: Obj, now: float) -> list[Any]:
+    ts = parse_time(dig(obj, "metadata", "creationTimestamp"))
+    created = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if ts is not None else None
+    return [name_of(obj), created]
+
+
+COLUMNS: list[Column] = [NAME_COLUMN, col("Created At", "date", CREATED_DESC)]
+
+
+class CustomResourceDefinitionStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        default_crd(obj)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        fins = obj["metadata"].setdefault("finalizers", [])
+        if CLEANUP_FINALIZER not in fins:
+            fins.append(CLEANUP_FINALIZER)
+
+    def validate(self, obj: Obj) -> list[dict[str, str]]:
+        return validate_crd(obj)
+
+    def table_columns(self) -> list[Column]:
+        return COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return _crd(obj, now)
+
+
+# ---------------------------------------------------------------- validation
+
+
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUB = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1035_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
+    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
+    "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
+_DNS1123_SUB_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_COLUMN_TYPES = ["date", "integer", "number", "string", "boolean"]
+_COLUMN_FORMATS = ["int32", "int64", "float", "double", "byte", "date", "date-time", "password"]
+
+
+def _dns1035(value: str) -> list[str]:
+    errs = []
+    if len(value) > 63:
+        errs.append("must be no more than 63 characters")
+    if not _DNS1035.match(value):
+        errs.append(_DNS1035_MSG)
+    return errs
+
+
+def _dns1123_subdomain(value: str) -> list[str]:
+    errs = []
+    if len(value) > 253:
+        errs.append("must be no more than 253 characters")
+    if not _DNS1123_SUB.match(value):
+        errs.append(_DNS1123_SUB_MSG)
+    return errs
+
+
+def _inv(path: str, value: Any, detail: str) -> dict[str, str]:
+    return cause(path, f"Invalid value: {go_value(value)}: {detail}")
+
+
+def _required(path: str, detail: str = "") -> dict[str, str]:
+    return cause(path, "Required value" + (f": {detail}" if detail else ""), "FieldValueRequired")
+
+
+def _not_supported(path: str, value: Any, allowed: list[str]) -> dict[str, str]:
+    values = ", ".join(f'"{a}"' for a in allowed)
+    return cause(
+        path, f"Unsupported value: {go_value(value)}: supported values: {values}", "FieldValueNotSupported"
+    )
+
+
+def validate_crd(crd: dict[str, object]) -> list[dict[str, str]]:
+    """Causes for an invalid CRD (names, group, scope, versions: exactly one storage, structural schemas).
+
+    Messages and paths follow apiextensions-apiserver's ValidateCustomResourceDefinition."""
+    errs: list[dict[str, str]] = []
+    spec = crd.get("spec")
+    if not isinstance(spec, dict):
+        return [_required("spec")]
+    name = str(dig(crd, "metadata", "name") or "")
+    group = spec.get("group") or ""
+    names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+    assert isinstance(names, dict)
+    plural = names.get("plural") or ""
+    if name != f"{plural}.{group}":
+        errs.append(_inv("metadata.name", name, 'must be spec.names.plural+"."+spec.group'))
+    if not group:
+        errs.append(_required("spec.group"))
+    elif not isinstance(group, str) or _dns1123_subdomain(group):
+        errs.append(_inv("spec.group", group, ",".join(_dns1123_subdomain(str(group)))))
+    elif len(group.split(".")) < 2:
+        errs.append(_inv("spec.group", group, "should be a domain with at least one dot"))
+    scope = spec.get("scope")
+    if not scope:
+        errs.append(_required("spec.scope"))
+    elif scope not in ("Cluster", "Namespaced"):
+        errs.append(_not_supported("spec.scope", scope, ["Cluster", "Namespaced"]))
+    errs.extend(_validate_names(names))
+    errs.extend(_validate_versions(spec))
+    return errs
+
+
+def _validate_names(names: dict[str, Any]) -> list[dict[str, str]]:
+    errs: list[dict[str, str]] = []
+    base = "spec.names"
+    plural, singular, kind, list_kind = (
+        names.get(k) or "" for k in ("plural", "singular", "kind", "listKind")
+    )
+    if not plural:
+        errs.append(_required(f"{base}.plural"))
+    elif _dns1035(str(plural)):
+        errs.append(_inv(f"{base}.plural", plural, ",".join(_dns1035(str(plural)))))
+    if singular and _dns1035(str(singular)):
+        errs.append(_inv(f"{base}.singular", singular, ",".join(_dns1035(str(singular)))))
+    if not kind:
+        errs.append(_required(f"{base}.kind"))
+    elif _dns1035(str(kind).lower()):
+        detail = "may have mixed case, but should otherwise match: " + ",".join(_dns1035(str(kind).lower()))
+        errs.append(_inv(f"{base}.kind", kind, detail))
+    if list_kind and _dns1035(str(list_kind).lower()):
+        detail = "may have mixed case, but should otherwise match: " + ",".join(
+            _dns1035(str(list_kind).lower())
+        )
+        errs.append(_inv(f"{base}.listKind", list_kind, detail))
+    if kind and kind == list_kind:
+        errs.append(_inv(f"{base}.listKind", list_kind, "kind and listKind may not be the same"))
+    for field_name in ("shortNames", "categories"):
+        for i, item in enumerate(names.get(field_name) or []):
+            if _dns1035(str(item)):
+                errs.append(_inv(f"{base}.{field_name}[{i}]", item, ",".join(_dns1035(str(item)))))
+    return errs
+
+
+def _validate_versions(spec: dict[str, Any]) -> list[dict[str, str]]:
+    errs: list[dict[str, str]] = []
+    versions = [v for v in spec.get("versions") or [] if isinstance(v, dict)]
+    if not versions:
+        errs.append(_required("spec.versions"))
+        return errs
+    storage = 0
+    seen: set[str] = set()
+    unique = True
+    for i, v in enumerate(versions):
+        base = f"spec.versions[{i}]"
+        vname = str(v.get("name") or "")
+        if v.get("storage"):
+            storage += 1
+        if vname in seen:
+            unique = False
+        seen.add(vname)
+        if _dns1035(vname):
+            errs.append(_inv(f"{base}.name", vname, ",".join(_dns1035(vname))))
+        schema = dig(v, "schema", "openAPIV3Schema")
+        if not isinstance(schema, dict):
+            errs.append(_required(f"{base}.schema.openAPIV3Schema", "schemas are required"))
+        else:
+            errs.extend(structural_errors(schema, f"{base}.schema.openAPIV3Schema"))
+        for j, column in enumerate(v.get("additionalPrinterColumns") or []):
+            errs.extend(_validate_column(column, f"{base}.additionalPrinterColumns[{j}]"))
+    shown = go_sharp(versions)  # kube prints the Go slice here
+    if not unique:
+        errs.append(cause("spec.versions", f"Invalid value: {shown}: must contain unique version names"))
+    if storage != 1:
+        errs.append(
+            cause(
+                "spec.versions",
+                f"Invalid value: {shown}: must have exactly one version marked as storage version",
+            )
+        )
+    return errs
+
+
+def _validate_column(col: Any, path: str) -> list[dict[str, str]]:
+    if not isinstance(col, dict):
+        return [_required(path)]
+    errs: list[dict[str, str]] = []
+    if not col.get("name"):
+        errs.append(_required(f"{path}.name"))
+    if not col.get("type"):
+        errs.append(_required(f"{path}.type"))
+    elif col["type"] not in _COLUMN_TYPES:
+        errs.append(_not_supported(f"{path}.type", col["type"], _COLUMN_TYPES))
+    if col.get("format") and col["format"] not in _COLUMN_FORMATS:
+        errs.append(_not_supported(f"{path}.format", col["format"], _COLUMN_FORMATS))
+    if not col.get("jsonPath"):
+        errs.append(_required(f"{path}.jsonPath"))
+    return errs
+
+
+def structural_errors(schema: dict[str, Any], path: str) -> list[dict[str, str]]:
+    """kube's structural-schema rules that matter in practice: a type at every level (except where
+    x-kubernetes-int-or-string or x-kubernetes-preserve-unknown-fields stand in), items for arrays,
+    object at the root, and only name/generateName under metadata."""
+    errs: list[dict[str, str]] = []
+    if schema.get("type") != "object":
+        if not schema.get("type"):
+            errs.append(_required(f"{path}.type", "must not be empty at the root"))
+        else:
+            errs.append(_inv(f"{path}.type", schema["type"], "must be object at the root"))
+    meta = (schema.get("properties") or {}).get("metadata")
+    if isinstance(meta, dict):
+        extra = set(meta) - {"type", "properties", "description"}
+        props = set(meta.get("properties") or {})
+        if extra or props - {"name", "generateName"} or meta.get("type", "object") != "object":
+            errs.append(
+                cause(
+                    f"{path}.properties[metadata]",
+                    "Forbidden: must not specify anything other than name and generateName, but metadata is implicitly "
+                    "specified",
+                    "FieldValueForbidden",
+                )
+            )
+    _structural(schema, path, errs, root=True)
+    return errs
+
+
+def _structural(s: dict[str, Any], path: str, errs: list[dict[str, str]], root: bool = False) -> None:
+    props = s.get("properties")
+    if isinstance(props, dict):
+        for key, sub in props.items():
+            if not isinstance(sub, dict):
+                continue
+            p = f"{path}.properties[{key}]"
+            if root and key == "metadata":
+                continue
+            if not sub.get("type") and not _typeless_ok(sub):
+                errs.append(_required(f"{p}.type", "must not be empty for specified object fields"))
+            _structural(sub, p, errs)
+    addl = s.get("additionalProperties")
+    if isinstance(addl, dict):
+        p = f"{path}.additionalProperties"
+        if not addl.get("type") and not _typeless_ok(addl):
+            errs.append(_required(f"{p}.type", "must not be empty for specified object fields"))
+        if isinstance(props, dict) and props:
+            errs.append(
+                cause(
+                    p,
+                    "Forbidden: additionalProperties and properties are mutual exclusive",
+                    "FieldValueForbidden",
+                )
+            )
+        _structural(addl, p, errs)
+    if s.get("type") == "array":
+        items = s.get("items")
+        if not isinstance(items, dict):
+            errs.append(_required(f"{path}.items", "must be specified"))
+        else:
+            if not items.get("type") and not _typeless_ok(items):
+                errs.append(_required(f"{path}.items.type", "must not be empty for specified array items"))
+            _structural(items, f"{path}.items", errs)
+    if s.get("x-kubernetes-list-type") == "map" and not s.get("x-kubernetes-list-map-keys"):
+        errs.append(
+            _required(
+                f"{path}.x-kubernetes-list-map-keys", "must not be empty if x-kubernetes-list-type is map"
+            )
+        )
+
+
+def _typeless_ok(s: dict[str, Any]) -> bool:
+    return bool(s.get("x-kubernetes-int-or-string") or s.get("x-kubernetes-preserve-unknown-fields"))
