@@ -1,0 +1,1 @@
+"""Reference data shipped with the embedded apiserver (see README.md)."""
