@@ -7,7 +7,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver import errors
 from isthmus.apiserver.registry.strategy import Strategy
 
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -78,7 +78,7 @@ class ResourceInfo:
         """The subresource a request path names, as the write pipeline knows it; 404 if not served."""
         name = self.strategy.subresource_aliases.get(name, name)
         if name != "status" or not self.has_status:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise errors.route_not_found()
         return name
 
 
@@ -120,8 +120,7 @@ class ResourceRegistry:
         """The served info, else 404 as kube words it."""
         info = self._infos.get((group, version, plural))
         if info is None:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource",
-                           {"group": group, "kind": plural} if group else {"kind": plural})
+            raise errors.route_not_found()
         return info
 
     def all(self) -> list[ResourceInfo]:

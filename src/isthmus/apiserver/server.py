@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from isthmus.apiserver import datadir, errors
+from isthmus.apiserver import datadir, errors, openapi_proto
 from isthmus.apiserver.admission import Admission
 from isthmus.apiserver.builtins import builtin_resources
 from isthmus.apiserver.controllers.crd import CRDController
@@ -283,6 +283,8 @@ class ApiServer:
         if head == "version":
             return discovery.version()
         if head == "openapi":
+            if parts == ["openapi", "v2"]:
+                return openapi_proto.v2_response(request, ctx.resources.all())
             return openapi.serve(ctx, parts[1:])
         if head == "api":
             if len(parts) == 1:

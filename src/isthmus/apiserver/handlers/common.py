@@ -45,7 +45,8 @@ def json_response(body: Any, status: int = 200, warnings: list[str] | None = Non
 
 
 def status_response(e: ApiError) -> web.Response:
-    return json_response(e.status(), status=e.code)
+    """A Status body byte for byte as kube-apiserver writes it (Go's encoding, trailing newline)."""
+    return web.Response(body=e.body(), status=e.code, content_type="application/json")
 
 
 def output(info: ResourceInfo, obj: Obj) -> Obj:

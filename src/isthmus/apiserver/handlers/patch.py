@@ -13,7 +13,6 @@ from typing import Any
 from aiohttp import web
 
 from isthmus.apiserver import errors
-from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.handlers.common import HandlerContext, decode, json_response, output, truthy
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
@@ -50,10 +49,7 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
             return apply_merge_patch(live, patch)
     elif ctype == "application/strategic-merge-patch+json":
         if not info.builtin:
-            raise ApiError(415, "UnsupportedMediaType",
-                           "the body of the request was in an unknown format - accepted media types include: "
-                           "application/json-patch+json, application/merge-patch+json, "
-                           "application/apply-patch+yaml")
+            raise errors.unsupported_patch_type(info.builtin)
         patch = decode(raw, "application/json")
         _require_object_patch(patch)
 
@@ -73,7 +69,7 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
         def build(live: Obj) -> Any:
             return clone(applied)
     else:
-        raise errors.unsupported_media_type(ctype)
+        raise errors.unsupported_patch_type(info.builtin)
     out, created = await ctx.store.update(info, scope.ns, scope.name, build, subresource=scope.subresource,
                                           manager=scope.manager, dry_run=scope.dry_run,
                                           field_validation=scope.field_validation, warnings=warnings, apply=apply,

@@ -82,7 +82,7 @@ async def watch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Stream
     await resp.prepare(request)
     try:
         if error is not None:
-            await resp.write(orjson.dumps({"type": "ERROR", "object": error.status()}) + b"\n")
+            await resp.write(error.watch_event())
             return resp
         assert watch is not None
         for obj in initial:

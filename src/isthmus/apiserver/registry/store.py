@@ -18,7 +18,6 @@ from typing import Any
 from isthmus.apiserver import errors, meta, schema
 from isthmus.apiserver.admission import Admission, AdmissionRequest
 from isthmus.apiserver.apply import server_side_apply, track_update
-from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.registry import namespace
 from isthmus.apiserver.registry.strategy import clone
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
@@ -99,7 +98,7 @@ class GenericStore:
         if causes:
             raise errors.invalid(info.group, info.kind, str(m.get("name") or ""), causes)
 
-    def _check_namespace(self, info: ResourceInfo, ns: str, operation: str) -> None:
+    def _check_namespace(self, info: ResourceInfo, ns: str, operation: str, name: str = "") -> None:
         """kube's NamespaceLifecycle admission: the namespace exists, and takes no new objects while terminating."""
         if not info.namespaced:
             return
@@ -107,11 +106,7 @@ class GenericStore:
         if nso is None:
             raise errors.not_found("", "namespaces", ns)
         if operation == "CREATE" and nso["metadata"].get("deletionTimestamp"):
-            raise ApiError(403, "Forbidden", f"{info.plural} is forbidden: unable to create new content in "
-                           f"namespace {ns} because it is being terminated",
-                           {"kind": info.plural, "causes": [{"reason": "NamespaceTerminating",
-                                                             "message": f"namespace {ns} is being terminated",
-                                                             "field": "metadata.namespace"}]})
+            raise errors.namespace_terminating(info.group, info.plural, name, ns)
 
     # ------------------------------------------------------------------ create
 
@@ -157,13 +152,13 @@ class GenericStore:
         if prepared is None:
             obj = track_update(None, obj, manager=manager, schema=info.schema, api_version=info.api_version,
                                now=obj["metadata"]["creationTimestamp"])
-        self._check_namespace(info, ns, "CREATE")
+        self._check_namespace(info, ns, "CREATE", obj["metadata"]["name"])
         if self.admission.active(info):
             req = AdmissionRequest("CREATE", info, "", ns, obj["metadata"]["name"], obj, None, user, dry_run)
             await self.admission.run(req)
             obj = self.check_kind(info, req.object)
             self._normalize(info, obj, "Ignore", warnings, None)
-            self._check_namespace(info, ns, "CREATE")
+            self._check_namespace(info, ns, "CREATE", obj["metadata"]["name"])
         name = obj["metadata"]["name"]
         for _ in range(MAX_RETRIES):
             if self.storage.get(info.key, ns, name) is None:
