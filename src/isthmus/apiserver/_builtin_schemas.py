@@ -322,11 +322,12 @@ MODELS: dict[tuple[str, str, str], type] = {
 
 
 @cache
-def kind_schema(group: str, version: str, kind: str) -> Schema:
-    """The whole-object schema of a built-in kind (shared, treat as read-only)."""
+def kind_schema(group: str, version: str, kind: str, *, required: bool = True) -> Schema:
+    """The whole-object schema of a built-in kind (shared, treat as read-only).
+
+    required=False leaves out the models' required lists (for kinds whose own validation words those errors)."""
     cls = MODELS[(group, version, kind)]
-    # CRDs: kube's own CRD validation gives the messages; the generic required check would pre-empt it.
-    return _struct(cls, (), False, strip_required=(kind == "CustomResourceDefinition"))
+    return _struct(cls, (), False, strip_required=not required)
 
 
 @cache

@@ -94,7 +94,7 @@ def builtin_resources() -> list[ResourceInfo]:
             categories=list(b.categories),
             verbs=list(b.verbs),
             has_status="status" in b.subresources,
-            schema=_builtin_schemas.kind_schema(b.group, b.version, b.kind),
+            schema=_builtin_schemas.kind_schema(b.group, b.version, b.kind, required=b.strategy.schema_required),
             builtin=True,
             storage_version=True,
             strategy=b.strategy(),

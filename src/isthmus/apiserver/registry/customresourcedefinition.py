@@ -48,6 +48,8 @@ COLUMNS: list[Column] = [NAME_COLUMN, col("Created At", "date", CREATED_DESC)]
 
 
 class CustomResourceDefinitionStrategy(Strategy):
+    schema_required = False  # validate_crd gives kube's messages for missing fields
+
     def default(self, obj: Obj) -> None:
         default_crd(obj)
 

@@ -74,6 +74,9 @@ class Strategy:
     name_rule: ClassVar[str] = "subdomain"
     # Other path segments that name a served subresource: {path name: subresource}.
     subresource_aliases: ClassVar[Mapping[str, str]] = {}
+    # Whether a built-in kind's schema enforces its model's required fields; False when `validate`
+    # reports missing fields itself, in kube's words (the schema check would pre-empt it).
+    schema_required: ClassVar[bool] = True
     # Field selectors beyond metadata.name and metadata.namespace: field → how it is read.
     field_selectors: Mapping[str, FieldGetter] = {}
     # Printer columns in CRD additionalPrinterColumns shape; the default table prints them.
