@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -182,6 +182,39 @@ def _duplicates(value: Any, schema: dict[str, Any] | None, path: Path = ()) -> s
             if found:
                 return found
     return None
+
+
+def _fill_keys(config: Any, defaulted: Any, schema: dict[str, Any] | None, path: Path, filled: set[Path]) -> None:
+    """Give the list-map items of an applied configuration the key fields defaulting gives them.
+
+    structured-merge-diff identifies an item by its key fields, taking a key's default when the item
+    omits it (a container port without `protocol` is the item {containerPort, protocol: TCP}), and
+    kube defaults the object it stores: without this, the applied item and the stored one have
+    different keys and a second apply of the same configuration holds both ("Duplicate value").
+    `defaulted` is the configuration after the kind's defaulting; lists keep their order and length
+    under defaulting, so items correspond by index. The filled key fields are recorded in `filled`
+    (their paths): the applier does not own what it did not set, as in kube.
+    """
+    if _granular_map(config, schema) and isinstance(defaulted, dict):
+        for key, child in config.items():
+            if key in defaulted:
+                _fill_keys(child, defaulted[key], _field(schema, key)[0], (*path, "f:" + key), filled)
+    elif _granular_list(config, schema) and isinstance(defaulted, list) and len(defaulted) == len(config):
+        kind = _list_kind(schema)
+        items_schema = _schema((schema or {}).get("items"))
+        for item, dflt in zip(config, defaulted, strict=True):
+            if not isinstance(item, dict) or not isinstance(dflt, dict):
+                continue
+            added = []
+            if kind.kind == "map":
+                for k in kind.keys:
+                    if k not in item and dflt.get(k) is not None:
+                        item[k] = dflt[k]
+                        added.append(k)
+            item_path = (*path, _item_element(item, schema))
+            filled.update((*item_path, "f:" + k) for k in added)
+            if kind.kind == "map":
+                _fill_keys(item, dflt, items_schema, item_path, filled)
 
 
 # ================================================================ field sets
@@ -733,16 +766,26 @@ def server_side_apply(
     api_version: str,
     now: str,
     subresource: str = "",
+    default: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Merge `applied` (the manager's full intent) into `live` (None = create) and return the new object
     with metadata.managedFields updated: the manager owns exactly the fields it applied; fields it applied
     before and omits now are removed unless another manager owns them; a field owned by another manager
     with a different value → errors.ApiError 409 Conflict (causes per field, kube's message) unless force,
-    which transfers ownership. Lists merge per x-kubernetes-list-type (map by list-map-keys / set / atomic)."""
+    which transfers ownership. Lists merge per x-kubernetes-list-type (map by list-map-keys / set / atomic).
+
+    default: the kind's defaulting (in place); list-map items of the configuration are compared by
+    their keys as defaulted (see _fill_keys)."""
     schema = _schema(schema)
     if _managed_fields(applied) is not None:
         raise bad_request("metadata.managedFields must be nil")
-    duplicate = _duplicates(applied, schema)
+    config = _without_managed_fields(applied)
+    filled: set[Path] = set()
+    if default is not None:
+        defaulted = copy.deepcopy(config)
+        default(defaulted)
+        _fill_keys(config, defaulted, schema, (), filled)
+    duplicate = _duplicates(config, schema)
     if duplicate:
         gv = str(applied.get("apiVersion") or api_version)
         gvk = f"{gv if '/' in gv else '/' + gv}, Kind={applied.get('kind', '')}"
@@ -762,10 +805,9 @@ def server_side_apply(
     others = [e for e in entries if e.ident != me.ident]
     last = previous.fields if previous is not None else set()
 
-    config = _without_managed_fields(applied)
     fields: set[Path] = set()
     _applied_fields(config, schema, (), fields)
-    me.fields = _strip(fields)
+    me.fields = _strip(fields) - filled
 
     merged = _merge(base, config, schema)
     if not isinstance(merged, dict):

@@ -98,6 +98,17 @@ class GenericStore:
         if causes:
             raise errors.invalid(info.group, info.kind, str(m.get("name") or ""), causes)
 
+    @staticmethod
+    def _defaulter(info: ResourceInfo) -> Callable[[Obj], None]:
+        """The kind's defaulting as _normalize runs it (server-side apply compares list-map keys after it)."""
+
+        def default(obj: Obj) -> None:
+            if info.schema is not None:
+                schema.apply_defaults(obj, info.schema)
+            info.strategy.default(obj)
+
+        return default
+
     def _check_namespace(self, info: ResourceInfo, ns: str, operation: str, name: str = "") -> None:
         """kube's NamespaceLifecycle admission: the namespace exists, and takes no new objects while terminating."""
         if not info.namespaced:
@@ -248,7 +259,7 @@ class GenericStore:
                     raise errors.not_found(info.group, info.plural, name)
                 now = meta.now_rfc3339()
                 merged = server_side_apply(None, applied, manager=manager, force=force, schema=info.schema,
-                                           api_version=info.api_version, now=now)
+                                           api_version=info.api_version, now=now, default=self._defaulter(info))
                 mf = merged["metadata"].get("managedFields")
                 prepared = self._prepare_create(info, ns, merged, field_validation, warnings)
                 if mf:
@@ -266,7 +277,8 @@ class GenericStore:
                 elif info.has_status:
                     applied.pop("status", None)
                 merged = server_side_apply(live, applied, manager=manager, force=force, schema=info.schema,
-                                           api_version=info.api_version, now=now, subresource=subresource)
+                                           api_version=info.api_version, now=now, subresource=subresource,
+                                           default=self._defaulter(info))
                 mf = merged["metadata"].get("managedFields")
                 new = self._prepare_update(info, live, merged, subresource=subresource,
                                            field_validation=field_validation, warnings=warnings)

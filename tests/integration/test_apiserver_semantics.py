@@ -1,0 +1,113 @@
+"""kube-apiserver semantics the embedded apiserver must follow where clients rely on them.
+
+- Server-side apply compares list-map keys after defaulting: the same configuration applied twice
+  (a container port without `protocol`) is a no-op the second time, with no new resourceVersion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.conftest import RunningApiServer
+
+needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+
+DEPLOYMENT = """apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: nginx
+        ports:
+        - containerPort: 80
+"""
+
+SERVICE = """apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports:
+  - port: 80
+    targetPort: 8080
+"""
+
+
+async def _req(srv: RunningApiServer, method: str, path: str, body: Any = None,
+               ctype: str = "application/json", **headers: str) -> tuple[int, Any, Any]:
+    """(status, headers, decoded JSON body)."""
+    data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+    if data is not None:
+        headers["Content-Type"] = ctype
+    async with aiohttp.ClientSession() as s, s.request(method, srv.url + path, data=data, headers=headers) as r:
+        raw = await r.read()
+        return r.status, r.headers, json.loads(raw) if raw else None
+
+
+async def kubectl(srv: RunningApiServer, *args: str, stdin: str | None = None) -> tuple[int, str]:
+    """kubectl against the in-process server (run as a subprocess: the event loop must keep serving)."""
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", srv.kubeconfig, *args, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    async with asyncio.timeout(60):
+        out, _ = await proc.communicate(stdin.encode() if stdin is not None else None)
+    return proc.returncode or 0, out.decode()
+
+
+# ------------------------------------------------------------------------ 4: apply is idempotent
+
+
+@pytest.mark.parametrize(("path", "config"), [
+    ("/apis/apps/v1/namespaces/default/deployments/web", DEPLOYMENT),
+    ("/api/v1/namespaces/default/services/web", SERVICE),
+])
+async def test_apply_twice_with_defaulted_list_map_key_is_a_no_op(apiserver: RunningApiServer, path: str,
+                                                                    config: str) -> None:
+    # The port item omits `protocol`, a key of its list-map that defaulting sets to TCP: kube
+    # identifies the applied item by its defaulted key, so the stored port is the same item.
+    url = path + "?fieldManager=deployer"
+    status, _, first = await _req(apiserver, "PATCH", url, config, "application/apply-patch+yaml")
+    assert status == 201, first
+    status, _, second = await _req(apiserver, "PATCH", url, config, "application/apply-patch+yaml")
+    assert status == 200, second
+    assert second["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert second["metadata"]["managedFields"] == first["metadata"]["managedFields"]
+    # The item is keyed as kube keys it, and the applier does not own the defaulted protocol.
+    fields = json.dumps(first["metadata"]["managedFields"][0]["fieldsV1"])
+    assert '{\\"containerPort\\":80,\\"protocol\\":\\"TCP\\"}' in fields or \
+        '{\\"port\\":80,\\"protocol\\":\\"TCP\\"}' in fields
+    assert "f:protocol" not in fields
+
+
+async def test_apply_with_duplicate_defaulted_keys_is_refused(apiserver: RunningApiServer) -> None:
+    # {containerPort: 80} and {containerPort: 80, protocol: TCP} are one key once defaulted.
+    config = DEPLOYMENT.replace("- containerPort: 80", "- containerPort: 80\n        - {containerPort: 80, protocol: TCP}")
+    status, _, body = await _req(apiserver, "PATCH", "/apis/apps/v1/namespaces/default/deployments/web"
+                                 "?fieldManager=deployer", config, "application/apply-patch+yaml")
+    assert status == 400, body
+    assert "duplicate entries for key [containerPort=80,protocol=\"TCP\"]" in body["message"]
+
+
+@needs_kubectl
+async def test_kubectl_apply_server_side_twice(apiserver: RunningApiServer) -> None:
+    code, out = await kubectl(apiserver, "apply", "--server-side", "-f", "-", stdin=DEPLOYMENT)
+    assert code == 0, out
+    _, _, first = await _req(apiserver, "GET", "/apis/apps/v1/namespaces/default/deployments/web")
+    code, out = await kubectl(apiserver, "apply", "--server-side", "-f", "-", stdin=DEPLOYMENT)
+    assert code == 0, out
+    assert "serverside-applied" in out
+    _, _, second = await _req(apiserver, "GET", "/apis/apps/v1/namespaces/default/deployments/web")
+    assert second["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+
