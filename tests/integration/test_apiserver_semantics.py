@@ -2,6 +2,8 @@
 
 - Server-side apply compares list-map keys after defaulting: the same configuration applied twice
   (a container port without `protocol`) is a no-op the second time, with no new resourceVersion.
+- Names: generateName is used only when metadata.name is empty; a given name that exists is 409
+  AlreadyExists, and generated names that collide are retried (kube's RetryGenerateName).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from isthmus.apiserver import meta
 from tests.conftest import RunningApiServer
 
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
@@ -111,3 +114,50 @@ async def test_kubectl_apply_server_side_twice(apiserver: RunningApiServer) -> N
     _, _, second = await _req(apiserver, "GET", "/apis/apps/v1/namespaces/default/deployments/web")
     assert second["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
 
+
+# ------------------------------------------------------------------------ 5: generateName
+
+
+def _cm(name: str = "", generate: str = "") -> dict[str, Any]:
+    m: dict[str, Any] = {}
+    if name:
+        m["name"] = name
+    if generate:
+        m["generateName"] = generate
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": m, "data": {"k": "v"}}
+
+
+CMS = "/api/v1/namespaces/default/configmaps"
+
+
+async def test_given_name_wins_over_generate_name_and_conflicts(apiserver: RunningApiServer) -> None:
+    status, _, _ = await _req(apiserver, "POST", CMS, _cm("taken"))
+    assert status == 201
+    # With a name, generateName is ignored: the existing name is a conflict, not a fresh name.
+    status, _, body = await _req(apiserver, "POST", CMS, _cm("taken", "taken-"))
+    assert status == 409, body
+    assert body["reason"] == "AlreadyExists"
+    # kube's CheckGeneratedNameError words it so whenever generateName is set
+    assert body["message"] == ('configmaps "taken" already exists, the server was not able to generate a unique '
+                               "name for the object")
+    assert body["details"] == {"name": "taken", "kind": "configmaps", "retryAfterSeconds": 1}
+    _, _, listed = await _req(apiserver, "GET", CMS)
+    assert [o["metadata"]["name"] for o in listed["items"]] == ["taken"]
+    # A given name that is free is used as is.
+    status, _, body = await _req(apiserver, "POST", CMS, _cm("free", "free-"))
+    assert status == 201 and body["metadata"]["name"] == "free"
+
+
+async def test_generated_name_collisions_are_retried(apiserver: RunningApiServer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    await _req(apiserver, "POST", CMS, _cm("gen-aaaaa"))
+    names = iter(["gen-aaaaa", "gen-aaaaa", "gen-bbbbb"])
+    monkeypatch.setattr(meta, "generate_name", lambda prefix: next(names))
+    status, _, body = await _req(apiserver, "POST", CMS, _cm(generate="gen-"))
+    assert status == 201, body
+    assert body["metadata"]["name"] == "gen-bbbbb"
+    # Every attempt taken (kube tries 8 names): 409 with a retry hint, nothing created.
+    monkeypatch.setattr(meta, "generate_name", lambda prefix: "gen-aaaaa")
+    status, _, body = await _req(apiserver, "POST", CMS, _cm(generate="gen-"))
+    assert status == 409 and body["reason"] == "AlreadyExists", body
+    assert body["details"]["retryAfterSeconds"] == 1

@@ -32,6 +32,18 @@ Obj = dict[str, Any]
 SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation",
                "managedFields", "selfLink")
 MAX_RETRIES = 8
+# kube's maxNameGenerationCreateAttempts: generated names tried before giving up (RetryGenerateName).
+MAX_NAME_ATTEMPTS = 8
+
+
+def _name_taken(info: ResourceInfo, m: Obj, name: str) -> errors.ApiError:
+    """kube's CheckGeneratedNameError: 409 AlreadyExists; with a generateName in the object (even
+    beside a name of the client's) kube words it as a failed generation and asks to retry in 1s."""
+    err = errors.already_exists(info.group, info.plural, name)
+    if m.get("generateName"):
+        err = errors.ApiError(409, "AlreadyExists", f"{err.message}, the server was not able to generate a "
+                              "unique name for the object", {**(err.details or {}), "retryAfterSeconds": 1})
+    return err
 
 
 def _spec_view(obj: Obj, has_status: bool) -> Obj:
@@ -159,6 +171,10 @@ class GenericStore:
         """Create `body` in namespace `ns` ("" for cluster-scoped kinds); `prepared` skips preparation
         (server-side apply creating an object prepares it itself)."""
         warnings = warnings if warnings is not None else []
+        # kube generates a name only when none is given (and then retries collisions); a given name
+        # that exists is a conflict whatever generateName says.
+        body_meta = body.get("metadata") if isinstance(body, dict) and prepared is None else None
+        generated = isinstance(body_meta, dict) and not body_meta.get("name") and bool(body_meta.get("generateName"))
         obj = prepared if prepared is not None else self._prepare_create(info, ns, body, field_validation, warnings)
         if prepared is None:
             obj = track_update(None, obj, manager=manager, schema=info.schema, api_version=info.api_version,
@@ -171,15 +187,15 @@ class GenericStore:
             self._normalize(info, obj, "Ignore", warnings, None)
             self._check_namespace(info, ns, "CREATE", obj["metadata"]["name"])
         name = obj["metadata"]["name"]
-        for _ in range(MAX_RETRIES):
+        for _ in range(MAX_NAME_ATTEMPTS):
             if self.storage.get(info.key, ns, name) is None:
                 break
-            if not obj["metadata"].get("generateName") or prepared is not None:
-                raise errors.already_exists(info.group, info.plural, name)
+            if not generated:
+                raise _name_taken(info, obj["metadata"], name)
             name = meta.generate_name(obj["metadata"]["generateName"])
             obj["metadata"]["name"] = name
         else:
-            raise errors.already_exists(info.group, info.plural, name)
+            raise _name_taken(info, obj["metadata"], name)
         if dry_run:
             return obj
         return self.storage.create(info.key, obj)
