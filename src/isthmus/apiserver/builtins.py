@@ -1,10 +1,15 @@
-"""The built-in resource types the server serves: one table entry each.
+"""The built-in resource types the server serves: every type a default kube-apiserver v1.32 serves.
 
-An entry is what discovery says about the type (group, version, plural, kind, scope, short
-names, categories, verbs, subresources) and the strategy class holding what is particular to
-it (registry/<kind>.py); its schema comes from `_builtin_schemas` (lightkube's models plus
-kube's x-kubernetes-* tags) by group, version and kind. Types without a strategy class get the
-generic behaviour.
+The table is data: `data/discovery-v1.32.json` holds kube v1.32's own discovery documents, and
+each resource there becomes one `Builtin` (group, version, plural, singular, kind, scope, verbs,
+short names, categories, its subresources and storageVersionHash, exactly as kube lists them).
+What is particular to a type is its strategy class (registry/<kind>.py), named in `STRATEGIES`;
+types without one get the generic behaviour. Every schema comes from `_builtin_schemas`
+(lightkube's models plus kube's x-kubernetes-* tags) by group, version and kind.
+
+Of the subresources kube lists, `status` and `scale` are served here (scale where the strategy
+says where replicas live); the others (pods/exec, log, proxy, ...) are listed in discovery only,
+and answered by their own handlers where those exist.
 
 CRD versions are served the same way, from the CRD: `crd_resources` (registry/customresource.py)
 is exported here too, for callers that list both.
@@ -12,9 +17,20 @@ is exported here too, for callers that list both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
 
 from isthmus.apiserver import _builtin_schemas
+from isthmus.apiserver.registry.authorization import (
+    LocalSubjectAccessReviewStrategy,
+    NotServedVirtualStrategy,
+    SelfSubjectAccessReviewStrategy,
+    SelfSubjectRulesReviewStrategy,
+    SubjectAccessReviewStrategy,
+)
 from isthmus.apiserver.registry.configmap import ConfigMapStrategy
 from isthmus.apiserver.registry.customresource import crd_resources
 from isthmus.apiserver.registry.customresourcedefinition import CustomResourceDefinitionStrategy
@@ -29,11 +45,84 @@ from isthmus.apiserver.registry.secret import SecretStrategy
 from isthmus.apiserver.registry.service import ServiceStrategy
 from isthmus.apiserver.registry.statefulset import StatefulSetStrategy
 from isthmus.apiserver.registry.strategy import Strategy
-from isthmus.apiserver.resources import ALL_VERBS, ResourceInfo
+from isthmus.apiserver.registry.workloads import (
+    CertificateSigningRequestStrategy,
+    CronJobStrategy,
+    DaemonSetStrategy,
+    EmptyStatusStrategy,
+    HorizontalPodAutoscalerV1Strategy,
+    HorizontalPodAutoscalerV2Strategy,
+    JobStrategy,
+    NodeStrategy,
+    PersistentVolumeClaimStrategy,
+    PersistentVolumeStrategy,
+    PodDisruptionBudgetStrategy,
+    ReplicaSetStrategy,
+    ReplicationControllerStrategy,
+    VolumeAttachmentStrategy,
+)
+from isthmus.apiserver.resources import ResourceInfo
 
-__all__ = ["BUILTINS", "Builtin", "builtin_resources", "crd_resources"]
+__all__ = ["BUILTINS", "DISCOVERY_JSON", "GROUP_ORDER", "STRATEGIES", "Builtin", "builtin_resources",
+           "crd_resources"]
 
-_NO_DELETECOLLECTION = tuple(v for v in ALL_VERBS if v != "deletecollection")
+Obj = dict[str, Any]
+
+DISCOVERY_JSON = Path(__file__).resolve().parent / "data" / "discovery-v1.32.json"
+
+# (group, plural) → strategy class, for every version kube serves the resource in.
+STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
+    ("", "namespaces"): NamespaceStrategy,
+    ("", "services"): ServiceStrategy,
+    ("", "pods"): PodStrategy,
+    ("", "configmaps"): ConfigMapStrategy,
+    ("", "secrets"): SecretStrategy,
+    ("", "events"): EventStrategy,
+    ("", "nodes"): NodeStrategy,
+    ("", "persistentvolumes"): PersistentVolumeStrategy,
+    ("", "persistentvolumeclaims"): PersistentVolumeClaimStrategy,
+    ("", "replicationcontrollers"): ReplicationControllerStrategy,
+    ("", "bindings"): NotServedVirtualStrategy,
+    ("events.k8s.io", "events"): EventsV1Strategy,
+    ("coordination.k8s.io", "leases"): LeaseStrategy,
+    ("discovery.k8s.io", "endpointslices"): EndpointSliceStrategy,
+    ("networking.k8s.io", "ingresses"): IngressStrategy,
+    ("networking.k8s.io", "ingressclasses"): IngressClassStrategy,
+    ("apps", "deployments"): DeploymentStrategy,
+    ("apps", "statefulsets"): StatefulSetStrategy,
+    ("apps", "replicasets"): ReplicaSetStrategy,
+    ("apps", "daemonsets"): DaemonSetStrategy,
+    ("batch", "jobs"): JobStrategy,
+    ("batch", "cronjobs"): CronJobStrategy,
+    ("policy", "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
+    ("storage.k8s.io", "volumeattachments"): VolumeAttachmentStrategy,
+    ("", "resourcequotas"): EmptyStatusStrategy,
+    ("apiregistration.k8s.io", "apiservices"): EmptyStatusStrategy,
+    ("flowcontrol.apiserver.k8s.io", "flowschemas"): EmptyStatusStrategy,
+    ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): EmptyStatusStrategy,
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"): EmptyStatusStrategy,
+    ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
+    ("apiextensions.k8s.io", "customresourcedefinitions"): CustomResourceDefinitionStrategy,
+    ("authentication.k8s.io", "tokenreviews"): NotServedVirtualStrategy,
+    ("authentication.k8s.io", "selfsubjectreviews"): NotServedVirtualStrategy,
+    ("authorization.k8s.io", "subjectaccessreviews"): SubjectAccessReviewStrategy,
+    ("authorization.k8s.io", "localsubjectaccessreviews"): LocalSubjectAccessReviewStrategy,
+    ("authorization.k8s.io", "selfsubjectaccessreviews"): SelfSubjectAccessReviewStrategy,
+    ("authorization.k8s.io", "selfsubjectrulesreviews"): SelfSubjectRulesReviewStrategy,
+}
+
+# Where one version of a resource has a strategy of its own: (group, version, plural) → class.
+VERSION_STRATEGIES: dict[tuple[str, str, str], type[Strategy]] = {
+    ("autoscaling", "v2", "horizontalpodautoscalers"): HorizontalPodAutoscalerV2Strategy,
+    ("autoscaling", "v1", "horizontalpodautoscalers"): HorizontalPodAutoscalerV1Strategy,
+}
+
+# Resources kube serves in several versions of one group, stored once there and converted on the
+# way in and out. Here each non-storage version keeps its own objects (see docs/apiserver.md):
+# (group, version, plural) → storage key.
+SEPARATE_STORAGE: dict[tuple[str, str, str], str] = {
+    ("autoscaling", "v1", "horizontalpodautoscalers"): "autoscaling/horizontalpodautoscalers.v1",
+}
 
 
 @dataclass(frozen=True)
@@ -45,45 +134,74 @@ class Builtin:
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    verbs: tuple[str, ...] = tuple(ALL_VERBS)
-    subresources: tuple[str, ...] = ()  # served subresources: "status"
+    verbs: tuple[str, ...] = ()
+    # kube's discovery entries of the subresources ("<plural>/status", "<plural>/scale", ...)
+    subresources: tuple[Obj, ...] = field(default=(), hash=False)
     strategy: type[Strategy] = Strategy
     singular: str = ""  # default: the kind in lower case
+    storage_version_hash: str = ""
+
+    @property
+    def subresource_names(self) -> tuple[str, ...]:
+        return tuple(s["name"].split("/", 1)[1] for s in self.subresources)
+
+    def discovery(self) -> list[Obj]:
+        """The APIResourceList entries kube serves for this resource and its subresources."""
+        main: Obj = {"name": self.plural, "singularName": self.singular or self.kind.lower(),
+                     "namespaced": self.namespaced, "kind": self.kind, "verbs": list(self.verbs)}
+        if self.short_names:
+            main["shortNames"] = list(self.short_names)
+        if self.categories:
+            main["categories"] = list(self.categories)
+        if self.storage_version_hash:
+            main["storageVersionHash"] = self.storage_version_hash
+        return [main, *(dict(s) for s in self.subresources)]
 
 
-BUILTINS: list[Builtin] = [
-    Builtin("", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",),
-            verbs=_NO_DELETECOLLECTION, subresources=("status",), strategy=NamespaceStrategy),
-    Builtin("", "v1", "services", "Service", short_names=("svc",), categories=("all",), subresources=("status",),
-            strategy=ServiceStrategy),
-    Builtin("", "v1", "pods", "Pod", short_names=("po",), categories=("all",), subresources=("status",),
-            strategy=PodStrategy),
-    Builtin("", "v1", "configmaps", "ConfigMap", short_names=("cm",), strategy=ConfigMapStrategy),
-    Builtin("", "v1", "secrets", "Secret", strategy=SecretStrategy),
-    Builtin("", "v1", "events", "Event", short_names=("ev",), strategy=EventStrategy),
-    Builtin("events.k8s.io", "v1", "events", "Event", short_names=("ev",), strategy=EventsV1Strategy),
-    Builtin("coordination.k8s.io", "v1", "leases", "Lease", strategy=LeaseStrategy),
-    Builtin("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", strategy=EndpointSliceStrategy),
-    Builtin("networking.k8s.io", "v1", "ingresses", "Ingress", short_names=("ing",), subresources=("status",),
-            strategy=IngressStrategy),
-    Builtin("networking.k8s.io", "v1", "ingressclasses", "IngressClass", namespaced=False,
-            strategy=IngressClassStrategy),
-    Builtin("apps", "v1", "deployments", "Deployment", short_names=("deploy",), categories=("all",),
-            subresources=("status",), strategy=DeploymentStrategy),
-    Builtin("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",), categories=("all",),
-            subresources=("status",), strategy=StatefulSetStrategy),
-    Builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
-            namespaced=False, short_names=("crd", "crds"), categories=("api-extensions",),
-            subresources=("status",), strategy=CustomResourceDefinitionStrategy),
-]
+@cache
+def _discovery_documents() -> dict[str, Any]:
+    docs: dict[str, Any] = json.loads(DISCOVERY_JSON.read_text(encoding="utf-8"))["documents"]
+    return docs
+
+
+def _load() -> tuple[list[Builtin], list[str]]:
+    docs = _discovery_documents()
+    group_versions = [("", "v1")]
+    groups = [g["name"] for g in docs["/apis"]["groups"]]
+    for g in docs["/apis"]["groups"]:
+        group_versions += [(g["name"], v["version"]) for v in g["versions"]]
+    out: list[Builtin] = []
+    for group, version in group_versions:
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        entries = docs[path]["resources"]
+        for r in entries:
+            if "/" in r["name"]:
+                continue
+            subs = tuple(s for s in entries if s["name"].startswith(r["name"] + "/"))
+            out.append(Builtin(
+                group, version, r["name"], r["kind"], namespaced=r["namespaced"],
+                short_names=tuple(r.get("shortNames") or ()), categories=tuple(r.get("categories") or ()),
+                verbs=tuple(r["verbs"]), subresources=subs,
+                strategy=VERSION_STRATEGIES.get((group, version, r["name"]))
+                or STRATEGIES.get((group, r["name"]), Strategy), singular=r["singularName"],
+                storage_version_hash=r.get("storageVersionHash", "")))
+    return out, groups
+
+
+BUILTINS, GROUP_ORDER = _load()
 
 
 def builtin_resources() -> list[ResourceInfo]:
     """A ResourceInfo for each entry of BUILTINS, each with its own strategy instance.
 
     The schemas are built once per process and shared between calls: treat them as read-only."""
-    return [
-        ResourceInfo(
+    out = []
+    for b in BUILTINS:
+        strategy = b.strategy()
+        served = set(b.subresource_names) & {"status", "scale"}
+        if strategy.scale_strategy is None:
+            served.discard("scale")
+        out.append(ResourceInfo(
             group=b.group,
             version=b.version,
             plural=b.plural,
@@ -93,11 +211,13 @@ def builtin_resources() -> list[ResourceInfo]:
             short_names=list(b.short_names),
             categories=list(b.categories),
             verbs=list(b.verbs),
-            has_status="status" in b.subresources,
+            has_status="status" in served,
+            has_scale="scale" in served,
             schema=_builtin_schemas.kind_schema(b.group, b.version, b.kind, required=b.strategy.schema_required),
             builtin=True,
             storage_version=True,
-            strategy=b.strategy(),
-        )
-        for b in BUILTINS
-    ]
+            strategy=strategy,
+            discovery=b.discovery(),
+            storage_key=SEPARATE_STORAGE.get((b.group, b.version, b.plural), ""),
+        ))
+    return out

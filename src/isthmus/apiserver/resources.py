@@ -39,6 +39,12 @@ class ResourceInfo:
     builtin: bool = True  # built-ins accept strategic-merge-patch; CRDs do not (415, like kube)
     storage_version: bool = True  # the version objects are stored under (CRDs: spec.versions[].storage)
     strategy: Strategy = field(default_factory=Strategy)
+    has_scale: bool = False  # the scale subresource (autoscaling/v1 Scale) is served
+    # kube's own APIResourceList entries for this type and its subresources (built-ins: from the
+    # v1.32 discovery data); None: discovery derives them from the fields above.
+    discovery: list[dict[str, Any]] | None = None
+    # Where objects are stored when not under '<group>/<plural>' (a version kept apart).
+    storage_key: str = ""
 
     @property
     def api_version(self) -> str:
@@ -50,8 +56,8 @@ class ResourceInfo:
 
     @property
     def key(self) -> str:
-        """Storage key, version independent: '<group>/<plural>' ('/pods' for core)."""
-        return f"{self.group}/{self.plural}"
+        """Storage key, version independent: '<group>/<plural>' ('/pods' for core), unless storage_key says."""
+        return self.storage_key or f"{self.group}/{self.plural}"
 
     @property
     def list_kind(self) -> str:
@@ -77,9 +83,9 @@ class ResourceInfo:
     def subresource(self, name: str) -> str:
         """The subresource a request path names, as the write pipeline knows it; 404 if not served."""
         name = self.strategy.subresource_aliases.get(name, name)
-        if name != "status" or not self.has_status:
-            raise errors.route_not_found()
-        return name
+        if (name == "status" and self.has_status) or (name == "scale" and self.has_scale):
+            return name
+        raise errors.route_not_found()
 
 
 class ResourceRegistry:

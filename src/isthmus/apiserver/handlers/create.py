@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
+from isthmus.apiserver import errors
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, read_body
 from isthmus.apiserver.handlers.scope import RequestScope
 
 
 async def create_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
     body = await read_body(ctx, scope.request)
+    if not scope.info.strategy.stored:
+        return virtual_create(ctx, scope, body)
     warnings: list[str] = []
     created = await ctx.store.create(scope.info, scope.ns, body, manager=scope.manager, dry_run=scope.dry_run,
                                      field_validation=scope.field_validation, warnings=warnings)
     return json_response(output(scope.info, created), status=201, warnings=warnings)
+
+
+def virtual_create(ctx: HandlerContext, scope: RequestScope, body: Any) -> web.Response:
+    """A create-only virtual type (reviews): validated, answered by its strategy, never stored."""
+    info = scope.info
+    obj = ctx.store.check_kind(info, body)
+    if info.namespaced:
+        obj["metadata"]["namespace"] = scope.ns
+    causes = info.strategy.validate(obj)
+    if causes:
+        raise errors.invalid(info.group, info.kind, str(obj["metadata"].get("name") or ""), causes)
+    try:
+        answer = info.strategy.create_virtual(obj, "system:admin")
+    except NotImplementedError:
+        raise errors.method_not_supported(info.group, info.plural, "create") from None
+    return json_response(answer, status=201)

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from isthmus.apiserver.builtins import GROUP_ORDER
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, not_found
 
 Obj = dict[str, Any]
@@ -84,7 +85,9 @@ def group(ctx: HandlerContext, name: str) -> web.Response:
 def group_list(ctx: HandlerContext) -> web.Response:
     """/apis."""
     groups = []
-    for name in sorted(_group_versions(ctx)):
+    # kube's order: the built-in groups as kube-apiserver lists them, then the others by name.
+    order = {g: i for i, g in enumerate(GROUP_ORDER)}
+    for name in sorted(_group_versions(ctx), key=lambda g: (order.get(g, len(order)), g)):
         g = _group(ctx, name)
         if g:
             groups.append({k: v for k, v in g.items() if k not in ("kind", "apiVersion")})
@@ -99,6 +102,9 @@ def resource_list(ctx: HandlerContext, group: str, version: str) -> web.Response
         resources = []
         for info in sorted(ctx.resources.all(), key=lambda i: i.plural):
             if info.group != group or info.version != version:
+                continue
+            if info.discovery is not None:  # a built-in: kube's own entries
+                resources.extend(info.discovery)
                 continue
             r: Obj = {"name": info.plural, "singularName": info.singular, "namespaced": info.namespaced,
                       "kind": info.kind, "verbs": info.verbs}

@@ -39,6 +39,23 @@ def _manager_from_agent(agent: str) -> str:
     return head[:128] or "unknown"
 
 
+_ITEM_VERBS = {"get", "update", "patch", "delete"}
+
+
+def _check_verb(info: ResourceInfo, method: str, name: str | None, watch: bool) -> None:
+    """kube registers a route per verb the resource serves: an item path of a type with no item
+    verbs (create-only reviews) does not exist (404); another method on a served path is 405."""
+    if name is not None and not _ITEM_VERBS & set(info.verbs):
+        raise not_found()
+    if method == "GET":
+        verb = "watch" if watch else ("list" if name is None else "get")
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "deletecollection" if name is None else "delete"}.get(method, "")
+    if verb and verb not in info.verbs:
+        raise errors.method_not_allowed()
+
+
 def resolve(ctx: HandlerContext, request: web.Request, group: str, version: str, rest: list[str]) -> RequestScope:
     """rest: the path after /api/<version> or /apis/<group>/<version>."""
     q = request.query
@@ -58,6 +75,8 @@ def resolve(ctx: HandlerContext, request: web.Request, group: str, version: str,
         raise not_found()
     if not info.namespaced and namespace is not None:
         raise not_found()
+    if not sub:
+        _check_verb(info, request.method, name, watch)
     dry_run = q.get("dryRun") == "All"
     if q.get("dryRun") not in (None, "", "All"):
         raise errors.bad_request(f"unsupported dry run value: {q.get('dryRun')!r}")

@@ -56,7 +56,7 @@ class StatusStrategy:
 class ScaleStrategy:
     """Where a kind keeps what its scale subresource reads and writes (kube's autoscaling/v1 Scale).
 
-    Not served yet: no strategy sets one. Paths are dotted, as a CRD's subresources.scale declares them.
+    Paths are dotted, as a CRD's subresources.scale declares them; handlers/scale.py serves it.
     """
 
     def __init__(self, spec_replicas: str = "spec.replicas", status_replicas: str = "status.replicas",
@@ -83,6 +83,11 @@ class Strategy:
     printer_columns: list[Obj] = []
     status_strategy: StatusStrategy = StatusStrategy()
     scale_strategy: ScaleStrategy | None = None
+    # False for kube's virtual, create-only types (reviews, bindings): a create is answered by
+    # `create_virtual` and nothing is stored.
+    stored: ClassVar[bool] = True
+    # Whether a create may set status although it is a subresource (kube's Nodes); else it is dropped.
+    keeps_status_on_create: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- create and update
 
@@ -115,6 +120,10 @@ class Strategy:
 
     def canonicalize(self, obj: Obj) -> None:
         """Last normalization before storing (after validation)."""
+
+    def create_virtual(self, obj: Obj, user: str) -> Obj:
+        """The answer to a create of a virtual type (`stored` False): the object with its status."""
+        raise NotImplementedError
 
     # ---------------------------------------------------------------- delete
 

@@ -1,0 +1,242 @@
+"""Strategies of the built-in kinds that need little of their own (kube's pkg/registry/<group>/<kind>).
+
+What kube's strategies and Go defaulting do for them: defaults (pkg/apis/*/v1/defaults.go), the
+status a new object gets (PrepareForCreate resets it; Go's JSON encoding then writes every field
+without `omitempty` as its zero value), and where the scale subresource reads and writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
+from isthmus.apiserver.registry.pod import default_template
+from isthmus.apiserver.registry.strategy import ScaleStrategy, Strategy
+
+Obj = dict[str, Any]
+
+# apps/v1 and core/v1 scale subresources: spec.replicas, status.replicas, the selector of spec.selector.
+REPLICAS_SCALE = ScaleStrategy("spec.replicas", "status.replicas", "spec.selector")
+
+
+def _spec(obj: Obj) -> Obj | None:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else None
+
+
+class ReplicaSetStrategy(Strategy):
+    scale_strategy = REPLICAS_SCALE
+
+    def default(self, obj: Obj) -> None:
+        # apps/v1 SetDefaults_ReplicaSet
+        spec = _spec(obj)
+        if spec is not None:
+            set_default(spec, "replicas", 1)
+            default_template(spec)
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        # ReplicaSetStatus: replicas has no omitempty.
+        return {"replicas": 0}
+
+
+class ReplicationControllerStrategy(Strategy):
+    scale_strategy = REPLICAS_SCALE
+
+    def default(self, obj: Obj) -> None:
+        # core/v1 SetDefaults_ReplicationController: selector and labels from the template's labels.
+        spec = _spec(obj)
+        if spec is None:
+            return
+        tmpl = spec.get("template")
+        labels = ((tmpl.get("metadata") or {}).get("labels") or {}) if isinstance(tmpl, dict) else {}
+        if labels:
+            if not spec.get("selector"):
+                spec["selector"] = dict(labels)
+            meta = ensure_dict(obj, "metadata")
+            if not meta.get("labels"):
+                meta["labels"] = dict(labels)
+        set_default(spec, "replicas", 1)
+        default_template(spec)
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        # ReplicationControllerStatus: replicas has no omitempty.
+        return {"replicas": 0}
+
+
+class DaemonSetStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        # apps/v1 SetDefaults_DaemonSet
+        spec = _spec(obj)
+        if spec is None:
+            return
+        strategy = ensure_dict(spec, "updateStrategy")
+        set_default(strategy, "type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            ru = ensure_dict(strategy, "rollingUpdate")
+            set_default(ru, "maxUnavailable", 1)
+            set_default(ru, "maxSurge", 0)
+        set_default(spec, "revisionHistoryLimit", 10)
+        default_template(spec)
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        # DaemonSetStatus: the four counters without omitempty.
+        return {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                "numberReady": 0}
+
+
+def default_job_spec(spec: Obj) -> None:
+    """batch/v1 SetDefaults_Job (the parts that do not depend on feature gates being off)."""
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1
+        spec["parallelism"] = 1
+    set_default(spec, "parallelism", 1)
+    set_default(spec, "backoffLimit", 6)
+    set_default(spec, "completionMode", "NonIndexed")
+    if spec.get("suspend") is None:
+        spec["suspend"] = False
+    if spec.get("podFailurePolicy") is None:
+        set_default(spec, "podReplacementPolicy", "TerminatingOrFailed")
+    else:
+        set_default(spec, "podReplacementPolicy", "Failed")
+    if spec.get("manualSelector") is None:
+        spec["manualSelector"] = False
+    default_template(spec)
+
+
+def generate_job_selector(obj: Obj) -> None:
+    """kube's Job PrepareForCreate (generateSelector): without manualSelector, the pods are selected
+    by the job's uid, and the template carries the labels that select them."""
+    spec = _spec(obj)
+    if spec is None or spec.get("manualSelector") is True:
+        return
+    meta = obj.get("metadata") or {}
+    uid, name = str(meta.get("uid") or ""), str(meta.get("name") or "")
+    tmpl = ensure_dict(spec, "template")
+    labels = ensure_dict(ensure_dict(tmpl, "metadata"), "labels")
+    for key, value in (("batch.kubernetes.io/controller-uid", uid), ("batch.kubernetes.io/job-name", name),
+                       ("controller-uid", uid), ("job-name", name)):
+        labels.setdefault(key, value)
+    spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+
+
+class JobStrategy(Strategy):
+    def prepare_for_create(self, obj: Obj) -> None:
+        generate_job_selector(obj)
+
+    def default(self, obj: Obj) -> None:
+        spec = _spec(obj)
+        if spec is not None:
+            default_job_spec(spec)
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {}  # JobStatus: every field omitempty
+
+
+class CronJobStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        # batch/v1 SetDefaults_CronJob; the job template gets SetDefaults_Job's template defaults.
+        spec = _spec(obj)
+        if spec is None:
+            return
+        set_default(spec, "concurrencyPolicy", "Allow")
+        if spec.get("suspend") is None:
+            spec["suspend"] = False
+        set_default(spec, "successfulJobsHistoryLimit", 3)
+        set_default(spec, "failedJobsHistoryLimit", 1)
+        job_spec = (spec.get("jobTemplate") or {}).get("spec") if isinstance(spec.get("jobTemplate"), dict) else None
+        if isinstance(job_spec, dict):
+            default_template(job_spec)
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {}
+
+
+class NodeStrategy(Strategy):
+    # kube's nodeStrategy: "Nodes allow *all* fields, including status, to be set on create."
+    keeps_status_on_create: ClassVar[bool] = True
+    name_rule = "subdomain"
+
+    def default(self, obj: Obj) -> None:
+        # Go writes NodeStatus' struct fields whatever their tags: a new Node shows them zeroed.
+        obj.setdefault("spec", {})
+        status = ensure_dict(obj, "status")
+        endpoints = ensure_dict(ensure_dict(status, "daemonEndpoints"), "kubeletEndpoint")
+        endpoints.setdefault("Port", 0)
+        info = ensure_dict(status, "nodeInfo")
+        for key in ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion",
+                    "kubeletVersion", "kubeProxyVersion", "operatingSystem", "architecture"):
+            info.setdefault(key, "")
+
+
+class PersistentVolumeStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        # core/v1 SetDefaults_PersistentVolume
+        spec = _spec(obj)
+        if spec is not None:
+            set_default(spec, "persistentVolumeReclaimPolicy", "Retain")
+            set_default(spec, "volumeMode", "Filesystem")
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {"phase": "Pending"}
+
+
+class PersistentVolumeClaimStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        # core/v1 SetDefaults_PersistentVolumeClaim
+        spec = _spec(obj)
+        if spec is not None:
+            set_default(spec, "volumeMode", "Filesystem")
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {"phase": "Pending"}
+
+
+class CertificateSigningRequestStrategy(Strategy):
+    # kube serves /approval apart (status.conditions only); here it is /status.
+    subresource_aliases = {"approval": "status"}
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {}
+
+
+class EmptyStatusStrategy(Strategy):
+    """Kinds whose PrepareForCreate resets status to a struct of omitempty fields: `status: {}`."""
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {}
+
+
+class HorizontalPodAutoscalerV2Strategy(Strategy):
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {"desiredReplicas": 0}  # v2: currentReplicas is omitempty, desiredReplicas is not
+
+    def default(self, obj: Obj) -> None:
+        # autoscaling/v2 SetDefaults_HorizontalPodAutoscaler: minReplicas 1, and an 80% CPU target
+        # when no metric is given.
+        spec = _spec(obj)
+        if spec is None:
+            return
+        set_default(spec, "minReplicas", 1)
+        if not spec.get("metrics"):
+            spec["metrics"] = [{"type": "Resource", "resource": {
+                "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]
+
+
+class HorizontalPodAutoscalerV1Strategy(Strategy):
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {"currentReplicas": 0, "desiredReplicas": 0}
+
+    def default(self, obj: Obj) -> None:
+        spec = _spec(obj)
+        if spec is not None:
+            set_default(spec, "minReplicas", 1)
+
+
+class PodDisruptionBudgetStrategy(Strategy):
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+
+
+class VolumeAttachmentStrategy(Strategy):
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {"attached": False}
