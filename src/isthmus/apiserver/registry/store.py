@@ -154,7 +154,7 @@ class GenericStore:
         m["creationTimestamp"] = meta.now_rfc3339()
         m["generation"] = 1
         strategy = info.strategy
-        if info.has_status:
+        if info.has_status and not strategy.keeps_status_on_create:
             obj.pop("status", None)  # status is the status subresource's to write
         strategy.prepare_for_create(obj)
         status = strategy.initial_status(obj)
