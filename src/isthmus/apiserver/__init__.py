@@ -1,6 +1,8 @@
 """The embedded Kubernetes-compatible API server, laid out as kube-apiserver is.
 
 - `server.py`: ApiServer (app setup, authentication, body size limit, routing, start/stop) and `serve`.
+- `authentication.py`: the authenticator chain (x509 client certificates, bearer tokens, anonymous
+  on public paths) producing each request's `UserInfo`.
 - `handlers/`: requests by concern: `scope` (path and query → RequestScope), `get` (get, list),
   `watch`, `create`, `update`, `patch`, `delete`, `discovery`, `openapi`.
 - `registry/`: `strategy.py` (the hooks a resource type may override), `store.py` (GenericStore:

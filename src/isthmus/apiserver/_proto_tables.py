@@ -220,6 +220,16 @@ MESSAGES: Final[tuple[tuple[str, dict[int, Field]], ...]] = (
     ("k8s.io.apimachinery.pkg.apis.meta.v1.Preconditions", {1: ("uid", "string", 12), 2: ("resourceVersion", "string", 12)}),  # 193
     ("k8s.io.apimachinery.pkg.apis.meta.v1.Time", {1: ("seconds", "int64", 0), 2: ("nanos", "int32", 0)}),  # 194
     ("k8s.io.apimachinery.pkg.util.intstr.IntOrString", {1: ("type", "int64", 0), 2: ("intVal", "int32", 0), 3: ("strVal", "string", 0)}),  # 195
+    # authentication.k8s.io/v1, from the same generated.proto and types.go (kubectl auth whoami
+    # sends its SelfSubjectReview as protobuf). An ExtraValue decodes as {"items": [...]}, not
+    # JSON's bare list: only the status carries one, and the server replaces every status.
+    ("k8s.io.api.authentication.v1.SelfSubjectReview", {1: ("metadata", 191, 8), 2: ("status", 197, 8)}),  # 196
+    ("k8s.io.api.authentication.v1.SelfSubjectReviewStatus", {1: ("userInfo", 200, 8)}),  # 197
+    ("k8s.io.api.authentication.v1.TokenReview", {1: ("metadata", 191, 8), 2: ("spec", 199, 0), 3: ("status", 201, 8)}),  # 198
+    ("k8s.io.api.authentication.v1.TokenReviewSpec", {1: ("token", "string", 8), 2: ("audiences", "string", 9)}),  # 199
+    ("k8s.io.api.authentication.v1.UserInfo", {1: ("username", "string", 8), 2: ("uid", "string", 8), 3: ("groups", "string", 9), 4: ("extra", 202, 10)}),  # 200
+    ("k8s.io.api.authentication.v1.TokenReviewStatus", {1: ("authenticated", "bool", 8), 2: ("user", 200, 8), 3: ("error", "string", 8), 4: ("audiences", "string", 9)}),  # 201
+    ("k8s.io.api.authentication.v1.ExtraValue", {1: ("items", "string", 1)}),  # 202
 )
 
 # "apiVersion/kind" -> index into MESSAGES; "*/Kind" matches any apiVersion.
@@ -238,4 +248,6 @@ ROOTS: Final[dict[str, int]] = {
     "apps/v1/Deployment": 0,
     "apps/v1/StatefulSet": 7,
     "*/DeleteOptions": 185,
+    "authentication.k8s.io/v1/SelfSubjectReview": 196,
+    "authentication.k8s.io/v1/TokenReview": 198,
 }

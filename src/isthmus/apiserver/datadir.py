@@ -26,7 +26,7 @@ DB_COMPANIONS = ("-wal", "-shm", "-journal")
 # --data-dir pointed at a directory with other content never has unrelated files changed.
 PRIVATE_FILES = (DB, *(DB + s for s in DB_COMPANIONS), MARKER, "kubeconfig", "token")
 TLS_DIR = "tls"
-TLS_FILES = ("ca.crt", "ca.key", "server.crt", "server.key")
+TLS_FILES = ("ca.crt", "ca.key", "server.crt", "server.key", "client-ca.crt", "client-ca.key", "admin.crt", "admin.key")
 REINITIALIZE_FLAG = "--reinitialize"
 ADVICE = f"restore it from a backup, or start once with {REINITIALIZE_FLAG} to begin with an empty database"
 

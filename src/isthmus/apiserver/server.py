@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hmac
 import logging
 import shutil
 import signal
@@ -25,20 +24,29 @@ from aiohttp import web
 
 from isthmus.apiserver import datadir, errors, openapi_proto
 from isthmus.apiserver.admission import Admission
+from isthmus.apiserver.authentication import (
+    ADMIN,
+    API_AUDIENCES,
+    AuthenticationError,
+    Authenticator,
+    StaticTokens,
+    UserInfo,
+    X509Authenticator,
+)
 from isthmus.apiserver.builtins import builtin_resources
 from isthmus.apiserver.controllers.crd import CRDController
 from isthmus.apiserver.controllers.garbagecollector import GarbageCollector
 from isthmus.apiserver.controllers.namespace import NamespaceController, create_system_namespaces
 from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.handlers import create, delete, discovery, get, openapi, patch, update, watch
-from isthmus.apiserver.handlers.common import HandlerContext, not_found, status_response
+from isthmus.apiserver.handlers.common import USER, HandlerContext, not_found, status_response
 from isthmus.apiserver.handlers.scope import resolve
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.registry.customresourcedefinition import KEY as CRD_KEY
 from isthmus.apiserver.registry.store import GenericStore, clone
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store, UnusableStore
-from isthmus.apiserver.tls import ensure_certs, server_context
+from isthmus.apiserver.tls import ensure_admin_cert, ensure_certs, ensure_client_ca, server_context
 
 log = logging.getLogger("isthmus.apiserver")
 
@@ -65,8 +73,13 @@ class ApiServer:
         preload_crds: list[Obj] | None = None,
         admission: Admission | None = None,
         reinitialize: bool = False,
+        token_user: UserInfo = ADMIN,
+        api_audiences: tuple[str, ...] = API_AUDIENCES,
     ) -> None:
         """token None serves everyone (for in-process use); `isthmus apiserver` always sets one.
+
+        token_user: who the token authenticates as. With TLS, clients may also authenticate with a
+        certificate from the server's client CA (authentication.py has the whole chain).
 
         reinitialize: accept starting empty when the data dir was initialised before but its
         database is missing, empty or unreadable (an unreadable file is renamed aside, never deleted).
@@ -83,15 +96,20 @@ class ApiServer:
         self.preload_crds = preload_crds or []
         self.admission = admission or Admission()
         self.ca_pem: bytes | None = None
+        self.token_user = token_user
+        self.authenticator = Authenticator(
+            tokens=[StaticTokens({token: token_user}, api_audiences)] if token else [],
+            api_audiences=api_audiences, anonymous_paths=PUBLIC_PATHS, open_access=not token)
         self.store = Store(str(self.data_dir / "state.db") if self.data_dir else None, history=history)
         self.resources = ResourceRegistry()
         self.generic_store = GenericStore(self.store, self.resources, self.admission)
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ctx = HandlerContext(self.store, self.generic_store, self.resources, max_body_bytes,
-                                   bookmark_interval)
+                                   bookmark_interval, authenticator=self.authenticator)
         self._started = False
         self._tls_tmp: str | None = None
+        self._certs: Path | None = None  # the TLS dir, once serving TLS
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -143,7 +161,10 @@ class ApiServer:
             certs = self.data_dir / "tls" if self.data_dir else Path(self._tls_tmp or "") / "tls"
             ca_path, crt_path, key_path = ensure_certs(certs, [self.host, "localhost", "127.0.0.1"])
             self.ca_pem = ca_path.read_bytes()
-            ssl_ctx = server_context(crt_path, key_path)
+            client_ca = ensure_client_ca(certs)
+            self._certs = certs
+            self.authenticator.x509 = X509Authenticator(client_ca.read_bytes())
+            ssl_ctx = server_context(crt_path, key_path, client_ca)
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ssl_ctx, reuse_address=True,
                            backlog=1024)
         await site.start()
@@ -202,11 +223,18 @@ class ApiServer:
             raise datadir.DataDirError(f"cannot open database {db}: {e.strerror or e}") from None
         datadir.write_marker(data_dir)
 
-    def kubeconfig(self, name: str = "isthmus") -> dict[str, Any]:
+    def kubeconfig(self, name: str = "isthmus", auth: str = "token") -> dict[str, Any]:
+        """A kubeconfig for this server: auth "token" carries the bearer token, "cert" a client
+        certificate for the token's user (TLS only; kept in the TLS dir, so it survives restarts)."""
+        if auth == "cert":
+            if self._certs is None:
+                raise ValueError("client certificates need TLS")
+            pair = ensure_admin_cert(self._certs, self.token_user.username, self.token_user.groups)
+            return kubeconfig_dict(name, self.url, ca_pem=self.ca_pem, client_cert=pair)
         return kubeconfig_dict(name, self.url, ca_pem=self.ca_pem, token=self.token)
 
-    def write_kubeconfig(self, path: str | Path, name: str = "isthmus") -> None:
-        write_kubeconfig(path, self.kubeconfig(name))
+    def write_kubeconfig(self, path: str | Path, name: str = "isthmus", auth: str = "token") -> None:
+        write_kubeconfig(path, self.kubeconfig(name, auth))
 
     def resource_infos(self) -> list[ResourceInfo]:
         return self.resources.all()
@@ -244,8 +272,7 @@ class ApiServer:
         """Authentication, then routing; every error becomes a kube Status response."""
         try:
             path = request.path
-            if not self._authenticate(request) and path not in PUBLIC_PATHS:
-                raise errors.unauthorized()
+            request[USER] = self._authenticate(request, path)
             if path in ("/healthz", "/livez", "/readyz"):
                 return web.Response(text="ok")
             return await self._route(request, path)
@@ -259,20 +286,17 @@ class ApiServer:
             log.exception("internal error on %s %s", request.method, request.path)
             return status_response(errors.internal(type(e).__name__ + ": " + str(e)))
 
-    def _authenticate(self, request: web.Request) -> bool:
-        """True when the request carries our token, False when it carries none (anonymous).
-
-        As kube's bearer token authenticator: the scheme is case-insensitive, a header that is
-        not `Bearer <token>` counts as no credentials, and a wrong token is 401 on every path.
-        """
-        if not self.token:
-            return True
-        parts = request.headers.get("Authorization", "").strip().split(" ", 2)
-        if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
-            return False
-        if not hmac.compare_digest(parts[1].encode(), self.token.encode()):
-            raise errors.unauthorized()
-        return True
+    def _authenticate(self, request: web.Request, path: str) -> UserInfo:
+        """The request's user (authentication.Authenticator), else 401 on every path."""
+        peer = None
+        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+        if ssl_object is not None:
+            peer = ssl_object.getpeercert(binary_form=True)
+        try:
+            return self.authenticator.authenticate(request.headers.get("Authorization"), peer, path)
+        except AuthenticationError as e:
+            log.debug("unauthorized %s %s: %s", request.method, path, e)
+            raise errors.unauthorized() from None
 
     async def _route(self, request: web.Request, path: str) -> web.StreamResponse:
         ctx = self._ctx
@@ -327,8 +351,8 @@ class ApiServer:
         raise errors.method_not_allowed()
 
 
-async def serve(server: ApiServer, kubeconfig_out: str | None) -> None:
-    """Run until SIGTERM/SIGINT (the `isthmus apiserver` command)."""
+async def serve(server: ApiServer, kubeconfig_out: str | None, kubeconfig_auth: str = "token") -> None:
+    """Run until SIGTERM/SIGINT (the `isthmus apiserver` command); kubeconfig_auth: "token" or "cert"."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -336,7 +360,7 @@ async def serve(server: ApiServer, kubeconfig_out: str | None) -> None:
     started = time.monotonic()
     await server.start()
     if kubeconfig_out:
-        server.write_kubeconfig(kubeconfig_out)
+        server.write_kubeconfig(kubeconfig_out, auth=kubeconfig_auth)
     log.info("ready in %.2fs; kubeconfig: %s", time.monotonic() - started, kubeconfig_out)
     print(f"isthmus apiserver listening on {server.url}", flush=True)
     if kubeconfig_out:

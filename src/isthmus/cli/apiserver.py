@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
 import secrets
 import shutil
@@ -14,6 +15,11 @@ import typer
 
 from isthmus.cli.app import LogFormatOpt, LogLevelOpt, command, fail
 from isthmus.kube.client import is_loopback_host
+
+
+class KubeconfigAuth(enum.StrEnum):
+    token = "token"
+    cert = "cert"
 
 
 def _read_or_create_token(path: Path) -> str:
@@ -50,6 +56,9 @@ def apiserver(
         "--tls/--no-tls", help="Serve HTTPS with a self-signed CA (kubectl sends tokens only over HTTPS).")] = True,
     kubeconfig_out: Annotated[Path | None, typer.Option(
         help="Write a kubeconfig here (default DATA_DIR/kubeconfig, or a private temp dir).")] = None,
+    kubeconfig_auth: Annotated[KubeconfigAuth, typer.Option(
+        help="How the written kubeconfig authenticates: the bearer token, or a client certificate "
+             "for the same user (needs TLS).")] = KubeconfigAuth.token,
     reinitialize: Annotated[bool, typer.Option(
         "--reinitialize", help="Start with an empty database when the data dir's one is missing, empty or "
                                "unreadable (an unreadable file is renamed aside, never deleted).")] = False,
@@ -59,7 +68,8 @@ def apiserver(
 ) -> None:
     """Serve a Kubernetes-compatible API (kubectl works against it) until SIGTERM/SIGINT.
 
-    Every request but /healthz, /livez, /readyz and /version needs the bearer token.
+    Every request but /healthz, /livez, /readyz and /version needs the bearer token or (with TLS) a
+    client certificate from the server's client CA.
     """
     from isthmus.apiserver.datadir import DataDirError
     from isthmus.apiserver.server import ApiServer, serve
@@ -68,6 +78,8 @@ def apiserver(
     # Everything this process writes (database, WAL, keys, kubeconfig, token) is private.
     os.umask(0o077)
     setup_logging(log_format, log_level)
+    if kubeconfig_auth is KubeconfigAuth.cert and not tls:
+        raise fail("--kubeconfig-auth cert needs TLS (drop --no-tls): client certificates are part of the TLS handshake")
     if not tls and not is_loopback_host(host):
         raise fail(f"--host {host} is not a loopback address: serving beyond this machine needs TLS "
                    "(drop --no-tls); only 127.0.0.0/8, ::1 and localhost may serve plain HTTP")
@@ -91,7 +103,7 @@ def apiserver(
     server = ApiServer(data_dir=data_dir, token=token, tls=tls, host=host, port=port,
                        max_body_bytes=max_body_bytes, reinitialize=reinitialize)
     try:
-        asyncio.run(serve(server, str(kubeconfig_out.resolve())))
+        asyncio.run(serve(server, str(kubeconfig_out.resolve()), kubeconfig_auth.value))
     except DataDirError as e:
         raise fail(str(e)) from None
     except OSError as e:

@@ -10,6 +10,7 @@ import yaml
 from aiohttp import web
 
 from isthmus.apiserver import errors, protobuf
+from isthmus.apiserver.authentication import UNSECURED, Authenticator, UserInfo
 from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
@@ -28,8 +29,20 @@ class HandlerContext:
     max_body_bytes: int
     bookmark_interval: float
     server_address: str = ""  # host:port, known once the listener is bound
+    # The server's authenticator chain (TokenReview asks it about tokens).
+    authenticator: Authenticator = field(default_factory=lambda: Authenticator(open_access=True))
     # Encoded watch events, shared by the watchers of one resource: (rv, type + apiVersion) → line.
     event_cache: dict[tuple[int, str], bytes] = field(default_factory=dict)
+
+
+# Where the server's authentication puts the request's user.
+USER = web.RequestKey("user", UserInfo)
+
+
+def user_of(request: web.Request) -> UserInfo:
+    """Who sent the request, as the server's authentication decided."""
+    user = request.get(USER)
+    return user if isinstance(user, UserInfo) else UNSECURED
 
 
 def not_found() -> ApiError:
