@@ -38,7 +38,7 @@ from isthmus.apiserver.controllers.crd import CRDController
 from isthmus.apiserver.controllers.garbagecollector import GarbageCollector
 from isthmus.apiserver.controllers.namespace import NamespaceController, create_system_namespaces
 from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.handlers import create, delete, discovery, get, openapi, patch, update, watch
+from isthmus.apiserver.handlers import create, delete, discovery, get, openapi, patch, pods, update, watch
 from isthmus.apiserver.handlers.common import USER, HandlerContext, not_found, status_response
 from isthmus.apiserver.handlers.scope import resolve
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
@@ -330,6 +330,8 @@ class ApiServer:
                                 rest: list[str]) -> web.StreamResponse:
         """A verb on a resource path, to the handler of its concern."""
         ctx = self._ctx
+        if pods.is_node_subresource(group, version, rest):  # pods/log, exec...: proxied to the Pod's node
+            return await pods.serve(ctx, request, rest, kubelet_token=self.token)
         scope = resolve(ctx, request, group, version, rest)
         method, name = request.method, scope.name
         if method == "GET":

@@ -36,13 +36,23 @@ def kube_lite(
     node_port_range: Annotated[
         str, typer.Option("--node-port-range", help="NodePorts, LOW-HIGH.")
     ] = "30000-32767",
+    kubelet_port: Annotated[
+        int,
+        typer.Option(
+            "--kubelet-port",
+            help="Port of the kubelet endpoint on 127.0.0.1 (pod logs for the apiserver); 0: any free one.",
+        ),
+    ] = 0,
     context: ContextOpt = None,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
-    """Allocate ClusterIPs and NodePorts, maintain EndpointSlices, run Deployments, StatefulSets and Pods."""
-    from isthmus.kube.client import make_client
+    """Allocate ClusterIPs and NodePorts, maintain EndpointSlices, run Deployments, StatefulSets and Pods,
+    and be the cluster's node (its Node object and kubelet endpoint)."""
+    from pathlib import Path
+
+    from isthmus.kube.client import KubeConfigError, client_for, load_config
     from isthmus.local.kubelite import FIELD_MANAGER
     from isthmus.local.kubelite.ipam import parse_port_range
     from isthmus.local.kubelite.run import KubeLite, validate_config
@@ -54,11 +64,27 @@ def kube_lite(
         raise fail(str(e)) from None
     if not _DNS_LABEL.match(cluster_name):
         raise fail(f"--cluster-name {cluster_name!r} is not a DNS-1123 label of at most 58 characters")
-    client = make_client(kubeconfig, context, field_manager=FIELD_MANAGER)
+    if not 0 <= kubelet_port <= 65535:
+        raise fail(f"--kubelet-port {kubelet_port} is not a port number (0-65535)")
+    try:
+        config = load_config(kubeconfig, context)
+    except KubeConfigError as e:
+        raise fail(str(e)) from None
+    # The kubelet endpoint answers only the cluster's own token (the apiserver proxies with it).
+    token = config.user.token
+    if not token and config.user.token_file:
+        token = Path(config.user.token_file).read_text().strip() or None
+    client = client_for(config, field_manager=FIELD_MANAGER)
 
     async def build() -> Background:
         lite = KubeLite(
-            client, cluster=cluster_name, pod_cidr=pod_cidr, service_cidr=service_cidr, node_ports=node_ports
+            client,
+            cluster=cluster_name,
+            pod_cidr=pod_cidr,
+            service_cidr=service_cidr,
+            node_ports=node_ports,
+            kubelet_port=kubelet_port,
+            kubelet_token=token,
         )
         return Background("kube-lite", lite.run, lambda: lite.ready, on_stop=client.close)
 

@@ -118,7 +118,8 @@ def parts(n: int) -> list[PartId]:
 
 
 def port_names(n: int) -> list[str]:
-    """The ports picked at first `up` and kept: API ports, DNS ports, one metrics port per part."""
+    """The ports picked at first `up` and kept: API ports, DNS ports, kubelet endpoints, one metrics
+    port per part."""
     out: list[str] = []
     for part in parts(n):
         if part.kind == APISERVER:
@@ -126,8 +127,15 @@ def port_names(n: int) -> list[str]:
         else:
             if part.kind == DNS:
                 out.append(part.name)
+            if part.kind == KUBE_LITE:
+                out.append(kubelet_port_name(part.cluster))
             out.append(metrics_port_name(part))
     return out
+
+
+def kubelet_port_name(cluster: str) -> str:
+    """kube-lite's kubelet endpoint (the apiserver proxies `kubectl logs` to it; its Node publishes it)."""
+    return f"{cluster}-{KUBE_LITE}-kubelet"
 
 
 def metrics_port_name(part: PartId) -> str:

@@ -214,7 +214,8 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
     metrics = ["--metrics-addr", metrics_addr(state, part)]
     if part.kind == KUBE_LITE:
         return [*base, "kube-lite", *kc, "--cluster-name", cp.name, "--pod-cidr", cp.pod_cidr,
-                "--service-cidr", cp.service_cidr, "--node-port-range", cp.node_port_range, *metrics]
+                "--service-cidr", cp.service_cidr, "--node-port-range", cp.node_port_range,
+                "--kubelet-port", str(state.ports[plan.kubelet_port_name(cp.name)]), *metrics]
     if part.kind == AGENT:
         return [*base, "agent", *kc, "--cluster-id", cp.name, *metrics]
     if part.kind == DNS:
@@ -483,7 +484,8 @@ def adoptable(layout: Layout, state: State) -> dict[str, int]:
 
 def _part_ports(part: PartId) -> set[str]:
     """Names of the ports a part listens on (see plan.port_names)."""
-    return {part.name, plan.metrics_port_name(part)}
+    extra = {plan.kubelet_port_name(part.cluster)} if part.kind == KUBE_LITE else set()
+    return {part.name, plan.metrics_port_name(part)} | extra
 
 
 def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -> tuple[State, dict[str, int]]:
@@ -747,6 +749,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             "name": cp.name, "context": cp.name, "server": server_url(state, cp.name),
             "kubeconfig": str(layout.kubeconfig_of(cp.name)),
             "dns": f"{HOST}:{state.ports[PartId(cp.name, DNS).name]}", "localZone": plan.LOCAL_ZONE,
+            "kubelet": f"{HOST}:{state.ports[plan.kubelet_port_name(cp.name)]}",
             "podCIDR": cp.pod_cidr, "serviceCIDR": cp.service_cidr,
             "clustersetIPCIDR": state.joined.get(cp.name, cp.clusterset_ip_cidr),
             "joined": joined,

@@ -4,6 +4,9 @@ Every TCP container port speaks HTTP/1.1 (keep-alive, any method and path) and a
 naming the Pod, its cluster, and the peer address it saw — which is what a test or a demo
 needs to tell which Pod of which cluster a request reached, and from where. Every UDP port
 answers each datagram with the same JSON minus the HTTP fields.
+
+What a container would print goes to ``say(port, protocol, line)``: a line per port once
+listening and one per request or datagram (the Pod's logs, see logs.py).
 """
 
 from __future__ import annotations
@@ -11,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from aiohttp import web
 
-__all__ = ["EchoIdentity", "EchoServer", "echo_body"]
+__all__ = ["EchoIdentity", "EchoServer", "Say", "echo_body"]
+
+Say = Callable[[int, str, str], None]
+"""(port, protocol, line): a line of output of the container serving that port."""
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +43,19 @@ def echo_body(who: EchoIdentity, peer: Any, **http: Any) -> dict[str, Any]:
     return {"pod": who.pod, "namespace": who.namespace, "cluster": who.cluster, "client": client, **http}
 
 
+def _silent(port: int, protocol: str, line: str) -> None:
+    pass
+
+
+def _peer(peer: Any) -> str:
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer or "-")
+
+
 class _UdpEcho(asyncio.DatagramProtocol):
-    def __init__(self, who: EchoIdentity) -> None:
+    def __init__(self, who: EchoIdentity, port: int, say: Say) -> None:
         self.who = who
+        self.port = port
+        self.say = say
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -48,6 +64,7 @@ class _UdpEcho(asyncio.DatagramProtocol):
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
         if self.transport is not None:
             self.transport.sendto(json.dumps(echo_body(self.who, addr)).encode(), addr)
+            self.say(self.port, "UDP", f"{_peer(addr)} UDP datagram of {len(data)} bytes answered")
 
     def error_received(self, exc: Exception) -> None:  # e.g. ICMP port unreachable from a gone client
         log.debug("udp echo error", extra={"pod": self.who.pod, "error": str(exc)})
@@ -56,9 +73,12 @@ class _UdpEcho(asyncio.DatagramProtocol):
 class EchoServer:
     """The servers of one Pod: ``start()`` binds every port or none (OSError), ``stop()`` closes all."""
 
-    def __init__(self, who: EchoIdentity, ip: str, ports: Sequence[tuple[int, str]]) -> None:
+    def __init__(
+        self, who: EchoIdentity, ip: str, ports: Sequence[tuple[int, str]], say: Say | None = None
+    ) -> None:
         self.who = who
         self.ip = ip
+        self.say = say or _silent
         self.ports = tuple(sorted({p for p in ports if p[1] in ("TCP", "UDP")}))  # SCTP: nothing to serve
         self._web: list[tuple[web.Server, asyncio.Server]] = []
         self._udp: list[asyncio.DatagramTransport] = []
@@ -73,7 +93,8 @@ class EchoServer:
             for port, protocol in self.ports:
                 if protocol == "UDP":
                     transport, _ = await loop.create_datagram_endpoint(
-                        lambda: _UdpEcho(self.who), local_addr=(self.ip, port)
+                        lambda port=port: _UdpEcho(self.who, port, self.say),  # type: ignore[misc]
+                        local_addr=(self.ip, port),
                     )
                     self._udp.append(transport)
                 else:
@@ -83,6 +104,9 @@ class EchoServer:
         except OSError:
             await self.stop()
             raise
+        for port, protocol in self.ports:
+            self.say(port, protocol, f"echo {self.who.namespace}/{self.who.pod} ({self.who.cluster}) "
+                     f"listening on {self.ip}:{port}/{protocol}")
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         await request.read()  # drain the body so the connection can be kept alive
@@ -91,6 +115,10 @@ class EchoServer:
         for k, v in request.headers.items():
             headers[k] = f"{headers[k]}, {v}" if k in headers else v
         body = echo_body(self.who, peer, method=request.method, path=request.raw_path, headers=headers)
+        sock = request.transport.get_extra_info("sockname") if request.transport else None
+        port = int(sock[1]) if isinstance(sock, tuple) and len(sock) >= 2 else 0
+        version = f"HTTP/{request.version.major}.{request.version.minor}"
+        self.say(port, "TCP", f'{_peer(peer)} "{request.method} {request.raw_path} {version}" 200')
         return web.json_response(body)
 
     async def stop(self) -> None:

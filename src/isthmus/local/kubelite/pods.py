@@ -3,7 +3,9 @@
 A Pod gets a node name, an IP from the cluster's pod CIDR and a Running/Ready status, so the
 EndpointSlice controller (and everything downstream) sees it like a real Pod. A Pod annotated
 ``isthmus.io/workload: echo`` also gets real echo servers bound to that IP (see echo.py), and
-is Ready only once they listen. Servers stop and the address is released when the Pod goes.
+is Ready only once they listen; what they print is the Pod's log (logs.py), served by the
+kubelet endpoint (kubelet.py). Servers stop, the log is dropped and the address is released when
+the Pod goes.
 
 After a restart the addresses are re-reserved from the Pods' status before anything is
 allocated, and the echo servers of existing Pods are started again on the same addresses.
@@ -23,6 +25,7 @@ from lightkube.types import PatchType
 from isthmus.local.kubelite import ECHO_WORKLOAD, FIELD_MANAGER, WORKLOAD_ANNOTATION
 from isthmus.local.kubelite.echo import EchoIdentity, EchoServer
 from isthmus.local.kubelite.ipam import IPPool, PoolFull
+from isthmus.local.kubelite.logs import PodLogs
 from isthmus.runtime import Controller, EventRecorder, Informer, Result, split_key
 
 __all__ = [
@@ -145,11 +148,14 @@ class PodRuntime:
         cluster: str,
         pod_cidr: str,
         workers: int = 4,
+        logs: PodLogs | None = None,
     ) -> None:
         self.client = client
         self.pods = pods
         self.recorder = recorder
         self.cluster = cluster
+        self.node = node_name(cluster)
+        self.logs = logs if logs is not None else PodLogs()
         self.ips = IPPool(pod_cidr)
         self.servers: dict[str, EchoServer] = {}
         self._uids: dict[str, str | None] = {}
@@ -175,6 +181,7 @@ class PodRuntime:
         """Stop every echo server (kube-lite is shutting down; the Pods stay as they are)."""
         for key in list(self.servers):
             await self._stop(key)
+        self.logs.close()
 
     async def _stop(self, key: str) -> None:
         server = self.servers.pop(key, None)
@@ -188,15 +195,18 @@ class PodRuntime:
         pod = self.pods.cache.get(key)
         if pod is None:
             await self._stop(key)
+            self.logs.remove(key)
             self.ips.release_owner(key)
             return None
         data = pod.to_dict()
         meta, spec, status = data["metadata"], data.get("spec") or {}, data.get("status") or {}
         if meta.get("deletionTimestamp") is not None:
             await self._stop(key)  # the containers are being killed; the address goes with the object
+            self._close_logs(key)
             return None
         if status.get("phase") in ("Succeeded", "Failed"):
             await self._stop(key)
+            self._close_logs(key)
             return None
 
         if not spec.get("nodeName"):  # the scheduler's job: bind to our one node
@@ -224,6 +234,9 @@ class PodRuntime:
                 self.ips.release(other, key)
 
         ready, message = True, None
+        pod_log = self.logs.pod(key, meta.get("uid"))
+        for c in spec.get("containers") or []:
+            pod_log.container(str(c.get("name")))
         if is_echo(data):
             ready, message = await self._ensure_echo(key, data, str(ip))
             if message:
@@ -260,13 +273,35 @@ class PodRuntime:
         ):
             return True, None
         await self._stop(key)
+        pod_log = self.logs.pod(key, meta.get("uid"))
+        by_port: dict[tuple[int, str], str] = {}
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            for p in c.get("ports") or []:
+                if p.get("containerPort"):
+                    by_port.setdefault((int(p["containerPort"]), str(p.get("protocol") or "TCP")), str(c["name"]))
+            if not c.get("ports"):
+                pod_log.container(str(c.get("name"))).write("echo: no container ports to listen on")
+        containers: list[Obj] = (pod.get("spec") or {}).get("containers") or []
+        first = str(containers[0].get("name")) if containers else ""
+
+        def say(port: int, protocol: str, line: str) -> None:
+            pod_log.container(by_port.get((port, protocol), first)).write(line)
+
+        wanted.say = say
         try:
             await wanted.start()
         except OSError as e:
             msg = f"echo server cannot listen on {ip}: {e.strerror or e}"
+            say(0, "", f"echo: {msg}")
             log.warning("echo server failed", extra={"pod": key, "error": msg})
             return False, msg
         self.servers[key] = wanted
         self._uids[key] = meta.get("uid")
         log.info("echo servers listening", extra={"pod": key, "ip": ip, "ports": wanted.ports})
         return True, None
+
+    def _close_logs(self, key: str) -> None:
+        """The containers stopped: followers of their logs reach the end; the lines stay readable."""
+        current = self.logs.get(key)
+        if current is not None:
+            current.close()

@@ -20,7 +20,10 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from isthmus.local.kubelite import COMPONENT
 from isthmus.local.kubelite.endpointslices import EndpointSliceController
 from isthmus.local.kubelite.ipam import parse_cidr
-from isthmus.local.kubelite.pods import PodRuntime
+from isthmus.local.kubelite.kubelet import KubeletServer
+from isthmus.local.kubelite.logs import PodLogs
+from isthmus.local.kubelite.node import NodeAgent
+from isthmus.local.kubelite.pods import PodRuntime, node_name
 from isthmus.local.kubelite.services import ServiceIPController
 from isthmus.local.kubelite.workloads import DeploymentController, StatefulSetController
 from isthmus.runtime import EventRecorder, SharedInformerFactory
@@ -56,10 +59,17 @@ class KubeLite:
         service_cidr: str,
         node_ports: tuple[int, int],
         workers: int = 4,
+        kubelet_host: str = "127.0.0.1",
+        kubelet_port: int = 0,
+        kubelet_token: str | None = None,
     ) -> None:
+        """kubelet_port 0: any free port (published in the Node); kubelet_token: the bearer token
+        the kubelet endpoint requires (the cluster's: the apiserver proxies with it), None for none."""
         validate_config(pod_cidr, service_cidr, node_ports)
         self.client = client
         self.cluster = cluster
+        self.node_name = node_name(cluster)
+        self.pod_cidr = pod_cidr
         self.factory = SharedInformerFactory(client)
         services = self.factory.informer(Service)
         pods = self.factory.informer(Pod)
@@ -71,9 +81,15 @@ class KubeLite:
             client, services, self.recorder, service_cidr=service_cidr, node_ports=node_ports, workers=2
         )
         self.endpoint_slices = EndpointSliceController(client, services, pods, slices, workers=workers)
+        self.logs = PodLogs()
         self.pods = PodRuntime(
-            client, pods, self.recorder, cluster=cluster, pod_cidr=pod_cidr, workers=workers
+            client, pods, self.recorder, cluster=cluster, pod_cidr=pod_cidr, workers=workers, logs=self.logs
         )
+        self.kubelet = KubeletServer(
+            self.logs, self._pod_on_node, node=self.node_name, host=kubelet_host, port=kubelet_port,
+            token=kubelet_token,
+        )
+        self.node: NodeAgent | None = None
         self.deployments = DeploymentController(client, deployments, pods)
         self.statefulsets = StatefulSetController(client, statefulsets, pods)
         self._ready = False
@@ -82,6 +98,14 @@ class KubeLite:
     def ready(self) -> bool:
         return self._ready
 
+    def _pod_on_node(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The kubelet's GetPodByName: a Pod bound to our node, as the cache has it."""
+        pod = self.pods.pods.cache.get(f"{namespace}/{name}")
+        if pod is None:
+            return None
+        data = pod.to_dict()
+        return data if (data.get("spec") or {}).get("nodeName") == self.node_name else None
+
     async def run(self, ready: asyncio.Event | None = None) -> None:
         self.factory.start()
         tasks: list[asyncio.Task[Any]] = []
@@ -89,7 +113,16 @@ class KubeLite:
             await self.factory.wait_synced()
             self.service_ips.rebuild()
             self.pods.rebuild()
+            await self.kubelet.start()
+            self.node = NodeAgent(
+                self.client, name=self.node_name, pod_cidr=self.pod_cidr, kubelet_port=self.kubelet.port
+            )
+            try:  # registered before we say ready, unless the apiserver refuses (then the beats retry)
+                await self.node.beat()
+            except Exception as e:
+                log.warning("node not registered yet", extra={"node": self.node_name, "error": str(e)})
             for name, runner in (
+                ("node", self.node.run),
                 ("service-ips", self.service_ips.run),
                 ("endpointslices", self.endpoint_slices.run),
                 ("pods", self.pods.run),
@@ -110,6 +143,7 @@ class KubeLite:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
             await self.pods.close()
+            await self.kubelet.stop()
             await self.factory.stop()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_TIMEOUT):  # an unreachable apiserver must not hang shutdown
@@ -124,11 +158,13 @@ async def run_kubelite(
     service_cidr: str,
     node_ports: tuple[int, int],
     ready: asyncio.Event | None = None,
+    **options: Any,
 ) -> None:
     """Run kube-lite for one cluster until cancelled; ``ready`` is set once it serves.
+    ``options``: KubeLite's keyword arguments (the kubelet endpoint's).
 
     Raises ValueError (a message for users) at once for unusable CIDRs or port range.
     """
     await KubeLite(
-        client, cluster=cluster, pod_cidr=pod_cidr, service_cidr=service_cidr, node_ports=node_ports
+        client, cluster=cluster, pod_cidr=pod_cidr, service_cidr=service_cidr, node_ports=node_ports, **options
     ).run(ready)

@@ -1,0 +1,224 @@
+"""The kubelet endpoint: the part of a kubelet's HTTP API the apiserver proxies to.
+
+kube-apiserver serves ``pods/log``, ``exec``, ``attach`` and ``portforward`` by proxying to the
+kubelet of the Pod's node, at the address and port its Node object publishes
+(``status.addresses``, ``status.daemonEndpoints.kubeletEndpoint.port``). The embedded apiserver
+does the same (apiserver/handlers/pods.py), and this is what answers: kube-lite's node.
+
+- ``GET /containerLogs/{namespace}/{pod}/{container}``: the container's log (logs.py) with the
+  kubelet's query (``follow``, ``tailLines``, ``sinceSeconds``, ``sinceTime``, ``timestamps``,
+  ``limitBytes``, ``previous``) and its plain-text errors;
+- ``/exec``, ``/attach``, ``/portForward``: refused with a ``Status`` (400 BadRequest) saying
+  why — kube-lite's workloads are its own servers, there is no container to enter — which the
+  apiserver passes on as kube-apiserver passes on a kubelet's answer that is not an upgrade;
+- ``GET /healthz``.
+
+Like a kubelet it authenticates its caller: with a token (the cluster's, the one kube-lite uses
+itself), only requests bearing it are served (401 otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+from isthmus.local.kubelite.logs import LogLine, PodLogs, rfc3339nano
+
+__all__ = ["KubeletServer"]
+
+log = logging.getLogger(__name__)
+
+FOLLOW_CHECK_SECONDS = 1.0
+
+PodLookup = Callable[[str, str], dict[str, Any] | None]
+"""(namespace, name) → the Pod as this node runs it, or None."""
+
+
+class _BadQuery(ValueError):
+    pass
+
+
+def _int(query: Any, key: str) -> int | None:
+    raw = query.get(key)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise _BadQuery(key) from None
+
+
+def _bool(query: Any, key: str) -> bool:
+    return str(query.get(key, "")).lower() in ("true", "1")
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+    return web.Response(status=code, body=json.dumps(body).encode() + b"\n", content_type="application/json")
+
+
+class KubeletServer:
+    """Serves one node's kubelet API on ``host:port`` (port 0: any free one; see :attr:`port`)."""
+
+    def __init__(
+        self,
+        logs: PodLogs,
+        lookup: PodLookup,
+        *,
+        node: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+    ) -> None:
+        self.logs = logs
+        self.lookup = lookup
+        self.node = node
+        self.host = host
+        self.port = port
+        self.token = token
+        self._runner: web.AppRunner | None = None
+        self._streams: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        app = web.Application(middlewares=[self._auth])
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._logs)
+        for verb in ("exec", "attach"):
+            app.router.add_route("*", f"/{verb}/{{namespace}}/{{pod}}/{{container}}", self._refuse)
+        app.router.add_route("*", "/portForward/{namespace}/{pod}", self._refuse)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        server = site._server
+        socks = getattr(server, "sockets", None) or []
+        if socks:
+            self.port = socks[0].getsockname()[1]
+        log.info("kubelet endpoint listening", extra={"address": f"{self.host}:{self.port}", "node": self.node})
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.token:
+            parts = request.headers.get("Authorization", "").split(" ", 1)
+            ok = len(parts) == 2 and parts[0].lower() == "bearer" and hmac.compare_digest(
+                parts[1].strip().encode(), self.token.encode())
+            if not ok:
+                return web.Response(status=401, text="Unauthorized")
+        resp: web.StreamResponse = await handler(request)
+        return resp
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    def _pod(self, request: web.Request) -> tuple[str, str, dict[str, Any] | None]:
+        ns, name = request.match_info["namespace"], request.match_info["pod"]
+        return ns, name, self.lookup(ns, name)
+
+    async def _logs(self, request: web.Request) -> web.StreamResponse:
+        """As the kubelet's getContainerLogs: 400 for a bad query, 404 for an unknown pod or
+        container, 400 with the runtime's reason when there is nothing to read."""
+        q = request.query
+        try:
+            tail = _int(q, "tailLines")
+            since_seconds = _int(q, "sinceSeconds")
+            limit = _int(q, "limitBytes")
+        except _BadQuery:
+            return web.Response(status=400, text='{"message": "Unable to decode query."}')
+        since_time = q.get("sinceTime")
+        since: float | None = None
+        if since_time:
+            try:
+                since = datetime.fromisoformat(since_time.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return web.Response(status=400, text='{"message": "Unable to decode query."}')
+        if (tail is not None and tail < 0) or (limit is not None and limit < 1) or (
+            since_seconds is not None and (since_seconds < 1 or since_time)
+        ):
+            return web.Response(status=422, text='{"message": "Invalid request."}')
+        if since_seconds is not None:
+            since = time.time() - since_seconds
+        ns, name, pod = self._pod(request)
+        container = request.match_info["container"]
+        if pod is None:
+            return web.Response(status=404, text=f'pod "{name}" does not exist')
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        if container not in names:
+            return web.Response(status=404, text=f'container "{container}" not found in pod "{name}"')
+        if _bool(q, "previous"):
+            # kube-lite never restarts a container: there is no terminated one to read.
+            return web.Response(
+                status=400, text=f'previous terminated container "{container}" in pod "{name}" not found'
+            )
+        pod_log = self.logs.get(f"{ns}/{name}")
+        clog = pod_log.containers.get(container) if pod_log is not None else None
+        if clog is None:
+            return web.Response(
+                status=400, text=f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'
+            )
+        lines, index = clog.select(since=since, tail=tail)
+        stamps = _bool(q, "timestamps")
+        follow = _bool(q, "follow")
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        left = limit
+
+        async def send(batch: list[LogLine]) -> bool:
+            """Write lines; False once limitBytes is reached."""
+            nonlocal left
+            chunk = b"".join(
+                (rfc3339nano(ln.at).encode() + b" " + ln.data) if stamps else ln.data for ln in batch
+            )
+            if left is not None:
+                chunk = chunk[:left]
+                left -= len(chunk)
+            if chunk:
+                await resp.write(chunk)
+            return left is None or left > 0
+
+        more = await send(lines)
+        while follow and more and not clog.closed:
+            # aiohttp does not cancel a handler whose client left: look at the connection now and then.
+            if request.transport is None or request.transport.is_closing():
+                return resp
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FOLLOW_CHECK_SECONDS):
+                    await clog.wait(index)
+            batch, index = clog.after(index)
+            more = await send(batch)
+        await resp.write_eof()
+        return resp
+
+    async def _refuse(self, request: web.Request) -> web.Response:
+        verb = request.path.split("/", 2)[1]
+        ns, name, pod = self._pod(request)
+        if pod is None:
+            return web.Response(status=404, text=f'pod "{name}" does not exist')
+        what = {"exec": "exec into", "attach": "attach to", "portForward": "forward ports of"}[verb]
+        ip = (pod.get("status") or {}).get("podIP")
+        hint = (
+            f"; its ports are reachable on this machine at its pod IP {ip}"
+            if verb == "portForward" and ip
+            else "; `kubectl logs` shows what it prints"
+        )
+        return _status(
+            400,
+            "BadRequest",
+            f"node {self.node} (isthmus kube-lite) cannot {what} pod {ns}/{name}: kube-lite runs its "
+            f"workloads as its own servers, not as containers of a container runtime{hint}",
+        )
