@@ -71,9 +71,10 @@ def kube_lite(
     except KubeConfigError as e:
         raise fail(str(e)) from None
     # The kubelet endpoint answers only the cluster's own token (the apiserver proxies with it).
-    token = config.user.token
-    if not token and config.user.token_file:
-        token = Path(config.user.token_file).read_text().strip() or None
+    user = config.user
+    token = user.token if user is not None else None
+    if not token and user is not None and user.token_file:
+        token = Path(user.token_file).read_text().strip() or None
     client = client_for(config, field_manager=FIELD_MANAGER)
 
     async def build() -> Background:
