@@ -4,11 +4,14 @@
   (a container port without `protocol`) is a no-op the second time, with no new resourceVersion.
 - Names: generateName is used only when metadata.name is empty; a given name that exists is 409
   AlreadyExists, and generated names that collide are retried (kube's RetryGenerateName).
+- Secrets and ConfigMaps: stringData written into data, `immutable` enforced, 1 MiB of data at
+  most; duplicate keys in a body are strict decoding errors (fieldValidation decides).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import shutil
 from typing import Any
@@ -161,3 +164,107 @@ async def test_generated_name_collisions_are_retried(apiserver: RunningApiServer
     status, _, body = await _req(apiserver, "POST", CMS, _cm(generate="gen-"))
     assert status == 409 and body["reason"] == "AlreadyExists", body
     assert body["details"]["retryAfterSeconds"] == 1
+
+
+# ------------------------------------------------------------------------ 8: Secrets, ConfigMaps, strict decoding
+
+SECRETS = "/api/v1/namespaces/default/secrets"
+
+
+def _b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+async def test_secret_string_data_is_merged_into_data(apiserver: RunningApiServer) -> None:
+    # kube converts stringData into data (stringData wins) and never stores stringData.
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "data": {"a": _b64("from-data"), "b": _b64("kept")}, "stringData": {"a": "from-string", "c": "new"}}
+    status, _, created = await _req(apiserver, "POST", SECRETS, body)
+    assert status == 201, created
+    assert "stringData" not in created
+    assert created["data"] == {"a": _b64("from-string"), "b": _b64("kept"), "c": _b64("new")}
+    _, _, got = await _req(apiserver, "GET", SECRETS + "/s")
+    assert got["data"] == created["data"] and "stringData" not in got
+    # on update too (a merge patch of stringData)
+    status, _, patched = await _req(apiserver, "PATCH", SECRETS + "/s", {"stringData": {"b": "changed"}},
+                                    "application/merge-patch+json")
+    assert status == 200, patched
+    assert patched["data"]["b"] == _b64("changed") and "stringData" not in patched
+
+
+async def test_immutable_configmap_and_secret_refuse_data_changes(apiserver: RunningApiServer) -> None:
+    await _req(apiserver, "POST", CMS, {**_cm("frozen"), "immutable": True})
+    status, _, body = await _req(apiserver, "PATCH", CMS + "/frozen", {"data": {"k": "other"}},
+                                 "application/merge-patch+json")
+    assert status == 422, body
+    assert body["message"] == 'ConfigMap "frozen" is invalid: data: Forbidden: field is immutable when `immutable` is set'
+    assert body["details"]["causes"] == [{"reason": "FieldValueForbidden", "field": "data",
+                                          "message": "Forbidden: field is immutable when `immutable` is set"}]
+    status, _, body = await _req(apiserver, "PATCH", CMS + "/frozen", {"immutable": False},
+                                 "application/merge-patch+json")
+    assert status == 422 and body["details"]["causes"][0]["field"] == "immutable", body
+    # metadata still changes
+    status, _, body = await _req(apiserver, "PATCH", CMS + "/frozen", {"metadata": {"labels": {"x": "y"}}},
+                                 "application/merge-patch+json")
+    assert status == 200, body
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "frozen"}, "immutable": True,
+              "data": {"a": _b64("1")}}
+    await _req(apiserver, "POST", SECRETS, secret)
+    status, _, body = await _req(apiserver, "PATCH", SECRETS + "/frozen", {"stringData": {"a": "2"}},
+                                 "application/merge-patch+json")
+    assert status == 422 and body["details"]["causes"][0]["field"] == "data", body
+    status, _, body = await _req(apiserver, "PATCH", SECRETS + "/frozen", {"type": "kubernetes.io/tls"},
+                                 "application/merge-patch+json")
+    assert status == 422, body
+    assert body["details"]["causes"][0] == {"reason": "FieldValueInvalid", "field": "type",
+                                            "message": 'Invalid value: "kubernetes.io/tls": field is immutable'}
+
+
+async def test_data_over_one_mib_is_refused(apiserver: RunningApiServer) -> None:
+    big = "x" * (1536 * 1024)
+    status, _, body = await _req(apiserver, "POST", CMS, {**_cm("big"), "data": {"k": big}})
+    assert status == 422, body
+    # ValidateConfigMap reports it against the whole object (an empty field path)
+    assert body["message"] == 'ConfigMap "big" is invalid: : Too long: may not be more than 1048576 bytes'
+    assert body["details"]["causes"] == [{"reason": "FieldValueTooLong",
+                                          "message": "Too long: may not be more than 1048576 bytes"}]
+    status, _, body = await _req(apiserver, "POST", SECRETS, {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "big"}, "data": {"k": _b64(big)}})
+    assert status == 422, body
+    assert body["message"] == 'Secret "big" is invalid: data: Too long: may not be more than 1048576 bytes'
+    # exactly 1 MiB is fine
+    status, _, body = await _req(apiserver, "POST", CMS, {**_cm("max"), "data": {"k": "x" * (1024 * 1024)}})
+    assert status == 201, body.get("message")
+
+
+DUP_JSON = b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"d"},"data":{"a":"1","a":"2"}}'
+DUP_YAML = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: d\ndata:\n  a: '1'\n  a: '2'\n"
+
+
+async def test_duplicate_json_keys_and_field_validation(apiserver: RunningApiServer) -> None:
+    status, _, body = await _req(apiserver, "POST", CMS + "?fieldValidation=Strict", DUP_JSON)
+    assert status == 400, body
+    assert body["message"] == ('ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: '
+                               'duplicate field "data.a"')
+    status, _, body = await _req(apiserver, "POST", CMS + "?fieldValidation=Strict", DUP_YAML, "application/yaml")
+    assert status == 400, body
+    assert body["message"].endswith('strict decoding error: yaml: unmarshal errors:\n  line 7: key "a" already set in map')
+    # Warn (the default): accepted, the last value wins, one warning per duplicate
+    status, headers, body = await _req(apiserver, "POST", CMS, DUP_JSON)
+    assert status == 201 and body["data"] == {"a": "2"}, body
+    assert headers.getall("Warning") == ['299 - "duplicate field \\"data.a\\""']
+    status, headers, body = await _req(apiserver, "POST", CMS + "?fieldValidation=Ignore",
+                                       DUP_JSON.replace(b'"d"', b'"e"'))
+    assert status == 201 and body["data"] == {"a": "2"} and "Warning" not in headers, body
+    # a patch: kube answers 422 naming the patch
+    status, _, body = await _req(apiserver, "PATCH", CMS + "/d?fieldValidation=Strict", b'{"data":{"b":"1","b":"2"}}',
+                                 "application/merge-patch+json")
+    assert status == 422, body
+    assert body["details"]["causes"][0]["field"] == "patch"
+    assert body["message"].endswith('strict decoding error: duplicate field "data.b"')
+    # server-side apply: yaml.v2's strict decoding of the configuration
+    status, _, body = await _req(apiserver, "PATCH", CMS + "/d?fieldManager=m&fieldValidation=Strict",
+                                 DUP_YAML, "application/apply-patch+yaml")
+    assert status == 400, body
+    assert body["message"] == ('error strict decoding YAML: error converting YAML to JSON: yaml: unmarshal errors:\n'
+                               '  line 7: key "a" already set in map')

@@ -7,17 +7,18 @@ from typing import Any
 from aiohttp import web
 
 from isthmus.apiserver import errors
-from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, read_body
+from isthmus.apiserver.decoding import read_body_strict
+from isthmus.apiserver.handlers.common import HandlerContext, json_response, output
 from isthmus.apiserver.handlers.scope import RequestScope
 
 
 async def create_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
-    body = await read_body(ctx, scope.request)
+    body, strict = await read_body_strict(scope.request, ctx.max_body_bytes, scope.field_validation)
     if not scope.info.strategy.stored:
         return virtual_create(ctx, scope, body)
     warnings: list[str] = []
     created = await ctx.store.create(scope.info, scope.ns, body, manager=scope.manager, dry_run=scope.dry_run,
-                                     field_validation=scope.field_validation, warnings=warnings)
+                                     field_validation=scope.field_validation, warnings=warnings, strict=strict)
     return json_response(output(scope.info, created), status=201, warnings=warnings)
 
 

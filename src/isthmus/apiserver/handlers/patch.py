@@ -13,7 +13,8 @@ from typing import Any
 from aiohttp import web
 
 from isthmus.apiserver import errors
-from isthmus.apiserver.handlers.common import HandlerContext, decode, json_response, output, truthy
+from isthmus.apiserver.decoding import StrictIssues, decode_strict, yaml_duplicate_lines
+from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, truthy
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
 from isthmus.apiserver.registry.store import clone
@@ -36,13 +37,17 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
     apply = False
     force = truthy(q.get("force"))
     build: Callable[[Obj], Any]
+    check = scope.field_validation != "Ignore"
+    strict: StrictIssues | None = None
     if ctype == "application/json-patch+json":
-        ops = decode(raw, "application/json")
+        ops, strict = decode_strict(raw, "application/json", check)
+        strict.patch, strict.prefix = True, "json patch "
 
         def build(live: Obj) -> Any:
             return apply_json_patch(live, ops)
     elif ctype == "application/merge-patch+json":
-        patch = decode(raw, "application/json")
+        patch, strict = decode_strict(raw, "application/json", check)
+        strict.patch = True
         _require_object_patch(patch)
 
         def build(live: Obj) -> Any:
@@ -50,7 +55,8 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
     elif ctype == "application/strategic-merge-patch+json":
         if not info.builtin:
             raise errors.unsupported_patch_type(info.builtin)
-        patch = decode(raw, "application/json")
+        patch, strict = decode_strict(raw, "application/json", check)
+        strict.patch = True
         _require_object_patch(patch)
 
         def build(live: Obj) -> Any:
@@ -59,7 +65,14 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
         if not q.get("fieldManager"):
             raise errors.invalid("meta.k8s.io", "PatchOptions", "", [errors.cause(
                 "fieldManager", "Required value: is required for apply patch", "FieldValueRequired")])
-        applied = decode(raw, "application/yaml")
+        applied, dups = decode_strict(raw, "application/yaml", check)
+        if dups.duplicates:
+            # kube decodes the configuration leniently, then once more strictly (yaml.v2's messages)
+            lines = dups.duplicates if dups.yaml else yaml_duplicate_lines(raw)
+            text = "error converting YAML to JSON: yaml: unmarshal errors:\n  " + "\n  ".join(lines)
+            if scope.field_validation == "Strict":
+                raise errors.bad_request(f"error strict decoding YAML: {text}")
+            warnings.append(text.replace("\n", " ").replace('"', '\\"'))
         if not isinstance(applied, dict):
             raise errors.bad_request("apply patch must be an object")
         if not applied.get("apiVersion") or not applied.get("kind"):
@@ -73,5 +86,5 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
     out, created = await ctx.store.update(info, scope.ns, scope.name, build, subresource=scope.subresource,
                                           manager=scope.manager, dry_run=scope.dry_run,
                                           field_validation=scope.field_validation, warnings=warnings, apply=apply,
-                                          force=force)
+                                          force=force, strict=strict)
     return json_response(output(info, out), status=201 if created else 200, warnings=warnings)

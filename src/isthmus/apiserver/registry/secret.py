@@ -1,11 +1,22 @@
-"""Secrets (kube's pkg/registry/core/secret): type defaults to Opaque and is selectable."""
+"""Secrets (kube's pkg/registry/core/secret): type defaults to Opaque and is selectable; stringData
+is written into data; at most 1 MiB of data; type is immutable, and `immutable` freezes the data."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
+from isthmus.apiserver.errors import cause
+from isthmus.apiserver.registry.configmap import (
+    MAX_DATA_BYTES,
+    Cause,
+    decoded_len,
+    immutable_changes,
+    too_long,
+)
 from isthmus.apiserver.registry.defaulting import set_default
 from isthmus.apiserver.registry.strategy import Strategy, fields
+from isthmus.apiserver.schema import go_value
 from isthmus.apiserver.table import (
     AGE_COLUMN,
     NAME_COLUMN,
@@ -20,6 +31,22 @@ Obj = dict[str, Any]
 
 def default_secret(obj: Obj) -> None:
     set_default(obj, "type", "Opaque")
+
+
+def merge_string_data(obj: Obj) -> None:
+    """kube's v1 → internal conversion: each stringData entry overwrites data (base64), and stringData,
+    write-only, is never stored. Non-string values are left for schema validation to refuse."""
+    sd = obj.get("stringData")
+    if not isinstance(sd, dict) or not all(isinstance(v, str) for v in sd.values()):
+        return
+    del obj["stringData"]
+    if not sd:
+        return
+    data = obj.get("data") if isinstance(obj.get("data"), dict) else {}
+    assert isinstance(data, dict)
+    for k, v in sd.items():
+        data[k] = base64.b64encode(v.encode()).decode()
+    obj["data"] = data
 
 
 def _secret(obj: Obj, now: float) -> list[Any]:
@@ -39,6 +66,25 @@ class SecretStrategy(Strategy):
 
     def default(self, obj: Obj) -> None:
         default_secret(obj)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        merge_string_data(obj)
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        merge_string_data(new)
+
+    def validate(self, obj: Obj) -> list[Cause]:
+        data = obj.get("data") if isinstance(obj.get("data"), dict) else {}
+        assert isinstance(data, dict)
+        size = sum(decoded_len(v) for v in data.values())
+        return [too_long("data")] if size > MAX_DATA_BYTES else []
+
+    def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
+        out: list[Cause] = []
+        if new.get("type") != old.get("type"):
+            # ValidateImmutableField
+            out.append(cause("type", f"Invalid value: {go_value(new.get('type'))}: field is immutable"))
+        return out + immutable_changes(new, old, ("data",)) + self.validate(new)
 
     def table_columns(self) -> list[Column]:
         return COLUMNS

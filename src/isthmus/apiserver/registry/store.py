@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from isthmus.apiserver import errors, meta, schema
 from isthmus.apiserver.admission import Admission, AdmissionRequest
 from isthmus.apiserver.apply import server_side_apply, track_update
+from isthmus.apiserver.decoding import StrictIssues
 from isthmus.apiserver.registry import namespace
 from isthmus.apiserver.registry.strategy import clone
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
@@ -87,21 +90,16 @@ class GenericStore:
         return obj
 
     def _normalize(self, info: ResourceInfo, obj: Obj, field_validation: str, warnings: list[str],
-                   old: Obj | None) -> None:
-        """Defaults, pruning of unknown fields (per fieldValidation) and validation (422); old: the
-        live object of an update."""
+                   old: Obj | None, strict: StrictIssues | None = None) -> None:
+        """Defaults, pruning of unknown fields, what fieldValidation says of them and of the body's
+        duplicate keys (`strict`), and validation (422); old: the live object of an update."""
         strategy = info.strategy
         if info.schema is not None:
             schema.apply_defaults(obj, info.schema)
         strategy.default(obj)
-        if info.schema is not None:
-            dropped = schema.prune(obj, info.schema)
-            if dropped:
-                if field_validation == "Strict":
-                    msgs = "; ".join(f'unknown field "{p}"' for p in dropped)
-                    raise errors.bad_request(f"strict decoding error: {msgs}")
-                if field_validation == "Warn":
-                    warnings.extend(f'unknown field \\"{p}\\"' for p in dropped)
+        dropped = schema.prune(obj, info.schema) if info.schema is not None else []
+        if field_validation != "Ignore" and (dropped or strict):
+            self._strict_decoding(info, obj, field_validation, warnings, dropped, strict or StrictIssues())
         m = obj["metadata"]
         causes = meta.validate_metadata(m, name_rule=strategy.name_rule, namespaced=info.namespaced)
         if info.schema is not None:
@@ -109,6 +107,24 @@ class GenericStore:
         causes += strategy.validate(obj) if old is None else strategy.validate_update(obj, old)
         if causes:
             raise errors.invalid(info.group, info.kind, str(m.get("name") or ""), causes)
+
+    @staticmethod
+    def _strict_decoding(info: ResourceInfo, obj: Obj, field_validation: str, warnings: list[str],
+                         unknown: list[str], strict: StrictIssues) -> None:
+        """kube's strict decoding errors: Strict fails the request (400 for a body, 422 naming the
+        patched object for a patch), Warn sends one warning each."""
+        errs, warns = strict.combined(unknown, info.builtin)
+        if not errs:
+            return
+        if field_validation == "Warn":
+            warnings.extend(w.replace('"', '\\"') for w in warns)
+            return
+        text = "strict decoding error: " + ", ".join(errs)
+        if strict.patch:
+            raise errors.invalid("", "", "", [errors.cause(
+                "patch", f"Invalid value: {errors.go_quote(orjson.dumps(obj).decode())}: {text}")])
+        raise errors.bad_request(f"{info.kind} in version {errors.go_quote(info.version)} cannot be handled as a "
+                                 f"{info.kind}: {text}")
 
     @staticmethod
     def _defaulter(info: ResourceInfo) -> Callable[[Obj], None]:
@@ -134,7 +150,7 @@ class GenericStore:
     # ------------------------------------------------------------------ create
 
     def _prepare_create(self, info: ResourceInfo, ns: str, body: Any, field_validation: str,
-                        warnings: list[str]) -> Obj:
+                        warnings: list[str], strict: StrictIssues | None = None) -> Obj:
         obj = self.check_kind(info, body)
         m = obj["metadata"]
         if info.namespaced:
@@ -160,14 +176,15 @@ class GenericStore:
         status = strategy.initial_status(obj)
         if status is not None:
             obj["status"] = status
-        self._normalize(info, obj, field_validation, warnings, None)
+        self._normalize(info, obj, field_validation, warnings, None, strict)
         warnings.extend(strategy.warnings_on_create(obj))
         strategy.canonicalize(obj)
         return obj
 
     async def create(self, info: ResourceInfo, ns: str, body: Any, *, manager: str, dry_run: bool = False,
                      field_validation: str = "Warn", warnings: list[str] | None = None,
-                     user: str = "system:admin", prepared: Obj | None = None) -> Obj:
+                     user: str = "system:admin", prepared: Obj | None = None,
+                     strict: StrictIssues | None = None) -> Obj:
         """Create `body` in namespace `ns` ("" for cluster-scoped kinds); `prepared` skips preparation
         (server-side apply creating an object prepares it itself)."""
         warnings = warnings if warnings is not None else []
@@ -175,7 +192,8 @@ class GenericStore:
         # that exists is a conflict whatever generateName says.
         body_meta = body.get("metadata") if isinstance(body, dict) and prepared is None else None
         generated = isinstance(body_meta, dict) and not body_meta.get("name") and bool(body_meta.get("generateName"))
-        obj = prepared if prepared is not None else self._prepare_create(info, ns, body, field_validation, warnings)
+        obj = prepared if prepared is not None else self._prepare_create(info, ns, body, field_validation, warnings,
+                                                                         strict)
         if prepared is None:
             obj = track_update(None, obj, manager=manager, schema=info.schema, api_version=info.api_version,
                                now=obj["metadata"]["creationTimestamp"])
@@ -203,7 +221,7 @@ class GenericStore:
     # ------------------------------------------------------------------ update
 
     def _prepare_update(self, info: ResourceInfo, live: Obj, desired: Any, *, subresource: str,
-                        field_validation: str, warnings: list[str]) -> Obj:
+                        field_validation: str, warnings: list[str], strict: StrictIssues | None = None) -> Obj:
         new = self.check_kind(info, desired)
         lm, nm = live["metadata"], new["metadata"]
         name, ns = lm["name"], lm.get("namespace", "")
@@ -242,7 +260,7 @@ class GenericStore:
                 raise errors.invalid(info.group, info.kind, name, [errors.cause(
                     "metadata.finalizers", f"Forbidden: no new finalizers can be added if the object is being "
                     f"deleted, found new finalizers {added}", "FieldValueForbidden")])
-        self._normalize(info, new, field_validation, warnings, live)
+        self._normalize(info, new, field_validation, warnings, live, strict)
         warnings.extend(strategy.warnings_on_update(new, live))
         strategy.canonicalize(new)
         if _spec_view(new, info.has_status) != _spec_view(live, info.has_status):
@@ -253,7 +271,7 @@ class GenericStore:
                      subresource: str = "", manager: str, dry_run: bool = False,
                      field_validation: str = "Warn", warnings: list[str] | None = None,
                      apply: bool = False, force: bool = False,
-                     user: str = "system:admin") -> tuple[Obj, bool]:
+                     user: str = "system:admin", strict: StrictIssues | None = None) -> tuple[Obj, bool]:
         """GuaranteedUpdate: build the new object from the live one, validate, admit, commit; retry on races.
 
         build(live_copy) returns the desired object (an update body, a patched object, or an apply config).
@@ -302,7 +320,7 @@ class GenericStore:
                     new["metadata"]["managedFields"] = mf
             else:
                 new = self._prepare_update(info, live, desired, subresource=subresource,
-                                           field_validation=field_validation, warnings=warnings)
+                                           field_validation=field_validation, warnings=warnings, strict=strict)
                 if _without_volatile(new) != _without_volatile(live):
                     new = track_update(live, new, manager=manager, schema=info.schema,
                                        api_version=info.api_version, now=now, subresource=subresource)

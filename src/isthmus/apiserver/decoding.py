@@ -1,0 +1,233 @@
+"""Request bodies decoded as kube's strict decoders read them: duplicate keys are reported.
+
+kube decodes JSON with sigs.k8s.io/json's UnmarshalStrict and YAML with yaml.v2's strict
+mode: the object is the same as a lenient decode (the last of duplicate keys wins), plus a
+list of strict errors that fieldValidation decides about (Strict fails the request, Warn
+turns each into a warning, Ignore drops them). Unknown fields are the schema's to find
+(registry/store.py prunes them); this module finds what only the raw bytes show.
+
+- JSON: `duplicate field "spec.paused"` (kube's field path: `a.b[0].c`).
+- YAML: `line 5: key "name" already set in map`, gathered by kube under one
+  `yaml: unmarshal errors:` error.
+- Protobuf cannot repeat a key: nothing to report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+
+from isthmus.apiserver import errors, protobuf
+
+
+@dataclass
+class StrictIssues:
+    """What a strict decoder reports about a body besides unknown fields."""
+
+    duplicates: list[str] = field(default_factory=list)  # JSON: field paths; YAML: "line N: key ..." texts
+    yaml: bool = False
+    patch: bool = False  # the body is a patch (kube answers strict errors on patches with a 422)
+    prefix: str = ""  # "json patch " for the operations of a JSON patch
+    order: dict[str, int] | None = None  # JSON objects with duplicates: where each field path comes
+
+    def __bool__(self) -> bool:
+        return bool(self.duplicates)
+
+    def combined(self, unknown: list[str], builtin: bool) -> tuple[list[str], list[str]]:
+        """(the errors of `strict decoding error: ...`, the warnings of fieldValidation=Warn) for these
+        duplicates and the unknown fields the schema found, in kube's order: a typed JSON body as
+        the decoder meets them, a patch its own problems first, YAML its unmarshal errors first
+        (unknown fields sorted after patches and YAML)."""
+        dups = self.duplicates
+        if builtin and not self.yaml:
+            # kube's typed decoder reports a field both unknown and duplicated only as unknown
+            known = set(unknown)
+            dups = [p for p in dups if p not in known]
+        unknown_msgs = [f'unknown field "{p}"' for p in (sorted(unknown) if self.yaml or self.patch else unknown)]
+        if self.yaml:
+            lines = sorted(dups, key=lambda t: int(t.split(":", 1)[0].split()[-1]))
+            errs = ["yaml: unmarshal errors:\n  " + "\n  ".join(lines)] if lines else []
+            return errs + unknown_msgs, lines + unknown_msgs
+        dup_msgs = [(p, f'{self.prefix}duplicate field "{p}"') for p in dups]
+        if self.patch or not self.order:
+            msgs = [m for _, m in dup_msgs] + unknown_msgs
+        else:
+            order, end = self.order, len(self.order)
+            keyed = [(order.get(p, end), m) for p, m in dup_msgs]
+            keyed += [(order.get(p, end), f'unknown field "{p}"') for p in unknown]
+            msgs = [m for _, m in sorted(keyed, key=lambda x: x[0])]
+        return msgs, msgs
+
+
+class _Dups(dict[str, Any]):
+    """A JSON object that had duplicate keys (the last value of each kept, like a lenient decode)."""
+
+    dup_keys: list[str]
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) == len(pairs):
+        return d
+    out = _Dups(d)
+    seen: set[str] = set()
+    out.dup_keys = []
+    for k, _ in pairs:
+        if k in seen and k not in out.dup_keys:
+            out.dup_keys.append(k)
+        seen.add(k)
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"invalid JSON value {name}")
+
+
+def _dup_paths(value: Any, path: str, out: list[str]) -> None:
+    if isinstance(value, dict):
+        if isinstance(value, _Dups):
+            out.extend(f"{path}.{k}" if path else k for k in value.dup_keys)
+        for k, v in value.items():
+            _dup_paths(v, f"{path}.{k}" if path else k, out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _dup_paths(v, f"{path}[{i}]", out)
+
+
+def _plain(value: Any) -> Any:
+    """The decoded value with plain dicts only (what the rest of the server expects)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def json_duplicates(raw: bytes) -> tuple[Any, list[str]] | None:
+    """(decoded value, paths of duplicate keys) or None when raw is not valid JSON."""
+    found = False
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal found
+        d = _pairs(pairs)
+        if isinstance(d, _Dups):
+            found = True
+        return d
+
+    try:
+        value = json.loads(raw, object_pairs_hook=hook, parse_constant=_no_constants)
+    except (ValueError, RecursionError):
+        return None
+    if not found:
+        return value, []
+    paths: list[str] = []
+    _dup_paths(value, "", paths)
+    return _plain(value), paths
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that records duplicate mapping keys (yaml.v2's strict-mode messages) instead of
+    silently keeping the last one."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.duplicate_keys: list[str] = []
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hashable = key in seen
+            except TypeError:
+                continue
+            if hashable:
+                self.duplicate_keys.append(f'line {key_node.start_mark.line + 1}: key {json.dumps(str(key))} '
+                                           "already set in map")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def yaml_duplicates(raw: bytes) -> tuple[Any, list[str]]:
+    """(decoded value, yaml.v2 strict messages for duplicate keys). Raises yaml.YAMLError."""
+    loader = _StrictLoader(raw)
+    try:
+        value = loader.get_single_data()
+    finally:
+        loader.dispose()
+    return value, loader.duplicate_keys
+
+
+def yaml_duplicate_lines(raw: bytes) -> list[str]:
+    """yaml.v2's messages for the duplicate keys of a document (JSON included); [] if unreadable as YAML."""
+    try:
+        return sorted(yaml_duplicates(raw)[1], key=lambda t: int(t.split(":", 1)[0].split()[-1]))
+    except yaml.YAMLError:
+        return []
+
+
+def decode_strict(raw: bytes, ctype: str, check: bool = True) -> tuple[Any, StrictIssues]:
+    """A request body (kube protobuf, JSON, or YAML when the content type says so) and what a strict
+    decoder says about it (check=False: nothing, fieldValidation=Ignore); errors worded as
+    handlers/common.decode words them."""
+    if ctype == protobuf.CONTENT_TYPE:
+        return protobuf.decode_object(raw), StrictIssues()
+    if not raw.strip():
+        raise errors.bad_request("the request body is empty")
+    if check:
+        decoded = json_duplicates(raw)
+        if decoded is not None:
+            value, dups = decoded
+            return value, StrictIssues(dups, order=document_order(value) if dups else None)
+    else:
+        try:
+            return orjson.loads(raw), StrictIssues()
+        except orjson.JSONDecodeError:
+            pass
+    if "yaml" not in ctype:
+        try:
+            orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
+    try:
+        if not check:
+            return yaml.safe_load(raw), StrictIssues()
+        value, dups = yaml_duplicates(raw)
+    except yaml.YAMLError as e:
+        raise errors.bad_request(f"error converting YAML to JSON: {str(e).splitlines()[0]}") from None
+    return value, StrictIssues(dups, yaml=True)
+
+
+def document_order(value: Any) -> dict[str, int]:
+    """Field paths (kube's `a.b[0].c`) of a decoded object in the order a decoder meets them."""
+    order: dict[str, int] = {}
+
+    def walk(v: Any, path: str) -> None:
+        if isinstance(v, dict):
+            for k, child in v.items():
+                p = f"{path}.{k}" if path else str(k)
+                order.setdefault(p, len(order))
+                walk(child, p)
+        elif isinstance(v, list):
+            for i, child in enumerate(v):
+                p = f"{path}[{i}]"
+                order.setdefault(p, len(order))
+                walk(child, p)
+
+    walk(value, "")
+    return order
+
+
+async def read_body_strict(request: web.Request, max_body_bytes: int, field_validation: str) -> tuple[Any, StrictIssues]:
+    """The request body (as handlers/common.read_body reads it) and its strict decoding issues."""
+    if request.content_length is not None and request.content_length > max_body_bytes:
+        raise errors.too_large(max_body_bytes)
+    raw = await request.read()
+    return decode_strict(raw, request.content_type or "application/json", check=field_validation != "Ignore")
