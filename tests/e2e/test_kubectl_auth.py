@@ -138,3 +138,59 @@ def test_cert_kubeconfig_needs_tls(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert "--kubeconfig-auth cert needs TLS" in p.stderr
     assert not (tmp_path / "kc").exists()
+
+
+def whoami(server: Kubeconfigs, kubeconfig: Path) -> dict[str, object]:
+    out = json.loads(server.kubectl(kubeconfig, "auth", "whoami", "-o", "json").stdout)
+    assert out["kind"] == "SelfSubjectReview"
+    user: dict[str, object] = out["status"]["userInfo"]
+    return user
+
+
+def test_whoami_with_the_token(server: Kubeconfigs) -> None:
+    table = server.kubectl(server.token, "auth", "whoami").stdout
+    assert "admin" in table and "[system:masters system:authenticated]" in table
+    assert whoami(server, server.token) == {"username": "admin", "groups": ["system:masters", "system:authenticated"]}
+
+
+def test_whoami_with_client_certificates(server: Kubeconfigs, tmp_path: Path) -> None:
+    # The server's own kubeconfig certificate is the token's user...
+    assert whoami(server, server.cert) == {"username": "admin", "groups": ["system:masters", "system:authenticated"]}
+    # ...and any certificate of its client CA is whoever its CN and Os say.
+    cert, key = issue_client_cert(server.data / "tls", "jane", ["dev", "ops"])
+    jane = with_user(server.cert, tmp_path / "jane", {
+        "client-certificate-data": base64.b64encode(cert).decode(),
+        "client-key-data": base64.b64encode(key).decode(),
+    })
+    table = server.kubectl(jane, "auth", "whoami").stdout
+    assert "jane" in table and "[dev ops system:authenticated]" in table
+    assert whoami(server, jane) == {"username": "jane", "groups": ["dev", "ops", "system:authenticated"]}
+
+
+def token_review(server: Kubeconfigs, spec: dict[str, object]) -> dict[str, object]:
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+    p = subprocess.run(["kubectl", f"--kubeconfig={server.cert}", f"--cache-dir={server.cert}.cache",
+                        "create", "-f", "-", "-o", "json"], input=json.dumps(review),
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    out: dict[str, object] = json.loads(p.stdout)
+    return out
+
+
+def test_token_review(server: Kubeconfigs) -> None:
+    token = (server.data / "token").read_text().strip()
+    good = token_review(server, {"token": token})
+    assert good["status"] == {
+        "authenticated": True,
+        "user": {"username": "admin", "groups": ["system:masters", "system:authenticated"]},
+        "audiences": ["https://kubernetes.default.svc.cluster.local"],
+    }
+    assert good["spec"] == {"token": token}  # kube answers with the review it was sent
+    bad = token_review(server, {"token": token + "x"})
+    assert bad["status"] == {"user": {}, "error": "invalid bearer token"}
+    # The server's token is valid for the server's audiences only.
+    other = token_review(server, {"token": token, "audiences": ["https://example.com"]})
+    assert other["status"] == {"user": {}, "error": "invalid bearer token"}
+    # Reviews are answers, not objects: nothing was stored.
+    p = server.kubectl(server.cert, "get", "tokenreviews", check=False)
+    assert p.returncode != 0

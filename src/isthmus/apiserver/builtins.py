@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from isthmus.apiserver import _builtin_schemas
+from isthmus.apiserver.registry.authentication import SelfSubjectReviewStrategy, TokenReviewStrategy
 from isthmus.apiserver.registry.authorization import (
     LocalSubjectAccessReviewStrategy,
     NotServedVirtualStrategy,
@@ -103,8 +104,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("admissionregistration.k8s.io", "validatingadmissionpolicies"): EmptyStatusStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
     ("apiextensions.k8s.io", "customresourcedefinitions"): CustomResourceDefinitionStrategy,
-    ("authentication.k8s.io", "tokenreviews"): NotServedVirtualStrategy,
-    ("authentication.k8s.io", "selfsubjectreviews"): NotServedVirtualStrategy,
+    ("authentication.k8s.io", "tokenreviews"): TokenReviewStrategy,
+    ("authentication.k8s.io", "selfsubjectreviews"): SelfSubjectReviewStrategy,
     ("authorization.k8s.io", "subjectaccessreviews"): SubjectAccessReviewStrategy,
     ("authorization.k8s.io", "localsubjectaccessreviews"): LocalSubjectAccessReviewStrategy,
     ("authorization.k8s.io", "selfsubjectaccessreviews"): SelfSubjectAccessReviewStrategy,

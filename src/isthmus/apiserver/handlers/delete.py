@@ -9,7 +9,7 @@ from aiohttp import web
 
 from isthmus.apiserver import errors
 from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.handlers.common import HandlerContext, decode, json_response, output, truthy
+from isthmus.apiserver.handlers.common import HandlerContext, decode, json_response, output, truthy, user_of
 from isthmus.apiserver.handlers.get import selection
 from isthmus.apiserver.handlers.scope import RequestScope
 
@@ -46,7 +46,8 @@ async def _delete_options(request: web.Request) -> Obj:
 async def delete_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
     assert scope.name is not None
     options = await _delete_options(scope.request)
-    out, _ = await ctx.store.delete(scope.info, scope.ns, scope.name, options, dry_run=scope.dry_run)
+    out, _ = await ctx.store.delete(scope.info, scope.ns, scope.name, options, dry_run=scope.dry_run,
+                                    user=user_of(scope.request).username)
     return json_response(output(scope.info, out))
 
 
@@ -60,7 +61,7 @@ async def delete_collection(ctx: HandlerContext, scope: RequestScope) -> web.Res
         m = o["metadata"]
         with contextlib.suppress(ApiError):
             deleted, _ = await ctx.store.delete(info, m.get("namespace", ""), m["name"], options,
-                                                dry_run=scope.dry_run)
+                                                dry_run=scope.dry_run, user=user_of(scope.request).username)
             out.append(output(info, deleted))
     return json_response({"kind": info.list_kind, "apiVersion": info.api_version,
                           "metadata": {"resourceVersion": str(ctx.storage.rv)}, "items": out})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from isthmus.apiserver import errors
-from isthmus.apiserver.registry.strategy import Cause, Strategy, clone
+from isthmus.apiserver.registry.strategy import Cause, Strategy, VirtualRequest, clone
 
 Obj = dict[str, Any]
 
@@ -42,7 +42,7 @@ class _AccessReviewStrategy(Strategy):
         assert isinstance(spec, dict)
         return _attributes_causes(spec)
 
-    def create_virtual(self, obj: Obj, user: str) -> Obj:
+    def create_virtual(self, obj: Obj, request: VirtualRequest) -> Obj:
         return _answer(obj, {"allowed": True})
 
 
@@ -78,7 +78,7 @@ class SelfSubjectAccessReviewStrategy(_AccessReviewStrategy):
 class SelfSubjectRulesReviewStrategy(Strategy):
     stored: ClassVar[bool] = False
 
-    def create_virtual(self, obj: Obj, user: str) -> Obj:
+    def create_virtual(self, obj: Obj, request: VirtualRequest) -> Obj:
         return _answer(obj, {
             "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
             "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],

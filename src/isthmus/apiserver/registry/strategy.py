@@ -18,11 +18,13 @@ marks it when deletion starts. Reads: `field_selectors`, `table_columns` and `ta
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
 import orjson
 
+from isthmus.apiserver.authentication import Authenticator, UserInfo
 from isthmus.apiserver.selectors import FieldGetter, field_path
 from isthmus.apiserver.table import Column, JSONPathPrinter
 
@@ -64,6 +66,14 @@ class ScaleStrategy:
         self.spec_replicas = spec_replicas
         self.status_replicas = status_replicas
         self.label_selector = label_selector
+
+
+@dataclass(frozen=True)
+class VirtualRequest:
+    """What a virtual type's create is answered from besides the body (kube's request context)."""
+
+    user: UserInfo  # who sent the request
+    authenticator: Authenticator  # the server's authenticator chain (TokenReview asks it)
 
 
 class Strategy:
@@ -121,7 +131,7 @@ class Strategy:
     def canonicalize(self, obj: Obj) -> None:
         """Last normalization before storing (after validation)."""
 
-    def create_virtual(self, obj: Obj, user: str) -> Obj:
+    def create_virtual(self, obj: Obj, request: VirtualRequest) -> Obj:
         """The answer to a create of a virtual type (`stored` False): the object with its status."""
         raise NotImplementedError
 
