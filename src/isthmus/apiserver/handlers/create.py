@@ -8,8 +8,9 @@ from aiohttp import web
 
 from isthmus.apiserver import errors
 from isthmus.apiserver.decoding import read_body_strict
-from isthmus.apiserver.handlers.common import HandlerContext, json_response, output
+from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
+from isthmus.apiserver.registry.strategy import VirtualRequest
 
 
 async def create_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
@@ -17,7 +18,8 @@ async def create_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respo
     if not scope.info.strategy.stored:
         return virtual_create(ctx, scope, body)
     warnings: list[str] = []
-    created = await ctx.store.create(scope.info, scope.ns, body, manager=scope.manager, dry_run=scope.dry_run,
+    created = await ctx.store.create(scope.info, scope.ns, body, manager=scope.manager,
+                                     user=user_of(scope.request).username, dry_run=scope.dry_run,
                                      field_validation=scope.field_validation, warnings=warnings, strict=strict)
     return json_response(output(scope.info, created), status=201, warnings=warnings)
 
@@ -32,7 +34,7 @@ def virtual_create(ctx: HandlerContext, scope: RequestScope, body: Any) -> web.R
     if causes:
         raise errors.invalid(info.group, info.kind, str(obj["metadata"].get("name") or ""), causes)
     try:
-        answer = info.strategy.create_virtual(obj, "system:admin")
+        answer = info.strategy.create_virtual(obj, VirtualRequest(user_of(scope.request), ctx.authenticator))
     except NotImplementedError:
         raise errors.method_not_supported(info.group, info.plural, "create") from None
     return json_response(answer, status=201)

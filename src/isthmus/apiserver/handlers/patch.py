@@ -14,7 +14,7 @@ from aiohttp import web
 
 from isthmus.apiserver import errors
 from isthmus.apiserver.decoding import StrictIssues, decode_strict, yaml_duplicate_lines
-from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, truthy
+from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, truthy, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
 from isthmus.apiserver.registry.store import clone
@@ -85,6 +85,7 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
         raise errors.unsupported_patch_type(info.builtin)
     out, created = await ctx.store.update(info, scope.ns, scope.name, build, subresource=scope.subresource,
                                           manager=scope.manager, dry_run=scope.dry_run,
+                                          user=user_of(scope.request).username,
                                           field_validation=scope.field_validation, warnings=warnings, apply=apply,
                                           force=force, strict=strict)
     return json_response(output(info, out), status=201 if created else 200, warnings=warnings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from isthmus.apiserver.decoding import read_body_strict
-from isthmus.apiserver.handlers.common import HandlerContext, json_response, output
+from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.registry.store import clone
 
@@ -15,6 +15,7 @@ async def update_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respo
     body, strict = await read_body_strict(scope.request, ctx.max_body_bytes, scope.field_validation)
     warnings: list[str] = []
     out, _ = await ctx.store.update(scope.info, scope.ns, scope.name, lambda live: clone(body),
+                                    user=user_of(scope.request).username,
                                     subresource=scope.subresource, manager=scope.manager, dry_run=scope.dry_run,
                                     field_validation=scope.field_validation, warnings=warnings, strict=strict)
     return json_response(output(scope.info, out), warnings=warnings)
