@@ -118,7 +118,9 @@ def resource_list(ctx: HandlerContext, group: str, version: str) -> web.Response
                                   "namespaced": info.namespaced, "kind": info.kind, "verbs": STATUS_VERBS})
         if not resources:
             raise not_found()
-        cached = orjson.dumps({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
-                               "resources": resources})
+        doc: Obj = {"kind": "APIResourceList", "groupVersion": gv, "resources": resources}
+        if group:  # kube's legacy /api/v1 list carries no apiVersion
+            doc["apiVersion"] = "v1"
+        cached = orjson.dumps(doc)
         ctx.resources.cache[gv] = cached
     return web.Response(body=cached, content_type="application/json")

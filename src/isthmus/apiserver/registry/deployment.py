@@ -6,7 +6,7 @@ from typing import Any
 
 from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
 from isthmus.apiserver.registry.pod import default_template
-from isthmus.apiserver.registry.strategy import Strategy
+from isthmus.apiserver.registry.strategy import ScaleStrategy, Strategy
 from isthmus.apiserver.table import (
     AGE_COLUMN,
     NAME_COLUMN,
@@ -84,8 +84,13 @@ COLUMNS: list[Column] = [
 
 
 class DeploymentStrategy(Strategy):
+    scale_strategy = ScaleStrategy("spec.replicas", "status.replicas", "spec.selector")
+
     def default(self, obj: Obj) -> None:
         default_deployment(obj)
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        return {}  # kube's PrepareForCreate: DeploymentStatus{}, every field omitempty
 
     def table_columns(self) -> list[Column]:
         return COLUMNS

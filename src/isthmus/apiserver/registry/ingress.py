@@ -66,6 +66,10 @@ INGRESS_CLASS_COLUMNS: list[Column] = [
 
 
 class IngressStrategy(Strategy):
+    def initial_status(self, obj: Obj) -> Obj | None:
+        # kube's PrepareForCreate resets status; IngressStatus.loadBalancer is a struct, always written.
+        return {"loadBalancer": {}}
+
     def table_columns(self) -> list[Column]:
         return INGRESS_COLUMNS
 

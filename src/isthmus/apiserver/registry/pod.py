@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
 from typing import Any
 
 from isthmus.apiserver.registry.defaulting import set_default
@@ -83,6 +85,90 @@ def default_pod_spec(spec: Obj) -> None:
                 set_default(vol[src], "defaultMode", 420)
         if not any(k for k in vol if k != "name"):
             vol["emptyDir"] = {}  # SetDefaults_Volume: a volume without a source is an emptyDir
+
+
+# ---------------------------------------------------------------- admission and status on create
+
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+DEFAULT_TOLERATION_SECONDS = 300
+
+
+def default_toleration_seconds(spec: Obj) -> None:
+    """kube's DefaultTolerationSeconds admission plugin (on by default): a new pod tolerates the
+    not-ready and unreachable NoExecute taints for 300 s unless it already tolerates them."""
+    tolerations = spec.get("tolerations")
+    tolerations = tolerations if isinstance(tolerations, list) else []
+
+    def tolerated(taint: str) -> bool:
+        return any(isinstance(t, dict) and t.get("key", "") in ("", taint) and t.get("effect", "") in ("", "NoExecute")
+                   for t in tolerations)
+
+    added = [{"key": taint, "operator": "Exists", "effect": "NoExecute",
+              "tolerationSeconds": DEFAULT_TOLERATION_SECONDS}
+             for taint in (NOT_READY_TAINT, UNREACHABLE_TAINT) if not tolerated(taint)]
+    if added:
+        spec["tolerations"] = [*tolerations, *added]
+
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal(10**3),
+            "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15),
+            "E": Decimal(10**18)}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))((?:[KMGTPE]i)|[numkMGTPE]?|[eE][+-]?\d+)$")
+
+
+def parse_quantity(q: Any) -> Decimal | None:
+    """A resource.Quantity's value ("100m", "1Gi", 0.5), None if it is not one."""
+    if isinstance(q, bool):
+        return None
+    if isinstance(q, (int, float)):
+        return Decimal(str(q))
+    m = _QUANTITY.match(str(q).strip()) if isinstance(q, str) else None
+    if m is None:
+        return None
+    number, suffix = Decimal(m.group(1)), m.group(2)
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number * _DECIMAL[suffix]
+    return number * Decimal(10) ** int(suffix[1:])
+
+
+_QOS_RESOURCES = ("cpu", "memory")
+
+
+def pod_qos(spec: Obj) -> str:
+    """kube's qos.GetPodQOS (pkg/apis/core/helper/qos): BestEffort, Burstable or Guaranteed, from the
+    cpu/memory requests and limits of the containers and init containers. Requests a container
+    leaves out default to its limits (SetDefaults_Pod runs before kube computes the class)."""
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
+    guaranteed = True
+    for c in [*dicts(spec.get("containers")), *dicts(spec.get("initContainers"))]:
+        res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+        assert isinstance(res, dict)
+        lim = res.get("limits") if isinstance(res.get("limits"), dict) else {}
+        req = res.get("requests") if isinstance(res.get("requests"), dict) else {}
+        assert isinstance(lim, dict) and isinstance(req, dict)
+        req = {**lim, **req}
+        for name in _QOS_RESOURCES:
+            value = parse_quantity(req.get(name))
+            if value is not None and value != 0:
+                requests[name] = requests.get(name, Decimal(0)) + value
+        found = set()
+        for name in _QOS_RESOURCES:
+            value = parse_quantity(lim.get(name))
+            if value is not None and value != 0:
+                found.add(name)
+                limits[name] = limits.get(name, Decimal(0)) + value
+        if found != set(_QOS_RESOURCES):
+            guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    if guaranteed and len(requests) == len(limits) and all(limits.get(n) == v for n, v in requests.items()):
+        return "Guaranteed"
+    return "Burstable"
 
 
 def default_pod(obj: Obj) -> None:
@@ -239,6 +325,16 @@ class PodStrategy(Strategy):
 
     def default(self, obj: Obj) -> None:
         default_pod(obj)
+
+    def prepare_for_create(self, obj: Obj) -> None:
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            default_toleration_seconds(spec)
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        # kube's podStrategy.PrepareForCreate: Pending, with the QoS class of its resources.
+        spec = obj.get("spec")
+        return {"phase": "Pending", "qosClass": pod_qos(spec if isinstance(spec, dict) else {})}
 
     def table_columns(self) -> list[Column]:
         return COLUMNS

@@ -103,6 +103,10 @@ class ServiceStrategy(Strategy):
     def default(self, obj: Obj) -> None:
         default_service(obj)
 
+    def initial_status(self, obj: Obj) -> Obj | None:
+        # kube's PrepareForCreate resets status; ServiceStatus.loadBalancer is a struct, always written.
+        return {"loadBalancer": {}}
+
     def table_columns(self) -> list[Column]:
         return COLUMNS
 

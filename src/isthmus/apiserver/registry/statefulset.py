@@ -6,7 +6,7 @@ from typing import Any
 
 from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
 from isthmus.apiserver.registry.pod import default_template
-from isthmus.apiserver.registry.strategy import Strategy
+from isthmus.apiserver.registry.strategy import ScaleStrategy, Strategy
 from isthmus.apiserver.table import (
     AGE_COLUMN,
     NAME_COLUMN,
@@ -56,8 +56,14 @@ COLUMNS: list[Column] = [
 
 
 class StatefulSetStrategy(Strategy):
+    scale_strategy = ScaleStrategy("spec.replicas", "status.replicas", "spec.selector")
+
     def default(self, obj: Obj) -> None:
         default_statefulset(obj)
+
+    def initial_status(self, obj: Obj) -> Obj | None:
+        # kube's PrepareForCreate: StatefulSetStatus{}; replicas and availableReplicas have no omitempty.
+        return {"replicas": 0, "availableReplicas": 0}
 
     def table_columns(self) -> list[Column]:
         return COLUMNS

@@ -67,6 +67,52 @@ class ScaleStrategy:
         self.status_replicas = status_replicas
         self.label_selector = label_selector
 
+    @staticmethod
+    def _get(obj: Any, path: str) -> Any:
+        for key in path.split("."):
+            if not isinstance(obj, dict):
+                return None
+            obj = obj.get(key)
+        return obj
+
+    def replicas(self, obj: Obj) -> int:
+        value = self._get(obj, self.spec_replicas)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    def status_replicas_of(self, obj: Obj) -> int:
+        value = self._get(obj, self.status_replicas)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    def set_replicas(self, obj: Obj, replicas: int) -> None:
+        *parents, last = self.spec_replicas.split(".")
+        for key in parents:
+            child = obj.get(key)
+            if not isinstance(child, dict):
+                child = obj[key] = {}
+            obj = child
+        obj[last] = replicas
+
+    def selector(self, obj: Obj) -> str:
+        """The Scale's status.selector: the label selector as a string (metav1.LabelSelector, as
+        LabelSelectorAsSelector(...).String() prints it; a plain map as SelectorFromSet does)."""
+        if self.label_selector is None:
+            return ""
+        sel = self._get(obj, self.label_selector)
+        if not isinstance(sel, dict):
+            return ""
+        if not ({"matchLabels", "matchExpressions"} & sel.keys()) and all(isinstance(v, str) for v in sel.values()):
+            return ",".join(f"{k}={v}" for k, v in sorted(sel.items()))  # a map (ReplicationController)
+        reqs: list[tuple[str, str]] = [(k, f"{k}={v}") for k, v in (sel.get("matchLabels") or {}).items()]
+        for r in sel.get("matchExpressions") or []:
+            if not isinstance(r, dict):
+                continue
+            key, op, values = str(r.get("key", "")), r.get("operator"), sorted(set(r.get("values") or []))
+            text = {"In": f"{key} in ({','.join(values)})", "NotIn": f"{key} notin ({','.join(values)})",
+                    "Exists": key, "DoesNotExist": f"!{key}"}.get(str(op))
+            if text is not None:
+                reqs.append((key, text))
+        return ",".join(text for _, text in sorted(reqs, key=lambda r: r[0]))
+
 
 @dataclass(frozen=True)
 class VirtualRequest:

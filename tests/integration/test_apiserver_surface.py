@@ -1,0 +1,463 @@
+"""The API surface of a kube-apiserver v1.32, type by type: discovery, verbs, statuses, scale.
+
+Against a real `isthmus apiserver` process (TLS, bearer token), with kubectl v1.32 and lightkube:
+- the discovery documents and `kubectl api-resources` equal kube v1.32's (the reference data in
+  src/isthmus/apiserver/data and tests/reference);
+- every creatable type goes through create/get/list/watch/update/patch (json, merge, strategic,
+  apply)/delete with lightkube, and create/get/apply --server-side/patch/delete with kubectl;
+- new objects get the status kube gives them at once, Pods kube's QoS class and default
+  tolerations; the scale subresource works with `kubectl scale`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.types import PatchType
+
+from tests.reference.fake_discovery import REFERENCE_API_RESOURCES, load_discovery
+from tests.reference.manifests_v1_32 import MANIFESTS, manifest
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+
+Obj = dict[str, Any]
+REFERENCE = load_discovery()["documents"]
+NS = "conf"
+
+
+class Response:
+    def __init__(self, status_code: int, body: bytes) -> None:
+        self.status_code = status_code
+        self.text = body.decode()
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+class Http:
+    """Raw requests with the server's CA and token (what kubectl and lightkube hide)."""
+
+    def __init__(self, url: str, ctx: ssl.SSLContext, token: str) -> None:
+        self.url, self.ctx, self.token = url, ctx, token
+
+    def request(self, method: str, path: str, body: Any = None, ctype: str = "application/json") -> Response:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {self.token}", "Content-Type": ctype})
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as r:
+                return Response(r.status, r.read())
+        except urllib.error.HTTPError as e:
+            return Response(e.code, e.read())
+
+    def get(self, path: str) -> Response:
+        return self.request("GET", path)
+
+    def delete(self, path: str) -> Response:
+        return self.request("DELETE", path)
+
+    def post(self, path: str, json: Any) -> Response:
+        return self.request("POST", path, json)
+
+    def put(self, path: str, json: Any) -> Response:
+        return self.request("PUT", path, json)
+
+    def patch(self, path: str, json: Any, ctype: str = "application/merge-patch+json") -> Response:
+        return self.request("PATCH", path, json, ctype)
+
+
+class Server:
+    """An `isthmus apiserver` process, with kubectl and lightkube pointed at it."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "isthmus", "apiserver", "--port", "0", "--data-dir", str(data), "--tls",
+             "--token-file", str(data / "token")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        url = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if "listening on" in line:
+                url = line.strip().split()[-1]
+                break
+        assert url, self.proc.stderr.read() if self.proc.stderr else ""
+        self.url = url
+        self.kubeconfig = data / "kubeconfig"
+        while not self.kubeconfig.exists():
+            time.sleep(0.05)
+        cfg = yaml.safe_load(self.kubeconfig.read_text())
+        token = cfg["users"][0]["user"]["token"]
+        ca = Path(tempfile.mkstemp(dir=data, suffix=".crt")[1])
+        import base64
+
+        ca.write_bytes(base64.b64decode(cfg["clusters"][0]["cluster"]["certificate-authority-data"]))
+        self.http = Http(url, ssl.create_default_context(cafile=str(ca)), token)
+        self.client = Client(config=KubeConfig.from_file(str(self.kubeconfig)), field_manager="conformance")
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run(["kubectl", f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.data / 'cache'}",
+                            *args], input=stdin, capture_output=True, text=True, timeout=60)
+        if check and p.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        return p
+
+    def get(self, path: str) -> Any:
+        r = self.http.get(path)
+        assert r.status_code == 200, (path, r.status_code, r.text)
+        return r.json()
+
+    def stop(self) -> None:
+        self.client._client._client.close()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+def _server(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Server]:
+    srv = Server(tmp_path_factory.mktemp(name))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def fresh() -> Iterator[Server]:
+    """A server nothing is created in: its discovery must be kube's, to the byte."""
+    with tempfile.TemporaryDirectory() as d:
+        srv = Server(Path(d))
+        try:
+            yield srv
+        finally:
+            srv.stop()
+
+
+@pytest.fixture(scope="module")
+def walk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server with namespace `conf`, for the lightkube walk and the status tests."""
+    for srv in _server(tmp_path_factory, "walk"):
+        srv.kubectl("create", "namespace", NS)
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def kubectl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    for srv in _server(tmp_path_factory, "kubectl"):
+        srv.kubectl("create", "namespace", NS)
+        yield srv
+
+
+# ---------------------------------------------------------------- discovery
+
+
+def test_every_resource_list_is_kubes(fresh: Server) -> None:
+    """/api/v1 and every /apis/<group>/<version>: names, kinds, scope, verbs, short names,
+    categories, subresources and storageVersionHash, in kube's order."""
+    lists = [p for p, doc in REFERENCE.items() if doc.get("kind") == "APIResourceList"]
+    assert len(lists) == 21
+    for path in lists:
+        assert fresh.get(path) == REFERENCE[path], path
+
+
+def test_groups_and_preferred_versions_are_kubes(fresh: Server) -> None:
+    assert fresh.get("/apis") == REFERENCE["/apis"]
+    for path, doc in REFERENCE.items():
+        if doc.get("kind") == "APIGroup":
+            assert fresh.get(path) == doc, path
+    assert fresh.get("/api")["versions"] == ["v1"]
+    assert fresh.get("/apis/autoscaling")["preferredVersion"]["version"] == "v2"
+
+
+def test_kubectl_api_resources_prints_kubes_table(fresh: Server) -> None:
+    out = fresh.kubectl("api-resources").stdout
+    assert out == REFERENCE_API_RESOURCES.read_text()
+
+
+def test_verbs_a_type_does_not_serve_are_refused_as_kube_does(fresh: Server) -> None:
+    # namespaces have no deletecollection; tokenreviews are create-only; componentstatuses read-only
+    r = fresh.http.delete("/api/v1/namespaces")
+    assert r.status_code == 405 and r.json()["reason"] == "MethodNotAllowed"
+    assert fresh.http.get("/apis/authentication.k8s.io/v1/tokenreviews").status_code == 405
+    assert fresh.http.get("/apis/authorization.k8s.io/v1/subjectaccessreviews/x").status_code == 404
+    r = fresh.http.post("/api/v1/componentstatuses", json={"apiVersion": "v1", "kind": "ComponentStatus",
+                                                           "metadata": {"name": "x"}})
+    assert r.status_code == 405
+    assert fresh.get("/api/v1/componentstatuses")["kind"] == "ComponentStatusList"
+
+
+def test_authorization_reviews_allow_everything(fresh: Server) -> None:
+    """This server authorizes every authenticated request: its reviews say so, as AlwaysAllow would."""
+    ssar = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": "delete", "resource": "pods", "namespace": "default"}}}
+    r = fresh.http.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json=ssar)
+    assert r.status_code == 201, r.text
+    assert r.json()["status"] == {"allowed": True} and r.json()["spec"] == ssar["spec"]
+    out = fresh.kubectl("create", "-o", "json", "-f", "-", stdin=json.dumps(
+        {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+         "spec": {"user": "jane", "nonResourceAttributes": {"path": "/healthz", "verb": "get"}}})).stdout
+    assert json.loads(out)["status"]["allowed"] is True
+    r = fresh.http.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", json={
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {"user": "jane"}})
+    assert r.status_code == 422 and r.json()["details"]["causes"][0]["field"] == "spec.resourceAttributes"
+    r = fresh.http.post("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", json={
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": "default"}})
+    assert r.status_code == 201 and r.json()["status"]["resourceRules"][0]["verbs"] == ["*"]
+    # nothing was stored
+    assert fresh.http.get("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews").status_code == 405
+
+
+def test_create_of_bindings_is_refused_clearly(fresh: Server) -> None:
+    r = fresh.http.post("/api/v1/namespaces/default/bindings", json={
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n"}})
+    assert r.status_code == 405 and "create is not supported" in r.json()["message"]
+
+
+# ---------------------------------------------------------------- the walk, with lightkube
+
+
+@functools.cache  # lightkube registers one class per kind: make each once
+def _resource(group_version: str, plural: str) -> Any:
+    group, _, version = group_version.rpartition("/")
+    doc = REFERENCE[f"/apis/{group_version}" if group else f"/api/{group_version}"]
+    entry = next(r for r in doc["resources"] if r["name"] == plural)
+    make = create_namespaced_resource if entry["namespaced"] else create_global_resource
+    return make(group, version, entry["kind"], plural), entry["namespaced"]
+
+
+def _has_status(group_version: str, plural: str) -> bool:
+    group = group_version.rpartition("/")[0]
+    doc = REFERENCE[f"/apis/{group_version}" if group else f"/api/{group_version}"]
+    return any(r["name"] == f"{plural}/status" for r in doc["resources"])
+
+
+def test_every_creatable_type_has_a_manifest() -> None:
+    """The walk covers every stored type kube serves: all with a create verb but the virtual ones."""
+    virtual = {"bindings", "tokenreviews", "selfsubjectreviews", "subjectaccessreviews",
+               "localsubjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews"}
+    creatable = {(doc["groupVersion"], r["name"]) for doc in REFERENCE.values() if doc.get("kind") == "APIResourceList"
+                 for r in doc["resources"] if "/" not in r["name"] and "create" in r["verbs"]
+                 and r["name"] not in virtual}
+    assert set(MANIFESTS) == creatable
+
+
+@pytest.mark.parametrize("key", sorted(MANIFESTS), ids=lambda k: f"{k[0]}:{k[1]}")
+def test_lightkube_walk(walk: Server, key: tuple[str, str]) -> None:
+    gv, plural = key
+    res, namespaced = _resource(gv, plural)
+    ns = NS if namespaced else None
+    body = manifest(gv, plural, ns)
+    name = body["metadata"]["name"]
+    c = walk.client
+
+    created = c.create(res(body))
+    assert created["metadata"]["uid"] and created["apiVersion"] == gv and created["kind"] == body["kind"]
+    got = c.get(res, name, namespace=ns)
+    assert got["metadata"]["uid"] == created["metadata"]["uid"]
+    assert name in [o["metadata"]["name"] for o in c.list(res, namespace=ns)]
+
+    events = c.watch(res, namespace=ns, fields={"metadata.name": name})
+    kind, obj = next(iter(events))
+    assert (kind, obj["metadata"]["name"]) == ("ADDED", name)
+    events.close()  # type: ignore[attr-defined]
+
+    got["metadata"]["labels"] = {"update": "1"}
+    updated = c.replace(got)
+    assert int(updated["metadata"]["resourceVersion"]) > int(got["metadata"]["resourceVersion"])
+    c.patch(res, name, [{"op": "add", "path": "/metadata/annotations", "value": {"json": "1"}}], namespace=ns,
+            patch_type=PatchType.JSON)
+    c.patch(res, name, {"metadata": {"labels": {"merge": "1"}}}, namespace=ns, patch_type=PatchType.MERGE)
+    c.patch(res, name, {"metadata": {"labels": {"strategic": "1"}}}, namespace=ns, patch_type=PatchType.STRATEGIC)
+    applied = manifest(gv, plural, ns)
+    applied["metadata"]["labels"] = {"apply": "1"}
+    out = c.apply(res(applied), force=True)
+    assert {"update": "1", "merge": "1", "strategic": "1", "apply": "1"}.items() <= out["metadata"]["labels"].items()
+    assert out["metadata"]["annotations"] == {"json": "1"}
+    assert any(e["manager"] == "conformance" and e["operation"] == "Apply" for e in out["metadata"]["managedFields"])
+
+    if _has_status(gv, plural):
+        # status is a subresource: a write of the main resource keeps it
+        spec_write = c.patch(res, name, {"status": {"bogus": "x"}, "metadata": {"labels": {"s": "1"}}},
+                             namespace=ns, patch_type=PatchType.MERGE)
+        assert spec_write.get("status") == out.get("status")
+
+    c.delete(res, name, namespace=ns)
+    try:
+        left = c.get(res, name, namespace=ns)
+    except ApiError as e:
+        assert e.status.code == 404
+    else:  # held by a finalizer (namespaces, CRDs) until its controller lets it go
+        assert left["metadata"]["deletionTimestamp"]
+
+
+# ---------------------------------------------------------------- the walk, with kubectl
+
+
+def test_kubectl_walk(kubectl_server: Server, tmp_path: Path) -> None:
+    """create, get, apply --server-side, patch and delete of every type, each step one kubectl call."""
+    k = kubectl_server
+    docs = []
+    for gv, plural in sorted(MANIFESTS):
+        _, namespaced = _resource(gv, plural)
+        docs.append(manifest(gv, plural, NS if namespaced else None))
+    f = tmp_path / "all.yaml"
+    f.write_text(yaml.safe_dump_all(docs))
+    n = len(docs)
+
+    created = k.kubectl("create", "-f", str(f)).stdout.splitlines()
+    assert len(created) == n and all(line.endswith(" created") for line in created)
+    k.kubectl("get", "-f", str(f))  # as Tables
+    names = k.kubectl("get", "-f", str(f), "-o", "name").stdout.splitlines()
+    assert [n.split("/", 1)[1] for n in names] == [d["metadata"]["name"] for d in docs]
+    items = json.loads(k.kubectl("get", "-f", str(f), "-o", "json").stdout)["items"]
+    assert [(i["kind"], i["metadata"]["name"]) for i in items] == [(d["kind"], d["metadata"]["name"]) for d in docs]
+
+    for d in docs:
+        d["metadata"]["labels"] = {"applied": "yes"}
+    f.write_text(yaml.safe_dump_all(docs))
+    applied = k.kubectl("apply", "--server-side", "-f", str(f)).stdout.splitlines()
+    assert len(applied) == n and all(line.endswith(" serverside-applied") for line in applied)
+    patched = k.kubectl("patch", "-f", str(f), "--type=merge", "-p", '{"metadata":{"labels":{"patched":"yes"}}}')
+    assert len(patched.stdout.splitlines()) == n
+    k.kubectl("patch", "-f", str(f), "-p", '{"metadata":{"annotations":{"strategic":"yes"}}}')
+    items = json.loads(k.kubectl("get", "-f", str(f), "-o", "json", "--show-managed-fields").stdout)["items"]
+    for i in items:
+        assert {"applied": "yes", "patched": "yes"}.items() <= i["metadata"]["labels"].items(), i["kind"]
+        assert i["metadata"]["annotations"]["strategic"] == "yes"
+        assert any(m["manager"] == "kubectl" and m["operation"] == "Apply" for m in i["metadata"]["managedFields"])
+
+    deleted = k.kubectl("delete", "-f", str(f), "--wait=false").stdout.splitlines()
+    assert len(deleted) == n and all(line.endswith(" deleted") for line in deleted)
+    left = k.kubectl("get", "-f", str(f), "--ignore-not-found", "-o", "json").stdout
+    for i in json.loads(left)["items"] if left.strip() else []:
+        assert i["metadata"].get("deletionTimestamp"), i["kind"]  # held by a finalizer
+
+
+# ---------------------------------------------------------------- statuses and defaults kube gives at once
+
+
+def _pod(name: str, resources: list[Obj | None], tolerations: list[Obj] | None = None) -> Obj:
+    containers = [{"name": f"c{i}", "image": "busybox", **({"resources": r} if r else {})}
+                  for i, r in enumerate(resources)]
+    spec: Obj = {"containers": containers}
+    if tolerations is not None:
+        spec["tolerations"] = tolerations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+
+def _create(srv: Server, path: str, body: Obj) -> Obj:
+    r = srv.http.post(path, json=body)
+    assert r.status_code == 201, r.text
+    out: Obj = r.json()
+    return out
+
+
+@pytest.mark.parametrize(("resources", "qos"), [
+    ([None], "BestEffort"),
+    ([{"requests": {"cpu": "100m"}}], "Burstable"),
+    ([{"limits": {"cpu": "1", "memory": "1Gi"}}, None], "Burstable"),
+    ([{"limits": {"cpu": "1", "memory": "1Gi"}}], "Guaranteed"),
+    ([{"limits": {"cpu": "500m", "memory": "128Mi"}, "requests": {"cpu": "0.5", "memory": "128Mi"}},
+      {"limits": {"cpu": 1, "memory": "1Gi"}}], "Guaranteed"),
+    ([{"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m"}}], "Burstable"),
+], ids=["besteffort", "requests-only", "one-container-without", "limits-only", "two-equal", "requests-below"])
+def test_new_pod_is_pending_with_its_qos_class(walk: Server, resources: list[Obj | None], qos: str) -> None:
+    name = f"qos-{qos.lower()}-{len(resources)}-{abs(hash(json.dumps(resources))) % 10000}"
+    pod = _create(walk, f"/api/v1/namespaces/{NS}/pods", _pod(name, resources))
+    assert pod["status"] == {"phase": "Pending", "qosClass": qos}
+    assert walk.get(f"/api/v1/namespaces/{NS}/pods/{name}")["status"] == pod["status"]
+
+
+def test_new_pod_tolerates_not_ready_and_unreachable_for_300s(walk: Server) -> None:
+    pod = _create(walk, f"/api/v1/namespaces/{NS}/pods", _pod("tolerations", [None]))
+    assert pod["spec"]["tolerations"] == [
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 300},
+    ]
+    # a pod that already tolerates one of them (here: every NoExecute taint) keeps its own
+    own = {"operator": "Exists", "effect": "NoExecute"}
+    pod = _create(walk, f"/api/v1/namespaces/{NS}/pods", _pod("own-tolerations", [None], [own]))
+    assert pod["spec"]["tolerations"] == [own]
+    own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+           "tolerationSeconds": 10}
+    pod = _create(walk, f"/api/v1/namespaces/{NS}/pods", _pod("own-unreachable", [None], [own]))
+    assert pod["spec"]["tolerations"] == [own, {"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                                                "effect": "NoExecute", "tolerationSeconds": 300}]
+
+
+@pytest.mark.parametrize(("gv", "plural", "status"), [
+    ("v1", "services", {"loadBalancer": {}}),
+    ("v1", "namespaces", {"phase": "Active"}),
+    ("v1", "persistentvolumeclaims", {"phase": "Pending"}),
+    ("v1", "persistentvolumes", {"phase": "Pending"}),
+    ("v1", "replicationcontrollers", {"replicas": 0}),
+    ("apps/v1", "deployments", {}),
+    ("apps/v1", "replicasets", {"replicas": 0}),
+    ("apps/v1", "statefulsets", {"replicas": 0, "availableReplicas": 0}),
+    ("apps/v1", "daemonsets", {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                               "numberReady": 0}),
+    ("batch/v1", "jobs", {}),
+    ("batch/v1", "cronjobs", {}),
+    ("certificates.k8s.io/v1", "certificatesigningrequests", {}),
+    ("networking.k8s.io/v1", "ingresses", {"loadBalancer": {}}),
+    ("policy/v1", "poddisruptionbudgets", {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
+                                           "expectedPods": 0}),
+    ("autoscaling/v2", "horizontalpodautoscalers", {"desiredReplicas": 0}),
+    ("autoscaling/v1", "horizontalpodautoscalers", {"currentReplicas": 0, "desiredReplicas": 0}),
+])
+def test_new_object_has_kubes_initial_status(walk: Server, gv: str, plural: str, status: Obj) -> None:
+    _, namespaced = _resource(gv, plural)
+    body = manifest(gv, plural, NS if namespaced else None)
+    body["metadata"]["name"] = "initial-" + body["metadata"]["name"]
+    if plural == "namespaces":
+        body["metadata"]["name"] = "initial-ns"
+    body["status"] = {"sneaked": "in"}  # status is the status subresource's: a create cannot set it
+    base = f"/apis/{gv}" if "/" in gv else f"/api/{gv}"
+    path = f"{base}/namespaces/{NS}/{plural}" if namespaced else f"{base}/{plural}"
+    created = _create(walk, path, body)
+    assert created["status"] == status
+    assert walk.get(f"{path}/{body['metadata']['name']}")["status"] == status
+
+
+def test_a_new_node_keeps_the_status_it_is_created_with(walk: Server) -> None:
+    """kube's Nodes (unlike other kinds) take status on create: a kubelet registers with it."""
+    node = _create(walk, "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "initial-node"},
+                                           "status": {"capacity": {"pods": "110"}}})
+    assert node["status"]["capacity"] == {"pods": "110"}
+    assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 0}}
+
+
+def test_deployment_status_is_kept_by_spec_writes(walk: Server) -> None:
+    body = manifest("apps/v1", "deployments", NS)
+    body["metadata"]["name"] = "status-kept"
+    path = f"/apis/apps/v1/namespaces/{NS}/deployments/status-kept"
+    _create(walk, f"/apis/apps/v1/namespaces/{NS}/deployments", body)
+    r = walk.http.patch(f"{path}/status", json={"status": {"replicas": 1, "readyReplicas": 1}})
+    assert r.status_code == 200 and r.json()["spec"]["replicas"] == 1
+    r = walk.http.patch(path, json={"spec": {"replicas": 2}, "status": {"replicas": 9}})
+    assert r.json()["status"] == {"replicas": 1, "readyReplicas": 1} and r.json()["spec"]["replicas"] == 2
