@@ -360,8 +360,9 @@ async def test_echo_deployment_serves_and_scales(lite: Lite) -> None:
         )
         assert p["spec"]["nodeName"] == "c1-node"
         assert meta["name"].startswith(f"echo-{meta['labels']['pod-template-hash']}-")
-        owner = meta["ownerReferences"][0]
-        assert owner["kind"] == "Deployment" and owner["controller"] is True
+        owner = meta["ownerReferences"][0]  # Deployment → ReplicaSet → Pod, as in kube
+        assert owner["kind"] == "ReplicaSet" and owner["controller"] is True
+        assert owner["name"] == f"echo-{meta['labels']['pod-template-hash']}"
         answers = await http_twice(st["podIP"], 8080)
         first, second, local = answers
         assert first["pod"] == meta["name"] and first["namespace"] == NS and first["cluster"] == "c1"

@@ -7,10 +7,16 @@ from typing import Any
 from isthmus.local.kubelite.pods import container_ports, desired_pod_status, is_echo, status_up_to_date
 from isthmus.local.kubelite.workloads import (
     Expectations,
-    deployment_plan,
     deployment_status,
+    equal_ignore_hash,
+    find_new_replicaset,
     max_unavailable,
+    new_replicaset,
     pod_from_template,
+    replicaset_plan,
+    replicaset_status,
+    revision_of,
+    rollout_scales,
     statefulset_plan,
     statefulset_status,
     template_hash,
@@ -74,49 +80,115 @@ def test_pod_from_template() -> None:
     assert "hostname" not in TEMPLATE["spec"]  # the template is not mutated
 
 
-def test_deployment_scale_up_and_down() -> None:
-    h = template_hash(TEMPLATE)
-    plan = deployment_plan(deploy(3), [pod("a", labels={"pod-template-hash": h})], h)
+def rs(
+    name: str, replicas: int, revision: int, *, available: int = 0, total: int | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "generation": 1,
+            "annotations": {"deployment.kubernetes.io/revision": str(revision)},
+            "labels": {"pod-template-hash": name.rsplit("-", 1)[1]},
+            "creationTimestamp": f"T{revision}",
+        },
+        "spec": {"replicas": replicas, "template": TEMPLATE},
+        "status": {
+            "observedGeneration": 1,
+            "replicas": replicas if total is None else total,
+            "readyReplicas": available,
+            "availableReplicas": available,
+        },
+    }
+
+
+def test_replicaset_scale_up_and_down() -> None:
+    plan = replicaset_plan(rs("w-h", 3, 1), [pod("a")])
     assert len(plan.create) == 2 and all(
-        n.startswith(f"w-{h}-") and len(n) == len(f"w-{h}-") + 5 for n in plan.create
+        n.startswith("w-h-") and len(n) == len("w-h-") + 5 for n in plan.create
     )
     assert len(set(plan.create)) == 2 and not plan.delete
-    pods = [pod(n, labels={"pod-template-hash": h}, ready=n != "b") for n in "abc"]
-    plan = deployment_plan(deploy(1), pods, h)
+    pods = [pod(n, ready=n != "b") for n in "abc"]
+    plan = replicaset_plan(rs("w-h", 1, 1), pods)
     assert not plan.create and len(plan.delete) == 2 and "b" in plan.delete  # not-ready goes first
+    st = replicaset_status(rs("w-h", 3, 1), pods)
+    assert st == {
+        "observedGeneration": 1,
+        "replicas": 3,
+        "fullyLabeledReplicas": 3,
+        "readyReplicas": 2,
+        "availableReplicas": 2,
+    }
 
 
-def test_deployment_rollout_deletes_old_as_new_become_ready() -> None:
+def test_new_replicaset_for_a_template() -> None:
     h = template_hash(TEMPLATE)
-    old = [pod(n, labels={"pod-template-hash": "old"}) for n in ("o1", "o2")]
-    plan = deployment_plan(deploy(2), old, h)
-    assert len(plan.create) == 2 and not plan.delete  # new first, old keep serving
-    new = [
-        pod("n1", labels={"pod-template-hash": h}),
-        pod("n2", labels={"pod-template-hash": h}, ready=False),
-    ]
-    plan = deployment_plan(deploy(2), old + new, h)
-    assert not plan.create and len(plan.delete) == 1
-    recreate = deployment_plan(deploy(2, strategy={"type": "Recreate"}), old, h)
-    assert sorted(recreate.delete) == ["o1", "o2"] and not recreate.create
+    body = new_replicaset(
+        {**deploy(3), "spec": {**deploy(3)["spec"], "selector": {"matchLabels": {"app": "w"}}}}, h, 4, 3
+    )
+    meta = body["metadata"]
+    assert meta["name"] == f"w-{h}" and meta["labels"] == {"app": "w", "pod-template-hash": h}
+    assert meta["annotations"]["deployment.kubernetes.io/revision"] == "4" and revision_of(body) == 4
+    assert (
+        meta["ownerReferences"][0]["kind"] == "Deployment" and meta["ownerReferences"][0]["uid"] == "dep-uid"
+    )
+    assert body["spec"]["selector"] == {"matchLabels": {"app": "w", "pod-template-hash": h}}
+    assert body["spec"]["template"]["metadata"]["labels"]["pod-template-hash"] == h
+    assert "pod-template-hash" not in TEMPLATE["metadata"]["labels"]  # not mutated
+
+
+def test_undo_finds_the_old_replicaset_by_template() -> None:
+    """kubectl rollout undo copies an old ReplicaSet's template back, with `resources: {}` added:
+    the same template to Go, so the same ReplicaSet."""
+    old = rs("w-old", 0, 1)
+    old["spec"]["template"] = {
+        "metadata": {"labels": {"app": "w", "pod-template-hash": "old"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
+    undone = {
+        "metadata": {"labels": {"app": "w"}},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {}}]},
+    }
+    assert equal_ignore_hash(old["spec"]["template"], undone)
+    d = {**deploy(2), "spec": {**deploy(2)["spec"], "template": undone}}
+    assert find_new_replicaset(d, [old, rs("w-new", 2, 2)], "other") == old
+    other = rs("w-x", 2, 2)
+    other["spec"]["template"] = {"spec": {"containers": [{"name": "c", "image": "other"}]}}
+    assert find_new_replicaset(deploy(2), [other], "nope") is None
+
+
+def test_rolling_update_scales_old_down_as_new_become_available() -> None:
+    new, old, older = rs("w-n", 0, 3, total=0), rs("w-o", 2, 2, available=2), rs("w-p", 1, 1, available=1)
+    assert rollout_scales(deploy(2), new, [older, old]) == {"w-n": 2, "w-o": 2, "w-p": 0}
+    new = rs("w-n", 2, 3, available=1, total=2)
+    assert rollout_scales(deploy(2), new, [old]) == {"w-n": 2, "w-o": 1}
+    new = rs("w-n", 2, 3, available=2, total=2)
+    assert rollout_scales(deploy(2), new, [old]) == {"w-n": 2, "w-o": 0}
+    recreate = deploy(2, strategy={"type": "Recreate"})
+    assert rollout_scales(recreate, rs("w-n", 0, 3, total=0), [old]) == {"w-n": 0, "w-o": 0}
+    gone = rs("w-o", 0, 2, total=0)
+    assert rollout_scales(recreate, rs("w-n", 0, 3, total=0), [gone]) == {"w-n": 2, "w-o": 0}
 
 
 def test_deployment_status_and_conditions() -> None:
-    h = template_hash(TEMPLATE)
-    pods = [pod("a", labels={"pod-template-hash": h}), pod("b", labels={"pod-template-hash": h}, ready=False)]
-    st = deployment_status(deploy(2), pods, h, "T1")
-    assert st["observedGeneration"] == 2 and st["replicas"] == 2 and st["updatedReplicas"] == 2
-    assert st["readyReplicas"] == st["availableReplicas"] == 1 and st["unavailableReplicas"] == 1
+    new = rs("w-n", 2, 2, available=1, total=2)
+    old = rs("w-o", 1, 1, available=1)
+    st = deployment_status(deploy(2), new, [new, old], "T1")
+    assert st["observedGeneration"] == 2 and st["replicas"] == 3 and st["updatedReplicas"] == 2
+    assert st["readyReplicas"] == st["availableReplicas"] == 2 and st["unavailableReplicas"] == 0
     conds = {c["type"]: c for c in st["conditions"]}
-    assert conds["Available"]["status"] == "False" and conds["Progressing"]["reason"] == "ReplicaSetUpdated"
-    pods[1] = pod("b", labels={"pod-template-hash": h})
-    st2 = deployment_status({**deploy(2), "status": st}, pods, h, "T2")
+    assert conds["Available"]["status"] == "True" and conds["Progressing"]["reason"] == "ReplicaSetUpdated"
+    assert conds["Progressing"]["message"] == 'ReplicaSet "w-n" is progressing.'
+    new = rs("w-n", 2, 2, available=2, total=2)
+    old = rs("w-o", 0, 1, total=0)
+    st2 = deployment_status({**deploy(2), "status": st}, new, [new, old], "T2")
     conds2 = {c["type"]: c for c in st2["conditions"]}
-    assert conds2["Available"]["status"] == "True" and conds2["Available"]["lastTransitionTime"] == "T2"
     assert conds2["Progressing"]["reason"] == "NewReplicaSetAvailable"
     assert conds2["Progressing"]["lastTransitionTime"] == "T1"  # still True: transition time kept
-    st3 = deployment_status({**deploy(2), "status": st2}, pods, h, "T3")
+    assert conds2["Available"]["lastTransitionTime"] == "T1"
+    st3 = deployment_status({**deploy(2), "status": st2}, new, [new, old], "T3")
     assert st3 == st2  # nothing changed: identical (no write)
+    low = deployment_status(deploy(4), rs("w-n", 4, 1, available=1, total=4), [], "T")
+    assert {c["type"]: c["status"] for c in low["conditions"]}["Available"] == "False"
 
 
 def test_max_unavailable() -> None:

@@ -1,8 +1,9 @@
 """kube-lite: the parts of Kubernetes our controllers read, for a cluster that is only an apiserver.
 
 A real cluster's kube-apiserver allocates ClusterIPs and NodePorts, kube-controller-manager
-turns Deployments/StatefulSets into Pods and Pods into EndpointSlices, and kubelets run the
-Pods. kube-lite does the same, level-triggered over informer caches, so that Isthmus runs on
+turns Deployments (through ReplicaSets) and StatefulSets into Pods and Pods into EndpointSlices
+and Endpoints, and kubelets register their Node, run the Pods and serve their logs. kube-lite
+does the same, level-triggered over informer caches, so that Isthmus runs on
 an embedded apiserver exactly as on a real cluster (docs/local.md). Pods annotated ``isthmus.io/workload: echo`` get real echo servers on their pod IP.
 
 Everything is rebuilt from the API objects when kube-lite starts: it keeps no state of its own.

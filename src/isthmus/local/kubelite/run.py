@@ -13,11 +13,12 @@ import logging
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import Deployment, StatefulSet
-from lightkube.resources.core_v1 import Pod, Service
+from lightkube.resources.apps_v1 import Deployment, ReplicaSet, StatefulSet
+from lightkube.resources.core_v1 import Endpoints, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.local.kubelite import COMPONENT
+from isthmus.local.kubelite.endpoints import EndpointsController
 from isthmus.local.kubelite.endpointslices import EndpointSliceController
 from isthmus.local.kubelite.ipam import parse_cidr
 from isthmus.local.kubelite.kubelet import KubeletServer
@@ -25,7 +26,7 @@ from isthmus.local.kubelite.logs import PodLogs
 from isthmus.local.kubelite.node import NodeAgent
 from isthmus.local.kubelite.pods import PodRuntime, node_name
 from isthmus.local.kubelite.services import ServiceIPController
-from isthmus.local.kubelite.workloads import DeploymentController, StatefulSetController
+from isthmus.local.kubelite.workloads import DeploymentController, ReplicaSetController, StatefulSetController
 from isthmus.runtime import EventRecorder, SharedInformerFactory
 
 __all__ = ["KubeLite", "run_kubelite", "validate_config"]
@@ -75,12 +76,14 @@ class KubeLite:
         pods = self.factory.informer(Pod)
         slices = self.factory.informer(EndpointSlice)
         deployments = self.factory.informer(Deployment)
+        replicasets = self.factory.informer(ReplicaSet)
         statefulsets = self.factory.informer(StatefulSet)
         self.recorder = EventRecorder(client, COMPONENT)
         self.service_ips = ServiceIPController(
             client, services, self.recorder, service_cidr=service_cidr, node_ports=node_ports, workers=2
         )
         self.endpoint_slices = EndpointSliceController(client, services, pods, slices, workers=workers)
+        self.endpoints = EndpointsController(client, services, pods, self.factory.informer(Endpoints))
         self.logs = PodLogs()
         self.pods = PodRuntime(
             client, pods, self.recorder, cluster=cluster, pod_cidr=pod_cidr, workers=workers, logs=self.logs
@@ -90,7 +93,8 @@ class KubeLite:
             token=kubelet_token,
         )
         self.node: NodeAgent | None = None
-        self.deployments = DeploymentController(client, deployments, pods)
+        self.deployments = DeploymentController(client, deployments, replicasets, pods)
+        self.replicasets = ReplicaSetController(client, replicasets, pods)
         self.statefulsets = StatefulSetController(client, statefulsets, pods)
         self._ready = False
 
@@ -125,8 +129,10 @@ class KubeLite:
                 ("node", self.node.run),
                 ("service-ips", self.service_ips.run),
                 ("endpointslices", self.endpoint_slices.run),
+                ("endpoints", self.endpoints.run),
                 ("pods", self.pods.run),
                 ("deployments", self.deployments.run),
+                ("replicasets", self.replicasets.run),
                 ("statefulsets", self.statefulsets.run),
             ):
                 tasks.append(asyncio.create_task(runner(), name=f"kube-lite {name}"))

@@ -1,14 +1,21 @@
-"""Deployments and StatefulSets → Pods: kube-controller-manager's workload controllers, simplified.
+"""Deployments, ReplicaSets and StatefulSets → Pods: kube-controller-manager's workload controllers, simplified.
 
-Deployments own their Pods directly (the embedded apiserver serves no ReplicaSet kind): Pods
-are named ``<deploy>-<template hash>-<5 random>`` and labelled ``pod-template-hash``; a
-template change creates the new Pods at once and deletes old ones as new ones become ready.
+A Deployment owns ReplicaSets, one per pod template: ``<deploy>-<template hash>``, labelled
+``pod-template-hash`` (also in its selector and template), annotated with the rollout revision
+(``deployment.kubernetes.io/revision``); a ReplicaSet owns its Pods (``<rs>-<5 random>``). A
+template change makes a new ReplicaSet (revision + 1) scaled to ``spec.replicas`` at once, and the
+old ones are scaled down as the new Pods become available (RollingUpdate without maxSurge pacing:
+the surge is the whole new set; Recreate: old ones to 0 first). Going back to an older template
+(``kubectl rollout undo``) reuses its ReplicaSet and gives it the next revision. Old ReplicaSets
+are kept, scaled to 0, up to ``revisionHistoryLimit`` (10), so ``kubectl rollout history`` lists
+them. Pods a Deployment owned directly (kube-lite before ReplicaSets) are replaced.
+
 StatefulSets create ``<name>-<ordinal>`` in order (OrderedReady: the next one only when the
 previous is Ready), with hostname/subdomain for per-Pod DNS, and replace Pods of an old
-revision one at a time from the highest ordinal. Both report the status fields that
+revision one at a time from the highest ordinal. All report the status fields that
 ``kubectl rollout status`` and ``kubectl wait --for=condition=Available`` read.
 
-Deleting a workload deletes its Pods through the apiserver's garbage collector (ownerReferences).
+Deleting a workload deletes what it owns through the apiserver's garbage collector (ownerReferences).
 
 Informer caches lag behind our own writes, so every create/delete is remembered
 (:class:`Expectations`, like kube's ControllerExpectations) and the workload is not acted on
@@ -17,6 +24,7 @@ again until the cache has seen them: otherwise a quick second reconcile would cr
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -30,11 +38,11 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
-from lightkube.resources.apps_v1 import Deployment, StatefulSet
+from lightkube.resources.apps_v1 import Deployment, ReplicaSet, StatefulSet
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from isthmus.kube.helpers import is_not_found
+from isthmus.kube.helpers import is_conflict, is_not_found
 from isthmus.local.kubelite import (
     CONTROLLER_REVISION_HASH_LABEL,
     FIELD_MANAGER,
@@ -48,13 +56,22 @@ from isthmus.runtime import Controller, Informer, Result, enqueue_owner, owner_r
 
 __all__ = [
     "OWNER_INDEX",
+    "REVISION_ANNOTATION",
     "DeploymentController",
     "Expectations",
+    "ReplicaSetController",
     "StatefulSetController",
-    "deployment_plan",
     "deployment_status",
+    "equal_ignore_hash",
+    "find_new_replicaset",
     "max_unavailable",
+    "new_replicaset",
     "pod_from_template",
+    "replicaset_plan",
+    "replicaset_status",
+    "revision_of",
+    "rollout_scales",
+    "semantic",
     "statefulset_plan",
     "statefulset_status",
     "template_hash",
@@ -63,7 +80,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OWNER_INDEX = "kubelite-controller-uid"
-"""Pods filed under the uid of their controller owner."""
+"""Pods (and ReplicaSets) filed under the uid of their controller owner."""
+REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
+DESIRED_REPLICAS_ANNOTATION = "deployment.kubernetes.io/desired-replicas"
+MAX_REPLICAS_ANNOTATION = "deployment.kubernetes.io/max-replicas"
+DEFAULT_HISTORY_LIMIT = 10
 WAIT_SECONDS = 1.0
 
 Obj = dict[str, Any]
@@ -178,33 +199,147 @@ def _deletion_order(p: Mapping[str, Any]) -> tuple[int, int, str]:
     return (1 if pod_is_ready(p) else 0, 1 if status.get("podIP") else 0, newest_first)
 
 
-def deployment_plan(deploy: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], pod_hash: str) -> Plan:
-    """Scale the Pods of the current template to spec.replicas; remove old-template Pods as
-    new ones become ready (RollingUpdate) or before creating any (Recreate)."""
+def replicaset_plan(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Plan:
+    """Scale the live Pods to spec.replicas: create ``<rs>-<5 random>``, delete the least useful first."""
+    replicas = int((rs.get("spec") or {}).get("replicas", 1) or 0)
+    live = [p for p in pods if not _terminating(p)]
+    plan = Plan()
+    if len(live) > replicas:
+        plan.delete = [_name(p) for p in sorted(live, key=_deletion_order)[: len(live) - replicas]]
+    base = f"{(rs.get('metadata') or {}).get('name')}-"
+    plan.create = [base + random_suffix() for _ in range(max(0, replicas - len(live)))]
+    return plan
+
+
+def replicaset_status(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Obj:
+    live = [p for p in pods if not _terminating(p)]
+    ready = sum(1 for p in live if pod_is_ready(p))
+    return {
+        "observedGeneration": int((rs.get("metadata") or {}).get("generation") or 1),
+        "replicas": len(live),
+        "fullyLabeledReplicas": len(live),
+        "readyReplicas": ready,
+        "availableReplicas": ready,  # minReadySeconds is not waited for
+    }
+
+
+def revision_of(obj: Mapping[str, Any]) -> int:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION)
+    try:
+        return int(str(raw))
+    except (TypeError, ValueError):
+        return 0
+
+
+def semantic(value: Any) -> Any:
+    """A template as Go compares it: empty maps, lists and nulls are the same as absent (kubectl
+    writes ``resources: {}`` where the original had nothing)."""
+    if isinstance(value, Mapping):
+        out = {k: semantic(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in (None, {}, [])}
+    if isinstance(value, list):
+        return [semantic(v) for v in value]
+    return value
+
+
+def _without_hash(template: Mapping[str, Any]) -> Obj:
+    t: Obj = semantic(copy.deepcopy(dict(template)))
+    labels = (t.get("metadata") or {}).get("labels")
+    if isinstance(labels, dict):
+        labels.pop(POD_TEMPLATE_HASH_LABEL, None)
+        if not labels:
+            t["metadata"].pop("labels")
+    return t
+
+
+def equal_ignore_hash(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """kube's EqualIgnoreHash: two pod templates alike but for the pod-template-hash label."""
+    return _without_hash(a) == _without_hash(b)
+
+
+def find_new_replicaset(
+    deploy: Mapping[str, Any], sets: Iterable[Mapping[str, Any]], pod_hash: str
+) -> Obj | None:
+    """The ReplicaSet of the Deployment's current template: same hash, or the same template
+    (``kubectl rollout undo`` copies an old ReplicaSet's template back); the oldest if several."""
+    template = (deploy.get("spec") or {}).get("template") or {}
+    found = [
+        dict(rs)
+        for rs in sets
+        if ((rs.get("metadata") or {}).get("labels") or {}).get(POD_TEMPLATE_HASH_LABEL) == pod_hash
+        or equal_ignore_hash((rs.get("spec") or {}).get("template") or {}, template)
+    ]
+    return min(found, key=_created) if found else None
+
+
+def new_replicaset(deploy: Mapping[str, Any], pod_hash: str, revision: int, replicas: int) -> Obj:
+    """The ReplicaSet for the Deployment's template, as the deployment controller makes it."""
+    meta = deploy.get("metadata") or {}
+    spec = deploy.get("spec") or {}
+    template = copy.deepcopy(spec.get("template") or {})
+    tmeta = template.setdefault("metadata", {})
+    tmeta["labels"] = {**(tmeta.get("labels") or {}), POD_TEMPLATE_HASH_LABEL: pod_hash}
+    selector = copy.deepcopy(spec.get("selector") or {})
+    selector["matchLabels"] = {**(selector.get("matchLabels") or {}), POD_TEMPLATE_HASH_LABEL: pod_hash}
+    desired = int(spec.get("replicas", 1) or 0)
+    rs_spec: Obj = {"replicas": replicas, "selector": selector, "template": template}
+    if spec.get("minReadySeconds"):
+        rs_spec["minReadySeconds"] = spec["minReadySeconds"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": f"{meta.get('name')}-{pod_hash}",
+            "namespace": meta.get("namespace"),
+            "labels": dict(tmeta["labels"]),
+            "annotations": {
+                REVISION_ANNOTATION: str(revision),
+                DESIRED_REPLICAS_ANNOTATION: str(desired),
+                MAX_REPLICAS_ANNOTATION: str(desired),
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": meta.get("name"),
+                    "uid": meta.get("uid"),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": rs_spec,
+    }
+
+
+def _replicas(obj: Mapping[str, Any], part: str = "spec", key: str = "replicas") -> int:
+    return int((obj.get(part) or {}).get(key, 0 if part == "status" else 1) or 0)
+
+
+def rollout_scales(
+    deploy: Mapping[str, Any], new: Mapping[str, Any], olds: Iterable[Mapping[str, Any]]
+) -> dict[str, int]:
+    """spec.replicas of every ReplicaSet. RollingUpdate: the new one at spec.replicas at once, the
+    old ones keep what is not yet available in the new one (newest old first). Recreate: the old
+    ones to 0, the new one up once their Pods are gone."""
     spec = deploy.get("spec") or {}
     replicas = int(spec.get("replicas", 1) or 0)
     recreate = ((spec.get("strategy") or {}).get("type")) == "Recreate"
-    live = [p for p in pods if not _terminating(p)]
-    new = [
-        p
-        for p in live
-        if ((p.get("metadata") or {}).get("labels") or {}).get(POD_TEMPLATE_HASH_LABEL) == pod_hash
-    ]
-    new_names = {_name(p) for p in new}
-    old = [p for p in live if _name(p) not in new_names]
-    plan = Plan()
-    if recreate and old:
-        plan.delete = [_name(p) for p in old]
-        return plan
-    if len(new) > replicas:
-        plan.delete += [_name(p) for p in sorted(new, key=_deletion_order)[: len(new) - replicas]]
-    base = f"{(deploy.get('metadata') or {}).get('name')}-{pod_hash}-"
-    plan.create = [base + random_suffix() for _ in range(max(0, replicas - len(new)))]
-    ready_new = min(replicas, sum(1 for p in new if pod_is_ready(p)))
-    keep_old = max(0, replicas - ready_new)
-    if len(old) > keep_old:
-        plan.delete += [_name(p) for p in sorted(old, key=_deletion_order)[: len(old) - keep_old]]
-    return plan
+    olds = sorted(olds, key=revision_of, reverse=True)
+    out: dict[str, int] = {}
+    if recreate:
+        for rs in olds:
+            out[_name(rs)] = 0
+        old_left = sum(_replicas(rs, "status") for rs in olds)
+        out[_name(new)] = replicas if old_left == 0 else min(_replicas(new), replicas)
+        return out
+    out[_name(new)] = replicas
+    allowed = max(0, replicas - min(replicas, _replicas(new, "status", "availableReplicas")))
+    for rs in olds:
+        keep = min(_replicas(rs), allowed)
+        out[_name(rs)] = keep
+        allowed -= keep
+    return out
 
 
 def _condition(
@@ -224,39 +359,37 @@ def _condition(
 
 
 def deployment_status(
-    deploy: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], pod_hash: str, now: str
+    deploy: Mapping[str, Any], new: Mapping[str, Any] | None, sets: Iterable[Mapping[str, Any]], now: str
 ) -> Obj:
-    """Counts and the Available/Progressing conditions, as the deployment controller reports them."""
+    """Counts (summed over the ReplicaSets' status) and the Available/Progressing conditions, with
+    the deployment controller's reasons."""
     meta = deploy.get("metadata") or {}
     spec = deploy.get("spec") or {}
     old_status = deploy.get("status") or {}
     old_conds = {c.get("type"): c for c in old_status.get("conditions") or []}
     replicas = int(spec.get("replicas", 1) or 0)
-    live = [p for p in pods if not _terminating(p)]
-    updated = [
-        p
-        for p in live
-        if ((p.get("metadata") or {}).get("labels") or {}).get(POD_TEMPLATE_HASH_LABEL) == pod_hash
-    ]
-    ready = sum(1 for p in live if pod_is_ready(p))
-    available_ok = ready >= replicas - max_unavailable(deploy)
-    rs_name = f"{meta.get('name')}-{pod_hash}"
-    complete = (
-        len(updated) == replicas
-        and len(live) == replicas
-        and sum(1 for p in updated if pod_is_ready(p)) == replicas
+    sets = list(sets)
+    total = sum(_replicas(rs, "status") for rs in sets)
+    ready = sum(_replicas(rs, "status", "readyReplicas") for rs in sets)
+    available = sum(_replicas(rs, "status", "availableReplicas") for rs in sets)
+    updated = _replicas(new, "status") if new is not None else 0
+    available_ok = available >= replicas - max_unavailable(deploy)
+    rs_name = _name(new) if new is not None else f"{meta.get('name')}"
+    new_synced = new is not None and int((new.get("status") or {}).get("observedGeneration") or 0) >= int(
+        (new.get("metadata") or {}).get("generation") or 1
     )
+    complete = new_synced and updated == replicas and total == replicas and available >= replicas
     if complete:
         progressing = ("NewReplicaSetAvailable", f'ReplicaSet "{rs_name}" has successfully progressed.')
     else:
         progressing = ("ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.')
-    return {
+    out: Obj = {
         "observedGeneration": int(meta.get("generation") or 1),
-        "replicas": len(live),
-        "updatedReplicas": len(updated),
+        "replicas": total,
+        "updatedReplicas": updated,
         "readyReplicas": ready,
-        "availableReplicas": ready,
-        "unavailableReplicas": max(0, replicas - ready),
+        "availableReplicas": available,
+        "unavailableReplicas": max(0, replicas - available),
         "conditions": [
             _condition(
                 old_conds.get("Available"),
@@ -271,6 +404,9 @@ def deployment_status(
             _condition(old_conds.get("Progressing"), "Progressing", True, *progressing, now),
         ],
     }
+    if old_status.get("collisionCount"):
+        out["collisionCount"] = old_status["collisionCount"]
+    return out
 
 
 def ordinal_of(set_name: str, pod_name: str) -> int | None:
@@ -465,28 +601,134 @@ def _subset_equal(desired: Mapping[str, Any], current: Mapping[str, Any]) -> boo
     return all(current.get(k) == v for k, v in desired.items())
 
 
-class DeploymentController(_WorkloadController):
-    kind = "Deployment"
+class ReplicaSetController(_WorkloadController):
+    kind = "ReplicaSet"
 
     def __init__(
-        self, client: AsyncClient, deployments: Informer[Deployment], pods: Informer[Pod], *, workers: int = 2
+        self, client: AsyncClient, replicasets: Informer[ReplicaSet], pods: Informer[Pod], *, workers: int = 2
     ) -> None:
-        super().__init__(client, deployments, pods, workers=workers)
+        super().__init__(client, replicasets, pods, workers=workers)
+
+    def plan(self, data: Obj, pods: list[Obj]) -> Plan:
+        return replicaset_plan(data, pods)
+
+    def status(self, data: Obj, pods: list[Obj]) -> Obj:
+        return replicaset_status(data, pods)
+
+    def new_pod(self, data: Obj, name: str) -> Obj:
+        return pod_from_template(data, name)
+
+
+class DeploymentController:
+    """Keyed by Deployment; triggered by it and by the ReplicaSets it owns (their status)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        deployments: Informer[Deployment],
+        replicasets: Informer[ReplicaSet],
+        pods: Informer[Pod],
+        *,
+        workers: int = 2,
+    ) -> None:
+        self.client = client
+        self.deployments = deployments
+        self.replicasets = replicasets
+        self.pods = pods
+        for informer in (replicasets, pods):
+            with contextlib.suppress(ValueError):  # another controller of the shared informer added it
+                informer.add_indexer(OWNER_INDEX, controller_uid_index)
+        self.controller = Controller("kubelite-deployments", self.reconcile, workers=workers)
+        self.controller.watch(deployments)
+        self.controller.watch(replicasets, enqueue_owner("Deployment", "apps"))
+        self.controller.watch(pods, enqueue_owner("Deployment", "apps"))  # Pods it owned before ReplicaSets
+
+    async def run(self) -> None:
+        await self.controller.run()
 
     def _hash(self, data: Obj) -> str:
         spec = data.get("spec") or {}
         return template_hash(
-            spec.get("template") or {}, int((data.get("status") or {}).get("collisionCount") or 0)
+            semantic(spec.get("template") or {}), int((data.get("status") or {}).get("collisionCount") or 0)
         )
 
-    def plan(self, data: Obj, pods: list[Obj]) -> Plan:
-        return deployment_plan(data, pods, self._hash(data))
+    async def reconcile(self, key: str) -> Result | None:
+        obj = self.deployments.cache.get(key)
+        if obj is None:
+            return None  # the garbage collector removes the ReplicaSets (ownerReferences)
+        ns, name = split_key(key)
+        data = obj.to_dict()
+        uid = data["metadata"].get("uid")
+        sets = [rs.to_dict() for rs in self.replicasets.cache.by_index(OWNER_INDEX, uid)] if uid else []
+        pod_hash = self._hash(data)
+        new = find_new_replicaset(data, sets, pod_hash)
+        if data["metadata"].get("deletionTimestamp") is None:
+            for pod in self.pods.cache.by_index(OWNER_INDEX, uid) if uid else []:
+                await self._delete(Pod, ns, str(pod.metadata.name if pod.metadata else ""))
+            if new is None:
+                revision = max((revision_of(rs) for rs in sets), default=0) + 1
+                recreate = ((data.get("spec") or {}).get("strategy") or {}).get("type") == "Recreate"
+                start = 0 if recreate and any(_replicas(rs, "status") for rs in sets) else _replicas(data)
+                body = new_replicaset(data, pod_hash, revision, start)
+                try:
+                    await self.client.create(
+                        cast(ReplicaSet, ReplicaSet.from_dict(body)), field_manager=FIELD_MANAGER
+                    )
+                    log.info("replicaset created", extra={"deployment": key, "replicaset": body["metadata"]["name"],
+                                                          "revision": revision})
+                except ApiError as e:
+                    if not is_conflict(e):  # created already, the cache does not show it yet
+                        raise
+                return Result(requeue_after=WAIT_SECONDS)  # the cache brings it; act on what is stored
+            olds = [rs for rs in sets if _name(rs) != _name(new)]
+            await self._sync_revision(ns, data, new, olds)
+            for rs_name, replicas in rollout_scales(data, new, olds).items():
+                rs = new if rs_name == _name(new) else next(r for r in olds if _name(r) == rs_name)
+                if _replicas(rs) != replicas:
+                    await self.client.patch(
+                        ReplicaSet, rs_name, {"spec": {"replicas": replicas}}, namespace=ns,
+                        patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
+                    )
+            await self._clean_history(ns, data, olds)
+        status = deployment_status(data, new, sets, format_time(datetime.now(UTC)))
+        if not _subset_equal(status, data.get("status") or {}):
+            await self.client.patch(
+                Deployment.Status, name, {"status": status}, namespace=ns,
+                patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
+            )
+        return None
 
-    def status(self, data: Obj, pods: list[Obj]) -> Obj:
-        return deployment_status(data, pods, self._hash(data), format_time(datetime.now(UTC)))
+    async def _sync_revision(self, ns: str | None, data: Obj, new: Obj, olds: list[Obj]) -> None:
+        """The current ReplicaSet carries the highest revision (an undo makes an old one current
+        again), and the Deployment says which, as kube's controller annotates both."""
+        top = max((revision_of(rs) for rs in olds), default=0)
+        revision = revision_of(new)
+        if revision <= top or revision == 0:
+            revision = top + 1
+            await self.client.patch(
+                ReplicaSet, _name(new), {"metadata": {"annotations": {REVISION_ANNOTATION: str(revision)}}},
+                namespace=ns, patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
+            )
+        if revision_of(data) != revision:
+            await self.client.patch(
+                Deployment, _name(data), {"metadata": {"annotations": {REVISION_ANNOTATION: str(revision)}}},
+                namespace=ns, patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
+            )
 
-    def new_pod(self, data: Obj, name: str) -> Obj:
-        return pod_from_template(data, name, labels={POD_TEMPLATE_HASH_LABEL: self._hash(data)})
+    async def _clean_history(self, ns: str | None, data: Obj, olds: list[Obj]) -> None:
+        """Old ReplicaSets beyond revisionHistoryLimit, oldest first, once they have no Pods."""
+        limit = (data.get("spec") or {}).get("revisionHistoryLimit")
+        limit = DEFAULT_HISTORY_LIMIT if limit is None else int(limit)
+        idle = [rs for rs in olds if _replicas(rs) == 0 and _replicas(rs, "status") == 0]
+        for rs in sorted(idle, key=revision_of)[: max(0, len(idle) - limit)]:
+            await self._delete(ReplicaSet, ns, _name(rs))
+
+    async def _delete(self, res: Any, ns: str | None, name: str) -> None:
+        try:
+            await self.client.delete(res, name, namespace=ns)
+        except ApiError as e:
+            if not is_not_found(e):
+                raise
 
 
 class StatefulSetController(_WorkloadController):

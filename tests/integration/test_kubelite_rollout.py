@@ -1,0 +1,166 @@
+"""kube-lite's Deployments through ReplicaSets (rollout status, history, undo with kubectl) and the
+Endpoints it keeps beside each Service's EndpointSlices, against an in-process apiserver."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from lightkube.resources.apps_v1 import Deployment, ReplicaSet
+from lightkube.resources.core_v1 import Endpoints, Service
+
+from tests.integration.test_kubelite import NS, Lite, create, echo_deployment, eventually, kubectl, pods_of
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed"),
+]
+
+REVISION = "deployment.kubernetes.io/revision"
+
+
+@pytest.fixture
+async def lite(apiserver: Any) -> AsyncIterator[Lite]:
+    running = Lite(apiserver.client())
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def replicasets(lite: Lite) -> dict[str, dict[str, Any]]:
+    return {
+        rs.metadata.name: rs.to_dict()  # type: ignore[union-attr]
+        async for rs in lite.client.list(ReplicaSet, namespace=NS)
+    }
+
+
+async def test_rollout_history_and_undo(apiserver: Any, lite: Lite) -> None:
+    kc = apiserver.kubeconfig
+    await create(lite.client, Deployment, echo_deployment("web", 2))
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
+    assert code == 0 and "successfully rolled out" in out, out
+
+    sets = await replicasets(lite)
+    assert len(sets) == 1
+    (first,) = sets.values()
+    h = first["metadata"]["labels"]["pod-template-hash"]
+    assert first["metadata"]["name"] == f"web-{h}" and first["metadata"]["annotations"][REVISION] == "1"
+    owner = first["metadata"]["ownerReferences"][0]
+    assert owner["kind"] == "Deployment" and owner["name"] == "web" and owner["controller"] is True
+    assert first["spec"]["selector"]["matchLabels"] == {"app": "web", "pod-template-hash": h}
+    st = first["status"]
+    assert st["replicas"] == st["readyReplicas"] == st["availableReplicas"] == 2
+    assert st["observedGeneration"] == first["metadata"]["generation"]
+    for p in await pods_of(lite.client, {"app": "web"}):
+        assert p["metadata"]["ownerReferences"][0]["name"] == f"web-{h}"
+    deploy = (await lite.client.get(Deployment, "web", namespace=NS)).to_dict()
+    conds = {c["type"]: c for c in deploy["status"]["conditions"]}
+    assert conds["Available"]["reason"] == "MinimumReplicasAvailable"
+    assert conds["Progressing"]["reason"] == "NewReplicaSetAvailable"
+    assert deploy["metadata"]["annotations"][REVISION] == "1"
+
+    # A new template: a second ReplicaSet, the first scaled to 0 and kept for history.
+    code, out = await kubectl(kc, "-n", NS, "set", "image", "deploy/web", "echo=echo:v2")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
+    assert code == 0 and "successfully rolled out" in out, out
+    sets = await replicasets(lite)
+    assert len(sets) == 2 and sets[f"web-{h}"]["spec"]["replicas"] == 0
+    (second,) = (rs for name, rs in sets.items() if name != f"web-{h}")
+    assert second["metadata"]["annotations"][REVISION] == "2" and second["spec"]["replicas"] == 2
+    assert second["spec"]["template"]["spec"]["containers"][0]["image"] == "echo:v2"
+
+    async def old_pods_gone() -> bool:
+        pods = await pods_of(lite.client, {"app": "web"})
+        return len(pods) == 2 and all(
+            p["spec"]["containers"][0]["image"] == "echo:v2" for p in pods
+        )
+
+    await eventually(old_pods_gone, what="old pods replaced")
+    code, out = await kubectl(kc, "-n", NS, "rollout", "history", "deploy/web")
+    assert code == 0, out
+    revisions = [line.split()[0] for line in out.splitlines()[2:] if line.strip()]
+    assert revisions == ["1", "2"], out
+
+    # Undo: back to the first template; its ReplicaSet is reused and becomes revision 3.
+    code, out = await kubectl(kc, "-n", NS, "rollout", "undo", "deploy/web")
+    assert code == 0 and "rolled back" in out, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "deploy/web", "--timeout=60s")
+    assert code == 0 and "successfully rolled out" in out, out
+    sets = await replicasets(lite)
+    assert len(sets) == 2, sorted(sets)
+    assert sets[f"web-{h}"]["metadata"]["annotations"][REVISION] == "3"
+    assert sets[f"web-{h}"]["spec"]["replicas"] == 2
+    assert sets[second["metadata"]["name"]]["spec"]["replicas"] == 0
+    code, out = await kubectl(kc, "-n", NS, "rollout", "history", "deploy/web")
+    assert [line.split()[0] for line in out.splitlines()[2:] if line.strip()] == ["2", "3"], out
+    code, out = await kubectl(kc, "-n", NS, "get", "deploy", "web", "--no-headers")
+    assert code == 0 and out.split()[1:4] == ["2/2", "2", "2"], out
+
+    # Deleting the Deployment takes its ReplicaSets and their Pods (garbage collector).
+    await lite.client.delete(Deployment, "web", namespace=NS)
+
+    async def all_gone() -> bool:
+        return not await replicasets(lite) and not await pods_of(lite.client, {"app": "web"})
+
+    await eventually(all_gone, what="replicasets and pods collected")
+
+
+async def test_endpoints_beside_slices(apiserver: Any, lite: Lite) -> None:
+    c = lite.client
+    await create(c, Deployment, echo_deployment("ep", 2))
+    await create(
+        c,
+        Service,
+        {
+            "metadata": {"name": "ep", "labels": {"team": "a"}},
+            "spec": {
+                "selector": {"app": "ep"},
+                "ports": [
+                    {"name": "web", "port": 80, "targetPort": "http"},
+                    {"name": "dns", "port": 53, "targetPort": "dns", "protocol": "UDP"},
+                ],
+            },
+        },
+    )
+    await create(c, Service, {"metadata": {"name": "manual"}, "spec": {"ports": [{"port": 80}]}})
+
+    async def ready_ips() -> list[str] | None:
+        try:
+            ep = (await c.get(Endpoints, "ep", namespace=NS)).to_dict()
+        except Exception:
+            return None
+        subsets = ep.get("subsets") or []
+        ips = sorted(a["ip"] for s in subsets for a in s.get("addresses") or [])
+        return ips if len(ips) == 2 else None
+
+    ips = await eventually(ready_ips, what="2 ready addresses")
+    pods = await pods_of(c, {"app": "ep"})
+    assert ips == sorted(p["status"]["podIP"] for p in pods)
+    ep = (await c.get(Endpoints, "ep", namespace=NS)).to_dict()
+    assert ep["metadata"]["labels"] == {"team": "a"}
+    (subset,) = ep["subsets"]
+    assert sorted((p["name"], p["port"], p["protocol"]) for p in subset["ports"]) == [
+        ("dns", 5353, "UDP"),
+        ("web", 8080, "TCP"),
+    ]
+    addr = subset["addresses"][0]
+    assert addr["nodeName"] == "c1-node" and addr["targetRef"]["kind"] == "Pod" and addr["targetRef"]["uid"]
+    code, out = await kubectl(
+        apiserver.kubeconfig, "-n", NS, "get", "endpoints", "ep", "-o", "jsonpath={.subsets[*].addresses[*].ip}"
+    )
+    assert code == 0 and sorted(out.split()) == ips, out
+
+    # Services without a selector keep user-managed Endpoints (none here): nothing is made for them.
+    assert [e.metadata.name async for e in c.list(Endpoints, namespace=NS)].count("manual") == 0  # type: ignore[union-attr]
+
+    await c.delete(Service, "ep", namespace=NS)
+
+    async def deleted() -> bool:
+        return "ep" not in [e.metadata.name async for e in c.list(Endpoints, namespace=NS)]  # type: ignore[union-attr]
+
+    await eventually(deleted, what="endpoints of a deleted service removed")
