@@ -164,3 +164,33 @@ async def test_endpoints_beside_slices(apiserver: Any, lite: Lite) -> None:
         return "ep" not in [e.metadata.name async for e in c.list(Endpoints, namespace=NS)]  # type: ignore[union-attr]
 
     await eventually(deleted, what="endpoints of a deleted service removed")
+
+
+async def test_replicaset_name_taken_by_another_template_counts_a_collision(lite: Lite) -> None:
+    c = lite.client
+    await create(c, Deployment, echo_deployment("col", 1))
+    first = await eventually(lambda: replicasets(lite), what="the first replicaset")
+    (name,) = first
+    await c.delete(Deployment, "col", namespace=NS)
+    await eventually(lambda: _none(replicasets(lite)), what="replicaset collected")
+    # Someone else's ReplicaSet under the very name the Deployment's template hashes to.
+    other = echo_deployment("other", 0)
+    await create(
+        c,
+        ReplicaSet,
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name}, "spec": other["spec"]},
+    )
+    await create(c, Deployment, echo_deployment("col", 1))
+
+    async def own_set() -> list[str]:
+        sets = await replicasets(lite)
+        return [n for n, rs in sets.items() if n != name and rs["metadata"].get("ownerReferences")]
+
+    (mine,) = await eventually(own_set, what="a replicaset under another name")
+    deploy = (await c.get(Deployment, "col", namespace=NS)).to_dict()
+    assert deploy["status"]["collisionCount"] == 1 and mine != name
+    assert not (await replicasets(lite))[name]["metadata"].get("ownerReferences")  # left alone
+
+
+async def _none(coro: Any) -> bool:
+    return not await coro

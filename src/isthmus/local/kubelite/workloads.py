@@ -677,8 +677,9 @@ class DeploymentController:
                     log.info("replicaset created", extra={"deployment": key, "replicaset": body["metadata"]["name"],
                                                           "revision": revision})
                 except ApiError as e:
-                    if not is_conflict(e):  # created already, the cache does not show it yet
+                    if not is_conflict(e):
                         raise
+                    await self._on_name_taken(ns, data, body)
                 return Result(requeue_after=WAIT_SECONDS)  # the cache brings it; act on what is stored
             olds = [rs for rs in sets if _name(rs) != _name(new)]
             await self._sync_revision(ns, data, new, olds)
@@ -697,6 +698,25 @@ class DeploymentController:
                 patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
             )
         return None
+
+    async def _on_name_taken(self, ns: str | None, data: Obj, body: Obj) -> None:
+        """The name is taken: by our ReplicaSet the cache does not show yet (nothing to do), or by
+        another template or owner — a hash collision: count it, the next hash differs (as kube)."""
+        try:
+            other = (await self.client.get(ReplicaSet, body["metadata"]["name"], namespace=ns)).to_dict()
+        except ApiError as e:
+            if is_not_found(e):
+                return
+            raise
+        ours = any(r.get("uid") == data["metadata"].get("uid") for r in other["metadata"].get("ownerReferences") or [])
+        if ours and equal_ignore_hash((other.get("spec") or {}).get("template") or {}, body["spec"]["template"]):
+            return
+        collisions = int((data.get("status") or {}).get("collisionCount") or 0) + 1
+        await self.client.patch(
+            Deployment.Status, _name(data), {"status": {"collisionCount": collisions}}, namespace=ns,
+            patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
+        )
+        log.warning("replicaset name taken: hash collision", extra={"replicaset": body["metadata"]["name"]})
 
     async def _sync_revision(self, ns: str | None, data: Obj, new: Obj, olds: list[Obj]) -> None:
         """The current ReplicaSet carries the highest revision (an undo makes an old one current
