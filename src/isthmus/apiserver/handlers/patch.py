@@ -14,6 +14,7 @@ from aiohttp import web
 
 from isthmus.apiserver import errors
 from isthmus.apiserver.decoding import StrictIssues, decode_strict, yaml_duplicate_lines
+from isthmus.apiserver.handlers import scale
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, truthy, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
@@ -83,6 +84,8 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
             return clone(applied)
     else:
         raise errors.unsupported_patch_type(info.builtin)
+    if scope.subresource == "scale":  # the patch applies to the Scale, not the object
+        return await scale.update_scale(ctx, scope, build, apply=apply)
     out, created = await ctx.store.update(info, scope.ns, scope.name, build, subresource=scope.subresource,
                                           manager=scope.manager, dry_run=scope.dry_run,
                                           user=user_of(scope.request).username,

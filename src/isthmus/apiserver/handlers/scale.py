@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from isthmus.apiserver import errors
-from isthmus.apiserver.handlers.common import HandlerContext, json_response
+from isthmus.apiserver.handlers.common import HandlerContext, json_response, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.patch import apply_merge_patch
 from isthmus.apiserver.registry.strategy import ScaleStrategy, clone
@@ -107,5 +107,6 @@ async def update_scale(ctx: HandlerContext, scope: RequestScope, build_scale: Ca
 
     warnings: list[str] = []
     out, _ = await ctx.store.update(info, scope.ns, name, build, manager=scope.manager, dry_run=scope.dry_run,
-                                    field_validation="Ignore", warnings=warnings)
+                                    field_validation="Ignore", warnings=warnings,
+                                    user=user_of(scope.request).username)
     return json_response(to_scale(info, out), warnings=warnings)

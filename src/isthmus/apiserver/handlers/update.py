@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from isthmus.apiserver.decoding import read_body_strict
+from isthmus.apiserver.handlers import scale
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.registry.store import clone
@@ -13,6 +14,8 @@ from isthmus.apiserver.registry.store import clone
 async def update_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
     assert scope.name is not None
     body, strict = await read_body_strict(scope.request, ctx.max_body_bytes, scope.field_validation)
+    if scope.subresource == "scale":
+        return await scale.update_scale(ctx, scope, lambda current: clone(body))
     warnings: list[str] = []
     out, _ = await ctx.store.update(scope.info, scope.ns, scope.name, lambda live: clone(body),
                                     user=user_of(scope.request).username,
