@@ -6,6 +6,8 @@
   AlreadyExists, and generated names that collide are retried (kube's RetryGenerateName).
 - Secrets and ConfigMaps: stringData written into data, `immutable` enforced, 1 MiB of data at
   most; duplicate keys in a body are strict decoding errors (fieldValidation decides).
+- resourceVersion: Exact and NotOlderThan reads, 504 for a version not reached yet, list pages
+  that are one snapshot (410 with a token for the rest once its history is gone).
 """
 
 from __future__ import annotations
@@ -268,3 +270,131 @@ async def test_duplicate_json_keys_and_field_validation(apiserver: RunningApiSer
     assert status == 400, body
     assert body["message"] == ('error strict decoding YAML: error converting YAML to JSON: yaml: unmarshal errors:\n'
                                '  line 7: key "a" already set in map')
+
+
+# ------------------------------------------------------------------------ 11: resourceVersion semantics
+
+
+async def _cms(srv: RunningApiServer, query: str) -> tuple[int, Any]:
+    status, _, body = await _req(srv, "GET", CMS + query)
+    return status, body
+
+
+def _names(body: Any) -> list[str]:
+    return [o["metadata"]["name"] for o in body["items"]]
+
+
+async def test_pages_are_one_snapshot(apiserver: RunningApiServer) -> None:
+    for n in "abcde":
+        await _req(apiserver, "POST", CMS, _cm(n))
+    status, first = await _cms(apiserver, "?limit=2")
+    assert status == 200 and _names(first) == ["a", "b"]
+    snapshot = first["metadata"]["resourceVersion"]
+    _, _, old_e = await _req(apiserver, "GET", CMS + "/e")
+    # after page 1: one created inside the rest, one deleted, one modified
+    await _req(apiserver, "POST", CMS, _cm("c0"))
+    await _req(apiserver, "DELETE", CMS + "/d")
+    await _req(apiserver, "PATCH", CMS + "/e", {"data": {"k": "changed"}}, "application/merge-patch+json")
+    status, second = await _cms(apiserver, "?limit=2&continue=" + first["metadata"]["continue"])
+    assert status == 200, second
+    # the new one is not there, the deleted one still is: the list as of page 1's resourceVersion
+    assert _names(second) == ["c", "d"]
+    assert second["metadata"]["resourceVersion"] == snapshot
+    status, third = await _cms(apiserver, "?limit=2&continue=" + second["metadata"]["continue"])
+    assert status == 200 and _names(third) == ["e"] and "continue" not in third["metadata"]
+    assert third["items"][0] == old_e  # its content (and resourceVersion) as of the snapshot
+    assert third["metadata"]["resourceVersion"] == snapshot
+    # a new list sees the present
+    _, now = await _cms(apiserver, "")
+    assert _names(now) == ["a", "b", "c", "c0", "e"]
+
+
+async def test_continue_after_compaction_is_410_with_an_inconsistent_token(apiserver: RunningApiServer) -> None:
+    for n in "abcd":
+        await _req(apiserver, "POST", CMS, _cm(n))
+    _, first = await _cms(apiserver, "?limit=2")
+    await _req(apiserver, "POST", CMS, _cm("c0"))
+    apiserver.store.compact()  # history up to now is gone, as etcd compaction does
+    status, body = await _cms(apiserver, "?limit=2&continue=" + first["metadata"]["continue"])
+    assert status == 410, body
+    assert body["reason"] == "Expired"
+    assert body["message"] == (
+        "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+        "without the continue parameter, or use the continue token in this response to retrieve the remainder of "
+        "the results. Continuing with the provided token results in an inconsistent list - objects that were "
+        "created, modified, or deleted between the time the first chunk was returned and now may show up in the "
+        "list.")
+    # the token in the Status continues at the present
+    status, rest = await _cms(apiserver, "?limit=10&continue=" + body["metadata"]["continue"])
+    assert status == 200 and _names(rest) == ["c", "c0", "d"], rest
+
+
+async def test_exact_and_not_older_than(apiserver: RunningApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from isthmus.apiserver.handlers import get
+
+    monkeypatch.setattr(get, "BLOCK_TIMEOUT", 0.1)  # kube waits 3s for a version not reached yet
+    await _req(apiserver, "POST", CMS, _cm("a"))
+    _, listed = await _cms(apiserver, "")
+    then = listed["metadata"]["resourceVersion"]
+    await _req(apiserver, "POST", CMS, _cm("b"))
+    status, exact = await _cms(apiserver, f"?resourceVersion={then}&resourceVersionMatch=Exact")
+    assert status == 200 and _names(exact) == ["a"] and exact["metadata"]["resourceVersion"] == then
+    # a resourceVersion with a limit is an exact read too (kube's legacy rule)
+    status, legacy = await _cms(apiserver, f"?resourceVersion={then}&limit=5")
+    assert status == 200 and _names(legacy) == ["a"]
+    status, newer = await _cms(apiserver, f"?resourceVersion={then}&resourceVersionMatch=NotOlderThan")
+    assert status == 200 and _names(newer) == ["a", "b"] and int(newer["metadata"]["resourceVersion"]) > int(then)
+    # from the future: kube waits, then answers 504
+    future = int(newer["metadata"]["resourceVersion"]) + 5
+    current = apiserver.store.rv
+    for query in (f"?resourceVersion={future}&resourceVersionMatch=NotOlderThan", f"?resourceVersion={future}",
+                  f"/a?resourceVersion={future}"):
+        status, body = await _cms(apiserver, query)
+        assert status == 504, (query, body)
+        assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": f"Timeout: Too large resource version: {future}, current: {current}",
+                        "reason": "Timeout", "details": {"causes": [{"reason": "ResourceVersionTooLarge",
+                                                                     "message": "Too large resource version"}],
+                                                         "retryAfterSeconds": 1}, "code": 504}
+    apiserver.store.compact()
+    status, body = await _cms(apiserver, f"?resourceVersion={then}&resourceVersionMatch=Exact")
+    assert status == 410 and body["message"] == "The resourceVersion for the provided list is too old.", body
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("?resourceVersionMatch=Exact", 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+                                    "resourceVersionMatch is forbidden unless resourceVersion is provided"),
+    ("?resourceVersion=1&resourceVersionMatch=Newest",
+     'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Unsupported value: "Newest": supported values: '
+     '"Exact", "NotOlderThan", ""'),
+    ("?resourceVersion=0&resourceVersionMatch=Exact", 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: '
+                                                      'Forbidden: resourceVersionMatch "exact" is forbidden for '
+                                                      'resourceVersion "0"'),
+    ("?watch=true&resourceVersion=1&resourceVersionMatch=NotOlderThan",
+     'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for '
+     "watch"),
+])
+async def test_list_options_validation(apiserver: RunningApiServer, query: str, message: str) -> None:
+    status, body = await _cms(apiserver, query)
+    assert status == 422 and body["message"] == message, body
+
+
+async def test_continue_with_resource_version_is_refused(apiserver: RunningApiServer) -> None:
+    for n in "abc":
+        await _req(apiserver, "POST", CMS, _cm(n))
+    _, first = await _cms(apiserver, "?limit=1")
+    status, body = await _cms(apiserver, "?limit=1&resourceVersion=5&continue=" + first["metadata"]["continue"])
+    assert status == 400 and body["message"] == "specifying resource version is not allowed when using continue"
+
+
+async def test_watch_from_a_future_version_sends_only_what_comes_after(apiserver: RunningApiServer) -> None:
+    future = apiserver.store.rv + 2
+    async with aiohttp.ClientSession() as s, s.get(
+            apiserver.url + CMS + f"?watch=true&resourceVersion={future}&timeoutSeconds=10") as r:
+        assert r.status == 200
+        for n in "abc":  # rv current+1, +2, +3: only the third is after the version asked for
+            await _req(apiserver, "POST", CMS, _cm(n))
+        line = await r.content.readline()
+    event = json.loads(line)
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "c")
+    assert int(event["object"]["metadata"]["resourceVersion"]) == future + 1

@@ -338,8 +338,8 @@ class ApiServer:
             if scope.watch:
                 return await watch.watch_resource(ctx, scope)
             if name is None:
-                return get.list_resource(ctx, scope)
-            return get.get_resource(ctx, scope)
+                return await get.list_resource(ctx, scope)
+            return await get.get_resource(ctx, scope)
         if method == "POST" and name is None:
             return await create.create_resource(ctx, scope)
         if method == "PUT" and name is not None:

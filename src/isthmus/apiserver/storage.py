@@ -445,6 +445,32 @@ class Store:
         objs = self._objects.get(key)
         return None if objs is None else objs.get((namespace, name))
 
+    def list_at(self, key: str, namespace: str | None, rv: int) -> list[Obj]:
+        """The objects of one resource as they were at resourceVersion `rv` (sorted like list()).
+
+        Built from the current objects by undoing the resource's retained history after rv (an
+        ADDED event removes its object, a MODIFIED or DELETED one brings back the object as it was
+        before), so reads of the present pay nothing for it. rv older than the retained history
+        raises errors.gone (the caller words it); rv at or past the present is the present.
+        """
+        if rv >= self._rv:
+            return self.list(key, namespace)
+        if rv < self.oldest_rv_for(key):
+            raise errors.gone(f"too old resource version: {rv} ({self.oldest_rv_for(key)})")
+        before: dict[Key, Obj | None] = {}
+        for ev in reversed(self._history.get(key) or ()):
+            if ev.rv <= rv:
+                break
+            # Older events come later and overwrite: what is left is the state before the first change after rv.
+            before[_ns_name(ev.obj)] = None if ev.type == "ADDED" else ev.prev
+        items = self.list(key, namespace)
+        if not before:
+            return items
+        kept = [o for o in items if _ns_name(o) not in before]
+        kept.extend(o for k, o in before.items() if o is not None and (namespace is None or k[0] == namespace))
+        kept.sort(key=_ns_name)
+        return kept
+
     def _sorted_keys(self, key: str) -> list[Key]:
         keys = self._sorted.get(key)
         if keys is None:

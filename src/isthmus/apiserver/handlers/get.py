@@ -1,7 +1,9 @@
-"""GET of one object and of a collection (paged with limit/continue, or as a Table)."""
+"""GET of one object and of a collection (paged with limit/continue, or as a Table), with kube's
+resourceVersion semantics: NotOlderThan and Exact reads, consistent pages, too large versions."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import bisect
 from collections.abc import Callable
@@ -17,6 +19,15 @@ from isthmus.apiserver.resources import ResourceInfo
 from isthmus.apiserver.selectors import parse_field_selector, parse_label_selector
 
 Obj = dict[str, Any]
+
+EXACT, NOT_OLDER_THAN = "Exact", "NotOlderThan"
+# kube's watch cache blockTimeout: how long a read waits for a resourceVersion not reached yet.
+BLOCK_TIMEOUT = 3.0
+INCONSISTENT_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list.")
 
 
 def selection(request: web.Request, info: ResourceInfo, name: str | None) -> Callable[[Obj], bool] | None:
@@ -37,9 +48,12 @@ def selection(request: web.Request, info: ResourceInfo, name: str | None) -> Cal
     return match
 
 
-def get_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
+async def get_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
     info, name = scope.info, scope.name
     assert name is not None
+    rv_param = scope.request.query.get("resourceVersion") or ""
+    if rv_param not in ("", "0"):  # not older than: wait for a version not reached yet
+        await wait_for_resource_version(ctx, _int_rv(rv_param))
     obj = ctx.storage.get(info.key, scope.ns, name)
     if obj is None:
         raise errors.not_found(info.group, info.plural, name)
@@ -49,27 +63,139 @@ def get_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
     return json_response(output(info, obj))
 
 
-def list_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
+def _int_rv(value: str) -> int:
+    try:
+        rv = int(value)
+    except ValueError:
+        raise errors.bad_request(f"invalid resource version: {value!r}") from None
+    if rv < 0:
+        raise errors.bad_request(f"invalid resource version: {value!r}")
+    return rv
+
+
+def too_large_resource_version(wanted: int, current: int) -> errors.ApiError:
+    """storage.NewTooLargeResourceVersionError: 504 Timeout, retry in 1s."""
+    return errors.ApiError(504, "Timeout", f"Timeout: Too large resource version: {wanted}, current: {current}", {
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        "retryAfterSeconds": 1})
+
+
+async def wait_for_resource_version(ctx: HandlerContext, wanted: int) -> None:
+    """kube's watch cache waitUntilFreshAndBlock: a resourceVersion not reached yet is waited for up to
+    BLOCK_TIMEOUT seconds, then refused as too large."""
+    if ctx.storage.rv >= wanted:
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BLOCK_TIMEOUT
+    while ctx.storage.rv < wanted:
+        if loop.time() >= deadline:
+            raise too_large_resource_version(wanted, ctx.storage.rv)
+        await asyncio.sleep(0.02)
+
+
+def validate_list_options(q: Any, watch: bool) -> None:
+    """ValidateListOptions: resourceVersionMatch needs a resourceVersion, no continue and no watch."""
+    match = q.get("resourceVersionMatch") or ""
+    if not match:
+        return
+    causes: list[dict[str, str]] = []
+
+    def forbid(why: str) -> None:
+        causes.append(errors.cause("resourceVersionMatch", f"Forbidden: {why}", "FieldValueForbidden"))
+
+    if watch:
+        forbid("resourceVersionMatch is forbidden for watch")
+    if not q.get("resourceVersion"):
+        forbid("resourceVersionMatch is forbidden unless resourceVersion is provided")
+    if q.get("continue"):
+        forbid("resourceVersionMatch is forbidden when continue is provided")
+    if match not in (EXACT, NOT_OLDER_THAN):
+        causes.append(errors.cause("resourceVersionMatch", f'Unsupported value: {errors.go_quote(match)}: supported '
+                                   'values: "Exact", "NotOlderThan", ""', "FieldValueNotSupported"))
+    if match == EXACT and q.get("resourceVersion") == "0":
+        forbid('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
+    if causes:
+        raise errors.invalid("meta.k8s.io", "ListOptions", "", causes)
+
+
+class _ExpiredContinue(errors.ApiError):
+    """410 Expired whose Status carries a continue token for the rest of the list, at the present."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__(410, "Expired", INCONSISTENT_CONTINUE)
+        self.token = token
+
+    def status(self) -> dict[str, Any]:
+        out = super().status()
+        out["metadata"] = {"continue": self.token}
+        return out
+
+
+def _encode_continue(rv: int, ns: str, name: str) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps({"rv": rv, "ns": ns, "name": name})).decode()
+
+
+def _snapshot(ctx: HandlerContext, info: ResourceInfo, namespace: str | None, rv: int, paging: str | None) -> list[Obj]:
+    """The list as of rv (kube's exact reads); paging: the continue key when a later page asks."""
+    try:
+        return ctx.storage.list_at(info.key, namespace, rv)
+    except errors.ApiError as e:
+        if e.code != 410:
+            raise
+        if paging is not None:
+            # handleCompactedErrorForPaging: the rest of the list, at the present, for who accepts it
+            raise _ExpiredContinue(paging) from None
+        raise errors.gone("The resourceVersion for the provided list is too old.") from None
+
+
+async def list_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
+    """kube's list semantics (https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list):
+    no resourceVersion or "0": now; `Exact`, or a resourceVersion with a limit: the state at that
+    version (410 once history moved past it); `NotOlderThan`, or a resourceVersion without a limit:
+    now, once now has reached it (else 504 after waiting). A continue token carries the first
+    page's version, so every page is the same snapshot."""
     info, q = scope.info, scope.request.query
+    validate_list_options(q, watch=False)
     match = selection(scope.request, info, None)
-    rv = ctx.storage.rv
-    items = ctx.storage.list(info.key, scope.namespace)  # sorted by (namespace, name)
-    start = 0
-    cont = q.get("continue")
-    if cont:
-        try:
-            token = orjson.loads(base64.urlsafe_b64decode(cont.encode()))
-            rv = int(token["rv"])
-            after = (str(token["ns"]), str(token["name"]))
-        except Exception as e:
-            raise errors.bad_request(f"continue key is not valid: {e}") from None
-        # Seek instead of rescanning: pages stay O(page) however big the collection is.
-        start = bisect.bisect_right(items, after, key=lambda o: (o["metadata"].get("namespace", ""),
-                                                                 o["metadata"]["name"]))
     try:
         limit = int(q.get("limit") or 0)
     except ValueError:
         raise errors.bad_request(f"invalid limit: {q.get('limit')!r}") from None
+    rv_param, rv_match = q.get("resourceVersion") or "", q.get("resourceVersionMatch") or ""
+    rv = ctx.storage.rv
+    start = 0
+    cont = q.get("continue")
+    if cont:
+        if rv_param not in ("", "0"):
+            raise errors.bad_request("specifying resource version is not allowed when using continue")
+        try:
+            token = orjson.loads(base64.urlsafe_b64decode(cont.encode()))
+            token_rv = int(token["rv"])
+            after = (str(token["ns"]), str(token["name"]))
+        except Exception as e:
+            raise errors.bad_request(f"continue key is not valid: {e}") from None
+        if token_rv == 0 or token_rv < -1:
+            raise errors.bad_request("continue key is not valid: incorrect encoded start resourceVersion (version "
+                                     "meta.k8s.io/v1)")
+        if token_rv > 0:  # -1: the rest at the present (the token of an expired continue)
+            rv = token_rv
+            items = _snapshot(ctx, info, scope.namespace, rv, _encode_continue(-1, *after))
+        else:
+            items = ctx.storage.list(info.key, scope.namespace)
+        # Seek instead of rescanning: pages stay O(page) however big the collection is.
+        start = bisect.bisect_right(items, after, key=lambda o: (o["metadata"].get("namespace", ""),
+                                                                 o["metadata"]["name"]))
+    elif rv_param not in ("", "0"):
+        wanted = _int_rv(rv_param)
+        await wait_for_resource_version(ctx, wanted)
+        if rv_match == EXACT or (not rv_match and limit > 0):
+            rv = wanted
+            items = _snapshot(ctx, info, scope.namespace, rv, None)
+        else:
+            rv = ctx.storage.rv
+            items = ctx.storage.list(info.key, scope.namespace)
+    else:
+        items = ctx.storage.list(info.key, scope.namespace)  # sorted by (namespace, name)
     page: list[Obj] = []
     i = start
     while i < len(items) and (limit <= 0 or len(page) < limit):
@@ -82,8 +208,7 @@ def list_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
     remaining = 0
     if more:
         last = page[-1]["metadata"]
-        continue_token = base64.urlsafe_b64encode(orjson.dumps(
-            {"rv": rv, "ns": last.get("namespace", ""), "name": last["name"]})).decode()
+        continue_token = _encode_continue(rv, last.get("namespace", ""), last["name"])
         remaining = len(items) - i if match is None else 0
     items = page
     if scope.as_table:

@@ -17,7 +17,7 @@ from aiohttp import web
 from isthmus.apiserver import errors, table
 from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.handlers.common import HandlerContext, output, truthy
-from isthmus.apiserver.handlers.get import selection
+from isthmus.apiserver.handlers.get import selection, validate_list_options
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.resources import ResourceInfo
 
@@ -53,6 +53,7 @@ def _bookmark(info: ResourceInfo, rv: int, initial_end: bool = False) -> bytes:
 async def watch_resource(ctx: HandlerContext, scope: RequestScope) -> web.StreamResponse:
     request, info, namespace, as_table = scope.request, scope.info, scope.namespace, scope.as_table
     q = request.query
+    validate_list_options(q, watch=True)
     match = selection(request, info, scope.name)
     rv_param = q.get("resourceVersion") or ""
     bookmarks = truthy(q.get("allowWatchBookmarks"))
@@ -109,6 +110,8 @@ async def watch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Stream
                 continue
             except StopAsyncIteration:
                 break
+            if ev.rv <= start_rv:
+                continue  # a resourceVersion not reached yet: only what comes after it (kube's cacheWatcher)
             last_rv = ev.rv
             await resp.write(_encode_event(ctx, info, ev.type, ev.obj, as_table))
     except (ConnectionResetError, ConnectionError):
