@@ -194,12 +194,32 @@ _ATOMIC_STRUCTS = {"LabelSelector", "OwnerReference", "NodeSelectorTerm", "Objec
 _NOT_REQUIRED = {("EndpointSlice", "endpoints")}
 
 
-def _struct(cls: type, stack: tuple[type, ...], in_status: bool, strip_required: bool) -> Schema:
-    name = cls.__name__
+# Nested structs already built, by (class, in status, required stripped): a PodSpec is shared by a
+# dozen kinds, and building it is most of the cost. Callers get copies (they add descriptions).
+_NESTED: dict[tuple[type, bool, bool], Schema] = {}
+
+
+def _struct(cls: type, stack: tuple[type, ...], in_status: bool, strip_required: bool,
+            info: mi.StructType | None = None) -> Schema:
     if cls in stack:  # recursion: accept anything below (only JSONSchemaProps, which is overridden)
         return dict(_FREE_OBJECT)
-    info = mi.type_info(cls)
-    assert isinstance(info, mi.StructType)
+    if not stack or cls.__name__.startswith("JSONSchemaProps"):  # roots and the recursive type: not shared
+        return _build_struct(cls, stack, in_status, strip_required, info)
+    key = (cls, in_status, strip_required)
+    built = _NESTED.get(key)
+    if built is None:
+        built = _NESTED[key] = _build_struct(cls, stack, in_status, strip_required, info)
+    return copy.deepcopy(built)
+
+
+def _build_struct(cls: type, stack: tuple[type, ...], in_status: bool, strip_required: bool,
+                  info: mi.StructType | None) -> Schema:
+    name = cls.__name__
+    # msgspec inspects the whole tree below a class: nested structs reuse what their parent's gave.
+    if info is None:
+        found = mi.type_info(cls)
+        assert isinstance(found, mi.StructType)
+        info = found
     props: dict[str, Schema] = {}
     required: list[str] = []
     for f in info.fields:
@@ -254,7 +274,7 @@ def _type(t: mi.Type, key: tuple[str, str], stack: tuple[type, ...], in_status: 
     if isinstance(t, mi.DictType):
         return copy.deepcopy(_STRING_MAP)
     if isinstance(t, mi.StructType):
-        return _struct(t.cls, stack, in_status, strip)
+        return _struct(t.cls, stack, in_status, strip, t)
     return {"x-kubernetes-preserve-unknown-fields": True}
 
 
