@@ -59,6 +59,7 @@ _MAP_VALUES: dict[tuple[str, str], Schema] = {
     ("PersistentVolumeClaimStatus", "allocatedResources"): _QUANTITY_MAP,
     ("PersistentVolumeClaimStatus", "capacity"): _QUANTITY_MAP,
     ("ManagedFieldsEntry", "fieldsV1"): _FREE_OBJECT,
+    ("ControllerRevision", "data"): _FREE_OBJECT,  # a runtime.RawExtension: any JSON (kube: a patch)
     ("CustomResourceSubresources", "status"): {"type": "object"},
     # JSONSchemaProps is recursive and arbitrary JSON (defaults, enums): kube keeps it whole.
     ("CustomResourceValidation", "openAPIV3Schema"): _FREE_OBJECT,
