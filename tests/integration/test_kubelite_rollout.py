@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from lightkube.resources.apps_v1 import Deployment, ReplicaSet
+from lightkube.resources.apps_v1 import ControllerRevision, Deployment, ReplicaSet, StatefulSet
 from lightkube.resources.core_v1 import Endpoints, Service
 
 from tests.integration.test_kubelite import NS, Lite, create, echo_deployment, eventually, kubectl, pods_of
@@ -194,3 +194,50 @@ async def test_replicaset_name_taken_by_another_template_counts_a_collision(lite
 
 async def _none(coro: Any) -> bool:
     return not await coro
+
+
+async def test_statefulset_revisions_history_and_undo(apiserver: Any, lite: Lite) -> None:
+    kc = apiserver.kubeconfig
+    await create(
+        lite.client,
+        StatefulSet,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "db"},
+            "spec": {
+                "replicas": 2,
+                "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {
+                    "metadata": {"labels": {"app": "db"}},
+                    "spec": {"containers": [{"name": "db", "image": "db:v1"}]},
+                },
+            },
+        },
+    )
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "sts/db", "--timeout=60s")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "set", "image", "sts/db", "db=db:v2")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "sts/db", "--timeout=60s")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "history", "sts/db")
+    assert [line.split()[0] for line in out.splitlines()[2:] if line.strip()] == ["1", "2"], out
+    revs = {
+        r.metadata.name: r.to_dict()  # type: ignore[union-attr]
+        async for r in lite.client.list(ControllerRevision, namespace=NS)
+    }
+    sts = (await lite.client.get(StatefulSet, "db", namespace=NS)).to_dict()
+    current = revs[sts["status"]["updateRevision"]]
+    assert current["revision"] == 2 and current["metadata"]["ownerReferences"][0]["name"] == "db"
+    assert current["data"]["spec"]["template"]["spec"]["containers"][0]["image"] == "db:v2"
+
+    code, out = await kubectl(kc, "-n", NS, "rollout", "undo", "sts/db")
+    assert code == 0 and "rolled back" in out, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "sts/db", "--timeout=60s")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "history", "sts/db")
+    assert [line.split()[0] for line in out.splitlines()[2:] if line.strip()] == ["2", "3"], out
+    pods = await pods_of(lite.client, {"app": "db"})
+    assert sorted(p["spec"]["containers"][0]["image"] for p in pods) == ["db:v1", "db:v1"]

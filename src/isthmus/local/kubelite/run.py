@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import Deployment, ReplicaSet, StatefulSet
+from lightkube.resources.apps_v1 import ControllerRevision, Deployment, ReplicaSet, StatefulSet
 from lightkube.resources.core_v1 import Endpoints, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
@@ -95,7 +95,9 @@ class KubeLite:
         self.node: NodeAgent | None = None
         self.deployments = DeploymentController(client, deployments, replicasets, pods)
         self.replicasets = ReplicaSetController(client, replicasets, pods)
-        self.statefulsets = StatefulSetController(client, statefulsets, pods)
+        self.statefulsets = StatefulSetController(
+            client, statefulsets, pods, self.factory.informer(ControllerRevision)
+        )
         self._ready = False
 
     @property

@@ -12,7 +12,8 @@ them. Pods a Deployment owned directly (kube-lite before ReplicaSets) are replac
 
 StatefulSets create ``<name>-<ordinal>`` in order (OrderedReady: the next one only when the
 previous is Ready), with hostname/subdomain for per-Pod DNS, and replace Pods of an old
-revision one at a time from the highest ordinal. All report the status fields that
+revision one at a time from the highest ordinal; each template is a ControllerRevision
+(``<name>-<hash>``, numbered), so ``kubectl rollout history/undo statefulset`` work too. All report the status fields that
 ``kubectl rollout status`` and ``kubectl wait --for=condition=Available`` read.
 
 Deleting a workload deletes what it owns through the apiserver's garbage collector (ownerReferences).
@@ -38,7 +39,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
-from lightkube.resources.apps_v1 import Deployment, ReplicaSet, StatefulSet
+from lightkube.resources.apps_v1 import ControllerRevision, Deployment, ReplicaSet, StatefulSet
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
@@ -759,13 +760,88 @@ class StatefulSetController(_WorkloadController):
         client: AsyncClient,
         statefulsets: Informer[StatefulSet],
         pods: Informer[Pod],
+        revisions: Informer[ControllerRevision] | None = None,
         *,
         workers: int = 2,
     ) -> None:
         super().__init__(client, statefulsets, pods, workers=workers)
+        self.revisions = revisions
+        if revisions is not None:
+            with contextlib.suppress(ValueError):
+                revisions.add_indexer(OWNER_INDEX, controller_uid_index)
+            self.controller.watch(revisions, enqueue_owner("StatefulSet", "apps"))
+
+    def _hash(self, data: Obj) -> str:
+        return template_hash(semantic((data.get("spec") or {}).get("template") or {}))
 
     def _revision(self, data: Obj) -> str:
-        return f"{data['metadata']['name']}-{template_hash((data.get('spec') or {}).get('template') or {})}"
+        return f"{data['metadata']['name']}-{self._hash(data)}"
+
+    async def reconcile(self, key: str) -> Result | None:
+        obj = self.workloads.cache.get(key)
+        if obj is not None and self.revisions is not None:
+            data = obj.to_dict()
+            if data["metadata"].get("deletionTimestamp") is None:
+                try:
+                    await self._sync_revisions(data)
+                except ApiError as e:  # history is a bonus: the Pods must not wait for it
+                    log.warning("controllerrevision not written", extra={"statefulset": key, "error": str(e)})
+        return await super().reconcile(key)
+
+    async def _sync_revisions(self, data: Obj) -> None:
+        """A ControllerRevision per template, as kube's StatefulSet controller keeps them (what
+        ``kubectl rollout history/undo statefulset`` read): the current one carries the highest
+        revision; beyond revisionHistoryLimit the oldest unused ones go."""
+        assert self.revisions is not None
+        meta, spec = data["metadata"], data.get("spec") or {}
+        ns, uid = meta.get("namespace"), meta.get("uid")
+        name = self._revision(data)
+        owned = [r.to_dict() for r in self.revisions.cache.by_index(OWNER_INDEX, uid)] if uid else []
+        others = [r for r in owned if _name(r) != name]
+        top = max((int(r.get("revision") or 0) for r in others), default=0)
+        current = next((r for r in owned if _name(r) == name), None)
+        if current is None:
+            body = {
+                "apiVersion": "apps/v1",
+                "kind": "ControllerRevision",
+                "metadata": {
+                    "name": name,
+                    "namespace": ns,
+                    "labels": {**((spec.get("selector") or {}).get("matchLabels") or {}),
+                               "controller.kubernetes.io/hash": self._hash(data)},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": meta.get("name"),
+                                         "uid": uid, "controller": True, "blockOwnerDeletion": True}],
+                },
+                # kube's revision data: a patch that puts this template back (kubectl rollout undo applies it)
+                "data": {"spec": {"template": {**copy.deepcopy(spec.get("template") or {}), "$patch": "replace"}}},
+                "revision": top + 1,
+            }
+            try:
+                await self.client.create(
+                    cast(ControllerRevision, ControllerRevision.from_dict(body)), field_manager=FIELD_MANAGER
+                )
+            except ApiError as e:
+                if not is_conflict(e):  # ours already; the cache does not show it yet
+                    raise
+        elif int(current.get("revision") or 0) <= top:  # back to an older template: it is the newest again
+            await self.client.patch(
+                ControllerRevision, name, {"revision": top + 1}, namespace=ns,
+                patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
+            )
+        limit = spec.get("revisionHistoryLimit")
+        limit = DEFAULT_HISTORY_LIMIT if limit is None else int(limit)
+        in_use = {name, (data.get("status") or {}).get("currentRevision")}
+        in_use |= {
+            ((p.get("metadata") or {}).get("labels") or {}).get(CONTROLLER_REVISION_HASH_LABEL)
+            for p in self._owned_pods(uid)
+        }
+        unused = sorted((r for r in others if _name(r) not in in_use), key=lambda r: int(r.get("revision") or 0))
+        for r in unused[: max(0, len(unused) - limit)]:
+            try:
+                await self.client.delete(ControllerRevision, _name(r), namespace=ns)
+            except ApiError as e:
+                if not is_not_found(e):
+                    raise
 
     def plan(self, data: Obj, pods: list[Obj]) -> Plan:
         plan = statefulset_plan(data, pods, self._revision(data))
