@@ -461,3 +461,59 @@ def test_deployment_status_is_kept_by_spec_writes(walk: Server) -> None:
     assert r.status_code == 200 and r.json()["spec"]["replicas"] == 1
     r = walk.http.patch(path, json={"spec": {"replicas": 2}, "status": {"replicas": 9}})
     assert r.json()["status"] == {"replicas": 1, "readyReplicas": 1} and r.json()["spec"]["replicas"] == 2
+
+
+# ---------------------------------------------------------------- the scale subresource
+
+
+def test_kubectl_scale_changes_spec_replicas_only(kubectl_server: Server) -> None:
+    k = kubectl_server
+    for gv, plural in (("apps/v1", "deployments"), ("apps/v1", "replicasets"), ("apps/v1", "statefulsets"),
+                       ("v1", "replicationcontrollers")):
+        body = manifest(gv, plural, NS)
+        body["metadata"]["name"] = "scaled"
+        base = f"/apis/{gv}" if "/" in gv else f"/api/{gv}"
+        _create(k, f"{base}/namespaces/{NS}/{plural}", body)
+        kind = body["kind"].lower()
+        assert k.kubectl("-n", NS, "scale", f"{kind}/scaled", "--replicas=3").stdout.strip() == f"{kind}" \
+            f"{'.apps' if gv == 'apps/v1' else ''}/scaled scaled"
+        obj = k.get(f"{base}/namespaces/{NS}/{plural}/scaled")
+        assert obj["spec"]["replicas"] == 3 and obj["metadata"]["generation"] == 2, plural
+        scale = k.get(f"{base}/namespaces/{NS}/{plural}/scaled/scale")
+        assert scale == {
+            "kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {key: obj["metadata"][key] for key in ("name", "namespace", "uid", "resourceVersion",
+                                                                 "creationTimestamp")},
+            "spec": {"replicas": 3}, "status": {"replicas": 0, "selector": "app=conf"}}, plural
+
+
+def test_scale_writes_check_resource_version_and_replicas(kubectl_server: Server) -> None:
+    k = kubectl_server
+    body = manifest("apps/v1", "deployments", NS)
+    body["metadata"]["name"] = "scale-writes"
+    body["spec"]["selector"] = {"matchLabels": {"app": "conf"},
+                                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "api"]}]}
+    body["spec"]["template"]["metadata"]["labels"]["tier"] = "web"
+    path = f"/apis/apps/v1/namespaces/{NS}/deployments/scale-writes"
+    _create(k, f"/apis/apps/v1/namespaces/{NS}/deployments", body)
+    scale = k.get(f"{path}/scale")
+    assert scale["status"]["selector"] == "app=conf,tier in (api,web)"
+    # status written by a controller shows in the Scale; a scale write leaves it alone
+    assert k.http.patch(f"{path}/status", {"status": {"replicas": 1}}).status_code == 200
+    stale = dict(scale, spec={"replicas": 5})
+    r = k.http.put(f"{path}/scale", stale)
+    assert r.status_code == 409 and r.json()["reason"] == "Conflict"
+    fresh_scale = k.get(f"{path}/scale")
+    r = k.http.put(f"{path}/scale", dict(fresh_scale, spec={"replicas": 5}))
+    assert r.status_code == 200 and r.json()["spec"] == {"replicas": 5} and r.json()["status"]["replicas"] == 1
+    r = k.http.patch(f"{path}/scale", [{"op": "replace", "path": "/spec/replicas", "value": 2}],
+                     "application/json-patch+json")
+    assert r.status_code == 200 and r.json()["spec"] == {"replicas": 2}
+    r = k.http.patch(f"{path}/scale", {"spec": {"replicas": -1}})
+    assert r.status_code == 422 and r.json()["details"]["causes"][0]["field"] == "spec.replicas"
+    r = k.http.patch(f"{path}/scale", {"spec": {"replicas": 0}})
+    assert r.status_code == 200 and r.json()["spec"] == {}
+    obj = k.get(path)
+    assert obj["spec"]["replicas"] == 0 and obj["status"] == {"replicas": 1}
+    # types without a scale subresource in kube have none here either
+    assert k.http.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets/x/scale").status_code == 404

@@ -13,6 +13,7 @@ import orjson
 from aiohttp import web
 
 from isthmus.apiserver import errors, table
+from isthmus.apiserver.handlers import scale
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, output
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.resources import ResourceInfo
@@ -54,6 +55,8 @@ async def get_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response
     rv_param = scope.request.query.get("resourceVersion") or ""
     if rv_param not in ("", "0"):  # not older than: wait for a version not reached yet
         await wait_for_resource_version(ctx, _int_rv(rv_param))
+    if scope.subresource == "scale":
+        return scale.get_scale(ctx, scope)
     obj = ctx.storage.get(info.key, scope.ns, name)
     if obj is None:
         raise errors.not_found(info.group, info.plural, name)
