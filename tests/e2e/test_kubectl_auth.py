@@ -1,4 +1,5 @@
-"""kubectl v1.32 authenticating to `isthmus apiserver` with a token or a client certificate.
+"""kubectl v1.32 authenticating to `isthmus apiserver` with a token or a client certificate, and
+finding the apiserver as workloads do (the `default/kubernetes` Service and its endpoints).
 
 The server runs as a user runs it, with `--kubeconfig-auth cert`: its kubeconfig carries a client
 certificate from the server's client CA; a second kubeconfig carries the bearer token instead.
@@ -17,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,3 +195,54 @@ def test_token_review(server: Kubeconfigs) -> None:
     # Reviews are answers, not objects: nothing was stored.
     p = server.kubectl(server.cert, "get", "tokenreviews", check=False)
     assert p.returncode != 0
+
+
+def server_port(server: Kubeconfigs) -> int:
+    url = yaml.safe_load(server.cert.read_text())["clusters"][0]["cluster"]["server"]
+    return int(url.rsplit(":", 1)[1])
+
+
+def test_kubernetes_service_points_at_the_apiserver(server: Kubeconfigs) -> None:
+    k, port = server.kubectl, server_port(server)
+    table = k(server.token, "get", "svc", "kubernetes", "-n", "default").stdout
+    assert "ClusterIP" in table and "443/TCP" in table
+    svc = json.loads(k(server.token, "get", "svc", "kubernetes", "-n", "default", "-o", "json").stdout)
+    assert svc["metadata"]["labels"] == {"component": "apiserver", "provider": "kubernetes"}
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]
+    assert "selector" not in svc["spec"]  # its endpoints are the apiserver's own, not Pods'
+    assert f"127.0.0.1:{port}" in k(server.token, "get", "endpoints", "kubernetes").stdout
+    ep = json.loads(k(server.token, "get", "endpoints", "kubernetes", "-o", "json").stdout)
+    assert ep["subsets"] == [{"addresses": [{"ip": "127.0.0.1"}],
+                              "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}]
+    assert ep["metadata"]["labels"] == {"endpointslice.kubernetes.io/skip-mirror": "true"}
+    eps = json.loads(k(server.token, "get", "endpointslice", "kubernetes", "-o", "json").stdout)
+    assert eps["metadata"]["labels"] == {"kubernetes.io/service-name": "kubernetes"}
+    assert eps["addressType"] == "IPv4"
+    assert eps["endpoints"] == [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}]
+    assert eps["ports"] == [{"name": "https", "port": port, "protocol": "TCP"}]
+
+
+def eventually(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 20
+    while not check():
+        assert time.monotonic() < deadline, "not reconciled"
+        time.sleep(0.1)
+
+
+def test_kubernetes_service_and_endpoints_come_back(server: Kubeconfigs) -> None:
+    k, port = server.kubectl, server_port(server)
+
+    def uid(kind: str) -> str:
+        p = k(server.token, "get", kind, "kubernetes", "-o", "jsonpath={.metadata.uid}", check=False)
+        return p.stdout if p.returncode == 0 else ""
+
+    kinds = ("service", "endpoints", "endpointslice")
+    before = {kind: uid(kind) for kind in kinds}
+    k(server.token, "delete", "service,endpoints,endpointslice", "kubernetes")
+    eventually(lambda: all(uid(kind) not in ("", before[kind]) for kind in kinds))
+    assert f"127.0.0.1:{port}" in k(server.token, "get", "endpoints", "kubernetes").stdout
+    # Ports someone changed are reset, as kube does (the Service is the apiserver's).
+    k(server.token, "patch", "service", "kubernetes", "--type=merge",
+      "-p", '{"spec": {"ports": [{"name": "https", "port": 8443, "targetPort": 1}]}}')
+    eventually(lambda: "443/TCP" in k(server.token, "get", "svc", "kubernetes").stdout
+               and "8443" not in k(server.token, "get", "svc", "kubernetes").stdout)

@@ -36,6 +36,7 @@ from isthmus.apiserver.registry.configmap import ConfigMapStrategy
 from isthmus.apiserver.registry.customresource import crd_resources
 from isthmus.apiserver.registry.customresourcedefinition import CustomResourceDefinitionStrategy
 from isthmus.apiserver.registry.deployment import DeploymentStrategy
+from isthmus.apiserver.registry.endpoints import EndpointsStrategy
 from isthmus.apiserver.registry.endpointslice import EndpointSliceStrategy
 from isthmus.apiserver.registry.event import EventStrategy, EventsV1Strategy
 from isthmus.apiserver.registry.ingress import IngressClassStrategy, IngressStrategy
@@ -75,6 +76,7 @@ DISCOVERY_JSON = Path(__file__).resolve().parent / "data" / "discovery-v1.32.jso
 STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "namespaces"): NamespaceStrategy,
     ("", "services"): ServiceStrategy,
+    ("", "endpoints"): EndpointsStrategy,
     ("", "pods"): PodStrategy,
     ("", "configmaps"): ConfigMapStrategy,
     ("", "secrets"): SecretStrategy,

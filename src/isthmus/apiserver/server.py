@@ -36,6 +36,7 @@ from isthmus.apiserver.authentication import (
 from isthmus.apiserver.builtins import builtin_resources
 from isthmus.apiserver.controllers.crd import CRDController
 from isthmus.apiserver.controllers.garbagecollector import GarbageCollector
+from isthmus.apiserver.controllers.kubernetesservice import KubernetesServiceController, advertise_address
 from isthmus.apiserver.controllers.namespace import NamespaceController, create_system_namespaces
 from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.handlers import create, delete, discovery, get, openapi, patch, pods, update, watch
@@ -75,11 +76,15 @@ class ApiServer:
         reinitialize: bool = False,
         token_user: UserInfo = ADMIN,
         api_audiences: tuple[str, ...] = API_AUDIENCES,
+        advertise_address: str | None = None,
     ) -> None:
         """token None serves everyone (for in-process use); `isthmus apiserver` always sets one.
 
         token_user: who the token authenticates as. With TLS, clients may also authenticate with a
         certificate from the server's client CA (authentication.py has the whole chain).
+
+        advertise_address: the IP the `default/kubernetes` endpoints name (default: the listen
+        address when it is one, else 127.0.0.1).
 
         reinitialize: accept starting empty when the data dir was initialised before but its
         database is missing, empty or unreadable (an unreadable file is renamed aside, never deleted).
@@ -97,6 +102,7 @@ class ApiServer:
         self.admission = admission or Admission()
         self.ca_pem: bytes | None = None
         self.token_user = token_user
+        self.advertise_address = advertise_address
         self.authenticator = Authenticator(
             tokens=[StaticTokens({token: token_user}, api_audiences)] if token else [],
             api_audiences=api_audiences, anonymous_paths=PUBLIC_PATHS, open_access=not token)
@@ -173,6 +179,14 @@ class ApiServer:
             socks = getattr(server, "sockets", None) or []
             self.port = socks[0].getsockname()[1]
         self._ctx.server_address = f"{self.host}:{self.port}"
+        # Only now is the port known, which the kubernetes Service's endpoints name. Reconciled
+        # before the server reports itself started, so clients find them from the first request.
+        kube_svc = KubernetesServiceController(self.store, self.resources, self.generic_store,
+                                               self.advertise_address or advertise_address(self.host), self.port)
+        self.store.on_write(kube_svc.on_write)
+        with contextlib.suppress(ApiError):  # logged; retried on the next change
+            await kube_svc.reconcile()
+        self._spawn(kube_svc.run())
         self._started = True
         log.info("apiserver listening on %s (data: %s)", self.url, self.data_dir or "in memory")
         return self.url
