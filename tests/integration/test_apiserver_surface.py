@@ -517,3 +517,22 @@ def test_scale_writes_check_resource_version_and_replicas(kubectl_server: Server
     assert obj["spec"]["replicas"] == 0 and obj["status"] == {"replicas": 1}
     # types without a scale subresource in kube have none here either
     assert k.http.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets/x/scale").status_code == 404
+
+
+def test_kubectl_typed_creates_send_protobuf_for_every_kind(kubectl_server: Server) -> None:
+    """kubectl's `create <kind>` and `auth can-i` send protobuf bodies: the server decodes every kind."""
+    k = kubectl_server
+    for args in (["create", "serviceaccount", "typed"], ["create", "job", "typed", "--image=busybox"],
+                 ["create", "cronjob", "typed", "--image=busybox", "--schedule=*/5 * * * *"],
+                 ["create", "role", "typed", "--verb=get", "--resource=pods"],
+                 ["create", "rolebinding", "typed", "--role=typed", "--user=jane"],
+                 ["create", "clusterrole", "typed", "--verb=get", "--resource=nodes"],
+                 ["create", "clusterrolebinding", "typed", "--clusterrole=typed", "--group=devs"],
+                 ["create", "priorityclass", "typed", "--value=10"],
+                 ["create", "quota", "typed", "--hard=pods=3,requests.cpu=1"],
+                 ["create", "poddisruptionbudget", "typed", "--selector=app=x", "--min-available=1"]):
+        assert k.kubectl("-n", NS, *args).stdout.strip().endswith(" created"), args
+    assert k.get(f"/api/v1/namespaces/{NS}/resourcequotas/typed")["spec"] == {"hard": {"pods": "3",
+                                                                                      "requests.cpu": "1"}}
+    assert k.get(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/typed")["spec"]["minAvailable"] == 1
+    assert k.kubectl("auth", "can-i", "delete", "nodes").stdout.strip() == "yes"

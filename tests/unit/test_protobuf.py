@@ -199,8 +199,15 @@ def test_rich_pod_spec() -> None:
     assert pod["spec"]["automountServiceAccountToken"] is False
 
 
-def test_unknown_kind_from_kubectl_is_400() -> None:
-    _bad(_pb("unknown_kind_resourcequota"), "ResourceQuota", '"v1"')
+def test_resourcequota_from_kubectl_decodes() -> None:
+    # kubectl create quota's body: every kind kube v1.32 serves has its tables (it once had none)
+    assert decode_object(_pb("unknown_kind_resourcequota")) == {
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q1"},
+        "spec": {"hard": {"cpu": "2", "pods": "10"}}}
+
+
+def test_unknown_kind_is_400() -> None:
+    _bad(envelope("example.com/v1", "Widget", meta("w")), "Widget", '"example.com/v1"')
 
 
 # ---------------------------------------------------------------------------------------- other served kinds
