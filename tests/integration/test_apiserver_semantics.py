@@ -372,7 +372,12 @@ async def test_exact_and_not_older_than(apiserver: RunningApiServer, monkeypatch
                                                       'resourceVersion "0"'),
     ("?watch=true&resourceVersion=1&resourceVersionMatch=NotOlderThan",
      'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for '
-     "watch"),
+     "watch unless sendInitialEvents is provided"),
+    ("?watch=true&sendInitialEvents=true",
+     'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting '
+     "resourceVersionMatch to NotOlderThan"),
+    ("?sendInitialEvents=true", 'ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: '
+                                "sendInitialEvents is forbidden for list"),
 ])
 async def test_list_options_validation(apiserver: RunningApiServer, query: str, message: str) -> None:
     status, body = await _cms(apiserver, query)
@@ -398,3 +403,18 @@ async def test_watch_from_a_future_version_sends_only_what_comes_after(apiserver
     event = json.loads(line)
     assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "c")
     assert int(event["object"]["metadata"]["resourceVersion"]) == future + 1
+
+
+async def test_watch_list_from_a_future_version_ends_in_a_timeout(apiserver: RunningApiServer,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from isthmus.apiserver.handlers import get
+
+    monkeypatch.setattr(get, "BLOCK_TIMEOUT", 0.1)
+    future = apiserver.store.rv + 5
+    async with aiohttp.ClientSession() as s, s.get(
+            apiserver.url + CMS + f"?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+            f"&allowWatchBookmarks=true&resourceVersion={future}") as r:
+        assert r.status == 200  # a watch reports it in the stream, as kube's errWatcher
+        event = json.loads(await r.content.readline())
+    assert event["type"] == "ERROR"
+    assert event["object"]["code"] == 504 and event["object"]["reason"] == "Timeout"

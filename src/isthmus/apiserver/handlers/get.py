@@ -54,7 +54,7 @@ async def get_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response
     assert name is not None
     rv_param = scope.request.query.get("resourceVersion") or ""
     if rv_param not in ("", "0"):  # not older than: wait for a version not reached yet
-        await wait_for_resource_version(ctx, _int_rv(rv_param))
+        await wait_for_resource_version(ctx, parse_resource_version(rv_param))
     if scope.subresource == "scale":
         return scale.get_scale(ctx, scope)
     obj = ctx.storage.get(info.key, scope.ns, name)
@@ -66,7 +66,7 @@ async def get_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response
     return json_response(output(info, obj))
 
 
-def _int_rv(value: str) -> int:
+def parse_resource_version(value: str) -> int:
     try:
         rv = int(value)
     except ValueError:
@@ -97,26 +97,41 @@ async def wait_for_resource_version(ctx: HandlerContext, wanted: int) -> None:
 
 
 def validate_list_options(q: Any, watch: bool) -> None:
-    """ValidateListOptions: resourceVersionMatch needs a resourceVersion, no continue and no watch."""
+    """ValidateListOptions (with the WatchList feature, which kube v1.32 enables): what
+    resourceVersionMatch and sendInitialEvents may be combined with, for a list and for a watch."""
     match = q.get("resourceVersionMatch") or ""
-    if not match:
-        return
+    initial = q.get("sendInitialEvents")  # present (even "false") or not, as kube's *bool
     causes: list[dict[str, str]] = []
 
-    def forbid(why: str) -> None:
-        causes.append(errors.cause("resourceVersionMatch", f"Forbidden: {why}", "FieldValueForbidden"))
+    def forbid(why: str, field: str = "resourceVersionMatch") -> None:
+        causes.append(errors.cause(field, f"Forbidden: {why}", "FieldValueForbidden"))
+
+    def unsupported(values: str) -> None:
+        causes.append(errors.cause("resourceVersionMatch", f"Unsupported value: {errors.go_quote(match)}: supported "
+                                   f"values: {values}", "FieldValueNotSupported"))
 
     if watch:
-        forbid("resourceVersionMatch is forbidden for watch")
-    if not q.get("resourceVersion"):
-        forbid("resourceVersionMatch is forbidden unless resourceVersion is provided")
-    if q.get("continue"):
-        forbid("resourceVersionMatch is forbidden when continue is provided")
-    if match not in (EXACT, NOT_OLDER_THAN):
-        causes.append(errors.cause("resourceVersionMatch", f'Unsupported value: {errors.go_quote(match)}: supported '
-                                   'values: "Exact", "NotOlderThan", ""', "FieldValueNotSupported"))
-    if match == EXACT and q.get("resourceVersion") == "0":
-        forbid('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
+        if initial is not None and match != NOT_OLDER_THAN:
+            forbid(f"sendInitialEvents requires setting resourceVersionMatch to {NOT_OLDER_THAN}")
+        if match:
+            if initial is None:
+                forbid("resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
+            if match != NOT_OLDER_THAN:
+                unsupported('"NotOlderThan"')
+            if q.get("continue"):
+                forbid("resourceVersionMatch is forbidden when continue is provided")
+    else:
+        if match:
+            if not q.get("resourceVersion"):
+                forbid("resourceVersionMatch is forbidden unless resourceVersion is provided")
+            if q.get("continue"):
+                forbid("resourceVersionMatch is forbidden when continue is provided")
+            if match not in (EXACT, NOT_OLDER_THAN):
+                unsupported('"Exact", "NotOlderThan", ""')
+            if match == EXACT and q.get("resourceVersion") == "0":
+                forbid('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
+        if initial is not None:
+            forbid("sendInitialEvents is forbidden for list", "sendInitialEvents")
     if causes:
         raise errors.invalid("meta.k8s.io", "ListOptions", "", causes)
 
@@ -189,7 +204,7 @@ async def list_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respons
         start = bisect.bisect_right(items, after, key=lambda o: (o["metadata"].get("namespace", ""),
                                                                  o["metadata"]["name"]))
     elif rv_param not in ("", "0"):
-        wanted = _int_rv(rv_param)
+        wanted = parse_resource_version(rv_param)
         await wait_for_resource_version(ctx, wanted)
         if rv_match == EXACT or (not rv_match and limit > 0):
             rv = wanted

@@ -17,7 +17,12 @@ from aiohttp import web
 from isthmus.apiserver import errors, table
 from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.handlers.common import HandlerContext, output, truthy
-from isthmus.apiserver.handlers.get import selection, validate_list_options
+from isthmus.apiserver.handlers.get import (
+    parse_resource_version,
+    selection,
+    validate_list_options,
+    wait_for_resource_version,
+)
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.resources import ResourceInfo
 
@@ -64,8 +69,18 @@ async def watch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Stream
     initial: list[Obj] = []
     error: ApiError | None = None
     watch = None
+    if initial_events and rv_param not in ("", "0"):
+        # the initial state must be at least that recent: kube waits for it, else an ERROR event
+        try:
+            await wait_for_resource_version(ctx, parse_resource_version(rv_param))
+        except ApiError as e:
+            if e.code != 504:
+                raise
+            error = e
     # Listing and registering the watch happen without an await, so no event can fall between them.
-    if rv_param in ("", "0") or initial_events:
+    if error is not None:
+        pass
+    elif rv_param in ("", "0") or initial_events:
         initial = ctx.storage.list(info.key, namespace)
         if match is not None:
             initial = [o for o in initial if match(o)]
