@@ -13,6 +13,7 @@
 - `controllers/`: garbage collector, namespace controller, CRD controller (serve, establish, clean up).
 - `storage.py`: objects in memory and SQLite, resourceVersions, watch history and fan-out.
 - Shared machinery: `schema.py` (structural schemas), `patch.py`, `apply.py` (server-side apply),
+  `decoding.py` (request bodies as kube's strict decoders read them),
   `selectors.py`, `meta.py` (ObjectMeta rules), `table.py` (Table responses), `openapi.py`,
   `protobuf.py`, `errors.py` (Status), `admission.py` (in-process hooks), `datadir.py`, `tls.py`,
   `kubeconfig.py`.
