@@ -536,3 +536,41 @@ def test_kubectl_typed_creates_send_protobuf_for_every_kind(kubectl_server: Serv
                                                                                       "requests.cpu": "1"}}
     assert k.get(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/typed")["spec"]["minAvailable"] == 1
     assert k.kubectl("auth", "can-i", "delete", "nodes").stdout.strip() == "yes"
+
+
+# ---------------------------------------------------------------- one resource in two versions
+
+
+def test_hpa_v1_and_v2_are_one_object_converted(kubectl_server: Server) -> None:
+    """As kube: autoscaling/v2 is stored, v1 reads and writes the same objects converted (a CPU
+    target; what v1 cannot say travels in annotations)."""
+    k = kubectl_server
+    body = manifest("apps/v1", "deployments", NS)
+    body["metadata"]["name"] = "autoscaled"
+    _create(k, f"/apis/apps/v1/namespaces/{NS}/deployments", body)
+    # kubectl autoscale writes autoscaling/v1 (as protobuf); kubectl get hpa reads v2
+    k.kubectl("-n", NS, "autoscale", "deployment", "autoscaled", "--max=4", "--cpu-percent=60")
+    v2 = json.loads(k.kubectl("-n", NS, "get", "hpa", "autoscaled", "-o", "json").stdout)
+    assert v2["apiVersion"] == "autoscaling/v2"
+    assert v2["spec"]["metrics"] == [{"type": "Resource", "resource": {
+        "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}}]
+    assert v2["status"] == {"desiredReplicas": 0}
+    base1 = f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers"
+    base2 = f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers"
+    # a v2-only field written in v2 shows in v1 as kube's annotation, and survives a v1 update
+    memory = {"type": "Resource", "resource": {"name": "memory", "target": {"type": "AverageValue",
+                                                                            "averageValue": "100Mi"}}}
+    r = k.http.patch(f"{base2}/autoscaled", {"spec": {"metrics": [*v2["spec"]["metrics"], memory]}})
+    assert r.status_code == 200, r.text
+    v1 = k.get(f"{base1}/autoscaled")
+    assert v1["apiVersion"] == "autoscaling/v1" and v1["spec"]["targetCPUUtilizationPercentage"] == 60
+    assert json.loads(v1["metadata"]["annotations"]["autoscaling.alpha.kubernetes.io/metrics"]) == [memory]
+    assert v1["status"] == {"currentReplicas": 0, "desiredReplicas": 0}
+    v1["spec"]["maxReplicas"] = 7
+    r = k.http.put(f"{base1}/autoscaled", v1)
+    assert r.status_code == 200 and r.json()["spec"]["maxReplicas"] == 7
+    v2 = k.get(f"{base2}/autoscaled")
+    assert v2["spec"]["maxReplicas"] == 7 and v2["spec"]["metrics"][1] == memory
+    assert "annotations" not in v2["metadata"]
+    assert [i["metadata"]["name"] for i in k.get(base1)["items"]] == ["autoscaled"]
+    assert k.get(base1)["items"][0]["apiVersion"] == "autoscaling/v1"

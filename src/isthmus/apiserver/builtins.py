@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from isthmus.apiserver import _builtin_schemas
+from isthmus.apiserver.registry import horizontalpodautoscaler
 from isthmus.apiserver.registry.authentication import SelfSubjectReviewStrategy, TokenReviewStrategy
 from isthmus.apiserver.registry.authorization import (
     LocalSubjectAccessReviewStrategy,
@@ -52,7 +53,6 @@ from isthmus.apiserver.registry.workloads import (
     CronJobStrategy,
     DaemonSetStrategy,
     EmptyStatusStrategy,
-    HorizontalPodAutoscalerV1Strategy,
     HorizontalPodAutoscalerV2Strategy,
     JobStrategy,
     NodeStrategy,
@@ -117,15 +117,12 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
 # Where one version of a resource has a strategy of its own: (group, version, plural) → class.
 VERSION_STRATEGIES: dict[tuple[str, str, str], type[Strategy]] = {
     ("autoscaling", "v2", "horizontalpodautoscalers"): HorizontalPodAutoscalerV2Strategy,
-    ("autoscaling", "v1", "horizontalpodautoscalers"): HorizontalPodAutoscalerV1Strategy,
+    ("autoscaling", "v1", "horizontalpodautoscalers"): horizontalpodautoscaler.HorizontalPodAutoscalerV1Strategy,
 }
 
-# Resources kube serves in several versions of one group, stored once there and converted on the
-# way in and out. Here each non-storage version keeps its own objects (see docs/apiserver.md):
-# (group, version, plural) → storage key.
-SEPARATE_STORAGE: dict[tuple[str, str, str], str] = {
-    ("autoscaling", "v1", "horizontalpodautoscalers"): "autoscaling/horizontalpodautoscalers.v1",
-}
+# Versions kube serves but does not store: their objects are the storage version's, converted by
+# the strategy (to_storage/from_storage) on the way in and out.
+NOT_STORED_VERSIONS = {("autoscaling", "v1", "horizontalpodautoscalers")}
 
 
 @dataclass(frozen=True)
@@ -218,9 +215,8 @@ def builtin_resources() -> list[ResourceInfo]:
             has_scale="scale" in served,
             schema=_builtin_schemas.kind_schema(b.group, b.version, b.kind, required=b.strategy.schema_required),
             builtin=True,
-            storage_version=True,
+            storage_version=(b.group, b.version, b.plural) not in NOT_STORED_VERSIONS,
             strategy=strategy,
             discovery=b.discovery(),
-            storage_key=SEPARATE_STORAGE.get((b.group, b.version, b.plural), ""),
         ))
     return out

@@ -214,6 +214,7 @@ class GenericStore:
             obj["metadata"]["name"] = name
         else:
             raise _name_taken(info, obj["metadata"], name)
+        obj = info.strategy.to_storage(obj)  # another version of a resource is stored as its storage version
         if dry_run:
             return obj
         return self.storage.create(info.key, obj)
@@ -281,6 +282,8 @@ class GenericStore:
         warnings = warnings if warnings is not None else []
         for _ in range(MAX_RETRIES):
             live = self.storage.get(info.key, ns, name)
+            if live is not None:  # the write is computed in the request's version, stored in the storage one
+                live = info.strategy.from_storage(live)
             if live is None:
                 if not apply:
                     raise errors.not_found(info.group, info.plural, name)
@@ -340,7 +343,7 @@ class GenericStore:
             if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") and \
                     not info.strategy.holds_deletion(new):
                 return self.storage.delete(info.key, ns, name), False
-            return self.storage.update(info.key, new), False
+            return self.storage.update(info.key, info.strategy.to_storage(new)), False
         raise errors.conflict(info.group, info.plural, name, "too many concurrent modifications, try again")
 
     # ------------------------------------------------------------------ delete

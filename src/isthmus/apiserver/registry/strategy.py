@@ -177,6 +177,15 @@ class Strategy:
     def canonicalize(self, obj: Obj) -> None:
         """Last normalization before storing (after validation)."""
 
+    def to_storage(self, obj: Obj) -> Obj:
+        """This version's object as the resource's storage version keeps it (kube's conversion);
+        an object already in the storage version is returned as is."""
+        return obj
+
+    def from_storage(self, obj: Obj) -> Obj:
+        """A stored object as this version serves it; one already in this version is returned as is."""
+        return obj
+
     def create_virtual(self, obj: Obj, request: VirtualRequest) -> Obj:
         """The answer to a create of a virtual type (`stored` False): the object with its status."""
         raise NotImplementedError
