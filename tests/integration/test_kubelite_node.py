@@ -80,6 +80,8 @@ async def test_node_registered_ready_with_kubelet_endpoint(apiserver: Any, lite:
         apiserver.kubeconfig, "wait", "--for=condition=Ready", "node/c1-node", "--timeout=20s"
     )
     assert code == 0, out
+    code, out = await kubectl(apiserver.kubeconfig, "get", "nodes", "-o", "wide", "--no-headers")
+    assert code == 0 and out.split()[:3] == ["c1-node", "Ready", "control-plane"] and "127.0.0.1" in out, out
 
 
 async def test_kubectl_logs_and_follow(apiserver: Any, lite: Lite) -> None:

@@ -100,6 +100,8 @@ async def test_rollout_history_and_undo(apiserver: Any, lite: Lite) -> None:
     assert [line.split()[0] for line in out.splitlines()[2:] if line.strip()] == ["2", "3"], out
     code, out = await kubectl(kc, "-n", NS, "get", "deploy", "web", "--no-headers")
     assert code == 0 and out.split()[1:4] == ["2/2", "2", "2"], out
+    code, out = await kubectl(kc, "-n", NS, "get", "rs", f"web-{h}", "--no-headers")
+    assert code == 0 and out.split()[:4] == [f"web-{h}", "2", "2", "2"], out  # desired, current, ready
 
     # Deleting the Deployment takes its ReplicaSets and their Pods (garbage collector).
     await lite.client.delete(Deployment, "web", namespace=NS)

@@ -12,8 +12,75 @@ from typing import Any, ClassVar
 from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
 from isthmus.apiserver.registry.pod import default_template
 from isthmus.apiserver.registry.strategy import ScaleStrategy, Strategy
+from isthmus.apiserver.table import (
+    AGE_COLUMN,
+    NAME_COLUMN,
+    Column,
+    age,
+    col,
+    containers_images,
+    dicts,
+    dig,
+    label_selector_string,
+    name_of,
+)
 
 Obj = dict[str, Any]
+
+# kubectl's columns (kube's pkg/printers/internalversion): ReplicaSets and Nodes.
+REPLICASET_COLUMNS: list[Column] = [
+    NAME_COLUMN,
+    col("Desired", "integer", "Number of desired pods."),
+    col("Current", "integer", "Number of actual replicas."),
+    col("Ready", "integer", "The number of ready replicas for this replica set."),
+    AGE_COLUMN,
+    col("Containers", desc="Names of each container in the template.", priority=1),
+    col("Images", desc="Images referenced by each container in the template.", priority=1),
+    col("Selector", desc="Label selector for pods.", priority=1),
+]
+NODE_COLUMNS: list[Column] = [
+    NAME_COLUMN,
+    col("Status", desc="The status of the node"),
+    col("Roles", desc="The roles of the node"),
+    AGE_COLUMN,
+    col("Version", desc="Kubelet Version reported by the node."),
+    col("Internal-IP", desc="List of addresses reachable to the node.", priority=1),
+    col("External-IP", desc="List of addresses reachable to the node.", priority=1),
+    col("OS-Image", desc="OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).",
+        priority=1),
+    col("Kernel-Version", desc="Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).",
+        priority=1),
+    col("Container-Runtime", desc="Container runtime version reported by the node.", priority=1),
+]
+
+
+def _replicaset_row(obj: Obj, now: float) -> list[Any]:
+    containers, images = containers_images(dig(obj, "spec", "template", "spec"))
+    return [name_of(obj), int(dig(obj, "spec", "replicas") or 0), int(dig(obj, "status", "replicas") or 0),
+            int(dig(obj, "status", "readyReplicas") or 0), age(obj, now), containers, images,
+            label_selector_string(dig(obj, "spec", "selector"))]
+
+
+def _node_row(obj: Obj, now: float) -> list[Any]:
+    """printNode: Ready or NotReady (Unknown without the condition), roles from node-role labels."""
+    status = [("Ready" if c.get("status") == "True" else "NotReady")
+              for c in dicts(dig(obj, "status", "conditions")) if c.get("type") == "Ready"][:1] or ["Unknown"]
+    if dig(obj, "spec", "unschedulable"):
+        status.append("SchedulingDisabled")
+    labels = dig(obj, "metadata", "labels") or {}
+    roles = {k.removeprefix("node-role.kubernetes.io/") for k in labels if k.startswith("node-role.kubernetes.io/")}
+    if labels.get("kubernetes.io/role"):
+        roles.add(labels["kubernetes.io/role"])
+    addresses = dicts(dig(obj, "status", "addresses"))
+
+    def address(kind: str) -> str:
+        return next((str(a.get("address")) for a in addresses if a.get("type") == kind), "<none>")
+
+    info = dig(obj, "status", "nodeInfo") or {}
+    return [name_of(obj), ",".join(status), ",".join(sorted(r for r in roles if r)) or "<none>", age(obj, now),
+            info.get("kubeletVersion") or "", address("InternalIP"), address("ExternalIP"),
+            info.get("osImage") or "<unknown>", info.get("kernelVersion") or "<unknown>",
+            info.get("containerRuntimeVersion") or "<unknown>"]
 
 # apps/v1 and core/v1 scale subresources: spec.replicas, status.replicas, the selector of spec.selector.
 REPLICAS_SCALE = ScaleStrategy("spec.replicas", "status.replicas", "spec.selector")
@@ -37,6 +104,12 @@ class ReplicaSetStrategy(Strategy):
     def initial_status(self, obj: Obj) -> Obj | None:
         # ReplicaSetStatus: replicas has no omitempty.
         return {"replicas": 0}
+
+    def table_columns(self) -> list[Column]:
+        return REPLICASET_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return _replicaset_row(obj, now)
 
 
 class ReplicationControllerStrategy(Strategy):
@@ -166,6 +239,12 @@ class NodeStrategy(Strategy):
         for key in ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion",
                     "kubeletVersion", "kubeProxyVersion", "operatingSystem", "architecture"):
             info.setdefault(key, "")
+
+    def table_columns(self) -> list[Column]:
+        return NODE_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return _node_row(obj, now)
 
 
 class PersistentVolumeStrategy(Strategy):
