@@ -76,7 +76,7 @@ def test_node_is_ready_and_publishes_the_kubelet_port_status_shows(cs: Clusterse
     port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
     (cluster,) = cs.status()["clusters"]
     assert cluster["kubelet"] == f"127.0.0.1:{port}"
-    assert "c1-node" in cs.kubectl("c1", "get", "nodes", "--no-headers")
+    assert cs.kubectl("c1", "get", "nodes", "--no-headers").split()[:2] == ["c1-node", "Ready"]
 
 
 def test_logs_exec_endpoints_and_rollouts(cs: Clusterset) -> None:
