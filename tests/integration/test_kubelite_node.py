@@ -17,6 +17,8 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 
 from isthmus.local.kubelite import WORKLOAD_ANNOTATION
+from isthmus.local.kubelite.kubelet import KubeletServer
+from isthmus.local.kubelite.logs import PodLogs
 from tests.integration.test_kubelite import NS, Lite, create, eventually, http_twice, kubectl
 
 pytestmark = [
@@ -196,3 +198,24 @@ async def test_pod_without_node(apiserver: Any) -> None:
     assert code != 0 and "error dialing backend: dial tcp 127.0.0.1:1: connect: connection refused" in out, out
     code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "logs", "pending")
     assert code != 0 and "connection refused" in out, out
+
+
+async def test_kubelet_endpoint_answers_only_the_cluster_token() -> None:
+    """With a token (as `isthmus up` runs it), the logs of Pods are not open to every local user."""
+    pod = {"metadata": {"name": "p", "namespace": NS}, "spec": {"containers": [{"name": "c"}]}}
+    logs = PodLogs()
+    logs.pod(f"{NS}/p", "u").container("c").write("secret line")
+    kubelet = KubeletServer(logs, lambda ns, name: pod if name == "p" else None, node="n", token="s3cret")
+    await kubelet.start()
+    try:
+        url = f"http://127.0.0.1:{kubelet.port}/containerLogs/{NS}/p/c"
+        async with aiohttp.ClientSession() as s:
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                async with s.get(url, headers=headers) as r:
+                    assert r.status == 401 and "secret" not in await r.text()
+            async with s.get(url, headers={"Authorization": "Bearer s3cret"}) as r:
+                assert r.status == 200 and await r.text() == "secret line\n"
+            async with s.get(url[: -len("/c")] + "/nope", headers={"Authorization": "Bearer s3cret"}) as r:
+                assert r.status == 404 and await r.text() == 'container "nope" not found in pod "p"'
+    finally:
+        await kubelet.stop()
