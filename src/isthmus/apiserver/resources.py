@@ -43,8 +43,6 @@ class ResourceInfo:
     # kube's own APIResourceList entries for this type and its subresources (built-ins: from the
     # v1.32 discovery data); None: discovery derives them from the fields above.
     discovery: list[dict[str, Any]] | None = None
-    # Where objects are stored when not under '<group>/<plural>' (a version kept apart).
-    storage_key: str = ""
 
     @property
     def api_version(self) -> str:
@@ -56,8 +54,8 @@ class ResourceInfo:
 
     @property
     def key(self) -> str:
-        """Storage key, version independent: '<group>/<plural>' ('/pods' for core), unless storage_key says."""
-        return self.storage_key or f"{self.group}/{self.plural}"
+        """Storage key, version independent: '<group>/<plural>' ('/pods' for core)."""
+        return f"{self.group}/{self.plural}"
 
     @property
     def list_kind(self) -> str:
