@@ -116,10 +116,13 @@ async def test_kubectl_logs_and_follow(apiserver: Any, lite: Lite) -> None:
                 assert r.status == 200
             while b"/followed?x=1" not in (line := await proc.stdout.readline()):
                 assert line, "the log stream ended"
+        assert lite.lite is not None and lite.lite.kubelet.following == 1
     finally:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
+    # The apiserver notices kubectl left and drops its stream from the node, which ends it too.
+    await eventually(lambda: _true(lite.lite.kubelet.following == 0), what="follow stream closed")  # type: ignore[union-attr]
 
     # Errors as kube words them: options, containers, and a kubelet that has nothing to give.
     code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "logs", "web", "--previous")
@@ -139,6 +142,10 @@ async def test_kubectl_logs_and_follow(apiserver: Any, lite: Lite) -> None:
     assert code == 0 and ":8081/TCP" in out and ":8080/" not in out, out
     code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "logs", "missing")
     assert code != 0 and 'pods "missing" not found' in out, out
+
+
+async def _true(v: bool) -> bool:
+    return v
 
 
 async def test_exec_attach_port_forward_say_why(apiserver: Any, lite: Lite) -> None:

@@ -23,6 +23,7 @@ kubelet accepted would not be spliced (kube-lite's never does).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import os
@@ -46,6 +47,7 @@ PREFERRED_ADDRESS_TYPES = ("InternalIP", "Hostname", "InternalDNS", "ExternalIP"
 LOG_PARAMS = ("container", "follow", "previous", "sinceSeconds", "sinceTime", "timestamps", "tailLines",
               "limitBytes", "insecureSkipTLSVerifyBackend")
 CONNECT_TIMEOUT = 5.0
+CLIENT_CHECK_SECONDS = 1.0
 MAX_ERROR_BODY = 50_000  # kube's maxReadLength for a kubelet's error body
 
 
@@ -222,7 +224,18 @@ async def _log(ctx: HandlerContext, request: web.Request, ns: str, name: str,
             resp.enable_chunked_encoding()
             await resp.prepare(request)
             with contextlib.suppress(aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-                async for chunk in upstream.content.iter_any():
+                while True:
+                    try:
+                        async with asyncio.timeout(CLIENT_CHECK_SECONDS):
+                            chunk = await upstream.content.readany()
+                    except TimeoutError:
+                        # A followed log may stay silent: aiohttp does not cancel a handler whose
+                        # client left, so look at the connection now and then (and drop the node's).
+                        if request.transport is None or request.transport.is_closing():
+                            return resp
+                        continue
+                    if not chunk:
+                        break
                     await resp.write(chunk)  # the client gone: ConnectionResetError ends the request
             await resp.write_eof()
             return resp

@@ -87,7 +87,8 @@ class KubeletServer:
         self.port = port
         self.token = token
         self._runner: web.AppRunner | None = None
-        self._streams: set[asyncio.Task[Any]] = set()
+        self.following = 0
+        """Open ``follow`` streams (each ends when its Pod's containers stop or its client leaves)."""
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._auth])
@@ -192,15 +193,19 @@ class KubeletServer:
             return left is None or left > 0
 
         more = await send(lines)
-        while follow and more and not clog.closed:
-            # aiohttp does not cancel a handler whose client left: look at the connection now and then.
-            if request.transport is None or request.transport.is_closing():
-                return resp
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(FOLLOW_CHECK_SECONDS):
-                    await clog.wait(index)
-            batch, index = clog.after(index)
-            more = await send(batch)
+        self.following += follow
+        try:
+            while follow and more and not clog.closed:
+                # aiohttp does not cancel a handler whose client left: look at the connection now and then.
+                if request.transport is None or request.transport.is_closing():
+                    return resp
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(FOLLOW_CHECK_SECONDS):
+                        await clog.wait(index)
+                batch, index = clog.after(index)
+                more = await send(batch)
+        finally:
+            self.following -= follow
         await resp.write_eof()
         return resp
 
