@@ -574,3 +574,29 @@ def test_hpa_v1_and_v2_are_one_object_converted(kubectl_server: Server) -> None:
     assert "annotations" not in v2["metadata"]
     assert [i["metadata"]["name"] for i in k.get(base1)["items"]] == ["autoscaled"]
     assert k.get(base1)["items"][0]["apiVersion"] == "autoscaling/v1"
+
+
+def test_kubectl_get_prints_kubes_columns(kubectl_server: Server) -> None:
+    k = kubectl_server
+    headers = {
+        ("batch/v1", "cronjobs"): "NAME SCHEDULE TIMEZONE SUSPEND ACTIVE LAST SCHEDULE AGE",
+        ("batch/v1", "jobs"): "NAME STATUS COMPLETIONS DURATION AGE",
+        ("apps/v1", "daemonsets"): "NAME DESIRED CURRENT READY UP-TO-DATE AVAILABLE NODE SELECTOR AGE",
+        ("v1", "persistentvolumeclaims"): "NAME STATUS VOLUME CAPACITY ACCESS MODES STORAGECLASS "
+                                          "VOLUMEATTRIBUTESCLASS AGE",
+        ("storage.k8s.io/v1", "storageclasses"): "NAME PROVISIONER RECLAIMPOLICY VOLUMEBINDINGMODE "
+                                                 "ALLOWVOLUMEEXPANSION AGE",
+        ("scheduling.k8s.io/v1", "priorityclasses"): "NAME VALUE GLOBAL-DEFAULT AGE PREEMPTIONPOLICY",
+        ("policy/v1", "poddisruptionbudgets"): "NAME MIN AVAILABLE MAX UNAVAILABLE ALLOWED DISRUPTIONS AGE",
+    }
+    for (gv, plural), header in headers.items():
+        _, namespaced = _resource(gv, plural)
+        body = manifest(gv, plural, NS if namespaced else None)
+        body["metadata"]["name"] = "printed"
+        base = f"/apis/{gv}" if "/" in gv else f"/api/{gv}"
+        _create(k, f"{base}/namespaces/{NS}/{plural}" if namespaced else f"{base}/{plural}", body)
+        resource = plural + ("." + gv.split("/")[0] if "/" in gv else "")
+        lines = k.kubectl("-n", NS, "get", resource, "printed").stdout.splitlines()
+        assert " ".join(lines[0].split()) == header, plural
+    row = k.kubectl("get", "priorityclass", "printed").stdout.splitlines()[1].split()
+    assert row[:3] == ["printed", "1000", "false"] and row[-1] == "PreemptLowerPriority"

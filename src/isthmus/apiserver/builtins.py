@@ -59,8 +59,11 @@ from isthmus.apiserver.registry.workloads import (
     PersistentVolumeClaimStrategy,
     PersistentVolumeStrategy,
     PodDisruptionBudgetStrategy,
+    PriorityClassStrategy,
     ReplicaSetStrategy,
     ReplicationControllerStrategy,
+    ServiceAccountStrategy,
+    StorageClassStrategy,
     VolumeAttachmentStrategy,
 )
 from isthmus.apiserver.resources import ResourceInfo
@@ -97,6 +100,9 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("apps", "daemonsets"): DaemonSetStrategy,
     ("batch", "jobs"): JobStrategy,
     ("batch", "cronjobs"): CronJobStrategy,
+    ("", "serviceaccounts"): ServiceAccountStrategy,
+    ("storage.k8s.io", "storageclasses"): StorageClassStrategy,
+    ("scheduling.k8s.io", "priorityclasses"): PriorityClassStrategy,
     ("policy", "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
     ("storage.k8s.io", "volumeattachments"): VolumeAttachmentStrategy,
     ("", "resourcequotas"): EmptyStatusStrategy,

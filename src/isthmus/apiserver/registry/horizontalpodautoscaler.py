@@ -11,8 +11,10 @@ from typing import Any
 
 import orjson
 
+from isthmus.apiserver.registry import printers
 from isthmus.apiserver.registry.strategy import clone
 from isthmus.apiserver.registry.workloads import HorizontalPodAutoscalerV1Strategy as _V1Base
+from isthmus.apiserver.table import Column
 
 Obj = dict[str, Any]
 
@@ -137,3 +139,9 @@ class HorizontalPodAutoscalerV1Strategy(_V1Base):
 
     def from_storage(self, obj: Obj) -> Obj:
         return v2_to_v1(obj)
+
+    def table_columns(self) -> list[Column]:
+        return printers.HPA_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.hpa_row(v1_to_v2(obj), now)  # kube prints the internal (v2-shaped) object

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from isthmus.apiserver.registry import printers
 from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
 from isthmus.apiserver.registry.pod import default_template
 from isthmus.apiserver.registry.strategy import ScaleStrategy, Strategy
@@ -135,6 +136,12 @@ class ReplicationControllerStrategy(Strategy):
         # ReplicationControllerStatus: replicas has no omitempty.
         return {"replicas": 0}
 
+    def table_columns(self) -> list[Column]:
+        return printers.RC_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.rc_row(obj, now)
+
 
 class DaemonSetStrategy(Strategy):
     def default(self, obj: Obj) -> None:
@@ -155,6 +162,12 @@ class DaemonSetStrategy(Strategy):
         # DaemonSetStatus: the four counters without omitempty.
         return {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
                 "numberReady": 0}
+
+    def table_columns(self) -> list[Column]:
+        return printers.DS_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.ds_row(obj, now)
 
 
 def default_job_spec(spec: Obj) -> None:
@@ -204,6 +217,12 @@ class JobStrategy(Strategy):
     def initial_status(self, obj: Obj) -> Obj | None:
         return {}  # JobStatus: every field omitempty
 
+    def table_columns(self) -> list[Column]:
+        return printers.JOB_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.job_row(obj, now)
+
 
 class CronJobStrategy(Strategy):
     def default(self, obj: Obj) -> None:
@@ -222,6 +241,12 @@ class CronJobStrategy(Strategy):
 
     def initial_status(self, obj: Obj) -> Obj | None:
         return {}
+
+    def table_columns(self) -> list[Column]:
+        return printers.CRONJOB_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.cronjob_row(obj, now)
 
 
 class NodeStrategy(Strategy):
@@ -258,6 +283,12 @@ class PersistentVolumeStrategy(Strategy):
     def initial_status(self, obj: Obj) -> Obj | None:
         return {"phase": "Pending"}
 
+    def table_columns(self) -> list[Column]:
+        return printers.PV_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.pv_row(obj, now)
+
 
 class PersistentVolumeClaimStrategy(Strategy):
     def default(self, obj: Obj) -> None:
@@ -268,6 +299,12 @@ class PersistentVolumeClaimStrategy(Strategy):
 
     def initial_status(self, obj: Obj) -> Obj | None:
         return {"phase": "Pending"}
+
+    def table_columns(self) -> list[Column]:
+        return printers.PVC_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.pvc_row(obj, now)
 
 
 class CertificateSigningRequestStrategy(Strategy):
@@ -300,6 +337,12 @@ class HorizontalPodAutoscalerV2Strategy(Strategy):
             spec["metrics"] = [{"type": "Resource", "resource": {
                 "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]
 
+    def table_columns(self) -> list[Column]:
+        return printers.HPA_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.hpa_row(obj, now)
+
 
 class HorizontalPodAutoscalerV1Strategy(Strategy):
     def initial_status(self, obj: Obj) -> Obj | None:
@@ -315,7 +358,46 @@ class PodDisruptionBudgetStrategy(Strategy):
     def initial_status(self, obj: Obj) -> Obj | None:
         return {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
 
+    def table_columns(self) -> list[Column]:
+        return printers.PDB_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.pdb_row(obj, now)
+
 
 class VolumeAttachmentStrategy(Strategy):
     def initial_status(self, obj: Obj) -> Obj | None:
         return {"attached": False}
+
+
+class StorageClassStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        # storage/v1 SetDefaults_StorageClass
+        set_default(obj, "reclaimPolicy", "Delete")
+        set_default(obj, "volumeBindingMode", "Immediate")
+
+    def table_columns(self) -> list[Column]:
+        return printers.STORAGECLASS_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.storageclass_row(obj, now)
+
+
+class PriorityClassStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        # scheduling/v1 SetDefaults_PriorityClass
+        set_default(obj, "preemptionPolicy", "PreemptLowerPriority")
+
+    def table_columns(self) -> list[Column]:
+        return printers.PRIORITYCLASS_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.priorityclass_row(obj, now)
+
+
+class ServiceAccountStrategy(Strategy):
+    def table_columns(self) -> list[Column]:
+        return printers.SERVICEACCOUNT_COLUMNS
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]:
+        return printers.serviceaccount_row(obj, now)
