@@ -4,7 +4,7 @@
 - `authentication.py`: the authenticator chain (x509 client certificates, bearer tokens, anonymous
   on public paths) producing each request's `UserInfo`.
 - `handlers/`: requests by concern: `scope` (path and query → RequestScope), `get` (get, list),
-  `watch`, `create`, `update`, `patch`, `delete`, `discovery`, `openapi`.
+  `watch`, `create`, `update`, `patch`, `delete`, `scale`, `discovery`, `openapi`.
 - `registry/`: `strategy.py` (the hooks a resource type may override), `store.py` (GenericStore:
   the one write pipeline every create, update, patch, apply and delete goes through), one module
   per kind with its strategy (defaults, validation, printer columns, field selectors, ...).
