@@ -600,3 +600,11 @@ def test_kubectl_get_prints_kubes_columns(kubectl_server: Server) -> None:
         assert " ".join(lines[0].split()) == header, plural
     row = k.kubectl("get", "priorityclass", "printed").stdout.splitlines()[1].split()
     assert row[:3] == ["printed", "1000", "false"] and row[-1] == "PreemptLowerPriority"
+
+
+def test_pod_templates_get_the_pod_spec_defaults(walk: Server) -> None:
+    body = manifest("v1", "podtemplates", NS)
+    body["metadata"]["name"] = "defaulted"
+    spec = _create(walk, f"/api/v1/namespaces/{NS}/podtemplates", body)["template"]["spec"]
+    assert (spec["restartPolicy"], spec["dnsPolicy"], spec["containers"][0]["imagePullPolicy"]) == (
+        "Always", "ClusterFirst", "IfNotPresent")

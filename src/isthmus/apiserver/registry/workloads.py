@@ -401,3 +401,9 @@ class ServiceAccountStrategy(Strategy):
 
     def table_row(self, obj: Obj, now: float) -> list[Any]:
         return printers.serviceaccount_row(obj, now)
+
+
+class PodTemplateStrategy(Strategy):
+    def default(self, obj: Obj) -> None:
+        # kube's generated defaulters give a PodTemplate's pod spec SetDefaults_PodSpec and the rest
+        default_template(obj)
