@@ -130,7 +130,11 @@ VERSION_STRATEGIES: dict[tuple[str, str, str], type[Strategy]] = {
 
 # Versions kube serves but does not store: their objects are the storage version's, converted by
 # the strategy (to_storage/from_storage) on the way in and out.
-NOT_STORED_VERSIONS = {("autoscaling", "v1", "horizontalpodautoscalers")}
+NOT_STORED_VERSIONS = {("autoscaling", "v1", "horizontalpodautoscalers"), ("events.k8s.io", "v1", "events")}
+
+# Resources stored as another group's (group, plural) → storage key: kube keeps events.k8s.io
+# Events in /registry/events, as core/v1 Events; both APIs serve the same objects.
+STORAGE_KEYS = {("events.k8s.io", "events"): "/events"}
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,7 @@ class Builtin:
     strategy: type[Strategy] = Strategy
     singular: str = ""  # default: the kind in lower case
     storage_version_hash: str = ""
+    storage_key: str | None = None  # see STORAGE_KEYS; None: "<group>/<plural>"
 
     @property
     def subresource_names(self) -> tuple[str, ...]:
@@ -192,7 +197,8 @@ def _load() -> tuple[list[Builtin], list[str]]:
                 verbs=tuple(r["verbs"]), subresources=subs,
                 strategy=VERSION_STRATEGIES.get((group, version, r["name"]))
                 or STRATEGIES.get((group, r["name"]), Strategy), singular=r["singularName"],
-                storage_version_hash=r.get("storageVersionHash", "")))
+                storage_version_hash=r.get("storageVersionHash", ""),
+                storage_key=STORAGE_KEYS.get((group, r["name"]))))
     return out, groups
 
 
@@ -226,5 +232,6 @@ def builtin_resources() -> list[ResourceInfo]:
             storage_version=(b.group, b.version, b.plural) not in NOT_STORED_VERSIONS,
             strategy=strategy,
             discovery=b.discovery(),
+            storage_key=b.storage_key,
         ))
     return out

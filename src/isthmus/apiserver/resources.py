@@ -43,6 +43,9 @@ class ResourceInfo:
     # kube's own APIResourceList entries for this type and its subresources (built-ins: from the
     # v1.32 discovery data); None: discovery derives them from the fields above.
     discovery: list[dict[str, Any]] | None = None
+    # Where its objects are stored when that is another group's resource (events.k8s.io/v1 events:
+    # "/events", the core ones, as kube's /registry/events); None: "<group>/<plural>".
+    storage_key: str | None = None
 
     @property
     def api_version(self) -> str:
@@ -54,8 +57,10 @@ class ResourceInfo:
 
     @property
     def key(self) -> str:
-        """Storage key, version independent: '<group>/<plural>' ('/pods' for core)."""
-        return f"{self.group}/{self.plural}"
+        """Storage key, version independent: '<group>/<plural>' ('/pods' for core) unless
+        `storage_key` names the resource this one shares its objects with. Several infos (of one
+        group or not) may share a key: one of them is the storage version."""
+        return self.storage_key or f"{self.group}/{self.plural}"
 
     @property
     def list_kind(self) -> str:

@@ -124,6 +124,21 @@ class ApiServer:
         scheme = "https" if self.tls else "http"
         return f"{scheme}://{self.host}:{self.port}"
 
+    def _move_to_shared_storage(self) -> None:
+        """Objects a data dir holds under a resource's own key although it now shares another's
+        (events.k8s.io Events were once kept apart from the core ones) move there, converted to
+        the storage version; one whose name is taken there is dropped."""
+        for info in self.resources.all():
+            own = f"{info.group}/{info.plural}"
+            if info.key == own:
+                continue
+            for obj in self.store.list(own):
+                m = obj["metadata"]
+                ns, name = m.get("namespace", ""), m["name"]
+                self.store.delete(own, ns, name)
+                if self.store.get(info.key, ns, name) is None:
+                    self.store.create(info.key, info.strategy.to_storage(obj))
+
     async def start(self) -> str:
         """Open the store and listen. Raises DataDirError (one line for the user) before binding."""
         if self.data_dir:
@@ -132,6 +147,7 @@ class ApiServer:
             self.store.open()
         for info in builtin_resources():
             self.resources.add(info)
+        self._move_to_shared_storage()
         gcol = GarbageCollector(self.store, self.resources, self.generic_store)
         crds = CRDController(self.store, self.resources, self.generic_store)
         self.store.on_write(gcol.on_write)

@@ -133,7 +133,8 @@ class Strategy:
     # Whether a built-in kind's schema enforces its model's required fields; False when `validate`
     # reports missing fields itself, in kube's words (the schema check would pre-empt it).
     schema_required: ClassVar[bool] = True
-    # Field selectors beyond metadata.name and metadata.namespace: field → how it is read.
+    # Field selectors beyond metadata.name and metadata.namespace: field → how it is read from the
+    # stored object (the storage version: a field label of another version reads its stored field).
     field_selectors: Mapping[str, FieldGetter] = {}
     # Printer columns in CRD additionalPrinterColumns shape; the default table prints them.
     printer_columns: list[Obj] = []
