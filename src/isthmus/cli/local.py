@@ -235,8 +235,14 @@ def _part_rows(doc: dict[str, Any]) -> list[_Row]:
     for c in doc["clusters"]:
         procs = c["processes"]
         for kind in plan.CLUSTER_PART_KINDS:
-            addr = c["server"] if kind == plan.APISERVER else c["dns"] if kind == plan.DNS else \
-                procs[kind]["readyz"].removeprefix("http://").removesuffix("/readyz")
+            if kind == plan.APISERVER:
+                addr = c["server"]
+            elif kind == plan.DNS:
+                addr = f'{c["dns"]} (pod {procs[kind].get("pod") or "-"})'
+            elif kind in plan.POD_KINDS:
+                addr = f'pod {procs[kind].get("pod") or "-"}'
+            else:
+                addr = procs[kind]["readyz"].removeprefix("http://").removesuffix("/readyz")
             rows.append(_Row(f"{c['name']} {kind}", c["parts"][kind], addr, procs[kind]))
     return rows
 
@@ -336,7 +342,10 @@ def _explain_not_ready(console: Console, layout: Layout, doc: dict[str, Any] | N
     late = [r for r in _part_rows(doc) if r.health != HEALTH_READY]
     late.sort(key=lambda r: r.health not in (HEALTH_FAILED, HEALTH_RESTARTING))
     for row in late[:3]:
-        _print_tail(console, layout.log(row.log_name), lines=6)
+        if "deployment" in row.proc:  # a pod: its log is the pod's (`kubectl logs`)
+            console.print(f"  {row.name}: {row.proc['log']}", highlight=False, markup=False, soft_wrap=True)
+        else:
+            _print_tail(console, layout.log(row.log_name), lines=6)
 
 
 def _print_tail(console: Console, path: Path, lines: int = 15) -> None:

@@ -29,7 +29,15 @@ AGENT = "agent"
 DNS = "dns"
 PROXY = "proxy"
 CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY)
-"""Start order within a cluster; stop order is the reverse."""
+"""Every part of a cluster, in the order tables show them."""
+SUPERVISED_KINDS = (APISERVER, KUBE_LITE, PROXY)
+"""What a cloud gives and the supervisor runs as processes (start order; stop order is the reverse)."""
+POD_KINDS = (AGENT, DNS)
+"""Isthmus's own components: installed from deploy/member with `kubectl apply -k`, run by kube-lite."""
+COMPONENT_NAMESPACE = "isthmus-system"
+DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns"}
+"""The Deployment of each pod part (deploy/member)."""
+DNS_SERVICE = "isthmus-dns"
 
 
 class PlanError(ValueError):
@@ -109,24 +117,35 @@ def address_plan(n: int) -> list[ClusterPlan]:
 
 
 def parts(n: int) -> list[PartId]:
-    """Every long-running part in start order: the broker, every apiserver, then the rest."""
+    """Every supervised process in start order: the broker, every apiserver, then kube-lite and
+    the proxy of each cluster (the agent and DNS server are pods: see `pod_parts`)."""
     validate_count(n)
     names = [cluster_name(i) for i in range(1, n + 1)]
     out = [PartId(BROKER, APISERVER)] + [PartId(c, APISERVER) for c in names]
-    out += [PartId(c, kind) for c in names for kind in CLUSTER_PART_KINDS if kind != APISERVER]
+    out += [PartId(c, kind) for c in names for kind in SUPERVISED_KINDS if kind != APISERVER]
     return out
 
 
+def pod_parts(n: int) -> list[PartId]:
+    """The parts that run as pods, installed from the manifests."""
+    validate_count(n)
+    return [PartId(cluster_name(i), kind) for i in range(1, n + 1) for kind in POD_KINDS]
+
+
+def dns_node_port(cluster: ClusterPlan) -> int:
+    """The NodePort of the cluster's DNS Service (UDP and TCP), the last of its NodePort range:
+    what `status` gives as the cluster's DNS address, stable across restarts of the DNS pod."""
+    return cluster.node_port_high
+
+
 def port_names(n: int) -> list[str]:
-    """The ports picked at first `up` and kept: API ports, DNS ports, kubelet endpoints, one metrics
-    port per part."""
+    """The ports picked at first `up` and kept: API ports, kubelet endpoints, one metrics port per
+    supervised part."""
     out: list[str] = []
     for part in parts(n):
         if part.kind == APISERVER:
             out.append(part.name)
         else:
-            if part.kind == DNS:
-                out.append(part.name)
             if part.kind == KUBE_LITE:
                 out.append(kubelet_port_name(part.cluster))
             out.append(metrics_port_name(part))

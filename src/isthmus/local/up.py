@@ -35,8 +35,8 @@ import aiohttp
 from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.tls import ensure_certs
-from isthmus.local import plan
-from isthmus.local.plan import AGENT, APISERVER, BROKER, DNS, HOST, KUBE_LITE, PROXY, PartId
+from isthmus.local import components, plan
+from isthmus.local.plan import AGENT, APISERVER, BROKER, HOST, KUBE_LITE, PROXY, PartId
 from isthmus.local.state import (
     PHASE_FAILED,
     PHASE_RUNNING,
@@ -216,11 +216,6 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
         return [*base, "kube-lite", *kc, "--cluster-name", cp.name, "--pod-cidr", cp.pod_cidr,
                 "--service-cidr", cp.service_cidr, "--node-port-range", cp.node_port_range,
                 "--kubelet-port", str(state.ports[plan.kubelet_port_name(cp.name)]), *metrics]
-    if part.kind == AGENT:
-        return [*base, "agent", *kc, "--cluster-id", cp.name, *metrics]
-    if part.kind == DNS:
-        return [*base, "dns", *kc, "--cluster-id", cp.name, "--listen", f"{HOST}:{state.ports[part.name]}",
-                "--local-zone", plan.LOCAL_ZONE, *metrics]
     if part.kind == PROXY:
         return [*base, "proxy", *kc, "--cluster-id", cp.name, "--node-address", plan.NODE_ADDRESS, *metrics]
     raise ValueError(f"unknown part kind {part.kind!r}")
@@ -239,6 +234,7 @@ def deploy_broker_argv(layout: Layout, state: State) -> list[str]:
 
 def join_argv(layout: Layout, state: State, cluster: plan.ClusterPlan) -> list[str]:
     return [*isthmus_argv(), "join", str(layout.broker_info), "--kubeconfig", str(layout.kubeconfig_of(cluster.name)),
+            "--broker-kubeconfig", str(layout.kubeconfig_of(BROKER)),
             "--cluster-id", cluster.name, "--clusterset-ip-cidr", cluster.clusterset_ip_cidr]
 
 
@@ -402,6 +398,7 @@ class Bringup:
                     self._start(p, previous)
             self._phase(PHASE_RUNNING)
             late = await self.sup.wait_ready([p.name for p in all_parts], PARTS_READY_TIMEOUT)
+            late += await self._wait_components()
             if late:
                 log.warning("not ready after %.0fs (still trying): %s", PARTS_READY_TIMEOUT, ", ".join(late))
             else:
@@ -436,6 +433,42 @@ class Bringup:
 
         todo = [c for c in plan.address_plan(st.clusters) if c.name not in st.joined]
         await asyncio.gather(*(join(c) for c in todo))
+        await asyncio.gather(*(self._install(c, restart_agent=c in todo) for c in plan.address_plan(st.clusters)))
+
+    async def _install(self, cluster: plan.ClusterPlan, restart_agent: bool) -> None:
+        """Install Isthmus's components into one cluster from deploy/member, as a cluster admin would
+        (`kubectl apply -k`, idempotent: every `up` applies the manifests of this version). After a
+        new join the agent restarts, to read the broker credentials join just stored."""
+        from isthmus.kube.manifests import deploy_dir
+
+        directory = components.overlay(cluster, deploy_dir(), self.layout.root / "manifests" / cluster.name)
+        kubeconfig = self.layout.kubeconfig_of(cluster.name)
+        argv = components.apply_argv(kubeconfig, directory)
+        what = f"install {cluster.name} (kubectl apply -k {directory})"
+        if argv is not None:
+            await self._one_shot(what, argv, f"{cluster.name}-install")
+        else:
+            log.warning("kubectl not found: applying %s's manifests server-side from Python", cluster.name)
+            await components.apply_rendered(kubeconfig, directory)
+        if restart_agent:
+            await components.restart(kubeconfig, plan.DEPLOYMENTS[AGENT])
+
+    async def _wait_components(self) -> list[str]:
+        """Wait until every cluster's components have a ready pod; returns the late ones."""
+        deadline = asyncio.get_running_loop().time() + PARTS_READY_TIMEOUT
+        late: list[str] = []
+        while True:
+            late = []
+            for cp in plan.address_plan(self.state.clusters):
+                try:
+                    found = await components.read_components(self.layout.kubeconfig_of(cp.name))
+                except Exception:
+                    late += [p.name for p in components.pod_part_ids(cp.name)]
+                    continue
+                late += [PartId(cp.name, kind).name for kind, part in found.items() if part.health != "ready"]
+            if not late or asyncio.get_running_loop().time() > deadline:
+                return late
+            await asyncio.sleep(0.5)
 
 
 async def read_clusterset_cidr(layout: Layout, cluster: plan.ClusterPlan) -> str:
@@ -516,11 +549,9 @@ def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -
         log.info("ports picked: %s", ", ".join(f"{n}={state.ports[n]}" for n in changed))
     # An adopted part must still be the right command, talking to the right apiserver and broker.
     moved = {n.removesuffix("-apiserver") for n in changed if n.endswith("-apiserver")}
-    redo_setup = needs_deploy(layout, state)
     stale = {n: pid for n, pid in adopt.items()
              if cmdline(pid) != part_argv(layout, state, by_name[n])
-             or (by_name[n].kind != APISERVER and by_name[n].cluster in moved)
-             or (by_name[n].kind == AGENT and redo_setup)}
+             or (by_name[n].kind != APISERVER and by_name[n].cluster in moved)}
     _stop_leftovers(layout, stale)
     adopt = {n: pid for n, pid in adopt.items() if n not in stale}
     for name, p in state.parts.items():
@@ -688,6 +719,18 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
         broker_error = "the broker apiserver is not ready"
     now = datetime.datetime.now(datetime.UTC)
     problems: list[str] = []
+    cluster_plans = plan.address_plan(state.clusters)
+
+    async def pods_of(cp: plan.ClusterPlan) -> dict[str, components.PodPart]:
+        if not ready[PartId(cp.name, APISERVER).name]:
+            return {kind: components.PodPart(last_error="its apiserver is not ready") for kind in plan.POD_KINDS}
+        try:
+            return await components.read_components(layout.kubeconfig_of(cp.name))
+        except Exception as e:
+            return {kind: components.PodPart(last_error=f"cannot read it: {_short(e)}") for kind in plan.POD_KINDS}
+
+    pod_parts = dict(zip([cp.name for cp in cluster_plans],
+                         await asyncio.gather(*(pods_of(cp) for cp in cluster_plans)), strict=True))
 
     def health(p: PartId) -> str:
         st = state.parts.get(p.name, PartState())
@@ -724,10 +767,26 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
     if (bp := part_problem(broker_part)) is not None:
         problems.append(bp)
 
+    def pod_detail(cp: plan.ClusterPlan, kind: str, part: components.PodPart) -> dict[str, Any]:
+        deployment = plan.DEPLOYMENTS[kind]
+        return {"pid": part.pid, "restarts": part.restarts, "lastExit": part.last_exit,
+                "lastError": part.last_error, "failed": False, "pod": part.pod,
+                "deployment": f"{plan.COMPONENT_NAMESPACE}/{deployment}",
+                "readyReplicas": part.ready_replicas, "replicas": part.replicas,
+                "log": f"kubectl --context {cp.name} -n {plan.COMPONENT_NAMESPACE} logs deploy/{deployment}"}
+
+    def pod_problem(cp: plan.ClusterPlan, kind: str, part: components.PodPart) -> str | None:
+        if part.health == HEALTH_READY:
+            return None
+        said = f": {part.last_error}" if part.last_error else ""
+        return f"{cp.name}-{kind} {part.health if sup_pid else HEALTH_DOWN}{said}"
+
     clusters = []
-    for cp in plan.address_plan(state.clusters):
+    for cp in cluster_plans:
         mine = [p for p in parts if p.cluster == cp.name]
+        pods = pod_parts[cp.name]
         mine_problems = [pp for p in mine if (pp := part_problem(p)) is not None]
+        mine_problems += [pp for kind, part in pods.items() if (pp := pod_problem(cp, kind, part)) is not None]
         member = members.get(cp.name) if members is not None else None
         joined = None if members is None else member is not None
         age = None
@@ -748,7 +807,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
         clusters.append({
             "name": cp.name, "context": cp.name, "server": server_url(state, cp.name),
             "kubeconfig": str(layout.kubeconfig_of(cp.name)),
-            "dns": f"{HOST}:{state.ports[PartId(cp.name, DNS).name]}", "localZone": plan.LOCAL_ZONE,
+            "dns": f"{plan.NODE_ADDRESS}:{plan.dns_node_port(cp)}", "localZone": plan.LOCAL_ZONE,
             "kubelet": f"{HOST}:{state.ports[plan.kubelet_port_name(cp.name)]}",
             "podCIDR": cp.pod_cidr, "serviceCIDR": cp.service_cidr,
             "clustersetIPCIDR": state.joined.get(cp.name, cp.clusterset_ip_cidr),
@@ -757,10 +816,14 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             "heartbeatAge": age,
             "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": cp.node_port_range,
             "ready": not mine_problems,
-            "restarts": sum(state.parts.get(p.name, PartState()).restarts for p in mine),
+            "restarts": sum(state.parts.get(p.name, PartState()).restarts for p in mine)
+                        + sum(part.restarts for part in pods.values()),
             "problems": mine_problems,
-            "parts": {p.kind: health(p) for p in mine},
-            "processes": {p.kind: detail(p) for p in mine},
+            "parts": {kind: health(PartId(cp.name, kind)) if kind in plan.SUPERVISED_KINDS
+                      else pods[kind].health if sup_pid or pods[kind].health == HEALTH_READY else HEALTH_DOWN
+                      for kind in plan.CLUSTER_PART_KINDS},
+            "processes": {kind: detail(PartId(cp.name, kind)) if kind in plan.SUPERVISED_KINDS
+                          else pod_detail(cp, kind, pods[kind]) for kind in plan.CLUSTER_PART_KINDS},
         })
     if sup_pid:
         phase = state.phase

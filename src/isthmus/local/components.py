@@ -1,0 +1,196 @@
+"""Isthmus's own components in the local clusterset: installed from deploy/member, run as pods.
+
+`isthmus up` installs them as a cluster admin would on a real cluster — `kubectl apply -k` of an
+overlay of deploy/member rendered for the local plan (the DNS Service gets a fixed NodePort, the DNS
+server also answers the cluster's own zone, as there is no CoreDNS here) — and kube-lite runs their
+pods as processes. `status` reads their health from the Deployments and Pods, as a user would with
+kubectl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from isthmus.local import plan
+from isthmus.local.plan import DNS, ClusterPlan, PartId
+
+MEMBER_BASE = "member"
+"""The kustomization of deploy/ a member cluster gets."""
+READ_TIMEOUT = 2.0
+
+
+def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path) -> Path:
+    """Write the local overlay of deploy/member for one cluster into `into` (a directory of its own,
+    rewritten every `up`); returns it. The base is referenced by a relative path: kustomize refuses
+    absolute ones."""
+    into.mkdir(parents=True, exist_ok=True)
+    base = os.path.relpath(deploy_dir / MEMBER_BASE, into)
+    port = plan.dns_node_port(cluster)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [base],
+        "patches": [
+            {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[DNS]},
+             "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                                        "value": f"--local-zone={plan.LOCAL_ZONE}"}])},
+            {"target": {"kind": "Service", "name": plan.DNS_SERVICE},
+             "patch": yaml.safe_dump([
+                 {"op": "replace", "path": "/spec/type", "value": "NodePort"},
+                 {"op": "add", "path": "/spec/ports/0/nodePort", "value": port},
+                 {"op": "add", "path": "/spec/ports/1/nodePort", "value": port},
+             ])},
+        ],
+    }
+    text = "# Written by `isthmus up` for the local plan; rewritten on every up.\n"
+    text += yaml.safe_dump(kustomization, sort_keys=False)
+    (into / "kustomization.yaml").write_text(text)
+    return into
+
+
+def apply_argv(kubeconfig: Path, directory: Path) -> list[str] | None:
+    """`kubectl apply -k` of the overlay, or None when there is no kubectl (then the same rendered
+    objects are applied server-side from Python: see `isthmus.kube.manifests`)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    return [kubectl, "--kubeconfig", str(kubeconfig), "apply", "-k", str(directory)]
+
+
+@dataclass
+class PodPart:
+    """What `status` says of one component: from its Deployment and the newest of its pods."""
+
+    health: str = "down"
+    pod: str | None = None
+    pid: int | None = None
+    restarts: int = 0
+    last_exit: int | None = None
+    last_error: str | None = None
+    ready_replicas: int = 0
+    replicas: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _pid(container_id: str | None) -> int | None:
+    """kube-lite's containerID is `isthmus://<node>/<pid>`."""
+    if not container_id:
+        return None
+    tail = container_id.rstrip("/").rsplit("/", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def judge(deployment: dict[str, Any] | None, pods: list[dict[str, Any]]) -> PodPart:
+    """A component's health the way `kubectl get deploy,pods` shows it: ready when a replica is
+    ready; restarting when its container crash-loops or restarted; starting otherwise."""
+    out = PodPart()
+    if deployment is None:
+        out.health, out.last_error = "starting", "not installed yet"
+        return out
+    status = deployment.get("status") or {}
+    out.replicas = int((deployment.get("spec") or {}).get("replicas", 1) or 0)
+    out.ready_replicas = int(status.get("readyReplicas") or 0)
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    live.sort(key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
+    best = None
+    for p in live:
+        statuses = (p.get("status") or {}).get("containerStatuses") or []
+        if statuses and statuses[0].get("ready"):
+            best = p
+            break
+    best = best or (live[-1] if live else None)
+    waiting_reason = None
+    if best is not None:
+        out.pod = best["metadata"]["name"]
+        statuses = (best.get("status") or {}).get("containerStatuses") or []
+        if statuses:
+            cs = statuses[0]
+            out.restarts = int(cs.get("restartCount") or 0)
+            state = cs.get("state") or {}
+            if "running" in state:
+                out.pid = _pid(cs.get("containerID"))
+            waiting = state.get("waiting") or {}
+            waiting_reason = waiting.get("reason")
+            last = (cs.get("lastState") or {}).get("terminated") or {}
+            if last:
+                out.last_exit = last.get("exitCode")
+            if waiting.get("message"):
+                out.last_error = f"{waiting_reason}: {waiting['message']}"[:300]
+            elif last:
+                out.last_error = (f"exited {last.get('exitCode')}"
+                                  + (f" ({last['reason']})" if last.get("reason") else ""))
+    if out.ready_replicas >= 1:
+        out.health = "ready"
+    elif waiting_reason in ("CrashLoopBackOff", "CreateContainerConfigError", "ErrImagePull",
+                            "ImagePullBackOff") or out.restarts:
+        out.health = "restarting"
+    else:
+        out.health = "starting"
+    return out
+
+
+async def read_components(kubeconfig: Path) -> dict[str, PodPart]:
+    """Each pod part of one cluster (agent, dns), read from its apiserver."""
+    from lightkube.resources.apps_v1 import Deployment
+    from lightkube.resources.core_v1 import Pod
+
+    from isthmus.kube.client import make_client
+    from isthmus.kube.helpers import get_or_none
+
+    client = make_client(kubeconfig, timeout=READ_TIMEOUT)
+    out: dict[str, PodPart] = {}
+    try:
+        async with asyncio.timeout(READ_TIMEOUT * 2):
+            for kind, name in plan.DEPLOYMENTS.items():
+                dep = await get_or_none(client, Deployment, name, namespace=plan.COMPONENT_NAMESPACE)
+                pods: list[dict[str, Any]] = []
+                if dep is not None and dep.spec is not None and dep.spec.selector.matchLabels:
+                    async for pod in client.list(Pod, namespace=plan.COMPONENT_NAMESPACE,
+                                                 labels=dict(dep.spec.selector.matchLabels)):
+                        pods.append(pod.to_dict())
+                out[kind] = judge(dep.to_dict() if dep is not None else None, pods)
+    finally:
+        await client.close()
+    return out
+
+
+def pod_part_ids(cluster: str) -> list[PartId]:
+    return [PartId(cluster, kind) for kind in plan.POD_KINDS]
+
+
+async def apply_rendered(kubeconfig: Path, directory: Path) -> None:
+    """What `kubectl apply -k` does, for machines without kubectl: render, then server-side apply."""
+    from isthmus.kube.client import make_client
+    from isthmus.kube.manifests import apply, render
+
+    client = make_client(kubeconfig, timeout=10.0)
+    try:
+        await apply(client, render(directory), field_manager="isthmus-up")
+    finally:
+        await client.close()
+
+
+async def restart(kubeconfig: Path, deployment: str) -> None:
+    """`kubectl rollout restart`: a new template annotation, so the Deployment replaces its pods."""
+    import datetime
+
+    from lightkube.resources.apps_v1 import Deployment
+    from lightkube.types import PatchType
+
+    from isthmus.kube.client import make_client
+
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}}
+    client = make_client(kubeconfig, timeout=10.0)
+    try:
+        await client.patch(Deployment, deployment, body, namespace=plan.COMPONENT_NAMESPACE,
+                           patch_type=PatchType.STRATEGIC)
+    finally:
+        await client.close()
