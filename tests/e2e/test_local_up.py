@@ -291,7 +291,7 @@ def test_killed_parts_are_restarted_and_converge(cs: Clusterset) -> None:
 
     doc = wait_for("killed parts restarted and ready", recovered, timeout=60, every=1)
     assert doc["clusters"][0]["processes"]["agent"]["restarts"] >= 1
-    assert doc["clusters"][0]["processes"]["agent"]["lastExit"] == -9
+    assert doc["clusters"][0]["processes"]["agent"]["lastExit"] == 137  # a pod: kube's 128 + SIGKILL
     assert doc["clusters"][0]["restarts"] >= 1
     assert "agent ↻" in cs.isthmus("status", "--state-dir", str(cs.root)).stdout  # restarts in the table
     # A new export from c2 (whose apiserver restarted) reaches c1 (whose agent restarted).
@@ -396,9 +396,12 @@ def test_up_after_a_supervisor_crash_adopts_healthy_parts_without_an_outage(cs: 
 
 def test_down_stops_everything_and_up_resumes_with_objects_intact(cs: Clusterset) -> None:
     before = cs.status()
+    pods = [p["pid"] for c in before["clusters"] for k, p in c["processes"].items() if "pod" in p]
+    assert len(pods) == 2 * len(before["clusters"]) and all(pods)
     out = cs.isthmus("down", "--state-dir", str(cs.root), timeout=60)
     assert "Stopped" in out.stdout
     assert cs.our_processes() == []
+    assert [pid for pid in pods if _alive(pid)] == []  # kube-lite stopped its pods' processes too
     assert cs.isthmus("down", "--state-dir", str(cs.root)).stdout.startswith("Nothing is running")
     stopped = cs.status()
     assert stopped["ready"] is False and stopped["clusters"][0]["parts"]["agent"] == "down"
