@@ -224,6 +224,65 @@ def test_up_reports_every_part_ready(cs: Clusterset) -> None:
     assert "already running" in again.stdout
 
 
+def _forbidden(cs: Clusterset, context: str, token: str, *args: str) -> str:
+    """kubectl as the holder of `token`: must be refused with kube's 403; returns the message."""
+    p = subprocess.run(["kubectl", "--context", context, f"--cache-dir={cs.root / 'kubectl-cache'}",
+                        "--token", token, *args], capture_output=True, text=True, timeout=60, env=cs.env)
+    assert p.returncode != 0 and "Forbidden" in p.stderr, (args, p.stdout, p.stderr)
+    return p.stderr
+
+
+def test_components_run_from_the_manifests_under_their_own_service_accounts(cs: Clusterset) -> None:
+    from isthmus.api.image import IMAGE
+
+    deployments = json.loads(cs.kubectl("c1", "-n", "isthmus-system", "get", "deployments", "-o", "json"))["items"]
+    by_name = {d["metadata"]["name"]: d for d in deployments}
+    assert {"isthmus-agent", "isthmus-dns"} <= set(by_name)
+    pods = json.loads(cs.kubectl("c1", "-n", "isthmus-system", "get", "pods", "-o", "json"))["items"]
+    for name in ("isthmus-agent", "isthmus-dns"):
+        template = by_name[name]["spec"]["template"]["spec"]
+        sa = template["serviceAccountName"]
+        mine = [p for p in pods if p["metadata"]["name"].startswith(name + "-")]
+        assert mine and all(p["spec"]["serviceAccountName"] == sa for p in mine)
+        assert all(c["image"] == IMAGE for p in mine for c in p["spec"]["containers"])
+        assert any(c.get("ready") for p in mine for c in p["status"].get("containerStatuses") or [])
+    # Each component's own account may not step outside its role.
+    agent_sa = by_name["isthmus-agent"]["spec"]["template"]["spec"]["serviceAccountName"]
+    dns_sa = by_name["isthmus-dns"]["spec"]["template"]["spec"]["serviceAccountName"]
+    agent_token = cs.kubectl("c1", "-n", "isthmus-system", "create", "token", agent_sa).strip()
+    dns_token = cs.kubectl("c1", "-n", "isthmus-system", "create", "token", dns_sa).strip()
+    said = _forbidden(cs, "c1", agent_token, "-n", "kube-system", "get", "secrets")
+    assert (f'secrets is forbidden: User "system:serviceaccount:isthmus-system:{agent_sa}" cannot list '
+            'resource "secrets" in API group "" in the namespace "kube-system"') in said
+    _forbidden(cs, "c1", dns_token, "-n", "isthmus-system", "delete", "serviceimports", "--all")
+    _forbidden(cs, "c1", dns_token, "-n", "isthmus-system", "get", "secret", "isthmus-broker")
+
+
+def test_a_member_broker_token_writes_only_its_own_objects(cs: Clusterset) -> None:
+    import base64
+
+    from isthmus.mcs.brokerinfo import BrokerInfo
+
+    secret = json.loads(cs.kubectl("c1", "-n", "isthmus-system", "get", "secret", "isthmus-broker", "-o", "json"))
+    info = BrokerInfo.decode(base64.b64decode(secret["data"]["broker-info"]))
+    assert info.token
+    assert "token" not in json.loads(base64.b64decode((cs.root / "broker-info.subm").read_text()))
+    ns = info.namespace
+    _forbidden(cs, "broker", info.token, "-n", ns, "get", "secrets")
+    _forbidden(cs, "broker", info.token, "-n", ns, "delete", "clusters.isthmus.io", "c2")
+    _forbidden(cs, "broker", info.token, "-n", ns, "annotate", "clusters.isthmus.io", "c2", "x=y")
+    _forbidden(cs, "broker", info.token, "-n", "kube-system", "get", "configmaps")
+    # Its own Cluster it may annotate (the agent's heartbeat does), and read everyone's.
+    ok = subprocess.run(["kubectl", "--context", "broker", "--token", info.token, "-n", ns, "annotate",
+                         "--overwrite", "clusters.isthmus.io", "c1", "example.com/checked=yes"],
+                        capture_output=True, text=True, timeout=60, env=cs.env)
+    assert ok.returncode == 0, ok.stderr
+    listed = subprocess.run(["kubectl", "--context", "broker", "--token", info.token, "-n", ns, "get",
+                             "clusters.isthmus.io", "-o", "name"], capture_output=True, text=True, timeout=60,
+                            env=cs.env)
+    assert listed.returncode == 0 and "c2" in listed.stdout, listed.stderr
+
+
 def test_everything_in_the_state_dir_is_private(cs: Clusterset) -> None:
     """It holds tokens (kubeconfigs, broker-info, Secrets in every state.db): dirs 0700, files 0600."""
     loose = []
