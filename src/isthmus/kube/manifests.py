@@ -2,9 +2,10 @@
 
 `kubectl apply -k deploy/member` is how users install Isthmus; `isthmus deploy-broker` and `isthmus up`
 (when kubectl is missing) need the same objects without kubectl, so `render` implements the part of
-kustomize our kustomizations use — `resources` (files and directories), `components`, `namespace` and
-`images` — and a test holds it equal to `kubectl kustomize` for every kustomization in deploy/. Keep
-the kustomizations within that subset (no patches, generators or labels) or extend this and its test.
+kustomize our kustomizations use — `resources` (files and directories), `components`, `namespace`,
+`images` and JSON 6902 `patches` (the local clusterset's overlay uses them) — and a test holds it equal
+to `kubectl kustomize` for every kustomization in deploy/. Keep the kustomizations within that subset
+(no generators, labels or strategic-merge patches) or extend this and its test.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, cast
 
 import yaml
 from lightkube import AsyncClient
+from lightkube.core.resource import NamespacedResource
 from lightkube.core.resource_registry import resource_registry
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
@@ -36,15 +38,15 @@ _ORDER_FIRST = (
 )
 _ORDER_LAST = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
-# Built-in kinds that have no namespace. kustomize, like this, takes any other kind (custom ones
-# included) as namespaced.
-CLUSTER_SCOPED_KINDS = frozenset({
+# The kinds kustomize v5.5's built-in schema knows as cluster-scoped (which the namespace transformer
+# leaves alone); like kustomize, any other kind — custom ones, and kinds newer than its schema such as
+# ValidatingAdmissionPolicy — is taken as namespaced. `apply` asks lightkube for the real scope.
+KUSTOMIZE_CLUSTER_SCOPED = frozenset({
     "APIService", "CertificateSigningRequest", "ClusterRole", "ClusterRoleBinding", "ComponentStatus",
-    "CSIDriver", "CSINode", "CustomResourceDefinition", "FlowSchema", "IngressClass",
-    "MutatingWebhookConfiguration", "Namespace", "Node", "PersistentVolume", "PriorityClass",
-    "PriorityLevelConfiguration", "RuntimeClass", "SelfSubjectAccessReview", "SelfSubjectReview",
-    "StorageClass", "SubjectAccessReview", "TokenReview", "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration", "VolumeAttachment",
+    "CSIDriver", "CSINode", "CustomResourceDefinition", "IngressClass", "MutatingWebhookConfiguration",
+    "Namespace", "Node", "PersistentVolume", "PriorityClass", "RuntimeClass", "SelfSubjectAccessReview",
+    "StorageClass", "SubjectAccessReview", "TokenReview", "ValidatingWebhookConfiguration",
+    "VolumeAttachment",
 })
 
 
@@ -83,7 +85,7 @@ def _build(path: Path, namespace: str | None, *, top: bool, seen: tuple[Path, ..
     kind = doc.get("kind", "Kustomization")
     if kind not in ("Kustomization", "Component"):
         raise ManifestError(f"{kfile}: kind {kind!r} is not Kustomization or Component")
-    supported = {"apiVersion", "kind", "metadata", "resources", "components", "namespace", "images"}
+    supported = {"apiVersion", "kind", "metadata", "resources", "components", "namespace", "images", "patches"}
     unsupported = sorted(set(doc) - supported)
     if unsupported:
         raise ManifestError(f"{kfile}: unsupported kustomize field(s) {', '.join(unsupported)}")
@@ -101,7 +103,7 @@ def _build(path: Path, namespace: str | None, *, top: bool, seen: tuple[Path, ..
         if _load_one(_kustomization_file(target)).get("kind") != "Component":
             raise ManifestError(f"{kfile}: {entry!r} is not a kustomize Component")
         objs = _apply_component(objs, target, (*seen, path))
-    _transform(objs, doc, namespace if top and namespace is not None else doc.get("namespace"))
+    _transform(objs, doc, namespace if top and namespace is not None else doc.get("namespace"), path)
     return objs
 
 
@@ -112,16 +114,77 @@ def _apply_component(objs: list[dict[str, Any]], path: Path, seen: tuple[Path, .
     inner = _build(path, None, top=False, seen=seen)  # its own resources, transformed by itself
     out = list(objs)
     _add(out, inner, path)
-    _transform(out, {"images": doc.get("images")}, doc.get("namespace"))
+    _transform(out, {"images": doc.get("images"), "patches": doc.get("patches")}, doc.get("namespace"), path)
     return out
 
 
-def _transform(objs: list[dict[str, Any]], doc: Mapping[str, Any], namespace: str | None) -> None:
+def _transform(objs: list[dict[str, Any]], doc: Mapping[str, Any], namespace: str | None, where: Path) -> None:
+    """kustomize's built-in transformers, in its order: patches, namespace, images."""
+    for patch in doc.get("patches") or []:
+        _patch(objs, patch, where)
+    if namespace:
+        _set_namespace(objs, namespace)
     for image in doc.get("images") or []:
         for obj in objs:
             _set_images(obj, image)
-    if namespace:
-        _set_namespace(objs, namespace)
+
+
+def _patch(objs: list[dict[str, Any]], entry: Mapping[str, Any], where: Path) -> None:
+    """One `patches` entry: a JSON 6902 patch (inline `patch` or file `path`) on every `target` match."""
+    text = entry.get("patch")
+    if text is None and entry.get("path"):
+        text = (where / str(entry["path"])).read_text()
+    ops = yaml.safe_load(text) if isinstance(text, str) else None
+    target = entry.get("target")
+    if not isinstance(ops, list) or not isinstance(target, dict):
+        raise ManifestError(f"{where}: only JSON 6902 patches with a target are supported")
+    for key in target:
+        if key not in ("group", "version", "kind", "name", "namespace"):
+            raise ManifestError(f"{where}: patch target field {key!r} is not supported")
+    matched = [o for o in objs if _matches(o, target)]
+    if not matched:
+        raise ManifestError(f"{where}: patch target {target} matches no object")
+    for obj in matched:
+        for op in ops:
+            _json_patch(obj, op, where)
+
+
+def _matches(obj: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
+    group, _, version = str(obj["apiVersion"]).rpartition("/")
+    meta = obj.get("metadata") or {}
+    have = {"group": group, "version": version, "kind": obj["kind"], "name": meta.get("name"),
+            "namespace": meta.get("namespace") or ""}
+    return all(have[k] == v for k, v in target.items())
+
+
+def _json_patch(obj: dict[str, Any], op: Mapping[str, Any], where: Path) -> None:
+    kind, path = op.get("op"), op.get("path")
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ManifestError(f"{where}: JSON patch path {path!r} is not a JSON pointer")
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+    try:
+        parent: Any = obj
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+        last = parts[-1]
+        if kind in ("add", "replace"):
+            value = copy.deepcopy(op.get("value"))
+            if isinstance(parent, list):
+                if last == "-":
+                    parent.append(value)
+                elif kind == "add":
+                    parent.insert(int(last), value)
+                else:
+                    parent[int(last)] = value
+            else:  # kustomize's replace adds a missing key as well
+                parent[last] = value
+        elif kind == "remove":
+            del parent[int(last) if isinstance(parent, list) else last]
+        else:
+            raise ManifestError(f"{where}: JSON patch op {kind!r} is not supported (add, replace, remove)")
+    except (KeyError, IndexError, ValueError, TypeError):
+        raise ManifestError(f"{where}: JSON patch {kind} {path}: no such path in {obj['kind']} "
+                            f"{obj['metadata']['name']}") from None
 
 
 def _kustomization_file(path: Path) -> Path:
@@ -204,7 +267,7 @@ def _set_namespace(objs: list[dict[str, Any]], namespace: str) -> None:
         meta = obj.setdefault("metadata", {})
         if obj["kind"] == "Namespace" and obj["apiVersion"] == "v1":
             meta["name"] = namespace
-        elif obj["kind"] not in CLUSTER_SCOPED_KINDS:
+        elif obj["kind"] not in KUSTOMIZE_CLUSTER_SCOPED:
             if obj["kind"] == "ServiceAccount" and obj["apiVersion"] == "v1":
                 moved[(meta["name"], meta.get("namespace") or "")] = namespace
             meta["namespace"] = namespace
@@ -261,7 +324,7 @@ async def _apply_one(client: AsyncClient, obj: dict[str, Any], field_manager: st
     meta = obj.get("metadata") or {}
     meta.pop("managedFields", None)
     meta.pop("resourceVersion", None)
-    namespace = meta.get("namespace") if obj["kind"] not in CLUSTER_SCOPED_KINDS else None
+    namespace = meta.get("namespace") if issubclass(res, NamespacedResource) else None
     await cast(Any, client).patch(
         res, meta["name"], obj, namespace=namespace, patch_type=PatchType.APPLY,
         field_manager=field_manager, force=True,
