@@ -215,7 +215,8 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
     if part.kind == KUBE_LITE:
         return [*base, "kube-lite", *kc, "--cluster-name", cp.name, "--pod-cidr", cp.pod_cidr,
                 "--service-cidr", cp.service_cidr, "--node-port-range", cp.node_port_range,
-                "--kubelet-port", str(state.ports[plan.kubelet_port_name(cp.name)]), *metrics]
+                "--kubelet-port", str(state.ports[plan.kubelet_port_name(cp.name)]),
+                "--root-dir", str(layout.root / "kubelet" / cp.name), *metrics]
     if part.kind == PROXY:
         return [*base, "proxy", *kc, "--cluster-id", cp.name, "--node-address", plan.NODE_ADDRESS, *metrics]
     raise ValueError(f"unknown part kind {part.kind!r}")
