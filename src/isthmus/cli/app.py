@@ -290,23 +290,36 @@ def run_component(
 
 
 async def _serve(name: str, build: Callable[[], Awaitable[Component]], metrics_addr: str | None) -> None:
+    """Health first, then build: building may wait (an agent waits for its cluster to join), and a
+    kubelet must see a live process meanwhile — alive, not ready — rather than kill it."""
     from isthmus.runtime import HealthServer
 
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    component = await build()
+    built: list[Component] = []
     health: HealthServer | None = None
+    if metrics_addr:
+        health = HealthServer()
+        health.add_liveness_check(name, lambda: True)
+        health.add_readiness_check(name, lambda: bool(built) and built[0].ready)
+        try:
+            await health.start(metrics_addr)
+        except OSError as err:
+            raise fail(f"cannot serve /metrics on {metrics_addr}: {err.strerror or err}") from None
     try:
-        if metrics_addr:
-            health = HealthServer()
-            health.add_liveness_check(name, lambda: True)
-            health.add_readiness_check(name, lambda: component.ready)
-            try:
-                await health.start(metrics_addr)
-            except OSError as err:
-                raise fail(f"cannot serve /metrics on {metrics_addr}: {err.strerror or err}") from None
+        building = asyncio.ensure_future(build())
+        stop_wait = asyncio.ensure_future(stopping.wait())
+        await asyncio.wait([building, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+        if not building.done():  # asked to stop while still building: nothing started, nothing to stop
+            building.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await building
+            return
+        stop_wait.cancel()
+        component = building.result()
+        built.append(component)
         await component.start()
         try:
             waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stopping.wait())]
