@@ -208,7 +208,10 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
     if part.kind == APISERVER:
         return [*base, "apiserver", "--host", HOST, "--port", str(state.ports[part.name]),
                 "--data-dir", str(layout.data_dir(part.cluster)), "--tls",
-                "--token-file", str(layout.token_file(part.cluster))]
+                "--token-file", str(layout.token_file(part.cluster)),
+                # As kubeadm keeps it: anonymous requests authenticate, and RBAC gives them only the
+                # public health and version paths, which the supervisor probes.
+                "--anonymous-auth"]
     cp = plan.cluster_plan(int(part.cluster[1:]), state.clusters)
     kc = ["--kubeconfig", str(layout.kubeconfig_of(part.cluster))]
     metrics = ["--metrics-addr", metrics_addr(state, part)]
