@@ -160,13 +160,16 @@ class KubeletServer:
         names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
         if container not in names:
             return web.Response(status=404, text=f'container "{container}" not found in pod "{name}"')
-        if _bool(q, "previous"):
-            # kube-lite never restarts a container: there is no terminated one to read.
-            return web.Response(
-                status=400, text=f'previous terminated container "{container}" in pod "{name}" not found'
-            )
         pod_log = self.logs.get(f"{ns}/{name}")
-        clog = pod_log.containers.get(container) if pod_log is not None else None
+        if _bool(q, "previous"):
+            # Only restarted process containers have a previous instance.
+            clog = pod_log.previous.get(container) if pod_log is not None else None
+            if clog is None:
+                return web.Response(
+                    status=400, text=f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+        else:
+            clog = pod_log.containers.get(container) if pod_log is not None else None
         if clog is None:
             return web.Response(
                 status=400, text=f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'
