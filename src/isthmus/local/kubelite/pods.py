@@ -30,7 +30,7 @@ from isthmus.local.kubelite import ECHO_WORKLOAD, FIELD_MANAGER, WORKLOAD_ANNOTA
 from isthmus.local.kubelite.echo import EchoIdentity, EchoServer
 from isthmus.local.kubelite.ipam import IPPool, PoolFull
 from isthmus.local.kubelite.logs import PodLogs
-from isthmus.local.kubelite.processes import ProcessOptions, ProcessPod, is_process_pod
+from isthmus.local.kubelite.processes import ProcessOptions, ProcessPod
 from isthmus.runtime import Controller, EventRecorder, Informer, Result, split_key
 
 __all__ = [
@@ -305,7 +305,7 @@ class PodRuntime:
         pod_log = self.logs.pod(key, meta.get("uid"))
         for c in spec.get("containers") or []:
             pod_log.container(str(c.get("name")))
-        if not is_echo(data) and (is_process_pod(data) or key in self.workers):
+        if not is_echo(data):  # Isthmus containers run as processes; other images are not pulled
             await self._stop(key)
             await self._sync_process_pod(key, data, str(ip))
             return None

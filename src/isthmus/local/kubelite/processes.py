@@ -340,12 +340,18 @@ class ProcessPod:
 
     async def _container(self, c: _Container) -> None:
         name, ns, uid = self.pod["metadata"]["name"], self.pod["metadata"].get("namespace"), self.uid
-        if not is_isthmus_image(c.image):
-            message = (f'Back-off pulling image "{c.image}": kube-lite runs only the Isthmus image '
-                       f"({IMAGE_REPOSITORY})")
-            self.recorder.warning(self.pod, "Failed", f'Failed to pull image "{c.image}": kube-lite runs only '
-                                  f"the Isthmus image ({IMAGE_REPOSITORY}), as processes")
-            self._set(c, state={"waiting": {"reason": "ImagePullBackOff", "message": message}})
+        if not is_isthmus_image(c.image):  # as a kubelet whose registry refuses: pull error, then back-off
+            why = f"kube-lite runs only the Isthmus image ({IMAGE_REPOSITORY}), as processes"
+            self.recorder.normal(self.pod, "Pulling", f'Pulling image "{c.image}"')
+            self.recorder.warning(self.pod, "Failed", f'Failed to pull image "{c.image}": {why}')
+            self.recorder.warning(self.pod, "Failed", "Error: ErrImagePull")
+            self._set(c, state={"waiting": {"reason": "ErrImagePull",
+                                            "message": f'failed to pull image "{c.image}": {why}'}})
+            await asyncio.sleep(self.options.backoff_base)
+            self.recorder.normal(self.pod, "BackOff", f'Back-off pulling image "{c.image}"')
+            self.recorder.warning(self.pod, "Failed", "Error: ImagePullBackOff")
+            self._set(c, state={"waiting": {"reason": "ImagePullBackOff",
+                                            "message": f'Back-off pulling image "{c.image}": {why}'}})
             return
         policy = (self.pod.get("spec") or {}).get("restartPolicy") or "Always"
         if c.lost is not None:  # kube-lite restarted: the instance it ran is gone; the next one may start

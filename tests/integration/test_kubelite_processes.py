@@ -1,0 +1,330 @@
+"""kube-lite as a kubelet for the Isthmus image: Pods whose containers run as real processes.
+
+Each test runs real ``isthmus`` commands (the image's entrypoint) as Pods against an embedded
+apiserver and looks at what a user sees: the Pod's status, Events, EndpointSlices, ``kubectl
+logs``, and the process itself (its pid, what it serves). Back-off is shortened to keep tests quick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import dns.asyncquery
+import dns.message
+import dns.rcode
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+
+from isthmus.api.image import IMAGE, IMAGE_REPOSITORY
+from isthmus.kube.helpers import install_crds
+from isthmus.local.kubelite import KubeLite
+from isthmus.local.kubelite.processes import ProcessOptions
+from tests.integration.test_kubelite import NODE_PORTS, NS, _cidrs, eventually, kubectl
+
+pytestmark = pytest.mark.timeout(120)
+
+needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+
+
+class ProcLite:
+    """A KubeLite whose process pods live under ``root``; restartable on the same CIDRs."""
+
+    def __init__(self, client: AsyncClient, root: Path, api_port: int) -> None:
+        self.client = client
+        self.pod_cidr, self.service_cidr = _cidrs()
+        self.options = ProcessOptions(root_dir=root, api_port=api_port, backoff_base=0.5, backoff_max=2.0,
+                                      stop_grace_cap=5.0)
+        self.task: asyncio.Task[None] | None = None
+        self.lite: KubeLite | None = None
+
+    async def start(self) -> None:
+        self.lite = KubeLite(self.client, cluster="c1", pod_cidr=self.pod_cidr, service_cidr=self.service_cidr,
+                             node_ports=NODE_PORTS, processes=self.options)
+        ready = asyncio.Event()
+        self.task = asyncio.create_task(self.lite.run(ready))
+        async with asyncio.timeout(15):
+            await ready.wait()
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                async with asyncio.timeout(20):
+                    await self.task
+            self.task = None
+
+
+@pytest.fixture
+async def lite(apiserver: Any, tmp_path: Path) -> AsyncIterator[ProcLite]:
+    client = apiserver.client()
+    await install_crds(client)  # `isthmus dns` reads ServiceImports
+    running = ProcLite(client, tmp_path / "kubelet", apiserver.server.port)
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+def dns_container(apiserver: Any, *, listen: str = "$(POD_IP):5353", **extra: Any) -> dict[str, Any]:
+    """`isthmus dns` of this pod, reaching the test apiserver through KUBECONFIG (no token needed)."""
+    return {
+        "name": "dns",
+        "image": IMAGE,
+        "command": ["isthmus", "dns"],
+        "args": ["--cluster-id", "c1", "--listen", listen, "--metrics-addr", "$(POD_IP):9090"],
+        "env": [
+            {"name": "KUBECONFIG", "value": apiserver.kubeconfig},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ],
+        "ports": [{"name": "metrics", "containerPort": 9090}, {"name": "dns", "containerPort": 5353,
+                                                                "protocol": "UDP"}],
+        **extra,
+    }
+
+
+def pod(name: str, *containers: dict[str, Any], labels: dict[str, str] | None = None,
+        **spec: Any) -> Pod:
+    return Pod.from_dict({
+        "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
+        "spec": {"automountServiceAccountToken": False, "containers": list(containers), **spec},
+    })
+
+
+async def get_pod(client: AsyncClient, name: str) -> dict[str, Any]:
+    return (await client.get(Pod, name, namespace=NS)).to_dict()
+
+
+def cstatus(p: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    statuses = (p.get("status") or {}).get("containerStatuses") or []
+    return next((s for s in statuses if name is None or s["name"] == name), {})
+
+
+def condition(p: dict[str, Any], ctype: str) -> str | None:
+    return next((c["status"] for c in (p.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
+
+
+def pid_of(p: dict[str, Any]) -> int:
+    cid = cstatus(p).get("containerID") or ""
+    assert cid.startswith("isthmus://c1-node/"), cid
+    return int(cid.rsplit("/", 1)[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+async def events_of(client: AsyncClient, name: str) -> list[tuple[str, str]]:
+    return [
+        (e.reason or "", e.message or "")
+        async for e in client.list(Event, namespace=NS, fields={"involvedObject.name": name})
+    ]
+
+
+async def test_isthmus_pod_runs_with_downward_api_readiness_and_logs(apiserver: Any, lite: ProcLite) -> None:
+    client = lite.client
+    await client.create(ConfigMap.from_dict({"metadata": {"name": "dns-conf", "namespace": NS},
+                                              "data": {"port": "5354"}}))
+    c = dns_container(apiserver, listen="$(POD_IP):$(DNS_PORT)")
+    c["env"].append({"name": "DNS_PORT", "valueFrom": {"configMapKeyRef": {"name": "dns-conf", "key": "port"}}})
+    c["readinessProbe"] = {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 1}
+    await client.create(Service.from_dict({
+        "metadata": {"name": "dns", "namespace": NS},
+        "spec": {"selector": {"app": "dns"}, "ports": [{"port": 53, "targetPort": 5354, "protocol": "UDP"}]},
+    }))
+    await client.create(pod("dns-0", c, labels={"app": "dns"}))
+
+    async def ready() -> dict[str, Any] | None:
+        p = await get_pod(client, "dns-0")
+        return p if condition(p, "Ready") == "True" else None
+
+    try:
+        p = await eventually(ready, within=30, what="pod Ready through its readiness probe")
+    except AssertionError:
+        print((await get_pod(client, "dns-0"))["status"], await events_of(client, "dns-0"))
+        for f in lite.options.root_dir.rglob("*.log"):
+            print(f, f.read_text())
+        raise
+    ip = p["status"]["podIP"]
+    s = cstatus(p)
+    assert p["status"]["phase"] == "Running" and s["started"] and s["ready"] and s["restartCount"] == 0
+    assert "running" in s["state"] and s["image"] == IMAGE and s["imageID"].startswith(IMAGE_REPOSITORY + "@sha256:")
+    pid = pid_of(p)
+    assert alive(pid)
+
+    # The process listens where $(POD_IP):$(DNS_PORT) said, and answers as the DNS server.
+    query = dns.message.make_query("nothing.default.svc.clusterset.local", "A")
+    answer = await dns.asyncquery.udp(query, ip, port=5354, timeout=3)
+    assert answer.rcode() == dns.rcode.NXDOMAIN
+
+    async def endpoint_ready() -> bool:
+        slices = [s.to_dict() async for s in client.list(
+            EndpointSlice, namespace=NS, labels={"kubernetes.io/service-name": "dns"})]
+        eps = [e for s in slices for e in s.get("endpoints") or []]
+        return bool(eps) and all(e["conditions"]["ready"] for e in eps) and eps[0]["addresses"] == [ip]
+
+    await eventually(endpoint_ready, what="ready endpoint in the Service's EndpointSlice")
+
+    events = await events_of(client, "dns-0")
+    assert ("Created", "Created container dns") in events and ("Started", "Started container dns") in events
+
+    if shutil.which("kubectl"):
+        async def logged() -> str | None:
+            code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "logs", "dns-0", "-c", "dns")
+            return out if code == 0 and ip in out else None
+
+        out = await eventually(logged, what="kubectl logs shows the process's output")
+        assert "5354" in out
+
+    # Deleting the Pod stops the process.
+    await client.delete(Pod, "dns-0", namespace=NS)
+    await eventually(lambda: _async(not alive(pid)), what="process gone after the pod was deleted")
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+async def test_readiness_failure_keeps_pod_unready(apiserver: Any, lite: ProcLite) -> None:
+    c = dns_container(apiserver)
+    c["readinessProbe"] = {"httpGet": {"path": "/readyz", "port": 9999}, "periodSeconds": 1}
+    await lite.client.create(pod("unready", c))
+
+    async def running() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "unready")
+        return p if "running" in (cstatus(p).get("state") or {}) else None
+
+    await eventually(running, within=30, what="container running")
+    await asyncio.sleep(3)
+    p = await get_pod(lite.client, "unready")
+    assert condition(p, "Ready") == "False" and condition(p, "ContainersReady") == "False"
+    ready_cond = next(c for c in p["status"]["conditions"] if c["type"] == "Ready")
+    assert ready_cond["reason"] == "ContainersNotReady"
+    assert ready_cond["message"] == "containers with unready status: [dns]"
+    assert cstatus(p)["ready"] is False and cstatus(p)["restartCount"] == 0
+    events = await events_of(lite.client, "unready")
+    assert any(r == "Unhealthy" and m.startswith("Readiness probe failed: ") for r, m in events), events
+
+
+async def test_liveness_failure_restarts_the_container(apiserver: Any, lite: ProcLite) -> None:
+    c = dns_container(apiserver)
+    c["livenessProbe"] = {"tcpSocket": {"port": 9998}, "periodSeconds": 1, "failureThreshold": 2}
+    await lite.client.create(pod("sick", c, terminationGracePeriodSeconds=2))
+
+    async def restarted() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "sick")
+        return p if cstatus(p).get("restartCount", 0) >= 1 else None
+
+    p = await eventually(restarted, within=40, what="restart after liveness failures")
+    last = cstatus(p)["lastState"]["terminated"]
+    # `isthmus` shuts down cleanly on SIGTERM: exit 0, which kube reports as Completed.
+    assert last["exitCode"] == 0 and last["reason"] == "Completed", last
+    events = await events_of(lite.client, "sick")
+    assert ("Killing", "Container dns failed liveness probe, will be restarted") in events
+    assert any(r == "Unhealthy" and m.startswith("Liveness probe failed: dial tcp") for r, m in events), events
+
+
+@needs_kubectl
+async def test_crashing_command_goes_crash_loop_back_off(apiserver: Any, lite: ProcLite) -> None:
+    await lite.client.create(pod("crash", dns_container(apiserver, listen="not-an-address")))
+
+    async def backing_off() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "crash")
+        s = cstatus(p)
+        waiting = (s.get("state") or {}).get("waiting") or {}
+        return p if waiting.get("reason") == "CrashLoopBackOff" and s.get("restartCount", 0) >= 1 else None
+
+    p = await eventually(backing_off, within=30, what="CrashLoopBackOff")
+    s = cstatus(p)
+    assert s["lastState"]["terminated"]["exitCode"] == 2 and s["lastState"]["terminated"]["reason"] == "Error"
+    assert s["state"]["waiting"]["message"].startswith("back-off ")
+    assert p["status"]["phase"] == "Running" and condition(p, "Ready") == "False"
+    events = await events_of(lite.client, "crash")
+    assert any(r == "BackOff" and m.startswith("Back-off restarting failed container dns in pod crash_default(")
+               for r, m in events), events
+    code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "logs", "crash", "--previous")
+    assert code == 0 and "not-an-address" in out, out
+
+
+async def test_never_restart_policy_fails_the_pod(apiserver: Any, lite: ProcLite) -> None:
+    await lite.client.create(pod("once", dns_container(apiserver, listen="bad"), restartPolicy="Never"))
+
+    async def failed() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "once")
+        return p if p["status"].get("phase") == "Failed" else None
+
+    p = await eventually(failed, within=30, what="phase Failed")
+    term = cstatus(p)["state"]["terminated"]
+    assert term["exitCode"] == 2 and term["reason"] == "Error" and cstatus(p)["restartCount"] == 0
+    ready = next(c for c in p["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "PodCompleted"
+
+
+async def test_missing_config_map_is_create_container_config_error(apiserver: Any, lite: ProcLite) -> None:
+    c = dns_container(apiserver)
+    c["envFrom"] = [{"configMapRef": {"name": "later"}}]
+    await lite.client.create(pod("waits", c))
+
+    async def config_error() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "waits")
+        waiting = (cstatus(p).get("state") or {}).get("waiting") or {}
+        return p if waiting.get("reason") == "CreateContainerConfigError" else None
+
+    p = await eventually(config_error, what="CreateContainerConfigError")
+    assert cstatus(p)["state"]["waiting"]["message"] == 'configmap "later" not found'
+    assert p["status"]["phase"] == "Pending"
+    await lite.client.create(ConfigMap.from_dict({"metadata": {"name": "later", "namespace": NS},
+                                                   "data": {"X": "1"}}))
+
+    async def running() -> bool:
+        return "running" in (cstatus(await get_pod(lite.client, "waits")).get("state") or {})
+
+    await eventually(running, within=20, what="started once the ConfigMap exists")
+
+
+async def test_other_images_are_not_pulled(lite: ProcLite) -> None:
+    await lite.client.create(pod("nginx", {"name": "web", "image": "nginx:1.27"}))
+
+    async def waiting() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "nginx")
+        w = (cstatus(p).get("state") or {}).get("waiting") or {}
+        return p if w.get("reason") == "ImagePullBackOff" else None
+
+    p = await eventually(waiting, what="ImagePullBackOff")
+    assert p["status"]["phase"] == "Pending"
+    assert "kube-lite runs only the Isthmus image" in cstatus(p)["state"]["waiting"]["message"]
+
+
+async def test_kube_lite_restart_stops_and_reruns_processes(apiserver: Any, lite: ProcLite) -> None:
+    await lite.client.create(pod("survivor", dns_container(apiserver)))
+
+    async def running() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "survivor")
+        return p if "running" in (cstatus(p).get("state") or {}) else None
+
+    first = await eventually(running, within=30, what="running")
+    pid = pid_of(first)
+    await lite.stop()
+    assert not alive(pid)
+    await lite.start()
+
+    async def rerun() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "survivor")
+        s = cstatus(p)
+        return p if "running" in (s.get("state") or {}) and s.get("restartCount") == 1 else None
+
+    p = await eventually(rerun, within=30, what="process started again after kube-lite restarted")
+    assert pid_of(p) != pid and alive(pid_of(p))
+    assert cstatus(p)["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
