@@ -7,7 +7,8 @@ does the same (apiserver/handlers/pods.py), and this is what answers: kube-lite'
 
 - ``GET /containerLogs/{namespace}/{pod}/{container}``: the container's log (logs.py) with the
   kubelet's query (``follow``, ``tailLines``, ``sinceSeconds``, ``sinceTime``, ``timestamps``,
-  ``limitBytes``, ``previous``) and its plain-text errors;
+  ``limitBytes``, ``previous`` — the instance before a process container's last restart) and its
+  plain-text errors;
 - ``/exec``, ``/attach``, ``/portForward``: refused with a ``Status`` (400 BadRequest) saying
   why — kube-lite's workloads are its own servers, there is no container to enter — which the
   apiserver passes on as kube-apiserver passes on a kubelet's answer that is not an upgrade;

@@ -6,8 +6,9 @@ the oldest lines go first beyond ``MAX_LOG_BYTES``, as a runtime rotates its fil
 endpoint (kubelet.py) reads them for ``kubectl logs`` (tail, since, timestamps, limit) and
 follows them (``-f``) until the Pod's containers stop.
 
-Logs are not persisted: after a kube-lite restart each Pod's log starts again with the
-workload's startup lines, as a container's would after a restart (without ``--previous``).
+A restarted process container's log starts afresh and the one before stays readable as
+``previous``; process containers' lines are also appended to files in their pod dir. Nothing is
+read back: after a kube-lite restart each Pod's log starts again with the workload's startup lines.
 """
 
 from __future__ import annotations

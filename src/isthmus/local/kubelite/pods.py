@@ -5,7 +5,8 @@ EndpointSlice controller (and everything downstream) sees it like a real Pod. A 
 ``isthmus.io/workload: echo`` also gets real echo servers bound to that IP (see echo.py), and
 is Ready only once they listen; what they print is the Pod's log (logs.py), served by the
 kubelet endpoint (kubelet.py). Servers stop, the log is dropped and the address is released when
-the Pod goes.
+the Pod goes. Any other Pod is a kubelet's: its Isthmus-image containers run as processes and its
+status is what they report (processes.py); containers of other images are never pulled.
 
 After a restart the addresses are re-reserved from the Pods' status before anything is
 allocated, and the echo servers of existing Pods are started again on the same addresses.
