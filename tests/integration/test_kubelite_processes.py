@@ -187,10 +187,25 @@ async def test_isthmus_pod_runs_with_downward_api_readiness_and_logs(apiserver: 
 
         out = await eventually(logged, what="kubectl logs shows the process's output")
         assert "5354" in out
+        code, tail = await kubectl(apiserver.kubeconfig, "-n", NS, "logs", "dns-0", "--tail=1")
+        assert code == 0 and tail.count("\n") == 1 and tail.strip() == out.strip().splitlines()[-1]
+        code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "get", "pod", "dns-0", "--no-headers")
+        assert code == 0 and out.split()[1:4] == ["1/1", "Running", "0"], out
+        # -f follows until the container stops (here: the Pod is deleted).
+        follow = await asyncio.create_subprocess_exec(
+            "kubectl", "--kubeconfig", apiserver.kubeconfig, "-n", NS, "logs", "-f", "dns-0",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        assert lite.lite is not None
+        kubelet = lite.lite.kubelet
+        await eventually(lambda: _async(kubelet.following == 1), what="kubectl logs -f connected")
 
     # Deleting the Pod stops the process.
     await client.delete(Pod, "dns-0", namespace=NS)
     await eventually(lambda: _async(not alive(pid)), what="process gone after the pod was deleted")
+    if shutil.which("kubectl"):
+        async with asyncio.timeout(15):
+            followed, _ = await follow.communicate()
+        assert ip.encode() in followed
 
 
 async def _async(value: Any) -> Any:
