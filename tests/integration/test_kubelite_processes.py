@@ -20,6 +20,7 @@ import dns.message
 import dns.rcode
 import pytest
 from lightkube import AsyncClient
+from lightkube.resources.authentication_v1 import TokenReview
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
@@ -27,6 +28,7 @@ from isthmus.api.image import IMAGE, IMAGE_REPOSITORY
 from isthmus.kube.helpers import install_crds
 from isthmus.local.kubelite import KubeLite
 from isthmus.local.kubelite.processes import ProcessOptions
+from tests.conftest import RunningApiServer
 from tests.integration.test_kubelite import NODE_PORTS, NS, _cidrs, eventually, kubectl
 
 pytestmark = pytest.mark.timeout(120)
@@ -93,9 +95,14 @@ def dns_container(apiserver: Any, *, listen: str = "$(POD_IP):5353", **extra: An
 
 def pod(name: str, *containers: dict[str, Any], labels: dict[str, str] | None = None,
         **spec: Any) -> Pod:
+    """No ServiceAccount token unless asked (``automountServiceAccountToken=None``): the test
+    apiserver is plain HTTP, where the processes use KUBECONFIG."""
+    spec.setdefault("automountServiceAccountToken", False)
+    if spec["automountServiceAccountToken"] is None:
+        del spec["automountServiceAccountToken"]
     return Pod.from_dict({
         "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
-        "spec": {"automountServiceAccountToken": False, "containers": list(containers), **spec},
+        "spec": {"containers": list(containers), **spec},
     })
 
 
@@ -344,3 +351,59 @@ async def test_kube_lite_restart_stops_and_reruns_processes(apiserver: Any, lite
     p = await eventually(rerun, within=30, what="process started again after kube-lite restarted")
     assert pid_of(p) != pid and alive(pid_of(p))
     assert cstatus(p)["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
+
+
+async def test_process_talks_to_its_apiserver_as_its_service_account(tmp_path: Path) -> None:
+    """No kubeconfig: the process finds the apiserver and its token as a real Pod does, and the
+    token kube-lite wrote is the Pod's ServiceAccount's, bound to the Pod."""
+    run = RunningApiServer(tmp_path / "apiserver", token="admin-token", tls=True, bookmark_interval=1.0)
+    await run.start()
+    client = run.client()
+    await install_crds(client)
+    lite = ProcLite(client, tmp_path / "kubelet", run.server.port)
+    await lite.start()
+    try:
+        c = dns_container(run)
+        c["env"] = [e for e in c["env"] if e["name"] != "KUBECONFIG"]
+        c["readinessProbe"] = {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 1}
+        await client.create(pod("dns-sa", c, automountServiceAccountToken=None))
+
+        async def ready() -> dict[str, Any] | None:
+            p = await get_pod(client, "dns-sa")
+            return p if condition(p, "Ready") == "True" else None
+
+        p = await eventually(ready, within=30, what="pod Ready: its informers synced with the SA token")
+        sa_dir = lite.options.root_dir / "pods" / p["metadata"]["uid"] / "serviceaccount"
+        assert (sa_dir / "namespace").read_text() == NS
+        assert run.server.ca_pem is not None and (sa_dir / "ca.crt").read_bytes().strip() == run.server.ca_pem.strip()
+        assert (sa_dir / "token").stat().st_mode & 0o777 == 0o600
+        review = await client.create(TokenReview.from_dict({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": (sa_dir / "token").read_text()},
+        }))
+        status = review.to_dict()["status"]
+        assert status["authenticated"] is True
+        assert status["user"]["username"] == "system:serviceaccount:default:default"
+        assert status["user"]["extra"]["authentication.kubernetes.io/pod-name"] == ["dns-sa"]
+        assert status["user"]["extra"]["authentication.kubernetes.io/pod-uid"] == [p["metadata"]["uid"]]
+        log_text = "".join(f.read_text() for f in (sa_dir.parent / "logs").rglob("*.log"))
+        assert "401" not in log_text and "Unauthorized" not in log_text, log_text
+    finally:
+        await lite.stop()
+        await run.close()
+
+
+async def test_missing_service_account_is_failed_mount(apiserver: Any, lite: ProcLite) -> None:
+    c = dns_container(apiserver)
+    await lite.client.create(pod("no-sa", c, automountServiceAccountToken=None, serviceAccountName="ghost"))
+
+    async def failed_mount() -> list[tuple[str, str]] | None:
+        events = await events_of(lite.client, "no-sa")
+        return events if any(r == "FailedMount" for r, _ in events) else None
+
+    events = await eventually(failed_mount, what="FailedMount event")
+    message = next(m for r, m in events if r == "FailedMount")
+    assert message.startswith('MountVolume.SetUp failed for volume "kube-api-access" : failed to fetch token: ')
+    assert 'serviceaccounts "ghost" not found' in message
+    p = await get_pod(lite.client, "no-sa")
+    assert cstatus(p)["state"] == {"waiting": {"reason": "ContainerCreating"}} and p["status"]["phase"] == "Pending"
