@@ -110,9 +110,15 @@ def machine_allocatable() -> dict[str, Decimal]:
     return {"cpu": Decimal(os.cpu_count() or 1), "memory": memory, "ephemeral-storage": Decimal(0)}
 
 
+try:  # resolved here, not in the child: nothing but the call itself runs between fork and exec
+    _prctl: Any = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+
+
 def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if _prctl is not None:
+        _prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
 def pod_phase(spec: Mapping[str, Any], statuses: list[Obj]) -> str:
@@ -417,7 +423,7 @@ class ProcessPod:
             proc = await asyncio.create_subprocess_exec(
                 *argv, env=env, cwd=str(self.dir), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_pdeathsig,
+                start_new_session=True, preexec_fn=_pdeathsig if _prctl is not None else None,
             )
         except OSError as e:
             reason = "executable file not found in $PATH" if isinstance(e, FileNotFoundError) else (e.strerror or str(e))
