@@ -10,16 +10,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import dns.asyncquery
+import dns.exception
 import dns.message
 import dns.rcode
 import pytest
 from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.authentication_v1 import TokenReview
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
@@ -407,3 +410,52 @@ async def test_missing_service_account_is_failed_mount(apiserver: Any, lite: Pro
     assert 'serviceaccounts "ghost" not found' in message
     p = await get_pod(lite.client, "no-sa")
     assert cstatus(p)["state"] == {"waiting": {"reason": "ContainerCreating"}} and p["status"]["phase"] == "Pending"
+
+
+@needs_kubectl
+async def test_deployment_of_the_image_rolls_out(apiserver: Any, lite: ProcLite) -> None:
+    """As `isthmus up` will install components: a Deployment whose Pods are processes, gated by readiness."""
+    c = dns_container(apiserver)
+    c["readinessProbe"] = {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 1}
+    await lite.client.create(Deployment.from_dict({
+        "metadata": {"name": "dns", "namespace": NS},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "dns"}}, "template": {
+            "metadata": {"labels": {"app": "dns"}},
+            "spec": {"automountServiceAccountToken": False, "containers": [c]}}},
+    }))
+    code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "rollout", "status", "deploy/dns", "--timeout=60s")
+    assert code == 0 and "successfully rolled out" in out, out
+    pods = [p.to_dict() async for p in lite.client.list(Pod, namespace=NS, labels={"app": "dns"})]
+    pids = {pid_of(p) for p in pods}
+    assert len(pids) == 2 and all(alive(pid) for pid in pids)
+    code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "scale", "deploy/dns", "--replicas=1")
+    assert code == 0, out
+
+    async def one_left() -> bool:
+        return sum(alive(pid) for pid in pids) == 1
+
+    await eventually(one_left, within=30, what="the scaled-down Pod's process stopped")
+
+
+async def test_host_network_pod_gets_the_node_address(apiserver: Any, lite: ProcLite) -> None:
+    port = random.randint(20000, 29999)
+    c = dns_container(apiserver, listen=f"$(POD_IP):{port}")
+    c["args"] = c["args"][:-2]  # no metrics server on the node's address
+    await lite.client.create(pod("on-host", c, hostNetwork=True))
+
+    async def running() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "on-host")
+        return p if "running" in (cstatus(p).get("state") or {}) else None
+
+    p = await eventually(running, within=30, what="running")
+    assert p["status"]["podIP"] == "127.0.0.1" == p["status"]["hostIP"]
+
+    async def answers() -> bool:
+        query = dns.message.make_query("x.default.svc.clusterset.local", "A")
+        try:
+            answer = await dns.asyncquery.udp(query, "127.0.0.1", port=port, timeout=1)
+        except dns.exception.Timeout:  # not listening yet
+            return False
+        return answer.rcode() == dns.rcode.NXDOMAIN
+
+    await eventually(answers, what="DNS on the node's address")

@@ -177,3 +177,25 @@ def _s(state: str, code: int = 0, last: bool = False) -> dict[str, Any]:
 )
 def test_pod_phase_as_kubelet(policy: str, statuses: list[dict[str, Any]], phase: str) -> None:
     assert pod_phase({"restartPolicy": policy}, statuses) == phase
+
+
+def test_token_refresh_as_the_kubelet(tmp_path: Any) -> None:
+    """A new token once the current one is older than 80% of its lifetime, or 24 h."""
+    from isthmus.local.kubelite.credentials import Credentials, _Token, automount, write_atomic
+
+    creds = Credentials(None, tmp_path, fallback_ca=None)  # type: ignore[arg-type]
+    assert creds.needs_refresh(now=0.0)
+    creds._token = _Token(issued=1000.0, expires=1000.0 + 3607)
+    assert not creds.needs_refresh(now=1000.0 + 0.79 * 3607)
+    assert creds.needs_refresh(now=1000.0 + 0.81 * 3607)
+    creds._token = _Token(issued=0.0, expires=365 * 86400.0)  # the apiserver extended it to a year
+    assert not creds.needs_refresh(now=23 * 3600.0)
+    assert creds.needs_refresh(now=24 * 3600.0 + 1)
+
+    assert automount({"spec": {}}, None) is True
+    assert automount({"spec": {}}, {"automountServiceAccountToken": False}) is False
+    assert automount({"spec": {"automountServiceAccountToken": True}}, {"automountServiceAccountToken": False})
+
+    write_atomic(tmp_path / "token", b"one")
+    write_atomic(tmp_path / "token", b"two")
+    assert (tmp_path / "token").read_bytes() == b"two" and sorted(p.name for p in tmp_path.iterdir()) == ["token"]
