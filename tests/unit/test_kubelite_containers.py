@@ -199,3 +199,10 @@ def test_token_refresh_as_the_kubelet(tmp_path: Any) -> None:
     write_atomic(tmp_path / "token", b"one")
     write_atomic(tmp_path / "token", b"two")
     assert (tmp_path / "token").read_bytes() == b"two" and sorted(p.name for p in tmp_path.iterdir()) == ["token"]
+
+
+def test_back_off_is_printed_as_go_durations() -> None:
+    from isthmus.local.kubelite.processes import go_duration
+
+    assert [go_duration(s) for s in (0.5, 10, 20, 80, 160, 300, 2.5)] == [
+        "500ms", "10s", "20s", "1m20s", "2m40s", "5m0s", "2.5s"]

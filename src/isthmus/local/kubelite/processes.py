@@ -121,6 +121,15 @@ def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork a
         _prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
+def go_duration(seconds: float) -> str:
+    """Go's time.Duration String() for what the kubelet prints: 500ms, 10s, 1m20s, 5m0s."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    minutes, rest = divmod(seconds, 60)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
+    return f"{int(minutes)}m{text}" if minutes else text
+
+
 def pod_phase(spec: Mapping[str, Any], statuses: list[Obj]) -> str:
     """kubelet's getPhase for regular containers."""
     pending = running = stopped = succeeded = 0
@@ -174,6 +183,8 @@ class _Container:
             self.ran = bool(previous.get("containerID") or self.last_state)
             if "terminated" in old:
                 self.lost = {"terminated": old["terminated"]}
+            elif "terminated" in self.last_state:  # waiting to be restarted (back-off): it will be now
+                self.lost = self.last_state
             elif "running" in old:
                 self.lost = {"terminated": {
                     "exitCode": 137, "reason": "ContainerStatusUnknown",
@@ -393,7 +404,7 @@ class ProcessPod:
                 )
                 self._set(c, state={"waiting": {
                     "reason": "CrashLoopBackOff",
-                    "message": f"back-off {backoff:g}s restarting failed container={c.name} pod={name}_{ns}({uid})",
+                    "message": f"back-off {go_duration(backoff)} restarting failed container={c.name} pod={name}_{ns}({uid})",
                 }}, last_state=finished_state, ready=False, started=False)
                 await asyncio.sleep(backoff)
             backoff = self.options.backoff_base if backoff == 0 else min(backoff * 2, self.options.backoff_max)
