@@ -32,6 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
+from isthmus.local.kubelite.containers import is_isthmus_image
 from isthmus.local.kubelite.logs import LogLine, PodLogs, rfc3339nano
 
 __all__ = ["KubeletServer"]
@@ -225,9 +226,11 @@ class KubeletServer:
             if verb == "portForward" and ip
             else "; `kubectl logs` shows what it prints"
         )
+        how = (
+            "runs its containers as plain processes of this machine, without a container runtime"
+            if any(is_isthmus_image(c.get("image")) for c in (pod.get("spec") or {}).get("containers") or [])
+            else "runs its workloads as its own servers, not as containers of a container runtime"
+        )
         return _status(
-            400,
-            "BadRequest",
-            f"node {self.node} (isthmus kube-lite) cannot {what} pod {ns}/{name}: kube-lite runs its "
-            f"workloads as its own servers, not as containers of a container runtime{hint}",
+            400, "BadRequest", f"node {self.node} (isthmus kube-lite) cannot {what} pod {ns}/{name}: kube-lite {how}{hint}"
         )
