@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,13 @@ def resolve_port(port: Any, container: Mapping[str, Any]) -> int:
     raise ValueError(f"couldn't find port: {text} in {container.get('name')}")
 
 
+def _reason(e: OSError | None) -> str:
+    """Go's wording of a connect error: the errno's text, lower case ("connection refused")."""
+    if e is not None and e.errno:
+        return os.strerror(e.errno).lower()
+    return str(e).lower()
+
+
 async def _http(spec: Mapping[str, Any], host: str, container: Mapping[str, Any], seconds: float) -> ProbeResult:
     scheme = str(spec.get("scheme") or "HTTP").lower()
     port = resolve_port(spec.get("port"), container)
@@ -66,8 +74,7 @@ async def _http(spec: Mapping[str, Any], host: str, container: Mapping[str, Any]
         return ProbeResult(False, f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while '
                                   "awaiting headers)")
     except aiohttp.ClientConnectorError as e:
-        reason = e.os_error.strerror if e.os_error and e.os_error.strerror else str(e)
-        return ProbeResult(False, f'Get "{url}": dial tcp {host}:{port}: connect: {reason.lower()}')
+        return ProbeResult(False, f'Get "{url}": dial tcp {host}:{port}: connect: {_reason(e.os_error)}')
     except (aiohttp.ClientError, OSError) as e:
         return ProbeResult(False, f'Get "{url}": {e}')
 
@@ -85,7 +92,7 @@ async def _tcp(spec: Mapping[str, Any], host: str, container: Mapping[str, Any],
     except TimeoutError:
         return ProbeResult(False, f"dial tcp {host}:{port}: i/o timeout")
     except OSError as e:
-        return ProbeResult(False, f"dial tcp {host}:{port}: connect: {(e.strerror or str(e)).lower()}")
+        return ProbeResult(False, f"dial tcp {host}:{port}: connect: {_reason(e)}")
 
 
 async def _exec(command: Sequence[str], env: Mapping[str, str], cwd: str | None, seconds: float) -> ProbeResult:
