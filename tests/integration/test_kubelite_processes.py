@@ -311,6 +311,9 @@ async def test_missing_config_map_is_create_container_config_error(apiserver: An
     p = await eventually(config_error, what="CreateContainerConfigError")
     assert cstatus(p)["state"]["waiting"]["message"] == 'configmap "later" not found'
     assert p["status"]["phase"] == "Pending"
+    if shutil.which("kubectl"):
+        code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "logs", "waits")
+        assert code != 0 and 'container "dns" in pod "waits" is waiting to start: CreateContainerConfigError' in out
     await lite.client.create(ConfigMap.from_dict({"metadata": {"name": "later", "namespace": NS},
                                                    "data": {"X": "1"}}))
 

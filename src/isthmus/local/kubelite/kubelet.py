@@ -69,6 +69,19 @@ def _status(code: int, reason: str, message: str) -> web.Response:
     return web.Response(status=code, body=json.dumps(body).encode() + b"\n", content_type="application/json")
 
 
+def _waiting_to_start(pod: dict[str, Any], container: str) -> str | None:
+    """Why a container that never ran has no log yet (the kubelet's wording), None if it ran."""
+    for s in (pod.get("status") or {}).get("containerStatuses") or []:
+        if s.get("name") != container:
+            continue
+        waiting = (s.get("state") or {}).get("waiting")
+        if waiting is None or s.get("lastState") or s.get("containerID"):
+            return None
+        reason = str(waiting.get("reason") or "ContainerCreating")
+        return "trying and failing to pull image" if reason in ("ErrImagePull", "ImagePullBackOff") else reason
+    return None
+
+
 class KubeletServer:
     """Serves one node's kubelet API on ``host:port`` (port 0: any free one; see :attr:`port`)."""
 
@@ -171,6 +184,11 @@ class KubeletServer:
                     status=400, text=f'previous terminated container "{container}" in pod "{name}" not found'
                 )
         else:
+            waiting = _waiting_to_start(pod, container)
+            if waiting:
+                return web.Response(
+                    status=400, text=f'container "{container}" in pod "{name}" is waiting to start: {waiting}'
+                )
             clog = pod_log.containers.get(container) if pod_log is not None else None
         if clog is None:
             return web.Response(
