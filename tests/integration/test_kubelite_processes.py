@@ -347,7 +347,11 @@ async def test_kube_lite_restart_stops_and_reruns_processes(apiserver: Any, lite
     pid = pid_of(first)
     await lite.stop()
     assert not alive(pid)
+    orphan = lite.options.root_dir / "pods" / "uid-of-a-pod-deleted-meanwhile"
+    (orphan / "tmp").mkdir(parents=True)
     await lite.start()
+    assert not orphan.exists()  # the kubelet's cleanup of orphaned pod dirs
+    assert (lite.options.root_dir / "pods" / first["metadata"]["uid"]).is_dir()
 
     async def rerun() -> dict[str, Any] | None:
         p = await get_pod(lite.client, "survivor")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import tempfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -196,6 +197,13 @@ class PodRuntime:
             if ip:
                 self.ips.reserve(str(ip), f"{p['metadata'].get('namespace')}/{p['metadata']['name']}")
         log.info("pod addresses rebuilt", extra={"pod_ips": len(self.ips)})
+        if self._process_options is not None:  # as the kubelet's cleanupOrphanedPodDirs
+            known = {str(p["metadata"].get("uid")) for p in items}
+            pods_dir = self._process_options.root_dir / "pods"
+            for d in pods_dir.iterdir() if pods_dir.is_dir() else ():
+                if d.is_dir() and d.name not in known:
+                    shutil.rmtree(d, ignore_errors=True)
+                    log.info("orphaned pod dir removed", extra={"dir": str(d)})
 
     async def run(self) -> None:
         await self.controller.run()
