@@ -188,7 +188,7 @@ async def test_isthmus_pod_runs_with_downward_api_readiness_and_logs(apiserver: 
     await eventually(endpoint_ready, what="ready endpoint in the Service's EndpointSlice")
 
     events = await events_of(client, "dns-0")
-    assert ("Created", "Created container dns") in events and ("Started", "Started container dns") in events
+    assert ("Created", "Created container: dns") in events and ("Started", "Started container dns") in events
 
     if shutil.which("kubectl"):
         async def logged() -> str | None:

@@ -448,7 +448,7 @@ class ProcessPod:
             return state
         c.proc, c.ran, c.killing = proc, True, None
         cid = f"isthmus://{self.node}/{proc.pid}"
-        self.recorder.normal(self.pod, "Created", f"Created container {c.name}")
+        self.recorder.normal(self.pod, "Created", f"Created container: {c.name}")
         self.recorder.normal(self.pod, "Started", f"Started container {c.name}")
         spec = c.spec
         startup, liveness, readiness = spec.get("startupProbe"), spec.get("livenessProbe"), spec.get("readinessProbe")
