@@ -279,6 +279,7 @@ def client_for(
         trust_env=not is_loopback_host(httpx2.URL(config.cluster.server).host),
     )
     if config.user is not None and config.user.token_file:
+        # lightkube offers no hook for its httpx client's auth; its own token-file auth reads once.
         client._client._client.auth = TokenFileAuth(config.user.token_file)
     return client
 
