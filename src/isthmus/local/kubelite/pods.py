@@ -50,7 +50,10 @@ log = logging.getLogger(__name__)
 
 HOST_IP = "127.0.0.1"
 RETRY_SECONDS = 5.0
-_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+"""In the kubelet's order; PodReadyToStartContainers (on by default since 1.29): the sandbox and its
+address are there, which they are whenever kube-lite posts a status."""
+_ALWAYS_TRUE = ("PodReadyToStartContainers", "PodScheduled", "Initialized")
 
 Obj = dict[str, Any]
 
@@ -136,7 +139,7 @@ def desired_pod_status(
         "hostIP": host_ip or HOST_IP,
         "hostIPs": [{"ip": host_ip or HOST_IP}],
         "startTime": current.get("startTime") or now,
-        "conditions": [cond(t, ready or t in ("PodScheduled", "Initialized")) for t in _CONDITIONS],
+        "conditions": [cond(t, ready or t in _ALWAYS_TRUE) for t in _CONDITIONS],
         "containerStatuses": statuses,
     }
 
