@@ -466,3 +466,34 @@ async def test_host_network_pod_gets_the_node_address(apiserver: Any, lite: Proc
         return answer.rcode() == dns.rcode.NXDOMAIN
 
     await eventually(answers, what="DNS on the node's address")
+
+
+async def test_init_containers_run_to_completion_first(apiserver: Any, lite: ProcLite) -> None:
+    init = {"name": "print-crds", "image": IMAGE, "args": ["crds"]}
+    await lite.client.create(pod("inits", dns_container(apiserver), initContainers=[init]))
+
+    async def running() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "inits")
+        return p if "running" in (cstatus(p).get("state") or {}) else None
+
+    p = await eventually(running, within=30, what="app container running after the init container")
+    done = p["status"]["initContainerStatuses"][0]
+    assert done["state"]["terminated"]["exitCode"] == 0 and done["state"]["terminated"]["reason"] == "Completed"
+    assert condition(p, "Initialized") == "True"
+    if shutil.which("kubectl"):
+        code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "logs", "inits", "-c", "print-crds")
+        assert code == 0 and "kind: CustomResourceDefinition" in out, out
+
+    failing = {"name": "fails", "image": IMAGE, "args": ["dns", "--cluster-id", "c1", "--listen", "bad"]}
+    await lite.client.create(pod("bad-init", dns_container(apiserver), initContainers=[failing],
+                                 restartPolicy="Never"))
+
+    async def failed() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "bad-init")
+        return p if p["status"].get("phase") == "Failed" else None
+
+    p = await eventually(failed, within=30, what="Pod Failed: its init container failed under Never")
+    assert p["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 2
+    assert cstatus(p)["state"] == {"waiting": {"reason": "PodInitializing"}}
+    init_cond = next(c for c in p["status"]["conditions"] if c["type"] == "Initialized")
+    assert init_cond["status"] == "False"

@@ -71,7 +71,8 @@ def _status(code: int, reason: str, message: str) -> web.Response:
 
 def _waiting_to_start(pod: dict[str, Any], container: str) -> str | None:
     """Why a container that never ran has no log yet (the kubelet's wording), None if it ran."""
-    for s in (pod.get("status") or {}).get("containerStatuses") or []:
+    status = pod.get("status") or {}
+    for s in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         if s.get("name") != container:
             continue
         waiting = (s.get("state") or {}).get("waiting")
@@ -172,7 +173,8 @@ class KubeletServer:
         container = request.match_info["container"]
         if pod is None:
             return web.Response(status=404, text=f'pod "{name}" does not exist')
-        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        spec = pod.get("spec") or {}
+        names = [c.get("name") for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]]
         if container not in names:
             return web.Response(status=404, text=f'container "{container}" not found in pod "{name}"')
         pod_log = self.logs.get(f"{ns}/{name}")

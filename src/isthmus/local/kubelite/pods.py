@@ -92,6 +92,7 @@ def desired_pod_status(
     containers: list[Obj] | None = None,
     phase: str = "Running",
     host_ip: str | None = None,
+    init_containers: list[Obj] | None = None,
 ) -> Obj:
     """The status a kubelet would report for the running Pod; timestamps already stored are kept
     so that re-running this gives the same answer (no write loops)."""
@@ -111,11 +112,18 @@ def desired_pod_status(
         if not ok:
             if phase in ("Succeeded", "Failed"):
                 c["reason"] = "PodCompleted"
+            elif ctype == "Initialized":
+                c["reason"] = "ContainersNotInitialized"
+                c["message"] = f"containers with incomplete status: [{' '.join(incomplete)}]"
             else:
                 c["reason"] = "ContainersNotReady"
                 c["message"] = message or "containers are not ready"
         return c
 
+    incomplete = [
+        str(c.get("name")) for c in init_containers or []
+        if ((c.get("state") or {}).get("terminated") or {}).get("exitCode") != 0
+    ]
     old_cs = {c.get("name"): c for c in current.get("containerStatuses") or []}
     statuses: list[Obj] = list(containers) if containers is not None else []
     for c in (pod.get("spec") or {}).get("containers") or [] if containers is None else []:
@@ -139,8 +147,11 @@ def desired_pod_status(
         "hostIP": host_ip or HOST_IP,
         "hostIPs": [{"ip": host_ip or HOST_IP}],
         "startTime": current.get("startTime") or now,
-        "conditions": [cond(t, ready or t in _ALWAYS_TRUE) for t in _CONDITIONS],
+        "conditions": [
+            cond(t, not incomplete if t == "Initialized" else ready or t in _ALWAYS_TRUE) for t in _CONDITIONS
+        ],
         "containerStatuses": statuses,
+        **({"initContainerStatuses": init_containers} if init_containers is not None else {}),
     }
 
 
@@ -368,7 +379,7 @@ class PodRuntime:
         desired = desired_pod_status(
             data, ip, now=format_time(datetime.now(UTC)), ready=bool(statuses) and not unready,
             message=f"containers with unready status: [{' '.join(unready)}]", containers=statuses,
-            phase=current["phase"],
+            phase=current["phase"], init_containers=current.get("initContainerStatuses"),
         )
         if not status_up_to_date(stored, desired):
             await self.client.patch(

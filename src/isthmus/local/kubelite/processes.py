@@ -193,6 +193,10 @@ class _Container:
                     **({"containerID": previous["containerID"]} if previous.get("containerID") else {}),
                 }}
 
+    @property
+    def completed(self) -> bool:
+        return (self.state.get("terminated") or {}).get("exitCode") == 0
+
     def status(self) -> Obj:
         s: Obj = {
             "name": self.name,
@@ -236,10 +240,18 @@ class ProcessPod:
         self.uid = str(meta.get("uid"))
         self.dir = options.root_dir / "pods" / self.uid
         self.credentials = Credentials(client, self.dir / "serviceaccount", fallback_ca=options.api_ca)
-        old = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
-        self.containers = [
-            _Container(c, old.get(c.get("name"))) for c in (pod.get("spec") or {}).get("containers") or []
-        ]
+        status, spec = pod.get("status") or {}, pod.get("spec") or {}
+        old = {s.get("name"): s for s in status.get("containerStatuses") or []}
+        old_init = {s.get("name"): s for s in status.get("initContainerStatuses") or []}
+        self.init_containers = [_Container(c, old_init.get(c.get("name"))) for c in spec.get("initContainers") or []]
+        self.containers = [_Container(c, old.get(c.get("name"))) for c in spec.get("containers") or []]
+        if self.init_containers:
+            for c in self.containers:
+                if c.lost is None and not c.ran:
+                    c.state = {"waiting": {"reason": "PodInitializing"}}
+            for c in self.init_containers[1:]:
+                if c.lost is None and not c.ran:
+                    c.state = {"waiting": {"reason": "PodInitializing"}}
         self._mounted = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -250,8 +262,27 @@ class ProcessPod:
         for d in (self.dir, self.dir / "tmp"):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._tasks.append(asyncio.create_task(self._credentials(), name=f"kube-lite sa {self.key}"))
+        if self.init_containers:
+            self._tasks.append(asyncio.create_task(self._initialize(), name=f"kube-lite {self.key} init"))
+        else:
+            self._start_containers()
+
+    def _start_containers(self) -> None:
         for c in self.containers:
             self._tasks.append(asyncio.create_task(self._container(c), name=f"kube-lite {self.key}/{c.name}"))
+
+    @property
+    def initialized(self) -> bool:
+        """Every init container ran to completion (exit 0)."""
+        return all(c.completed for c in self.init_containers)
+
+    async def _initialize(self) -> None:
+        """Init containers one after the other, each to a successful exit, then the others."""
+        for c in self.init_containers:
+            await self._container(c, init=True)
+            if not c.completed:  # failed under restartPolicy Never: the Pod fails
+                return
+        self._start_containers()
 
     def update(self, pod: Obj) -> None:
         """The latest Pod object (the downward API reads it when a container starts again)."""
@@ -263,10 +294,10 @@ class ProcessPod:
         self._stopping = True
         if grace is None:
             grace = float(self._grace())
-        for c in self.containers:
+        for c in [*self.init_containers, *self.containers]:
             if c.proc is not None and c.proc.returncode is None and reason:
                 self.recorder.normal(self.pod, "Killing", f"Stopping container {c.name}")
-        await asyncio.gather(*(self._kill(c, grace) for c in self.containers))
+        await asyncio.gather(*(self._kill(c, grace) for c in [*self.init_containers, *self.containers]))
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -303,7 +334,18 @@ class ProcessPod:
     def status(self) -> Obj:
         """containerStatuses, phase and the Ready/ContainersReady conditions' inputs."""
         statuses = [c.status() for c in self.containers]
-        return {"containerStatuses": statuses, "phase": pod_phase(self.pod.get("spec") or {}, statuses)}
+        spec = self.pod.get("spec") or {}
+        out: Obj = {"containerStatuses": statuses, "phase": pod_phase(spec, statuses)}
+        if self.init_containers:
+            out["initContainerStatuses"] = [c.status() for c in self.init_containers]
+            failed = any(
+                (c.state.get("terminated") or {}).get("exitCode", 0) != 0 for c in self.init_containers
+            ) and (spec.get("restartPolicy") or "Always") == "Never"
+            if failed:
+                out["phase"] = "Failed"
+            elif not self.initialized:
+                out["phase"] = "Pending"
+        return out
 
     # ---- credentials ----------------------------------------------------------------------
 
@@ -355,7 +397,8 @@ class ProcessPod:
             setattr(c, k, v)
         self.changed()
 
-    async def _container(self, c: _Container) -> None:
+    async def _container(self, c: _Container, *, init: bool = False) -> None:
+        """One container's life under the restart policy (an init container's: until it succeeds)."""
         name, ns, uid = self.pod["metadata"]["name"], self.pod["metadata"].get("namespace"), self.uid
         if not is_isthmus_image(c.image):  # as a kubelet whose registry refuses: pull error, then back-off
             why = f"kube-lite runs only the Isthmus image ({IMAGE_REPOSITORY}), as processes"
@@ -371,6 +414,8 @@ class ProcessPod:
                                             "message": f'Back-off pulling image "{c.image}": {why}'}})
             return
         policy = (self.pod.get("spec") or {}).get("restartPolicy") or "Always"
+        if init and policy == "Always":
+            policy = "OnFailure"  # an init container is restarted until it succeeds, never after
         if c.lost is not None:  # kube-lite restarted: the instance it ran is gone; the next one may start
             exit_code = c.lost["terminated"].get("exitCode")
             if policy == "Never" or (policy == "OnFailure" and exit_code == 0):
