@@ -497,3 +497,25 @@ async def test_init_containers_run_to_completion_first(apiserver: Any, lite: Pro
     assert cstatus(p)["state"] == {"waiting": {"reason": "PodInitializing"}}
     init_cond = next(c for c in p["status"]["conditions"] if c["type"] == "Initialized")
     assert init_cond["status"] == "False"
+
+
+async def test_deletion_kills_after_the_grace_period(lite: ProcLite) -> None:
+    """SIGTERM first; a process that ignores it is SIGKILLed once terminationGracePeriodSeconds pass."""
+    stubborn = {"name": "stubborn", "image": IMAGE, "command": ["sh", "-c", "trap '' TERM; echo up; sleep 60 & wait"]}
+    await lite.client.create(pod("stubborn", stubborn, terminationGracePeriodSeconds=2))
+
+    async def running() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "stubborn")
+        return p if "running" in (cstatus(p).get("state") or {}) else None
+
+    pid = pid_of(await eventually(running, within=30, what="running"))
+    await asyncio.sleep(0.5)  # the trap is set
+    await lite.client.delete(Pod, "stubborn", namespace=NS)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await asyncio.sleep(1.0)
+    assert alive(pid)  # SIGTERM ignored: still there within the grace period
+    await eventually(lambda: _async(not alive(pid)), within=10, what="SIGKILL after the grace period")
+    assert loop.time() - start >= 1.5
+    events = await events_of(lite.client, "stubborn")
+    assert ("Killing", "Stopping container stubborn") in events
