@@ -334,3 +334,11 @@ async def test_legacy_token_secret_is_filled_and_goes_with_its_service_account(a
     assert code == 200
     assert await eventually(lambda: store.get("/secrets", "default", "bot-token") is None)
     assert (await api.review(data["token"]))["error"] == "token has been invalidated"
+
+
+async def test_a_token_secret_must_name_its_service_account(api: Api) -> None:
+    code, body = await api.call("POST", "/api/v1/namespaces/default/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "orphan"}})
+    assert (code, body["message"]) == (422, 'Secret "orphan" is invalid: '
+                                            "metadata.annotations[kubernetes.io/service-account.name]: Required value")
