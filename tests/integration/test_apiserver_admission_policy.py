@@ -128,13 +128,13 @@ class Env:
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     srv = ApiServer(data_dir=tmp_path / "data", token=TOKEN, tls=True, preload_crds=[EXPORT_CRD])
     await srv.start()
+    assert srv.ca_pem is not None
+    e = Env(srv, Client(srv, ssl.create_default_context(cadata=srv.ca_pem.decode()), TOKEN), tmp_path)
     try:
-        assert srv.ca_pem is not None
-        admin = Client(srv, ssl.create_default_context(cadata=srv.ca_pem.decode()), TOKEN)
-        e = Env(srv, admin, tmp_path)
         await e.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         yield e
     finally:
+        await e.srv.stop()  # a test may have restarted it
         await srv.stop()
 
 
@@ -391,3 +391,47 @@ async def test_policy_and_binding_defaults_and_required_fields(env: Env) -> None
     r = await env.admin.create(VAPB, binding("b", "", ["Nope"]))
     assert r.status == 422
     assert {c["field"] for c in r.body["details"]["causes"]} == {"spec.policyName", "spec.validationActions[0]"}
+
+
+async def test_kubectl_columns(env: Env) -> None:
+    await env.apply(VAP, policy("p", "true", paramKind={"apiVersion": "v1", "kind": "ConfigMap"}))
+    await env.apply(VAPB, binding("b", "p", paramRef={"name": "limits", "namespace": "default"}))
+    table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+    for path, header, row in ((VAP, ["Name", "Validations", "ParamKind", "Age"], ["p", 1, "v1/ConfigMap"]),
+                              (VAPB, ["Name", "PolicyName", "ParamRef", "Age"], ["b", "p", "default/limits"])):
+        async with aiohttp.ClientSession() as s, s.get(env.srv.url + path, ssl=env.admin.ctx, headers={
+                "Authorization": f"Bearer {TOKEN}", "Accept": table}) as r:
+            body = await r.json()
+        assert [c["name"] for c in body["columnDefinitions"]] == header
+        assert body["rows"][0]["cells"][:3] == row
+
+
+async def test_equivalent_versions_match_unless_exact(env: Env) -> None:
+    # A policy on events.k8s.io/v1 Events judges core/v1 Events too (one resource, two APIs),
+    # seeing the object as events.k8s.io/v1 serves it (`note`, not `message`).
+    rules = [{"apiGroups": ["events.k8s.io"], "apiVersions": ["v1"], "resources": ["events"],
+              "operations": ["CREATE"]}]
+    await env.apply(VAP, policy("quiet", "object.note != 'boom'", matchConstraints={"resourceRules": rules}))
+    await env.apply(VAPB, binding("quiet", "quiet"))
+    event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"}, "message": "boom", "reason": "R",
+             "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"}, "type": "Normal"}
+    r = await env.admin.create("/api/v1/namespaces/default/events", event)
+    assert r.status == 422 and r.body["message"].endswith("failed expression: object.note != 'boom'")
+    await env.apply(VAP, policy("quiet-exact", "false", matchConstraints={"resourceRules": rules,
+                                                                         "matchPolicy": "Exact"}))
+    await env.apply(VAPB, binding("quiet-exact", "quiet-exact"))
+    event["metadata"]["name"], event["message"] = "e2", "fine"
+    assert (await env.admin.create("/api/v1/namespaces/default/events", event)).status == 201
+
+
+async def test_policies_hold_after_a_restart(env: Env, tmp_path: Path) -> None:
+    await env.apply(VAP, policy("none", "false"))
+    await env.apply(VAPB, binding("none", "none"))
+    await env.srv.stop()
+    srv = ApiServer(data_dir=tmp_path / "data", token=TOKEN, tls=True, preload_crds=[EXPORT_CRD])
+    await srv.start()
+    env.srv = srv
+    assert srv.ca_pem is not None
+    env.admin = Client(srv, ssl.create_default_context(cadata=srv.ca_pem.decode()), TOKEN)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    assert (await env.admin.create(CONFIGMAPS.format(ns="default"), cm)).status == 422
