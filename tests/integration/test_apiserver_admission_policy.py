@@ -262,6 +262,13 @@ async def test_warn_binding_warns_instead_of_denying(env: Env) -> None:
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d"}, "data": {"bar": "1"}}
     r = await env.admin.create(CONFIGMAPS.format(ns="default"), cm)
     assert (r.status, r.warnings) == (201, [])
+    # Denied by another binding of the same policy: the error response carries the warning too.
+    await env.apply(VAPB, binding("no-foo-deny", "no-foo"))
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "e"}, "data": {"foo": "1"}}
+    r = await env.admin.create(CONFIGMAPS.format(ns="default"), cm)
+    assert r.status == 422 and r.body["message"].endswith("with binding 'no-foo-deny' denied request: no foo please")
+    assert r.warnings == ["299 - \"Validation failed for ValidatingAdmissionPolicy 'no-foo' with binding "
+                          "'no-foo-warn': no foo please\""]
 
 
 async def test_failure_policy_decides_what_an_evaluation_error_does(env: Env) -> None:

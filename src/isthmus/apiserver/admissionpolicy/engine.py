@@ -56,6 +56,14 @@ class Decision:
     reason: str = ""  # "" → Invalid
 
 
+class PolicyDenied(errors.ApiError):
+    """A denial; carries the request's warnings (a Warn binding's) to the error response."""
+
+    def __init__(self, base: errors.ApiError, warnings: list[str]) -> None:
+        super().__init__(base.code, base.reason, base.message, base.details)
+        self.warnings = list(warnings)
+
+
 class ConfigError(Exception):
     """A policy or binding that cannot be applied (kube's configuration errors)."""
 
@@ -388,7 +396,7 @@ class ValidatingAdmissionPolicies:
             prefix, d = denied[0]
             message = f"{prefix} denied request: {d.message}"
             reason = d.reason or "Invalid"
-            err = errors.forbidden(message, a.resource.group, a.resource.plural, a.name)
+            err = PolicyDenied(errors.forbidden(message, a.resource.group, a.resource.plural, a.name), warnings)
             err.code = REASON_CODES.get(reason, 422)
             err.reason = reason
             assert err.details is not None
