@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celpy import celtypes
+from celpy.evaluation import CELEvalError
 
 from isthmus.apiserver import errors
 from isthmus.apiserver.admission import AdmissionRequest
@@ -307,8 +308,8 @@ class ValidatingAdmissionPolicies:
             def value() -> Any:
                 try:
                     return run(expr, act)
-                except EvalError as e:
-                    raise EvalError(f'composited variable "{name}" fails to evaluate: {e}') from None
+                except EvalError as e:  # an error value: CEL's && and || may still absorb it
+                    return CELEvalError(f'composited variable "{name}" fails to evaluate: {e}', EvalError, None)
             return value
 
         activation["variables"] = LazyMap({n: thunk(n, e, activation) for n, e in policy.variables})
