@@ -89,6 +89,8 @@ def test_compiled_closures_agree_with_the_interpreter(expression: str) -> None:
     ("object.spec.ports.map(p, p.port)", [80, 443]), ("'A,B'.split(',').join('-')", "A-B"),
     ("object.spec.ports.map(p, p.port > 100, p.name)", ["https"]), ("object.spec.ports[5]", "index out of bounds: 5"),
     ("object.spec.missing ? 1 : 2", "no such key: missing"),
+    ("'abc 123 def 45'.find('[0-9]+')", "123"), ("'abc 123 def 45'.findAll('[0-9]+')", ["123", "45"]),
+    ("'a1b2c3'.findAll('[0-9]', 2)", ["1", "2"]),
 ])
 def test_kube_cel_behaviour(expression: str, expected: Any) -> None:
     p = compile_expression(expression, ROOTS)

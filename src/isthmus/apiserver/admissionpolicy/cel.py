@@ -129,6 +129,11 @@ EXTENSIONS: dict[str, Callable[..., Any]] = {
     "charAt": lambda s, i: celtypes.StringType(_str(s)[int(i)] if int(i) < len(_str(s)) else ""),
     "indexOf": _index_of,
     "lastIndexOf": _last_index_of,
+    # kube's regex library (Python's re for RE2: the same for the patterns policies use)
+    "find": lambda s, pattern: celtypes.StringType(m.group(0) if (m := re.search(_str(pattern), _str(s))) else ""),
+    "findAll": lambda s, pattern, *n: celtypes.ListType(
+        [celtypes.StringType(m.group(0)) for m in re.finditer(_str(pattern), _str(s))][:int(n[0]) if n and int(n[0]) >= 0
+                                                                                        else None]),
     # kube's lists library
     "isSorted": lambda items: celtypes.BoolType(list(items) == sorted(items)),
     "sum": lambda items: _sum(list(items)),
