@@ -63,6 +63,28 @@ BROKER_POLICY = {
     },
 }
 
+# The same rule written with variables and has(): a missing label fails the validation (its
+# message) instead of erroring (still a denial under failurePolicy Fail, but a cryptic one).
+LABEL = "'multicluster.kubernetes.io/source-cluster'"
+BROKER_POLICY_VARIABLES = {
+    **BROKER_POLICY,
+    "metadata": {"name": "isthmus-member-own-objects"},
+    "spec": {
+        **BROKER_POLICY["spec"],
+        "variables": [
+            {"name": "obj", "expression": "request.operation == 'DELETE' ? oldObject : object"},
+            {"name": "cluster", "expression": f"has(variables.obj.metadata.labels) && {LABEL} in "
+                                              f"variables.obj.metadata.labels ? variables.obj.metadata.labels[{LABEL}] : ''"},
+        ],
+        "validations": [{
+            "expression": "'system:serviceaccount:' + request.namespace + ':cluster-' + variables.cluster == "
+                          "request.userInfo.username && (request.operation != 'UPDATE' || "
+                          f"(has(oldObject.metadata.labels) && {LABEL} in oldObject.metadata.labels && "
+                          f"oldObject.metadata.labels[{LABEL}] == variables.cluster))",
+            "message": OWN_OBJECTS_MESSAGE}],
+    },
+}
+
 
 def binding(name: str, policy: str, actions: list[str] | None = None, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
@@ -442,3 +464,22 @@ async def test_policies_hold_after_a_restart(env: Env, tmp_path: Path) -> None:
     env.admin = Client(srv, ssl.create_default_context(cadata=srv.ca_pem.decode()), TOKEN)
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
     assert (await env.admin.create(CONFIGMAPS.format(ns="default"), cm)).status == 422
+
+
+async def test_broker_policy_with_variables_words_a_missing_label_as_its_message(env: Env) -> None:
+    await env.apply(VAP, BROKER_POLICY_VARIABLES)
+    await env.apply(VAPB, binding("isthmus-member-own-objects", "isthmus-member-own-objects"))
+    a = env.member("a")
+    assert (await a.create(SLICES, slice_("a-web", "a"))).status == 201
+    assert_denied(await a.create(SLICES, slice_("x-web", None)), "endpointslices.discovery.k8s.io", "x-web",
+                  OWN_OBJECTS_MESSAGE)
+    assert_denied(await a.create(SLICES, slice_("b-web", "b")), "endpointslices.discovery.k8s.io", "b-web",
+                  OWN_OBJECTS_MESSAGE)
+    mine = (await a.call("GET", f"{SLICES}/a-web")).body
+    del mine["metadata"]["labels"][SOURCE]
+    assert_denied(await a.call("PUT", f"{SLICES}/a-web", mine), "endpointslices.discovery.k8s.io", "a-web",
+                  OWN_OBJECTS_MESSAGE)
+    assert (await env.admin.create(SLICES, slice_("b-web", "b"))).status == 201
+    assert_denied(await a.call("DELETE", f"{SLICES}/b-web"), "endpointslices.discovery.k8s.io", "b-web",
+                  OWN_OBJECTS_MESSAGE)
+    assert (await a.call("DELETE", f"{SLICES}/a-web")).status == 200
