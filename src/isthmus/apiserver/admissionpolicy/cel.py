@@ -25,7 +25,7 @@ from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, base_functions, bool_eq
 
-from isthmus.apiserver.admissionpolicy.celfast import Compiler, Unsupported
+from isthmus.apiserver.admissionpolicy.celfast import Compiler
 
 __all__ = ["CompileError", "EvalError", "LazyMap", "Program", "compile_expression", "to_cel"]
 
@@ -284,7 +284,7 @@ def compile_expression(text: str, roots: Iterable[str], variables: Iterable[str]
     _check(text, tree, roots, variables)
     try:
         fast: Callable[[Mapping[str, Any]], Any] | None = _COMPILER.compile(tree)
-    except Unsupported:
+    except Exception:  # Unsupported, or a tree shape celfast does not expect: the interpreter runs it
         fast = None
     return Program(text, _ENV.program(tree, functions=EXTENSIONS), fast)
 
