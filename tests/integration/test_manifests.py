@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from lightkube.generic_resource import get_generic_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Service, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, RoleBinding
@@ -241,3 +242,45 @@ async def test_apply_installs_in_dependency_order_and_is_idempotent(apiserver: R
     assert dep.spec.template.spec.containers[0].image == IMAGE
     managers = {m.manager for m in dep.metadata.managedFields or []}
     assert "isthmus-test" in managers
+
+
+WIDGETS_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gadgets.h5.example.com"},
+    "spec": {
+        "group": "h5.example.com",
+        "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+        "scope": "Namespaced",
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+            "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}
+
+
+async def test_apply_custom_objects_after_their_crd_and_cluster_scoped_without_namespace(
+    apiserver: RunningApiServer,
+) -> None:
+    client = apiserver.client()
+    objs = [
+        {"apiVersion": "h5.example.com/v1", "kind": "Gadget", "metadata": {"name": "g", "namespace": "h5"},
+         "spec": {"size": 3}},
+        # What kustomize's namespace transformer does to kinds newer than its schema.
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "h5-reader", "namespace": "h5"}, "rules": []},
+        WIDGETS_CRD,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "h5"}},
+    ]
+    await asyncio.wait_for(apply(client, objs, field_manager="isthmus-test"), 60)
+    cr = await client.get(ClusterRole, "h5-reader")
+    assert cr.metadata.namespace is None
+    gadget = get_generic_resource("h5.example.com/v1", "Gadget")
+    assert gadget is not None
+    assert (await client.get(gadget, "g", namespace="h5"))["spec"] == {"size": 3}
+
+
+async def test_apply_refuses_kinds_nobody_defines(apiserver: RunningApiServer) -> None:
+    client = apiserver.client()
+    with pytest.raises(ManifestError, match="neither a built-in kind nor defined"):
+        await apply(client, [{"apiVersion": "nowhere.example.com/v1", "kind": "Ghost", "metadata": {"name": "x"}}],
+                    field_manager="isthmus-test")

@@ -324,7 +324,11 @@ async def _apply_one(client: AsyncClient, obj: dict[str, Any], field_manager: st
     meta = obj.get("metadata") or {}
     meta.pop("managedFields", None)
     meta.pop("resourceVersion", None)
-    namespace = meta.get("namespace") if issubclass(res, NamespacedResource) else None
+    namespace = None
+    if issubclass(res, NamespacedResource):
+        namespace = meta.get("namespace")
+    else:  # kustomize namespaces kinds newer than its schema (ValidatingAdmissionPolicy): undo that
+        meta.pop("namespace", None)
     await cast(Any, client).patch(
         res, meta["name"], obj, namespace=namespace, patch_type=PatchType.APPLY,
         field_manager=field_manager, force=True,
