@@ -284,3 +284,31 @@ async def test_apply_refuses_kinds_nobody_defines(apiserver: RunningApiServer) -
     with pytest.raises(ManifestError, match="neither a built-in kind nor defined"):
         await apply(client, [{"apiVersion": "nowhere.example.com/v1", "kind": "Ghost", "metadata": {"name": "x"}}],
                     field_manager="isthmus-test")
+
+
+@needs_kubectl
+def test_components_transform_the_including_kustomization_once(tmp_path: Path) -> None:
+    """A Component's resources join the includer's, and its patches and images act on all of them,
+    once; a nested kustomization's own namespace stays unless the outer one sets another."""
+    (tmp_path / "comp").mkdir()
+    (tmp_path / "inner").mkdir()
+    (tmp_path / "top").mkdir()
+    (tmp_path / "inner" / "d.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "isthmus:old", "args": ["a"]}]}}}}))
+    (tmp_path / "inner" / "kustomization.yaml").write_text(yaml.safe_dump({
+        "namespace": "inner-ns", "resources": ["d.yaml"]}))
+    (tmp_path / "comp" / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-component}\n")
+    (tmp_path / "comp" / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component", "resources": ["cm.yaml"],
+        "images": [{"name": "isthmus", "newName": "registry.example/isthmus", "newTag": "1"}],
+        "patches": [{"target": {"kind": "Deployment"}, "patch": yaml.safe_dump(
+            [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "b"}])}]}))
+    (tmp_path / "top" / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": ["../inner"], "components": ["../comp"]}))
+    got = render(tmp_path / "top")
+    assert got == kubectl_kustomize(tmp_path / "top")
+    d = next(o for o in got if o["kind"] == "Deployment")
+    assert d["metadata"]["namespace"] == "inner-ns"
+    assert d["spec"]["template"]["spec"]["containers"][0]["args"] == ["a", "b"]
+    assert d["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/isthmus:1"
