@@ -312,3 +312,29 @@ def test_components_transform_the_including_kustomization_once(tmp_path: Path) -
     assert d["metadata"]["namespace"] == "inner-ns"
     assert d["spec"]["template"]["spec"]["containers"][0]["args"] == ["a", "b"]
     assert d["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/isthmus:1"
+
+
+@needs_kubectl
+def test_output_order_and_namespacing_equal_kubectl_kustomize(tmp_path: Path) -> None:
+    kinds = [
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"), ("apps/v1", "Deployment"),
+        ("coordination.k8s.io/v1", "Lease"), ("example.com/v1", "Widget"), ("v1", "Service"), ("v1", "Secret"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("v1", "ServiceAccount"),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"), ("policy/v1", "PodDisruptionBudget"),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition"), ("v1", "Namespace"), ("v1", "ConfigMap"),
+        ("networking.k8s.io/v1", "IngressClass"), ("apps/v1", "DaemonSet"),
+    ]
+    docs = [{"apiVersion": v, "kind": k, "metadata": {"name": f"{n}-{k.lower()}"}}
+            for v, k in kinds for n in (("b", "a") if k != "Namespace" else ("a",))]
+    (tmp_path / "all.yaml").write_text(yaml.safe_dump_all(docs))
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({"namespace": "x", "resources": ["all.yaml"]}))
+    assert render(tmp_path) == kubectl_kustomize(tmp_path)
+
+
+def test_namespace_that_merges_two_objects_is_refused(tmp_path: Path) -> None:
+    """kubectl kustomize refuses it too ("namespace transformation produces ID conflict")."""
+    (tmp_path / "ns.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n"
+                                      "apiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n")
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({"namespace": "x", "resources": ["ns.yaml"]}))
+    with pytest.raises(ManifestError, match="makes two objects Namespace x"):
+        render(tmp_path)

@@ -119,6 +119,10 @@ def _transform(objs: list[dict[str, Any]], doc: Mapping[str, Any], namespace: st
         _patch(objs, patch, where)
     if namespace:
         _set_namespace(objs, namespace)
+        ids = [_id(o) for o in objs]
+        if len(set(ids)) != len(ids):
+            clash = sorted({i for i in ids if ids.count(i) > 1})[0]
+            raise ManifestError(f"{where}: namespace {namespace} makes two objects {clash[1]} {clash[3]}")
     for image in doc.get("images") or []:
         for obj in objs:
             _set_images(obj, image)
