@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from isthmus.apiserver.server import ApiServer
+from isthmus.apiserver.serviceaccounts import ServiceAccountTokens
 from tests.conftest import RunningApiServer
 
 TOKEN = "admin-token"
@@ -334,3 +335,31 @@ async def test_legacy_token_secret_is_filled_and_goes_with_its_service_account(a
     assert code == 200
     assert await eventually(lambda: store.get("/secrets", "default", "bot-token") is None)
     assert (await api.review(data["token"]))["error"] == "token has been invalidated"
+
+
+async def test_a_token_secret_must_name_its_service_account(api: Api) -> None:
+    code, body = await api.call("POST", "/api/v1/namespaces/default/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "orphan"}})
+    assert (code, body["message"]) == (422, 'Secret "orphan" is invalid: '
+                                            "metadata.annotations[kubernetes.io/service-account.name]: Required value")
+
+
+async def test_another_issuer_is_also_the_api_audience(tmp_path: Path) -> None:
+    issuer = "https://isthmus.example"
+    run = RunningApiServer(tmp_path / "apiserver", token=TOKEN, tls=True, service_account_issuer=issuer)
+    await run.start()
+    try:
+        api = Api(run)
+        await make_sa(api)
+        _, body = await api.token("bot")
+        c = claims(body["status"]["token"])
+        assert (c["iss"], c["aud"], body["spec"]["audiences"]) == (issuer, [issuer], [issuer])
+        status = await api.review(body["status"]["token"])
+        assert status["authenticated"] is True and status["audiences"] == [issuer]
+        # Another server's tokens (another key, the default issuer) are not this one's.
+        other = ServiceAccountTokens(None, lambda *_: None)
+        forged, _ = other.issue({"metadata": {"name": "bot", "namespace": "default", "uid": "x"}}, [issuer], 3600)
+        assert await api.review(forged) == {"user": {}, "error": "invalid bearer token"}
+    finally:
+        await run.close()
