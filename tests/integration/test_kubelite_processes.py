@@ -29,6 +29,7 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.api.image import IMAGE, IMAGE_REPOSITORY
 from isthmus.kube.helpers import install_crds
+from isthmus.kube.manifests import apply, deploy_dir, render
 from isthmus.local.kubelite import KubeLite
 from isthmus.local.kubelite.processes import ProcessOptions
 from tests.conftest import RunningApiServer
@@ -519,3 +520,39 @@ async def test_deletion_kills_after_the_grace_period(lite: ProcLite) -> None:
     assert loop.time() - start >= 1.5
     events = await events_of(lite.client, "stubborn")
     assert ("Killing", "Stopping container stubborn") in events
+
+
+async def test_member_manifests_run_as_their_service_accounts(tmp_path: Path) -> None:
+    """deploy/member applied as `kubectl apply -k` would: kube-lite runs each component's Pods as
+    processes of the image, each with a token of its own ServiceAccount (whether the component then
+    gets Ready is the manifests' and the component's business, checked where those are tested)."""
+    run = RunningApiServer(tmp_path / "apiserver", token="admin-token", tls=True, bookmark_interval=1.0)
+    await run.start()
+    client = run.client()
+    lite = ProcLite(client, tmp_path / "kubelet", run.server.port)
+    await lite.start()
+    try:
+        async with asyncio.timeout(60):
+            await apply(client, render(deploy_dir() / "member"), field_manager="isthmus-test")
+        ns = "isthmus-system"
+
+        async def started() -> list[dict[str, Any]] | None:
+            pods = [p.to_dict() async for p in client.list(Pod, namespace=ns)]
+            ran = [p for p in pods if all(s.get("containerID") for s in p["status"].get("containerStatuses") or [{}])]
+            return pods if pods and len(ran) == len(pods) else None
+
+        pods = await eventually(started, within=40, what="every component Pod started as a process")
+        accounts = set()
+        for p in pods:
+            sa_dir = lite.options.root_dir / "pods" / p["metadata"]["uid"] / "serviceaccount"
+            review = await client.create(TokenReview.from_dict({
+                "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": {"token": (sa_dir / "token").read_text()},
+            }))
+            user = review.to_dict()["status"]["user"]
+            assert user["username"] == f"system:serviceaccount:{ns}:{p['spec']['serviceAccountName']}"
+            accounts.add(p["spec"]["serviceAccountName"])
+        assert accounts == {"isthmus-agent", "isthmus-dns"}
+    finally:
+        await lite.stop()
+        await run.close()
