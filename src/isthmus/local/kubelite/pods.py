@@ -238,7 +238,9 @@ class PodRuntime:
     def process_options(self) -> ProcessOptions:
         if self._process_options is None:
             root = Path(tempfile.mkdtemp(prefix=f"isthmus-kube-lite-{self.cluster}-"))
-            self._process_options = ProcessOptions(root_dir=root)
+            url = self.client._client._client.base_url  # where our client reaches the apiserver
+            port = url.port or (443 if url.scheme == "https" else 80)
+            self._process_options = ProcessOptions(root_dir=root, api_host=url.host or "127.0.0.1", api_port=port)
         return self._process_options
 
     def _retire(self, key: str, worker: ProcessPod, *, delete_uid: str | None = None) -> None:
