@@ -467,7 +467,7 @@ async def test_headless_statefulset_slices_have_hostnames(lite: Lite) -> None:
                 "serviceName": "db",
                 "selector": {"matchLabels": {"app": "db"}},
                 "template": {
-                    "metadata": {"labels": {"app": "db"}},
+                    "metadata": {"labels": {"app": "db"}, "annotations": {WORKLOAD_ANNOTATION: "echo"}},
                     "spec": {
                         "containers": [{"name": "db", "image": "db", "ports": [{"containerPort": 5432}]}]
                     },
@@ -618,7 +618,7 @@ async def test_kubectl_rollout_status_and_wait(apiserver: Any, lite: Lite) -> No
                 "serviceName": "web",
                 "selector": {"matchLabels": {"app": "web"}},
                 "template": {
-                    "metadata": {"labels": {"app": "web"}},
+                    "metadata": {"labels": {"app": "web"}, "annotations": {WORKLOAD_ANNOTATION: "echo"}},
                     "spec": {"containers": [{"name": "w", "image": "w"}]},
                 },
             },

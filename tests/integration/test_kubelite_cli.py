@@ -7,6 +7,7 @@ import random
 import signal
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -19,13 +20,21 @@ pytestmark = pytest.mark.timeout(60)
 LAUNCH = "from isthmus.cli import kubelite; from isthmus.cli.main import app; app()"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-async def test_kube_lite_process(apiserver: Any) -> None:
+async def test_kube_lite_process(apiserver: Any, tmp_path: Path) -> None:
     a = random.randint(100, 199)
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
@@ -33,6 +42,7 @@ async def test_kube_lite_process(apiserver: Any) -> None:
         "--kubeconfig", apiserver.kubeconfig, "--cluster-name", "c9",
         "--pod-cidr", f"127.{a}.7.0/24", "--service-cidr", f"127.{a}.8.0/24",
         "--node-port-range", "30000-30010", "--metrics-addr", f"127.0.0.1:{port}",
+        "--root-dir", str(tmp_path / "kubelet"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -65,3 +75,50 @@ async def test_kube_lite_process(apiserver: Any) -> None:
         async with asyncio.timeout(15):
             out, _ = await proc.communicate()
     assert proc.returncode == 0, out.decode()
+
+
+async def test_process_pods_die_with_a_killed_kube_lite(apiserver: Any, tmp_path: Path) -> None:
+    """kube-lite SIGKILLed (no chance to stop them): its process pods get SIGTERM, no orphans."""
+    from lightkube.resources.core_v1 import Pod
+
+    from isthmus.api.image import IMAGE
+    from isthmus.kube.helpers import install_crds
+
+    a = random.randint(100, 199)
+    client = apiserver.client()
+    await install_crds(client)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", LAUNCH, "kube-lite",
+        "--kubeconfig", apiserver.kubeconfig, "--cluster-name", "c9",
+        "--pod-cidr", f"127.{a}.7.0/24", "--service-cidr", f"127.{a}.8.0/24",
+        "--node-port-range", "30000-30010", "--root-dir", str(tmp_path / "kubelet"),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        await client.create(Pod.from_dict({
+            "metadata": {"name": "dns", "namespace": "default"},
+            "spec": {"automountServiceAccountToken": False, "containers": [{
+                "name": "dns", "image": IMAGE, "args": ["dns", "--cluster-id", "c9", "--listen", "$(IP):5353"],
+                "env": [{"name": "KUBECONFIG", "value": apiserver.kubeconfig},
+                        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            }]},
+        }))
+        async with asyncio.timeout(30):
+            while True:
+                pod = (await client.get(Pod, "dns", namespace="default")).to_dict()
+                statuses = (pod.get("status") or {}).get("containerStatuses") or []
+                if statuses and "running" in statuses[0]["state"]:
+                    break
+                await asyncio.sleep(0.2)
+        child = int(statuses[0]["containerID"].rsplit("/", 1)[1])
+        proc.kill()
+        await proc.wait()
+        async with asyncio.timeout(10):
+            while True:
+                if not _alive(child):
+                    break
+                await asyncio.sleep(0.1)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

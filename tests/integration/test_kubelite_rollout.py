@@ -11,6 +11,7 @@ import pytest
 from lightkube.resources.apps_v1 import ControllerRevision, Deployment, ReplicaSet, StatefulSet
 from lightkube.resources.core_v1 import Endpoints, Service
 
+from isthmus.local.kubelite import WORKLOAD_ANNOTATION
 from tests.integration.test_kubelite import NS, Lite, create, echo_deployment, eventually, kubectl, pods_of
 
 pytestmark = [
@@ -212,7 +213,7 @@ async def test_statefulset_revisions_history_and_undo(apiserver: Any, lite: Lite
                 "serviceName": "db",
                 "selector": {"matchLabels": {"app": "db"}},
                 "template": {
-                    "metadata": {"labels": {"app": "db"}},
+                    "metadata": {"labels": {"app": "db"}, "annotations": {WORKLOAD_ANNOTATION: "echo"}},
                     "spec": {"containers": [{"name": "db", "image": "db:v1"}]},
                 },
             },

@@ -173,3 +173,66 @@ def test_malformed_kubeconfigs_are_one_line_errors_naming_the_file(tmp_path: Pat
         load_config(bad)
     assert message in str(exc.value) and str(bad) in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+def test_in_cluster_from_the_serviceaccount_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No kubeconfig: the ServiceAccount files, where kube-lite tells its processes they are."""
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text("tok-1\n")
+    (sa / "namespace").write_text("isthmus")
+    (sa / "ca.crt").write_text("not read until a connection is made")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    monkeypatch.setenv("ISTHMUS_SERVICEACCOUNT_DIR", str(sa))
+    config = load_config()
+    assert config.cluster.server == "https://127.0.0.1:6443"
+    assert config.cluster.certificate_auth == str(sa / "ca.crt")
+    assert config.context.namespace == "isthmus"
+    assert config.user.token_file == str(sa / "token")
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT")
+    with pytest.raises(KubeConfigError, match="not running in a cluster"):
+        load_config()
+
+
+async def test_token_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
+    """As client-go, a rotated token (the kubelet rewrites the file) is used from the next request on."""
+    from aiohttp import web
+
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return web.json_response({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "default"}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/default", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    token = tmp_path / "token"
+    token.write_text("first")
+    conf = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"tokenFile": str(token)}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }
+    (tmp_path / "kc").write_text(yaml.safe_dump(conf))
+    from lightkube.resources.core_v1 import Namespace
+
+    client = make_client(tmp_path / "kc")
+    try:
+        await client.get(Namespace, "default")
+        tmp = tmp_path / "token.new"
+        tmp.write_text("second\n")
+        os.replace(tmp, token)  # as the kubelet writes it: a new file renamed over the old one
+        await client.get(Namespace, "default")
+    finally:
+        await client.close()
+        await runner.cleanup()
+    assert seen == ["Bearer first", "Bearer second"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from isthmus.cli.kubelite import kube_lite as _kube_lite  # noqa: F401  (registers the command)
@@ -55,3 +58,20 @@ def test_bad_cluster_name() -> None:
 def test_hidden() -> None:
     result = CliRunner().invoke(app, ["--help"])
     assert "kube-lite" not in result.output
+
+
+def test_root_dir_that_cannot_be_created(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    kc = tmp_path / "kc"
+    kc.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))
+    result = CliRunner().invoke(app, [
+        "kube-lite", "--kubeconfig", str(kc), "--cluster-name", "c1", "--pod-cidr", "127.101.0.0/16",
+        "--service-cidr", "127.201.0.0/16", "--root-dir", str(tmp_path / "file" / "kubelet"),
+    ])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: --root-dir {tmp_path / 'file' / 'kubelet'}: Not a directory\n"

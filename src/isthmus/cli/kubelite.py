@@ -43,6 +43,14 @@ def kube_lite(
             help="Port of the kubelet endpoint on 127.0.0.1 (pod logs for the apiserver); 0: any free one.",
         ),
     ] = 0,
+    root_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--root-dir",
+            help="Directory for the pod dirs of Isthmus-image Pods (their HOME, tmp, ServiceAccount token, "
+            "logs); default ~/.local/state/isthmus/kube-lite/<cluster-name>.",
+        ),
+    ] = None,
     context: ContextOpt = None,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
@@ -50,11 +58,15 @@ def kube_lite(
 ) -> None:
     """Allocate ClusterIPs and NodePorts, maintain EndpointSlices, run Deployments, StatefulSets and Pods,
     and be the cluster's node (its Node object and kubelet endpoint)."""
+    import base64
     from pathlib import Path
+
+    import httpx2
 
     from isthmus.kube.client import KubeConfigError, client_for, load_config
     from isthmus.local.kubelite import FIELD_MANAGER
     from isthmus.local.kubelite.ipam import parse_port_range
+    from isthmus.local.kubelite.processes import ProcessOptions
     from isthmus.local.kubelite.run import KubeLite, validate_config
 
     try:
@@ -76,6 +88,24 @@ def kube_lite(
     if not token and user is not None and user.token_file:
         token = Path(user.token_file).read_text().strip() or None
     client = client_for(config, field_manager=FIELD_MANAGER)
+    root = Path(root_dir or f"~/.local/state/isthmus/kube-lite/{cluster_name}").expanduser().absolute()
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as e:
+        raise fail(f"--root-dir {root}: {e.strerror or e}") from None
+    server = httpx2.URL(config.cluster.server)
+    ca: bytes | None = None
+    if config.cluster.certificate_auth_data:
+        ca = base64.b64decode(config.cluster.certificate_auth_data)
+    elif config.cluster.certificate_auth:
+        try:
+            ca = Path(config.cluster.certificate_auth).read_bytes()
+        except OSError as e:
+            raise fail(f"certificate-authority {config.cluster.certificate_auth}: {e.strerror or e}") from None
+    processes = ProcessOptions(
+        root_dir=root, api_host=server.host, api_port=server.port or (443 if server.scheme == "https" else 80),
+        api_ca=ca,
+    )
 
     async def build() -> Background:
         lite = KubeLite(
@@ -86,6 +116,7 @@ def kube_lite(
             node_ports=node_ports,
             kubelet_port=kubelet_port,
             kubelet_token=token,
+            processes=processes,
         )
         return Background("kube-lite", lite.run, lambda: lite.ready, on_stop=client.close)
 

@@ -24,6 +24,9 @@ COMMAND_TIMEOUT = httpx2.Timeout(5.0)
 seconds, not after httpx's 30 s default (watches are not bounded by it)."""
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
+SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICEACCOUNT_DIR_ENV = "ISTHMUS_SERVICEACCOUNT_DIR"
+"""Where kube-lite's process pods find their ServiceAccount files (containers.py sets it)."""
 
 # kubectl resolves these file references against the directory of the file that holds them.
 _CLUSTER_FILES = ("certificate-authority",)
@@ -70,10 +73,65 @@ def load_config(kubeconfig: str | os.PathLike[str] | None = None, context: str |
 
 
 def _service_account() -> SingleConfig | None:
-    try:
-        return KubeConfig.from_service_account().get()
-    except (ConfigError, KeyError, OSError):  # KeyError: KUBERNETES_SERVICE_HOST/PORT unset
+    """client-go's InClusterConfig: ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``, the
+    token and CA of the ServiceAccount dir — ``$ISTHMUS_SERVICEACCOUNT_DIR`` when set (kube-lite's
+    process pods have no mount namespace), else the usual path. The token is read from its file on
+    use, not once (see :class:`TokenFileAuth`), so the kubelet's rotations are picked up."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
         return None
+    account = Path(os.environ.get(SERVICEACCOUNT_DIR_ENV) or SERVICEACCOUNT_DIR)
+    token_file = account / "token"
+    if not token_file.is_file():
+        return None
+    try:
+        namespace = (account / "namespace").read_text().strip() or "default"
+    except OSError:
+        namespace = "default"
+    if ":" in host:
+        host = f"[{host}]"
+    ca = account / "ca.crt"
+    try:
+        return KubeConfig.from_one(
+            cluster=Cluster(server=f"https://{host}:{port}", certificate_auth=str(ca) if ca.is_file() else None),
+            user=User(token_file=str(token_file)),
+            namespace=namespace,
+        ).get()
+    except ConfigError:
+        return None
+
+
+class TokenFileAuth(httpx2.Auth):
+    """Bearer token from a file, read again whenever the file changes (client-go's cached file
+    token source re-reads it; lightkube's reads it once and again only after a 401), and once more
+    after a 401 in case it changed within the same second."""
+
+    def __init__(self, token_file: str) -> None:
+        self.token_file = token_file
+        self._stamp: tuple[int, int] | None = None
+        self._header = ""
+
+    def _read(self, force: bool = False) -> str:
+        try:
+            st = os.stat(self.token_file)
+            stamp = (st.st_mtime_ns, st.st_ino)
+            if force or stamp != self._stamp:
+                self._header = f"Bearer {Path(self.token_file).read_text().strip()}"
+                self._stamp = stamp
+        except OSError:
+            if not self._header:
+                raise ConfigError(f"token file {self.token_file} cannot be read") from None
+        return self._header
+
+    def auth_flow(self, request: httpx2.Request) -> Any:
+        request.headers["Authorization"] = self._read()
+        response = yield request
+        if response.status_code == 401:
+            header = self._header
+            if self._read(force=True) != header:
+                request.headers["Authorization"] = self._header
+                yield request
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -212,7 +270,7 @@ def client_for(
     timeout: float | httpx2.Timeout = 30.0,
 ) -> AsyncClient:
     """The one way Isthmus builds a client from a selected configuration (kubeconfig, broker-info)."""
-    return AsyncClient(
+    client = AsyncClient(
         config,
         namespace=namespace,
         field_manager=field_manager,
@@ -220,6 +278,10 @@ def client_for(
         # Proxy variables must not route loopback apiservers (the embedded default) through a proxy.
         trust_env=not is_loopback_host(httpx2.URL(config.cluster.server).host),
     )
+    if config.user is not None and config.user.token_file:
+        # lightkube offers no hook for its httpx client's auth; its own token-file auth reads once.
+        client._client._client.auth = TokenFileAuth(config.user.token_file)
+    return client
 
 
 def is_loopback_host(host: str) -> bool:

@@ -4,7 +4,9 @@ A real cluster's kube-apiserver allocates ClusterIPs and NodePorts, kube-control
 turns Deployments (through ReplicaSets) and StatefulSets into Pods and Pods into EndpointSlices
 and Endpoints, and kubelets register their Node, run the Pods and serve their logs. kube-lite
 does the same, level-triggered over informer caches, so that Isthmus runs on
-an embedded apiserver exactly as on a real cluster (docs/local.md). Pods annotated ``isthmus.io/workload: echo`` get real echo servers on their pod IP.
+an embedded apiserver exactly as on a real cluster (docs/local.md). Pods annotated
+``isthmus.io/workload: echo`` get real echo servers on their pod IP; Pods of the Isthmus image
+run as supervised processes, as a kubelet runs containers (processes.py).
 
 Everything is rebuilt from the API objects when kube-lite starts: it keeps no state of its own.
 """

@@ -7,7 +7,8 @@ does the same (apiserver/handlers/pods.py), and this is what answers: kube-lite'
 
 - ``GET /containerLogs/{namespace}/{pod}/{container}``: the container's log (logs.py) with the
   kubelet's query (``follow``, ``tailLines``, ``sinceSeconds``, ``sinceTime``, ``timestamps``,
-  ``limitBytes``, ``previous``) and its plain-text errors;
+  ``limitBytes``, ``previous`` — the instance before a process container's last restart) and its
+  plain-text errors;
 - ``/exec``, ``/attach``, ``/portForward``: refused with a ``Status`` (400 BadRequest) saying
   why — kube-lite's workloads are its own servers, there is no container to enter — which the
   apiserver passes on as kube-apiserver passes on a kubelet's answer that is not an upgrade;
@@ -31,6 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
+from isthmus.local.kubelite.containers import is_isthmus_image
 from isthmus.local.kubelite.logs import LogLine, PodLogs, rfc3339nano
 
 __all__ = ["KubeletServer"]
@@ -65,6 +67,20 @@ def _status(code: int, reason: str, message: str) -> web.Response:
     body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
             "reason": reason, "code": code}
     return web.Response(status=code, body=json.dumps(body).encode() + b"\n", content_type="application/json")
+
+
+def _waiting_to_start(pod: dict[str, Any], container: str) -> str | None:
+    """Why a container that never ran has no log yet (the kubelet's wording), None if it ran."""
+    status = pod.get("status") or {}
+    for s in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        if s.get("name") != container:
+            continue
+        waiting = (s.get("state") or {}).get("waiting")
+        if waiting is None or s.get("lastState") or s.get("containerID"):
+            return None
+        reason = str(waiting.get("reason") or "ContainerCreating")
+        return "trying and failing to pull image" if reason in ("ErrImagePull", "ImagePullBackOff") else reason
+    return None
 
 
 class KubeletServer:
@@ -157,16 +173,25 @@ class KubeletServer:
         container = request.match_info["container"]
         if pod is None:
             return web.Response(status=404, text=f'pod "{name}" does not exist')
-        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        spec = pod.get("spec") or {}
+        names = [c.get("name") for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]]
         if container not in names:
             return web.Response(status=404, text=f'container "{container}" not found in pod "{name}"')
-        if _bool(q, "previous"):
-            # kube-lite never restarts a container: there is no terminated one to read.
-            return web.Response(
-                status=400, text=f'previous terminated container "{container}" in pod "{name}" not found'
-            )
         pod_log = self.logs.get(f"{ns}/{name}")
-        clog = pod_log.containers.get(container) if pod_log is not None else None
+        if _bool(q, "previous"):
+            # Only restarted process containers have a previous instance.
+            clog = pod_log.previous.get(container) if pod_log is not None else None
+            if clog is None:
+                return web.Response(
+                    status=400, text=f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+        else:
+            waiting = _waiting_to_start(pod, container)
+            if waiting:
+                return web.Response(
+                    status=400, text=f'container "{container}" in pod "{name}" is waiting to start: {waiting}'
+                )
+            clog = pod_log.containers.get(container) if pod_log is not None else None
         if clog is None:
             return web.Response(
                 status=400, text=f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'
@@ -221,9 +246,11 @@ class KubeletServer:
             if verb == "portForward" and ip
             else "; `kubectl logs` shows what it prints"
         )
+        how = (
+            "runs its containers as plain processes of this machine, without a container runtime"
+            if any(is_isthmus_image(c.get("image")) for c in (pod.get("spec") or {}).get("containers") or [])
+            else "runs its workloads as its own servers, not as containers of a container runtime"
+        )
         return _status(
-            400,
-            "BadRequest",
-            f"node {self.node} (isthmus kube-lite) cannot {what} pod {ns}/{name}: kube-lite runs its "
-            f"workloads as its own servers, not as containers of a container runtime{hint}",
+            400, "BadRequest", f"node {self.node} (isthmus kube-lite) cannot {what} pod {ns}/{name}: kube-lite {how}{hint}"
         )

@@ -6,8 +6,9 @@ the oldest lines go first beyond ``MAX_LOG_BYTES``, as a runtime rotates its fil
 endpoint (kubelet.py) reads them for ``kubectl logs`` (tail, since, timestamps, limit) and
 follows them (``-f``) until the Pod's containers stop.
 
-Logs are not persisted: after a kube-lite restart each Pod's log starts again with the
-workload's startup lines, as a container's would after a restart (without ``--previous``).
+A restarted process container's log starts afresh and the one before stays readable as
+``previous``; process containers' lines are also appended to files in their pod dir. Nothing is
+read back: after a kube-lite restart each Pod's log starts again with the workload's startup lines.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def rfc3339nano(at: float) -> str:
 class ContainerLog:
     """The lines of one container: appended by the workload, read and followed by the kubelet."""
 
-    def __init__(self, max_bytes: int = MAX_LOG_BYTES) -> None:
+    def __init__(self, max_bytes: int = MAX_LOG_BYTES, path: str | None = None) -> None:
         self.max_bytes = max_bytes
+        self.path = path
+        """Also appended to this file (process containers: ``<pod dir>/logs/<container>/<n>.log``)."""
         self._lines: deque[LogLine] = deque()
         self._first = 0  # absolute index of _lines[0]: followers keep their place across trimming
         self._bytes = 0
@@ -53,6 +56,18 @@ class ContainerLog:
         if self.closed:
             return
         data = (text.rstrip("\n") + "\n").encode("utf-8", "replace")
+        self.write_bytes(data)
+
+    def write_bytes(self, data: bytes) -> None:
+        """One line as printed (ending with a newline)."""
+        if self.closed:
+            return
+        if self.path is not None:
+            try:
+                with open(self.path, "ab") as f:
+                    f.write(data)
+            except OSError:
+                self.path = None  # the pod dir went away: memory only
         self._lines.append(LogLine(time.time(), data))
         self._bytes += len(data)
         while self._bytes > self.max_bytes and len(self._lines) > 1:
@@ -99,6 +114,19 @@ class ContainerLog:
 class PodLog:
     uid: str | None
     containers: dict[str, ContainerLog] = field(default_factory=dict)
+    previous: dict[str, ContainerLog] = field(default_factory=dict)
+    """The log of each container's previous instance (``--previous``), for restarted containers."""
+
+    def restart(self, name: str, path: str | None = None, *, keep_previous: bool = True) -> ContainerLog:
+        """A new instance of container ``name`` starts: its current log becomes the previous one
+        (``keep_previous``: the current one was an instance that ran)."""
+        old = self.containers.get(name)
+        if old is not None:
+            old.close()
+            if keep_previous:
+                self.previous[name] = old
+        log = self.containers[name] = ContainerLog(path=path)
+        return log
 
     def container(self, name: str) -> ContainerLog:
         log = self.containers.get(name)

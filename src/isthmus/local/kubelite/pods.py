@@ -5,7 +5,8 @@ EndpointSlice controller (and everything downstream) sees it like a real Pod. A 
 ``isthmus.io/workload: echo`` also gets real echo servers bound to that IP (see echo.py), and
 is Ready only once they listen; what they print is the Pod's log (logs.py), served by the
 kubelet endpoint (kubelet.py). Servers stop, the log is dropped and the address is released when
-the Pod goes.
+the Pod goes. Any other Pod is a kubelet's: its Isthmus-image containers run as processes and its
+status is what they report (processes.py); containers of other images are never pulled.
 
 After a restart the addresses are re-reserved from the Pods' status before anything is
 allocated, and the echo servers of existing Pods are started again on the same addresses.
@@ -13,12 +14,17 @@ allocated, and the echo servers of existing Pods are started again on the same a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import shutil
+import tempfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, cast
 
-from lightkube import AsyncClient
+from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
@@ -26,6 +32,7 @@ from isthmus.local.kubelite import ECHO_WORKLOAD, FIELD_MANAGER, WORKLOAD_ANNOTA
 from isthmus.local.kubelite.echo import EchoIdentity, EchoServer
 from isthmus.local.kubelite.ipam import IPPool, PoolFull
 from isthmus.local.kubelite.logs import PodLogs
+from isthmus.local.kubelite.processes import ProcessOptions, ProcessPod
 from isthmus.runtime import Controller, EventRecorder, Informer, Result, split_key
 
 __all__ = [
@@ -43,7 +50,10 @@ log = logging.getLogger(__name__)
 
 HOST_IP = "127.0.0.1"
 RETRY_SECONDS = 5.0
-_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+"""In the kubelet's order; PodReadyToStartContainers (on by default since 1.29): the sandbox and its
+address are there, which they are whenever kube-lite posts a status."""
+_ALWAYS_TRUE = ("PodReadyToStartContainers", "PodScheduled", "Initialized")
 
 Obj = dict[str, Any]
 
@@ -73,7 +83,16 @@ def container_ports(pod: Mapping[str, Any]) -> list[tuple[int, str]]:
 
 
 def desired_pod_status(
-    pod: Mapping[str, Any], ip: str, *, now: str, ready: bool = True, message: str | None = None
+    pod: Mapping[str, Any],
+    ip: str,
+    *,
+    now: str,
+    ready: bool = True,
+    message: str | None = None,
+    containers: list[Obj] | None = None,
+    phase: str = "Running",
+    host_ip: str | None = None,
+    init_containers: list[Obj] | None = None,
 ) -> Obj:
     """The status a kubelet would report for the running Pod; timestamps already stored are kept
     so that re-running this gives the same answer (no write loops)."""
@@ -91,13 +110,23 @@ def desired_pod_status(
         }
         c["lastTransitionTime"] = c["lastTransitionTime"] or now
         if not ok:
-            c["reason"] = "ContainersNotReady"
-            c["message"] = message or "containers are not ready"
+            if phase in ("Succeeded", "Failed"):
+                c["reason"] = "PodCompleted"
+            elif ctype == "Initialized":
+                c["reason"] = "ContainersNotInitialized"
+                c["message"] = f"containers with incomplete status: [{' '.join(incomplete)}]"
+            else:
+                c["reason"] = "ContainersNotReady"
+                c["message"] = message or "containers are not ready"
         return c
 
+    incomplete = [
+        str(c.get("name")) for c in init_containers or []
+        if ((c.get("state") or {}).get("terminated") or {}).get("exitCode") != 0
+    ]
     old_cs = {c.get("name"): c for c in current.get("containerStatuses") or []}
-    statuses = []
-    for c in (pod.get("spec") or {}).get("containers") or []:
+    statuses: list[Obj] = list(containers) if containers is not None else []
+    for c in (pod.get("spec") or {}).get("containers") or [] if containers is None else []:
         old = old_cs.get(c.get("name")) or {}
         started = ((old.get("state") or {}).get("running") or {}).get("startedAt") or now
         statuses.append(
@@ -112,14 +141,17 @@ def desired_pod_status(
             }
         )
     return {
-        "phase": "Running",
+        "phase": phase,
         "podIP": ip,
         "podIPs": [{"ip": ip}],
-        "hostIP": HOST_IP,
-        "hostIPs": [{"ip": HOST_IP}],
+        "hostIP": host_ip or HOST_IP,
+        "hostIPs": [{"ip": host_ip or HOST_IP}],
         "startTime": current.get("startTime") or now,
-        "conditions": [cond(t, ready or t in ("PodScheduled", "Initialized")) for t in _CONDITIONS],
+        "conditions": [
+            cond(t, not incomplete if t == "Initialized" else ready or t in _ALWAYS_TRUE) for t in _CONDITIONS
+        ],
         "containerStatuses": statuses,
+        **({"initContainerStatuses": init_containers} if init_containers is not None else {}),
     }
 
 
@@ -127,8 +159,8 @@ def status_up_to_date(current: Mapping[str, Any], desired: Mapping[str, Any]) ->
     """Whether every field of ``desired`` is already stored (server-side extras are ignored)."""
 
     def norm(v: Any) -> Any:
-        if isinstance(v, Mapping):
-            return {k: norm(x) for k, x in v.items() if x is not None}
+        if isinstance(v, Mapping):  # absent, null and {} are one to the server
+            return {k: norm(x) for k, x in v.items() if x is not None and x != {}}
         if isinstance(v, list):
             return [norm(x) for x in v]
         return v
@@ -149,7 +181,9 @@ class PodRuntime:
         pod_cidr: str,
         workers: int = 4,
         logs: PodLogs | None = None,
+        processes: ProcessOptions | None = None,
     ) -> None:
+        """processes: how Pods of the Isthmus image run (default: pod dirs in a new temporary dir)."""
         self.client = client
         self.pods = pods
         self.recorder = recorder
@@ -159,6 +193,10 @@ class PodRuntime:
         self.ips = IPPool(pod_cidr)
         self.servers: dict[str, EchoServer] = {}
         self._uids: dict[str, str | None] = {}
+        self._process_options = processes
+        self.workers: dict[str, ProcessPod] = {}
+        """Process pods by key."""
+        self._retiring: set[asyncio.Task[None]] = set()
         self.controller = Controller("kubelite-pods", self.reconcile, workers=workers)
         self.controller.watch(pods)
 
@@ -173,15 +211,58 @@ class PodRuntime:
             if ip:
                 self.ips.reserve(str(ip), f"{p['metadata'].get('namespace')}/{p['metadata']['name']}")
         log.info("pod addresses rebuilt", extra={"pod_ips": len(self.ips)})
+        if self._process_options is not None:  # as the kubelet's cleanupOrphanedPodDirs
+            known = {str(p["metadata"].get("uid")) for p in items}
+            pods_dir = self._process_options.root_dir / "pods"
+            for d in pods_dir.iterdir() if pods_dir.is_dir() else ():
+                if d.is_dir() and d.name not in known:
+                    shutil.rmtree(d, ignore_errors=True)
+                    log.info("orphaned pod dir removed", extra={"dir": str(d)})
 
     async def run(self) -> None:
         await self.controller.run()
 
     async def close(self) -> None:
-        """Stop every echo server (kube-lite is shutting down; the Pods stay as they are)."""
+        """Stop every echo server and process (kube-lite is shutting down; the Pods stay as they are,
+        and their processes start again, restartCount + 1, when kube-lite does)."""
         for key in list(self.servers):
             await self._stop(key)
+        workers, self.workers = list(self.workers.values()), {}
+        cap = self.process_options.stop_grace_cap
+        await asyncio.gather(*(w.stop(min(float(w._grace()), cap)) for w in workers), return_exceptions=True)
+        if self._retiring:
+            await asyncio.wait(list(self._retiring), timeout=cap + 1)
         self.logs.close()
+
+    @property
+    def process_options(self) -> ProcessOptions:
+        if self._process_options is None:
+            root = Path(tempfile.mkdtemp(prefix=f"isthmus-kube-lite-{self.cluster}-"))
+            url = self.client._client._client.base_url  # where our client reaches the apiserver
+            port = url.port or (443 if url.scheme == "https" else 80)
+            self._process_options = ProcessOptions(root_dir=root, api_host=url.host or "127.0.0.1", api_port=port)
+        return self._process_options
+
+    def _retire(self, key: str, worker: ProcessPod, *, delete_uid: str | None = None) -> None:
+        """Stop a Pod's processes in the background (its grace period may be long); then release
+        its address (unless a new incarnation holds it) and, for a graceful deletion, remove the
+        object as the kubelet does (grace 0, once the containers are gone)."""
+
+        async def retire() -> None:
+            await worker.stop(remove=True, reason="deleted")
+            if delete_uid is not None:
+                current = self.pods.cache.get(key)
+                if current is not None and current.to_dict()["metadata"].get("uid") == delete_uid:
+                    ns, name = split_key(key)
+                    with contextlib.suppress(ApiError):
+                        await self.client.delete(Pod, name, namespace=ns, grace_period=0)
+            if key not in self.workers and self.pods.cache.get(key) is None:
+                self.logs.remove(key)
+                self.ips.release_owner(key)
+
+        task = asyncio.create_task(retire(), name=f"kube-lite stop {key}")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     async def _stop(self, key: str) -> None:
         server = self.servers.pop(key, None)
@@ -195,13 +276,25 @@ class PodRuntime:
         pod = self.pods.cache.get(key)
         if pod is None:
             await self._stop(key)
+            worker = self.workers.pop(key, None)
+            if worker is not None:
+                self._retire(key, worker)  # releases the address once the processes are gone
+                return None
             self.logs.remove(key)
             self.ips.release_owner(key)
             return None
         data = pod.to_dict()
         meta, spec, status = data["metadata"], data.get("spec") or {}, data.get("status") or {}
+        worker = self.workers.get(key)
+        if worker is not None and worker.uid != meta.get("uid"):  # a new Pod of the same name
+            self._retire(key, self.workers.pop(key))
+            worker = None
         if meta.get("deletionTimestamp") is not None:
             await self._stop(key)  # the containers are being killed; the address goes with the object
+            if worker is not None:
+                worker.update(data)
+                self._retire(key, self.workers.pop(key), delete_uid=meta.get("uid"))
+                return None
             self._close_logs(key)
             return None
         if status.get("phase") in ("Succeeded", "Failed"):
@@ -237,6 +330,10 @@ class PodRuntime:
         pod_log = self.logs.pod(key, meta.get("uid"))
         for c in spec.get("containers") or []:
             pod_log.container(str(c.get("name")))
+        if not is_echo(data):  # Isthmus containers run as processes; other images are not pulled
+            await self._stop(key)
+            await self._sync_process_pod(key, data, str(ip))
+            return None
         if is_echo(data):
             ready, message = await self._ensure_echo(key, data, str(ip))
             if message:
@@ -257,6 +354,40 @@ class PodRuntime:
                 field_manager=FIELD_MANAGER,
             )
         return None if ready else Result(requeue_after=RETRY_SECONDS)
+
+    async def _sync_process_pod(self, key: str, data: Obj, ip: str) -> None:
+        """Start the Pod's processes (first time) and post the status they report."""
+        ns, name = split_key(key)
+        stored = data.get("status") or {}
+        data = {**data, "status": dict(stored)}  # as the containers will see it (downward API)
+        status = data["status"]
+        status.setdefault("podIP", ip)
+        status.setdefault("podIPs", [{"ip": ip}])
+        status.setdefault("hostIP", HOST_IP)
+        status.setdefault("hostIPs", [{"ip": HOST_IP}])
+        worker = self.workers.get(key)
+        if worker is None:
+            worker = ProcessPod(
+                self.client, self.recorder, self.logs, self.process_options, key=key, pod=data, node=self.node,
+                changed=lambda: self.controller.enqueue(key),
+            )
+            self.workers[key] = worker
+            worker.start()
+        else:
+            worker.update(data)
+        current = worker.status()
+        statuses = current["containerStatuses"]
+        unready = [str(c["name"]) for c in statuses if not c["ready"]]
+        desired = desired_pod_status(
+            data, ip, now=format_time(datetime.now(UTC)), ready=bool(statuses) and not unready,
+            message=f"containers with unready status: [{' '.join(unready)}]", containers=statuses,
+            phase=current["phase"], init_containers=current.get("initContainerStatuses"),
+        )
+        if not status_up_to_date(stored, desired):
+            await self.client.patch(
+                Pod.Status, name, {"status": desired}, namespace=ns, patch_type=PatchType.MERGE,
+                field_manager=FIELD_MANAGER,
+            )
 
     async def _ensure_echo(self, key: str, pod: Obj, ip: str) -> tuple[bool, str | None]:
         """Start (or restart, when the address, ports or Pod incarnation changed) the echo servers."""

@@ -25,6 +25,7 @@ from isthmus.local.kubelite.kubelet import KubeletServer
 from isthmus.local.kubelite.logs import PodLogs
 from isthmus.local.kubelite.node import NodeAgent
 from isthmus.local.kubelite.pods import PodRuntime, node_name
+from isthmus.local.kubelite.processes import ProcessOptions
 from isthmus.local.kubelite.services import ServiceIPController
 from isthmus.local.kubelite.workloads import DeploymentController, ReplicaSetController, StatefulSetController
 from isthmus.runtime import EventRecorder, SharedInformerFactory
@@ -63,9 +64,11 @@ class KubeLite:
         kubelet_host: str = "127.0.0.1",
         kubelet_port: int = 0,
         kubelet_token: str | None = None,
+        processes: ProcessOptions | None = None,
     ) -> None:
         """kubelet_port 0: any free port (published in the Node); kubelet_token: the bearer token
-        the kubelet endpoint requires (the cluster's: the apiserver proxies with it), None for none."""
+        the kubelet endpoint requires (the cluster's: the apiserver proxies with it), None for none;
+        processes: how Pods of the Isthmus image run (root dir, the apiserver address they get)."""
         validate_config(pod_cidr, service_cidr, node_ports)
         self.client = client
         self.cluster = cluster
@@ -86,7 +89,8 @@ class KubeLite:
         self.endpoints = EndpointsController(client, services, pods, self.factory.informer(Endpoints))
         self.logs = PodLogs()
         self.pods = PodRuntime(
-            client, pods, self.recorder, cluster=cluster, pod_cidr=pod_cidr, workers=workers, logs=self.logs
+            client, pods, self.recorder, cluster=cluster, pod_cidr=pod_cidr, workers=workers, logs=self.logs,
+            processes=processes,
         )
         self.kubelet = KubeletServer(
             self.logs, self._pod_on_node, node=self.node_name, host=kubelet_host, port=kubelet_port,

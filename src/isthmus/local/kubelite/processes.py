@@ -1,0 +1,580 @@
+"""Process pods: Pods of the Isthmus image run as supervised processes, as a kubelet runs containers.
+
+Each container of such a Pod is a child process of kube-lite (``containers.py`` builds its argv
+and environment) in the Pod's directory ``<root-dir>/pods/<uid>/`` (its HOME; ``tmp/``,
+``serviceaccount/`` and ``logs/<container>/<restart>.log`` inside). What it prints (stdout and
+stderr) is its log, served for ``kubectl logs`` (``--previous``: the instance before). The kubelet's
+lifecycle is followed:
+
+- before any container starts, the Pod's ServiceAccount token is written (credentials.py) unless
+  automounting is off; a failure is kube's ``FailedMount`` and the containers wait in
+  ``ContainerCreating``;
+- a container that cannot be configured (missing ConfigMap/Secret) waits in
+  ``CreateContainerConfigError``, retried;
+- restartPolicy Always/OnFailure/Never, with the kubelet's back-off (the first restart at once,
+  then 10 s doubling to 300 s, reset after 10 min running) shown as ``CrashLoopBackOff``;
+- startup, liveness and readiness probes (probes.py); a failed liveness or startup probe kills the
+  container (SIGTERM to its process group, SIGKILL after the grace period) to be restarted;
+- Events ``Pulled``, ``Created``, ``Started``, ``Killing``, ``Unhealthy``, ``BackOff``, ``Failed``;
+- stopping (Pod deleted, kube-lite stopping) sends SIGTERM, then SIGKILL after
+  ``terminationGracePeriodSeconds``.
+
+Children get SIGTERM if kube-lite dies without stopping them (PR_SET_PDEATHSIG): no orphans. Only
+processes kube-lite started are ever signalled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import ConfigMap, Secret
+
+from isthmus.api.image import IMAGE_REPOSITORY, IMAGE_TAG
+from isthmus.kube.helpers import is_not_found
+from isthmus.local.kubelite.containers import (
+    SERVICEACCOUNT_DIR_ENV,
+    ContainerConfigError,
+    base_environment,
+    build_command,
+    container_environment,
+    expand,
+    is_isthmus_image,
+    service_environment,
+)
+from isthmus.local.kubelite.credentials import Credentials, automount
+from isthmus.local.kubelite.logs import PodLogs
+from isthmus.local.kubelite.probes import Prober, probe_once
+from isthmus.runtime import EventRecorder
+
+__all__ = ["ProcessOptions", "ProcessPod", "is_process_pod", "pod_phase"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+CONFIG_RETRY_SECONDS = 2.0
+IMAGE_ID = f"{IMAGE_REPOSITORY}@sha256:{hashlib.sha256(f'{sys.executable} {IMAGE_TAG}'.encode()).hexdigest()}"
+"""This interpreter and version are the image: its ID changes when either does."""
+
+
+def is_process_pod(pod: Mapping[str, Any]) -> bool:
+    """A Pod with an Isthmus container: kube-lite runs its containers as processes."""
+    return any(is_isthmus_image(c.get("image")) for c in (pod.get("spec") or {}).get("containers") or [])
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class ProcessOptions:
+    root_dir: Path
+    """kube-lite's --root-dir: pod dirs go in ``pods/<uid>/``."""
+    api_host: str = "127.0.0.1"
+    api_port: int = 443
+    """Where kube-lite reaches the apiserver: the ``kubernetes`` Service variables of every container."""
+    api_ca: bytes | None = None
+    """ca.crt when the namespace has no kube-root-ca.crt ConfigMap."""
+    backoff_base: float = 10.0
+    backoff_max: float = 300.0
+    backoff_reset: float = 600.0
+    stop_grace_cap: float = 10.0
+    """When kube-lite itself stops, no Pod's grace period holds it up longer than this."""
+    allocatable: dict[str, Decimal] = field(default_factory=lambda: machine_allocatable())
+    """What ``resourceFieldRef`` limits left unset resolve to (the Node's allocatable)."""
+
+
+def machine_allocatable() -> dict[str, Decimal]:
+    memory = Decimal(0)
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    memory = Decimal(int(line.split()[1]) * 1024)
+    return {"cpu": Decimal(os.cpu_count() or 1), "memory": memory, "ephemeral-storage": Decimal(0)}
+
+
+try:  # resolved here, not in the child: nothing but the call itself runs between fork and exec
+    _prctl: Any = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+
+
+def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+    if _prctl is not None:
+        _prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
+def go_duration(seconds: float) -> str:
+    """Go's time.Duration String() for what the kubelet prints: 500ms, 10s, 1m20s, 5m0s."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    minutes, rest = divmod(seconds, 60)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
+    return f"{int(minutes)}m{text}" if minutes else text
+
+
+def pod_phase(spec: Mapping[str, Any], statuses: list[Obj]) -> str:
+    """kubelet's getPhase for regular containers."""
+    pending = running = stopped = succeeded = 0
+    for s in statuses:
+        state, last = s.get("state") or {}, s.get("lastState") or {}
+        if "running" in state:
+            running += 1
+        elif "terminated" in state:
+            stopped += 1
+            succeeded += state["terminated"].get("exitCode") == 0
+        elif "terminated" in last:
+            stopped += 1
+        else:
+            pending += 1
+    policy = spec.get("restartPolicy") or "Always"
+    if pending > 0 or not statuses:
+        return "Pending"
+    if running > 0:
+        return "Running"
+    if policy == "Always":
+        return "Running"
+    if succeeded == stopped:
+        return "Succeeded"
+    if policy == "Never":
+        return "Failed"
+    return "Running"
+
+
+class _Container:
+    """One container of a process Pod: its current process and what the kubelet reports for it."""
+
+    def __init__(self, spec: Obj, previous: Mapping[str, Any] | None) -> None:
+        self.spec = spec
+        self.name = str(spec.get("name"))
+        self.image = str(spec.get("image") or "")
+        self.restart_count = 0
+        self.last_state: Obj = {}
+        self.state: Obj = {"waiting": {"reason": "ContainerCreating"}}
+        self.ready = False
+        self.started = False
+        self.container_id: str | None = None
+        self.proc: asyncio.subprocess.Process | None = None
+        self.ran = False
+        self.killing: str | None = None
+        self.lost: Obj | None = None
+        """How the instance a previous kube-lite ran ended (it went with that kube-lite), if any."""
+        if previous:
+            old = previous.get("state") or {}
+            self.restart_count = int(previous.get("restartCount") or 0)
+            self.last_state = dict(previous.get("lastState") or {})
+            self.ran = bool(previous.get("containerID") or self.last_state)
+            if "terminated" in old:
+                self.lost = {"terminated": old["terminated"]}
+            elif "terminated" in self.last_state:  # waiting to be restarted (back-off): it will be now
+                self.lost = self.last_state
+            elif "running" in old:
+                self.lost = {"terminated": {
+                    "exitCode": 137, "reason": "ContainerStatusUnknown",
+                    "message": "The container could not be located when the pod was terminated",
+                    "startedAt": old["running"].get("startedAt"), "finishedAt": _now(),
+                    **({"containerID": previous["containerID"]} if previous.get("containerID") else {}),
+                }}
+
+    @property
+    def completed(self) -> bool:
+        return (self.state.get("terminated") or {}).get("exitCode") == 0
+
+    def status(self) -> Obj:
+        s: Obj = {
+            "name": self.name,
+            "image": self.image,
+            "imageID": IMAGE_ID if self.ran else "",
+            "ready": self.ready,
+            "started": self.started,
+            "restartCount": self.restart_count,
+            "state": self.state,
+            "lastState": self.last_state,
+        }
+        if self.container_id:
+            s["containerID"] = self.container_id
+        return s
+
+
+class ProcessPod:
+    """The processes of one Pod (by uid). ``changed()`` is called whenever its status changes."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        recorder: EventRecorder,
+        logs: PodLogs,
+        options: ProcessOptions,
+        *,
+        key: str,
+        pod: Obj,
+        node: str,
+        changed: Callable[[], None],
+    ) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.logs = logs
+        self.options = options
+        self.key = key
+        self.pod = pod
+        self.node = node
+        self.changed = changed
+        meta = pod["metadata"]
+        self.uid = str(meta.get("uid"))
+        self.dir = options.root_dir / "pods" / self.uid
+        self.credentials = Credentials(client, self.dir / "serviceaccount", fallback_ca=options.api_ca)
+        status, spec = pod.get("status") or {}, pod.get("spec") or {}
+        old = {s.get("name"): s for s in status.get("containerStatuses") or []}
+        old_init = {s.get("name"): s for s in status.get("initContainerStatuses") or []}
+        self.init_containers = [_Container(c, old_init.get(c.get("name"))) for c in spec.get("initContainers") or []]
+        self.containers = [_Container(c, old.get(c.get("name"))) for c in spec.get("containers") or []]
+        if self.init_containers:
+            for c in self.containers:
+                if c.lost is None and not c.ran:
+                    c.state = {"waiting": {"reason": "PodInitializing"}}
+            for c in self.init_containers[1:]:
+                if c.lost is None and not c.ran:
+                    c.state = {"waiting": {"reason": "PodInitializing"}}
+        self._mounted = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for d in (self.dir, self.dir / "tmp"):
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._tasks.append(asyncio.create_task(self._credentials(), name=f"kube-lite sa {self.key}"))
+        if self.init_containers:
+            self._tasks.append(asyncio.create_task(self._initialize(), name=f"kube-lite {self.key} init"))
+        else:
+            self._start_containers()
+
+    def _start_containers(self) -> None:
+        for c in self.containers:
+            self._tasks.append(asyncio.create_task(self._container(c), name=f"kube-lite {self.key}/{c.name}"))
+
+    @property
+    def initialized(self) -> bool:
+        """Every init container ran to completion (exit 0)."""
+        return all(c.completed for c in self.init_containers)
+
+    async def _initialize(self) -> None:
+        """Init containers one after the other, each to a successful exit, then the others."""
+        for c in self.init_containers:
+            await self._container(c, init=True)
+            if not c.completed:  # failed under restartPolicy Never: the Pod fails
+                return
+        self._start_containers()
+
+    def update(self, pod: Obj) -> None:
+        """The latest Pod object (the downward API reads it when a container starts again)."""
+        self.pod = pod
+
+    async def stop(self, grace: float | None = None, *, remove: bool = False, reason: str = "") -> None:
+        """Stop every container (SIGTERM, SIGKILL after ``grace``, default the Pod's
+        terminationGracePeriodSeconds); ``remove``: the Pod is gone, delete its directory."""
+        self._stopping = True
+        if grace is None:
+            grace = float(self._grace())
+        for c in [*self.init_containers, *self.containers]:
+            if c.proc is not None and c.proc.returncode is None and reason:
+                self.recorder.normal(self.pod, "Killing", f"Stopping container {c.name}")
+        await asyncio.gather(*(self._kill(c, grace) for c in [*self.init_containers, *self.containers]))
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks.clear()
+        if remove:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _grace(self) -> int:
+        spec = self.pod.get("spec") or {}
+        meta = self.pod.get("metadata") or {}
+        g = meta.get("deletionGracePeriodSeconds")
+        if g is None:
+            g = spec.get("terminationGracePeriodSeconds")
+        return 30 if g is None else int(g)
+
+    async def _kill(self, c: _Container, grace: float) -> None:
+        proc = c.proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)  # its own process group (start_new_session)
+        try:
+            async with asyncio.timeout(max(grace, 0.0)):
+                await proc.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+    # ---- status ---------------------------------------------------------------------------
+
+    def status(self) -> Obj:
+        """containerStatuses, phase and the Ready/ContainersReady conditions' inputs."""
+        statuses = [c.status() for c in self.containers]
+        spec = self.pod.get("spec") or {}
+        out: Obj = {"containerStatuses": statuses, "phase": pod_phase(spec, statuses)}
+        if self.init_containers:
+            out["initContainerStatuses"] = [c.status() for c in self.init_containers]
+            failed = any(
+                (c.state.get("terminated") or {}).get("exitCode", 0) != 0 for c in self.init_containers
+            ) and (spec.get("restartPolicy") or "Always") == "Never"
+            if failed:
+                out["phase"] = "Failed"
+            elif not self.initialized:
+                out["phase"] = "Pending"
+        return out
+
+    # ---- credentials ----------------------------------------------------------------------
+
+    async def _credentials(self) -> None:
+        meta, spec = self.pod["metadata"], self.pod.get("spec") or {}
+        ns = str(meta.get("namespace") or "default")
+        sa_name = str(spec.get("serviceAccountName") or "default")
+        delay = 1.0
+        while True:
+            try:
+                if spec.get("automountServiceAccountToken") is None:
+                    sa = await self.credentials.service_account(ns, sa_name)
+                    mount = automount(self.pod, sa)
+                else:
+                    mount = automount(self.pod, None)
+                if not mount:
+                    self._mounted.set()
+                    return
+                await self.credentials.ensure(self.pod)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                message = e.status.message if isinstance(e, ApiError) else str(e)
+                self.recorder.warning(
+                    self.pod, "FailedMount",
+                    f'MountVolume.SetUp failed for volume "kube-api-access" : failed to fetch token: {message}',
+                )
+                log.warning("service account token not written", extra={"pod": self.key, "error": message})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 120.0)
+                continue
+            delay = 1.0
+            self._mounted.set()
+            await asyncio.sleep(max(1.0, min(self.credentials.next_refresh, 60.0)))
+
+    # ---- one container --------------------------------------------------------------------
+
+    async def _lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
+        res: Any = ConfigMap if kind == "ConfigMap" else Secret
+        try:
+            return dict((await self.client.get(res, name, namespace=namespace)).to_dict())
+        except ApiError as e:
+            if is_not_found(e):
+                return None
+            raise ContainerConfigError(e.status.message or str(e)) from None
+
+    def _set(self, c: _Container, **fields: Any) -> None:
+        for k, v in fields.items():
+            setattr(c, k, v)
+        self.changed()
+
+    async def _container(self, c: _Container, *, init: bool = False) -> None:
+        """One container's life under the restart policy (an init container's: until it succeeds)."""
+        name, ns, uid = self.pod["metadata"]["name"], self.pod["metadata"].get("namespace"), self.uid
+        if not is_isthmus_image(c.image):  # as a kubelet whose registry refuses: pull error, then back-off
+            why = f"kube-lite runs only the Isthmus image ({IMAGE_REPOSITORY}), as processes"
+            self.recorder.normal(self.pod, "Pulling", f'Pulling image "{c.image}"')
+            self.recorder.warning(self.pod, "Failed", f'Failed to pull image "{c.image}": {why}')
+            self.recorder.warning(self.pod, "Failed", "Error: ErrImagePull")
+            self._set(c, state={"waiting": {"reason": "ErrImagePull",
+                                            "message": f'failed to pull image "{c.image}": {why}'}})
+            await asyncio.sleep(self.options.backoff_base)
+            self.recorder.normal(self.pod, "BackOff", f'Back-off pulling image "{c.image}"')
+            self.recorder.warning(self.pod, "Failed", "Error: ImagePullBackOff")
+            self._set(c, state={"waiting": {"reason": "ImagePullBackOff",
+                                            "message": f'Back-off pulling image "{c.image}": {why}'}})
+            return
+        policy = (self.pod.get("spec") or {}).get("restartPolicy") or "Always"
+        if init and policy == "Always":
+            policy = "OnFailure"  # an init container is restarted until it succeeds, never after
+        if c.lost is not None:  # kube-lite restarted: the instance it ran is gone; the next one may start
+            exit_code = c.lost["terminated"].get("exitCode")
+            if policy == "Never" or (policy == "OnFailure" and exit_code == 0):
+                self._set(c, state=c.lost)
+                return
+            c.restart_count += 1
+            c.last_state = c.lost
+        await self._mounted.wait()
+        backoff = 0.0
+        while not self._stopping:
+            try:
+                argv, env = await self._configure(c)
+            except ContainerConfigError as e:
+                if (c.state.get("waiting") or {}).get("message") != str(e):
+                    self.recorder.warning(self.pod, "Failed", f"Error: {e}")
+                self._set(c, state={"waiting": {"reason": "CreateContainerConfigError", "message": str(e)}})
+                await asyncio.sleep(CONFIG_RETRY_SECONDS)
+                continue
+            started = time.monotonic()
+            finished_state = await self._run(c, argv, env)
+            if self._stopping:
+                return
+            exit_code = finished_state["terminated"]["exitCode"]
+            if policy == "Never" or (policy == "OnFailure" and exit_code == 0):
+                return
+            if time.monotonic() - started >= self.options.backoff_reset:
+                backoff = 0.0
+            if backoff > 0:
+                self.recorder.warning(
+                    self.pod, "BackOff", f"Back-off restarting failed container {c.name} in pod {name}_{ns}({uid})"
+                )
+                self._set(c, state={"waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {go_duration(backoff)} restarting failed container={c.name} pod={name}_{ns}({uid})",
+                }}, last_state=finished_state, ready=False, started=False)
+                await asyncio.sleep(backoff)
+            backoff = self.options.backoff_base if backoff == 0 else min(backoff * 2, self.options.backoff_max)
+            c.restart_count += 1
+            c.last_state = finished_state
+
+    async def _configure(self, c: _Container) -> tuple[list[str], dict[str, str]]:
+        base = base_environment(str(self.dir))
+        if self._mounted.is_set() and (self.dir / "serviceaccount" / "token").exists():
+            base[SERVICEACCOUNT_DIR_ENV] = str(self.dir / "serviceaccount")
+        env = await container_environment(
+            self.pod, c.spec, base=base,
+            service=service_environment(self.options.api_host, self.options.api_port),
+            lookup=self._lookup, allocatable=self.options.allocatable,
+        )
+        return build_command(c.spec, env), env
+
+    async def _run(self, c: _Container, argv: list[str], env: dict[str, str]) -> Obj:
+        """Start one instance and wait for its end; the terminated state it ended in."""
+        pod_log = self.logs.pod(self.key, self.uid)
+        log_dir = self.dir / "logs" / c.name
+        log_dir.mkdir(parents=True, exist_ok=True)
+        clog = pod_log.restart(c.name, str(log_dir / f"{c.restart_count}.log"), keep_previous=c.ran)
+        self.recorder.normal(self.pod, "Pulled", f'Container image "{c.image}" already present on machine')
+        started_at = _now()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, env=env, cwd=str(self.dir), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_pdeathsig if _prctl is not None else None,
+            )
+        except OSError as e:
+            reason = "executable file not found in $PATH" if isinstance(e, FileNotFoundError) else (e.strerror or str(e))
+            message = (f"failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+                       f'exec: "{argv[0]}": {reason}')
+            self.recorder.warning(self.pod, "Failed", f"Error: {message}")
+            state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": message,
+                                    "startedAt": started_at, "finishedAt": _now()}}
+            c.ran = True
+            self._set(c, state=state, ready=False, started=False)
+            return state
+        c.proc, c.ran, c.killing = proc, True, None
+        cid = f"isthmus://{self.node}/{proc.pid}"
+        self.recorder.normal(self.pod, "Created", f"Created container: {c.name}")
+        self.recorder.normal(self.pod, "Started", f"Started container {c.name}")
+        spec = c.spec
+        startup, liveness, readiness = spec.get("startupProbe"), spec.get("livenessProbe"), spec.get("readinessProbe")
+        self._set(c, state={"running": {"startedAt": started_at}}, container_id=cid,
+                  started=startup is None, ready=startup is None and readiness is None)
+        log.info("container started", extra={"pod": self.key, "container": c.name, "pid": proc.pid})
+
+        async def pump() -> None:
+            assert proc.stdout is not None
+            while True:
+                try:
+                    line = await proc.stdout.readline()
+                except ValueError:  # a line beyond the stream limit: take what there is
+                    line = await proc.stdout.read(64 * 1024)
+                if not line:
+                    return
+                clog.write_bytes(line if line.endswith(b"\n") else line + b"\n")
+
+        probes: list[asyncio.Task[None]] = []
+        probe_env = dict(env)
+
+        def runner(probe: Mapping[str, Any]) -> Callable[[], Any]:
+            def once() -> Any:
+                ip = str((self.pod.get("status") or {}).get("podIP") or "127.0.0.1")
+                return probe_once(probe, host=ip, container=spec, env=probe_env, cwd=str(self.dir),
+                                  expand=lambda s: expand(s, probe_env))
+            return once
+
+        def unhealthy(kind: str) -> Callable[[str], None]:
+            return lambda message: self.recorder.warning(self.pod, "Unhealthy", f"{kind} probe failed: {message}")
+
+        def fatal(kind: str, probe: Mapping[str, Any]) -> Callable[[bool, str], None]:
+            def on_change(ok: bool, message: str) -> None:
+                if kind == "Startup" and ok:
+                    self._set(c, started=True, ready=readiness is None)
+                    start_others()
+                    return
+                if ok or c.killing:
+                    return
+                c.killing = kind
+                self.recorder.normal(self.pod, "Killing",
+                                     f"Container {c.name} failed {kind.lower()} probe, will be restarted")
+                grace = probe.get("terminationGracePeriodSeconds")
+                probes.append(asyncio.create_task(self._kill(c, float(self._grace() if grace is None else grace))))
+            return on_change
+
+        def readiness_changed(ok: bool, message: str) -> None:
+            self._set(c, ready=ok)
+
+        def start_others() -> None:
+            if liveness:
+                p = Prober("liveness", liveness, runner(liveness), fatal("Liveness", liveness), unhealthy("Liveness"))
+                probes.append(asyncio.create_task(p.run()))
+            if readiness:
+                p = Prober("readiness", readiness, runner(readiness), readiness_changed, unhealthy("Readiness"))
+                probes.append(asyncio.create_task(p.run()))
+
+        pumping = asyncio.create_task(pump())
+        if startup:
+            first = Prober("startup", startup, runner(startup), fatal("Startup", startup), unhealthy("Startup"))
+            probes.append(asyncio.create_task(first.run()))
+        else:
+            start_others()
+        try:
+            code = await proc.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2.0):  # a grandchild may hold the pipe open
+                    await pumping
+        finally:
+            pumping.cancel()
+            for t in probes:
+                t.cancel()
+            for t in probes:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        exit_code = code if code >= 0 else 128 - code
+        clog.close()
+        state = {"terminated": {
+            "exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+            "startedAt": started_at, "finishedAt": _now(), "containerID": cid,
+        }}
+        log.info("container exited", extra={"pod": self.key, "container": c.name, "exit_code": exit_code})
+        self._set(c, state=state, ready=False, started=False, proc=None)
+        return state
