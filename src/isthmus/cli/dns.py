@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import Annotated
 
 import typer
 
 from isthmus.api.mcs import CLUSTERSET_DOMAIN
+from isthmus.cli.agent import OptionalClusterIdOpt
 from isthmus.cli.app import (
-    ClusterIdOpt,
     ContextOpt,
     KubeconfigOpt,
     LogFormatOpt,
@@ -22,7 +24,7 @@ from isthmus.cli.app import (
 
 @command("dns")
 def dns(
-    cluster_id: ClusterIdOpt,
+    cluster_id: OptionalClusterIdOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     listen: Annotated[
@@ -73,6 +75,7 @@ def dns(
     from isthmus.dns.server import TcpLimits, parse_listen
     from isthmus.dns.service import DnsConfig, DnsService, validate_zone
     from isthmus.kube.client import make_client
+    from isthmus.mcs.membership import wait_for_cluster_id
 
     try:
         addrs = [parse_listen(a) for a in (listen or ["127.0.0.1:5353"])]
@@ -88,7 +91,7 @@ def dns(
     if not 512 <= max_udp <= 65535:
         raise fail("--max-udp must be between 512 and 65535")
     config = DnsConfig(
-        cluster_id=cluster_id,
+        cluster_id=cluster_id or "",
         listen=addrs,
         zones=zones,
         ttl=ttl,
@@ -101,7 +104,18 @@ def dns(
 
     async def build() -> DnsService:
         # The service serves its own /metrics (it adds the DNS counters), so run_component gets none.
-        return DnsService(make_client(kubeconfig, context, field_manager="isthmus-dns"), config)
+        client = make_client(kubeconfig, context, field_manager="isthmus-dns")
+        if cluster_id:
+            return DnsService(client, config)
+        said: list[str] = []
+
+        def waiting(why: str) -> None:
+            if why not in said:  # once per reason, not every poll
+                said.append(why)
+                logging.getLogger("isthmus.dns").warning("%s", why)
+
+        joined = await wait_for_cluster_id(client, waiting)
+        return DnsService(client, dataclasses.replace(config, cluster_id=joined))
 
     try:
         run_component("dns", build, log_format=log_format, log_level=log_level)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 from collections.abc import Sequence
-from typing import cast
+from pathlib import Path
+from typing import Any, cast
 
-from lightkube import AsyncClient
+import yaml
+from lightkube import AsyncClient, codecs
 from lightkube.models.meta_v1 import ObjectMeta as LkObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
@@ -65,6 +67,54 @@ def normalize_cidr_range(cidrs: Sequence[str] | None) -> list[str]:
     return [str(n) for n in nets]
 
 
+def _deploy_dir() -> Path:
+    """deploy/ of a source checkout (editable install), else the copy packaged as isthmus/_deploy."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package.parents[1] / "deploy", package / "_deploy"):
+        if (candidate / "broker" / "kustomization.yaml").is_file():
+            return candidate
+    raise DiscoveryError("the broker manifests (deploy/broker) are missing from this installation")
+
+
+def _load_kustomization(directory: Path) -> list[dict[str, Any]]:
+    """The objects of a kustomization that only lists resources (files, or directories that are
+    kustomizations themselves): all deploy/broker uses, so `kubectl apply -k` and this agree."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text()) or {}
+    objs: list[dict[str, Any]] = []
+    for entry in kustomization.get("resources") or []:
+        path = (directory / entry).resolve()
+        if path.is_dir():
+            objs.extend(_load_kustomization(path))
+        else:
+            objs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return objs
+
+
+def broker_manifests(namespace: str) -> list[dict[str, Any]]:
+    """deploy/broker's objects, moved to `namespace`; CRDs left out (install_crds installs the same
+    CRDs from the API models and waits until they are served)."""
+    out: list[dict[str, Any]] = []
+    for obj in _load_kustomization(_deploy_dir() / "broker"):
+        kind = obj.get("kind")
+        if kind == "CustomResourceDefinition":
+            continue
+        meta = obj.setdefault("metadata", {})
+        if kind == "Namespace":
+            meta["name"] = namespace
+        elif "namespace" in meta:
+            meta["namespace"] = namespace
+        out.append(obj)
+    return out
+
+
+async def _apply_manifests(client: AsyncClient, objs: list[dict[str, Any]]) -> None:
+    """Server-side apply (forced: these objects are ours) in file order, Namespace first."""
+    for obj in sorted(objs, key=lambda o: o.get("kind") != "Namespace"):
+        resource = codecs.from_dict(obj)
+        await cast(Any, client).apply(resource, field_manager=FIELD_MANAGER, force=True,
+                           namespace=obj["metadata"].get("namespace"))
+
+
 def _describe(spec: BrokerSpec) -> str:
     return (
         f"clustersetIPEnabled={str(spec.clusterset_ip_enabled).lower()}, "
@@ -80,9 +130,10 @@ async def deploy_broker(
     cidr_range: Sequence[str] | None,
     server_url: str,
     ca_pem: str | None,
-    token: str | None,
 ) -> BrokerInfo:
-    """Set up the broker namespace: CRDs, namespace, Broker `broker`, ConfigMap `broker-info`.
+    """Set up the broker: CRDs and deploy/broker (namespace, the member Role, the write policy), the
+    Broker `broker` and the ConfigMap `broker-info`. The broker-info returned carries no credentials:
+    `isthmus join` gets each cluster its own token.
 
     Idempotent with the same settings. The clusterset settings cannot change once clusters may have
     joined (changing them means reinstalling the clusterset), so a re-run with
@@ -94,6 +145,7 @@ async def deploy_broker(
     async with asyncio.timeout(CRD_TIMEOUT):
         await install_crds(client, field_manager=FIELD_MANAGER)
     await ensure_namespace(client, namespace)
+    await _apply_manifests(client, broker_manifests(namespace))
 
     def mutate(current: Broker | None) -> Broker | None:
         if current is None:
@@ -124,7 +176,6 @@ async def deploy_broker(
     return BrokerInfo(
         server=server_url,
         ca_pem=ca_pem,
-        token=token,
         namespace=namespace,
         clusterset_ip_enabled=enable_clusterset_ip,
         clusterset_ip_cidr_range=ranges,
