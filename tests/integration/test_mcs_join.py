@@ -49,6 +49,7 @@ from isthmus.mcs import broker, exports, membership, views
 from isthmus.mcs.brokerinfo import BrokerInfo
 from isthmus.mcs.control import DiscoveryError
 from tests.conftest import RunningApiServer
+from tests.integration.mcs_harness import serves_token_requests
 
 NS = "isthmus-broker"
 TOKEN = "broker-secret-token"
@@ -60,6 +61,7 @@ class Env:
     broker: RunningApiServer
     bc: AsyncClient
     servers: list[RunningApiServer]
+    member_credentials: bool = False
 
     async def member(self, name: str) -> AsyncClient:
         srv = RunningApiServer(self.tmp / name, bookmark_interval=1.0)
@@ -74,7 +76,6 @@ class Env:
             self.bc,
             server_url=self.broker.url,
             ca_pem=None,
-            token=TOKEN,
             **args,  # type: ignore[arg-type]
         )
 
@@ -84,6 +85,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     broker = RunningApiServer(tmp_path / "broker", bookmark_interval=1.0, token=TOKEN)
     await broker.start()
     e = Env(tmp_path, broker, broker.client(), [])
+    e.member_credentials = await serves_token_requests(e.bc)
     try:
         yield e
     finally:
@@ -95,6 +97,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
 async def _join(e: Env, client: AsyncClient, info: BrokerInfo, cid: str, **kw: object) -> Cluster:
     args: dict[str, object] = {"enable_clusterset_ip": None, "clusterset_ip_cidr": None, "force": False}
     args.update(kw)
+    args.setdefault("member_credentials", e.member_credentials)
     return await membership.join(e.bc, client, info, cluster_id=cid, **args)  # type: ignore[arg-type]
 
 
@@ -104,7 +107,9 @@ async def _join(e: Env, client: AsyncClient, info: BrokerInfo, cid: str, **kw: o
 async def test_deploy_broker_defaults_and_idempotent(env: Env) -> None:
     info = await env.deploy()
     assert info.clusterset_ip_cidr_range == ["243.0.0.0/8"] and not info.clusterset_ip_enabled
-    assert info.server == env.broker.url and info.token == TOKEN and info.namespace == NS
+    # No credentials in broker-info: join gives every cluster its own.
+    assert info.server == env.broker.url and info.token is None and info.namespace == NS
+    assert "token" not in info.to_dict()
     broker = await get(env.bc, Broker, "broker", namespace=NS)
     assert broker.spec.clusterset_ip_cidr_range == ["243.0.0.0/8"]
     cm = await env.bc.get(ConfigMap, "broker-info", namespace=NS)
@@ -352,7 +357,8 @@ async def test_leave_live_cluster(env: Env) -> None:
     await c1.create(to_lightkube(ServiceExport(metadata=ObjectMeta(name="web", namespace="shop"))))
 
     result = await membership.leave(env.bc, c1, NS, "c1")
-    assert result == membership.LeaveResult(cluster_id="c1", deregistered=True, local_objects=4)
+    assert result == membership.LeaveResult(cluster_id="c1", deregistered=True, revoked=env.member_credentials,
+                                            local_objects=4)
     await _wait_gone(env.bc, "c1")
     assert [c.name for c in await list_all(env.bc, Cluster, namespace=NS)] == ["c2"]
     assert [x.spec.cluster for x in await list_all(env.bc, ExportedService, namespace=NS)] == ["c2"]

@@ -125,13 +125,11 @@ async def join(
         )
     uid = await _cluster_uid(cluster_client)
 
-    await get_broker(broker_client, namespace)  # deploy-broker ran there: before creating anything
-    if member_credentials:
-        await _grant(broker_client, namespace, cluster_id)
     broker, cluster = await _register(
         broker_client, namespace, cluster_id, uid, enable_clusterset_ip, clusterset_ip_cidr, force
     )
-    if member_credentials:
+    if member_credentials:  # after registering: a join refused (taken ID, bad CIDR) grants nothing
+        await _grant(broker_client, namespace, cluster_id)
         info = dataclasses.replace(info, token=await _member_token(broker_client, namespace, cluster_id))
 
     async with asyncio.timeout(CRD_TIMEOUT):
@@ -221,7 +219,8 @@ async def _grant(client: AsyncClient, namespace: str, cluster_id: str) -> None:
 async def _member_token(client: AsyncClient, namespace: str, cluster_id: str) -> str:
     """A new token (TokenRequest) of the cluster's broker ServiceAccount, valid BROKER_TOKEN_SECONDS."""
     account = cluster_service_account(cluster_id)
-    request = ServiceAccountToken(spec=TokenRequestSpec(audiences=[], expirationSeconds=BROKER_TOKEN_SECONDS))
+    request = ServiceAccountToken(metadata=LkObjectMeta(name=account, namespace=namespace),
+                                  spec=TokenRequestSpec(audiences=[], expirationSeconds=BROKER_TOKEN_SECONDS))
     try:
         issued = await cast(Any, client).create(request, name=account, namespace=namespace)
     except ApiError as err:
