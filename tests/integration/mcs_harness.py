@@ -12,8 +12,8 @@ kube's own controllers) would write: Services, kube-controller EndpointSlices, S
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import contextlib
+import dataclasses
 import ipaddress
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
