@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, cast
 
-import yaml
-from lightkube import AsyncClient, codecs
+from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta as LkObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
@@ -23,10 +21,11 @@ from isthmus.api.mcs import (
     Broker,
     BrokerSpec,
 )
-from isthmus.kube.helpers import create_or_update, install_crds
+from isthmus.kube import manifests
+from isthmus.kube.helpers import create_or_update
 from isthmus.mcs.allocator import validate_cluster_id
 from isthmus.mcs.brokerinfo import BrokerInfo
-from isthmus.mcs.control import CRD_TIMEOUT, FIELD_MANAGER, DiscoveryError, ensure_namespace, get_if_kind
+from isthmus.mcs.control import CRD_TIMEOUT, FIELD_MANAGER, DiscoveryError, get_if_kind
 
 GLOBALNET_UNSUPPORTED = (
     "Globalnet is not supported with ClusterSet IPs: every pod behind an exported service would need "
@@ -67,52 +66,13 @@ def normalize_cidr_range(cidrs: Sequence[str] | None) -> list[str]:
     return [str(n) for n in nets]
 
 
-def _deploy_dir() -> Path:
-    """deploy/ of a source checkout (editable install), else the copy packaged as isthmus/_deploy."""
-    package = Path(__file__).resolve().parents[1]
-    for candidate in (package.parents[1] / "deploy", package / "_deploy"):
-        if (candidate / "broker" / "kustomization.yaml").is_file():
-            return candidate
-    raise DiscoveryError("the broker manifests (deploy/broker) are missing from this installation")
-
-
-def _load_kustomization(directory: Path) -> list[dict[str, Any]]:
-    """The objects of a kustomization that only lists resources (files, or directories that are
-    kustomizations themselves): all deploy/broker uses, so `kubectl apply -k` and this agree."""
-    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text()) or {}
-    objs: list[dict[str, Any]] = []
-    for entry in kustomization.get("resources") or []:
-        path = (directory / entry).resolve()
-        if path.is_dir():
-            objs.extend(_load_kustomization(path))
-        else:
-            objs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
-    return objs
-
-
 def broker_manifests(namespace: str) -> list[dict[str, Any]]:
-    """deploy/broker's objects, moved to `namespace`; CRDs left out (install_crds installs the same
-    CRDs from the API models and waits until they are served)."""
-    out: list[dict[str, Any]] = []
-    for obj in _load_kustomization(_deploy_dir() / "broker"):
-        kind = obj.get("kind")
-        if kind == "CustomResourceDefinition":
-            continue
-        meta = obj.setdefault("metadata", {})
-        if kind == "Namespace":
-            meta["name"] = namespace
-        elif "namespace" in meta:
-            meta["namespace"] = namespace
-        out.append(obj)
-    return out
-
-
-async def _apply_manifests(client: AsyncClient, objs: list[dict[str, Any]]) -> None:
-    """Server-side apply (forced: these objects are ours) in file order, Namespace first."""
-    for obj in sorted(objs, key=lambda o: o.get("kind") != "Namespace"):
-        resource = codecs.from_dict(obj)
-        await cast(Any, client).apply(resource, field_manager=FIELD_MANAGER, force=True,
-                           namespace=obj["metadata"].get("namespace"))
+    """deploy/broker rendered for `namespace`: the CRDs, the Namespace, the member Role and the
+    member write policy (what `kubectl apply -k deploy/broker` installs in isthmus-broker)."""
+    try:
+        return manifests.render(manifests.deploy_dir() / "broker", namespace=namespace)
+    except manifests.ManifestError as err:
+        raise DiscoveryError(f"the broker manifests cannot be built: {err}") from None
 
 
 def _describe(spec: BrokerSpec) -> str:
@@ -143,9 +103,7 @@ async def deploy_broker(
     ranges = normalize_cidr_range(cidr_range)
     wanted = BrokerSpec(clusterset_ip_enabled=enable_clusterset_ip, clusterset_ip_cidr_range=ranges)
     async with asyncio.timeout(CRD_TIMEOUT):
-        await install_crds(client, field_manager=FIELD_MANAGER)
-    await ensure_namespace(client, namespace)
-    await _apply_manifests(client, broker_manifests(namespace))
+        await manifests.apply(client, broker_manifests(namespace), FIELD_MANAGER)
 
     def mutate(current: Broker | None) -> Broker | None:
         if current is None:
