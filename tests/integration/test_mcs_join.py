@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import ipaddress
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -163,8 +164,11 @@ async def test_join_writes_cluster_and_member_objects(env: Env) -> None:
     assert sd.spec.clusterset_ip_cidr == ["243.0.0.0/16"] and sd.spec.broker_namespace == NS
     secret = await c1.get(Secret, BROKER_SECRET_NAME, namespace=AGENT_NAMESPACE)
     assert secret.data is not None
-    assert BrokerInfo.decode(base64.b64decode(secret.data[BROKER_SECRET_KEY])) == info
-    assert await membership.membership(c1) == ("c1", info)
+    stored = BrokerInfo.decode(base64.b64decode(secret.data[BROKER_SECRET_KEY]))
+    # broker-info plus, with per-cluster credentials, the cluster's own broker token
+    assert stored == dataclasses.replace(info, token=stored.token)
+    assert (stored.token is not None) == env.member_credentials
+    assert await membership.membership(c1) == ("c1", stored)
 
     c2 = await env.member("c2")
     cluster2 = await _join(env, c2, info, "c2", enable_clusterset_ip=False, clusterset_ip_cidr="243.7.0.0/20")

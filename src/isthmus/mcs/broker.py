@@ -70,9 +70,17 @@ def broker_manifests(namespace: str) -> list[dict[str, Any]]:
     """deploy/broker rendered for `namespace`: the CRDs, the Namespace, the member Role and the
     member write policy (what `kubectl apply -k deploy/broker` installs in isthmus-broker)."""
     try:
-        return manifests.render(manifests.deploy_dir() / "broker", namespace=namespace)
+        objs = manifests.render(manifests.deploy_dir() / "broker", namespace=namespace)
     except manifests.ManifestError as err:
         raise DiscoveryError(f"the broker manifests cannot be built: {err}") from None
+    for obj in objs:
+        if obj.get("kind") in _CLUSTER_SCOPED_POLICY_KINDS:
+            # kustomize's namespace transformer does not know these kinds are cluster-scoped
+            obj.get("metadata", {}).pop("namespace", None)
+    return objs
+
+
+_CLUSTER_SCOPED_POLICY_KINDS = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
 
 
 def _describe(spec: BrokerSpec) -> str:
