@@ -63,6 +63,9 @@ def apiserver(
         "--reinitialize", help="Start with an empty database when the data dir's one is missing, empty or "
                                "unreadable (an unreadable file is renamed aside, never deleted).")] = False,
     max_body_bytes: Annotated[int, typer.Option(help="Reject request bodies larger than this (413).")] = 3 * 1024 * 1024,
+    authorization_mode: Annotated[str, typer.Option(
+        help="kube's --authorization-mode: comma-separated RBAC, AlwaysAllow, AlwaysDeny "
+             "(system:masters is always allowed).")] = "RBAC",
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
@@ -83,6 +86,9 @@ def apiserver(
     if not tls and not is_loopback_host(host):
         raise fail(f"--host {host} is not a loopback address: serving beyond this machine needs TLS "
                    "(drop --no-tls); only 127.0.0.0/8, ::1 and localhost may serve plain HTTP")
+    modes = [m.strip() for m in authorization_mode.split(",")]
+    if not all(m in ("RBAC", "AlwaysAllow", "AlwaysDeny") for m in modes):
+        raise fail(f"--authorization-mode {authorization_mode}: each mode must be one of RBAC, AlwaysAllow, AlwaysDeny")
     if token_file is None and data_dir is not None:
         token_file = data_dir / "token"
     # Without a data dir the token is new on every start and known only through the kubeconfig,
@@ -101,7 +107,8 @@ def apiserver(
         typer.echo("note: --no-tls: kubectl does not send tokens over plain HTTP, only other clients will "
                    "authenticate", err=True)
     server = ApiServer(data_dir=data_dir, token=token, tls=tls, host=host, port=port,
-                       max_body_bytes=max_body_bytes, reinitialize=reinitialize)
+                       max_body_bytes=max_body_bytes, reinitialize=reinitialize,
+                       authorization_mode=",".join(modes))
     try:
         asyncio.run(serve(server, str(kubeconfig_out.resolve()), kubeconfig_auth.value))
     except DataDirError as e:
