@@ -125,9 +125,17 @@ async def join(
         )
     uid = await _cluster_uid(cluster_client)
 
-    broker, cluster = await _register(
-        broker_client, namespace, cluster_id, uid, enable_clusterset_ip, clusterset_ip_cidr, force
-    )
+    try:
+        broker, cluster = await _register(
+            broker_client, namespace, cluster_id, uid, enable_clusterset_ip, clusterset_ip_cidr, force
+        )
+    except ApiError as err:
+        if status_code(err) == 403:
+            raise DiscoveryError(
+                f"the broker credentials may not register cluster {cluster_id!r} ({err.status.message}): "
+                f"pass the broker's admin kubeconfig as --broker-kubeconfig"
+            ) from None
+        raise
     if member_credentials:  # after registering: a join refused (taken ID, bad CIDR) grants nothing
         await _grant(broker_client, namespace, cluster_id)
         info = dataclasses.replace(info, token=await _member_token(broker_client, namespace, cluster_id))
