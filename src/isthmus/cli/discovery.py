@@ -467,6 +467,8 @@ def show(
     broker_info: Annotated[
         Path | None, typer.Option("--broker-info", help="clusters: ask this broker instead of the cluster's.")
     ] = None,
+    broker_kubeconfig: BrokerKubeconfigOpt = None,
+    broker_context: BrokerContextOpt = None,
 ) -> None:
     """List the clusterset's clusters, this cluster's exports or its imports.
 
@@ -481,7 +483,9 @@ def show(
         raise fail("use either --namespace or --all-namespaces")
     ref = now()
     if what == "clusters":
-        _show_clusters(kubeconfig, context, broker_info, output, ref)
+        if broker_kubeconfig is not None and broker_info is None:
+            raise fail("--broker-kubeconfig needs --broker-info (the broker namespace is in it)")
+        _show_clusters(kubeconfig, context, broker_info, output, ref, broker_kubeconfig, broker_context)
         return
     ns = None if all_namespaces else _namespace(kubeconfig, context, namespace)
 
@@ -511,7 +515,8 @@ def show(
 
 
 def _show_clusters(
-    kubeconfig: Path | None, context: str | None, broker_info: Path | None, output: str, ref: datetime
+    kubeconfig: Path | None, context: str | None, broker_info: Path | None, output: str, ref: datetime,
+    broker_kubeconfig: Path | None, broker_context: str | None,
 ) -> None:
     if broker_info is not None:
         info = _read_broker_info(broker_info)
@@ -519,7 +524,7 @@ def _show_clusters(
         async def from_file(broker: AsyncClient) -> list[views.ClusterRow]:
             return await views.cluster_rows(broker, info.namespace)
 
-        rows = _run(_with_clients([_broker_factory(info)], from_file))
+        rows = _run(_with_clients([_broker_factory(info, broker_kubeconfig, broker_context)], from_file))
     else:
 
         async def via_cluster(cluster: AsyncClient) -> list[views.ClusterRow]:
