@@ -153,7 +153,8 @@ class ClusterReason(StrEnum):
 
     AGENT_RUNNING = "AgentRunning"
     AGENT_SILENT = "AgentSilent"
-    """No heartbeat for longer than the grace period: its endpoints are withdrawn from every import."""
+    """Written by older agents on a silent peer's Cluster. No longer written (a member may write only
+    its own Cluster): observers post an `EndpointsWithdrawn` Event instead."""
 
 
 class ClusterEventReason(StrEnum):
