@@ -7,6 +7,7 @@ is also in `system:masters`, so authorization (RBAC) lets them through and only 
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -63,6 +64,28 @@ BROKER_POLICY = {
     },
 }
 
+# The same rule written with variables and has(): a missing label fails the validation (its
+# message) instead of erroring (still a denial under failurePolicy Fail, but a cryptic one).
+LABEL = "'multicluster.kubernetes.io/source-cluster'"
+BROKER_POLICY_VARIABLES = {
+    **BROKER_POLICY,
+    "metadata": {"name": "isthmus-member-own-objects"},
+    "spec": {
+        **BROKER_POLICY["spec"],
+        "variables": [
+            {"name": "obj", "expression": "request.operation == 'DELETE' ? oldObject : object"},
+            {"name": "cluster", "expression": f"has(variables.obj.metadata.labels) && {LABEL} in "
+                                              f"variables.obj.metadata.labels ? variables.obj.metadata.labels[{LABEL}] : ''"},
+        ],
+        "validations": [{
+            "expression": "'system:serviceaccount:' + request.namespace + ':cluster-' + variables.cluster == "
+                          "request.userInfo.username && (request.operation != 'UPDATE' || "
+                          f"(has(oldObject.metadata.labels) && {LABEL} in oldObject.metadata.labels && "
+                          f"oldObject.metadata.labels[{LABEL}] == variables.cluster))",
+            "message": OWN_OBJECTS_MESSAGE}],
+    },
+}
+
 
 def binding(name: str, policy: str, actions: list[str] | None = None, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
@@ -99,6 +122,16 @@ class Client:
     async def create(self, path: str, body: Any) -> Reply:
         return await self.call("POST", path, body)
 
+    async def apply(self, path: str, body: Any) -> Reply:
+        """Server-side apply, as the agents write."""
+        headers = {"Content-Type": "application/apply-patch+yaml"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        async with aiohttp.ClientSession() as s, s.patch(
+                self.srv.url + path + "?fieldManager=agent", data=json.dumps(body), headers=headers,
+                ssl=self.ctx) as r:
+            return Reply(r.status, await r.json(content_type=None), r.headers.getall("Warning", []))
+
 
 @dataclass
 class Env:
@@ -128,13 +161,13 @@ class Env:
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     srv = ApiServer(data_dir=tmp_path / "data", token=TOKEN, tls=True, preload_crds=[EXPORT_CRD])
     await srv.start()
+    assert srv.ca_pem is not None
+    e = Env(srv, Client(srv, ssl.create_default_context(cadata=srv.ca_pem.decode()), TOKEN), tmp_path)
     try:
-        assert srv.ca_pem is not None
-        admin = Client(srv, ssl.create_default_context(cadata=srv.ca_pem.decode()), TOKEN)
-        e = Env(srv, admin, tmp_path)
         await e.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         yield e
     finally:
+        await e.srv.stop()  # a test may have restarted it
         await srv.stop()
 
 
@@ -240,6 +273,13 @@ async def test_custom_resources_are_judged_too(broker: Env) -> None:
     assert_denied(await b.call("DELETE", f"{EXPORTS}/web-a"), "exportedservices.isthmus.io", "web-a",
                   OWN_OBJECTS_MESSAGE)
     assert (await a.call("DELETE", f"{EXPORTS}/web-a")).status == 200
+    # Server-side apply (how the agents write): creating and changing through apply is judged alike.
+    assert (await a.apply(f"{EXPORTS}/web-a", export("web-a", "a"))).status == 201
+    assert (await a.apply(f"{EXPORTS}/web-a", {**export("web-a", "a"), "spec": {"port": 81}})).status == 200
+    assert_denied(await b.apply(f"{EXPORTS}/web-a", export("web-a", "b")), "exportedservices.isthmus.io", "web-a",
+                  OWN_OBJECTS_MESSAGE)
+    assert_denied(await b.apply(f"{EXPORTS}/web-b", export("web-b", "a")), "exportedservices.isthmus.io", "web-b",
+                  OWN_OBJECTS_MESSAGE)
 
 
 async def test_a_policy_without_a_binding_does_nothing(env: Env) -> None:
@@ -262,6 +302,13 @@ async def test_warn_binding_warns_instead_of_denying(env: Env) -> None:
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d"}, "data": {"bar": "1"}}
     r = await env.admin.create(CONFIGMAPS.format(ns="default"), cm)
     assert (r.status, r.warnings) == (201, [])
+    # Denied by another binding of the same policy: the error response carries the warning too.
+    await env.apply(VAPB, binding("no-foo-deny", "no-foo"))
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "e"}, "data": {"foo": "1"}}
+    r = await env.admin.create(CONFIGMAPS.format(ns="default"), cm)
+    assert r.status == 422 and r.body["message"].endswith("with binding 'no-foo-deny' denied request: no foo please")
+    assert r.warnings == ["299 - \"Validation failed for ValidatingAdmissionPolicy 'no-foo' with binding "
+                          "'no-foo-warn': no foo please\""]
 
 
 async def test_failure_policy_decides_what_an_evaluation_error_does(env: Env) -> None:
@@ -381,7 +428,6 @@ async def test_policy_and_binding_defaults_and_required_fields(env: Env) -> None
     assert spec["failurePolicy"] == "Fail"
     assert spec["matchConstraints"]["matchPolicy"] == "Equivalent"
     assert spec["matchConstraints"]["namespaceSelector"] == {} and spec["matchConstraints"]["objectSelector"] == {}
-    assert spec["matchConstraints"]["resourceRules"][0]["scope"] == "*"
     r = await env.admin.create(VAP, {"apiVersion": "admissionregistration.k8s.io/v1",
                                      "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "empty"}, "spec": {}})
     assert r.status == 422
@@ -392,3 +438,66 @@ async def test_policy_and_binding_defaults_and_required_fields(env: Env) -> None
     r = await env.admin.create(VAPB, binding("b", "", ["Nope"]))
     assert r.status == 422
     assert {c["field"] for c in r.body["details"]["causes"]} == {"spec.policyName", "spec.validationActions[0]"}
+
+
+async def test_kubectl_columns(env: Env) -> None:
+    await env.apply(VAP, policy("p", "true", paramKind={"apiVersion": "v1", "kind": "ConfigMap"}))
+    await env.apply(VAPB, binding("b", "p", paramRef={"name": "limits", "namespace": "default"}))
+    table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+    for path, header, row in ((VAP, ["Name", "Validations", "ParamKind", "Age"], ["p", 1, "v1/ConfigMap"]),
+                              (VAPB, ["Name", "PolicyName", "ParamRef", "Age"], ["b", "p", "default/limits"])):
+        async with aiohttp.ClientSession() as s, s.get(env.srv.url + path, ssl=env.admin.ctx, headers={
+                "Authorization": f"Bearer {TOKEN}", "Accept": table}) as r:
+            body = await r.json()
+        assert [c["name"] for c in body["columnDefinitions"]] == header
+        assert body["rows"][0]["cells"][:3] == row
+
+
+async def test_equivalent_versions_match_unless_exact(env: Env) -> None:
+    # A policy on events.k8s.io/v1 Events judges core/v1 Events too (one resource, two APIs),
+    # seeing the object as events.k8s.io/v1 serves it (`note`, not `message`).
+    rules = [{"apiGroups": ["events.k8s.io"], "apiVersions": ["v1"], "resources": ["events"],
+              "operations": ["CREATE"]}]
+    await env.apply(VAP, policy("quiet", "object.note != 'boom'", matchConstraints={"resourceRules": rules}))
+    await env.apply(VAPB, binding("quiet", "quiet"))
+    event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"}, "message": "boom", "reason": "R",
+             "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"}, "type": "Normal"}
+    r = await env.admin.create("/api/v1/namespaces/default/events", event)
+    assert r.status == 422 and r.body["message"].endswith("failed expression: object.note != 'boom'")
+    await env.apply(VAP, policy("quiet-exact", "false", matchConstraints={"resourceRules": rules,
+                                                                         "matchPolicy": "Exact"}))
+    await env.apply(VAPB, binding("quiet-exact", "quiet-exact"))
+    event["metadata"]["name"], event["message"] = "e2", "fine"
+    assert (await env.admin.create("/api/v1/namespaces/default/events", event)).status == 201
+
+
+async def test_policies_hold_after_a_restart(env: Env, tmp_path: Path) -> None:
+    await env.apply(VAP, policy("none", "false"))
+    await env.apply(VAPB, binding("none", "none"))
+    await env.srv.stop()
+    srv = ApiServer(data_dir=tmp_path / "data", token=TOKEN, tls=True, preload_crds=[EXPORT_CRD])
+    await srv.start()
+    env.srv = srv
+    assert srv.ca_pem is not None
+    env.admin = Client(srv, ssl.create_default_context(cadata=srv.ca_pem.decode()), TOKEN)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    assert (await env.admin.create(CONFIGMAPS.format(ns="default"), cm)).status == 422
+
+
+async def test_broker_policy_with_variables_words_a_missing_label_as_its_message(env: Env) -> None:
+    await env.apply(VAP, BROKER_POLICY_VARIABLES)
+    await env.apply(VAPB, binding("isthmus-member-own-objects", "isthmus-member-own-objects"))
+    a = env.member("a")
+    assert (await a.create(SLICES, slice_("a-web", "a"))).status == 201
+    assert_denied(await a.create(SLICES, slice_("x-web", None)), "endpointslices.discovery.k8s.io", "x-web",
+                  OWN_OBJECTS_MESSAGE)
+    assert_denied(await a.create(SLICES, slice_("b-web", "b")), "endpointslices.discovery.k8s.io", "b-web",
+                  OWN_OBJECTS_MESSAGE)
+    mine = (await a.call("GET", f"{SLICES}/a-web")).body
+    del mine["metadata"]["labels"][SOURCE]
+    assert_denied(await a.call("PUT", f"{SLICES}/a-web", mine), "endpointslices.discovery.k8s.io", "a-web",
+                  OWN_OBJECTS_MESSAGE)
+    assert (await env.admin.create(SLICES, slice_("b-web", "b"))).status == 201
+    assert_denied(await a.call("DELETE", f"{SLICES}/b-web"), "endpointslices.discovery.k8s.io", "b-web",
+                  OWN_OBJECTS_MESSAGE)
+    assert (await a.call("DELETE", f"{SLICES}/a-web")).status == 200

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from lightkube.generic_resource import get_generic_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Service, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, RoleBinding
@@ -241,3 +242,99 @@ async def test_apply_installs_in_dependency_order_and_is_idempotent(apiserver: R
     assert dep.spec.template.spec.containers[0].image == IMAGE
     managers = {m.manager for m in dep.metadata.managedFields or []}
     assert "isthmus-test" in managers
+
+
+WIDGETS_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gadgets.h5.example.com"},
+    "spec": {
+        "group": "h5.example.com",
+        "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+        "scope": "Namespaced",
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+            "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}
+
+
+async def test_apply_custom_objects_after_their_crd_and_cluster_scoped_without_namespace(
+    apiserver: RunningApiServer,
+) -> None:
+    client = apiserver.client()
+    objs = [
+        {"apiVersion": "h5.example.com/v1", "kind": "Gadget", "metadata": {"name": "g", "namespace": "h5"},
+         "spec": {"size": 3}},
+        # What kustomize's namespace transformer does to kinds newer than its schema.
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "h5-reader", "namespace": "h5"}, "rules": []},
+        WIDGETS_CRD,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "h5"}},
+    ]
+    await asyncio.wait_for(apply(client, objs, field_manager="isthmus-test"), 60)
+    cr = await client.get(ClusterRole, "h5-reader")
+    assert cr.metadata.namespace is None
+    gadget = get_generic_resource("h5.example.com/v1", "Gadget")
+    assert gadget is not None
+    assert (await client.get(gadget, "g", namespace="h5"))["spec"] == {"size": 3}
+
+
+async def test_apply_refuses_kinds_nobody_defines(apiserver: RunningApiServer) -> None:
+    client = apiserver.client()
+    with pytest.raises(ManifestError, match="neither a built-in kind nor defined"):
+        await apply(client, [{"apiVersion": "nowhere.example.com/v1", "kind": "Ghost", "metadata": {"name": "x"}}],
+                    field_manager="isthmus-test")
+
+
+@needs_kubectl
+def test_components_transform_the_including_kustomization_once(tmp_path: Path) -> None:
+    """A Component's resources join the includer's, and its patches and images act on all of them,
+    once; a nested kustomization's own namespace stays unless the outer one sets another."""
+    (tmp_path / "comp").mkdir()
+    (tmp_path / "inner").mkdir()
+    (tmp_path / "top").mkdir()
+    (tmp_path / "inner" / "d.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "isthmus:old", "args": ["a"]}]}}}}))
+    (tmp_path / "inner" / "kustomization.yaml").write_text(yaml.safe_dump({
+        "namespace": "inner-ns", "resources": ["d.yaml"]}))
+    (tmp_path / "comp" / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-component}\n")
+    (tmp_path / "comp" / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component", "resources": ["cm.yaml"],
+        "images": [{"name": "isthmus", "newName": "registry.example/isthmus", "newTag": "1"}],
+        "patches": [{"target": {"kind": "Deployment"}, "patch": yaml.safe_dump(
+            [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "b"}])}]}))
+    (tmp_path / "top" / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": ["../inner"], "components": ["../comp"]}))
+    got = render(tmp_path / "top")
+    assert got == kubectl_kustomize(tmp_path / "top")
+    d = next(o for o in got if o["kind"] == "Deployment")
+    assert d["metadata"]["namespace"] == "inner-ns"
+    assert d["spec"]["template"]["spec"]["containers"][0]["args"] == ["a", "b"]
+    assert d["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/isthmus:1"
+
+
+@needs_kubectl
+def test_output_order_and_namespacing_equal_kubectl_kustomize(tmp_path: Path) -> None:
+    kinds = [
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"), ("apps/v1", "Deployment"),
+        ("coordination.k8s.io/v1", "Lease"), ("example.com/v1", "Widget"), ("v1", "Service"), ("v1", "Secret"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("v1", "ServiceAccount"),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"), ("policy/v1", "PodDisruptionBudget"),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition"), ("v1", "Namespace"), ("v1", "ConfigMap"),
+        ("networking.k8s.io/v1", "IngressClass"), ("apps/v1", "DaemonSet"),
+    ]
+    docs = [{"apiVersion": v, "kind": k, "metadata": {"name": f"{n}-{k.lower()}"}}
+            for v, k in kinds for n in (("b", "a") if k != "Namespace" else ("a",))]
+    (tmp_path / "all.yaml").write_text(yaml.safe_dump_all(docs))
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({"namespace": "x", "resources": ["all.yaml"]}))
+    assert render(tmp_path) == kubectl_kustomize(tmp_path)
+
+
+def test_namespace_that_merges_two_objects_is_refused(tmp_path: Path) -> None:
+    """kubectl kustomize refuses it too ("namespace transformation produces ID conflict")."""
+    (tmp_path / "ns.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n"
+                                      "apiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n")
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({"namespace": "x", "resources": ["ns.yaml"]}))
+    with pytest.raises(ManifestError, match="makes two objects Namespace x"):
+        render(tmp_path)

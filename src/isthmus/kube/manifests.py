@@ -76,7 +76,13 @@ def render(path: Path, namespace: str | None = None) -> list[dict[str, Any]]:
     return sorted(objs, key=_legacy_key)
 
 
-def _build(path: Path, namespace: str | None, *, top: bool, seen: tuple[Path, ...]) -> list[dict[str, Any]]:
+def _build(
+    path: Path, namespace: str | None, *, top: bool, seen: tuple[Path, ...],
+    into: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """The objects of the kustomization at `path`. A Component gets `into`, what the including
+    kustomization has so far: it adds its resources to them, then its transformers act on all of
+    it (kustomize's semantics)."""
     path = path.resolve()
     if path in seen:
         raise ManifestError(f"kustomization {path} includes itself")
@@ -85,11 +91,14 @@ def _build(path: Path, namespace: str | None, *, top: bool, seen: tuple[Path, ..
     kind = doc.get("kind", "Kustomization")
     if kind not in ("Kustomization", "Component"):
         raise ManifestError(f"{kfile}: kind {kind!r} is not Kustomization or Component")
+    if (kind == "Component") != (into is not None):
+        raise ManifestError(f"{kfile}: a {kind} cannot be used as a " + ("component" if into is not None else
+                                                                         "resource"))
     supported = {"apiVersion", "kind", "metadata", "resources", "components", "namespace", "images", "patches"}
     unsupported = sorted(set(doc) - supported)
     if unsupported:
         raise ManifestError(f"{kfile}: unsupported kustomize field(s) {', '.join(unsupported)}")
-    objs: list[dict[str, Any]] = []
+    objs: list[dict[str, Any]] = list(into) if into is not None else []
     for entry in doc.get("resources") or []:
         target = path / str(entry)
         if target.is_dir():
@@ -99,23 +108,9 @@ def _build(path: Path, namespace: str | None, *, top: bool, seen: tuple[Path, ..
         else:
             raise ManifestError(f"{kfile}: resource {entry!r} not found")
     for entry in doc.get("components") or []:
-        target = path / str(entry)
-        if _load_one(_kustomization_file(target)).get("kind") != "Component":
-            raise ManifestError(f"{kfile}: {entry!r} is not a kustomize Component")
-        objs = _apply_component(objs, target, (*seen, path))
+        objs = _build(path / str(entry), None, top=False, seen=(*seen, path), into=objs)
     _transform(objs, doc, namespace if top and namespace is not None else doc.get("namespace"), path)
     return objs
-
-
-def _apply_component(objs: list[dict[str, Any]], path: Path, seen: tuple[Path, ...]) -> list[dict[str, Any]]:
-    """A Component adds its resources to what the including kustomization has so far, then its
-    transformers act on all of it (kustomize's semantics)."""
-    doc = _load_one(_kustomization_file(path))
-    inner = _build(path, None, top=False, seen=seen)  # its own resources, transformed by itself
-    out = list(objs)
-    _add(out, inner, path)
-    _transform(out, {"images": doc.get("images"), "patches": doc.get("patches")}, doc.get("namespace"), path)
-    return out
 
 
 def _transform(objs: list[dict[str, Any]], doc: Mapping[str, Any], namespace: str | None, where: Path) -> None:
@@ -124,6 +119,10 @@ def _transform(objs: list[dict[str, Any]], doc: Mapping[str, Any], namespace: st
         _patch(objs, patch, where)
     if namespace:
         _set_namespace(objs, namespace)
+        ids = [_id(o) for o in objs]
+        if len(set(ids)) != len(ids):
+            clash = sorted({i for i in ids if ids.count(i) > 1})[0]
+            raise ManifestError(f"{where}: namespace {namespace} makes two objects {clash[1]} {clash[3]}")
     for image in doc.get("images") or []:
         for obj in objs:
             _set_images(obj, image)
@@ -324,7 +323,11 @@ async def _apply_one(client: AsyncClient, obj: dict[str, Any], field_manager: st
     meta = obj.get("metadata") or {}
     meta.pop("managedFields", None)
     meta.pop("resourceVersion", None)
-    namespace = meta.get("namespace") if issubclass(res, NamespacedResource) else None
+    namespace = None
+    if issubclass(res, NamespacedResource):
+        namespace = meta.get("namespace")
+    else:  # kustomize namespaces kinds newer than its schema (ValidatingAdmissionPolicy): undo that
+        meta.pop("namespace", None)
     await cast(Any, client).patch(
         res, meta["name"], obj, namespace=namespace, patch_type=PatchType.APPLY,
         field_manager=field_manager, force=True,

@@ -1,5 +1,8 @@
 """CEL for admission policies: compile (with the checks kube's type checker would refuse), evaluate.
 
+Evaluation runs celfast's closures (the same semantics, compiled once) and falls back to celpy's
+interpreter for what those do not cover.
+
 The engine is cel-python (`celpy`, pure Python). It parses but does not type-check, so compiling
 here adds what matters for a policy author: references to variables the environment does not
 declare (`undeclared reference to 'x'`), to functions it does not know, and to `variables.<name>`
@@ -21,6 +24,8 @@ from celpy import celtypes
 from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, base_functions, bool_eq
+
+from isthmus.apiserver.admissionpolicy.celfast import Compiler
 
 __all__ = ["CompileError", "EvalError", "LazyMap", "Program", "compile_expression", "to_cel"]
 
@@ -124,6 +129,11 @@ EXTENSIONS: dict[str, Callable[..., Any]] = {
     "charAt": lambda s, i: celtypes.StringType(_str(s)[int(i)] if int(i) < len(_str(s)) else ""),
     "indexOf": _index_of,
     "lastIndexOf": _last_index_of,
+    # kube's regex library (Python's re for RE2: the same for the patterns policies use)
+    "find": lambda s, pattern: celtypes.StringType(m.group(0) if (m := re.search(_str(pattern), _str(s))) else ""),
+    "findAll": lambda s, pattern, *n: celtypes.ListType(
+        [celtypes.StringType(m.group(0)) for m in re.finditer(_str(pattern), _str(s))][:int(n[0]) if n and int(n[0]) >= 0
+                                                                                        else None]),
     # kube's lists library
     "isSorted": lambda items: celtypes.BoolType(list(items) == sorted(items)),
     "sum": lambda items: _sum(list(items)),
@@ -169,12 +179,16 @@ _ENV = celpy.Environment()
 @dataclass
 class Program:
     expression: str
-    _runner: Any
+    _runner: Any  # celpy's interpreter
+    _fast: Callable[[Mapping[str, Any]], Any] | None = None  # celfast's closures, when it compiles them
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """The result as a CEL value; raises EvalError."""
         try:
-            result = self._runner.evaluate(dict(activation))
+            if self._fast is not None:
+                result = self._fast(activation)
+            else:
+                result = self._runner.evaluate(dict(activation))
         except CELEvalError as e:
             raise EvalError(eval_error_text(e)) from None
         except Exception as e:  # an extension's TypeError/ValueError: an evaluation error too
@@ -268,4 +282,19 @@ def compile_expression(text: str, roots: Iterable[str], variables: Iterable[str]
         what = "'<EOF>'" if token is None or getattr(token, "type", "") == "$END" else f"'{token}'"
         raise CompileError(_located(text, line, col, f"Syntax error: mismatched input {what}")) from None
     _check(text, tree, roots, variables)
-    return Program(text, _ENV.program(tree, functions=EXTENSIONS))
+    try:
+        fast: Callable[[Mapping[str, Any]], Any] | None = _COMPILER.compile(tree)
+    except Exception:  # Unsupported, or a tree shape celfast does not expect: the interpreter runs it
+        fast = None
+    return Program(text, _ENV.program(tree, functions=EXTENSIONS), fast)
+
+
+def _literal(tree: lark.Tree[Any]) -> Any:
+    """A literal's value, parsed by celpy itself (escapes, bytes, uints as CEL has them)."""
+    try:
+        return _ENV.program(tree).evaluate({})
+    except CELEvalError as e:
+        return e
+
+
+_COMPILER = Compiler(EXTENSIONS, _literal)

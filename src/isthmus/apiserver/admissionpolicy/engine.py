@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celpy import celtypes
+from celpy.evaluation import CELEvalError
 
 from isthmus.apiserver import errors
 from isthmus.apiserver.admission import AdmissionRequest
@@ -54,6 +55,14 @@ MAX_MESSAGE_BYTES = 5 * 1024  # kube's MaxEvaluatedMessageExpressionSizeBytes
 class Decision:
     message: str
     reason: str = ""  # "" → Invalid
+
+
+class PolicyDenied(errors.ApiError):
+    """A denial; carries the request's warnings (a Warn binding's) to the error response."""
+
+    def __init__(self, base: errors.ApiError, warnings: list[str]) -> None:
+        super().__init__(base.code, base.reason, base.message, base.details)
+        self.warnings = list(warnings)
 
 
 class ConfigError(Exception):
@@ -299,8 +308,8 @@ class ValidatingAdmissionPolicies:
             def value() -> Any:
                 try:
                     return run(expr, act)
-                except EvalError as e:
-                    raise EvalError(f'composited variable "{name}" fails to evaluate: {e}') from None
+                except EvalError as e:  # an error value: CEL's && and || may still absorb it
+                    return CELEvalError(f'composited variable "{name}" fails to evaluate: {e}', EvalError, None)
             return value
 
         activation["variables"] = LazyMap({n: thunk(n, e, activation) for n, e in policy.variables})
@@ -388,7 +397,7 @@ class ValidatingAdmissionPolicies:
             prefix, d = denied[0]
             message = f"{prefix} denied request: {d.message}"
             reason = d.reason or "Invalid"
-            err = errors.forbidden(message, a.resource.group, a.resource.plural, a.name)
+            err = PolicyDenied(errors.forbidden(message, a.resource.group, a.resource.plural, a.name), warnings)
             err.code = REASON_CODES.get(reason, 422)
             err.reason = reason
             assert err.details is not None

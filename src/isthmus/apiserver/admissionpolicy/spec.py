@@ -2,8 +2,8 @@
 compiled form the engine evaluates.
 
 As kube's admissionregistration/v1 defaults.go and validation.go: failurePolicy Fail, matchPolicy
-Equivalent, empty selectors, rule scope "*", paramRef.parameterNotFoundAction Deny; expressions
-must compile (`spec.validations[0].expression: Invalid value: "...": compilation failed: ...`).
+Equivalent, empty selectors, paramRef.parameterNotFoundAction Deny (rule scope: see _default_match);
+expressions must compile (`spec.validations[0].expression: Invalid value: "...": compilation failed: ...`).
 """
 
 from __future__ import annotations
@@ -42,10 +42,9 @@ def _default_match(mr: Any) -> None:
     mr.setdefault("namespaceSelector", {})
     mr.setdefault("objectSelector", {})
     mr.setdefault("matchPolicy", "Equivalent")
-    for key in ("resourceRules", "excludeResourceRules"):
-        for rule in mr.get(key) or []:
-            if isinstance(rule, dict):
-                rule.setdefault("scope", "*")
+    # kube also defaults each rule's scope to "*". Not here: resourceRules is an atomic list, and
+    # our server-side apply (like the webhook configurations' rules, never defaulted here either)
+    # would then see every re-apply of the same manifest as a change; a missing scope means "*".
 
 
 def default_policy(obj: Obj) -> None:

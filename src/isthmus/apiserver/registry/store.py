@@ -1,7 +1,8 @@
 """The generic store: create, update (bodies, patches, apply) and delete for every resource type.
 
 kube's genericregistry.Store over storage: build the new object, prepare it, default, prune and
-validate it (422), admit it (mutating, validating), then commit with optimistic concurrency.
+validate it (422), admit it (mutating hooks, ValidatingAdmissionPolicies, validating hooks), then
+commit with optimistic concurrency.
 What differs between kinds is the strategy's (registry/strategy.py, which lists the order its
 hooks are called in); this module never asks which kind it writes.
 
