@@ -175,6 +175,9 @@ async def test_a_member_token_writes_only_its_own_objects(env: Env) -> None:
             "must name it)")
         await _refused(c1.patch(EndpointSlice, "web-shop-c1", {"metadata": {"labels": {SOURCE_CLUSTER_LABEL: "c2"}}},
                                 namespace=NS))
+        # No label at all: the same denial and message, not an evaluation error.
+        unlabelled = EndpointSlice(metadata=LkMeta(name="nolabel", namespace=NS), addressType="IPv4", endpoints=[])
+        assert (await _refused(c1.create(unlabelled))).endswith(message.split("denied request: ")[1])
         await env.admin.create(_slice("web-shop-c2", "c2"))
         await _refused(c1.delete(EndpointSlice, "web-shop-c2", namespace=NS))
         await c1.delete(EndpointSlice, "web-shop-c1", namespace=NS)
@@ -263,11 +266,11 @@ async def test_join_and_leave_edit_the_coredns_corefile(env: Env) -> None:
     assert await coredns.ensure_coredns_stub(client) == f"CoreDNS forwards clusterset.local to " \
         f"{AGENT_NAMESPACE}/{DNS_SERVICE_NAME} ({ip})"
     corefile = (await client.get(ConfigMap, "coredns", namespace="kube-system")).data["Corefile"]
-    assert corefile.startswith(KUBEADM_COREFILE)
-    assert corefile.endswith(f"clusterset.local:53 {{\n    forward . {ip}\n}}\n")
-    assert (await coredns.ensure_coredns_stub(client)).endswith("(already so)")  # idempotent
+    assert KUBEADM_COREFILE in corefile and corefile != KUBEADM_COREFILE
+    assert f"clusterset.local:53 {{\n    forward . {ip}:53\n}}" in corefile
+    await coredns.ensure_coredns_stub(client)  # idempotent
     assert (await client.get(ConfigMap, "coredns", namespace="kube-system")).data["Corefile"] == corefile
-    await coredns.remove_coredns_stub(client)
+    assert await coredns.remove_coredns_stub(client) == "CoreDNS no longer forwards clusterset.local"
     assert (await client.get(ConfigMap, "coredns", namespace="kube-system")).data["Corefile"] == KUBEADM_COREFILE
 
 
