@@ -455,3 +455,28 @@ async def test_kubectl_auth_can_i(srv: ApiServer, tmp_path: Path) -> None:
     assert code == 1
     assert ('Error from server (Forbidden): configmaps is forbidden: User "alice" cannot list resource "configmaps" '
             'in API group "" in the namespace "default"') in err
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+async def test_kubectl_as_a_namespace_admin(srv: ApiServer, tmp_path: Path) -> None:
+    """kubectl's generators (protobuf bodies) create roles and bindings under the same checks."""
+    admin, alice = Client(srv, tmp_path, None), Client(srv, tmp_path, "alice")
+    await setup_team(admin)
+    await admin.ok("POST", f"{RBAC}/namespaces/team/rolebindings",
+                   binding("alice-admin", "ClusterRole", "admin", user("alice"), namespace="team"))
+    assert alice.cert is not None
+    cfg = tmp_path / "alice.kubeconfig"
+    write_kubeconfig(cfg, kubeconfig_dict("alice", srv.url, ca_pem=srv.ca_pem, client_cert=alice.cert,
+                                          namespace="team"))
+    code, _, err = await kubectl(cfg, "create", "role", "pod-reader", "--verb=get,list", "--resource=pods")
+    assert code == 0, err
+    code, _, err = await kubectl(cfg, "create", "rolebinding", "bob-reads", "--role=pod-reader", "--user=bob")
+    assert code == 0, err
+    code, _, err = await kubectl(cfg, "create", "role", "node-reader", "--verb=get", "--resource=nodes")
+    assert code == 1
+    assert ('roles.rbac.authorization.k8s.io "node-reader" is forbidden: user "alice" (groups=["system:authenticated"]) '
+            'is attempting to grant RBAC permissions not currently held:\n{APIGroups:[""], Resources:["nodes"], '
+            'Verbs:["get"]}') in err
+    code, _, err = await kubectl(cfg, "create", "clusterrolebinding", "x", "--clusterrole=view", "--user=bob")
+    assert code == 1 and 'cannot create resource "clusterrolebindings" in API group "rbac.authorization.k8s.io" at ' \
+        "the cluster scope" in err
