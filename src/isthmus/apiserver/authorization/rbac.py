@@ -30,6 +30,7 @@ __all__ = [
     "ROLE_BINDINGS",
     "PolicyRule",
     "RuleResolver",
+    "Source",
     "compact_string",
     "covers",
     "rule_allows",
@@ -309,15 +310,17 @@ class RuleResolver:
                 errs.append(err)
         return rules, errs
 
-    def authorize(self, a: Attributes) -> tuple[bool, str]:
-        """RBACAuthorizer.Authorize: (allowed, reason). A denial's reason names the errors met."""
+    def authorize(self, a: Attributes) -> tuple[Source | None, str]:
+        """RBACAuthorizer.Authorize: (the source that allowed it, else None; a denial's reason, naming
+        the errors met). An allowance's reason is `RBAC: allowed by <source>`, formatted by whoever
+        needs it: most requests never do."""
         errs: list[str] = []
         for source, rule, err in self.visit(a.user, a.namespace):
             if rule is not None and source is not None and rule_allows(a, rule):
-                return True, f"RBAC: allowed by {source}"
+                return source, ""
             if err:
                 errs.append(err)
-        return False, ("RBAC: " + aggregate(errs)) if errs else ""
+        return None, ("RBAC: " + aggregate(errs)) if errs else ""
 
 
 def aggregate(messages: list[str]) -> str:
