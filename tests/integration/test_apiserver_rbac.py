@@ -443,6 +443,8 @@ async def test_kubectl_auth_can_i(srv: ApiServer, tmp_path: Path) -> None:
     assert (await kubectl(cfg, "auth", "can-i", "update", "configmaps/y"))[:2] == (1, "no\n")
     assert (await kubectl(cfg, "auth", "can-i", "create", "configmaps"))[:2] == (1, "no\n")
     assert (await kubectl(cfg, "auth", "can-i", "list", "configmaps", "-n", "default"))[:2] == (1, "no\n")
+    assert (await kubectl(cfg, "auth", "can-i", "get", "/healthz"))[:2] == (0, "yes\n")
+    assert (await kubectl(cfg, "auth", "can-i", "get", "/metrics"))[:2] == (1, "no\n")
     code, out, err = await kubectl(cfg, "auth", "can-i", "--list")
     assert code == 0, err
     lines = [line.split() for line in out.splitlines()]
