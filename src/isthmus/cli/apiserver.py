@@ -92,6 +92,9 @@ def apiserver(
     from isthmus.apiserver.server import ApiServer, serve
     from isthmus.runtime.logging import setup_logging
 
+    modes = [m.strip() for m in authorization_mode.split(",")]
+    if not all(m in ("RBAC", "AlwaysAllow", "AlwaysDeny") for m in modes):
+        raise fail(f"--authorization-mode {authorization_mode}: each mode must be one of RBAC, AlwaysAllow, AlwaysDeny")
     # Everything this process writes (database, WAL, keys, kubeconfig, token) is private.
     os.umask(0o077)
     setup_logging(log_format, log_level)
@@ -100,9 +103,6 @@ def apiserver(
     if not tls and not is_loopback_host(host):
         raise fail(f"--host {host} is not a loopback address: serving beyond this machine needs TLS "
                    "(drop --no-tls); only 127.0.0.0/8, ::1 and localhost may serve plain HTTP")
-    modes = [m.strip() for m in authorization_mode.split(",")]
-    if not all(m in ("RBAC", "AlwaysAllow", "AlwaysDeny") for m in modes):
-        raise fail(f"--authorization-mode {authorization_mode}: each mode must be one of RBAC, AlwaysAllow, AlwaysDeny")
     if token_file is None and data_dir is not None:
         token_file = data_dir / "token"
     # Without a data dir the token is new on every start and known only through the kubeconfig,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from isthmus.apiserver.authentication import MASTERS_GROUP, UserInfo
 from isthmus.apiserver.authorization.attributes import Attributes, forbidden, request_attributes
-from isthmus.apiserver.authorization.rbac import PolicyRule, RuleResolver, aggregate
+from isthmus.apiserver.authorization.rbac import PolicyRule, RuleResolver, Source, aggregate
 
 __all__ = [
     "CURRENT",
@@ -45,7 +45,13 @@ _EVERY_URL = PolicyRule(("*",), non_resource_urls=("*",))
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
-    reason: str = ""
+    denial: str = ""  # why nobody allowed it, when an authorizer said
+    source: Source | None = None  # the RBAC binding that allowed it
+
+    @property
+    def reason(self) -> str:
+        """kube's reason: `RBAC: allowed by ...` for an RBAC allowance, the denial's otherwise."""
+        return f"RBAC: allowed by {self.source}" if self.source is not None else self.denial
 
 
 @dataclass(frozen=True)
@@ -79,9 +85,9 @@ class Authorizer:
             if mode == "AlwaysDeny":  # kube's says no opinion, with a reason
                 reasons.append("Everything is forbidden.")
                 continue
-            allowed, reason = self.resolver.authorize(a)
-            if allowed:
-                return Decision(True, reason)
+            source, reason = self.resolver.authorize(a)
+            if source is not None:
+                return Decision(True, source=source)
             if reason:
                 reasons.append(reason)
         return Decision(False, "\n".join(reasons))

@@ -30,6 +30,7 @@ __all__ = [
     "ROLE_BINDINGS",
     "PolicyRule",
     "RuleResolver",
+    "Source",
     "compact_string",
     "covers",
     "rule_allows",
@@ -192,16 +193,18 @@ class _Bindings:
                 if not names:
                     del self.by_subject[k]
 
-    def for_user(self, user: UserInfo) -> list[Obj]:
+    def for_user(self, keys: list[tuple[str, ...]]) -> list[Obj]:
+        """The bindings naming one of a user's subject keys, by name (a stable order)."""
         names: set[str] = set()
-        for k in _subject_keys(user):
+        for k in keys:
             names |= self.by_subject.get(k, set())
         return [self.by_name[n] for n in sorted(names)]
 
 
-def _applies(user: UserInfo, subject: Any, namespace: str) -> bool:
+def _applies(keys: list[tuple[str, ...]], subject: Any, namespace: str) -> bool:
+    """appliesToUser, for a user known by its subject keys."""
     key = _binding_subject_key(subject, namespace)
-    return key is not None and key in _subject_keys(user)
+    return key is not None and key in keys
 
 
 def role_not_found(kind: str, name: str, plural: bool) -> errors.ApiError:
@@ -281,9 +284,10 @@ class RuleResolver:
         scopes: list[tuple[_Bindings, str]] = [(self.cluster_bindings, "")]
         if namespace and namespace in self.bindings:
             scopes.append((self.bindings[namespace], namespace))
+        keys = _subject_keys(user)
         for scope, ns in scopes:
-            for binding in scope.for_user(user):
-                subject = next((s for s in binding.get("subjects") or [] if _applies(user, s, ns)), None)
+            for binding in scope.for_user(keys):
+                subject = next((s for s in binding.get("subjects") or [] if _applies(keys, s, ns)), None)
                 if subject is None:
                     continue
                 try:
@@ -306,15 +310,17 @@ class RuleResolver:
                 errs.append(err)
         return rules, errs
 
-    def authorize(self, a: Attributes) -> tuple[bool, str]:
-        """RBACAuthorizer.Authorize: (allowed, reason). A denial's reason names the errors met."""
+    def authorize(self, a: Attributes) -> tuple[Source | None, str]:
+        """RBACAuthorizer.Authorize: (the source that allowed it, else None; a denial's reason, naming
+        the errors met). An allowance's reason is `RBAC: allowed by <source>`, formatted by whoever
+        needs it: most requests never do."""
         errs: list[str] = []
         for source, rule, err in self.visit(a.user, a.namespace):
             if rule is not None and source is not None and rule_allows(a, rule):
-                return True, f"RBAC: allowed by {source}"
+                return source, ""
             if err:
                 errs.append(err)
-        return False, ("RBAC: " + aggregate(errs)) if errs else ""
+        return None, ("RBAC: " + aggregate(errs)) if errs else ""
 
 
 def aggregate(messages: list[str]) -> str:
