@@ -32,9 +32,17 @@ async def cs(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ClusterS
 
 
 def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free for both UDP and TCP (the server listens on both)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.bind(("127.0.0.1", 0))
+            port = int(udp.getsockname()[1])
+            with socket.socket() as tcp:
+                try:
+                    tcp.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
 
 
 def _query(port: int) -> bytes | None:

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from isthmus.api.base import now
-from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, STALE_HEARTBEAT_SECONDS
+from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, STALE_HEARTBEAT_SECONDS, cluster_service_account
 from isthmus.cli.app import ContextOpt, KubeconfigOpt, command, fail
 from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client
 from isthmus.mcs import broker as mcs_broker
@@ -258,7 +258,7 @@ def join(
     typer.echo(f"  clusterset IP CIDR: {', '.join(cluster.spec.clusterset_ip_cidr)}")
     typer.echo(f"  ClusterSet IP by default: {default}")
     if broker_kubeconfig is not None:
-        typer.echo(f"  broker credentials: ServiceAccount {info.namespace}/cluster-{cluster.name} "
+        typer.echo(f"  broker credentials: ServiceAccount {info.namespace}/{cluster_service_account(cluster.name)} "
                    f"(token valid one year; re-run join to renew)")
     else:
         typer.echo("note: no --broker-kubeconfig: this cluster reaches the broker with broker-info's "
