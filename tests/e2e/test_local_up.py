@@ -254,7 +254,7 @@ def test_components_run_from_the_manifests_under_their_own_service_accounts(cs: 
     said = _forbidden(cs, "c1", agent_token, "-n", "kube-system", "get", "secrets")
     assert (f'secrets is forbidden: User "system:serviceaccount:isthmus-system:{agent_sa}" cannot list '
             'resource "secrets" in API group "" in the namespace "kube-system"') in said
-    _forbidden(cs, "c1", dns_token, "-n", "isthmus-system", "delete", "serviceimports", "--all")
+    _forbidden(cs, "c1", dns_token, "-n", "isthmus-system", "delete", "serviceimports.multicluster.x-k8s.io", "any")
     _forbidden(cs, "c1", dns_token, "-n", "isthmus-system", "get", "secret", "isthmus-broker")
 
 
