@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Debian packages the test suite and demo use (installed by apt-get when absent).
 APT_PACKAGES ?=
 
-.PHONY: install demo test lint bench clean apt
+.PHONY: install demo test lint bench clean apt image
 
 install: $(STAMP)
 
@@ -47,6 +47,15 @@ bench: install
 	$(PY) bench/mcs_allocator.py
 	$(PY) bench/dns.py
 	$(PY) bench/proxy.py
+
+# The one Isthmus image (Containerfile), tagged with isthmus.api.image.IMAGE, by docker or podman
+# (CONTAINER_ENGINE picks one; the first found otherwise).
+CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+IMAGE = $(shell $(PY) -c 'from isthmus.api.image import IMAGE; print(IMAGE)')
+
+image: install
+	@test -n "$(CONTAINER_ENGINE)" || { echo "make image: neither docker nor podman is installed (or set CONTAINER_ENGINE)" >&2; exit 1; }
+	$(CONTAINER_ENGINE) build -f Containerfile -t $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

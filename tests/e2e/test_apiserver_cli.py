@@ -213,15 +213,35 @@ def test_generated_token_is_required_kept_across_restarts_and_works_with_kubectl
     status, body = s.get("/api/v1/namespaces/default/secrets")
     assert status == 401 and isinstance(body, dict)
     assert (body["kind"], body["reason"], body["code"]) == ("Status", "Unauthorized", 401)
-    assert s.get("/version")[0] == 200 and s.get("/readyz") == (200, "ok")
+    # kube with --anonymous-auth=false: no credentials, no answer, /readyz included.
+    assert s.get("/version")[0] == 401 and s.get("/readyz")[0] == 401
+    assert s.get("/readyz", f"Bearer {token}") == (200, "ok")
     for scheme in ("bearer", "BEARER"):
         status, body = s.get("/api/v1/namespaces/default/secrets", f"{scheme} {token}")
         assert status == 200 and isinstance(body, dict) and body["kind"] == "SecretList"
 
     stop(s.proc)
-    running.append(s2 := start("--data-dir", str(data), log=tmp_path / "log"))
+    running.append(s2 := start("--data-dir", str(data), "--anonymous-auth", log=tmp_path / "log"))
     assert s2.token() == token
     s2.kubectl("get", "secret", "broker-token")
+    # --anonymous-auth opens what kube's system:public-info-viewer opens, nothing more.
+    assert s2.get("/version")[0] == 200 and s2.get("/readyz") == (200, "ok")
+    assert s2.get("/api/v1/namespaces/default/secrets")[0] == 401
+
+
+def test_kubectl_create_token_works_and_the_signing_key_is_kept(tmp_path: Path, running: list[Server]) -> None:
+    data = tmp_path / "data"
+    running.append(s := start("--data-dir", str(data), log=tmp_path / "log"))
+    s.kubectl("create", "serviceaccount", "bot")
+    sa_token = s.kubectl("create", "token", "bot", "--duration=1h").stdout.strip()
+    assert (data / "tls" / "sa.key").stat().st_mode & 0o777 == 0o600
+    # Discovery: what every authenticated user may read (kube's system:discovery).
+    status, body = s.get("/api", f"Bearer {sa_token}")
+    assert status == 200 and isinstance(body, dict) and body["kind"] == "APIVersions"
+    assert s.get("/api", "Bearer not-a-token")[0] == 401
+    stop(s.proc)
+    running.append(s2 := start("--data-dir", str(data), log=tmp_path / "log"))
+    assert s2.get("/api", f"Bearer {sa_token}")[0] == 200
 
 
 def test_without_data_dir_the_kubeconfig_is_private_and_removed_on_exit(tmp_path: Path,

@@ -27,7 +27,7 @@ async def _get(srv: RunningApiServer, path: str, auth: str | None = None) -> tup
 
 @pytest.fixture
 async def secured(tmp_path: Path) -> Any:
-    srv = RunningApiServer(tmp_path / "apiserver", token=TOKEN)
+    srv = RunningApiServer(tmp_path / "apiserver", token=TOKEN, anonymous_auth=True)
     await srv.start()
     try:
         yield srv
@@ -35,8 +35,22 @@ async def secured(tmp_path: Path) -> Any:
         await srv.close()
 
 
+async def test_without_anonymous_auth_every_request_needs_credentials(tmp_path: Path) -> None:
+    """kube with --anonymous-auth=false: no credentials is 401 everywhere, /healthz included."""
+    srv = RunningApiServer(tmp_path / "apiserver", token=TOKEN)
+    await srv.start()
+    try:
+        for path in ("/healthz", "/livez", "/readyz", "/version", "/api"):
+            status, body = await _get(srv, path)
+            assert (status, body["reason"]) == (401, "Unauthorized"), path
+        assert (await _get(srv, "/readyz", f"Bearer {TOKEN}")) == (200, "ok")
+    finally:
+        await srv.close()
+
+
 async def test_anonymous_requests_get_only_public_info(secured: RunningApiServer) -> None:
-    """kube's system:public-info-viewer: health and version are public, everything else is 401."""
+    """With --anonymous-auth, kube's system:public-info-viewer: health and version are public,
+    everything else is 401."""
     for path in ("/healthz", "/livez", "/readyz", "/version"):
         status, _ = await _get(secured, path)
         assert status == 200, path

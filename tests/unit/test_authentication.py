@@ -36,10 +36,10 @@ def ca(tmp_path: Path) -> Path:
     return d
 
 
-def chain(ca: Path | None, token: str | None = "s3cret") -> Authenticator:
+def chain(ca: Path | None, token: str | None = "s3cret", anonymous: bool = True) -> Authenticator:
     return Authenticator(tokens=[StaticTokens({token: ADMIN})] if token else [],
                          x509=X509Authenticator((ca / CLIENT_CA_CRT).read_bytes()) if ca else None,
-                         anonymous_paths=PUBLIC, open_access=token is None and ca is None)
+                         anonymous=anonymous, anonymous_paths=PUBLIC, open_access=token is None and ca is None)
 
 
 def test_token_user_is_admin_in_masters_and_authenticated(ca: Path) -> None:
@@ -80,6 +80,19 @@ def test_anonymous_only_on_public_paths(ca: Path) -> None:
     assert ANONYMOUS.groups == ("system:unauthenticated",)
     with pytest.raises(AuthenticationError):
         auth.authenticate(None, None, "/api/v1/namespaces")
+
+
+def test_without_anonymous_auth_no_credentials_is_401_everywhere(ca: Path) -> None:
+    auth = chain(ca, anonymous=False)
+    for path in ("/healthz", "/version", "/api"):
+        with pytest.raises(AuthenticationError):
+            auth.authenticate(None, None, path)
+    assert auth.authenticate("Bearer s3cret", None, "/healthz").username == "admin"
+
+
+def test_anonymous_on_every_path_when_authorization_decides(ca: Path) -> None:
+    auth = Authenticator(tokens=[StaticTokens({"s3cret": ADMIN})], anonymous=True, anonymous_paths=None)
+    assert auth.authenticate(None, None, "/api/v1/namespaces") == ANONYMOUS
 
 
 def test_open_server_serves_everyone_as_unsecured() -> None:

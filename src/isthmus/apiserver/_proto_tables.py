@@ -447,6 +447,12 @@ MESSAGES: Final[tuple[tuple[str, dict[int, Field]], ...]] = (
     ("k8s.io.api.storage.v1.VolumeAttachmentSource", {1: ("persistentVolumeName", "string", 12), 2: ("inlineVolumeSpec", 229, 12)}),  # 415
     ("k8s.io.api.storage.v1.VolumeAttachmentStatus", {1: ("attached", "bool", 0), 2: ("attachmentMetadata", "string", 10), 3: ("attachError", 417, 12), 4: ("detachError", 417, 12)}),  # 416
     ("k8s.io.api.storage.v1.VolumeError", {1: ("time", 194, 8), 2: ("message", "string", 8)}),  # 417
+    # authentication.k8s.io/v1 TokenRequest (kubectl create token sends it as protobuf), from the
+    # same generated.proto and types.go.
+    ("k8s.io.api.authentication.v1.TokenRequest", {1: ("metadata", 191, 8), 2: ("spec", 419, 0), 3: ("status", 421, 8)}),  # 418
+    ("k8s.io.api.authentication.v1.TokenRequestSpec", {1: ("audiences", "string", 1), 4: ("expirationSeconds", "int64", 4), 3: ("boundObjectRef", 420, 4)}),  # 419
+    ("k8s.io.api.authentication.v1.BoundObjectReference", {1: ("kind", "string", 8), 2: ("apiVersion", "string", 8), 3: ("name", "string", 8), 4: ("uid", "string", 8)}),  # 420
+    ("k8s.io.api.authentication.v1.TokenRequestStatus", {1: ("token", "string", 0), 2: ("expirationTimestamp", 194, 0)}),  # 421
 )
 
 # "apiVersion/kind" -> index into MESSAGES; "*/Kind" matches any apiVersion.
@@ -510,4 +516,5 @@ ROOTS: Final[dict[str, int]] = {
     "storage.k8s.io/v1/CSIStorageCapacity": 409,
     "storage.k8s.io/v1/StorageClass": 410,
     "storage.k8s.io/v1/VolumeAttachment": 413,
+    "authentication.k8s.io/v1/TokenRequest": 418,
 }

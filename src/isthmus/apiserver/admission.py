@@ -1,12 +1,18 @@
-"""In-process admission: mutating then validating hooks run before storage, as webhooks would in production."""
+"""In-process admission: mutating hooks, then the ValidatingAdmissionPolicy plugin, then validating
+hooks, before storage (kube's plugin order: mutating webhooks, ValidatingAdmissionPolicy,
+validating webhooks)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from isthmus.apiserver.authentication import UserInfo
 from isthmus.apiserver.resources import ResourceInfo
+
+if TYPE_CHECKING:
+    from isthmus.apiserver.admissionpolicy.engine import ValidatingAdmissionPolicies
 
 
 @dataclass
@@ -18,8 +24,15 @@ class AdmissionRequest:
     name: str
     object: dict[str, Any] | None  # the object to store (mutating hooks edit it in place)
     old_object: dict[str, Any] | None
-    user: str
+    user_info: UserInfo  # who sent the request, as authentication decided
     dry_run: bool = False
+    # Warning headers of the response (a Warn binding's failures add theirs here).
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def user(self) -> str:
+        """The requester's name (what hooks written before user_info existed read)."""
+        return self.user_info.username
 
 
 # A hook raises errors.ApiError (e.g. errors.invalid / errors.forbidden) to deny.
@@ -28,10 +41,13 @@ Hook = Callable[[AdmissionRequest], Awaitable[None]]
 
 @dataclass
 class Admission:
-    """Hooks registered per (group, plural); plural '*' matches every resource of the group."""
+    """Hooks registered per (group, plural); plural '*' matches every resource of the group.
+
+    `policies` is the server's ValidatingAdmissionPolicy plugin (the generic store sets it)."""
 
     mutating: list[tuple[str, str, Hook]] = field(default_factory=list)
     validating: list[tuple[str, str, Hook]] = field(default_factory=list)
+    policies: ValidatingAdmissionPolicies | None = None
 
     def add_mutating(self, group: str, plural: str, hook: Hook) -> None:
         self.mutating.append((group, plural, hook))
@@ -40,7 +56,9 @@ class Admission:
         self.validating.append((group, plural, hook))
 
     def active(self, info: ResourceInfo) -> bool:
-        return any(self._match(g, p, info) for g, p, _ in (*self.mutating, *self.validating))
+        if any(self._match(g, p, info) for g, p, _ in (*self.mutating, *self.validating)):
+            return True
+        return self.policies is not None and self.policies.covers(info)
 
     @staticmethod
     def _match(group: str, plural: str, info: ResourceInfo) -> bool:
@@ -50,6 +68,8 @@ class Admission:
         for g, p, hook in self.mutating:
             if self._match(g, p, req.resource):
                 await hook(req)
+        if self.policies is not None and self.policies.covers(req.resource):
+            self.policies.validate(req)
         for g, p, hook in self.validating:
             if self._match(g, p, req.resource):
                 await hook(req)

@@ -8,13 +8,16 @@ recognised, and falls back to anonymous only when no authenticator objected. Our
   (kube's CommonNameUserConversion). A certificate that does not verify is an error (401).
 - bearer token: the server's token, whose user is `admin` in `system:masters` (kube's static
   token file gives a token a user and groups); a token nobody recognises is an error (401).
-- anonymous (`system:anonymous`, group `system:unauthenticated`), only on the paths kube's
-  `system:public-info-viewer` role opens (kube's anonymous authenticator with path conditions):
-  elsewhere a request without credentials is 401.
+- ServiceAccount tokens (serviceaccounts.py): bound and legacy JWTs this server signed.
+- anonymous (`system:anonymous`, group `system:unauthenticated`) only when enabled (kube's
+  --anonymous-auth; off by default here): otherwise every request without credentials is 401,
+  /healthz included. Enabled, it is further limited to `anonymous_paths` (the paths kube's
+  `system:public-info-viewer` role opens) until authorization decides for anonymous users
+  (`anonymous_paths=None`: every path, authorization's call).
 
 Credentials are tried in that order and the first that authenticates wins; errors only count
 when nothing authenticated (kube's union). A ServiceAccount token authenticator is one more
-`TokenAuthenticator` in `Authenticator.tokens`; RBAC reads the UserInfo this module produces.
+`TokenAuthenticator` in `Authenticator.tokens` (serviceaccounts.py); RBAC reads the UserInfo this module produces.
 """
 
 from __future__ import annotations
@@ -195,19 +198,23 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 class Authenticator:
-    """The chain: x509, bearer tokens, `system:authenticated` added, anonymous where allowed.
+    """The chain: x509, bearer tokens, `system:authenticated` added, anonymous when enabled.
 
     `tokens` empty and `x509` None is an open server (in-process use): every request without
     valid credentials is UNSECURED.
     """
 
     def __init__(self, *, tokens: Iterable[TokenAuthenticator] = (), x509: X509Authenticator | None = None,
-                 api_audiences: Sequence[str] = API_AUDIENCES, anonymous_paths: Iterable[str] = (),
-                 open_access: bool = False) -> None:
+                 api_audiences: Sequence[str] = API_AUDIENCES, anonymous: bool = False,
+                 anonymous_paths: Iterable[str] | None = (), open_access: bool = False) -> None:
         self.tokens = list(tokens)
         self.x509 = x509
         self.api_audiences = tuple(api_audiences)
-        self.anonymous_paths = frozenset(anonymous_paths)
+        self.anonymous = anonymous
+        # HOOK (RBAC): None lets anonymous requests through on every path, for authorization to
+        # decide (kube's system:public-info-viewer opens the public paths); a set restricts them
+        # here, which is all that stands between anonymous users and the API without RBAC.
+        self.anonymous_paths = None if anonymous_paths is None else frozenset(anonymous_paths)
         self.open_access = open_access
 
     def authenticate(self, authorization: str | None, peer_cert: bytes | None, path: str) -> UserInfo:
@@ -231,7 +238,7 @@ class Authenticator:
             return UNSECURED
         if failed is not None:
             raise failed
-        if path in self.anonymous_paths:
+        if self.anonymous and (self.anonymous_paths is None or path in self.anonymous_paths):
             return ANONYMOUS
         raise AuthenticationError("no credentials")
 

@@ -25,6 +25,10 @@ from typing import Any
 
 from isthmus.apiserver import _builtin_schemas
 from isthmus.apiserver.registry import horizontalpodautoscaler
+from isthmus.apiserver.registry.admissionpolicy import (
+    ValidatingAdmissionPolicyBindingStrategy,
+    ValidatingAdmissionPolicyStrategy,
+)
 from isthmus.apiserver.registry.authentication import SelfSubjectReviewStrategy, TokenReviewStrategy
 from isthmus.apiserver.registry.authorization import (
     LocalSubjectAccessReviewStrategy,
@@ -117,7 +121,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("apiregistration.k8s.io", "apiservices"): EmptyStatusStrategy,
     ("flowcontrol.apiserver.k8s.io", "flowschemas"): EmptyStatusStrategy,
     ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): EmptyStatusStrategy,
-    ("admissionregistration.k8s.io", "validatingadmissionpolicies"): EmptyStatusStrategy,
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"): ValidatingAdmissionPolicyStrategy,
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): ValidatingAdmissionPolicyBindingStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
     ("apiextensions.k8s.io", "customresourcedefinitions"): CustomResourceDefinitionStrategy,
     ("authentication.k8s.io", "tokenreviews"): TokenReviewStrategy,

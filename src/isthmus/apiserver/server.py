@@ -39,14 +39,36 @@ from isthmus.apiserver.controllers.crd import CRDController
 from isthmus.apiserver.controllers.garbagecollector import GarbageCollector
 from isthmus.apiserver.controllers.kubernetesservice import KubernetesServiceController, advertise_address
 from isthmus.apiserver.controllers.namespace import NamespaceController, create_system_namespaces
+from isthmus.apiserver.controllers.serviceaccounts import (
+    RootCACertPublisher,
+    ServiceAccountsController,
+    TokensController,
+)
 from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.handlers import create, delete, discovery, get, openapi, patch, pods, update, watch
+from isthmus.apiserver.handlers import (
+    create,
+    delete,
+    discovery,
+    get,
+    openapi,
+    patch,
+    pods,
+    tokenrequest,
+    update,
+    watch,
+)
 from isthmus.apiserver.handlers.common import USER, HandlerContext, not_found, status_response
 from isthmus.apiserver.handlers.scope import resolve
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.registry.customresourcedefinition import KEY as CRD_KEY
 from isthmus.apiserver.registry.store import GenericStore, clone
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
+from isthmus.apiserver.serviceaccounts import (
+    DEFAULT_ISSUER,
+    ServiceAccountTokens,
+    load_or_create_key,
+    load_public_keys,
+)
 from isthmus.apiserver.storage import Store, UnusableStore
 from isthmus.apiserver.tls import ensure_admin_cert, ensure_certs, ensure_client_ca, server_context
 
@@ -76,8 +98,12 @@ class ApiServer:
         admission: Admission | None = None,
         reinitialize: bool = False,
         token_user: UserInfo = ADMIN,
-        api_audiences: tuple[str, ...] = API_AUDIENCES,
+        api_audiences: tuple[str, ...] | None = None,
         advertise_address: str | None = None,
+        anonymous_auth: bool = False,
+        service_account_issuer: str = DEFAULT_ISSUER,
+        service_account_signing_key_file: str | Path | None = None,
+        service_account_key_files: tuple[str | Path, ...] = (),
         authorization_mode: str = "RBAC",
     ) -> None:
         """token None serves everyone (for in-process use); `isthmus apiserver` always sets one.
@@ -87,6 +113,14 @@ class ApiServer:
 
         advertise_address: the IP the `default/kubernetes` endpoints name (default: the listen
         address when it is one, else 127.0.0.1).
+
+        anonymous_auth: kube's --anonymous-auth: requests without credentials are system:anonymous
+        (on the public paths only, until authorization decides for them); otherwise they are 401.
+
+        ServiceAccount tokens (serviceaccounts.py): signed with service_account_signing_key_file,
+        else `<data dir>/tls/sa.key` (made once), else a key that lives as long as the server;
+        also verified with the keys in service_account_key_files. api_audiences default to the
+        issuer, as kube's do.
 
         authorization_mode: kube's --authorization-mode, comma-separated: RBAC (the default),
         AlwaysAllow, AlwaysDeny. system:masters is always allowed.
@@ -108,14 +142,26 @@ class ApiServer:
         self.ca_pem: bytes | None = None
         self.token_user = token_user
         self.advertise_address = advertise_address
+        api_audiences = api_audiences or (API_AUDIENCES if service_account_issuer == DEFAULT_ISSUER
+                                           else (service_account_issuer,))
+        modes = [m.strip() for m in authorization_mode.split(",")]
+        # Anonymous requests reach every path and authorization decides (RBAC's bootstrap policy
+        # opens the public paths to them), as in kube; AlwaysAllow would open everything to them,
+        # so with it they stay limited to the public paths here.
         self.authenticator = Authenticator(
             tokens=[StaticTokens({token: token_user}, api_audiences)] if token else [],
-            api_audiences=api_audiences, anonymous_paths=PUBLIC_PATHS, open_access=not token)
+            api_audiences=api_audiences, anonymous=anonymous_auth,
+            anonymous_paths=PUBLIC_PATHS if "AlwaysAllow" in modes else None, open_access=not token)
+        self.service_account_issuer = service_account_issuer
+        self._sa_signing_key_file = Path(service_account_signing_key_file) if service_account_signing_key_file else None
+        self._sa_key_files = [Path(p) for p in service_account_key_files]
+        # Issues TokenRequests and legacy tokens, and authenticates both; its key is set in start().
+        self.sa_tokens = ServiceAccountTokens(None, self._lookup, issuer=service_account_issuer,
+                                              api_audiences=api_audiences)
         self.store = Store(str(self.data_dir / "state.db") if self.data_dir else None, history=history)
         self.resources = ResourceRegistry()
         self.generic_store = GenericStore(self.store, self.resources, self.admission)
-        self.authorizer = authorization.Authorizer([m.strip() for m in authorization_mode.split(",")],
-                                                   authorization.RuleResolver(self.store))
+        self.authorizer = authorization.Authorizer(modes, authorization.RuleResolver(self.store))
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ctx = HandlerContext(self.store, self.generic_store, self.resources, max_body_bytes,
@@ -123,6 +169,10 @@ class ApiServer:
         self._started = False
         self._tls_tmp: str | None = None
         self._certs: Path | None = None  # the TLS dir, once serving TLS
+
+    def _lookup(self, key: str, ns: str, name: str) -> Obj | None:
+        """A stored core object by storage key, for the ServiceAccount token authenticator."""
+        return self.store.get(key, ns, name)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -178,6 +228,7 @@ class ApiServer:
         self._spawn(gcol.run())
         self._spawn(crds.run())
         self._spawn(NamespaceController(self.store, self.resources, self.generic_store).run())
+        self._setup_service_account_tokens()
         # Objects left mid-deletion by a previous run (foreground/orphan/CRD cleanup) resume here.
         gcol.resync()
         crds.resync()
@@ -213,9 +264,35 @@ class ApiServer:
         with contextlib.suppress(ApiError):  # logged; retried on the next change
             await kube_svc.reconcile()
         self._spawn(kube_svc.run())
+        self._start_service_account_controllers()
         self._started = True
         log.info("apiserver listening on %s (data: %s)", self.url, self.data_dir or "in memory")
         return self.url
+
+    def _setup_service_account_tokens(self) -> None:
+        """The signing key (kube's --service-account-signing-key-file, or one kept in the data dir)
+        and the token authenticator in the chain."""
+        try:
+            key_file = self._sa_signing_key_file or (self.data_dir / "tls" / "sa.key" if self.data_dir else None)
+            self.sa_tokens.use_keys(load_or_create_key(key_file) if key_file else None,
+                                    [k for p in self._sa_key_files for k in load_public_keys(p)])
+        except (OSError, ValueError) as e:
+            raise datadir.DataDirError(f"cannot use the service account key: {e}") from None
+        if self.sa_tokens not in self.authenticator.tokens:
+            self.authenticator.tokens.append(self.sa_tokens)
+
+    def _start_service_account_controllers(self) -> None:
+        """kube-controller-manager's: default ServiceAccounts, kube-root-ca.crt (TLS only), legacy
+        token Secrets. Each is fed by writes and queued a full resync now."""
+        controllers: list[Any] = [
+            ServiceAccountsController(self.store, self.resources, self.generic_store),
+            TokensController(self.store, self.resources, self.generic_store, self.sa_tokens, self.ca_pem)]
+        if self.ca_pem is not None:
+            controllers.append(RootCACertPublisher(self.store, self.resources, self.generic_store, self.ca_pem))
+        for c in controllers:
+            self.store.on_write(c.on_write)
+            c.resync()
+            self._spawn(c.run())
 
     async def stop(self) -> None:
         if not self._started:
@@ -386,6 +463,8 @@ class ApiServer:
         ctx = self._ctx
         if pods.is_node_subresource(group, version, rest):  # pods/log, exec...: proxied to the Pod's node
             return await pods.serve(ctx, request, rest, kubelet_token=self.token)
+        if tokenrequest.is_token_request(group, version, rest):  # serviceaccounts/<name>/token
+            return await tokenrequest.serve(ctx, request, rest, self.sa_tokens)
         scope = resolve(ctx, request, group, version, rest)
         method, name = request.method, scope.name
         if method == "GET":

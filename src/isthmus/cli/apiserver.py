@@ -63,6 +63,19 @@ def apiserver(
         "--reinitialize", help="Start with an empty database when the data dir's one is missing, empty or "
                                "unreadable (an unreadable file is renamed aside, never deleted).")] = False,
     max_body_bytes: Annotated[int, typer.Option(help="Reject request bodies larger than this (413).")] = 3 * 1024 * 1024,
+    anonymous_auth: Annotated[bool, typer.Option(
+        "--anonymous-auth/--no-anonymous-auth",
+        help="Serve requests without credentials as system:anonymous (kube's flag; only /healthz, /livez, "
+             "/readyz and /version are open to them). Off: every such request is 401.")] = False,
+    service_account_issuer: Annotated[str, typer.Option(
+        help="The iss of ServiceAccount tokens this server issues (and the default API audience).")]
+        = "https://kubernetes.default.svc.cluster.local",
+    service_account_signing_key_file: Annotated[Path | None, typer.Option(
+        help="PEM RSA private key that signs ServiceAccount tokens (created if missing; default "
+             "DATA_DIR/tls/sa.key, or a new key per start without a data dir).")] = None,
+    service_account_key_file: Annotated[list[Path] | None, typer.Option(
+        help="PEM RSA public (or private) keys that also verify ServiceAccount tokens (repeatable), "
+             "e.g. a previous signing key.")] = None,
     authorization_mode: Annotated[str, typer.Option(
         help="kube's --authorization-mode: comma-separated RBAC, AlwaysAllow, AlwaysDeny "
              "(system:masters is always allowed).")] = "RBAC",
@@ -71,8 +84,9 @@ def apiserver(
 ) -> None:
     """Serve a Kubernetes-compatible API (kubectl works against it) until SIGTERM/SIGINT.
 
-    Every request but /healthz, /livez, /readyz and /version needs the bearer token or (with TLS) a
-    client certificate from the server's client CA.
+    Every request needs credentials: the bearer token, a ServiceAccount token (`kubectl create
+    token`), or (with TLS) a client certificate from the server's client CA. With --anonymous-auth,
+    /healthz, /livez, /readyz and /version are open to anyone.
     """
     from isthmus.apiserver.datadir import DataDirError
     from isthmus.apiserver.server import ApiServer, serve
@@ -107,7 +121,10 @@ def apiserver(
         typer.echo("note: --no-tls: kubectl does not send tokens over plain HTTP, only other clients will "
                    "authenticate", err=True)
     server = ApiServer(data_dir=data_dir, token=token, tls=tls, host=host, port=port,
-                       max_body_bytes=max_body_bytes, reinitialize=reinitialize,
+                       max_body_bytes=max_body_bytes, reinitialize=reinitialize, anonymous_auth=anonymous_auth,
+                       service_account_issuer=service_account_issuer,
+                       service_account_signing_key_file=service_account_signing_key_file,
+                       service_account_key_files=tuple(service_account_key_file or ()),
                        authorization_mode=",".join(modes))
     try:
         asyncio.run(serve(server, str(kubeconfig_out.resolve()), kubeconfig_auth.value))

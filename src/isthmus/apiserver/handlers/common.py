@@ -58,8 +58,12 @@ def json_response(body: Any, status: int = 200, warnings: list[str] | None = Non
 
 
 def status_response(e: ApiError) -> web.Response:
-    """A Status body byte for byte as kube-apiserver writes it (Go's encoding, trailing newline)."""
-    return web.Response(body=e.body(), status=e.code, content_type="application/json")
+    """A Status body byte for byte as kube-apiserver writes it (Go's encoding, trailing newline),
+    with the warnings the request had gathered when the error carries them (kube sends both)."""
+    resp = web.Response(body=e.body(), status=e.code, content_type="application/json")
+    for w in getattr(e, "warnings", None) or []:
+        resp.headers.add("Warning", f'299 - "{w}"')
+    return resp
 
 
 def output(info: ResourceInfo, obj: Obj) -> Obj:

@@ -46,9 +46,10 @@ async def _delete_options(request: web.Request) -> Obj:
 async def delete_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:
     assert scope.name is not None
     options = await _delete_options(scope.request)
+    warnings: list[str] = []
     out, _ = await ctx.store.delete(scope.info, scope.ns, scope.name, options, dry_run=scope.dry_run,
-                                    user=user_of(scope.request).username)
-    return json_response(output(scope.info, out))
+                                    user=user_of(scope.request), warnings=warnings)
+    return json_response(output(scope.info, out), warnings=warnings)
 
 
 async def delete_collection(ctx: HandlerContext, scope: RequestScope) -> web.Response:
@@ -57,11 +58,12 @@ async def delete_collection(ctx: HandlerContext, scope: RequestScope) -> web.Res
     match = selection(scope.request, info, None)
     items = [o for o in ctx.storage.list(info.key, scope.namespace) if match is None or match(o)]
     out = []
+    warnings: list[str] = []
     for o in items:
         m = o["metadata"]
         with contextlib.suppress(ApiError):
             deleted, _ = await ctx.store.delete(info, m.get("namespace", ""), m["name"], options,
-                                                dry_run=scope.dry_run, user=user_of(scope.request).username)
+                                                dry_run=scope.dry_run, user=user_of(scope.request), warnings=warnings)
             out.append(output(info, deleted))
     return json_response({"kind": info.list_kind, "apiVersion": info.api_version,
-                          "metadata": {"resourceVersion": str(ctx.storage.rv)}, "items": out})
+                          "metadata": {"resourceVersion": str(ctx.storage.rv)}, "items": out}, warnings=warnings)

@@ -88,7 +88,7 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
         return await scale.update_scale(ctx, scope, build, apply=apply)
     out, created = await ctx.store.update(info, scope.ns, scope.name, build, subresource=scope.subresource,
                                           manager=scope.manager, dry_run=scope.dry_run,
-                                          user=user_of(scope.request).username,
+                                          user=user_of(scope.request),
                                           field_validation=scope.field_validation, warnings=warnings, apply=apply,
                                           force=force, strict=strict)
     return json_response(output(info, out), status=201 if created else 200, warnings=warnings)

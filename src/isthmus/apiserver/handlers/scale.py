@@ -108,5 +108,5 @@ async def update_scale(ctx: HandlerContext, scope: RequestScope, build_scale: Ca
     warnings: list[str] = []
     out, _ = await ctx.store.update(info, scope.ns, name, build, manager=scope.manager, dry_run=scope.dry_run,
                                     field_validation="Ignore", warnings=warnings,
-                                    user=user_of(scope.request).username)
+                                    user=user_of(scope.request))
     return json_response(to_scale(info, out), warnings=warnings)

@@ -18,7 +18,7 @@ async def update_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respo
         return await scale.update_scale(ctx, scope, lambda current: clone(body))
     warnings: list[str] = []
     out, _ = await ctx.store.update(scope.info, scope.ns, scope.name, lambda live: clone(body),
-                                    user=user_of(scope.request).username,
+                                    user=user_of(scope.request),
                                     subresource=scope.subresource, manager=scope.manager, dry_run=scope.dry_run,
                                     field_validation=scope.field_validation, warnings=warnings, strict=strict)
     return json_response(output(scope.info, out), warnings=warnings)

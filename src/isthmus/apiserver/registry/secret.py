@@ -77,7 +77,14 @@ class SecretStrategy(Strategy):
         data = obj.get("data") if isinstance(obj.get("data"), dict) else {}
         assert isinstance(data, dict)
         size = sum(decoded_len(v) for v in data.values())
-        return [too_long("data")] if size > MAX_DATA_BYTES else []
+        out = [too_long("data")] if size > MAX_DATA_BYTES else []
+        annotations = obj.get("metadata", {}).get("annotations") or {}
+        if obj.get("type") == "kubernetes.io/service-account-token" and \
+                not annotations.get("kubernetes.io/service-account.name"):
+            # kube's ValidateSecret: the tokens controller needs to know whose token it is.
+            out.append(cause("metadata.annotations[kubernetes.io/service-account.name]", "Required value",
+                             "FieldValueRequired"))
+        return out
 
     def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
         out: list[Cause] = []

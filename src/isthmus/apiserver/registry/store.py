@@ -1,7 +1,8 @@
 """The generic store: create, update (bodies, patches, apply) and delete for every resource type.
 
 kube's genericregistry.Store over storage: build the new object, prepare it, default, prune and
-validate it (422), admit it (mutating, validating), then commit with optimistic concurrency.
+validate it (422), admit it (mutating hooks, ValidatingAdmissionPolicies, validating hooks), then
+commit with optimistic concurrency.
 What differs between kinds is the strategy's (registry/strategy.py, which lists the order its
 hooks are called in); this module never asks which kind it writes.
 
@@ -19,7 +20,9 @@ import orjson
 
 from isthmus.apiserver import errors, meta, schema
 from isthmus.apiserver.admission import Admission, AdmissionRequest
+from isthmus.apiserver.admissionpolicy import ValidatingAdmissionPolicies
 from isthmus.apiserver.apply import server_side_apply, track_update
+from isthmus.apiserver.authentication import UserInfo
 from isthmus.apiserver.decoding import StrictIssues
 from isthmus.apiserver.registry import namespace
 from isthmus.apiserver.registry.strategy import clone
@@ -37,6 +40,17 @@ SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePe
 MAX_RETRIES = 8
 # kube's maxNameGenerationCreateAttempts: generated names tried before giving up (RetryGenerateName).
 MAX_NAME_ATTEMPTS = 8
+# Who writes when a caller names nobody (the server's own loopback writes): kube's privileged group.
+SYSTEM_ADMIN = UserInfo("system:admin", groups=("system:masters", "system:authenticated"))
+
+User = UserInfo | str
+
+
+def user_info(user: User) -> UserInfo:
+    """A caller's user: a UserInfo as authentication made it, or just a name (controllers)."""
+    if isinstance(user, UserInfo):
+        return user
+    return SYSTEM_ADMIN if user == SYSTEM_ADMIN.username else UserInfo(user)
 
 
 def _name_taken(info: ResourceInfo, m: Obj, name: str) -> errors.ApiError:
@@ -67,6 +81,9 @@ class GenericStore:
         self.storage = storage
         self.resources = resources
         self.admission = admission
+        # The ValidatingAdmissionPolicy plugin reads the policies stored here; told of every write.
+        admission.policies = ValidatingAdmissionPolicies(storage, resources)
+        storage.on_write(admission.policies.on_write)
 
     # ------------------------------------------------------------------ shared steps
 
@@ -183,7 +200,7 @@ class GenericStore:
 
     async def create(self, info: ResourceInfo, ns: str, body: Any, *, manager: str, dry_run: bool = False,
                      field_validation: str = "Warn", warnings: list[str] | None = None,
-                     user: str = "system:admin", prepared: Obj | None = None,
+                     user: User = "system:admin", prepared: Obj | None = None,
                      strict: StrictIssues | None = None) -> Obj:
         """Create `body` in namespace `ns` ("" for cluster-scoped kinds); `prepared` skips preparation
         (server-side apply creating an object prepares it itself)."""
@@ -199,7 +216,8 @@ class GenericStore:
                                now=obj["metadata"]["creationTimestamp"])
         self._check_namespace(info, ns, "CREATE", obj["metadata"]["name"])
         if self.admission.active(info):
-            req = AdmissionRequest("CREATE", info, "", ns, obj["metadata"]["name"], obj, None, user, dry_run)
+            req = AdmissionRequest("CREATE", info, "", ns, obj["metadata"]["name"], obj, None, user_info(user),
+                                   dry_run, warnings)
             await self.admission.run(req)
             obj = self.check_kind(info, req.object)
             self._normalize(info, obj, "Ignore", warnings, None)
@@ -272,7 +290,7 @@ class GenericStore:
                      subresource: str = "", manager: str, dry_run: bool = False,
                      field_validation: str = "Warn", warnings: list[str] | None = None,
                      apply: bool = False, force: bool = False,
-                     user: str = "system:admin", strict: StrictIssues | None = None) -> tuple[Obj, bool]:
+                     user: User = "system:admin", strict: StrictIssues | None = None) -> tuple[Obj, bool]:
         """GuaranteedUpdate: build the new object from the live one, validate, admit, commit; retry on races.
 
         build(live_copy) returns the desired object (an update body, a patched object, or an apply config).
@@ -328,7 +346,8 @@ class GenericStore:
                     new = track_update(live, new, manager=manager, schema=info.schema,
                                        api_version=info.api_version, now=now, subresource=subresource)
             if self.admission.active(info):
-                req = AdmissionRequest("UPDATE", info, subresource, ns, name, new, clone(live), user, dry_run)
+                req = AdmissionRequest("UPDATE", info, subresource, ns, name, new, clone(live), user_info(user),
+                                       dry_run, warnings)
                 await self.admission.run(req)
                 new = self.check_kind(info, req.object)
                 self._normalize(info, new, "Ignore", warnings, live)
@@ -349,11 +368,13 @@ class GenericStore:
     # ------------------------------------------------------------------ delete
 
     async def delete(self, info: ResourceInfo, ns: str, name: str, options: Obj | None = None, *,
-                     dry_run: bool = False, user: str = "system:admin") -> tuple[Obj, bool]:
+                     dry_run: bool = False, user: User = "system:admin",
+                     warnings: list[str] | None = None) -> tuple[Obj, bool]:
         """Delete, or start a graceful deletion when finalizers (or a propagation policy) hold the object.
 
         Returns (object, deleted_now)."""
         options = options or {}
+        warnings = warnings if warnings is not None else []
         for _ in range(MAX_RETRIES):
             live = self.storage.get(info.key, ns, name)
             if live is None:
@@ -371,7 +392,8 @@ class GenericStore:
                                       f"{lm.get('resourceVersion')}")
             rv_before = lm.get("resourceVersion")
             if self.admission.active(info):
-                req = AdmissionRequest("DELETE", info, "", ns, name, None, clone(live), user, dry_run)
+                req = AdmissionRequest("DELETE", info, "", ns, name, None, clone(live), user_info(user), dry_run,
+                                       warnings)
                 await self.admission.run(req)
                 current = self.storage.get(info.key, ns, name)
                 if current is None or current["metadata"].get("resourceVersion") != rv_before:
