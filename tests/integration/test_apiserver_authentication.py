@@ -88,6 +88,14 @@ async def test_admission_sees_the_authenticated_user(server: tuple[ApiServer, li
     code, _ = await post(srv, client_ssl(srv, tmp_path), "/api/v1/namespaces/default/configmaps", cm, TOKEN)
     assert code == 201
     cm["metadata"] = {"name": "b"}
+    # jane may write configmaps through RBAC only once bound to a role that allows it.
+    code, _ = await post(srv, client_ssl(srv, tmp_path, "jane"), "/api/v1/namespaces/default/configmaps", cm)
+    assert code == 403
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "jane"},
+               "roleRef": {"kind": "ClusterRole", "name": "edit"}, "subjects": [{"kind": "User", "name": "jane"}]}
+    code, _ = await post(srv, client_ssl(srv, tmp_path), "/apis/rbac.authorization.k8s.io/v1/namespaces/default/"
+                         "rolebindings", binding, TOKEN)
+    assert code == 201
     code, _ = await post(srv, client_ssl(srv, tmp_path, "jane"), "/api/v1/namespaces/default/configmaps", cm)
     assert code == 201
     assert seen == ["admin", "jane"]

@@ -210,17 +210,25 @@ def test_verbs_a_type_does_not_serve_are_refused_as_kube_does(fresh: Server) -> 
     assert fresh.get("/api/v1/componentstatuses")["kind"] == "ComponentStatusList"
 
 
-def test_authorization_reviews_allow_everything(fresh: Server) -> None:
-    """This server authorizes every authenticated request: its reviews say so, as AlwaysAllow would."""
+def test_authorization_reviews_answer_as_rbac(fresh: Server) -> None:
+    """The reviews ask the server's authorizer: system:masters may do anything (no RBAC reason), others
+    what the bootstrap policy binds to their groups."""
     ssar = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
             "spec": {"resourceAttributes": {"verb": "delete", "resource": "pods", "namespace": "default"}}}
     r = fresh.http.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json=ssar)
     assert r.status_code == 201, r.text
     assert r.json()["status"] == {"allowed": True} and r.json()["spec"] == ssar["spec"]
-    out = fresh.kubectl("create", "-o", "json", "-f", "-", stdin=json.dumps(
-        {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-         "spec": {"user": "jane", "nonResourceAttributes": {"path": "/healthz", "verb": "get"}}})).stdout
-    assert json.loads(out)["status"]["allowed"] is True
+
+    def sar(spec: dict[str, Any]) -> Any:
+        out = fresh.kubectl("create", "-o", "json", "-f", "-", stdin=json.dumps(
+            {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})).stdout
+        return json.loads(out)["status"]
+
+    healthz = {"path": "/healthz", "verb": "get"}
+    assert sar({"user": "jane", "nonResourceAttributes": healthz}) == {"allowed": False}
+    assert sar({"user": "jane", "groups": ["system:unauthenticated"], "nonResourceAttributes": healthz}) == {
+        "allowed": True, "reason": 'RBAC: allowed by ClusterRoleBinding "system:public-info-viewer" of ClusterRole '
+                                   '"system:public-info-viewer" to Group "system:unauthenticated"'}
     r = fresh.http.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", json={
         "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {"user": "jane"}})
     assert r.status_code == 422 and r.json()["details"]["causes"][0]["field"] == "spec.resourceAttributes"

@@ -48,6 +48,12 @@ from isthmus.apiserver.registry.ingress import IngressClassStrategy, IngressStra
 from isthmus.apiserver.registry.lease import LeaseStrategy
 from isthmus.apiserver.registry.namespace import NamespaceStrategy
 from isthmus.apiserver.registry.pod import PodStrategy
+from isthmus.apiserver.registry.rbac import (
+    ClusterRoleBindingStrategy,
+    ClusterRoleStrategy,
+    RoleBindingStrategy,
+    RoleStrategy,
+)
 from isthmus.apiserver.registry.secret import SecretStrategy
 from isthmus.apiserver.registry.service import ServiceStrategy
 from isthmus.apiserver.registry.statefulset import StatefulSetStrategy
@@ -125,6 +131,10 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("authorization.k8s.io", "localsubjectaccessreviews"): LocalSubjectAccessReviewStrategy,
     ("authorization.k8s.io", "selfsubjectaccessreviews"): SelfSubjectAccessReviewStrategy,
     ("authorization.k8s.io", "selfsubjectrulesreviews"): SelfSubjectRulesReviewStrategy,
+    ("rbac.authorization.k8s.io", "roles"): RoleStrategy,
+    ("rbac.authorization.k8s.io", "clusterroles"): ClusterRoleStrategy,
+    ("rbac.authorization.k8s.io", "rolebindings"): RoleBindingStrategy,
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): ClusterRoleBindingStrategy,
 }
 
 # Where one version of a resource has a strategy of its own: (group, version, plural) → class.

@@ -8,7 +8,7 @@ import time
 import uuid
 from typing import Any
 
-from isthmus.apiserver.errors import cause
+from isthmus.apiserver.errors import cause, go_quote
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -58,12 +58,20 @@ def validate_name(name: str, rule: str = "subdomain", field: str = "metadata.nam
             return [cause(field, f'Invalid value: "{name}": must be no more than 63 characters')]
         if not _DNS1035_LABEL.match(name):
             return [cause(field, f'Invalid value: "{name}": {DNS1035_MSG}')]
+    elif rule == "path":  # kube's path.ValidatePathSegmentName (RBAC names such as system:basic-user)
+        return [cause(field, f"Invalid value: {go_quote(name)}: {msg}") for msg in _path_segment_problems(name)]
     else:
         if len(name) > 253:
             return [cause(field, f'Invalid value: "{name}": must be no more than 253 characters')]
         if not _DNS1123_SUBDOMAIN.match(name):
             return [cause(field, f'Invalid value: "{name}": {SUBDOMAIN_MSG}')]
     return []
+
+
+def _path_segment_problems(name: str) -> list[str]:
+    if name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
 
 
 def _validate_qualified_key(key: str, field: str) -> list[dict[str, str]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from isthmus.apiserver import datadir, errors, openapi_proto
+from isthmus.apiserver import authorization, datadir, errors, openapi_proto
 from isthmus.apiserver.admission import Admission
 from isthmus.apiserver.authentication import (
     ADMIN,
@@ -33,6 +33,7 @@ from isthmus.apiserver.authentication import (
     UserInfo,
     X509Authenticator,
 )
+from isthmus.apiserver.authorization.bootstrap import ensure_bootstrap_policy
 from isthmus.apiserver.builtins import builtin_resources
 from isthmus.apiserver.controllers.crd import CRDController
 from isthmus.apiserver.controllers.garbagecollector import GarbageCollector
@@ -103,6 +104,7 @@ class ApiServer:
         service_account_issuer: str = DEFAULT_ISSUER,
         service_account_signing_key_file: str | Path | None = None,
         service_account_key_files: tuple[str | Path, ...] = (),
+        authorization_mode: str = "RBAC",
     ) -> None:
         """token None serves everyone (for in-process use); `isthmus apiserver` always sets one.
 
@@ -119,6 +121,9 @@ class ApiServer:
         else `<data dir>/tls/sa.key` (made once), else a key that lives as long as the server;
         also verified with the keys in service_account_key_files. api_audiences default to the
         issuer, as kube's do.
+
+        authorization_mode: kube's --authorization-mode, comma-separated: RBAC (the default),
+        AlwaysAllow, AlwaysDeny. system:masters is always allowed.
 
         reinitialize: accept starting empty when the data dir was initialised before but its
         database is missing, empty or unreadable (an unreadable file is renamed aside, never deleted).
@@ -139,10 +144,14 @@ class ApiServer:
         self.advertise_address = advertise_address
         api_audiences = api_audiences or (API_AUDIENCES if service_account_issuer == DEFAULT_ISSUER
                                            else (service_account_issuer,))
+        modes = [m.strip() for m in authorization_mode.split(",")]
+        # Anonymous requests reach every path and authorization decides (RBAC's bootstrap policy
+        # opens the public paths to them), as in kube; AlwaysAllow would open everything to them,
+        # so with it they stay limited to the public paths here.
         self.authenticator = Authenticator(
             tokens=[StaticTokens({token: token_user}, api_audiences)] if token else [],
-            api_audiences=api_audiences, anonymous=anonymous_auth, anonymous_paths=PUBLIC_PATHS,
-            open_access=not token)
+            api_audiences=api_audiences, anonymous=anonymous_auth,
+            anonymous_paths=PUBLIC_PATHS if "AlwaysAllow" in modes else None, open_access=not token)
         self.service_account_issuer = service_account_issuer
         self._sa_signing_key_file = Path(service_account_signing_key_file) if service_account_signing_key_file else None
         self._sa_key_files = [Path(p) for p in service_account_key_files]
@@ -152,6 +161,7 @@ class ApiServer:
         self.store = Store(str(self.data_dir / "state.db") if self.data_dir else None, history=history)
         self.resources = ResourceRegistry()
         self.generic_store = GenericStore(self.store, self.resources, self.admission)
+        self.authorizer = authorization.Authorizer(modes, authorization.RuleResolver(self.store))
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ctx = HandlerContext(self.store, self.generic_store, self.resources, max_body_bytes,
@@ -203,10 +213,13 @@ class ApiServer:
         # Only after every stored CRD is served again: otherwise custom objects are missing from the
         # uid index and the GC takes their dependents for orphans.
         gcol.index_all()
+        self.store.on_write(self.authorizer.resolver.on_write)
+        self.authorizer.resolver.index_all()
         # Everything loaded so far lives as long as the server: keep it out of the cyclic GC's scans,
         # whose full collections otherwise pause the loop for tens of ms with 100k objects.
         gc.freeze()
         await create_system_namespaces(self.store, self.resources, self.generic_store)
+        await ensure_bootstrap_policy(self.store, self.resources, self.generic_store)
         crd_info = self.resources.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         for crd in self.preload_crds:
             name = crd.get("metadata", {}).get("name", "")
@@ -377,6 +390,7 @@ class ApiServer:
         try:
             path = request.path
             request[USER] = self._authenticate(request, path)
+            self._authorize(request, path, request[USER])
             if path in ("/healthz", "/livez", "/readyz"):
                 return web.Response(text="ok")
             return await self._route(request, path)
@@ -389,6 +403,8 @@ class ApiServer:
         except Exception as e:
             log.exception("internal error on %s %s", request.method, request.path)
             return status_response(errors.internal(type(e).__name__ + ": " + str(e)))
+        finally:
+            authorization.CURRENT.set(None)  # a keep-alive connection's next request starts clean
 
     def _authenticate(self, request: web.Request, path: str) -> UserInfo:
         """The request's user (authentication.Authenticator), else 401 on every path."""
@@ -401,6 +417,17 @@ class ApiServer:
         except AuthenticationError as e:
             log.debug("unauthorized %s %s: %s", request.method, path, e)
             raise errors.unauthorized() from None
+
+    def _authorize(self, request: web.Request, path: str, user: UserInfo) -> None:
+        """kube's authorization filter: the request's attributes to the authorizer chain, 403 unless
+        allowed; the attributes stay in authorization.CURRENT for the rest of this request."""
+        attrs = authorization.request_attributes(request.method, path, request.query, user,
+                                                 request.query.getall("watch", []))
+        decision = self.authorizer.authorize(attrs)
+        if not decision.allowed:
+            log.debug("forbidden %s %s for %s: %s", request.method, path, user.username, decision.reason)
+            raise authorization.forbidden(attrs, decision.reason)
+        authorization.CURRENT.set(authorization.RequestContext(attrs, self.authorizer))
 
     async def _route(self, request: web.Request, path: str) -> web.StreamResponse:
         ctx = self._ctx

@@ -76,6 +76,9 @@ def apiserver(
     service_account_key_file: Annotated[list[Path] | None, typer.Option(
         help="PEM RSA public (or private) keys that also verify ServiceAccount tokens (repeatable), "
              "e.g. a previous signing key.")] = None,
+    authorization_mode: Annotated[str, typer.Option(
+        help="kube's --authorization-mode: comma-separated RBAC, AlwaysAllow, AlwaysDeny "
+             "(system:masters is always allowed).")] = "RBAC",
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
@@ -89,6 +92,9 @@ def apiserver(
     from isthmus.apiserver.server import ApiServer, serve
     from isthmus.runtime.logging import setup_logging
 
+    modes = [m.strip() for m in authorization_mode.split(",")]
+    if not all(m in ("RBAC", "AlwaysAllow", "AlwaysDeny") for m in modes):
+        raise fail(f"--authorization-mode {authorization_mode}: each mode must be one of RBAC, AlwaysAllow, AlwaysDeny")
     # Everything this process writes (database, WAL, keys, kubeconfig, token) is private.
     os.umask(0o077)
     setup_logging(log_format, log_level)
@@ -118,7 +124,8 @@ def apiserver(
                        max_body_bytes=max_body_bytes, reinitialize=reinitialize, anonymous_auth=anonymous_auth,
                        service_account_issuer=service_account_issuer,
                        service_account_signing_key_file=service_account_signing_key_file,
-                       service_account_key_files=tuple(service_account_key_file or ()))
+                       service_account_key_files=tuple(service_account_key_file or ()),
+                       authorization_mode=",".join(modes))
     try:
         asyncio.run(serve(server, str(kubeconfig_out.resolve()), kubeconfig_auth.value))
     except DataDirError as e:

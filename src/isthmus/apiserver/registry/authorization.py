@@ -1,15 +1,21 @@
 """authorization.k8s.io reviews (kube's pkg/registry/authorization): virtual, create-only.
 
-This server authorizes every authenticated request (one bearer token, full access), so it
-answers as a kube-apiserver with `--authorization-mode=AlwaysAllow` does: every access review
-is allowed, and a rules review lists everything.
+Each is answered by the server's authorizer chain (apiserver/authorization), the one that
+authorizes requests: a SubjectAccessReview asks about the user of its spec, a
+LocalSubjectAccessReview the same in its namespace, a SelfSubjectAccessReview about the requester
+(`kubectl auth can-i`), a SelfSubjectRulesReview lists the requester's rules in a namespace
+(`kubectl auth can-i --list`). Without a request being served (in-process calls) they answer as
+an AlwaysAllow authorizer.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from isthmus.apiserver import errors
+from isthmus.apiserver import authorization, errors
+from isthmus.apiserver.authentication import UserInfo
+from isthmus.apiserver.authorization import Attributes, Authorizer, RulesReview
+from isthmus.apiserver.authorization.rbac import PolicyRule
 from isthmus.apiserver.registry.strategy import Cause, Strategy, VirtualRequest, clone
 
 Obj = dict[str, Any]
@@ -34,16 +40,57 @@ def _attributes_causes(spec: Obj) -> list[Cause]:
     return []
 
 
+def _authorizer() -> Authorizer | None:
+    ctx = authorization.CURRENT.get()
+    return ctx.authorizer if ctx is not None else None
+
+
+def _attributes(user: UserInfo, spec: Obj) -> Attributes:
+    """authorizationutil.AuthorizationAttributesFrom: resourceAttributes or nonResourceAttributes."""
+    res = spec.get("resourceAttributes")
+    if isinstance(res, dict):
+        return Attributes(user, str(res.get("verb") or ""), True, api_group=str(res.get("group") or ""),
+                          api_version=str(res.get("version") or "*"), resource=str(res.get("resource") or ""),
+                          subresource=str(res.get("subresource") or ""), namespace=str(res.get("namespace") or ""),
+                          name=str(res.get("name") or ""))
+    non = spec.get("nonResourceAttributes")
+    non = non if isinstance(non, dict) else {}
+    return Attributes(user, str(non.get("verb") or ""), False, path=str(non.get("path") or ""))
+
+
+def _review_status(user: UserInfo, spec: Obj) -> Obj:
+    """SubjectAccessReviewStatus in Go's field order, empty fields omitted (allowed always there)."""
+    authorizer = _authorizer()
+    if authorizer is None:
+        return {"allowed": True}
+    decision = authorizer.authorize(_attributes(user, spec))
+    status: Obj = {"allowed": decision.allowed}
+    if decision.reason:
+        status["reason"] = decision.reason
+    return status
+
+
+def _spec(obj: Obj) -> Obj:
+    spec = obj.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
 class _AccessReviewStrategy(Strategy):
     stored: ClassVar[bool] = False
 
     def validate(self, obj: Obj) -> list[Cause]:
-        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-        assert isinstance(spec, dict)
-        return _attributes_causes(spec)
+        return _attributes_causes(_spec(obj))
 
     def create_virtual(self, obj: Obj, request: VirtualRequest) -> Obj:
-        return _answer(obj, {"allowed": True})
+        """Who the review asks about: the user of its spec (the self review overrides this)."""
+        spec = _spec(obj)
+        extra = spec.get("extra") if isinstance(spec.get("extra"), dict) else {}
+        assert isinstance(extra, dict)
+        groups = spec.get("groups") if isinstance(spec.get("groups"), list) else []
+        assert isinstance(groups, list)
+        user = UserInfo(str(spec.get("user") or ""), str(spec.get("uid") or ""), tuple(str(g) for g in groups),
+                        {str(k): tuple(str(v) for v in vs) for k, vs in extra.items() if isinstance(vs, list)})
+        return _answer(obj, _review_status(user, spec))
 
 
 class SubjectAccessReviewStrategy(_AccessReviewStrategy):
@@ -72,18 +119,39 @@ class LocalSubjectAccessReviewStrategy(SubjectAccessReviewStrategy):
 
 
 class SelfSubjectAccessReviewStrategy(_AccessReviewStrategy):
-    pass
+    def create_virtual(self, obj: Obj, request: VirtualRequest) -> Obj:
+        return _answer(obj, _review_status(request.user, _spec(obj)))
+
+
+def _rules_review(authorizer: Authorizer | None, user: UserInfo, namespace: str) -> RulesReview:
+    if authorizer is None:
+        return RulesReview([PolicyRule(("*",), ("*",), ("*",))], [PolicyRule(("*",), non_resource_urls=("*",))])
+    return authorizer.rules_for(user, namespace)
 
 
 class SelfSubjectRulesReviewStrategy(Strategy):
     stored: ClassVar[bool] = False
 
     def create_virtual(self, obj: Obj, request: VirtualRequest) -> Obj:
-        return _answer(obj, {
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "incomplete": False,
-        })
+        """kube answers with a new review: its status, an empty spec."""
+        namespace = _spec(obj).get("namespace")
+        if not namespace:
+            raise errors.bad_request("no namespace on request")
+        review = _rules_review(_authorizer(), request.user, str(namespace))
+        status: Obj = {
+            "resourceRules": [
+                {k: v for k, v in (("verbs", list(r.verbs)), ("apiGroups", list(r.api_groups)),
+                                   ("resources", list(r.resources)), ("resourceNames", list(r.resource_names)))
+                 if v or k == "verbs"}
+                for r in review.resource_rules],
+            "nonResourceRules": [{"verbs": list(r.verbs), "nonResourceURLs": list(r.non_resource_urls)}
+                                 for r in review.non_resource_rules],
+            "incomplete": review.incomplete,
+        }
+        if review.evaluation_error:
+            status["evaluationError"] = review.evaluation_error
+        return {"kind": obj["kind"], "apiVersion": obj["apiVersion"], "metadata": {"creationTimestamp": None},
+                "spec": {}, "status": status}
 
 
 class NotServedVirtualStrategy(Strategy):
