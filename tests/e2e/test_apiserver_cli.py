@@ -224,9 +224,12 @@ def test_generated_token_is_required_kept_across_restarts_and_works_with_kubectl
     running.append(s2 := start("--data-dir", str(data), "--anonymous-auth", log=tmp_path / "log"))
     assert s2.token() == token
     s2.kubectl("get", "secret", "broker-token")
-    # --anonymous-auth opens what kube's system:public-info-viewer opens, nothing more.
+    # --anonymous-auth: RBAC opens what kube's system:public-info-viewer opens, nothing more.
     assert s2.get("/version")[0] == 200 and s2.get("/readyz") == (200, "ok")
-    assert s2.get("/api/v1/namespaces/default/secrets")[0] == 401
+    status, body = s2.get("/api/v1/namespaces/default/secrets")
+    assert status == 403 and isinstance(body, dict)
+    assert body["message"] == ('secrets is forbidden: User "system:anonymous" cannot list resource "secrets" in API '
+                               'group "" in the namespace "default"')
 
 
 def test_kubectl_create_token_works_and_the_signing_key_is_kept(tmp_path: Path, running: list[Server]) -> None:

@@ -482,3 +482,31 @@ async def test_kubectl_as_a_namespace_admin(srv: ApiServer, tmp_path: Path) -> N
     code, _, err = await kubectl(cfg, "create", "clusterrolebinding", "x", "--clusterrole=view", "--user=bob")
     assert code == 1 and 'cannot create resource "clusterrolebindings" in API group "rbac.authorization.k8s.io" at ' \
         "the cluster scope" in err
+
+
+async def test_service_account_tokens_are_held_to_their_roles(srv: ApiServer, tmp_path: Path) -> None:
+    """A ServiceAccount's token (TokenRequest) authenticates as its ServiceAccount, whose bindings
+    decide: one verb outside its role is kube's 403 naming it."""
+    admin = Client(srv, tmp_path, None)
+    await setup_team(admin)
+    await admin.ok("POST", "/api/v1/namespaces/team/serviceaccounts",
+                   {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bot"}})
+    await admin.ok("POST", f"{RBAC}/namespaces/team/roles",
+                   role("cm-rw", rule(["get", "list", "watch", "update"], [""], ["configmaps"]), namespace="team"))
+    await admin.ok("POST", f"{RBAC}/namespaces/team/rolebindings",
+                   binding("bot", "Role", "cm-rw", {"kind": "ServiceAccount", "name": "bot"}, namespace="team"))
+    tr = await admin.ok("POST", "/api/v1/namespaces/team/serviceaccounts/bot/token",
+                        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+    bot = Client(srv, tmp_path, None)
+    bot.headers = {"Authorization": f"Bearer {tr['status']['token']}"}
+    cm = await bot.ok("GET", "/api/v1/namespaces/team/configmaps/x")
+    cm["data"] = {"k": "v"}
+    await bot.ok("PUT", "/api/v1/namespaces/team/configmaps/x", cm)
+    code, body = await bot.call("DELETE", "/api/v1/namespaces/team/configmaps/x")
+    assert (code, body["message"]) == (403, 'configmaps "x" is forbidden: User "system:serviceaccount:team:bot" cannot '
+                                            'delete resource "configmaps" in API group "" in the namespace "team"')
+    # Its groups count too: system:serviceaccounts:<ns> may be bound as a Group.
+    await admin.ok("POST", f"{RBAC}/clusterroles", role("sa-reader", rule(["list"], [""], ["secrets"])))
+    await admin.ok("POST", f"{RBAC}/clusterrolebindings", binding(
+        "team-sas", "ClusterRole", "sa-reader", {"kind": "Group", "name": "system:serviceaccounts:team"}))
+    assert (await bot.get("/api/v1/secrets"))[0] == 200

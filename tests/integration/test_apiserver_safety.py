@@ -49,14 +49,18 @@ async def test_without_anonymous_auth_every_request_needs_credentials(tmp_path: 
 
 
 async def test_anonymous_requests_get_only_public_info(secured: RunningApiServer) -> None:
-    """With --anonymous-auth, kube's system:public-info-viewer: health and version are public,
-    everything else is 401."""
+    """With --anonymous-auth, RBAC's system:public-info-viewer: health and version are public,
+    everything else is kube's 403 (discovery is for authenticated users)."""
     for path in ("/healthz", "/livez", "/readyz", "/version"):
         status, _ = await _get(secured, path)
         assert status == 200, path
-    for path in ("/", "/api", "/apis", "/openapi/v2", "/api/v1/namespaces/default/secrets"):
+    for path in ("/", "/api", "/apis", "/openapi/v2"):
         status, body = await _get(secured, path)
-        assert (status, body["kind"], body["reason"], body["code"]) == (401, "Status", "Unauthorized", 401), path
+        assert (status, body["kind"], body["reason"], body["code"]) == (403, "Status", "Forbidden", 403), path
+        assert body["message"] == f'forbidden: User "system:anonymous" cannot get path "{path}"'
+    status, body = await _get(secured, "/api/v1/namespaces/default/secrets")
+    assert (status, body["message"]) == (403, 'secrets is forbidden: User "system:anonymous" cannot list resource '
+                                              '"secrets" in API group "" in the namespace "default"')
 
 
 @pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
@@ -66,12 +70,13 @@ async def test_bearer_scheme_is_case_insensitive(secured: RunningApiServer, sche
 
 
 async def test_wrong_or_other_credentials_are_401(secured: RunningApiServer) -> None:
-    """A wrong token fails even on public paths (as kube); a non-bearer header counts as anonymous."""
+    """A wrong token fails even on public paths (as kube); a non-bearer header counts as anonymous,
+    whom RBAC then refuses (403) beyond the public paths."""
     assert (await _get(secured, "/healthz", "Bearer wrong"))[0] == 401
     assert (await _get(secured, "/version", "bearer wrong"))[0] == 401
-    assert (await _get(secured, "/api/v1/namespaces", f"Basic {TOKEN}"))[0] == 401
+    assert (await _get(secured, "/api/v1/namespaces", f"Basic {TOKEN}"))[0] == 403
     assert (await _get(secured, "/healthz", f"Basic {TOKEN}"))[0] == 200
-    assert (await _get(secured, "/api/v1/namespaces", "Bearer"))[0] == 401
+    assert (await _get(secured, "/api/v1/namespaces", "Bearer"))[0] == 403
 
 
 async def _initialised(data: Path) -> None:

@@ -144,10 +144,14 @@ class ApiServer:
         self.advertise_address = advertise_address
         api_audiences = api_audiences or (API_AUDIENCES if service_account_issuer == DEFAULT_ISSUER
                                            else (service_account_issuer,))
+        modes = [m.strip() for m in authorization_mode.split(",")]
+        # Anonymous requests reach every path and authorization decides (RBAC's bootstrap policy
+        # opens the public paths to them), as in kube; AlwaysAllow would open everything to them,
+        # so with it they stay limited to the public paths here.
         self.authenticator = Authenticator(
             tokens=[StaticTokens({token: token_user}, api_audiences)] if token else [],
-            api_audiences=api_audiences, anonymous=anonymous_auth, anonymous_paths=PUBLIC_PATHS,
-            open_access=not token)
+            api_audiences=api_audiences, anonymous=anonymous_auth,
+            anonymous_paths=PUBLIC_PATHS if "AlwaysAllow" in modes else None, open_access=not token)
         self.service_account_issuer = service_account_issuer
         self._sa_signing_key_file = Path(service_account_signing_key_file) if service_account_signing_key_file else None
         self._sa_key_files = [Path(p) for p in service_account_key_files]
@@ -157,8 +161,7 @@ class ApiServer:
         self.store = Store(str(self.data_dir / "state.db") if self.data_dir else None, history=history)
         self.resources = ResourceRegistry()
         self.generic_store = GenericStore(self.store, self.resources, self.admission)
-        self.authorizer = authorization.Authorizer([m.strip() for m in authorization_mode.split(",")],
-                                                   authorization.RuleResolver(self.store))
+        self.authorizer = authorization.Authorizer(modes, authorization.RuleResolver(self.store))
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ctx = HandlerContext(self.store, self.generic_store, self.resources, max_body_bytes,

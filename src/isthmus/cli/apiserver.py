@@ -63,9 +63,6 @@ def apiserver(
         "--reinitialize", help="Start with an empty database when the data dir's one is missing, empty or "
                                "unreadable (an unreadable file is renamed aside, never deleted).")] = False,
     max_body_bytes: Annotated[int, typer.Option(help="Reject request bodies larger than this (413).")] = 3 * 1024 * 1024,
-    authorization_mode: Annotated[str, typer.Option(
-        help="kube's --authorization-mode: comma-separated RBAC, AlwaysAllow, AlwaysDeny "
-             "(system:masters is always allowed).")] = "RBAC",
     anonymous_auth: Annotated[bool, typer.Option(
         "--anonymous-auth/--no-anonymous-auth",
         help="Serve requests without credentials as system:anonymous (kube's flag; only /healthz, /livez, "
@@ -79,6 +76,9 @@ def apiserver(
     service_account_key_file: Annotated[list[Path] | None, typer.Option(
         help="PEM RSA public (or private) keys that also verify ServiceAccount tokens (repeatable), "
              "e.g. a previous signing key.")] = None,
+    authorization_mode: Annotated[str, typer.Option(
+        help="kube's --authorization-mode: comma-separated RBAC, AlwaysAllow, AlwaysDeny "
+             "(system:masters is always allowed).")] = "RBAC",
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
