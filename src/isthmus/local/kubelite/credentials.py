@@ -130,7 +130,9 @@ class Credentials:
         for name, data in (("ca.crt", ca), ("namespace", ns.encode())):
             path = self.directory / name
             if data is not None and (not path.exists() or path.read_bytes() != data):
-                write_atomic(path, data, 0o644)
+                # 0600 like the token: the process runs as kube-lite's user, and kube-lite's root dir
+                # (in `isthmus up`, inside the private state dir) holds nothing others may read.
+                write_atomic(path, data)
 
     async def _root_ca(self, namespace: str) -> bytes | None:
         try:
