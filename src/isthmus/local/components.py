@@ -89,7 +89,8 @@ def _pid(container_id: str | None) -> int | None:
 
 def judge(deployment: dict[str, Any] | None, pods: list[dict[str, Any]]) -> PodPart:
     """A component's health the way `kubectl get deploy,pods` shows it: ready when a replica is
-    ready; restarting when its container crash-loops or restarted; starting otherwise."""
+    ready; restarting when its container crash-loops or restarted; starting otherwise. `pod` and
+    `pid` are a ready replica's; `restarts` counts every replica's."""
     out = PodPart()
     if deployment is None:
         out.health, out.last_error = "starting", "not installed yet"
@@ -110,22 +111,25 @@ def judge(deployment: dict[str, Any] | None, pods: list[dict[str, Any]]) -> PodP
     if best is not None:
         out.pod = best["metadata"]["name"]
         statuses = (best.get("status") or {}).get("containerStatuses") or []
-        if statuses:
-            cs = statuses[0]
-            out.restarts = int(cs.get("restartCount") or 0)
-            state = cs.get("state") or {}
-            if "running" in state:
-                out.pid = _pid(cs.get("containerID"))
-            waiting = state.get("waiting") or {}
-            waiting_reason = waiting.get("reason")
+        if statuses and "running" in (statuses[0].get("state") or {}):
+            out.pid = _pid(statuses[0].get("containerID"))
+    # Restarts of every replica; the last exit and the error of the one that ended last.
+    newest = ""
+    for p in live:
+        for cs in ((p.get("status") or {}).get("containerStatuses") or [])[:1]:
+            out.restarts += int(cs.get("restartCount") or 0)
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") and waiting_reason is None:
+                waiting_reason = waiting["reason"]
+                if waiting.get("message"):
+                    out.last_error = f"{waiting_reason}: {waiting['message']}"[:300]
             last = (cs.get("lastState") or {}).get("terminated") or {}
-            if last:
+            if last and str(last.get("finishedAt") or "") >= newest:
+                newest = str(last.get("finishedAt") or "")
                 out.last_exit = last.get("exitCode")
-            if waiting.get("message"):
-                out.last_error = f"{waiting_reason}: {waiting['message']}"[:300]
-            elif last:
-                out.last_error = (f"exited {last.get('exitCode')}"
-                                  + (f" ({last['reason']})" if last.get("reason") else ""))
+                if out.last_error is None or not waiting_reason:
+                    out.last_error = (f"exited {last.get('exitCode')}"
+                                      + (f" ({last['reason']})" if last.get("reason") else ""))
     if out.ready_replicas >= 1:
         out.health = "ready"
     elif waiting_reason in ("CrashLoopBackOff", "CreateContainerConfigError", "ErrImagePull",
