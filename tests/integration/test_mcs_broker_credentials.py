@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,3 +327,24 @@ async def test_the_join_and_leave_commands_edit_corefile_and_credentials(env: En
         assert exc.value.status.code == 401
     finally:
         await member.close()
+
+
+async def test_an_agent_whose_token_is_revoked_stops_to_read_its_secret_again(env: Env) -> None:
+    from isthmus.mcs.agent import Agent, BrokerCredentialsRejected
+
+    await env.join("c1")
+    agent = await Agent.from_cluster(env.members["c1"], None, dead_cluster_grace=2.0)
+    assert agent.cluster_id == "c1"  # no --cluster-id: the one join stored
+    task = asyncio.create_task(agent.run())
+    try:
+        async with asyncio.timeout(30):
+            await agent.wait_ready()
+        await env.admin.delete(ServiceAccount, "cluster-c1", namespace=NS)  # what leave does
+        with pytest.raises(BrokerCredentialsRejected, match=r"rejects this cluster's token \(401 Unauthorized\)"):
+            async with asyncio.timeout(15):
+                await task
+    finally:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        await agent.broker.close()
