@@ -88,3 +88,42 @@ async def test_an_agent_restarted_after_kill_9_takes_its_own_lease_back_at_once(
     assert ready_at < expires, f"ready {ready_at - expires:.1f} s after the old lease expired"
     assert after.spec.holderIdentity == "agent-pod-0"
     assert after.spec.leaseTransitions == lease.spec.leaseTransitions
+
+
+async def test_an_agent_without_cluster_id_waits_for_join_then_runs_as_the_joined_cluster(
+    cs: ClusterSet, tmp_path: Path
+) -> None:
+    """One member manifest fits every cluster: no --cluster-id; before join the agent waits, not ready."""
+    from isthmus.mcs import membership
+
+    srv, client = await cs.spare_server("late")
+    port, log = _free_port(), tmp_path / "late.log"
+    proc = _start_unjoined(srv.kubeconfig, port, log)
+    try:
+        async with httpx.AsyncClient(trust_env=False) as http:
+            deadline = time.monotonic() + 3.0
+            seen_unready = False
+            while time.monotonic() < deadline:
+                assert proc.poll() is None, f"agent exited with {proc.returncode}: {log.read_text()}"
+                try:
+                    seen_unready |= (await http.get(f"http://127.0.0.1:{port}/readyz", timeout=1.0)).status_code != 200
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.1)
+        assert seen_unready
+        assert "has not joined a clusterset" in log.read_text()
+        await membership.join(cs.broker_client, client, cs.info, cluster_id="late", enable_clusterset_ip=None,
+                              clusterset_ip_cidr=None, force=False, member_credentials=cs.member_credentials)
+        await _ready(port, proc, within=30.0)
+        lease = await client.get(Lease, AGENT_LEASE_NAME, namespace=AGENT_NAMESPACE)
+        assert lease.spec.holderIdentity == "late-0"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+def _start_unjoined(kubeconfig: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [ISTHMUS, "agent", "--kubeconfig", kubeconfig, "--metrics-addr", f"127.0.0.1:{port}"],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env={**os.environ, "POD_NAME": "late-0"},
+    )

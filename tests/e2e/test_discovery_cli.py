@@ -39,7 +39,7 @@ from isthmus.mcs.brokerinfo import BrokerInfo
 pytestmark = pytest.mark.e2e
 
 ISTHMUS = [sys.executable, "-m", "isthmus"]
-ENV = {"PATH": "/usr/bin:/bin"}
+ENV = {"PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}  # run the tree under test
 
 
 @dataclass
@@ -116,6 +116,11 @@ class Clusterset:
             os.close(master)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
+    @property
+    def bk(self) -> str:
+        """The broker's admin kubeconfig: join and leave use it, never store it."""
+        return str(self.broker.kubeconfig)
+
     def client(self, server: Server) -> AsyncClient:
         return make_client(server.kubeconfig, field_manager="e2e")
 
@@ -143,8 +148,9 @@ def test_1_deploy_broker(cs: Clusterset) -> None:
     out = cs.run("deploy-broker", "--kubeconfig", bk).stdout
     assert "broker ready in namespace isthmus-broker" in out and "range 243.0.0.0/8" in out
     info = BrokerInfo.decode((cs.tmp / "broker-info.subm").read_text())
-    assert info.server == cs.broker.url and info.ca_pem and info.token == (cs.tmp / "broker-token").read_text().strip()
-    assert (cs.tmp / "broker-info.subm").stat().st_mode & 0o077 == 0
+    # No credentials in it: join gives each cluster its own broker token.
+    assert info.server == cs.broker.url and info.ca_pem and info.token is None
+    assert "no credentials in it" in out
     cs.run("deploy-broker", "--kubeconfig", bk, "-o", "again.subm")  # idempotent
     assert BrokerInfo.decode((cs.tmp / "again.subm").read_text()) == info
     assert cs.error("deploy-broker", "--kubeconfig", bk, "--enable-clusterset-ip", "-o", "x.subm").startswith(
@@ -155,36 +161,42 @@ def test_1_deploy_broker(cs: Clusterset) -> None:
 
 def test_2_join(cs: Clusterset) -> None:
     k1, k2 = str(cs.c1.kubeconfig), str(cs.c2.kubeconfig)
-    out = cs.run("join", "broker-info.subm", "--kubeconfig", k1, "--cluster-id", "c1").stdout
+    out = cs.run("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k1, "--cluster-id", "c1").stdout
     assert "cluster c1 joined" in out and "243.0.0.0/16" in out and "off (broker's setting)" in out
-    assert cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2",
+    assert "broker credentials: ServiceAccount isthmus-broker/cluster-c1" in out
+    # No Service isthmus-system/isthmus-dns (deploy/member not applied): CoreDNS is left alone, with a note.
+    assert "CoreDNS not configured: no Service isthmus-system/isthmus-dns" in out
+    assert cs.error("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2",
                     "--clusterset-ip-cidr", "243.0.4.0/24") == (
         "clusterset IP CIDR 243.0.4.0/24 overlaps 243.0.0.0/16, the clusterset IP CIDR of cluster c1"
     )
-    assert cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2",
+    assert cs.error("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2",
                     "--clusterset-ip-cidr", "10.0.0.0/16") == (
         "clusterset IP CIDR 10.0.0.0/16 is not inside the clusterset IP CIDR range 243.0.0.0/8"
     )
-    assert "host bits set" in cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2",
+    assert "host bits set" in cs.error("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2",
                                        "--clusterset-ip-cidr", "243.9.0.1/16")
-    assert "only lower-case letters" in cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "C2")
-    assert cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c1").startswith(
+    assert "only lower-case letters" in cs.error("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "C2")
+    assert cs.error("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c1").startswith(
         "cluster ID 'c1' is already taken by another cluster"
     )
-    assert cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2", "--globalnet").startswith(
+    assert cs.error("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2", "--globalnet").startswith(
         "Globalnet is not supported"
     )
     (cs.tmp / "bad.subm").write_text("not a broker info\n")
     assert "expected base64-encoded JSON" in cs.error("join", "bad.subm", "--kubeconfig", k2, "--cluster-id", "c2")
     assert "cannot read broker-info" in cs.error("join", "missing.subm", "--kubeconfig", k2, "--cluster-id", "c2")
+    assert cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2") == (
+        "broker-info.subm carries no broker credentials: pass the broker's admin kubeconfig as --broker-kubeconfig, "
+        "so join can give this cluster its own")
     assert cs.error("join", "broker-info.subm", "--bogus") == "no such option: --bogus (see isthmus join --help)"
 
-    out = cs.run("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2", "--enable-clusterset-ip",
+    out = cs.run("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2", "--enable-clusterset-ip",
                  "--clusterset-ip-cidr", "243.7.0.0/20").stdout
     assert "243.7.0.0/20" in out and "on (this cluster's setting)" in out
     # Re-join is idempotent; changing the CIDR needs --force.
-    cs.run("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2", "--enable-clusterset-ip")
-    assert "pass --force" in cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2",
+    cs.run("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2", "--enable-clusterset-ip")
+    assert "pass --force" in cs.error("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2",
                                       "--enable-clusterset-ip", "--clusterset-ip-cidr", "243.8.0.0/20")
 
 
@@ -206,7 +218,7 @@ def test_3_show_clusters(cs: Clusterset) -> None:
 def test_4_export_show_unexport(cs: Clusterset) -> None:
     k1 = str(cs.c1.kubeconfig)
     assert cs.error("export", "web", "-n", "shop", "--kubeconfig", k1) == "namespace 'shop' does not exist"
-    cs.run("join", "broker-info.subm", "--kubeconfig", k1, "--cluster-id", "c1")  # still joined: no-op
+    cs.run("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k1, "--cluster-id", "c1")  # still joined: no-op
     # Namespaces and Services are the user's; create them through the library the CLI uses.
 
     async def mkns() -> None:
@@ -315,7 +327,7 @@ def test_5b_join_a_silent_broker(cs: Clusterset) -> None:
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         info = BrokerInfo.decode((cs.tmp / "broker-info.subm").read_text())
-        (cs.tmp / "silent.subm").write_text(dataclasses.replace(info, server=url, ca_pem=None).encode())
+        (cs.tmp / "silent.subm").write_text(dataclasses.replace(info, server=url, ca_pem=None, token="t").encode())
         assert cs.error("join", "silent.subm", "--kubeconfig", str(cs.c1.kubeconfig), "--cluster-id", "c1") == (
             f"the API server at {url} did not answer in time (ReadTimeout)"
         )
@@ -329,18 +341,24 @@ def test_6_leave(cs: Clusterset) -> None:
     declined = cs.answer("n", "leave", "--kubeconfig", k2)
     assert declined.returncode == 1 and declined.stderr.strip() == "nothing changed", declined
     assert f"Remove cluster c2 from the clusterset (broker {cs.broker.url}, namespace isthmus-broker)" in declined.stdout
-    clusters = json.loads(cs.run("show", "clusters", "--broker-info", "broker-info.subm", "-o", "json").stdout)
+    clusters = json.loads(cs.run("show", "clusters", "--broker-info", "broker-info.subm", "--broker-kubeconfig",
+                                 cs.bk, "-o", "json").stdout)
     assert [r["clusterID"] for r in clusters["items"]] == ["c1", "c2"]
+    # The cluster's own broker token may not deregister it.
+    assert "pass the broker's admin kubeconfig as --broker-kubeconfig" in cs.error("leave", "--kubeconfig", k2, "--yes")
 
-    accepted = cs.answer("y", "leave", "--kubeconfig", k2)
+    accepted = cs.answer("y", "leave", "--kubeconfig", k2, "--broker-kubeconfig", cs.bk)
     assert accepted.returncode == 0, accepted
-    assert "cluster c2 left the clusterset: removed from the broker" in accepted.stdout
+    assert "cluster c2 left the clusterset: removed from the broker; its broker credentials revoked" in accepted.stdout
     assert "has not joined a clusterset" in cs.error("leave", "--kubeconfig", k2, "--yes")
     _stop(cs.c1)  # c1 dies: clean it off the broker with the broker-info alone
-    assert cs.error("leave", "--broker-info", "broker-info.subm", "--cluster-id", "nope", "--yes") == (
+    assert cs.error("leave", "--broker-info", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--cluster-id", "nope",
+                    "--yes") == (
         "cluster 'nope' is not registered on the broker (members: c1)"
     )
-    out = cs.run("leave", "--broker-info", "broker-info.subm", "--cluster-id", "c1", "-y").stdout
+    out = cs.run("leave", "--broker-info", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--cluster-id", "c1",
+                 "-y").stdout
     assert "cluster c1 removed from the broker" in out
-    data = json.loads(cs.run("show", "clusters", "--broker-info", "broker-info.subm", "-o", "json").stdout)
+    data = json.loads(cs.run("show", "clusters", "--broker-info", "broker-info.subm", "--broker-kubeconfig", cs.bk,
+                             "-o", "json").stdout)
     assert data == {"items": []}

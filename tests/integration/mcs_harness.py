@@ -354,6 +354,9 @@ class ClusterSet:
         self.clusters: list[Member] = []
         self._servers: list[RunningApiServer] = []
         self._broker_port: int | None = None
+        self.member_credentials = True
+        """Each member gets its own broker ServiceAccount token (join with the admin client), so every
+        agent runs under the broker's member Role and write policy, as on a real broker."""
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -387,7 +390,6 @@ class ClusterSet:
             cidr_range=self.cidr_range,
             server_url=self.broker.url,
             ca_pem=self.broker.server.ca_pem.decode() if self.broker.server.ca_pem else None,
-            token=BROKER_TOKEN,
         )
         for i in range(self.n):
             await self.add_cluster(
@@ -418,6 +420,7 @@ class ClusterSet:
             enable_clusterset_ip=enable,
             clusterset_ip_cidr=cidr,
             force=False,
+            member_credentials=self.member_credentials,
         )
         m = Member(index=len(self.clusters), id=cluster_id, server=srv, client=client, cluster=cluster)
         self.clusters.append(m)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import ipaddress
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from lightkube.models.core_v1 import ServiceSpec
 from lightkube.models.discovery_v1 import Endpoint
 from lightkube.models.meta_v1 import ObjectMeta as LkMeta
 from lightkube.models.meta_v1 import OwnerReference as LkOwner
-from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret, Service
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret, Service, ServiceAccount
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.api.base import ObjectMeta, OwnerReference, now
@@ -60,6 +61,7 @@ class Env:
     broker: RunningApiServer
     bc: AsyncClient
     servers: list[RunningApiServer]
+    member_credentials: bool = True
 
     async def member(self, name: str) -> AsyncClient:
         srv = RunningApiServer(self.tmp / name, bookmark_interval=1.0)
@@ -74,7 +76,6 @@ class Env:
             self.bc,
             server_url=self.broker.url,
             ca_pem=None,
-            token=TOKEN,
             **args,  # type: ignore[arg-type]
         )
 
@@ -95,6 +96,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
 async def _join(e: Env, client: AsyncClient, info: BrokerInfo, cid: str, **kw: object) -> Cluster:
     args: dict[str, object] = {"enable_clusterset_ip": None, "clusterset_ip_cidr": None, "force": False}
     args.update(kw)
+    args.setdefault("member_credentials", e.member_credentials)
     return await membership.join(e.bc, client, info, cluster_id=cid, **args)  # type: ignore[arg-type]
 
 
@@ -104,7 +106,9 @@ async def _join(e: Env, client: AsyncClient, info: BrokerInfo, cid: str, **kw: o
 async def test_deploy_broker_defaults_and_idempotent(env: Env) -> None:
     info = await env.deploy()
     assert info.clusterset_ip_cidr_range == ["243.0.0.0/8"] and not info.clusterset_ip_enabled
-    assert info.server == env.broker.url and info.token == TOKEN and info.namespace == NS
+    # No credentials in broker-info: join gives every cluster its own.
+    assert info.server == env.broker.url and info.token is None and info.namespace == NS
+    assert "token" not in info.to_dict()
     broker = await get(env.bc, Broker, "broker", namespace=NS)
     assert broker.spec.clusterset_ip_cidr_range == ["243.0.0.0/8"]
     cm = await env.bc.get(ConfigMap, "broker-info", namespace=NS)
@@ -158,8 +162,11 @@ async def test_join_writes_cluster_and_member_objects(env: Env) -> None:
     assert sd.spec.clusterset_ip_cidr == ["243.0.0.0/16"] and sd.spec.broker_namespace == NS
     secret = await c1.get(Secret, BROKER_SECRET_NAME, namespace=AGENT_NAMESPACE)
     assert secret.data is not None
-    assert BrokerInfo.decode(base64.b64decode(secret.data[BROKER_SECRET_KEY])) == info
-    assert await membership.membership(c1) == ("c1", info)
+    stored = BrokerInfo.decode(base64.b64decode(secret.data[BROKER_SECRET_KEY]))
+    # broker-info plus, with per-cluster credentials, the cluster's own broker token
+    assert stored == dataclasses.replace(info, token=stored.token)
+    assert stored.token is not None
+    assert await membership.membership(c1) == ("c1", stored)
 
     c2 = await env.member("c2")
     cluster2 = await _join(env, c2, info, "c2", enable_clusterset_ip=False, clusterset_ip_cidr="243.7.0.0/20")
@@ -352,7 +359,8 @@ async def test_leave_live_cluster(env: Env) -> None:
     await c1.create(to_lightkube(ServiceExport(metadata=ObjectMeta(name="web", namespace="shop"))))
 
     result = await membership.leave(env.bc, c1, NS, "c1")
-    assert result == membership.LeaveResult(cluster_id="c1", deregistered=True, local_objects=4)
+    assert result == membership.LeaveResult(cluster_id="c1", deregistered=True, revoked=True,
+                                            local_objects=4)
     await _wait_gone(env.bc, "c1")
     assert [c.name for c in await list_all(env.bc, Cluster, namespace=NS)] == ["c2"]
     assert [x.spec.cluster for x in await list_all(env.bc, ExportedService, namespace=NS)] == ["c2"]
@@ -478,3 +486,12 @@ async def test_show_rows_split_conflicts_show_the_vip_and_mark_conflicted_import
     await exports.export(c1, "other", "shop", None, allow_missing=True)
     other = next(r for r in await views.export_rows(c1, "shop") if r.name == "other")
     assert (other.vip(), other.wants_vip(), other.problems()) == ("-", "false (default)", [])
+
+
+async def test_join_without_member_credentials_stores_broker_info_as_it_is(env: Env) -> None:
+    """An open broker, or an old broker-info carrying a token: the member reaches the broker with it."""
+    info = dataclasses.replace(await env.deploy(), token=TOKEN)
+    c1 = await env.member("c1")
+    await _join(env, c1, info, "c1", member_credentials=False)
+    assert await membership.membership(c1) == ("c1", info)
+    assert await get_or_none(env.bc, ServiceAccount, "cluster-c1", namespace=NS) is None

@@ -92,6 +92,7 @@ async def test_bad_join_is_a_clear_error_and_nothing_is_lost(
             enable_clusterset_ip=None,
             clusterset_ip_cidr=cidr,
             force=False,
+            member_credentials=cs.member_credentials,
         )
     message = str(exc.value)
     assert mentions in message, f"error should name {mentions!r}: {message}"
@@ -205,6 +206,7 @@ async def test_simultaneous_joins_get_disjoint_cidrs(cs: ClusterSet) -> None:
                 enable_clusterset_ip=None,
                 clusterset_ip_cidr=None,
                 force=False,
+                member_credentials=cs.member_credentials,
             )
             for k, client in enumerate(clients)
         )

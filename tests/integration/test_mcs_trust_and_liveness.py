@@ -2,7 +2,8 @@
 
 - Forged broker slices (any broker credential can write them) are never imported.
 - A cluster whose agent is silent past the grace period has its endpoints withdrawn from every
-  import, the broker's `Cluster` says why with an Event, and all comes back when it returns.
+  import, every observer says so with an Event on its broker `Cluster` (never writing that peer's
+  status), and all comes back when it returns.
 - A broker outage never triggers that withdrawal.
 - A namespace being deleted is waited out quietly.
 - ServiceExport condition changes are posted as Events.
@@ -164,10 +165,13 @@ async def test_a_silent_cluster_is_withdrawn_from_every_import_and_restored_when
         await eventually(lambda i=i: sources(i, ["c1"]), GRACE + 10)
 
     async def said_why() -> bool:
+        # Each observer says so with an Event; c2's status is c2's alone (a member may write only its
+        # own Cluster), so it keeps what c2's agent last wrote.
+        withdrawn = await _events_for(cs, "c2", ClusterEventReason.WITHDRAWN)
+        assert {e.source.component for e in withdrawn} == {"isthmus-agent/c1", "isthmus-agent/c3"}, withdrawn
+        assert all(e.type == "Warning" and "withdrew its endpoints" in e.message for e in withdrawn)
         ready = _ready(await _cluster(cs, "c2"))
-        assert (ready["status"], ready["reason"]) == ("False", ClusterReason.AGENT_SILENT), ready
-        assert "withdrawn" in ready["message"]
-        assert await _events_for(cs, "c2", ClusterEventReason.WITHDRAWN)
+        assert (ready["status"], ready["reason"]) == ("True", ClusterReason.AGENT_RUNNING), ready
         return True
 
     await eventually(said_why)
@@ -188,7 +192,8 @@ async def test_a_silent_cluster_is_withdrawn_from_every_import_and_restored_when
 
 
 async def test_a_restarted_agent_keeps_a_silent_cluster_withdrawn(cs: ClusterSet) -> None:
-    """The verdict lives on the broker: an observer's restart does not re-import a dead cluster."""
+    """An observer's restart does not re-import a dead cluster: it reads the peer's last heartbeat in the
+    broker's clock (managedFields times), so the verdict needs no write to the peer's status."""
     ns = "t-silent-restart"
     await _ns(cs, ns)
     await cs.export(1, "web", ns, svc=service("web", ns, cluster_ip="127.10.9.2"))
@@ -197,6 +202,7 @@ async def test_a_restarted_agent_keeps_a_silent_cluster_withdrawn(cs: ClusterSet
     await eventually(lambda: _has_slice(cs, 2, ns, "c2"))
     await cs.stop_agent(1)
     await eventually(lambda: _has_slice(cs, 2, ns, "c2", present=False), GRACE + 10)
+    await asyncio.sleep(1.5)  # the broker records write times to the second: be clearly past the grace
     try:
         await cs.restart_agent(2)
         await never(lambda: _has_slice(cs, 2, ns, "c2"), GRACE * 2, what="c2 re-imported after a restart")

@@ -36,7 +36,7 @@ def kubeconfig(tmp_path: Path) -> Path:
     [
         (["nosuch"], "no such command 'nosuch' (see isthmus --help)"),
         (["--bogus"], "no such option: --bogus (see isthmus --help)"),
-        (["agent"], "missing option '--cluster-id' (see isthmus agent --help)"),
+        (["proxy"], "missing option '--cluster-id' (see isthmus proxy --help)"),
         (["agent", "--cluster-id"], "option '--cluster-id' requires an argument (see isthmus agent --help)"),
         (["show"], "missing argument 'clusters|exports|imports' (see isthmus show --help)"),
         (["join", "b.subm", "--bogus"], "no such option: --bogus (see isthmus join --help)"),

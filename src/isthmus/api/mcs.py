@@ -85,6 +85,38 @@ CLUSTER_UID_ANNOTATION = "isthmus.io/cluster-uid"
 from a different cluster claiming a taken ID."""
 HEARTBEAT_ANNOTATION = "isthmus.io/heartbeat"
 """On the broker's Cluster object: when the cluster's agent last checked in (RFC3339)."""
+DNS_SERVICE_NAME = "isthmus-dns"
+"""The Service (in AGENT_NAMESPACE) in front of a member's DNS servers: CoreDNS's clusterset.local stub
+zone forwards to its ClusterIP."""
+
+# --- broker credentials -------------------------------------------------------------------------
+
+BROKER_MEMBER_ROLE = "isthmus-broker-member"
+"""Role in the broker namespace (deploy/broker) with what every member's agent needs there."""
+BROKER_MEMBER_WRITES_POLICY = "isthmus-broker-member-writes"
+"""ValidatingAdmissionPolicy (and its binding) letting a member write only broker objects labelled
+with its own cluster ID."""
+BROKER_TOKEN_SECONDS = 365 * 24 * 3600
+"""Lifetime of the broker token join requests for a member (re-running join renews it)."""
+CLUSTER_SA_PREFIX = "cluster-"
+"""A member's ServiceAccount on the broker is `cluster-<id>`: the policy reads the ID from its name."""
+
+
+def cluster_service_account(cluster_id: str) -> str:
+    """The broker ServiceAccount whose tokens are cluster `cluster_id`'s broker credentials."""
+    return f"{CLUSTER_SA_PREFIX}{cluster_id}"
+
+
+def cluster_role_name(cluster_id: str) -> str:
+    """Role (and its RoleBinding) on the broker letting cluster `cluster_id` write its own Cluster."""
+    return f"isthmus-cluster-{cluster_id}"
+
+
+def member_binding_name(cluster_id: str) -> str:
+    """RoleBinding on the broker granting cluster `cluster_id` the shared BROKER_MEMBER_ROLE."""
+    return f"{BROKER_MEMBER_ROLE}-{cluster_id}"
+
+
 STALE_HEARTBEAT_SECONDS = 30.0
 """A heartbeat older than this (three missed beats) is shown as stale by `show clusters` and `status`."""
 DEFAULT_DEAD_CLUSTER_GRACE = 60.0
@@ -121,7 +153,8 @@ class ClusterReason(StrEnum):
 
     AGENT_RUNNING = "AgentRunning"
     AGENT_SILENT = "AgentSilent"
-    """No heartbeat for longer than the grace period: its endpoints are withdrawn from every import."""
+    """Written by older agents on a silent peer's Cluster. No longer written (a member may write only
+    its own Cluster): observers post an `EndpointsWithdrawn` Event instead."""
 
 
 class ClusterEventReason(StrEnum):

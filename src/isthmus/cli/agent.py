@@ -4,25 +4,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from isthmus.api.mcs import DEFAULT_DEAD_CLUSTER_GRACE
 from isthmus.cli.app import (
     Background,
-    ClusterIdOpt,
     ContextOpt,
     KubeconfigOpt,
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
+    _cluster_id,
     command,
     fail,
     run_component,
 )
+
+if TYPE_CHECKING:
+    from isthmus.mcs.agent import Agent
+
+log = logging.getLogger(__name__)
+
+OptionalClusterIdOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster-id",
+        help="This cluster's ID in the clusterset (default: the one `isthmus join` stored in the cluster; "
+             "until it has joined, wait for it).",
+        callback=_cluster_id,
+        show_default=False,
+    ),
+]
 
 RELEASE_TIMEOUT = 3.0
 """How long a stopping agent tries to hand its Lease back."""
@@ -35,7 +52,7 @@ def default_identity() -> str:
 
 @command("agent")
 def agent(
-    cluster_id: ClusterIdOpt,
+    cluster_id: OptionalClusterIdOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     identity: Annotated[
@@ -62,27 +79,57 @@ def agent(
 ) -> None:
     """Export this cluster's services to the broker and import everyone's (leader-elected)."""
     from isthmus.kube.client import make_client
-    from isthmus.mcs.agent import Agent, AgentConfigError
+    from isthmus.mcs.agent import Agent, AgentConfigError, AgentNotJoined
 
     holder = identity or default_identity()
     if not holder.strip():
         raise fail("--identity must not be empty")
 
     async def build() -> Background:
+        from isthmus.mcs.membership import JOIN_POLL_SECONDS
+
         client = make_client(kubeconfig, context)
-        try:
-            the_agent = await Agent.from_cluster(client, cluster_id, workers=workers, identity=holder,
-                                                   dead_cluster_grace=dead_cluster_grace)
-        except AgentConfigError as err:
-            raise fail(str(err)) from None
+        waiting: list[str] = []
+
+        async def attempt() -> Agent | None:
+            """The agent, or None while the cluster has not joined; other configuration errors end the command."""
+            try:
+                return await Agent.from_cluster(client, cluster_id, workers=workers, identity=holder,
+                                                dead_cluster_grace=dead_cluster_grace)
+            except AgentNotJoined as err:
+                if not waiting:  # say it once, not every poll
+                    log.warning("%s; waiting (not ready until then)", err)
+                    waiting.append(str(err))
+                return None
+            except AgentConfigError as err:
+                raise fail(str(err)) from None
+
+        found: list[Agent] = []
+        first = await attempt()
+        if first is not None:
+            found.append(first)
+
+        async def run() -> None:
+            while not found:
+                await asyncio.sleep(JOIN_POLL_SECONDS)
+                joined = await attempt()
+                if joined is not None:
+                    log.info("cluster joined as %s: starting", joined.cluster_id)
+                    found.append(joined)
+            try:
+                await found[0].run()
+            except AgentConfigError as err:  # e.g. the broker no longer accepts this cluster's token
+                raise fail(str(err)) from None
 
         async def release() -> None:
             # Best effort and bounded: a successor need not wait out the lease, but an API server
             # that does not answer must not hold up the shutdown (the lease expires on its own).
+            if not found:
+                return
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(RELEASE_TIMEOUT):
-                    await the_agent.elector.release()
+                    await found[0].elector.release()
 
-        return Background("agent", the_agent.run, lambda: the_agent.ready, on_stop=release)
+        return Background("agent", run, lambda: bool(found) and found[0].ready, on_stop=release)
 
     run_component("agent", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)

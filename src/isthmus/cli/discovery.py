@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
@@ -23,13 +22,13 @@ from rich.console import Console
 from rich.table import Table
 
 from isthmus.api.base import now
-from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, STALE_HEARTBEAT_SECONDS
+from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, STALE_HEARTBEAT_SECONDS, cluster_service_account
 from isthmus.cli.app import ContextOpt, KubeconfigOpt, command, fail
 from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client
 from isthmus.mcs import broker as mcs_broker
+from isthmus.mcs import coredns, views
 from isthmus.mcs import exports as mcs_exports
 from isthmus.mcs import membership as mcs_membership
-from isthmus.mcs import views
 from isthmus.mcs.brokerinfo import BrokerInfo, access_from_config
 from isthmus.mcs.control import FIELD_MANAGER
 
@@ -70,8 +69,29 @@ def _cluster_factory(kubeconfig: Path | None, context: str | None) -> Callable[[
     return lambda: make_client(kubeconfig, context, field_manager=FIELD_MANAGER, timeout=COMMAND_TIMEOUT)
 
 
-def _broker_factory(info: BrokerInfo) -> Callable[[], AsyncClient]:
+def _broker_factory(
+    info: BrokerInfo, kubeconfig: Path | None = None, context: str | None = None
+) -> Callable[[], AsyncClient]:
+    """The broker API: as its admin with --broker-kubeconfig (join, leave), else with broker-info's
+    own credentials (a joined cluster's token, or none)."""
+    if kubeconfig is not None:
+        return lambda: make_client(kubeconfig, context, namespace=info.namespace, field_manager=FIELD_MANAGER,
+                                   timeout=COMMAND_TIMEOUT)
     return lambda: info.client(timeout=COMMAND_TIMEOUT)
+
+
+BrokerKubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--broker-kubeconfig",
+        help="Kubeconfig with the broker's admin credentials: join creates the cluster's own broker "
+             "ServiceAccount and token with them, leave revokes it. Used for this command only, never stored.",
+        show_default=False,
+    ),
+]
+BrokerContextOpt = Annotated[
+    str | None, typer.Option("--broker-context", help="Context of --broker-kubeconfig (default: its current one).")
+]
 
 
 def _read_broker_info(path: Path) -> BrokerInfo:
@@ -139,7 +159,7 @@ def deploy_broker(
     if globalnet:
         raise fail(mcs_broker.GLOBALNET_UNSUPPORTED)
     try:
-        server, ca_pem, token = access_from_config(load_config(kubeconfig, context))
+        server, ca_pem, _ = access_from_config(load_config(kubeconfig, context))
     except ValueError as err:
         raise fail(str(err)) from None
 
@@ -151,13 +171,11 @@ def deploy_broker(
             cidr_range=cidr_range,
             server_url=server,
             ca_pem=ca_pem,
-            token=token,
         )
 
     info = _run(_with_clients([_cluster_factory(kubeconfig, context)], body))
     try:
-        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it carries the broker token
-        with os.fdopen(fd, "w") as f:
+        with open(output, "w") as f:
             f.write(info.encode() + "\n")
     except OSError as err:
         raise fail(f"cannot write {output}: {err.strerror or err}") from None
@@ -166,9 +184,8 @@ def deploy_broker(
         f"  ClusterSet IP by default: {_on_off(info.clusterset_ip_enabled)}; "
         f"range {', '.join(info.clusterset_ip_cidr_range)}"
     )
-    typer.echo(f"  wrote {output} (it holds the broker's credentials: share it only with joining clusters)")
-    if token is None:
-        typer.echo("note: the kubeconfig's user has no token: clusters will reach the broker without one", err=True)
+    typer.echo(f"  wrote {output} (no credentials in it: `isthmus join --broker-kubeconfig` gives each "
+               f"cluster its own)")
 
 
 # --- join ---------------------------------------------------------------------------------------
@@ -197,14 +214,29 @@ def join(
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing registration (other CIDR, taken ID, other ID).")
     ] = False,
+    broker_kubeconfig: BrokerKubeconfigOpt = None,
+    broker_context: BrokerContextOpt = None,
+    no_coredns: Annotated[
+        bool, typer.Option("--no-coredns", help="Leave CoreDNS alone (no clusterset.local stub zone).")
+    ] = False,
     globalnet: GlobalnetOpt = False,
 ) -> None:
-    """Join this cluster to the clusterset described by BROKER_INFO."""
+    """Join this cluster to the clusterset described by BROKER_INFO.
+
+    With --broker-kubeconfig the cluster gets its own broker ServiceAccount and a one-year token
+    (re-run join to renew it); without, it reaches the broker with BROKER_INFO's own token (an old
+    broker-info that carries one). Adds the clusterset.local stub zone to the cluster's CoreDNS
+    unless --no-coredns.
+    """
     if globalnet:
         raise fail(mcs_broker.GLOBALNET_UNSUPPORTED)
     if not cluster_id:
         raise fail("--cluster-id is required (a DNS-1123 label naming this cluster in the clusterset)")
     info = _read_broker_info(broker_info)
+    if broker_kubeconfig is None and info.token is None:
+        raise fail(f"{broker_info} carries no broker credentials: pass the broker's admin kubeconfig as "
+                   f"--broker-kubeconfig, so join can give this cluster its own")
+    notes: list[str] = []
 
     async def body(broker: AsyncClient, cluster: AsyncClient) -> tuple[Any, bool]:
         registered = await mcs_membership.join(
@@ -215,16 +247,28 @@ def join(
             enable_clusterset_ip=enable_clusterset_ip,
             clusterset_ip_cidr=clusterset_ip_cidr,
             force=force,
+            member_credentials=broker_kubeconfig is not None,
         )
         broker_obj = await mcs_broker.get_broker(broker, info.namespace)
+        if not no_coredns:
+            notes.append(await coredns.ensure_coredns_stub(cluster))
         return registered, broker_obj.spec.clusterset_ip_enabled
 
-    cluster, broker_default = _run(_with_clients([_broker_factory(info), _cluster_factory(kubeconfig, context)], body))
+    factories = [_broker_factory(info, broker_kubeconfig, broker_context), _cluster_factory(kubeconfig, context)]
+    cluster, broker_default = _run(_with_clients(factories, body))
     own = cluster.spec.clusterset_ip_enabled
     default = f"{_on_off(own)} (this cluster's setting)" if own is not None else f"{_on_off(broker_default)} (broker's setting)"
     typer.echo(f"cluster {cluster.name} joined the clusterset at {info.server}")
     typer.echo(f"  clusterset IP CIDR: {', '.join(cluster.spec.clusterset_ip_cidr)}")
     typer.echo(f"  ClusterSet IP by default: {default}")
+    if broker_kubeconfig is not None:
+        typer.echo(f"  broker credentials: ServiceAccount {info.namespace}/{cluster_service_account(cluster.name)} "
+                   f"(token valid one year; re-run join to renew)")
+    else:
+        typer.echo("note: no --broker-kubeconfig: this cluster reaches the broker with broker-info's "
+                   "credentials", err=True)
+    for note in notes:
+        typer.echo(f"  {note}")
 
 
 # --- leave --------------------------------------------------------------------------------------
@@ -239,6 +283,8 @@ def leave(
         typer.Option("--broker-info", help="Clean a cluster that is gone off the broker (with --cluster-id)."),
     ] = None,
     cluster_id: Annotated[str | None, typer.Option("--cluster-id", help="The cluster to remove.")] = None,
+    broker_kubeconfig: BrokerKubeconfigOpt = None,
+    broker_context: BrokerContextOpt = None,
     yes: YesOpt = False,
 ) -> None:
     """Leave the clusterset: this cluster (--kubeconfig), or a dead one (--broker-info, --cluster-id).
@@ -251,7 +297,7 @@ def leave(
         if kubeconfig is not None:
             raise fail("use either --kubeconfig (this cluster leaves) or --broker-info (remove a dead cluster)")
         _needs_terminal(yes, f"leave would remove cluster {cluster_id} from the broker")
-        _leave_broker_only(_read_broker_info(broker_info), cluster_id, yes)
+        _leave_broker_only(_read_broker_info(broker_info), cluster_id, yes, broker_kubeconfig, broker_context)
         return
     _needs_terminal(yes, "leave would remove this cluster from its clusterset")
 
@@ -267,20 +313,32 @@ def leave(
         yes,
     )
 
+    notes: list[str] = []
+
     async def this_cluster(broker: AsyncClient, cluster: AsyncClient) -> mcs_membership.LeaveResult:
-        return await mcs_membership.leave(broker, cluster, info.namespace, joined_as)
+        result = await mcs_membership.leave(broker, cluster, info.namespace, joined_as)
+        notes.append(await coredns.remove_coredns_stub(cluster))
+        return result
 
-    result = _run(_with_clients([_broker_factory(info), _cluster_factory(kubeconfig, context)], this_cluster))
+    factories = [_broker_factory(info, broker_kubeconfig, broker_context), _cluster_factory(kubeconfig, context)]
+    result = _run(_with_clients(factories, this_cluster))
     registered = "removed from the broker" if result.deregistered else "was not registered on the broker"
-    typer.echo(f"cluster {result.cluster_id} left the clusterset: {registered}; "
+    revoked = "; its broker credentials revoked" if result.revoked else ""
+    typer.echo(f"cluster {result.cluster_id} left the clusterset: {registered}{revoked}; "
                f"{result.local_objects} local object(s) deleted")
+    for note in notes:
+        typer.echo(f"  {note}")
 
 
-def _leave_broker_only(info: BrokerInfo, gone_id: str, yes: bool) -> None:
+def _leave_broker_only(
+    info: BrokerInfo, gone_id: str, yes: bool, broker_kubeconfig: Path | None, broker_context: str | None
+) -> None:
+    broker_factory = _broker_factory(info, broker_kubeconfig, broker_context)
+
     async def members(broker: AsyncClient) -> list[str]:
         return [r.cluster_id for r in await views.cluster_rows(broker, info.namespace)]
 
-    known = _run(_with_clients([_broker_factory(info)], members))
+    known = _run(_with_clients([broker_factory], members))
     if gone_id not in known:
         raise fail(f"cluster {gone_id!r} is not registered on the broker (members: {', '.join(known) or 'none'})")
     _confirm(
@@ -292,7 +350,7 @@ def _leave_broker_only(info: BrokerInfo, gone_id: str, yes: bool) -> None:
     async def remove(broker: AsyncClient) -> mcs_membership.LeaveResult:
         return await mcs_membership.leave(broker, None, info.namespace, gone_id)
 
-    result = _run(_with_clients([_broker_factory(info)], remove))
+    result = _run(_with_clients([broker_factory], remove))
     if not result.deregistered:  # someone else removed it meanwhile: the outcome the user asked for
         typer.echo(f"cluster {gone_id} was already gone from the broker")
         return
@@ -413,6 +471,8 @@ def show(
     broker_info: Annotated[
         Path | None, typer.Option("--broker-info", help="clusters: ask this broker instead of the cluster's.")
     ] = None,
+    broker_kubeconfig: BrokerKubeconfigOpt = None,
+    broker_context: BrokerContextOpt = None,
 ) -> None:
     """List the clusterset's clusters, this cluster's exports or its imports.
 
@@ -427,7 +487,9 @@ def show(
         raise fail("use either --namespace or --all-namespaces")
     ref = now()
     if what == "clusters":
-        _show_clusters(kubeconfig, context, broker_info, output, ref)
+        if broker_kubeconfig is not None and broker_info is None:
+            raise fail("--broker-kubeconfig needs --broker-info (the broker namespace is in it)")
+        _show_clusters(kubeconfig, context, broker_info, output, ref, broker_kubeconfig, broker_context)
         return
     ns = None if all_namespaces else _namespace(kubeconfig, context, namespace)
 
@@ -457,7 +519,8 @@ def show(
 
 
 def _show_clusters(
-    kubeconfig: Path | None, context: str | None, broker_info: Path | None, output: str, ref: datetime
+    kubeconfig: Path | None, context: str | None, broker_info: Path | None, output: str, ref: datetime,
+    broker_kubeconfig: Path | None, broker_context: str | None,
 ) -> None:
     if broker_info is not None:
         info = _read_broker_info(broker_info)
@@ -465,7 +528,7 @@ def _show_clusters(
         async def from_file(broker: AsyncClient) -> list[views.ClusterRow]:
             return await views.cluster_rows(broker, info.namespace)
 
-        rows = _run(_with_clients([_broker_factory(info)], from_file))
+        rows = _run(_with_clients([_broker_factory(info, broker_kubeconfig, broker_context)], from_file))
     else:
 
         async def via_cluster(cluster: AsyncClient) -> list[views.ClusterRow]:

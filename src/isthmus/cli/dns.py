@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from isthmus.api.mcs import CLUSTERSET_DOMAIN
+from isthmus.cli.agent import OptionalClusterIdOpt
 from isthmus.cli.app import (
-    ClusterIdOpt,
     ContextOpt,
     KubeconfigOpt,
     LogFormatOpt,
@@ -19,10 +23,15 @@ from isthmus.cli.app import (
     run_component,
 )
 
+if TYPE_CHECKING:
+    from isthmus.dns.service import DnsService
+
+log = logging.getLogger("isthmus.dns")
+
 
 @command("dns")
 def dns(
-    cluster_id: ClusterIdOpt,
+    cluster_id: OptionalClusterIdOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     listen: Annotated[
@@ -88,7 +97,7 @@ def dns(
     if not 512 <= max_udp <= 65535:
         raise fail("--max-udp must be between 512 and 65535")
     config = DnsConfig(
-        cluster_id=cluster_id,
+        cluster_id=cluster_id or "",
         listen=addrs,
         zones=zones,
         ttl=ttl,
@@ -99,11 +108,61 @@ def dns(
         tcp=tcp,
     )
 
-    async def build() -> DnsService:
+    async def build() -> DnsService | _AfterJoin:
         # The service serves its own /metrics (it adds the DNS counters), so run_component gets none.
-        return DnsService(make_client(kubeconfig, context, field_manager="isthmus-dns"), config)
+        client = make_client(kubeconfig, context, field_manager="isthmus-dns")
+        if cluster_id:
+            return DnsService(client, config)
+        return _AfterJoin(client, config)
 
     try:
         run_component("dns", build, log_format=log_format, log_level=log_level)
     except OSError as e:
         raise fail(f"cannot listen: {e.strerror or e}") from None
+
+
+class _AfterJoin:
+    """The DNS server of a cluster that may not have joined yet: it waits for the cluster ID `join`
+    stores, then serves. Stoppable (SIGTERM) while waiting; not ready until serving."""
+
+    def __init__(self, client: Any, config: Any) -> None:
+        self.client = client
+        self.config = config
+        self.inner: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._said: set[str] = set()
+
+    @property
+    def ready(self) -> bool:
+        return self.inner is not None and bool(self.inner.ready)
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._serve_when_joined(), name="dns after join")
+
+    async def _serve_when_joined(self) -> None:
+        from isthmus.dns.service import DnsService
+        from isthmus.mcs.membership import wait_for_cluster_id
+
+        def waiting(why: str) -> None:
+            if why not in self._said:  # once per reason, not every poll
+                self._said.add(why)
+                log.warning("%s", why)
+
+        joined = await wait_for_cluster_id(self.client, waiting)
+        log.info("cluster joined as %s: serving", joined)
+        self.inner = DnsService(self.client, dataclasses.replace(self.config, cluster_id=joined))
+        await self.inner.start()
+
+    async def wait(self) -> None:
+        """Ends the command only if starting failed (e.g. the address is taken); else runs until stopped."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+        await asyncio.Event().wait()
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.inner is not None:
+            await self.inner.stop()

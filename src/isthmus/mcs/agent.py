@@ -132,7 +132,16 @@ BY_SOURCE_CLUSTER = "source-cluster"  # broker slices by the cluster they claim 
 
 
 class AgentConfigError(Exception):
-    """The cluster is not joined (or joined under another ID): a user error, shown as is."""
+    """The cluster joined under another ID, or its broker Secret is unusable: a user error, shown as is."""
+
+
+class BrokerCredentialsRejected(AgentConfigError):
+    """The broker answers 401 to this cluster's token: `isthmus leave` revoked it, or a re-join made
+    a new ServiceAccount. The agent stops so that its restart reads the Secret join wrote again."""
+
+
+class AgentNotJoined(AgentConfigError):
+    """The cluster has not joined (yet): `isthmus agent` waits for `isthmus join`."""
 
 
 def _source_cluster_key(obj: Any) -> list[str]:
@@ -142,6 +151,23 @@ def _source_cluster_key(obj: Any) -> list[str]:
 
 def _dump(obj: Any) -> dict[str, Any]:
     return cast(dict[str, Any], obj.to_dict()) if obj is not None else {}
+
+
+def _annotations(obj: Any) -> dict[str, str]:
+    return cast(dict[str, str], (_dump(obj).get("metadata") or {}).get("annotations") or {})
+
+
+def _heartbeat_written_at(obj: Any) -> datetime | None:
+    """When the broker recorded the last write of a Cluster by its agent (its own clock; heartbeats are
+    the agent's only writes of the main resource), from metadata.managedFields."""
+    for entry in (_dump(obj).get("metadata") or {}).get("managedFields") or []:
+        if (entry.get("manager") == AGENT_FIELD_MANAGER and entry.get("operation") == "Update"
+                and not entry.get("subresource") and entry.get("time")):
+            try:
+                return datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
+            except ValueError:
+                return None
+    return None
 
 
 @dataclass
@@ -211,17 +237,20 @@ class Agent:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    async def from_cluster(cls, client: AsyncClient, cluster_id: str, **kwargs: Any) -> Agent:
-        """Build the agent from what `isthmus join` stored in the cluster."""
+    async def from_cluster(cls, client: AsyncClient, cluster_id: str | None, **kwargs: Any) -> Agent:
+        """Build the agent from what `isthmus join` stored in the cluster; `cluster_id` None: the ID
+        join stored (so one member manifest fits every cluster)."""
         try:
             sd = await helpers.get(client, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE)
             secret = await client.get(Secret, BROKER_SECRET_NAME, namespace=AGENT_NAMESPACE)
         except ApiError as e:
             if helpers.is_not_found(e):
-                raise AgentConfigError(
+                raise AgentNotJoined(
                     f"this cluster has not joined a clusterset (no {AGENT_NAMESPACE}/{SERVICE_DISCOVERY_NAME}); "
                     "run `isthmus join` first") from None
             raise
+        if cluster_id is None:
+            cluster_id = sd.spec.cluster_id
         if sd.spec.cluster_id != cluster_id:
             raise AgentConfigError(
                 f"this cluster joined as {sd.spec.cluster_id!r}, not {cluster_id!r}")
@@ -246,7 +275,10 @@ class Agent:
         """Campaign for the Lease; while leading, run the controller. Never returns on its own."""
         try:
             while True:
-                await self.elector.run(self._lead)
+                try:
+                    await self.elector.run(self._lead)
+                except* BrokerCredentialsRejected as group:
+                    raise group.exceptions[0] from None
         finally:
             await self.recorder.aclose()
             await self.broker_recorder.aclose()
@@ -306,8 +338,12 @@ class Agent:
             # cluster that got a departed cluster's CIDR) is marked taken.
             for obj in self.b_imports.cache.list():
                 self._reserve_vips(obj)
-            # The lists just succeeded, so the broker is reachable; peers already marked silent on the
-            # broker stay withdrawn from the first reconcile on.
+            # Peers already silent stay withdrawn from the first reconcile on; the lists just
+            # succeeded, so the broker is reachable.
+            try:
+                await self._judge_after_restart()
+            except Exception as e:  # the heartbeat loop retries; peers then get a whole grace period
+                log.warning("could not judge peers' heartbeats at start: %s", helpers.describe_error(e))
             self.liveness.link_ok()
             self._silent = self.liveness.silent()
             self._ready.set()
@@ -344,20 +380,22 @@ class Agent:
         except AttributeError:
             return "its address in broker-info"
 
+    async def _beat(self) -> Any:
+        """One heartbeat: the annotation on our own Cluster (the only Cluster we may write). Returns it."""
+        return await cast(Any, self.broker).patch(
+            resource_for(Cluster), self.cluster_id,
+            {"metadata": {"annotations": {HEARTBEAT_ANNOTATION: format_time(datetime.now(UTC))}}},
+            namespace=self.broker_ns, patch_type=PatchType.MERGE, field_manager=AGENT_FIELD_MANAGER)
+
     async def _heartbeat(self) -> None:
         """Tell the broker this cluster's agent is alive: the heartbeat annotation (what peers and
         `isthmus show clusters` age) and a Ready condition on the Cluster's status. Its success or
         failure is also this agent's measure of whether it can see the broker (see liveness.py)."""
         while True:
-            now = datetime.now(UTC)
             try:
-                stored = await cast(Any, self.broker).patch(
-                    resource_for(Cluster), self.cluster_id,
-                    {"metadata": {"annotations": {HEARTBEAT_ANNOTATION: format_time(now)}}},
-                    namespace=self.broker_ns, patch_type=PatchType.MERGE, field_manager=AGENT_FIELD_MANAGER)
+                stored = await self._beat()
                 await self._observe_peers()
                 cluster = Cluster.from_dict(stored.to_dict())
-                previous = find_condition(cluster.status.conditions, ConditionType.READY)
                 ready = new_condition(ConditionType.READY, True, ClusterReason.AGENT_RUNNING,
                                       f"the agent of cluster {self.cluster_id} is running", cluster.metadata.generation)
                 merged = merge_conditions(cluster.status.conditions, [ready])
@@ -365,12 +403,15 @@ class Agent:
                     cluster.status.conditions = merged
                     await helpers.patch_status(self.broker, cluster, field_manager=AGENT_FIELD_MANAGER,
                                                patch_type=PatchType.MERGE)
-                    if previous is not None and previous.reason == ClusterReason.AGENT_SILENT:
-                        self.broker_recorder.normal(
-                            stored, ClusterEventReason.RESTORED,
-                            f"the agent of cluster {self.cluster_id} is back: its endpoints are imported again")
             except (httpx2.TransportError, OSError) as e:  # the broker may be briefly unreachable: keep beating
                 self.liveness.link_failed()
+                log.warning("heartbeat to broker failed: %s", helpers.describe_error(e))
+            except ApiError as e:
+                if helpers.status_code(e) == 401:
+                    raise BrokerCredentialsRejected(
+                        f"the broker at {self.broker_server} rejects this cluster's token (401 Unauthorized): it "
+                        f"was revoked (`isthmus leave`) or replaced (a new join); stopping, so that a restart "
+                        f"reads Secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME} again") from None
                 log.warning("heartbeat to broker failed: %s", helpers.describe_error(e))
             except Exception as e:
                 log.warning("heartbeat to broker failed: %s", helpers.describe_error(e))
@@ -397,12 +438,7 @@ class Agent:
         name = object_name(obj)
         if name == self.cluster_id:
             return
-        d = _dump(obj)
-        ready = find_condition(Cluster.from_dict(d).status.conditions, ConditionType.READY)
-        self.liveness.observe(
-            name, ((d.get("metadata") or {}).get("annotations") or {}).get(HEARTBEAT_ANNOTATION),
-            marked_silent=ready is not None and ready.reason == ClusterReason.AGENT_SILENT
-                          and str(ready.status) == "False")
+        self.liveness.observe(name, _annotations(obj).get(HEARTBEAT_ANNOTATION))
         if name in self._silent and name not in self.liveness.silent():
             self._apply_silence()  # it beats again: restore at once rather than at the next tick
 
@@ -418,16 +454,15 @@ class Agent:
         period = max(0.2, min(5.0, self.liveness.grace / 4))
         while True:
             await asyncio.sleep(period)
-            newly_silent = self._apply_silence()
-            for name in sorted(newly_silent):
-                try:
-                    await self._mark_silent(name)
-                except Exception as e:  # another agent may have written it first; it is informative only
-                    log.info("could not mark cluster %s silent: %s", name, helpers.describe_error(e))
+            self._apply_silence()
 
     def _apply_silence(self) -> frozenset[str]:
-        """Recompute the silent set; requeue every service of a cluster that changed side. Returns the
-        clusters that just went silent."""
+        """Recompute the silent set; requeue every service of a cluster that changed side and say so
+        with an Event on its broker `Cluster`. Returns the clusters that just went silent.
+
+        The verdict is this agent's own: a member may write only its own Cluster on the broker, so the
+        peer's status is left alone (it keeps what its own agent last wrote) and the Event says why.
+        """
         silent = self.liveness.silent()
         changed = silent ^ self._silent
         if not changed:
@@ -437,8 +472,10 @@ class Agent:
         for name in sorted(went):
             log.warning("cluster %s: no heartbeat for over %.0f s: its endpoints are withdrawn from every import",
                         name, self.liveness.grace)
+            self._post_verdict(name, silent=True)
         for name in sorted(back):
             log.info("cluster %s is alive again: its endpoints are imported again", name)
+            self._post_verdict(name, silent=False)
         if self._controller is not None:
             for name in sorted(changed):
                 for o in self.b_slices.cache.by_index(BY_SOURCE_CLUSTER, name):
@@ -446,33 +483,41 @@ class Agent:
                         self._controller.enqueue(key)
         return went
 
-    async def _mark_silent(self, name: str) -> None:
-        """Say why on the silent cluster's `Cluster` (once: a write guarded by resourceVersion, so of all
-        agents noticing at the same time one writes it and posts the Event)."""
-        raw = self.b_clusters.cache.get(f"{self.broker_ns}/{name}")
+    def _post_verdict(self, name: str, *, silent: bool) -> None:
+        """A Warning (withdrawn) or Normal (restored) Event on the peer's `Cluster`, from this cluster."""
+        raw = self.b_clusters.cache.get(f"{self.broker_ns}/{name}") if self._controller is not None else None
         if raw is None:
             return
-        cluster = Cluster.from_dict(_dump(raw))
-        current = find_condition(cluster.status.conditions, ConditionType.READY)
-        if current is not None and current.reason == ClusterReason.AGENT_SILENT:
+        if silent:
+            age = self.liveness.silent_for(name)
+            message = (f"no heartbeat from the agent of cluster {name} for "
+                       f"{f'{age:.0f} s' if age is not None else 'longer than the grace period'} "
+                       f"(grace {self.liveness.grace:.0f} s): cluster {self.cluster_id} withdrew its "
+                       "endpoints from every import until it returns")
+            self.broker_recorder.warning(raw, ClusterEventReason.WITHDRAWN, message)
+        else:
+            self.broker_recorder.normal(
+                raw, ClusterEventReason.RESTORED,
+                f"the agent of cluster {name} is back: cluster {self.cluster_id} imports its endpoints again")
+
+    async def _judge_after_restart(self) -> None:
+        """Peers already silent when this agent starts stay withdrawn until they beat again.
+
+        Their age is read in the broker's clock, never this host's: the time the broker recorded for
+        a peer's last heartbeat write (its agent's managedFields entry) against the time it records
+        for our own heartbeat just now. Clock skew between clusters therefore cannot matter.
+        """
+        stored = await self._beat()
+        now = _heartbeat_written_at(stored)
+        if now is None:
             return
-        age = self.liveness.silent_for(name)
-        message = (f"no heartbeat from the agent of cluster {name} for "
-                   f"{f'{age:.0f} s' if age is not None else 'longer than the grace period'} "
-                   f"(grace {self.liveness.grace:.0f} s, seen by {self.cluster_id}): its endpoints are "
-                   "withdrawn from every import until it returns")
-        conds = merge_conditions(cluster.status.conditions, [new_condition(
-            ConditionType.READY, False, ClusterReason.AGENT_SILENT, message, cluster.metadata.generation)])
-        body = {"metadata": {"resourceVersion": cluster.metadata.resource_version},
-                "status": {"conditions": [c.to_dict() for c in conds]}}
-        try:
-            await cast(Any, self.broker).patch(resource_for(Cluster).Status, name, body, namespace=self.broker_ns,
-                                               patch_type=PatchType.MERGE, field_manager=AGENT_FIELD_MANAGER)
-        except ApiError as e:
-            if helpers.is_conflict(e) or helpers.is_not_found(e):
-                return  # someone else said it first, or it left
-            raise
-        self.broker_recorder.warning(raw, ClusterEventReason.WITHDRAWN, message)
+        for raw in self.b_clusters.cache.list():
+            name = object_name(raw)
+            written = _heartbeat_written_at(raw)
+            if name == self.cluster_id or written is None or (now - written).total_seconds() <= self.liveness.grace:
+                continue
+            self.liveness.forget(name)
+            self.liveness.observe(name, _annotations(raw).get(HEARTBEAT_ANNOTATION), marked_silent=True)
 
     # ------------------------------------------------------------------ VIP bookkeeping
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta as LkObjectMeta
@@ -21,10 +21,11 @@ from isthmus.api.mcs import (
     Broker,
     BrokerSpec,
 )
-from isthmus.kube.helpers import create_or_update, install_crds
+from isthmus.kube import manifests
+from isthmus.kube.helpers import create_or_update
 from isthmus.mcs.allocator import validate_cluster_id
 from isthmus.mcs.brokerinfo import BrokerInfo
-from isthmus.mcs.control import CRD_TIMEOUT, FIELD_MANAGER, DiscoveryError, ensure_namespace, get_if_kind
+from isthmus.mcs.control import CRD_TIMEOUT, FIELD_MANAGER, DiscoveryError, get_if_kind
 
 GLOBALNET_UNSUPPORTED = (
     "Globalnet is not supported with ClusterSet IPs: every pod behind an exported service would need "
@@ -65,6 +66,23 @@ def normalize_cidr_range(cidrs: Sequence[str] | None) -> list[str]:
     return [str(n) for n in nets]
 
 
+def broker_manifests(namespace: str) -> list[dict[str, Any]]:
+    """deploy/broker rendered for `namespace`: the CRDs, the Namespace, the member Role and the
+    member write policy (what `kubectl apply -k deploy/broker` installs in isthmus-broker)."""
+    try:
+        objs = manifests.render(manifests.deploy_dir() / "broker", namespace=namespace)
+    except manifests.ManifestError as err:
+        raise DiscoveryError(f"the broker manifests cannot be built: {err}") from None
+    for obj in objs:
+        if obj.get("kind") in _CLUSTER_SCOPED_POLICY_KINDS:
+            # kustomize's namespace transformer does not know these kinds are cluster-scoped
+            obj.get("metadata", {}).pop("namespace", None)
+    return objs
+
+
+_CLUSTER_SCOPED_POLICY_KINDS = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
+
+
 def _describe(spec: BrokerSpec) -> str:
     return (
         f"clustersetIPEnabled={str(spec.clusterset_ip_enabled).lower()}, "
@@ -80,9 +98,10 @@ async def deploy_broker(
     cidr_range: Sequence[str] | None,
     server_url: str,
     ca_pem: str | None,
-    token: str | None,
 ) -> BrokerInfo:
-    """Set up the broker namespace: CRDs, namespace, Broker `broker`, ConfigMap `broker-info`.
+    """Set up the broker: CRDs and deploy/broker (namespace, the member Role, the write policy), the
+    Broker `broker` and the ConfigMap `broker-info`. The broker-info returned carries no credentials:
+    `isthmus join` gets each cluster its own token.
 
     Idempotent with the same settings. The clusterset settings cannot change once clusters may have
     joined (changing them means reinstalling the clusterset), so a re-run with
@@ -92,8 +111,7 @@ async def deploy_broker(
     ranges = normalize_cidr_range(cidr_range)
     wanted = BrokerSpec(clusterset_ip_enabled=enable_clusterset_ip, clusterset_ip_cidr_range=ranges)
     async with asyncio.timeout(CRD_TIMEOUT):
-        await install_crds(client, field_manager=FIELD_MANAGER)
-    await ensure_namespace(client, namespace)
+        await manifests.apply(client, broker_manifests(namespace), FIELD_MANAGER)
 
     def mutate(current: Broker | None) -> Broker | None:
         if current is None:
@@ -124,7 +142,6 @@ async def deploy_broker(
     return BrokerInfo(
         server=server_url,
         ca_pem=ca_pem,
-        token=token,
         namespace=namespace,
         clusterset_ip_enabled=enable_clusterset_ip,
         clusterset_ip_cidr_range=ranges,

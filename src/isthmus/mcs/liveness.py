@@ -14,8 +14,10 @@ Two rules keep a broker outage from looking like every peer dying:
   back, every peer gets a whole grace period again before it can be judged silent (one judged silent
   before the outage stays so until it beats).
 
-A verdict survives restarts through the broker: a peer whose `Cluster` already says
-`Ready=False AgentSilent` stays silent until its heartbeat changes.
+A verdict survives the observer's restart: the agent passes `marked_silent` for a peer whose last
+heartbeat the broker recorded longer than the grace ago (in the broker's clock, agent.py), and that
+peer stays silent until its heartbeat changes. Nothing is written on the peer's `Cluster`: a member
+may write only its own.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ class Liveness:
         peer = self._peers.get(cluster)
         now = self._clock()
         if peer is None:
-            # Already judged silent (by us before a restart, or by another agent): it stays so until
-            # it beats again, rather than getting its endpoints back for a grace period.
+            # Already silent when we started: it stays so until it beats again, rather than getting
+            # its endpoints back for a grace period.
             self._peers[cluster] = _Peer(heartbeat, float("-inf") if marked_silent else now)
         elif peer.heartbeat != heartbeat:
             peer.heartbeat, peer.seen_at = heartbeat, now

@@ -1,6 +1,13 @@
 """Membership: `isthmus join` registers a cluster on the broker with its own VIP CIDR and configures
 the cluster; `isthmus leave` undoes both; `membership` reads back what join stored in a cluster.
 
+Broker credentials are per cluster: with the broker's admin credentials (`join --broker-kubeconfig`,
+used for join and leave only, never stored) join creates the ServiceAccount `cluster-<id>` in the
+broker namespace, binds it to the shared Role `isthmus-broker-member` (deploy/broker) and to a Role
+for its own `Cluster`, and stores a TokenRequest token of that ServiceAccount (BROKER_TOKEN_SECONDS;
+re-running join renews it) in the member's broker Secret. `leave` deletes the ServiceAccount: every
+token of it stops authenticating, as the API server checks the ServiceAccount's UID.
+
 Join is the one step with a race: two clusters joining at the same moment must never get
 overlapping VIP CIDRs. Clusters are separate objects, so the API alone cannot serialize their
 creation; every join therefore finishes by bumping an annotation on the single Broker object with
@@ -15,21 +22,28 @@ import asyncio
 import base64
 import dataclasses
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from lightkube import ALL_NS, ApiError, AsyncClient
+from lightkube.models.authentication_v1 import TokenRequestSpec
 from lightkube.models.meta_v1 import ObjectMeta as LkObjectMeta
-from lightkube.resources.core_v1 import Namespace, Secret
+from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
+from lightkube.resources.core_v1 import Namespace, Secret, ServiceAccount, ServiceAccountToken
 from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
 from isthmus.api.base import ObjectMeta, format_time, now
 from isthmus.api.mcs import (
     AGENT_NAMESPACE,
+    BROKER_MEMBER_ROLE,
     BROKER_SECRET_KEY,
     BROKER_SECRET_NAME,
+    BROKER_TOKEN_SECONDS,
     CLUSTER_UID_ANNOTATION,
     DEFAULT_CLUSTER_CIDR_PREFIX,
+    ISTHMUS_GROUP,
     JOIN_SERIAL_ANNOTATION,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
@@ -40,6 +54,9 @@ from isthmus.api.mcs import (
     ServiceDiscovery,
     ServiceDiscoverySpec,
     ServiceImport,
+    cluster_role_name,
+    cluster_service_account,
+    member_binding_name,
 )
 from isthmus.kube.helpers import (
     create_or_update,
@@ -48,6 +65,7 @@ from isthmus.kube.helpers import (
     install_crds,
     is_conflict,
     list_all,
+    status_code,
 )
 from isthmus.kube.resources import to_lightkube
 from isthmus.mcs.allocator import CidrError, plan_cluster_cidr, validate_cluster_id
@@ -80,10 +98,14 @@ async def join(
     enable_clusterset_ip: bool | None,
     clusterset_ip_cidr: str | None,
     force: bool,
+    member_credentials: bool = True,
 ) -> Cluster:
     """Register `cluster_id` on the broker with a VIP CIDR, then configure the member cluster.
 
-    Re-joining with the same ID keeps the CIDR. A different `clusterset_ip_cidr` for a registered
+    With `member_credentials` (the broker client holds the broker's admin credentials) the cluster
+    gets its own broker ServiceAccount and token (module docstring); without, the member stores
+    `info` as it is and reaches the broker with its credentials (an open broker, or an old
+    broker-info carrying a token). Re-joining with the same ID keeps the CIDR. A different `clusterset_ip_cidr` for a registered
     ID, an ID another cluster holds, or a cluster already joined under another ID are errors unless
     `force` (then the registration is replaced). Returns the Cluster as stored on the broker.
     """
@@ -103,9 +125,20 @@ async def join(
         )
     uid = await _cluster_uid(cluster_client)
 
-    broker, cluster = await _register(
-        broker_client, namespace, cluster_id, uid, enable_clusterset_ip, clusterset_ip_cidr, force
-    )
+    try:
+        broker, cluster = await _register(
+            broker_client, namespace, cluster_id, uid, enable_clusterset_ip, clusterset_ip_cidr, force
+        )
+    except ApiError as err:
+        if status_code(err) == 403:
+            raise DiscoveryError(
+                f"the broker credentials may not register cluster {cluster_id!r} ({err.status.message}): "
+                f"pass the broker's admin kubeconfig as --broker-kubeconfig"
+            ) from None
+        raise
+    if member_credentials:  # after registering: a join refused (taken ID, bad CIDR) grants nothing
+        await _grant(broker_client, namespace, cluster_id)
+        info = dataclasses.replace(info, token=await _member_token(broker_client, namespace, cluster_id))
 
     async with asyncio.timeout(CRD_TIMEOUT):
         await install_crds(cluster_client, field_manager=FIELD_MANAGER)
@@ -149,6 +182,76 @@ async def join(
         field_manager=FIELD_MANAGER,
     )
     return cluster
+
+
+# --- per-cluster broker credentials ---------------------------------------------------------------
+
+
+def _binding(name: str, namespace: str, role: str, account: str) -> RoleBinding:
+    return RoleBinding(
+        metadata=LkObjectMeta(name=name, namespace=namespace),
+        roleRef=RoleRef(apiGroup="rbac.authorization.k8s.io", kind="Role", name=role),
+        subjects=[Subject(kind="ServiceAccount", name=account, namespace=namespace)],
+    )
+
+
+async def _grant(client: AsyncClient, namespace: str, cluster_id: str) -> None:
+    """ServiceAccount `cluster-<id>`, its Role on its own Cluster, and both RoleBindings (idempotent:
+    server-side apply)."""
+    account = cluster_service_account(cluster_id)
+    own = cluster_role_name(cluster_id)
+    objects: list[Any] = [
+        ServiceAccount(metadata=LkObjectMeta(name=account, namespace=namespace)),
+        Role(
+            metadata=LkObjectMeta(name=own, namespace=namespace),
+            rules=[
+                PolicyRule(apiGroups=[ISTHMUS_GROUP], resources=["clusters", "clusters/status"],
+                           resourceNames=[cluster_id], verbs=["get", "patch", "update"]),
+            ],
+        ),
+        _binding(own, namespace, own, account),
+        _binding(member_binding_name(cluster_id), namespace, BROKER_MEMBER_ROLE, account),
+    ]
+    try:
+        for obj in objects:
+            await cast(Any, client).apply(obj, field_manager=FIELD_MANAGER, force=True, namespace=namespace)
+    except ApiError as err:
+        if status_code(err) == 403:
+            raise DiscoveryError(
+                f"the broker credentials may not set up cluster {cluster_id!r}'s ServiceAccount and roles "
+                f"({err.status.message}): pass the broker's admin kubeconfig as --broker-kubeconfig"
+            ) from None
+        raise
+
+
+async def _member_token(client: AsyncClient, namespace: str, cluster_id: str) -> str:
+    """A new token (TokenRequest) of the cluster's broker ServiceAccount, valid BROKER_TOKEN_SECONDS."""
+    account = cluster_service_account(cluster_id)
+    request = ServiceAccountToken(metadata=LkObjectMeta(name=account, namespace=namespace),
+                                  spec=TokenRequestSpec(audiences=[], expirationSeconds=BROKER_TOKEN_SECONDS))
+    try:
+        issued = await cast(Any, client).create(request, name=account, namespace=namespace)
+    except ApiError as err:
+        raise DiscoveryError(
+            f"the broker did not issue a token for ServiceAccount {namespace}/{account}: {err.status.message}"
+        ) from None
+    token = issued.status.token if issued.status is not None else None
+    if not token:
+        raise DiscoveryError(f"the broker issued no token for ServiceAccount {namespace}/{account}")
+    return cast(str, token)
+
+
+async def _revoke(client: AsyncClient, namespace: str, cluster_id: str) -> int:
+    """Delete what _grant made; deleting the ServiceAccount invalidates every token issued for it."""
+    removed = 0
+    for res, name in (
+        (RoleBinding, member_binding_name(cluster_id)),
+        (RoleBinding, cluster_role_name(cluster_id)),
+        (Role, cluster_role_name(cluster_id)),
+        (ServiceAccount, cluster_service_account(cluster_id)),
+    ):
+        removed += await ensure_deleted(client, res, name, namespace=namespace)
+    return removed
 
 
 async def _register(
@@ -295,6 +398,8 @@ class LeaveResult:
     cluster_id: str
     deregistered: bool
     """The Cluster existed on the broker and was deleted (its broker objects follow by GC)."""
+    revoked: bool
+    """The cluster's broker ServiceAccount existed and was deleted (with its roles): its tokens are dead."""
     local_objects: int
     """ServiceDiscovery, Secret, ServiceImports and imported EndpointSlices deleted in the cluster."""
 
@@ -308,14 +413,24 @@ async def leave(
     """Deregister `cluster_id` and, with `cluster_client`, remove what join and the agent made there.
 
     Deleting the Cluster is enough on the broker: its ExportedServices and EndpointSlices are owned
-    by it and garbage-collected. Works for a cluster that is gone (`cluster_client=None`). Objects in
+    by it and garbage-collected. The cluster's broker ServiceAccount, Role and RoleBindings go too
+    (revoking its token); that takes the broker's admin credentials, a member's own token may not. Works for a cluster that is gone (`cluster_client=None`). Objects in
     the broker namespace are never touched on the cluster side (the broker may share its API).
     """
     problem = validate_cluster_id(cluster_id)
     if problem is not None:
         raise DiscoveryError(problem)
     await get_broker(broker_client, namespace)
-    deregistered = await ensure_deleted(broker_client, Cluster, cluster_id, namespace=namespace)
+    try:
+        deregistered = await ensure_deleted(broker_client, Cluster, cluster_id, namespace=namespace)
+        revoked = await _revoke(broker_client, namespace, cluster_id) > 0
+    except ApiError as err:
+        if status_code(err) == 403:
+            raise DiscoveryError(
+                f"the broker credentials may not remove cluster {cluster_id!r} ({err.status.message}): "
+                f"pass the broker's admin kubeconfig as --broker-kubeconfig"
+            ) from None
+        raise
     removed = 0
     if cluster_client is not None:
         removed += await delete_if_kind(cluster_client, ServiceDiscovery, SERVICE_DISCOVERY_NAME, AGENT_NAMESPACE)
@@ -329,7 +444,7 @@ async def leave(
         for imp in await list_if_kind(cluster_client, ServiceImport, ALL_NS):
             if imp.namespace != namespace:
                 removed += await ensure_deleted(cluster_client, ServiceImport, imp.name, namespace=imp.namespace)
-    return LeaveResult(cluster_id=cluster_id, deregistered=deregistered, local_objects=removed)
+    return LeaveResult(cluster_id=cluster_id, deregistered=deregistered, revoked=revoked, local_objects=removed)
 
 
 async def membership(cluster_client: AsyncClient) -> tuple[str, BrokerInfo]:
@@ -353,3 +468,27 @@ async def membership(cluster_client: AsyncClient) -> tuple[str, BrokerInfo]:
         raise DiscoveryError(f"Secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME}: {err}") from None
     return sd.spec.cluster_id, info
 
+
+
+JOIN_POLL_SECONDS = 5.0
+"""How often a component started before `isthmus join` looks again for the cluster's ID."""
+
+
+async def wait_for_cluster_id(cluster_client: AsyncClient, on_wait: Callable[[str], None]) -> str:
+    """The cluster ID join stored (ServiceDiscovery isthmus-system/isthmus), waiting as long as it
+    takes: a member's components are installed before it joins, and one manifest fits every cluster.
+    `on_wait(why)` is called once per poll while waiting."""
+    while True:
+        try:
+            sd = cast(
+                ServiceDiscovery | None,
+                await get_if_kind(cluster_client, ServiceDiscovery, SERVICE_DISCOVERY_NAME, AGENT_NAMESPACE),
+            )
+        except ApiError as err:  # e.g. 403 while RBAC is being set up: keep waiting, say why
+            on_wait(f"cannot read {AGENT_NAMESPACE}/{SERVICE_DISCOVERY_NAME}: {err.status.message}")
+        else:
+            if sd is not None:
+                return sd.spec.cluster_id
+            on_wait(f"this cluster has not joined a clusterset yet (no ServiceDiscovery "
+                    f"{AGENT_NAMESPACE}/{SERVICE_DISCOVERY_NAME}): waiting for `isthmus join`")
+        await asyncio.sleep(JOIN_POLL_SECONDS)
