@@ -186,6 +186,9 @@ def test_2_join(cs: Clusterset) -> None:
     (cs.tmp / "bad.subm").write_text("not a broker info\n")
     assert "expected base64-encoded JSON" in cs.error("join", "bad.subm", "--kubeconfig", k2, "--cluster-id", "c2")
     assert "cannot read broker-info" in cs.error("join", "missing.subm", "--kubeconfig", k2, "--cluster-id", "c2")
+    assert cs.error("join", "broker-info.subm", "--kubeconfig", k2, "--cluster-id", "c2") == (
+        "broker-info.subm carries no broker credentials: pass the broker's admin kubeconfig as --broker-kubeconfig, "
+        "so join can give this cluster its own")
     assert cs.error("join", "broker-info.subm", "--bogus") == "no such option: --bogus (see isthmus join --help)"
 
     out = cs.run("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2", "--enable-clusterset-ip",
@@ -324,7 +327,7 @@ def test_5b_join_a_silent_broker(cs: Clusterset) -> None:
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         info = BrokerInfo.decode((cs.tmp / "broker-info.subm").read_text())
-        (cs.tmp / "silent.subm").write_text(dataclasses.replace(info, server=url, ca_pem=None).encode())
+        (cs.tmp / "silent.subm").write_text(dataclasses.replace(info, server=url, ca_pem=None, token="t").encode())
         assert cs.error("join", "silent.subm", "--kubeconfig", str(cs.c1.kubeconfig), "--cluster-id", "c1") == (
             f"the API server at {url} did not answer in time (ReadTimeout)"
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import ipaddress
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -291,25 +290,6 @@ def ip_add(ip: str, n: int) -> str:
     return str(ipaddress.ip_address(ip) + n)
 
 
-async def serves_token_requests(client: AsyncClient) -> bool:
-    """Whether the API server issues ServiceAccount tokens (TokenRequest), probed once."""
-    from lightkube import ApiError
-    from lightkube.models.authentication_v1 import TokenRequestSpec
-    from lightkube.models.meta_v1 import ObjectMeta as LkMeta
-    from lightkube.resources.core_v1 import ServiceAccount, ServiceAccountToken
-
-    await client.apply(ServiceAccount(metadata=LkMeta(name="probe", namespace="default")), field_manager="test")
-    try:
-        await client.create(ServiceAccountToken(metadata=LkMeta(name="probe", namespace="default"),
-                                                spec=TokenRequestSpec(audiences=[])), name="probe",
-                            namespace="default")
-    except ApiError:
-        return False
-    finally:
-        await client.delete(ServiceAccount, "probe", namespace="default")
-    return True
-
-
 async def get_or_none(
     client: AsyncClient, res: Any, name: str, ns: str | None = None
 ) -> dict[str, Any] | None:
@@ -374,9 +354,9 @@ class ClusterSet:
         self.clusters: list[Member] = []
         self._servers: list[RunningApiServer] = []
         self._broker_port: int | None = None
-        self.member_credentials = False
-        """Each member gets its own broker token (join with the admin client); False while the
-        embedded apiserver does not issue ServiceAccount tokens."""
+        self.member_credentials = True
+        """Each member gets its own broker ServiceAccount token (join with the admin client), so every
+        agent runs under the broker's member Role and write policy, as on a real broker."""
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -411,9 +391,6 @@ class ClusterSet:
             server_url=self.broker.url,
             ca_pem=self.broker.server.ca_pem.decode() if self.broker.server.ca_pem else None,
         )
-        self.member_credentials = await serves_token_requests(self.broker_client)
-        if not self.member_credentials:  # members share the admin token, as before per-cluster tokens
-            self.info = dataclasses.replace(self.info, token=BROKER_TOKEN)
         for i in range(self.n):
             await self.add_cluster(
                 f"c{i + 1}", cidr=self.cidrs[i], enable=self.cluster_enable[i], start_agent=False

@@ -4,7 +4,9 @@ that cluster's objects, leave revokes it; and the CoreDNS stub zone join adds an
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,3 +280,71 @@ async def test_broker_info_of_an_old_broker_with_a_token_still_decodes() -> None
     old = BrokerInfo(server="https://b:6443", token="legacy").encode()
     assert BrokerInfo.decode(old).token == "legacy"
     assert base64.b64decode(old)  # plain base64 of JSON, as before
+
+
+async def test_the_join_and_leave_commands_edit_corefile_and_credentials(env: Env) -> None:
+    """`isthmus join --broker-kubeconfig` / `isthmus leave --broker-kubeconfig` as a user runs them."""
+    from typer.testing import CliRunner
+
+    from isthmus.cli.main import app
+
+    srv = RunningApiServer(env.tmp / "cli-member", bookmark_interval=1.0)
+    await srv.start()
+    env.servers.append(srv)
+    client = srv.client()
+    await client.create(ConfigMap(metadata=LkMeta(name="coredns", namespace="kube-system"),
+                                  data={"Corefile": KUBEADM_COREFILE}))
+    await client.create(Namespace(metadata=LkMeta(name=AGENT_NAMESPACE)))
+    await client.create(Service(
+        metadata=LkMeta(name=DNS_SERVICE_NAME, namespace=AGENT_NAMESPACE),
+        spec=ServiceSpec(clusterIP="10.96.0.53", ports=[ServicePort(name="dns", port=53, protocol="UDP")])))
+    info_file = env.tmp / "broker-info.subm"
+    info_file.write_text(env.info.encode())
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(app, list(args))
+        assert result.exit_code == 0, (result.output, result.stderr)
+        return result.output
+
+    out = await asyncio.to_thread(cli, "join", str(info_file), "--kubeconfig", srv.kubeconfig, "--cluster-id", "c5",
+                                  "--broker-kubeconfig", env.broker.kubeconfig)
+    assert f"broker credentials: ServiceAccount {NS}/cluster-c5" in out
+    assert "CoreDNS forwards clusterset.local to isthmus-system/isthmus-dns (10.96.0.53)" in out
+    corefile = (await client.get(ConfigMap, "coredns", namespace="kube-system")).data["Corefile"]
+    assert "clusterset.local:53 {\n    forward . 10.96.0.53:53\n}" in corefile
+    _, stored = await membership.membership(client)
+    assert stored.token
+
+    out = await asyncio.to_thread(cli, "leave", "--kubeconfig", srv.kubeconfig, "--broker-kubeconfig",
+                                  env.broker.kubeconfig, "--yes")
+    assert "cluster c5 left the clusterset: removed from the broker; its broker credentials revoked" in out
+    assert "CoreDNS no longer forwards clusterset.local" in out
+    assert (await client.get(ConfigMap, "coredns", namespace="kube-system")).data["Corefile"] == KUBEADM_COREFILE
+    member = stored.client()
+    try:
+        with pytest.raises(ApiError) as exc:
+            await member.get(ConfigMap, "broker-info", namespace=NS)
+        assert exc.value.status.code == 401
+    finally:
+        await member.close()
+
+
+async def test_an_agent_whose_token_is_revoked_stops_to_read_its_secret_again(env: Env) -> None:
+    from isthmus.mcs.agent import Agent, BrokerCredentialsRejected
+
+    await env.join("c1")
+    agent = await Agent.from_cluster(env.members["c1"], None, dead_cluster_grace=2.0)
+    assert agent.cluster_id == "c1"  # no --cluster-id: the one join stored
+    task = asyncio.create_task(agent.run())
+    try:
+        async with asyncio.timeout(30):
+            await agent.wait_ready()
+        await env.admin.delete(ServiceAccount, "cluster-c1", namespace=NS)  # what leave does
+        with pytest.raises(BrokerCredentialsRejected, match=r"rejects this cluster's token \(401 Unauthorized\)"):
+            async with asyncio.timeout(15):
+                await task
+    finally:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        await agent.broker.close()

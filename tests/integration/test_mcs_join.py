@@ -19,7 +19,7 @@ from lightkube.models.core_v1 import ServiceSpec
 from lightkube.models.discovery_v1 import Endpoint
 from lightkube.models.meta_v1 import ObjectMeta as LkMeta
 from lightkube.models.meta_v1 import OwnerReference as LkOwner
-from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret, Service
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret, Service, ServiceAccount
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.api.base import ObjectMeta, OwnerReference, now
@@ -50,7 +50,6 @@ from isthmus.mcs import broker, exports, membership, views
 from isthmus.mcs.brokerinfo import BrokerInfo
 from isthmus.mcs.control import DiscoveryError
 from tests.conftest import RunningApiServer
-from tests.integration.mcs_harness import serves_token_requests
 
 NS = "isthmus-broker"
 TOKEN = "broker-secret-token"
@@ -62,7 +61,7 @@ class Env:
     broker: RunningApiServer
     bc: AsyncClient
     servers: list[RunningApiServer]
-    member_credentials: bool = False
+    member_credentials: bool = True
 
     async def member(self, name: str) -> AsyncClient:
         srv = RunningApiServer(self.tmp / name, bookmark_interval=1.0)
@@ -86,7 +85,6 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     broker = RunningApiServer(tmp_path / "broker", bookmark_interval=1.0, token=TOKEN)
     await broker.start()
     e = Env(tmp_path, broker, broker.client(), [])
-    e.member_credentials = await serves_token_requests(e.bc)
     try:
         yield e
     finally:
@@ -167,7 +165,7 @@ async def test_join_writes_cluster_and_member_objects(env: Env) -> None:
     stored = BrokerInfo.decode(base64.b64decode(secret.data[BROKER_SECRET_KEY]))
     # broker-info plus, with per-cluster credentials, the cluster's own broker token
     assert stored == dataclasses.replace(info, token=stored.token)
-    assert (stored.token is not None) == env.member_credentials
+    assert stored.token is not None
     assert await membership.membership(c1) == ("c1", stored)
 
     c2 = await env.member("c2")
@@ -361,7 +359,7 @@ async def test_leave_live_cluster(env: Env) -> None:
     await c1.create(to_lightkube(ServiceExport(metadata=ObjectMeta(name="web", namespace="shop"))))
 
     result = await membership.leave(env.bc, c1, NS, "c1")
-    assert result == membership.LeaveResult(cluster_id="c1", deregistered=True, revoked=env.member_credentials,
+    assert result == membership.LeaveResult(cluster_id="c1", deregistered=True, revoked=True,
                                             local_objects=4)
     await _wait_gone(env.bc, "c1")
     assert [c.name for c in await list_all(env.bc, Cluster, namespace=NS)] == ["c2"]
@@ -488,3 +486,12 @@ async def test_show_rows_split_conflicts_show_the_vip_and_mark_conflicted_import
     await exports.export(c1, "other", "shop", None, allow_missing=True)
     other = next(r for r in await views.export_rows(c1, "shop") if r.name == "other")
     assert (other.vip(), other.wants_vip(), other.problems()) == ("-", "false (default)", [])
+
+
+async def test_join_without_member_credentials_stores_broker_info_as_it_is(env: Env) -> None:
+    """An open broker, or an old broker-info carrying a token: the member reaches the broker with it."""
+    info = dataclasses.replace(await env.deploy(), token=TOKEN)
+    c1 = await env.member("c1")
+    await _join(env, c1, info, "c1", member_credentials=False)
+    assert await membership.membership(c1) == ("c1", info)
+    assert await get_or_none(env.bc, ServiceAccount, "cluster-c1", namespace=NS) is None

@@ -116,7 +116,10 @@ def agent(
                 if joined is not None:
                     log.info("cluster joined as %s: starting", joined.cluster_id)
                     found.append(joined)
-            await found[0].run()
+            try:
+                await found[0].run()
+            except AgentConfigError as err:  # e.g. the broker no longer accepts this cluster's token
+                raise fail(str(err)) from None
 
         async def release() -> None:
             # Best effort and bounded: a successor need not wait out the lease, but an API server

@@ -224,14 +224,18 @@ def join(
     """Join this cluster to the clusterset described by BROKER_INFO.
 
     With --broker-kubeconfig the cluster gets its own broker ServiceAccount and a one-year token
-    (re-run join to renew it); without, it reaches the broker with BROKER_INFO's credentials (an open
-    broker). Adds the clusterset.local stub zone to the cluster's CoreDNS unless --no-coredns.
+    (re-run join to renew it); without, it reaches the broker with BROKER_INFO's own token (an old
+    broker-info that carries one). Adds the clusterset.local stub zone to the cluster's CoreDNS
+    unless --no-coredns.
     """
     if globalnet:
         raise fail(mcs_broker.GLOBALNET_UNSUPPORTED)
     if not cluster_id:
         raise fail("--cluster-id is required (a DNS-1123 label naming this cluster in the clusterset)")
     info = _read_broker_info(broker_info)
+    if broker_kubeconfig is None and info.token is None:
+        raise fail(f"{broker_info} carries no broker credentials: pass the broker's admin kubeconfig as "
+                   f"--broker-kubeconfig, so join can give this cluster its own")
     notes: list[str] = []
 
     async def body(broker: AsyncClient, cluster: AsyncClient) -> tuple[Any, bool]:

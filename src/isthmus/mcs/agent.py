@@ -135,6 +135,11 @@ class AgentConfigError(Exception):
     """The cluster joined under another ID, or its broker Secret is unusable: a user error, shown as is."""
 
 
+class BrokerCredentialsRejected(AgentConfigError):
+    """The broker answers 401 to this cluster's token: `isthmus leave` revoked it, or a re-join made
+    a new ServiceAccount. The agent stops so that its restart reads the Secret join wrote again."""
+
+
 class AgentNotJoined(AgentConfigError):
     """The cluster has not joined (yet): `isthmus agent` waits for `isthmus join`."""
 
@@ -270,7 +275,10 @@ class Agent:
         """Campaign for the Lease; while leading, run the controller. Never returns on its own."""
         try:
             while True:
-                await self.elector.run(self._lead)
+                try:
+                    await self.elector.run(self._lead)
+                except* BrokerCredentialsRejected as group:
+                    raise group.exceptions[0] from None
         finally:
             await self.recorder.aclose()
             await self.broker_recorder.aclose()
@@ -397,6 +405,13 @@ class Agent:
                                                patch_type=PatchType.MERGE)
             except (httpx2.TransportError, OSError) as e:  # the broker may be briefly unreachable: keep beating
                 self.liveness.link_failed()
+                log.warning("heartbeat to broker failed: %s", helpers.describe_error(e))
+            except ApiError as e:
+                if helpers.status_code(e) == 401:
+                    raise BrokerCredentialsRejected(
+                        f"the broker at {self.broker_server} rejects this cluster's token (401 Unauthorized): it "
+                        f"was revoked (`isthmus leave`) or replaced (a new join); stopping, so that a restart "
+                        f"reads Secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME} again") from None
                 log.warning("heartbeat to broker failed: %s", helpers.describe_error(e))
             except Exception as e:
                 log.warning("heartbeat to broker failed: %s", helpers.describe_error(e))
