@@ -480,7 +480,8 @@ def test_down_stops_everything_and_up_resumes_with_objects_intact(cs: Clusterset
 def test_status_reads_membership_from_the_broker(cs: Clusterset) -> None:
     """A cluster that left the broker is not ready, whatever its processes say."""
     wait_for("ready", lambda: cs.status()["ready"])
-    out = cs.isthmus("leave", "--yes", "--kubeconfig", str(cs.root / "kubeconfigs" / "c3.yaml"))
+    out = cs.isthmus("leave", "--yes", "--kubeconfig", str(cs.root / "kubeconfigs" / "c3.yaml"),
+                     "--broker-kubeconfig", str(cs.root / "kubeconfigs" / "broker.yaml"))
     assert "c3" in out.stdout
     doc = cs.status()
     c3 = doc["clusters"][2]
