@@ -108,6 +108,21 @@ async def test_apply_with_duplicate_defaulted_keys_is_refused(apiserver: Running
     assert "duplicate entries for key [containerPort=80,protocol=\"TCP\"]" in body["message"]
 
 
+async def test_a_namespace_on_a_cluster_scoped_object_is_ignored_on_every_write(apiserver: RunningApiServer) -> None:
+    """kube clears metadata.namespace of cluster-scoped objects (kustomize's namespace transformer
+    sets it on some): apply twice and update must all reach the same object."""
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "scoped", "namespace": "elsewhere"}}
+    for label in ("one", "two"):
+        body["metadata"]["labels"] = {"pass": label}
+        status, _, out = await _req(apiserver, "PATCH", "/api/v1/namespaces/scoped?fieldManager=t", body,
+                                    "application/apply-patch+yaml")
+        assert status in (200, 201), out
+        assert out["metadata"]["labels"]["pass"] == label and "namespace" not in out["metadata"]
+    status, _, out = await _req(apiserver, "PUT", "/api/v1/namespaces/scoped", {**body, "metadata": {
+        **body["metadata"], "labels": {"pass": "three"}}})
+    assert status == 200 and out["metadata"]["labels"]["pass"] == "three", out
+
+
 @needs_kubectl
 async def test_kubectl_apply_server_side_twice(apiserver: RunningApiServer) -> None:
     code, out = await kubectl(apiserver, "apply", "--server-side", "-f", "-", stdin=DEPLOYMENT)

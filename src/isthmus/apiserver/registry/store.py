@@ -250,6 +250,8 @@ class GenericStore:
         if info.namespaced and nm.get("namespace") and nm["namespace"] != ns:
             raise errors.bad_request("the namespace of the provided object does not match the namespace sent on "
                                      "the request")
+        if not info.namespaced:
+            nm.pop("namespace", None)  # kube's BeforeUpdate clears it for cluster-scoped kinds
         sent_rv = nm.get("resourceVersion")
         if sent_rv and sent_rv != lm.get("resourceVersion"):
             raise errors.stale(info.group, info.plural, name)
