@@ -68,7 +68,10 @@ async def test_dns_waits_for_join_then_serves(cs: ClusterSet, tmp_path: Path) ->
     port, log = _free_udp_port(), tmp_path / "dns.log"
     early = _start(srv.kubeconfig, port, log)
     try:
-        await asyncio.sleep(2.0)
+        for _ in range(100):  # a loaded machine may take seconds to start Python
+            if "has not joined a clusterset yet" in log.read_text() or early.poll() is not None:
+                break
+            await asyncio.sleep(0.2)
         assert early.poll() is None, log.read_text()
         assert "has not joined a clusterset yet" in log.read_text()
         assert _query(port) is None  # not serving before join

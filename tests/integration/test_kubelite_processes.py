@@ -26,6 +26,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.authentication_v1 import TokenReview
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 
 from isthmus.api.image import IMAGE, IMAGE_REPOSITORY
 from isthmus.kube.helpers import install_crds
@@ -371,6 +372,12 @@ async def test_process_talks_to_its_apiserver_as_its_service_account(tmp_path: P
     await run.start()
     client = run.client()
     await install_crds(client)
+    # RBAC is on: the Pod's account (default/default) may read what the DNS server reads.
+    await client.create(ClusterRoleBinding.from_dict({
+        "metadata": {"name": "dns-sa-reads"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NS}],
+    }))
     lite = ProcLite(client, tmp_path / "kubelet", run.server.port)
     await lite.start()
     try:

@@ -103,8 +103,8 @@ def test_bad_values_in_state_json_are_one_error_line(tmp_path: Path, case: str) 
 
 
 def test_status_names_a_missing_port(tmp_path: Path) -> None:
-    root = _broken(tmp_path, lambda d: d["ports"].pop("c1-dns"))
-    _one_error_line(runner.invoke(app, ["status", "--state-dir", str(root)]), "ports.c1-dns is missing")
+    root = _broken(tmp_path, lambda d: d["ports"].pop("c1-kube-lite-metrics"))
+    _one_error_line(runner.invoke(app, ["status", "--state-dir", str(root)]), "ports.c1-kube-lite-metrics is missing")
 
 
 def test_down_with_a_damaged_state_json_still_stops_what_it_can_verify(tmp_path: Path) -> None:

@@ -49,9 +49,16 @@ def test_parts_start_with_the_apiservers_and_ports_cover_every_part() -> None:
     parts = plan.parts(2)
     names = [p.name for p in parts]
     assert names[:3] == ["broker-apiserver", "c1-apiserver", "c2-apiserver"]
-    assert names[3:7] == ["c1-kube-lite", "c1-agent", "c1-dns", "c1-proxy"]
+    # The agent and DNS server are pods (deploy/member), not supervised processes.
+    assert names[3:] == ["c1-kube-lite", "c1-proxy", "c2-kube-lite", "c2-proxy"]
+    assert [p.name for p in plan.pod_parts(2)] == ["c1-agent", "c1-dns", "c2-agent", "c2-dns"]
     ports = plan.port_names(2)
     assert len(ports) == len(set(ports))
     for p in parts:
         assert plan.metrics_port_name(p) in ports
-    assert "c1-dns" in ports and plan.udp_too("c1-dns") and not plan.udp_too("c1-dns-metrics")
+    assert not any("dns" in p or "agent" in p for p in ports)
+
+
+def test_the_dns_node_port_is_the_last_of_each_cluster_range() -> None:
+    cps = plan.address_plan(3)
+    assert [plan.dns_node_port(c) for c in cps] == [30499, 30999, 31499]

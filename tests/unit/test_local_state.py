@@ -80,15 +80,43 @@ def test_every_part_command_names_the_state_dir(tmp_path: Path) -> None:
         argv = up.part_argv(layout, state, part)
         assert argv[3] == part.kind
         assert any(supervisor._names(a, str(layout.root)) for a in argv), argv
-    dns = up.part_argv(layout, state, plan.PartId("c2", plan.DNS))
-    assert dns[dns.index("--listen") + 1] == f"127.0.0.1:{state.ports['c2-dns']}"
-    assert dns[dns.index("--local-zone") + 1] == "cluster.local"
     kl = up.part_argv(layout, state, plan.PartId("c2", plan.KUBE_LITE))
     assert kl[kl.index("--pod-cidr") + 1] == "127.102.0.0/16" and kl[kl.index("--node-port-range") + 1] == "30500-30999"
+    assert kl[kl.index("--root-dir") + 1] == str(layout.root / "kubelet" / "c2")
+    api = up.part_argv(layout, state, plan.PartId("c2", plan.APISERVER))
+    assert "--anonymous-auth" in api  # kubeadm's setting: the supervisor probes /readyz anonymously
     join = up.join_argv(layout, state, plan.cluster_plan(2, 2))
     assert join[join.index("--clusterset-ip-cidr") + 1] == "127.241.0.0/16"
+    assert join[join.index("--broker-kubeconfig") + 1] == str(layout.kubeconfig_of(plan.BROKER))
     state.enable_clusterset_ip = True
     assert "--enable-clusterset-ip" in up.deploy_broker_argv(layout, state)
+
+
+def test_the_local_overlay_patches_dns_for_the_plan(tmp_path: Path) -> None:
+    """The overlay `up` applies: the member base by a relative path, DNS on its fixed NodePort and
+    answering cluster.local; kubectl renders it (when there is one) exactly as our renderer does."""
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from isthmus.kube.manifests import deploy_dir, render
+    from isthmus.local import components
+
+    cp = plan.cluster_plan(2, 3)
+    directory = components.overlay(cp, deploy_dir(), tmp_path / "manifests" / "c2")
+    kz = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert not Path(kz["resources"][0]).is_absolute()
+    objs = render(directory)
+    svc = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == plan.DNS_SERVICE)
+    assert svc["spec"]["type"] == "NodePort"
+    assert [p["nodePort"] for p in svc["spec"]["ports"]] == [30999, 30999]
+    assert {p["protocol"] for p in svc["spec"]["ports"]} == {"UDP", "TCP"}
+    dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.DNS])
+    assert "--local-zone=cluster.local" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    if shutil.which("kubectl"):
+        out = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, check=True)
+        assert list(yaml.safe_load_all(out.stdout)) == objs
 
 
 def test_kubeconfigs_have_one_context_per_cluster(tmp_path: Path) -> None:
