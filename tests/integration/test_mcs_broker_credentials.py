@@ -35,32 +35,13 @@ from isthmus.mcs import broker, coredns, membership
 from isthmus.mcs.brokerinfo import BrokerInfo
 from isthmus.mcs.control import DiscoveryError
 from tests.conftest import RunningApiServer
+from tests.unit.test_coredns import KUBEADM
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
 
 NS = "isthmus-broker"
 ADMIN_TOKEN = "broker-admin-token"
-KUBEADM_COREFILE = """.:53 {
-    errors
-    health {
-       lameduck 5s
-    }
-    ready
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-       pods insecure
-       fallthrough in-addr.arpa ip6.arpa
-       ttl 30
-    }
-    prometheus :9153
-    forward . /etc/resolv.conf {
-       max_concurrent 1000
-    }
-    cache 30
-    loop
-    reload
-    loadbalance
-}
-"""
+KUBEADM_COREFILE = KUBEADM  # kubeadm's default Corefile
 
 
 @dataclass
