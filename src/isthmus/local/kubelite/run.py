@@ -13,11 +13,12 @@ import logging
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.apps_v1 import ControllerRevision, Deployment, ReplicaSet, StatefulSet
-from lightkube.resources.core_v1 import Endpoints, Pod, Service
+from lightkube.resources.apps_v1 import ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet
+from lightkube.resources.core_v1 import Endpoints, Node, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.local.kubelite import COMPONENT
+from isthmus.local.kubelite.daemonsets import DaemonSetController
 from isthmus.local.kubelite.endpoints import EndpointsController
 from isthmus.local.kubelite.endpointslices import EndpointSliceController
 from isthmus.local.kubelite.ipam import parse_cidr
@@ -99,8 +100,10 @@ class KubeLite:
         self.node: NodeAgent | None = None
         self.deployments = DeploymentController(client, deployments, replicasets, pods)
         self.replicasets = ReplicaSetController(client, replicasets, pods)
-        self.statefulsets = StatefulSetController(
-            client, statefulsets, pods, self.factory.informer(ControllerRevision)
+        revisions = self.factory.informer(ControllerRevision)
+        self.statefulsets = StatefulSetController(client, statefulsets, pods, revisions)
+        self.daemonsets = DaemonSetController(
+            client, self.factory.informer(DaemonSet), self.factory.informer(Node), pods, revisions
         )
         self._ready = False
 
@@ -140,6 +143,7 @@ class KubeLite:
                 ("deployments", self.deployments.run),
                 ("replicasets", self.replicasets.run),
                 ("statefulsets", self.statefulsets.run),
+                ("daemonsets", self.daemonsets.run),
             ):
                 tasks.append(asyncio.create_task(runner(), name=f"kube-lite {name}"))
             self._ready = True

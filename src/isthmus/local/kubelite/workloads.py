@@ -75,6 +75,7 @@ __all__ = [
     "semantic",
     "statefulset_plan",
     "statefulset_status",
+    "sync_controller_revisions",
     "template_hash",
 ]
 
@@ -489,6 +490,76 @@ def statefulset_status(sts: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
     }
 
 
+async def sync_controller_revisions(
+    client: AsyncClient,
+    revisions: Informer[ControllerRevision],
+    owner: Obj,
+    template_hash_: str,
+    *,
+    labels: Mapping[str, str],
+    in_use: set[str],
+) -> bool:
+    """A ControllerRevision ``<owner>-<hash>`` per template, as kube's StatefulSet and DaemonSet
+    controllers keep them (what ``kubectl rollout history/undo`` read): the current one carries
+    the highest revision; beyond revisionHistoryLimit the oldest ones not ``in_use`` go.
+
+    False when the name is taken by another template or owner (a hash collision: the caller
+    counts it in status.collisionCount, which changes the next hash, as kube does)."""
+    meta, spec = owner["metadata"], owner.get("spec") or {}
+    ns, uid = meta.get("namespace"), meta.get("uid")
+    name = f"{meta.get('name')}-{template_hash_}"
+    data = {"spec": {"template": {**copy.deepcopy(spec.get("template") or {}), "$patch": "replace"}}}
+    owned = [r.to_dict() for r in revisions.cache.by_index(OWNER_INDEX, uid)] if uid else []
+    others = [r for r in owned if _name(r) != name]
+    top = max((int(r.get("revision") or 0) for r in others), default=0)
+    current = next((r for r in owned if _name(r) == name), None)
+    if current is None:
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": "ControllerRevision",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "labels": {**labels, "controller.kubernetes.io/hash": template_hash_},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner.get("kind"), "name": meta.get("name"),
+                                     "uid": uid, "controller": True, "blockOwnerDeletion": True}],
+            },
+            # kube's revision data: a patch that puts this template back (kubectl rollout undo applies it)
+            "data": data,
+            "revision": top + 1,
+        }
+        try:
+            await client.create(cast(ControllerRevision, ControllerRevision.from_dict(body)), field_manager=FIELD_MANAGER)
+        except ApiError as e:
+            if not is_conflict(e):
+                raise
+            try:  # ours already (the cache does not show it yet), or a collision
+                taken = (await client.get(ControllerRevision, name, namespace=ns)).to_dict()
+            except ApiError as e2:
+                if is_not_found(e2):
+                    return True
+                raise
+            mine = any(r.get("uid") == uid for r in (taken.get("metadata") or {}).get("ownerReferences") or [])
+            if not mine or semantic(taken.get("data")) != semantic(data):
+                return False
+    elif int(current.get("revision") or 0) <= top:  # back to an older template: it is the newest again
+        await client.patch(
+            ControllerRevision, name, {"revision": top + 1}, namespace=ns,
+            patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
+        )
+    limit = spec.get("revisionHistoryLimit")
+    limit = DEFAULT_HISTORY_LIMIT if limit is None else int(limit)
+    keep = in_use | {name}
+    unused = sorted((r for r in others if _name(r) not in keep), key=lambda r: int(r.get("revision") or 0))
+    for r in unused[: max(0, len(unused) - limit)]:
+        try:
+            await client.delete(ControllerRevision, _name(r), namespace=ns)
+        except ApiError as e:
+            if not is_not_found(e):
+                raise
+    return True
+
+
 # ---------------------------------------------------------------------------------- expectations
 
 
@@ -790,58 +861,18 @@ class StatefulSetController(_WorkloadController):
 
     async def _sync_revisions(self, data: Obj) -> None:
         """A ControllerRevision per template, as kube's StatefulSet controller keeps them (what
-        ``kubectl rollout history/undo statefulset`` read): the current one carries the highest
-        revision; beyond revisionHistoryLimit the oldest unused ones go."""
+        ``kubectl rollout history/undo statefulset`` read)."""
         assert self.revisions is not None
-        meta, spec = data["metadata"], data.get("spec") or {}
-        ns, uid = meta.get("namespace"), meta.get("uid")
-        name = self._revision(data)
-        owned = [r.to_dict() for r in self.revisions.cache.by_index(OWNER_INDEX, uid)] if uid else []
-        others = [r for r in owned if _name(r) != name]
-        top = max((int(r.get("revision") or 0) for r in others), default=0)
-        current = next((r for r in owned if _name(r) == name), None)
-        if current is None:
-            body = {
-                "apiVersion": "apps/v1",
-                "kind": "ControllerRevision",
-                "metadata": {
-                    "name": name,
-                    "namespace": ns,
-                    "labels": {**((spec.get("selector") or {}).get("matchLabels") or {}),
-                               "controller.kubernetes.io/hash": self._hash(data)},
-                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": meta.get("name"),
-                                         "uid": uid, "controller": True, "blockOwnerDeletion": True}],
-                },
-                # kube's revision data: a patch that puts this template back (kubectl rollout undo applies it)
-                "data": {"spec": {"template": {**copy.deepcopy(spec.get("template") or {}), "$patch": "replace"}}},
-                "revision": top + 1,
-            }
-            try:
-                await self.client.create(
-                    cast(ControllerRevision, ControllerRevision.from_dict(body)), field_manager=FIELD_MANAGER
-                )
-            except ApiError as e:
-                if not is_conflict(e):  # ours already; the cache does not show it yet
-                    raise
-        elif int(current.get("revision") or 0) <= top:  # back to an older template: it is the newest again
-            await self.client.patch(
-                ControllerRevision, name, {"revision": top + 1}, namespace=ns,
-                patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
-            )
-        limit = spec.get("revisionHistoryLimit")
-        limit = DEFAULT_HISTORY_LIMIT if limit is None else int(limit)
-        in_use = {name, (data.get("status") or {}).get("currentRevision")}
+        in_use = {(data.get("status") or {}).get("currentRevision")}
         in_use |= {
             ((p.get("metadata") or {}).get("labels") or {}).get(CONTROLLER_REVISION_HASH_LABEL)
-            for p in self._owned_pods(uid)
+            for p in self._owned_pods(data["metadata"].get("uid"))
         }
-        unused = sorted((r for r in others if _name(r) not in in_use), key=lambda r: int(r.get("revision") or 0))
-        for r in unused[: max(0, len(unused) - limit)]:
-            try:
-                await self.client.delete(ControllerRevision, _name(r), namespace=ns)
-            except ApiError as e:
-                if not is_not_found(e):
-                    raise
+        await sync_controller_revisions(
+            self.client, self.revisions, data, self._hash(data),
+            labels=((data.get("spec") or {}).get("selector") or {}).get("matchLabels") or {},
+            in_use={n for n in in_use if n},
+        )
 
     def plan(self, data: Obj, pods: list[Obj]) -> Plan:
         plan = statefulset_plan(data, pods, self._revision(data))

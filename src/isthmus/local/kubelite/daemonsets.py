@@ -1,0 +1,452 @@
+"""DaemonSets → one Pod per eligible Node: kube-controller-manager's DaemonSet controller, simplified.
+
+A Node is eligible when it fits the template's ``nodeName``, ``nodeSelector`` and required
+nodeAffinity, and the Pod (with the tolerations kube adds to every daemon Pod) tolerates its
+NoSchedule and NoExecute taints; an untolerated NoSchedule taint only stops new Pods, an existing
+one keeps running (kube's shouldRun / shouldContinueRunning). Node label changes re-evaluate every
+DaemonSet (``kubectl label node``): a Node that stops matching loses its daemon Pod, one that
+starts matching gets one.
+
+Daemon Pods are ``<ds>-<5 random>``, bound to their Node (``spec.nodeName`` and the
+``metadata.name`` node affinity kube writes), labelled ``controller-revision-hash`` and
+``pod-template-generation``. Each template is a ControllerRevision ``<ds>-<hash>`` (shared with
+StatefulSets). RollingUpdate replaces out-of-date Pods, at most ``maxUnavailable`` Nodes at a time,
+old one deleted first and the new one created once it is gone (maxSurge 0); OnDelete only uses the
+new template when a Pod is deleted. Deleting the DaemonSet deletes its Pods through the apiserver's
+garbage collector.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.apps_v1 import ControllerRevision, DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from isthmus.kube.helpers import is_not_found
+from isthmus.local.kubelite import CONTROLLER_REVISION_HASH_LABEL, FIELD_MANAGER
+from isthmus.local.kubelite.endpointslices import pod_is_ready
+from isthmus.local.kubelite.workloads import (
+    OWNER_INDEX,
+    WAIT_SECONDS,
+    Expectations,
+    controller_uid_index,
+    pod_from_template,
+    random_suffix,
+    semantic,
+    sync_controller_revisions,
+    template_hash,
+)
+from isthmus.runtime import Controller, Informer, Result, enqueue_owner, split_key
+
+__all__ = [
+    "POD_TEMPLATE_GENERATION_LABEL",
+    "DaemonSetController",
+    "DaemonSetPlan",
+    "daemon_tolerations",
+    "daemonset_plan",
+    "daemonset_status",
+    "node_should_run",
+]
+
+log = logging.getLogger(__name__)
+
+POD_TEMPLATE_GENERATION_LABEL = "pod-template-generation"
+TEMPLATE_GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
+
+Obj = dict[str, Any]
+
+# kube's AddOrUpdateDaemonPodTolerations: a daemon Pod stays through node trouble.
+_DEFAULT_TOLERATIONS: list[tuple[str, str]] = [
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoExecute"),
+    ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+    ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+    ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+    ("node.kubernetes.io/unschedulable", "NoSchedule"),
+]
+_HOST_NETWORK_TOLERATION = ("node.kubernetes.io/network-unavailable", "NoSchedule")
+
+
+def daemon_tolerations(pod_spec: Mapping[str, Any]) -> list[Obj]:
+    """The template's tolerations plus kube's defaults for daemon Pods (an existing one with the
+    same key and effect is replaced, as AddOrUpdateTolerationInPodSpec does)."""
+    defaults = list(_DEFAULT_TOLERATIONS)
+    if pod_spec.get("hostNetwork"):
+        defaults.append(_HOST_NETWORK_TOLERATION)
+    out = [dict(t) for t in pod_spec.get("tolerations") or []]
+    for key, effect in defaults:
+        wanted = {"key": key, "operator": "Exists", "effect": effect}
+        out = [t for t in out if not (t.get("key") == key and t.get("effect") == effect)] + [wanted]
+    return out
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """kube's Toleration.ToleratesTaint."""
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if key and key != taint.get("key"):
+        return False
+    if operator == "Exists":
+        return True
+    return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def _expression_matches(expr: Mapping[str, Any], values: Mapping[str, str]) -> bool:
+    key, op, wanted = expr.get("key"), expr.get("operator"), list(expr.get("values") or [])
+    present = key in values
+    value = values.get(str(key))
+    if op == "In":
+        return present and value in wanted
+    if op == "NotIn":
+        return not present or value not in wanted
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and len(wanted) == 1:
+        try:
+            have, bound = int(str(value)), int(wanted[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str], node_name: str) -> bool:
+    """A NodeSelectorTerm: all of its expressions and fields; an empty term matches nothing."""
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    return all(_expression_matches(e, labels) for e in exprs) and all(
+        e.get("key") == "metadata.name" and _expression_matches(e, {"metadata.name": node_name}) for e in fields
+    )
+
+
+def node_should_run(ds: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[bool, bool]:
+    """kube's NodeShouldRunDaemonPod: (a Pod should be created here, an existing one may stay)."""
+    pod_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name"))
+    labels = meta.get("labels") or {}
+    if pod_spec.get("nodeName") and pod_spec["nodeName"] != name:
+        return False, False
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False, False
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required is not None and not any(
+        _term_matches(t, labels, name) for t in required.get("nodeSelectorTerms") or []
+    ):
+        return False, False
+    tolerations = daemon_tolerations(pod_spec)
+    untolerated = [
+        t for t in (node.get("spec") or {}).get("taints") or []
+        if t.get("effect") in ("NoSchedule", "NoExecute") and not any(_tolerates(tol, t) for tol in tolerations)
+    ]
+    if any(t.get("effect") == "NoExecute" for t in untolerated):
+        return False, False
+    return not untolerated, True
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name"))
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _terminating(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("metadata") or {}).get("deletionTimestamp") is not None
+
+
+def _node_of(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def _by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Daemon Pods per Node, oldest first (kube keeps the oldest when there are several)."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for p in sorted(pods, key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""), _name(p))):
+        out.setdefault(_node_of(p), []).append(p)
+    return out
+
+
+def template_generation(ds: Mapping[str, Any]) -> str:
+    meta = ds.get("metadata") or {}
+    return str((meta.get("annotations") or {}).get(TEMPLATE_GENERATION_ANNOTATION) or meta.get("generation") or 1)
+
+
+def is_updated(pod: Mapping[str, Any], ds: Mapping[str, Any], pod_hash: str) -> bool:
+    """kube's IsPodUpdated: the current template's hash, or its template generation."""
+    labels = _labels(pod)
+    return labels.get(CONTROLLER_REVISION_HASH_LABEL) == pod_hash or (
+        TEMPLATE_GENERATION_ANNOTATION in ((ds.get("metadata") or {}).get("annotations") or {})
+        and labels.get(POD_TEMPLATE_GENERATION_LABEL) == template_generation(ds)
+    )
+
+
+def _ready_since(pod: Mapping[str, Any]) -> float | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("lastTransitionTime"):
+            with contextlib.suppress(ValueError):
+                return datetime.fromisoformat(str(c["lastTransitionTime"]).replace("Z", "+00:00")).timestamp()
+    return None
+
+
+def is_available(pod: Mapping[str, Any], min_ready_seconds: int, now: float) -> bool:
+    """Ready for at least minReadySeconds (kube's IsPodAvailable)."""
+    if not pod_is_ready(pod):
+        return False
+    if min_ready_seconds <= 0:
+        return True
+    since = _ready_since(pod)
+    return since is not None and now - since >= min_ready_seconds
+
+
+def _int_or_percent(value: Any, total: int) -> int:
+    """intstr.GetScaledValueFromIntOrPercent, rounding up (as the DaemonSet controller does)."""
+    if isinstance(value, str) and value.endswith("%"):
+        with contextlib.suppress(ValueError):
+            return -(-int(value[:-1]) * total // 100)
+        return 0
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def max_unavailable(ds: Mapping[str, Any], desired: int) -> int:
+    ru = ((ds.get("spec") or {}).get("updateStrategy") or {}).get("rollingUpdate") or {}
+    unavailable = _int_or_percent(ru.get("maxUnavailable", 1), desired)
+    surge = _int_or_percent(ru.get("maxSurge", 0), desired)
+    return 1 if unavailable == 0 and surge == 0 else unavailable
+
+
+@dataclass
+class DaemonSetPlan:
+    """Pods to create (name → node) and to delete (names)."""
+
+    create: dict[str, str] = field(default_factory=dict)
+    delete: list[str] = field(default_factory=list)
+
+
+def daemonset_plan(
+    ds: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+    pod_hash: str, now: float,
+) -> DaemonSetPlan:
+    """kube's manage then rollingUpdate: a Pod where one should run and none is (a terminating
+    one blocks its Node until it is gone), none where it may not stay, one per Node; then, for
+    RollingUpdate, delete out-of-date Pods while at most maxUnavailable Nodes are unavailable."""
+    spec = ds.get("spec") or {}
+    min_ready = int(spec.get("minReadySeconds") or 0)
+    per_node = _by_node(pods)
+    plan = DaemonSetPlan()
+    base = f"{_name(ds)}-"
+    desired = 0
+    eligible: list[str] = []
+    for node in nodes:
+        name = _name(node)
+        should_run, should_continue = node_should_run(ds, node)
+        desired += should_run
+        on_node = per_node.pop(name, [])
+        live = [p for p in on_node if not _terminating(p)]
+        failed = [p for p in live if (p.get("status") or {}).get("phase") == "Failed"]
+        if should_run and not on_node:
+            plan.create[base + random_suffix()] = name
+        elif should_continue:
+            plan.delete += [_name(p) for p in failed]
+            running = [p for p in live if p not in failed]
+            plan.delete += [_name(p) for p in running[1:]]  # the oldest stays
+            if should_run:
+                eligible.append(name)
+        else:
+            plan.delete += [_name(p) for p in live]
+    for orphans in per_node.values():  # bound to a Node that is gone
+        plan.delete += [_name(p) for p in orphans if not _terminating(p)]
+    if plan.create or plan.delete:
+        return plan
+    if ((spec.get("updateStrategy") or {}).get("type") or "RollingUpdate") != "RollingUpdate":
+        return plan
+    by_node = _by_node(pods)
+    unavailable, candidates = 0, []
+    for name in eligible:
+        live = [p for p in by_node.get(name, []) if not _terminating(p)]
+        if len(live) != 1:
+            unavailable += 1
+            continue
+        pod = live[0]
+        if is_updated(pod, ds, pod_hash):
+            unavailable += not is_available(pod, min_ready, now)
+        elif not is_available(pod, min_ready, now):
+            plan.delete.append(_name(pod))  # an unavailable old Pod is replaced at once
+        else:
+            candidates.append(_name(pod))
+    room = max(0, max_unavailable(ds, desired) - unavailable - len(plan.delete))  # those count as unavailable
+    plan.delete += candidates[:room]
+    return plan
+
+
+def daemonset_status(
+    ds: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+    pod_hash: str, now: float,
+) -> Obj:
+    """The counts kube's updateDaemonSetStatus writes (what ``kubectl get ds`` and
+    ``kubectl rollout status ds`` show)."""
+    spec = ds.get("spec") or {}
+    min_ready = int(spec.get("minReadySeconds") or 0)
+    per_node = _by_node(p for p in pods if not _terminating(p))
+    desired = current = misscheduled = ready = available = updated = 0
+    for node in nodes:
+        should_run, _ = node_should_run(ds, node)
+        on_node = per_node.get(_name(node), [])
+        if should_run:
+            desired += 1
+            if on_node:
+                current += 1
+                pod = on_node[0]
+                ready += pod_is_ready(pod)
+                available += is_available(pod, min_ready, now)
+                updated += is_updated(pod, ds, pod_hash)
+        elif on_node:
+            misscheduled += 1
+    old = ds.get("status") or {}
+    return {
+        "observedGeneration": int((ds.get("metadata") or {}).get("generation") or 1),
+        "desiredNumberScheduled": desired,
+        "currentNumberScheduled": current,
+        "numberMisscheduled": misscheduled,
+        "numberReady": ready,
+        "numberAvailable": available,
+        "numberUnavailable": desired - available,
+        "updatedNumberScheduled": updated,
+        "collisionCount": int(old.get("collisionCount") or 0),
+    }
+
+
+class DaemonSetController:
+    """Keyed by DaemonSet; triggered by it, its Pods, its ControllerRevisions and every Node change."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        daemonsets: Informer[DaemonSet],
+        nodes: Informer[Node],
+        pods: Informer[Pod],
+        revisions: Informer[ControllerRevision],
+        *,
+        workers: int = 2,
+    ) -> None:
+        self.client = client
+        self.daemonsets = daemonsets
+        self.nodes = nodes
+        self.pods = pods
+        self.revisions = revisions
+        self.expectations = Expectations()
+        for informer in (pods, revisions):
+            with contextlib.suppress(ValueError):  # another controller of the shared informer added it
+                informer.add_indexer(OWNER_INDEX, controller_uid_index)
+        self.controller = Controller("kubelite-daemonsets", self.reconcile, workers=workers)
+        self.controller.watch(daemonsets)
+        self.controller.watch(pods, enqueue_owner("DaemonSet", "apps"))
+        self.controller.watch(revisions, enqueue_owner("DaemonSet", "apps"))
+        self.controller.watch(nodes, lambda _node: self.daemonsets.cache.keys())
+
+    async def run(self) -> None:
+        await self.controller.run()
+
+    @staticmethod
+    def pod_hash(data: Obj) -> str:
+        return template_hash(
+            semantic((data.get("spec") or {}).get("template") or {}),
+            int((data.get("status") or {}).get("collisionCount") or 0),
+        )
+
+    def new_pod(self, data: Obj, name: str, node: str, pod_hash: str) -> Obj:
+        template_spec = ((data.get("spec") or {}).get("template") or {}).get("spec") or {}
+        affinity = dict(template_spec.get("affinity") or {})
+        # kube's ReplaceDaemonSetPodNodeNameNodeAffinity: the Pod is pinned to its Node.
+        affinity["nodeAffinity"] = {
+            **(affinity.get("nodeAffinity") or {}),
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]},
+        }
+        return pod_from_template(
+            data, name,
+            labels={CONTROLLER_REVISION_HASH_LABEL: pod_hash, POD_TEMPLATE_GENERATION_LABEL: template_generation(data)},
+            spec_overrides={"nodeName": node, "affinity": affinity, "tolerations": daemon_tolerations(template_spec)},
+        )
+
+    async def reconcile(self, key: str) -> Result | None:
+        obj = self.daemonsets.cache.get(key)
+        if obj is None:
+            self.expectations.forget(key)
+            return None  # the garbage collector removes the Pods (ownerReferences)
+        ns, name = split_key(key)
+        data = obj.to_dict()
+        uid = data["metadata"].get("uid")
+        pods = [p.to_dict() for p in self.pods.cache.by_index(OWNER_INDEX, uid)] if uid else []
+        if not self.expectations.satisfied(key, {_name(p) for p in pods}):
+            return Result(requeue_after=WAIT_SECONDS)
+        nodes = [n.to_dict() for n in self.nodes.cache.list()]
+        pod_hash = self.pod_hash(data)
+        now = datetime.now(UTC).timestamp()
+        if data["metadata"].get("deletionTimestamp") is None:
+            template = (data.get("spec") or {}).get("template") or {}
+            in_use = {f"{name}-{h}" for h in (_labels(p).get(CONTROLLER_REVISION_HASH_LABEL) for p in pods) if h}
+            ok = await sync_controller_revisions(
+                self.client, self.revisions, data, pod_hash,
+                labels=(template.get("metadata") or {}).get("labels") or {},
+                in_use=in_use,
+            )
+            if not ok:
+                await self._count_collision(ns, data)
+                return Result(requeue_after=WAIT_SECONDS)
+            await self._apply(key, data, daemonset_plan(data, nodes, pods, pod_hash, now), pod_hash)
+        status = daemonset_status(data, nodes, pods, pod_hash, now)
+        old = data.get("status") or {}
+        if any(int(old.get(k) or 0) != v for k, v in status.items()):  # zeros may be omitted
+            await self.client.patch(
+                DaemonSet.Status, name, {"status": status}, namespace=ns,
+                patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
+            )
+        min_ready = int((data.get("spec") or {}).get("minReadySeconds") or 0)
+        if min_ready and status["numberReady"] > status["numberAvailable"]:
+            return Result(requeue_after=min(float(min_ready), 5.0))  # becomes available without an event
+        return None
+
+    async def _count_collision(self, ns: str | None, data: Obj) -> None:
+        collisions = int((data.get("status") or {}).get("collisionCount") or 0) + 1
+        await self.client.patch(
+            DaemonSet.Status, _name(data), {"status": {"collisionCount": collisions}}, namespace=ns,
+            patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
+        )
+        log.warning("controllerrevision name taken: hash collision", extra={"daemonset": _name(data)})
+
+    async def _apply(self, key: str, data: Obj, plan: DaemonSetPlan, pod_hash: str) -> None:
+        ns, _ = split_key(key)
+        for pod_name in plan.delete:
+            self.expectations.expect(key, deletes=[pod_name])
+            try:
+                await self.client.delete(Pod, pod_name, namespace=ns)
+            except ApiError as e:
+                if not is_not_found(e):
+                    raise
+            log.info("pod deleted", extra={"owner": key, "kind": "DaemonSet", "pod": pod_name})
+        for pod_name, node in plan.create.items():
+            pod = cast(Pod, Pod.from_dict(self.new_pod(data, pod_name, node, pod_hash)))
+            await self.client.create(pod, field_manager=FIELD_MANAGER)
+            self.expectations.expect(key, creates=[pod_name])
+            log.info("pod created", extra={"owner": key, "kind": "DaemonSet", "pod": pod_name, "node": node})
