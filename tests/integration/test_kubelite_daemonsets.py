@@ -185,7 +185,20 @@ async def test_rolling_update_and_kubectl(apiserver: Any, lite: Lite) -> None:
     assert st["updatedNumberScheduled"] == st["numberAvailable"] == st["desiredNumberScheduled"] == 1
 
     code, out = await kubectl(kc, "-n", NS, "rollout", "history", "ds/agent")
-    assert code == 0 and "1" in out and "2" in out, out
+    assert code == 0, out
+    assert [line.split()[0] for line in out.splitlines()[2:] if line.strip()] == ["1", "2"], out
+
+    # kubectl rollout undo applies the previous ControllerRevision: back to v1, now revision 3.
+    code, out = await kubectl(kc, "-n", NS, "rollout", "undo", "ds/agent")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "ds/agent", "--timeout=60s")
+    assert code == 0 and "successfully rolled out" in out, out
+    (third,) = await live_pods(lite, "agent")
+    assert third["spec"]["containers"][0]["image"] == "echo:v1"
+    old_hash = first["metadata"]["labels"]["controller-revision-hash"]
+    assert third["metadata"]["labels"]["controller-revision-hash"] == old_hash
+    revisions = {r.metadata.name: r.revision async for r in lite.client.list(ControllerRevision, namespace=NS)}  # type: ignore[union-attr]
+    assert revisions == {f"agent-{old_hash}": 3, f"agent-{new_hash}": 2}
 
 
 async def test_on_delete_waits_for_the_pod_to_be_deleted(apiserver: Any, lite: Lite) -> None:

@@ -335,6 +335,18 @@ def daemonset_status(
     }
 
 
+def _node_placement_changed(old: Any | None, new: Any) -> bool:
+    """Node events that can change where daemon Pods run (kube's shouldIgnoreNodeUpdate): not the
+    kubelet's status heartbeats, which would wake every DaemonSet every 10 s."""
+    if old is None:
+        return True
+    a, b = old.to_dict(), new.to_dict()
+    return bool(
+        (a.get("metadata") or {}).get("labels") != (b.get("metadata") or {}).get("labels")
+        or a.get("spec") != b.get("spec")
+    )
+
+
 class DaemonSetController:
     """Keyed by DaemonSet; triggered by it, its Pods, its ControllerRevisions and every Node change."""
 
@@ -361,7 +373,7 @@ class DaemonSetController:
         self.controller.watch(daemonsets)
         self.controller.watch(pods, enqueue_owner("DaemonSet", "apps"))
         self.controller.watch(revisions, enqueue_owner("DaemonSet", "apps"))
-        self.controller.watch(nodes, lambda _node: self.daemonsets.cache.keys())
+        self.controller.watch(nodes, lambda _node: self.daemonsets.cache.keys(), predicate=_node_placement_changed)
 
     async def run(self) -> None:
         await self.controller.run()
