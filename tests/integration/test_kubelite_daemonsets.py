@@ -13,7 +13,13 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from isthmus.local.kubelite import WORKLOAD_ANNOTATION
-from isthmus.local.kubelite.daemonsets import daemon_tolerations, node_should_run
+from isthmus.local.kubelite.daemonsets import (
+    DaemonSetPlan,
+    daemon_tolerations,
+    daemonset_plan,
+    daemonset_status,
+    node_should_run,
+)
 from tests.integration.test_kubelite import NS, Lite, create, eventually, kubectl, pods_of
 
 pytestmark = [
@@ -201,6 +207,29 @@ async def test_rolling_update_and_kubectl(apiserver: Any, lite: Lite) -> None:
     assert revisions == {f"agent-{old_hash}": 3, f"agent-{new_hash}": 2}
 
 
+async def test_surge_rollout_finishes(apiserver: Any, lite: Lite) -> None:
+    """maxSurge 1 / maxUnavailable 0: the rollout completes with one Pod of the new template left."""
+    kc = apiserver.kubeconfig
+    await node_name(lite)
+    body = echo_daemonset("surge")
+    body["spec"]["updateStrategy"]["rollingUpdate"] = {"maxSurge": 1, "maxUnavailable": 0}
+    await create(lite.client, DaemonSet, body)
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "ds/surge", "--timeout=60s")
+    assert code == 0 and "successfully rolled out" in out, out
+    (first,) = await live_pods(lite, "surge")
+    code, out = await kubectl(kc, "-n", NS, "set", "image", "ds/surge", "echo=echo:v2")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "ds/surge", "--timeout=60s")
+    assert code == 0 and "successfully rolled out" in out, out
+
+    async def only_new() -> list[dict[str, Any]] | None:
+        pods = await live_pods(lite, "surge")
+        return pods if len(pods) == 1 and pods[0]["metadata"]["name"] != first["metadata"]["name"] else None
+
+    (pod,) = await eventually(only_new, what="old pod removed after surge")
+    assert pod["spec"]["containers"][0]["image"] == "echo:v2"
+
+
 async def test_on_delete_waits_for_the_pod_to_be_deleted(apiserver: Any, lite: Lite) -> None:
     kc = apiserver.kubeconfig
     await node_name(lite)
@@ -276,3 +305,36 @@ def test_node_eligibility_as_kube() -> None:
     assert ("node.kubernetes.io/network-unavailable", "NoSchedule") not in {
         (t["key"], t["effect"]) for t in daemon_tolerations({})
     }
+
+
+def _pod(name: str, pod_hash: str, ready: bool, created: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "creationTimestamp": created, "labels": {"controller-revision-hash": pod_hash}},
+        "spec": {"nodeName": "n1"},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_rolling_update_plans_as_kube() -> None:
+    """maxSurge 0: the old Pod goes first, the new one comes once it is gone; maxSurge 1: the new Pod
+    first, beside the old one, which goes once the new one is available."""
+    node = {"metadata": {"name": "n1", "labels": {}}, "spec": {}}
+    ds: dict[str, Any] = {"metadata": {"name": "d", "generation": 2}, "spec": {
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+        "template": {"spec": {}}}}
+    old = _pod("d-old", "h1", True, "2026-01-01T00:00:00Z")
+    plan = daemonset_plan(ds, [node], [old], "h2", 0.0)
+    assert plan.delete == ["d-old"] and plan.create == {}
+    terminating = {**old, "metadata": {**old["metadata"], "deletionTimestamp": "2026-01-01T00:01:00Z"}}
+    assert daemonset_plan(ds, [node], [terminating], "h2", 0.0) == DaemonSetPlan()  # waits for it to go
+    assert list(daemonset_plan(ds, [node], [], "h2", 0.0).create.values()) == ["n1"]
+
+    ds["spec"]["updateStrategy"]["rollingUpdate"] = {"maxUnavailable": 0, "maxSurge": 1}
+    plan = daemonset_plan(ds, [node], [old], "h2", 0.0)
+    assert plan.delete == [] and list(plan.create.values()) == ["n1"]
+    new = _pod("d-new", "h2", False, "2026-01-01T00:02:00Z")
+    assert daemonset_plan(ds, [node], [old, new], "h2", 0.0) == DaemonSetPlan()  # both stay until new is ready
+    status = daemonset_status(ds, [node], [old, new], "h2", 0.0)
+    assert status["updatedNumberScheduled"] == 0 and status["numberAvailable"] == 1  # the oldest Pod counts
+    new_ready = _pod("d-new", "h2", True, "2026-01-01T00:02:00Z")
+    assert daemonset_plan(ds, [node], [old, new_ready], "h2", 0.0).delete == ["d-old"]

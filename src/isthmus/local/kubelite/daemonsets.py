@@ -11,7 +11,8 @@ Daemon Pods are ``<ds>-<5 random>``, bound to their Node (``spec.nodeName`` and 
 ``metadata.name`` node affinity kube writes), labelled ``controller-revision-hash`` and
 ``pod-template-generation``. Each template is a ControllerRevision ``<ds>-<hash>`` (shared with
 StatefulSets). RollingUpdate replaces out-of-date Pods, at most ``maxUnavailable`` Nodes at a time,
-old one deleted first and the new one created once it is gone (maxSurge 0); OnDelete only uses the
+old one deleted first and the new one created once it is gone (maxSurge 0), or with maxSurge the new
+one first and the old one deleted once the new one is available; OnDelete only uses the
 new template when a Pod is deleted. Deleting the DaemonSet deletes its Pods through the apiserver's
 garbage collector.
 """
@@ -234,6 +235,55 @@ def max_unavailable(ds: Mapping[str, Any], desired: int) -> int:
     return 1 if unavailable == 0 and surge == 0 else unavailable
 
 
+def max_surge(ds: Mapping[str, Any], desired: int) -> int:
+    ru = ((ds.get("spec") or {}).get("updateStrategy") or {}).get("rollingUpdate") or {}
+    return _int_or_percent(ru.get("maxSurge", 0), desired)
+
+
+def _surplus(
+    ds: Mapping[str, Any], running: list[Mapping[str, Any]], pod_hash: str, surge: bool, min_ready: int,
+    now: float,
+) -> list[str]:
+    """Pods beyond the one a Node may run (oldest first in ``running``): all but the oldest; with
+    maxSurge, an old Pod may stay beside the oldest new one until that is available (kube)."""
+    if not surge:
+        return [_name(p) for p in running[1:]]
+    new = [p for p in running if is_updated(p, ds, pod_hash)]
+    old = [p for p in running if not is_updated(p, ds, pod_hash)]
+    out = [_name(p) for p in new[1:] + old[1:]]
+    if new and old and (not pod_is_ready(old[0]) or is_available(new[0], min_ready, now)):
+        out.append(_name(old[0]))
+    return out
+
+
+def _surge_plan(
+    ds: Mapping[str, Any], eligible: list[str], by_node: Mapping[str, list[Mapping[str, Any]]],
+    pod_hash: str, surge: int, min_ready: int, now: float,
+) -> DaemonSetPlan:
+    """kube's rolling update with maxSurge: the new Pod first, beside the old one, on at most
+    maxSurge Nodes at a time (at once where the old one is not available); the old one goes
+    once the new one is available."""
+    plan = DaemonSetPlan()
+    surging = 0
+    allowed: list[str] = []
+    candidates: list[str] = []
+    for name in eligible:
+        live = [p for p in by_node.get(name, []) if not _terminating(p)]
+        new = [p for p in live if is_updated(p, ds, pod_hash)]
+        old = [p for p in live if not is_updated(p, ds, pod_hash)]
+        if not old:
+            continue
+        if not new:
+            (candidates if is_available(old[0], min_ready, now) else allowed).append(name)
+        elif not is_available(new[0], min_ready, now):
+            surging += 1
+        else:
+            plan.delete.append(_name(old[0]))
+    for name in allowed + candidates[: max(0, surge - surging)]:
+        plan.create[f"{_name(ds)}-{random_suffix()}"] = name
+    return plan
+
+
 @dataclass
 class DaemonSetPlan:
     """Pods to create (name → node) and to delete (names)."""
@@ -254,12 +304,14 @@ def daemonset_plan(
     per_node = _by_node(pods)
     plan = DaemonSetPlan()
     base = f"{_name(ds)}-"
-    desired = 0
+    nodes = list(nodes)
+    desired = sum(node_should_run(ds, n)[0] for n in nodes)
+    rolling = ((spec.get("updateStrategy") or {}).get("type") or "RollingUpdate") == "RollingUpdate"
+    surge = max_surge(ds, desired) if rolling else 0
     eligible: list[str] = []
     for node in nodes:
         name = _name(node)
         should_run, should_continue = node_should_run(ds, node)
-        desired += should_run
         on_node = per_node.pop(name, [])
         live = [p for p in on_node if not _terminating(p)]
         failed = [p for p in live if (p.get("status") or {}).get("phase") == "Failed"]
@@ -268,7 +320,7 @@ def daemonset_plan(
         elif should_continue:
             plan.delete += [_name(p) for p in failed]
             running = [p for p in live if p not in failed]
-            plan.delete += [_name(p) for p in running[1:]]  # the oldest stays
+            plan.delete += _surplus(ds, running, pod_hash, surge > 0, min_ready, now)
             if should_run:
                 eligible.append(name)
         else:
@@ -277,9 +329,11 @@ def daemonset_plan(
         plan.delete += [_name(p) for p in orphans if not _terminating(p)]
     if plan.create or plan.delete:
         return plan
-    if ((spec.get("updateStrategy") or {}).get("type") or "RollingUpdate") != "RollingUpdate":
+    if not rolling:
         return plan
     by_node = _by_node(pods)
+    if surge > 0:
+        return _surge_plan(ds, eligible, by_node, pod_hash, surge, min_ready, now)
     unavailable, candidates = 0, []
     for name in eligible:
         live = [p for p in by_node.get(name, []) if not _terminating(p)]
