@@ -3,6 +3,7 @@ change, rolling and OnDelete updates through ControllerRevisions, status, and re
 
 from __future__ import annotations
 
+import random
 import shutil
 from collections.abc import AsyncIterator
 from typing import Any
@@ -205,6 +206,32 @@ async def test_rolling_update_and_kubectl(apiserver: Any, lite: Lite) -> None:
     assert third["metadata"]["labels"]["controller-revision-hash"] == old_hash
     revisions = {r.metadata.name: r.revision async for r in lite.client.list(ControllerRevision, namespace=NS)}  # type: ignore[union-attr]
     assert revisions == {f"agent-{old_hash}": 3, f"agent-{new_hash}": 2}
+
+
+async def test_host_network_daemon_pod_has_the_node_address(lite: Lite) -> None:
+    node = await node_name(lite)
+    body = echo_daemonset("hostnet")
+    spec = body["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True
+    spec["containers"][0]["ports"] = [{"name": "http", "containerPort": random.randint(40000, 49999)}]
+    await create(lite.client, DaemonSet, body)
+
+    async def addressed() -> dict[str, Any] | None:
+        pods = await live_pods(lite, "hostnet")
+        return pods[0] if len(pods) == 1 and (pods[0].get("status") or {}).get("podIP") else None
+
+    pod = await eventually(addressed, what="host network pod addressed")
+    node_ip = next(
+        a["address"] for a in (await lite.client.get(Node, node)).to_dict()["status"]["addresses"]
+        if a["type"] == "InternalIP"
+    )
+    assert pod["spec"]["hostNetwork"] is True and pod["spec"]["nodeName"] == node
+    assert pod["status"]["podIP"] == pod["status"]["hostIP"] == node_ip
+    tolerated = {(t["key"], t["effect"]) for t in pod["spec"]["tolerations"]}
+    assert ("node.kubernetes.io/network-unavailable", "NoSchedule") in tolerated
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == {"nodeSelectorTerms": [{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
 
 
 async def test_surge_rollout_finishes(apiserver: Any, lite: Lite) -> None:

@@ -312,7 +312,7 @@ def daemonset_plan(
     for node in nodes:
         name = _name(node)
         should_run, should_continue = node_should_run(ds, node)
-        on_node = per_node.pop(name, [])
+        on_node = per_node.get(name, [])
         live = [p for p in on_node if not _terminating(p)]
         failed = [p for p in live if (p.get("status") or {}).get("phase") == "Failed"]
         if should_run and not on_node:
@@ -325,8 +325,8 @@ def daemonset_plan(
                 eligible.append(name)
         else:
             plan.delete += [_name(p) for p in live]
-    for orphans in per_node.values():  # bound to a Node that is gone
-        plan.delete += [_name(p) for p in orphans if not _terminating(p)]
+    # Pods bound to a Node the cache does not have are left alone, as kube leaves them to the Pod
+    # garbage collector: a Node re-registering (or not yet seen after a restart) keeps its Pods.
     if plan.create or plan.delete:
         return plan
     if not rolling:
