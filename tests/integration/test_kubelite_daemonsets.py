@@ -3,6 +3,7 @@ change, rolling and OnDelete updates through ControllerRevisions, status, and re
 
 from __future__ import annotations
 
+import asyncio
 import random
 import shutil
 from collections.abc import AsyncIterator
@@ -365,3 +366,30 @@ def test_rolling_update_plans_as_kube() -> None:
     assert status["updatedNumberScheduled"] == 0 and status["numberAvailable"] == 1  # the oldest Pod counts
     new_ready = _pod("d-new", "h2", True, "2026-01-01T00:02:00Z")
     assert daemonset_plan(ds, [node], [old, new_ready], "h2", 0.0).delete == ["d-old"]
+
+
+async def test_restart_keeps_the_daemon_pod(lite: Lite) -> None:
+    await node_name(lite)
+    await create(lite.client, DaemonSet, echo_daemonset("keep"))
+
+    async def available() -> bool:
+        return int((await ds_status(lite, "keep")).get("numberAvailable") or 0) == 1
+
+    await eventually(available, what="available")
+    (before,) = await live_pods(lite, "keep")
+    await lite.stop()
+    await lite.start()
+    # A template change after the restart proves the controller runs again; until then the Pod stays.
+    await asyncio.sleep(2)
+    (after,) = await live_pods(lite, "keep")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    await lite.client.patch(
+        DaemonSet, "keep", {"spec": {"template": {"metadata": {"annotations": {"v": "2"}}}}},
+        namespace=NS, patch_type=PatchType.MERGE,
+    )
+
+    async def replaced() -> bool:
+        pods = await live_pods(lite, "keep")
+        return len(pods) == 1 and pods[0]["metadata"]["uid"] != before["metadata"]["uid"]
+
+    await eventually(replaced, what="rolled after restart")
