@@ -138,8 +138,11 @@ async def test_pods_follow_node_labels(apiserver: Any, lite: Lite) -> None:
         return await live_pods(lite, "edge") == []
 
     await eventually(gone, what="daemon pod removed")
-    await eventually(lambda: status_is({"desiredNumberScheduled": 0, "currentNumberScheduled": 0,
-                                        "numberMisscheduled": 0, "numberAvailable": 0}), what="status zero")
+    st = await eventually(lambda: status_is({"desiredNumberScheduled": 0, "currentNumberScheduled": 0,
+                                             "numberMisscheduled": 0, "numberAvailable": 0}), what="status zero")
+    # Go's omitempty: the zero counters kube omits are gone, the four required ones stay.
+    assert not {"numberAvailable", "numberUnavailable", "updatedNumberScheduled"} & set(st), st
+    assert st["desiredNumberScheduled"] == st["numberReady"] == 0, st
 
     # kubectl label node ... key- (removal) with a NotIn affinity: matching again.
     await lite.client.patch(
@@ -363,7 +366,7 @@ def test_rolling_update_plans_as_kube() -> None:
     new = _pod("d-new", "h2", False, "2026-01-01T00:02:00Z")
     assert daemonset_plan(ds, [node], [old, new], "h2", 0.0) == DaemonSetPlan()  # both stay until new is ready
     status = daemonset_status(ds, [node], [old, new], "h2", 0.0)
-    assert status["updatedNumberScheduled"] == 0 and status["numberAvailable"] == 1  # the oldest Pod counts
+    assert "updatedNumberScheduled" not in status and status["numberAvailable"] == 1  # the oldest Pod counts
     new_ready = _pod("d-new", "h2", True, "2026-01-01T00:02:00Z")
     assert daemonset_plan(ds, [node], [old, new_ready], "h2", 0.0).delete == ["d-old"]
 

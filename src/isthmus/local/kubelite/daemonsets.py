@@ -375,8 +375,7 @@ def daemonset_status(
                 updated += is_updated(pod, ds, pod_hash)
         elif on_node:
             misscheduled += 1
-    old = ds.get("status") or {}
-    return {
+    status: Obj = {
         "observedGeneration": int((ds.get("metadata") or {}).get("generation") or 1),
         "desiredNumberScheduled": desired,
         "currentNumberScheduled": current,
@@ -385,8 +384,16 @@ def daemonset_status(
         "numberAvailable": available,
         "numberUnavailable": desired - available,
         "updatedNumberScheduled": updated,
-        "collisionCount": int(old.get("collisionCount") or 0),
     }
+    # DaemonSetStatus as Go writes it: omitempty zeros left out, collisionCount only once counted.
+    status = {k: v for k, v in status.items() if v or k not in OMITEMPTY_STATUS}
+    collisions = int((ds.get("status") or {}).get("collisionCount") or 0)
+    if collisions:
+        status["collisionCount"] = collisions
+    return status
+
+
+OMITEMPTY_STATUS = ("observedGeneration", "numberAvailable", "numberUnavailable", "updatedNumberScheduled")
 
 
 def _node_placement_changed(old: Any | None, new: Any) -> bool:
@@ -483,13 +490,14 @@ class DaemonSetController:
             await self._apply(key, data, daemonset_plan(data, nodes, pods, pod_hash, now), pod_hash)
         status = daemonset_status(data, nodes, pods, pod_hash, now)
         old = data.get("status") or {}
-        if any(int(old.get(k) or 0) != v for k, v in status.items()):  # zeros may be omitted
+        patch = {**{k: None for k in OMITEMPTY_STATUS if k in old and k not in status}, **status}
+        if any(old.get(k) != v for k, v in patch.items()):
             await self.client.patch(
-                DaemonSet.Status, name, {"status": status}, namespace=ns,
+                DaemonSet.Status, name, {"status": patch}, namespace=ns,
                 patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
             )
         min_ready = int((data.get("spec") or {}).get("minReadySeconds") or 0)
-        if min_ready and status["numberReady"] > status["numberAvailable"]:
+        if min_ready and status["numberReady"] > status.get("numberAvailable", 0):
             return Result(requeue_after=min(float(min_ready), 5.0))  # becomes available without an event
         return None
 
