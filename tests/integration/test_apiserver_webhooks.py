@@ -56,7 +56,7 @@ class Hooks:
 
 
 def answer(review: dict[str, Any], allowed: bool = True, **extra: Any) -> web.Response:
-    return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+    return web.json_response({"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
                               "response": {"uid": review["request"]["uid"], "allowed": allowed, **extra}})
 
 
@@ -213,6 +213,12 @@ async def test_a_denial_keeps_the_webhooks_status_code_and_reason(env: Env) -> N
     r = await env.create_cm("c1")
     assert (r.status, r.body["reason"], r.body["code"]) == (422, "Invalid", 422)
     assert r.body["message"] == 'admission webhook "code.example.com" denied the request: bad data'
+
+
+async def test_the_review_version_is_the_first_of_the_webhooks_list_the_server_speaks(env: Env) -> None:
+    await env.validating(webhook("old.example.com", "/allow", env.hooks, admissionReviewVersions=["v9", "v1beta1", "v1"]))
+    assert (await env.create_cm("c1")).status == 201
+    assert env.hooks.reviews("/allow")[0]["apiVersion"] == "admission.k8s.io/v1beta1"
 
 
 async def test_update_reviews_carry_the_old_object(env: Env) -> None:
@@ -387,13 +393,31 @@ async def test_webhooks_never_judge_webhook_configurations(env: Env) -> None:
     assert env.hooks.reviews("/deny") == []
 
 
-async def test_dry_run_skips_nothing_but_refuses_webhooks_with_side_effects(env: Env) -> None:
-    await env.validating(webhook("effects.example.com", "/allow", env.hooks, sideEffects="Some"))
-    r = await env.call("POST", CONFIGMAPS.format(ns=NS) + "?dryRun=All", configmap("c1"))
-    assert r.status == 400
-    assert r.body["message"] == 'admission webhook "effects.example.com" does not support dry run'
-    assert env.hooks.reviews("/allow") == []
-    assert (await env.create_cm("c1")).status == 201
+async def test_configurations_are_defaulted_and_validated_as_kube_does(env: Env) -> None:
+    stored = await env.must(MWC, configuration("MutatingWebhookConfiguration", "edits",
+                                               webhook("mutate.example.com", "/mutate", env.hooks)))
+    hook = stored["webhooks"][0]
+    assert (hook["failurePolicy"], hook["matchPolicy"], hook["timeoutSeconds"], hook["reinvocationPolicy"]) == (
+        "Fail", "Equivalent", 10, "Never")
+    assert hook["namespaceSelector"] == {} and hook["objectSelector"] == {} and hook["rules"][0]["scope"] == "*"
+    bad = webhook("deny", "/deny", env.hooks, sideEffects="Some", timeoutSeconds=31, admissionReviewVersions=["v2"])
+    bad["clientConfig"]["url"] = "http://127.0.0.1/x"
+    r = await env.create(VWC, configuration("ValidatingWebhookConfiguration", "bad", bad))
+    assert r.status == 422
+    assert [c["field"] for c in r.body["details"]["causes"]] == [
+        "webhooks[0].name", "webhooks[0].sideEffects", "webhooks[0].admissionReviewVersions",
+        "webhooks[0].timeoutSeconds", "webhooks[0].clientConfig.url"]
+    assert r.body["message"] == (
+        'ValidatingWebhookConfiguration.admissionregistration.k8s.io "bad" is invalid: ['
+        'webhooks[0].name: Invalid value: "deny": should be a domain with at least three segments separated by '
+        'dots, webhooks[0].sideEffects: Unsupported value: "Some": supported values: "None", "NoneOnDryRun", '
+        'webhooks[0].admissionReviewVersions: Invalid value: []string{"v2"}: must include at least one of v1, '
+        'v1beta1, webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds, '
+        'webhooks[0].clientConfig.url: Invalid value: "http://127.0.0.1/x": \'https\' is the only allowed URL '
+        "scheme]")
+    cond = webhook("cond.example.com", "/x", env.hooks, matchConditions=[{"name": "c", "expression": "object.("}])
+    r = await env.create(VWC, configuration("ValidatingWebhookConfiguration", "cond", cond))
+    assert r.status == 422 and r.body["details"]["causes"][0]["field"] == "webhooks[0].matchConditions[0].expression"
 
 
 async def test_dry_run_calls_side_effect_free_webhooks_with_dry_run_set(env: Env) -> None:

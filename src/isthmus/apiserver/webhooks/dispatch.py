@@ -84,6 +84,13 @@ class Hook:
         return min(int(t), MAX_TIMEOUT) if isinstance(t, int) and t > 0 else DEFAULT_TIMEOUT
 
     @property
+    def review_version(self) -> str:
+        """The first AdmissionReview version of the webhook's list the server speaks (kube's choice);
+        v1beta1's review has v1's shape."""
+        versions = self.spec.get("admissionReviewVersions") or []
+        return next((v for v in versions if v in ("v1", "v1beta1")), "v1")
+
+    @property
     def reinvoke(self) -> bool:
         return self.mutating and self.spec.get("reinvocationPolicy") == "IfNeeded"
 
@@ -285,11 +292,11 @@ class Webhooks:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             raise CallError(f"received invalid webhook response: {e}") from None
-        if not isinstance(body, dict) or body.get("apiVersion") != "admission.k8s.io/v1" or \
+        if not isinstance(body, dict) or body.get("apiVersion") != review["apiVersion"] or \
                 body.get("kind") != "AdmissionReview":
             got = body if isinstance(body, dict) else {}
             raise CallError(f"received invalid webhook response: expected webhook response of "
-                            f"admission.k8s.io/v1, Kind=AdmissionReview, got {got.get('apiVersion', '')}, "
+                            f"{review['apiVersion']}, Kind=AdmissionReview, got {got.get('apiVersion', '')}, "
                             f"Kind={got.get('kind', '')}")
         resp = body.get("response")
         if not isinstance(resp, dict):
@@ -326,14 +333,14 @@ class Webhooks:
         details = status.get("details") if isinstance(status.get("details"), dict) else None
         return errors.ApiError(code, reason, message, details)
 
-    def _review(self, a: AdmissionRequest, matched: ResourceInfo) -> Obj:
+    def _review(self, h: Hook, a: AdmissionRequest, matched: ResourceInfo) -> Obj:
         request = ValidatingAdmissionPolicies._request(a, matched)
         request["uid"] = str(uuid.uuid4())
         request["object"] = self._converted(a.object, a, matched)
         request["oldObject"] = self._converted(a.old_object, a, matched)
         if request["options"] is None:
             del request["options"]
-        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        return {"apiVersion": f"admission.k8s.io/{h.review_version}", "kind": "AdmissionReview", "request": request}
 
     async def _invoke(self, h: Hook, a: AdmissionRequest) -> Obj | None:
         """Call `h` if it applies: its response, None when skipped or ignored; raises the denial or
@@ -341,7 +348,7 @@ class Webhooks:
         matched = self._matches(h, a)
         if matched is None:
             return None
-        review = self._review(a, matched)
+        review = self._review(h, a, matched)
         try:
             if not self._conditions_hold(h, review["request"]):
                 return None
