@@ -441,3 +441,13 @@ async def test_a_service_reference_is_dialled_at_its_cluster_ip_with_the_service
     r = await env.create_cm("c2")
     assert r.status == 403, r.body
     assert r.body["message"] == 'admission webhook "svc.example.com" denied the request: configmaps are closed today'
+
+
+async def test_writes_skip_admission_unless_some_webhook_names_their_resource(env: Env) -> None:
+    admission = env.srv.generic_store.admission
+    configmaps, secrets = env.srv.resources.get("", "v1", "configmaps"), env.srv.resources.get("", "v1", "secrets")
+    assert not admission.active(configmaps) and not admission.active(secrets)
+    await env.validating(webhook("allow.example.com", "/allow", env.hooks))
+    assert admission.active(configmaps) and not admission.active(secrets)
+    await env.call("DELETE", VWC + "/checks")
+    assert not admission.active(configmaps)
