@@ -47,6 +47,8 @@ class Hooks:
     ca_pem: bytes = b""
     wrong_ca_pem: bytes = b""
     seen: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)  # the Host header of each call
+    server_names: list[str | None] = field(default_factory=list)  # the TLS SNI of each handshake
 
     def url(self, path: str) -> str:
         return f"https://127.0.0.1:{self.port}{path}"
@@ -69,6 +71,7 @@ def make_app(hooks: Hooks) -> web.Application:
         review = await request.json()
         path = request.path
         hooks.seen.setdefault(path, []).append(review)
+        hooks.hosts.append(request.host)
         obj = review["request"].get("object") or {}
         labels = (obj.get("metadata") or {}).get("labels") or {}
         if path == "/deny":
@@ -161,6 +164,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     hooks = Hooks(ca_pem=ca_crt.read_bytes(), wrong_ca_pem=(tmp_path / "other-tls" / "ca.crt").read_bytes())
     sctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     sctx.load_cert_chain(crt, key)
+    sctx.sni_callback = lambda _obj, name, _ctx: hooks.server_names.append(name)  # type: ignore[func-returns-value]
     runner = web.AppRunner(make_app(hooks))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=sctx)
@@ -441,6 +445,9 @@ async def test_a_service_reference_is_dialled_at_its_cluster_ip_with_the_service
     r = await env.create_cm("c2")
     assert r.status == 403, r.body
     assert r.body["message"] == 'admission webhook "svc.example.com" denied the request: configmaps are closed today'
+    assert env.hooks.server_names[-1] == f"{SVC_NAME}.{NS}.svc"
+    assert env.hooks.hosts[-1] == f"{SVC_NAME}.{NS}.svc:{env.hooks.port}"
+    assert env.hooks.reviews("/deny")[-1]["request"]["name"] == "c2"
 
 
 async def test_writes_skip_admission_unless_some_webhook_names_their_resource(env: Env) -> None:
