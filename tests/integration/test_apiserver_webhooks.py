@@ -458,3 +458,4 @@ async def test_writes_skip_admission_unless_some_webhook_names_their_resource(en
     assert admission.active(configmaps) and not admission.active(secrets)
     await env.call("DELETE", VWC + "/checks")
     assert not admission.active(configmaps)
+

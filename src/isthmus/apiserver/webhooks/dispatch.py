@@ -122,6 +122,8 @@ def _go_error(e: BaseException, host: str) -> str:
         if "mismatch" in text.lower():
             return f"tls: failed to verify certificate: x509: certificate is not valid for {host}"
         return "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+    if isinstance(e, aiohttp.ClientConnectorDNSError):
+        return f"dial tcp: lookup {e.host}: no such host"
     if isinstance(e, aiohttp.ClientConnectorError):
         os_error = e.os_error
         if isinstance(os_error, ConnectionRefusedError):
