@@ -459,3 +459,52 @@ async def test_writes_skip_admission_unless_some_webhook_names_their_resource(en
     await env.call("DELETE", VWC + "/checks")
     assert not admission.active(configmaps)
 
+
+
+async def test_subresource_rules_see_status_writes(env: Env) -> None:
+    await env.validating(webhook("status.example.com", "/deny", env.hooks, rules=[
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["services/status"], "operations": ["UPDATE"]}]))
+    svc = await env.must(f"/api/v1/namespaces/{NS}/services", {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"ports": [{"port": 80}]}})
+    svc["status"] = {"loadBalancer": {"ingress": [{"ip": "127.0.0.9"}]}}
+    r = await env.call("PUT", f"/api/v1/namespaces/{NS}/services/web/status", svc)
+    assert r.status == 403
+    req = env.hooks.reviews("/deny")[0]["request"]
+    assert (req["subResource"], req["requestSubResource"], req["operation"]) == ("status", "status", "UPDATE")
+    svc = (await env.call("GET", f"/api/v1/namespaces/{NS}/services/web")).body
+    svc["metadata"]["labels"] = {"a": "b"}
+    assert (await env.call("PUT", f"/api/v1/namespaces/{NS}/services/web", svc)).status == 200
+
+
+HPA_V1 = {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "h1"},
+          "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                   "maxReplicas": 3, "targetCPUUtilizationPercentage": 70}}
+
+
+@pytest.mark.parametrize("policy", ["Equivalent", "Exact"])
+async def test_match_policy_equivalent_calls_the_webhook_with_its_version(env: Env, policy: str) -> None:
+    await env.validating(webhook("hpa.example.com", "/allow", env.hooks, matchPolicy=policy, rules=[
+        {"apiGroups": ["autoscaling"], "apiVersions": ["v2"], "resources": ["horizontalpodautoscalers"],
+         "operations": ["CREATE"]}]))
+    r = await env.create(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers", HPA_V1)
+    assert r.status == 201, r.body
+    reviews = env.hooks.reviews("/allow")
+    if policy == "Exact":
+        assert reviews == []
+        return
+    req = reviews[0]["request"]
+    assert req["resource"] == {"group": "autoscaling", "version": "v2", "resource": "horizontalpodautoscalers"}
+    assert req["requestResource"]["version"] == "v1"
+    assert req["kind"]["version"] == "v2" and req["requestKind"]["version"] == "v1"
+    assert req["object"]["apiVersion"] == "autoscaling/v2" and "metrics" in req["object"]["spec"]
+
+
+async def test_a_patch_made_on_an_equivalent_version_reaches_the_requested_version(env: Env) -> None:
+    await env.mutating(webhook("hpa.example.com", "/mutate", env.hooks, rules=[
+        {"apiGroups": ["autoscaling"], "apiVersions": ["v2"], "resources": ["horizontalpodautoscalers"],
+         "operations": ["CREATE"]}]))
+    created = await env.must(f"/apis/autoscaling/v1/namespaces/{NS}/horizontalpodautoscalers", HPA_V1)
+    assert created["apiVersion"] == "autoscaling/v1"
+    assert created["metadata"]["labels"] == {"mutated": "yes"}
+    assert created["spec"]["targetCPUUtilizationPercentage"] == 70
