@@ -409,16 +409,16 @@ async def test_configurations_are_defaulted_and_validated_as_kube_does(env: Env)
     r = await env.create(VWC, configuration("ValidatingWebhookConfiguration", "bad", bad))
     assert r.status == 422
     assert [c["field"] for c in r.body["details"]["causes"]] == [
-        "webhooks[0].name", "webhooks[0].sideEffects", "webhooks[0].admissionReviewVersions",
-        "webhooks[0].timeoutSeconds", "webhooks[0].clientConfig.url"]
+        "webhooks[0].name", "webhooks[0].sideEffects", "webhooks[0].timeoutSeconds", "webhooks[0].clientConfig.url",
+        "webhooks[0].admissionReviewVersions"]
     assert r.body["message"] == (
         'ValidatingWebhookConfiguration.admissionregistration.k8s.io "bad" is invalid: ['
         'webhooks[0].name: Invalid value: "deny": should be a domain with at least three segments separated by '
         'dots, webhooks[0].sideEffects: Unsupported value: "Some": supported values: "None", "NoneOnDryRun", '
-        'webhooks[0].admissionReviewVersions: Invalid value: []string{"v2"}: must include at least one of v1, '
-        'v1beta1, webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds, '
+        'webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds, '
         'webhooks[0].clientConfig.url: Invalid value: "http://127.0.0.1/x": \'https\' is the only allowed URL '
-        "scheme]")
+        'scheme, webhooks[0].admissionReviewVersions: Invalid value: []string{"v2"}: must include at least one of '
+        "v1, v1beta1]")
     cond = webhook("cond.example.com", "/x", env.hooks, matchConditions=[{"name": "c", "expression": "object.("}])
     r = await env.create(VWC, configuration("ValidatingWebhookConfiguration", "cond", cond))
     assert r.status == 422 and r.body["details"]["causes"][0]["field"] == "webhooks[0].matchConditions[0].expression"

@@ -18,6 +18,7 @@ from isthmus.apiserver.admissionpolicy.spec import (
     _validate_rules,
     _validate_selector,
 )
+from isthmus.apiserver.meta import SUBDOMAIN_MSG
 from isthmus.apiserver.registry.strategy import Strategy
 from isthmus.apiserver.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, name_of
 from isthmus.apiserver.webhooks.dispatch import MATCH_CONDITION_ROOTS
@@ -86,6 +87,8 @@ def _validate_client_config(cc: Any, path: str) -> list[Cause]:
 
 
 def validate_configuration(obj: Obj, mutating: bool) -> list[Cause]:
+    """kube's validate{Validating,Mutating}WebhookConfiguration, causes in its order: each webhook's
+    own fields, then its admissionReviewVersions, then a duplicate name."""
     causes: list[Cause] = []
     names: set[str] = set()
     hooks = obj.get("webhooks")
@@ -94,32 +97,7 @@ def validate_configuration(obj: Obj, mutating: bool) -> list[Cause]:
         if not isinstance(hook, dict):
             causes.append(_invalid(p, str(hook), "must be an object"))
             continue
-        name = str(hook.get("name") or "")
-        if not name:
-            causes.append(_required(f"{p}.name"))
-        elif not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
-            causes.append(_invalid(f"{p}.name", name, "a lowercase RFC 1123 subdomain must consist of lower case "
-                                   "alphanumeric characters, '-' or '.', and must start and end with an "
-                                   "alphanumeric character"))
-        elif len(name.split(".")) < 3:
-            causes.append(_invalid(f"{p}.name", name, "should be a domain with at least three segments separated "
-                                   "by dots"))
-        elif name in names:
-            causes.append(errors.cause(f"{p}.name", f"Duplicate value: {errors.go_quote(name)}",
-                                       "FieldValueDuplicate"))
-        names.add(name)
-        causes += _validate_rules(hook.get("rules"), f"{p}.rules")
-        fp = hook.get("failurePolicy")
-        if fp is not None and fp not in ("Fail", "Ignore"):
-            causes.append(_unsupported(f"{p}.failurePolicy", fp, ("Fail", "Ignore")))
-        mp = hook.get("matchPolicy")
-        if mp is not None and mp not in ("Equivalent", "Exact"):
-            causes.append(_unsupported(f"{p}.matchPolicy", mp, ("Equivalent", "Exact")))
-        se = hook.get("sideEffects")
-        if se is None:
-            causes.append(_required(f"{p}.sideEffects", "must specify one of None, NoneOnDryRun"))
-        elif se not in ("None", "NoneOnDryRun"):
-            causes.append(_unsupported(f"{p}.sideEffects", se, ("None", "NoneOnDryRun")))
+        causes += _validate_webhook(hook, p, mutating)
         versions = hook.get("admissionReviewVersions")
         if not isinstance(versions, list) or not versions:
             causes.append(_required(f"{p}.admissionReviewVersions", "must specify one of v1, v1beta1"))
@@ -128,18 +106,47 @@ def validate_configuration(obj: Obj, mutating: bool) -> list[Cause]:
                 f"{p}.admissionReviewVersions",
                 f"Invalid value: []string{{{', '.join(errors.go_quote(str(v)) for v in versions)}}}: must include "
                 f"at least one of v1, v1beta1"))
-        timeout = hook.get("timeoutSeconds")
-        if timeout is not None and (not isinstance(timeout, int) or not 1 <= timeout <= 30):
-            causes.append(errors.cause(f"{p}.timeoutSeconds", f"Invalid value: {timeout}: the timeout value must be "
-                                       "between 1 and 30 seconds"))
-        if mutating:
-            rp = hook.get("reinvocationPolicy")
-            if rp is not None and rp not in ("IfNeeded", "Never"):
-                causes.append(_unsupported(f"{p}.reinvocationPolicy", rp, ("IfNeeded", "Never")))
-        causes += _validate_selector(hook.get("namespaceSelector"), f"{p}.namespaceSelector")
-        causes += _validate_selector(hook.get("objectSelector"), f"{p}.objectSelector")
-        causes += _validate_client_config(hook.get("clientConfig"), f"{p}.clientConfig")
-        causes += _validate_conditions(hook.get("matchConditions"), f"{p}.matchConditions")
+        name = str(hook.get("name") or "")
+        if name and name in names:
+            causes.append(errors.cause(f"{p}.name", f"Duplicate value: {errors.go_quote(name)}",
+                                       "FieldValueDuplicate"))
+        names.add(name)
+    return causes
+
+
+def _validate_webhook(hook: Obj, p: str, mutating: bool) -> list[Cause]:
+    causes: list[Cause] = []
+    name = str(hook.get("name") or "")
+    if not name:  # utilvalidation.IsFullyQualifiedName
+        causes.append(_required(f"{p}.name"))
+    elif not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
+        causes.append(_invalid(f"{p}.name", name, SUBDOMAIN_MSG))
+    elif len(name.split(".")) < 3:
+        causes.append(_invalid(f"{p}.name", name, "should be a domain with at least three segments separated by dots"))
+    causes += _validate_rules(hook.get("rules"), f"{p}.rules")
+    fp = hook.get("failurePolicy")
+    if fp is not None and fp not in ("Fail", "Ignore"):
+        causes.append(_unsupported(f"{p}.failurePolicy", fp, ("Fail", "Ignore")))
+    mp = hook.get("matchPolicy")
+    if mp is not None and mp not in ("Equivalent", "Exact"):
+        causes.append(_unsupported(f"{p}.matchPolicy", mp, ("Equivalent", "Exact")))
+    se = hook.get("sideEffects")
+    if se is None:
+        causes.append(_required(f"{p}.sideEffects", "must specify one of None, NoneOnDryRun"))
+    elif se not in ("None", "NoneOnDryRun"):
+        causes.append(_unsupported(f"{p}.sideEffects", se, ("None", "NoneOnDryRun")))
+    timeout = hook.get("timeoutSeconds")
+    if timeout is not None and (not isinstance(timeout, int) or not 1 <= timeout <= 30):
+        causes.append(errors.cause(f"{p}.timeoutSeconds", f"Invalid value: {timeout}: the timeout value must be "
+                                   "between 1 and 30 seconds"))
+    causes += _validate_selector(hook.get("namespaceSelector"), f"{p}.namespaceSelector")
+    causes += _validate_selector(hook.get("objectSelector"), f"{p}.objectSelector")
+    if mutating:
+        rp = hook.get("reinvocationPolicy")
+        if rp is not None and rp not in ("IfNeeded", "Never"):
+            causes.append(_unsupported(f"{p}.reinvocationPolicy", rp, ("IfNeeded", "Never")))
+    causes += _validate_client_config(hook.get("clientConfig"), f"{p}.clientConfig")
+    causes += _validate_conditions(hook.get("matchConditions"), f"{p}.matchConditions")
     return causes
 
 
