@@ -508,3 +508,28 @@ async def test_a_patch_made_on_an_equivalent_version_reaches_the_requested_versi
     assert created["apiVersion"] == "autoscaling/v1"
     assert created["metadata"]["labels"] == {"mutated": "yes"}
     assert created["spec"]["targetCPUUtilizationPercentage"] == 70
+
+
+async def test_a_certificate_for_another_service_name_fails_the_call(env: Env) -> None:
+    await env.must(f"/api/v1/namespaces/{NS}/services", {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "other"},
+        "spec": {"clusterIP": "127.0.0.1", "ports": [{"port": env.hooks.port, "protocol": "TCP"}]}})
+    hook = webhook("svc.example.com", "/allow", env.hooks, url=False)
+    hook["clientConfig"]["service"]["name"] = "other"
+    await env.validating(hook)
+    r = await env.create_cm("c1")
+    assert r.status == 500
+    assert r.body["message"] == (
+        f'Internal error occurred: failed calling webhook "svc.example.com": failed to call webhook: Post '
+        f'"https://other.{NS}.svc:{env.hooks.port}/allow?timeout=10s": tls: failed to verify certificate: x509: '
+        f"certificate is not valid for other.{NS}.svc")
+    assert env.hooks.reviews("/allow") == []
+
+
+async def test_a_ca_bundle_that_is_not_pem_fails_the_call(env: Env) -> None:
+    hook = webhook("pem.example.com", "/allow", env.hooks, ca=b"not a certificate")
+    await env.validating(hook)
+    r = await env.create_cm("c1")
+    assert r.status == 500
+    assert r.body["message"] == ('Internal error occurred: failed calling webhook "pem.example.com": could not get '
+                                 "REST client: unable to load root certificates: unable to parse bytes as PEM block")
