@@ -1,6 +1,6 @@
-"""In-process admission: mutating hooks, then the ValidatingAdmissionPolicy plugin, then validating
-hooks, before storage (kube's plugin order: mutating webhooks, ValidatingAdmissionPolicy,
-validating webhooks)."""
+"""In-process admission: mutating hooks, mutating webhooks, then the ValidatingAdmissionPolicy
+plugin, validating hooks and validating webhooks, before storage (kube's plugin order: in-tree
+mutating plugins, MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from isthmus.apiserver.resources import ResourceInfo
 
 if TYPE_CHECKING:
     from isthmus.apiserver.admissionpolicy.engine import ValidatingAdmissionPolicies
+    from isthmus.apiserver.webhooks import Webhooks
 
 
 @dataclass
@@ -43,11 +44,13 @@ Hook = Callable[[AdmissionRequest], Awaitable[None]]
 class Admission:
     """Hooks registered per (group, plural); plural '*' matches every resource of the group.
 
-    `policies` is the server's ValidatingAdmissionPolicy plugin (the generic store sets it)."""
+    `policies` is the server's ValidatingAdmissionPolicy plugin, `webhooks` its admission webhook
+    plugins (the generic store sets both)."""
 
     mutating: list[tuple[str, str, Hook]] = field(default_factory=list)
     validating: list[tuple[str, str, Hook]] = field(default_factory=list)
     policies: ValidatingAdmissionPolicies | None = None
+    webhooks: Webhooks | None = None
 
     def add_mutating(self, group: str, plural: str, hook: Hook) -> None:
         self.mutating.append((group, plural, hook))
@@ -57,6 +60,8 @@ class Admission:
 
     def active(self, info: ResourceInfo) -> bool:
         if any(self._match(g, p, info) for g, p, _ in (*self.mutating, *self.validating)):
+            return True
+        if self.webhooks is not None and self.webhooks.covers(info):
             return True
         return self.policies is not None and self.policies.covers(info)
 
@@ -68,8 +73,12 @@ class Admission:
         for g, p, hook in self.mutating:
             if self._match(g, p, req.resource):
                 await hook(req)
+        if self.webhooks is not None:
+            await self.webhooks.mutate(req)
         if self.policies is not None and self.policies.covers(req.resource):
             self.policies.validate(req)
         for g, p, hook in self.validating:
             if self._match(g, p, req.resource):
                 await hook(req)
+        if self.webhooks is not None:
+            await self.webhooks.validate(req)

@@ -58,6 +58,10 @@ from isthmus.apiserver.registry.secret import SecretStrategy
 from isthmus.apiserver.registry.service import ServiceStrategy
 from isthmus.apiserver.registry.statefulset import StatefulSetStrategy
 from isthmus.apiserver.registry.strategy import Strategy
+from isthmus.apiserver.registry.webhookconfiguration import (
+    MutatingWebhookConfigurationStrategy,
+    ValidatingWebhookConfigurationStrategy,
+)
 from isthmus.apiserver.registry.workloads import (
     CertificateSigningRequestStrategy,
     CronJobStrategy,
@@ -123,6 +127,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): EmptyStatusStrategy,
     ("admissionregistration.k8s.io", "validatingadmissionpolicies"): ValidatingAdmissionPolicyStrategy,
     ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): ValidatingAdmissionPolicyBindingStrategy,
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): ValidatingWebhookConfigurationStrategy,
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): MutatingWebhookConfigurationStrategy,
     ("certificates.k8s.io", "certificatesigningrequests"): CertificateSigningRequestStrategy,
     ("apiextensions.k8s.io", "customresourcedefinitions"): CustomResourceDefinitionStrategy,
     ("authentication.k8s.io", "tokenreviews"): TokenReviewStrategy,

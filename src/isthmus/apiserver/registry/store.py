@@ -1,7 +1,7 @@
 """The generic store: create, update (bodies, patches, apply) and delete for every resource type.
 
 kube's genericregistry.Store over storage: build the new object, prepare it, default, prune and
-validate it (422), admit it (mutating hooks, ValidatingAdmissionPolicies, validating hooks), then
+validate it (422), admit it (mutating hooks and webhooks, ValidatingAdmissionPolicies, validating hooks and webhooks), then
 commit with optimistic concurrency.
 What differs between kinds is the strategy's (registry/strategy.py, which lists the order its
 hooks are called in); this module never asks which kind it writes.
@@ -28,6 +28,7 @@ from isthmus.apiserver.registry import namespace
 from isthmus.apiserver.registry.strategy import clone
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store
+from isthmus.apiserver.webhooks import Webhooks
 
 __all__ = ["GenericStore", "clone"]
 
@@ -84,6 +85,8 @@ class GenericStore:
         # The ValidatingAdmissionPolicy plugin reads the policies stored here; told of every write.
         admission.policies = ValidatingAdmissionPolicies(storage, resources)
         storage.on_write(admission.policies.on_write)
+        admission.webhooks = Webhooks(storage, resources)
+        storage.on_write(admission.webhooks.on_write)
 
     # ------------------------------------------------------------------ shared steps
 
