@@ -12,7 +12,7 @@ import ipaddress
 import json
 import random
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 
 from isthmus.local.kubelite import KUBE_ENDPOINTSLICE_MANAGER, WORKLOAD_ANNOTATION, KubeLite
+from isthmus.local.kubelite.processes import ProcessOptions
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,9 +39,12 @@ def _cidrs() -> tuple[str, str]:
 class Lite:
     """A running KubeLite in a task; restartable on the same CIDRs."""
 
-    def __init__(self, client: AsyncClient, cluster: str = "c1") -> None:
+    stop_timeout = 15.0
+
+    def __init__(self, client: AsyncClient, cluster: str = "c1", processes: ProcessOptions | None = None) -> None:
         self.client = client
         self.cluster = cluster
+        self.processes = processes
         self.pod_cidr, self.service_cidr = _cidrs()
         self.task: asyncio.Task[None] | None = None
         self.lite: KubeLite | None = None
@@ -52,6 +56,7 @@ class Lite:
             pod_cidr=self.pod_cidr,
             service_cidr=self.service_cidr,
             node_ports=NODE_PORTS,
+            processes=self.processes,
         )
         ready = asyncio.Event()
         self.task = asyncio.create_task(self.lite.run(ready))
@@ -62,19 +67,9 @@ class Lite:
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                async with asyncio.timeout(15):
+                async with asyncio.timeout(self.stop_timeout):
                     await self.task
             self.task = None
-
-
-@pytest.fixture
-async def lite(apiserver: Any) -> AsyncIterator[Lite]:
-    running = Lite(apiserver.client())
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 async def eventually(

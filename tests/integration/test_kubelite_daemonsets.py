@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,16 +29,6 @@ pytestmark = [
 ]
 
 EDGE = "isthmus.io/edge"
-
-
-@pytest.fixture
-async def lite(apiserver: Any) -> AsyncIterator[Lite]:
-    running = Lite(apiserver.client())
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 def echo_daemonset(name: str, *, version: str = "v1", node_selector: dict[str, str] | None = None,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -25,16 +24,6 @@ pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed"),
 ]
-
-
-@pytest.fixture
-async def lite(apiserver: Any) -> AsyncIterator[Lite]:
-    running = Lite(apiserver.client())
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 def echo_pod(name: str, containers: int = 1) -> dict[str, Any]:

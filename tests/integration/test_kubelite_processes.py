@@ -8,7 +8,6 @@ logs``, and the process itself (its pid, what it serves). Back-off is shortened 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import shutil
@@ -31,42 +30,24 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 from isthmus.api.image import IMAGE, IMAGE_REPOSITORY
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.manifests import apply, deploy_dir, render
-from isthmus.local.kubelite import KubeLite
 from isthmus.local.kubelite.processes import ProcessOptions
 from tests.conftest import RunningApiServer
-from tests.integration.test_kubelite import NODE_PORTS, NS, _cidrs, eventually, kubectl
+from tests.integration.test_kubelite import NS, Lite, eventually, kubectl
 
 pytestmark = pytest.mark.timeout(120)
 
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 
 
-class ProcLite:
+class ProcLite(Lite):
     """A KubeLite whose process pods live under ``root``; restartable on the same CIDRs."""
 
+    stop_timeout = 20.0  # process pods get their graceful stop first
+
     def __init__(self, client: AsyncClient, root: Path, api_port: int) -> None:
-        self.client = client
-        self.pod_cidr, self.service_cidr = _cidrs()
         self.options = ProcessOptions(root_dir=root, api_port=api_port, backoff_base=0.5, backoff_max=2.0,
                                       stop_grace_cap=5.0)
-        self.task: asyncio.Task[None] | None = None
-        self.lite: KubeLite | None = None
-
-    async def start(self) -> None:
-        self.lite = KubeLite(self.client, cluster="c1", pod_cidr=self.pod_cidr, service_cidr=self.service_cidr,
-                             node_ports=NODE_PORTS, processes=self.options)
-        ready = asyncio.Event()
-        self.task = asyncio.create_task(self.lite.run(ready))
-        async with asyncio.timeout(15):
-            await ready.wait()
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                async with asyncio.timeout(20):
-                    await self.task
-            self.task = None
+        super().__init__(client, processes=self.options)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ Endpoints it keeps beside each Service's EndpointSlices, against an in-process a
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,16 +19,6 @@ pytestmark = [
 ]
 
 REVISION = "deployment.kubernetes.io/revision"
-
-
-@pytest.fixture
-async def lite(apiserver: Any) -> AsyncIterator[Lite]:
-    running = Lite(apiserver.client())
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 async def replicasets(lite: Lite) -> dict[str, dict[str, Any]]:

@@ -1,8 +1,8 @@
 """The member roles in deploy/ allow every request the agent and the DNS server make.
 
 A clusterset runs the real agent and DNS server on clients that record each request; each request
-is then judged as kube's RBAC authorizer judges it (verb, API group, resource/subresource,
-namespace, name) against the rules deploy/member gives that component's ServiceAccount. So a verb
+is then judged by the RBAC authorizer the embedded apiserver enforces (kube's attributes and rule
+matching) against the rules deploy/member gives that component's ServiceAccount. So a verb
 the code starts using without its manifest failing here, before any cluster enforces RBAC.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -20,6 +19,10 @@ import pytest_asyncio
 from lightkube import AsyncClient, KubeConfig
 
 from isthmus.api.mcs import AGENT_NAMESPACE
+from isthmus.apiserver.authentication import UserInfo
+from isthmus.apiserver.authorization.attributes import Attributes, request_attributes
+from isthmus.apiserver.authorization.rbac import PolicyRule, rule_allows
+from isthmus.apiserver.authorization.rbac import rules_of as policy_rules
 from isthmus.dns.service import DnsConfig, DnsService
 from isthmus.kube.manifests import deploy_dir, render
 from isthmus.mcs.agent import Agent
@@ -28,59 +31,26 @@ from tests.integration.mcs_harness import ClusterSet, eventually
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 
 
-@dataclass(frozen=True)
-class Request:
-    """A request's RBAC attributes, as kube's RequestInfoFactory derives them."""
-
-    verb: str
-    group: str
-    resource: str
-    subresource: str
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        res = self.resource + (f"/{self.subresource}" if self.subresource else "")
-        where = f" in {self.namespace}" if self.namespace else ""
-        return f"{self.verb} {res}.{self.group or 'core'} {self.name or '*'}{where}"
+ANYONE = UserInfo("recorded")  # who made a request does not matter here: the rules bound to the account do
 
 
-def request_info(method: str, url: httpx2.URL) -> Request:
-    parts = [p for p in url.path.split("/") if p]
-    if parts[0] == "api":
-        group, rest = "", parts[2:]
-    else:
-        group, rest = parts[1], parts[3:]
-    namespace = ""
-    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
-        namespace, rest = rest[1], rest[2:]
-    resource, name, sub = rest[0], rest[1] if len(rest) > 1 else "", rest[2] if len(rest) > 2 else ""
-    query = parse_qs(url.query.decode() if isinstance(url.query, bytes) else str(url.query))
-    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, "")
-    if method == "GET":
-        verb = "watch" if query.get("watch", ["false"])[0] in ("true", "1") else ("get" if name else "list")
-    if method == "DELETE" and not name:
-        verb = "deletecollection"
-    return Request(verb, group, resource, sub, namespace, name)
+def request(verb: str, group: str, resource: str, namespace: str, name: str) -> Attributes:
+    """A resource request's RBAC attributes, written by hand."""
+    return Attributes(ANYONE, verb, True, api_group=group, resource=resource, namespace=namespace, name=name)
 
 
-def allows(rule: dict[str, Any], req: Request) -> bool:
-    def has(values: list[str], v: str) -> bool:
-        return "*" in values or v in values
-
-    res = req.resource + (f"/{req.subresource}" if req.subresource else "")
-    return (has(rule.get("verbs") or [], req.verb) and has(rule.get("apiGroups") or [], req.group)
-            and has(rule.get("resources") or [], res)
-            and (not rule.get("resourceNames") or (req.name != "" and req.name in rule["resourceNames"])))
+def describe(a: Attributes) -> str:
+    where = f" in {a.namespace}" if a.namespace else ""
+    return f"{a.verb} {a.combined_resource}.{a.api_group or 'core'} {a.name or '*'}{where}"
 
 
-def rules_of(account: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def rules_of(account: str) -> tuple[list[PolicyRule], list[PolicyRule]]:
     """(cluster-wide rules, rules in AGENT_NAMESPACE) bound to ServiceAccount `account`."""
     objs = render(deploy_dir() / "member")
     roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objs
              if o["kind"] in ("Role", "ClusterRole")}
-    cluster: list[dict[str, Any]] = []
-    local: list[dict[str, Any]] = []
+    cluster: list[PolicyRule] = []
+    local: list[PolicyRule] = []
     for b in objs:
         if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
             continue
@@ -89,33 +59,35 @@ def rules_of(account: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             continue
         ref = b["roleRef"]
         ns = b["metadata"].get("namespace") if ref["kind"] == "Role" else None
-        rules = roles[(ref["kind"], ns, ref["name"])]["rules"]
+        rules = policy_rules(roles[(ref["kind"], ns, ref["name"])])
         (cluster if b["kind"] == "ClusterRoleBinding" else local).extend(rules)
     return cluster, local
 
 
-def denied(account: str, requests: set[Request]) -> list[str]:
+def denied(account: str, requests: set[Attributes]) -> list[str]:
+    """The requests kube's RBAC authorizer (ours, the one the embedded apiserver enforces) refuses."""
     cluster, local = rules_of(account)
-    return sorted(str(r) for r in requests
-                  if not any(allows(rule, r) for rule in cluster)
-                  and not (r.namespace == AGENT_NAMESPACE and any(allows(rule, r) for rule in local)))
+    return sorted(describe(r) for r in requests
+                  if not any(rule_allows(r, rule) for rule in cluster)
+                  and not (r.namespace == AGENT_NAMESPACE and any(rule_allows(r, rule) for rule in local)))
 
 
-def recording_client(kubeconfig: str, seen: set[Request]) -> AsyncClient:
+def recording_client(kubeconfig: str, seen: set[Attributes]) -> AsyncClient:
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
     http: Any = client._client._client  # lightkube's GenericAsyncClient → its httpx2 client
 
     async def record(request: httpx2.Request) -> None:
-        seen.add(request_info(request.method, request.url))
+        query = {k: v[0] for k, v in parse_qs(request.url.query.decode()).items()}
+        seen.add(request_attributes(request.method, request.url.path, query, ANYONE))
 
     http.event_hooks = {"request": [record], "response": []}
     return client
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def audit(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[set[Request], set[Request]]]:
-    agent_seen: set[Request] = set()
-    dns_seen: set[Request] = set()
+async def audit(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[set[Attributes], set[Attributes]]]:
+    agent_seen: set[Attributes] = set()
+    dns_seen: set[Attributes] = set()
     async with ClusterSet(tmp_path_factory.mktemp("rbac"), n=2, start_agents=False) as cs:
         tasks: list[asyncio.Task[Any]] = []
         clients: list[AsyncClient] = []
@@ -160,7 +132,7 @@ async def audit(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple
                 await c.close()
 
 
-async def test_agent_role_allows_every_request_the_agent_made(audit: tuple[set[Request], set[Request]]) -> None:
+async def test_agent_role_allows_every_request_the_agent_made(audit: tuple[set[Attributes], set[Attributes]]) -> None:
     agent_seen, _ = audit
     verbs = {(r.verb, r.resource, r.subresource) for r in agent_seen}
     # The scenario exercised what the role is for (else this test would prove little).
@@ -169,7 +141,7 @@ async def test_agent_role_allows_every_request_the_agent_made(audit: tuple[set[R
     assert denied("isthmus-agent", agent_seen) == []
 
 
-async def test_dns_role_allows_every_request_the_dns_server_made(audit: tuple[set[Request], set[Request]]) -> None:
+async def test_dns_role_allows_every_request_the_dns_server_made(audit: tuple[set[Attributes], set[Attributes]]) -> None:
     _, dns_seen = audit
     assert {r.resource for r in dns_seen} >= {"serviceimports", "services", "endpointslices"}
     assert denied("isthmus-dns", dns_seen) == []
@@ -177,9 +149,9 @@ async def test_dns_role_allows_every_request_the_dns_server_made(audit: tuple[se
 
 async def test_the_judge_refuses_what_the_roles_do_not_grant() -> None:
     """The evaluator itself: a verb, a name or a namespace outside the role is refused."""
-    assert denied("isthmus-agent", {Request("get", "", "secrets", "", AGENT_NAMESPACE, "other")})
-    assert denied("isthmus-agent", {Request("list", "", "secrets", "", AGENT_NAMESPACE, "")})
-    assert denied("isthmus-agent", {Request("get", "", "secrets", "", "default", "isthmus-broker")})
-    assert denied("isthmus-agent", {Request("update", "multicluster.x-k8s.io", "serviceexports", "", "a", "b")})
-    assert denied("isthmus-dns", {Request("create", "", "events", "", "a", "")})
-    assert not denied("isthmus-agent", {Request("get", "", "secrets", "", AGENT_NAMESPACE, "isthmus-broker")})
+    assert denied("isthmus-agent", {request("get", "", "secrets", AGENT_NAMESPACE, "other")})
+    assert denied("isthmus-agent", {request("list", "", "secrets", AGENT_NAMESPACE, "")})
+    assert denied("isthmus-agent", {request("get", "", "secrets", "default", "isthmus-broker")})
+    assert denied("isthmus-agent", {request("update", "multicluster.x-k8s.io", "serviceexports", "a", "b")})
+    assert denied("isthmus-dns", {request("create", "", "events", "a", "")})
+    assert not denied("isthmus-agent", {request("get", "", "secrets", AGENT_NAMESPACE, "isthmus-broker")})

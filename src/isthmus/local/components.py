@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from isthmus.local import plan
+from isthmus.local.kubelite.containers import container_pid
 from isthmus.local.plan import DNS, ClusterPlan, PartId
 
 MEMBER_BASE = "member"
@@ -79,14 +80,6 @@ class PodPart:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _pid(container_id: str | None) -> int | None:
-    """kube-lite's containerID is `isthmus://<node>/<pid>`."""
-    if not container_id:
-        return None
-    tail = container_id.rstrip("/").rsplit("/", 1)[-1]
-    return int(tail) if tail.isdigit() else None
-
-
 def judge(deployment: dict[str, Any] | None, pods: list[dict[str, Any]]) -> PodPart:
     """A component's health the way `kubectl get deploy,pods` shows it: ready when a replica is
     ready; restarting when its container crash-loops or restarted; starting otherwise. `pod` and
@@ -112,7 +105,7 @@ def judge(deployment: dict[str, Any] | None, pods: list[dict[str, Any]]) -> PodP
         out.pod = best["metadata"]["name"]
         statuses = (best.get("status") or {}).get("containerStatuses") or []
         if statuses and "running" in (statuses[0].get("state") or {}):
-            out.pid = _pid(statuses[0].get("containerID"))
+            out.pid = container_pid(statuses[0].get("containerID"))
     # Restarts of every replica; the last exit and the error of the one that ended last.
     newest = ""
     for p in live:

@@ -61,6 +61,22 @@ def image_repository(image: str) -> str:
     return name[:colon] if colon > slash else name
 
 
+CONTAINER_ID_SCHEME = "isthmus://"
+
+
+def container_id(node: str, pid: int) -> str:
+    """A process container's `containerID`, as a runtime names its containers: `isthmus://<node>/<pid>`."""
+    return f"{CONTAINER_ID_SCHEME}{node}/{pid}"
+
+
+def container_pid(cid: str | None) -> int | None:
+    """The PID in a `container_id` (None for anything else)."""
+    if not cid or not cid.startswith(CONTAINER_ID_SCHEME):
+        return None
+    tail = cid.rsplit("/", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
 def is_isthmus_image(image: str | None) -> bool:
     return bool(image) and image_repository(str(image)) == IMAGE_REPOSITORY
 

@@ -53,6 +53,7 @@ from isthmus.local.kubelite.containers import (
     base_environment,
     build_command,
     container_environment,
+    container_id,
     expand,
     is_isthmus_image,
     service_environment,
@@ -492,7 +493,7 @@ class ProcessPod:
             self._set(c, state=state, ready=False, started=False)
             return state
         c.proc, c.ran, c.killing = proc, True, None
-        cid = f"isthmus://{self.node}/{proc.pid}"
+        cid = container_id(self.node, proc.pid)
         self.recorder.normal(self.pod, "Created", f"Created container: {c.name}")
         self.recorder.normal(self.pod, "Started", f"Started container {c.name}")
         spec = c.spec
