@@ -116,12 +116,10 @@ class Authorizer:
 class RequestContext:
     """The request being served, as the write pipeline's RBAC checks need it."""
 
-    attributes: Attributes
+    user: UserInfo
     authorizer: Authorizer
-
-    @property
-    def user(self) -> UserInfo:
-        return self.attributes.user
+    attributes: Attributes | None = None
+    """None for system:masters, which every check lets through without looking at the request."""
 
 
 # Set by the server for each HTTP request it serves; None for in-process writes (the server's own

@@ -144,7 +144,7 @@ class _RoleStrategy(Strategy):
         if ctx is None:
             return
         a = ctx.attributes
-        if a.resource_request and a.api_group == GROUP and a.resource == self.plural and ctx.authorizer.allows(
+        if a is not None and a.resource_request and a.api_group == GROUP and a.resource == self.plural and ctx.authorizer.allows(
                 Attributes(ctx.user, "escalate", True, api_group=GROUP, api_version="*", resource=self.plural,
                            name=a.name, namespace=a.namespace)):
             return
