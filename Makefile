@@ -3,12 +3,15 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# Debian packages the test suite and demo use (installed by apt-get when absent).
-APT_PACKAGES ?=
+# Debian packages the test suite and demo use (installed by apt-get when absent): HAProxy 2.6 runs
+# the load-balancer pools.
+APT_PACKAGES ?= haproxy
 
 .PHONY: install demo test lint bench clean apt image
 
+# `apt` runs on every install: a package added after the venv was made is still installed.
 install: $(STAMP)
+	@$(MAKE) --no-print-directory apt
 
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -17,7 +20,6 @@ apt:
 	@command -v kubectl >/dev/null || echo "warning: kubectl not found; e2e tests need it"
 
 $(STAMP): pyproject.toml
-	@$(MAKE) --no-print-directory apt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

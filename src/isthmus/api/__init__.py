@@ -8,8 +8,9 @@ module's tuple here.
 from __future__ import annotations
 
 from isthmus.api.base import Resource
+from isthmus.api.lb import LB_MODELS
 from isthmus.api.mcs import MCS_MODELS
 
-CRD_MODELS: tuple[type[Resource], ...] = (*MCS_MODELS,)
+CRD_MODELS: tuple[type[Resource], ...] = (*MCS_MODELS, *LB_MODELS)
 
 __all__ = ["CRD_MODELS"]
