@@ -51,12 +51,32 @@ def test_parts_start_with_the_apiservers_and_ports_cover_every_part() -> None:
     assert names[:3] == ["broker-apiserver", "c1-apiserver", "c2-apiserver"]
     # The agent and DNS server are pods (deploy/member), not supervised processes.
     assert names[3:] == ["c1-kube-lite", "c1-proxy", "c2-kube-lite", "c2-proxy"]
-    assert [p.name for p in plan.pod_parts(2)] == ["c1-agent", "c1-dns", "c2-agent", "c2-dns"]
+    assert [p.name for p in plan.pod_parts(2)] == [
+        f"{c}-{k}" for c in ("c1", "c2") for k in ("agent", "dns", "lb", "pools", "webhook")
+    ]
     ports = plan.port_names(2)
     assert len(ports) == len(set(ports))
     for p in parts:
         assert plan.metrics_port_name(p) in ports
-    assert not any("dns" in p or "agent" in p for p in ports)
+    assert not any(any(k in p for k in plan.POD_KINDS) for p in ports)
+
+
+def test_pool_addresses_are_per_cluster_and_outside_every_other_range() -> None:
+    import ipaddress
+
+    clusters = plan.address_plan(plan.MAX_CLUSTERS)
+    public = ipaddress.ip_network(plan.POOL_PUBLIC_RANGE)
+    private = ipaddress.ip_network(plan.POOL_PRIVATE_RANGE)
+    user = ipaddress.ip_network("127.48.0.0/12")
+    seen: set[str] = set()
+    for c in clusters:
+        pub, priv = ipaddress.ip_address(c.pool_public_address), ipaddress.ip_address(c.pool_private_address)
+        assert pub in public and priv in private
+        for net in (c.pod_cidr, c.service_cidr, c.clusterset_ip_cidr, str(user)):
+            assert pub not in ipaddress.ip_network(net) and priv not in ipaddress.ip_network(net)
+        seen |= {c.pool_public_address, c.pool_private_address}
+    assert len(seen) == 2 * len(clusters)
+    assert not public.overlaps(user) and not private.overlaps(user)
 
 
 def test_the_dns_node_port_is_the_last_of_each_cluster_range() -> None:

@@ -390,14 +390,14 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
                       "`isthmus down` stops them.[/yellow]")
     table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
     for col in ("NAME", "API SERVER", "DNS", "KUBELET", "POD CIDR", "SERVICE CIDR", "CLUSTERSET IP CIDR", "NODEPORTS",
-                "JOINED / HEARTBEAT", "PARTS"):
+                "LB PUBLIC / PRIVATE", "JOINED / HEARTBEAT", "PARTS"):
         table.add_column(col, no_wrap=col != "PARTS")
     b = doc["broker"]
-    table.add_row("broker", b["server"], "-", "-", "-", "-", b["clustersetIPCIDRRange"], "-", "-",
+    table.add_row("broker", b["server"], "-", "-", "-", "-", b["clustersetIPCIDRRange"], "-", "-", "-",
                   _health(b["parts"], b["processes"]))
     for c in doc["clusters"]:
         table.add_row(c["name"], c["server"], c["dns"], c.get("kubelet", "-"), c["podCIDR"], c["serviceCIDR"], c["clustersetIPCIDR"],
-                      c["nodePortRange"], _membership(c), _health(c["parts"], c["processes"]))
+                      c["nodePortRange"], f'{c["poolPublicAddress"]} / {c["poolPrivateAddress"]}', _membership(c), _health(c["parts"], c["processes"]))
     console.print(table)
     if doc["problems"] and doc["phase"] not in (PHASE_STOPPED, PHASE_FAILED):
         console.print("Not ready:", style="bold red")

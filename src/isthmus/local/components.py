@@ -2,7 +2,8 @@
 
 `isthmus up` installs them as a cluster admin would on a real cluster — `kubectl apply -k` of an
 overlay of deploy/member rendered for the local plan (the DNS Service gets a fixed NodePort, the DNS
-server also answers the cluster's own zone, as there is no CoreDNS here) — and kube-lite runs their
+server also answers the cluster's own zone, as there is no CoreDNS here; the translator gets the
+cluster's name and the pool manager the cluster's edge addresses) — and kube-lite runs their
 pods as processes. `status` reads their health from the Deployments and Pods, as a user would with
 kubectl.
 """
@@ -42,6 +43,16 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path) -> Path:
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[DNS]},
              "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
                                         "value": f"--local-zone={plan.LOCAL_ZONE}"}])},
+            {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.LB]},
+             "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                                        "value": f"--cluster-name={cluster.name}"}])},
+            {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.POOLS]},
+             "patch": yaml.safe_dump([
+                 {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                  "value": f"--public-address={cluster.pool_public_address}"},
+                 {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                  "value": f"--private-address={cluster.pool_private_address}"},
+             ])},
             {"target": {"kind": "Service", "name": plan.DNS_SERVICE},
              "patch": yaml.safe_dump([
                  {"op": "replace", "path": "/spec/type", "value": "NodePort"},

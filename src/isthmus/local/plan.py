@@ -4,7 +4,9 @@ Everything lives in 127.0.0.0/8 (every 127.x address is local on Linux: no root,
 interfaces). Cluster ``ci`` (1-based ``i``) gets pod CIDR 127.(100+i).0.0/16, service CIDR
 127.(200+i).0.0/16, NodePorts 30000+(i-1)*500 … +499 and a VIP block of the broker's
 127.240.0.0/12 — a /16 each (c1 127.240.0.0/16, c2 127.241.0.0/16 …) while 16 of them fit, a
-/17 each beyond that, so 30 clusters never overlap. VIP blocks are passed to `join`
+/17 each beyond that, so 30 clusters never overlap. Its load-balancer pools listen on the pool
+manager's public address 127.30.i.1 and private address 127.31.i.1 (127.30.0.0/16 and
+127.31.0.0/16: an edge host's two networks). 127.48.0.0/12 stays the user's. VIP blocks are passed to `join`
 explicitly: clusters joining concurrently then still get the block their name promises.
 """
 
@@ -22,20 +24,28 @@ LOCAL_ZONE = "cluster.local"
 CLUSTERSET_IP_RANGE = "127.240.0.0/12"
 NODE_PORT_BASE = 30000
 NODE_PORTS_PER_CLUSTER = 500
+POOL_PUBLIC_RANGE = "127.30.0.0/16"
+"""Public addresses of the clusters' pool managers (c<i>: 127.30.i.1): `role: slave_public` pools."""
+POOL_PRIVATE_RANGE = "127.31.0.0/16"
+"""Private addresses of the clusters' pool managers (c<i>: 127.31.i.1): every pool."""
 
 APISERVER = "apiserver"
 KUBE_LITE = "kube-lite"
 AGENT = "agent"
 DNS = "dns"
 PROXY = "proxy"
-CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY)
+LB = "lb"
+POOLS = "pools"
+WEBHOOK = "webhook"
+CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, LB, POOLS, WEBHOOK)
 """Every part of a cluster, in the order tables show them."""
 SUPERVISED_KINDS = (APISERVER, KUBE_LITE, PROXY)
 """What a cloud gives and the supervisor runs as processes (start order; stop order is the reverse)."""
-POD_KINDS = (AGENT, DNS)
+POD_KINDS = (AGENT, DNS, LB, POOLS, WEBHOOK)
 """Isthmus's own components: installed from deploy/member with `kubectl apply -k`, run by kube-lite."""
 COMPONENT_NAMESPACE = "isthmus-system"
-DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns"}
+DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns", LB: "isthmus-lb", POOLS: "isthmus-pools",
+               WEBHOOK: "isthmus-webhook"}
 """The Deployment of each pod part (deploy/member)."""
 DNS_SERVICE = "isthmus-dns"
 
@@ -55,6 +65,8 @@ class ClusterPlan:
     node_port_low: int
     node_port_high: int
     clusterset_ip_cidr: str
+    pool_public_address: str
+    pool_private_address: str
 
     @property
     def node_port_range(self) -> str:
@@ -108,6 +120,8 @@ def cluster_plan(i: int, n: int) -> ClusterPlan:
         node_port_low=low,
         node_port_high=low + NODE_PORTS_PER_CLUSTER - 1,
         clusterset_ip_cidr=str(block),
+        pool_public_address=f"127.30.{i}.1",
+        pool_private_address=f"127.31.{i}.1",
     )
 
 

@@ -819,6 +819,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             "heartbeat": member.heartbeat.strftime("%Y-%m-%dT%H:%M:%SZ") if member and member.heartbeat else None,
             "heartbeatAge": age,
             "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": cp.node_port_range,
+            "poolPublicAddress": cp.pool_public_address, "poolPrivateAddress": cp.pool_private_address,
             "ready": not mine_problems,
             "restarts": sum(state.parts.get(p.name, PartState()).restarts for p in mine)
                         + sum(part.restarts for part in pods.values()),
