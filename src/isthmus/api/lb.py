@@ -26,6 +26,7 @@ from pydantic.alias_generators import to_camel
 from isthmus.api.base import (
     AGE_COLUMN,
     ATOMIC_LIST,
+    Condition,
     Conditions,
     CRDInfo,
     Int32,
@@ -35,6 +36,8 @@ from isthmus.api.base import (
     Resource,
     Time,
     list_map,
+    merge_conditions,
+    new_condition,
 )
 from isthmus.api.mcs import AGENT_NAMESPACE, ISTHMUS_GROUP, ISTHMUS_VERSION
 
@@ -594,3 +597,48 @@ def immutable_changes(old: Mapping[str, str] | None, new: Mapping[str, str] | No
                 f"(was {before[field]!r}, now {after.get(field)!r}); delete and re-create the object to change it"
             )
     return out
+
+
+# --- pool status summary (every pool manager computes the same) ----------------------------------
+
+
+def summarize_status(
+    count: int,
+    generation: int,
+    instances: list[PoolInstanceStatus],
+    public: bool,
+    conditions: list[Condition] | None = None,
+) -> LoadBalancerPoolStatus:
+    """The pool's status from its instances: slots beyond `count` dropped, missing slots Pending,
+    the printer-column fields, per-frontend addresses of the Running instances, and `Ready`
+    (at least one instance serves the current generation)."""
+    by_slot = {i.slot: i for i in instances if i.slot < count}
+    full = [by_slot.get(s) or PoolInstanceStatus(slot=s, message="no pool manager holds this slot") for s in range(count)]
+    serving = [i for i in full if i.state == InstanceState.RUNNING and i.observed_generation == generation]
+    running = [i for i in full if i.state == InstanceState.RUNNING]
+    frontends: dict[str, PoolFrontendStatus] = {}
+    for inst in running:
+        for fe in inst.frontends:
+            agg = frontends.setdefault(fe.name, PoolFrontendStatus(name=fe.name, port=fe.port))
+            agg.private_addresses = sorted({*agg.private_addresses, *fe.private_addresses})
+            agg.public_addresses = sorted({*agg.public_addresses, *fe.public_addresses})
+    addresses: set[str] = set()
+    for inst in running:
+        addresses |= {a for a in (inst.public_address if public else "", inst.private_address) if a}
+    if serving:
+        cond = new_condition(
+            READY, True, Reason.ALL_READY if len(serving) == count else Reason.PARTIALLY_READY,
+            f"{len(serving)} of {count} instances serve generation {generation}",
+        )
+    else:
+        why = "; ".join(f"slot {i.slot}: {i.message}" for i in full if i.message) or "no instance runs yet"
+        cond = new_condition(READY, False, Reason.NO_INSTANCE, why[:1000])
+    return LoadBalancerPoolStatus(
+        observed_generation=generation if serving and len(serving) == len(running) else None,
+        ready=f"{len(serving)}/{count}",
+        ready_instances=len(serving),
+        addresses=",".join(sorted(addresses)),
+        frontends=sorted(frontends.values(), key=lambda f: f.name),
+        instances=full,
+        conditions=merge_conditions(conditions, [cond]),
+    )

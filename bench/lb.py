@@ -1,0 +1,389 @@
+"""Load-balancing benchmark: HTTP through a real HAProxy pool vs straight to the backend, reloads
+and endpoint changes under load, Ingress edit → serving, and translation time.
+
+    .venv/bin/python bench/lb.py [--requests 20000] [--concurrency 8] [--reloads 100]
+                                 [--endpoint-changes 1000] [--edits 20] [--rules 1000]
+
+1. Backends (child process: a bare asyncio Protocol answering every GET with a fixed 2-byte body)
+   listen on 127.0.0.1 at three ports of the NodePort range: they stand for a node's NodePorts.
+2. An embedded apiserver (child) with the CRDs, a Node (InternalIP 127.0.0.1), namespace `bench`
+   and a NodePort Service `web` whose nodePort is the first backend's port.
+3. `isthmus pools` (child, the real CLI) on 127.30.250.1 / 127.31.250.1 runs pools as HAProxy;
+   `isthmus lb --cluster-name bench` (child, the real CLI) translates the Ingress of part 4.
+4. Figures, same client for every target (this process; asyncio, `--concurrency` connections):
+   - keep-alive req/s, p50, p99: a pool (HTTP frontend → one server) vs the backend directly;
+   - failed requests while the pool is reloaded `--reloads` times (spec changes that need a
+     reload) under continuous keep-alive load, and the reloads HAProxy's master counted;
+   - `--endpoint-changes` server changes (a backend's servers moved between the backend ports)
+     under load: reloads counted (target 0: the runtime API applies them) and failures;
+   - an Ingress of class edgelb edited `--edits` times, each adding a path: time until the new
+     path answers 200 through the pool (p50, p99);
+   - translation time of one Ingress with `--rules` rules (the translator's pure function).
+
+Only processes this script started are stopped, by PID. Figures are printed; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Bench scripts share the proxy benchmark's backend and client.
+from proxy import (
+    _Http,
+    keep_alive,
+    measure,
+    spawn,
+    wait_ready,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+NS = "bench"
+CLUSTER = "bench"
+BACKEND_PORTS = (32101, 32102, 32103)
+PUBLIC, PRIVATE = "127.30.250.1", "127.31.250.1"
+POOL = "bench-pool"
+POOL_PORT = 18600
+INGRESS_PORT = 18601
+CLI = "from isthmus.cli.main import app; app(prog_name='isthmus')"
+
+
+# --- children -------------------------------------------------------------------------------------
+
+
+async def run_backend() -> None:
+    loop = asyncio.get_running_loop()
+    servers = [await loop.create_server(_Http, "127.0.0.1", p, reuse_address=True, backlog=4096) for p in BACKEND_PORTS]
+    print("READY", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        for s in servers:
+            s.close()
+
+
+async def run_cluster(state: Path) -> None:
+    sys.path.insert(0, str(ROOT / "src"))
+    from lightkube import AsyncClient, KubeConfig
+    from lightkube.resources.core_v1 import Namespace, Node, Service
+    from lightkube.types import PatchType
+
+    from isthmus.apiserver.server import ApiServer
+    from isthmus.kube.helpers import install_crds
+
+    server = ApiServer(data_dir=state / "apiserver")
+    await server.start()
+    kubeconfig = state / "kubeconfig"
+    server.write_kubeconfig(str(kubeconfig))
+    client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
+    await install_crds(client)
+    for ns in (NS, "isthmus-system"):
+        await client.create(Namespace.from_dict({"metadata": {"name": ns}}))
+    await client.create(Node.from_dict({"metadata": {"name": "bench-node"}}))
+    await client.patch(Node.Status, "bench-node", {"status": {
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+    }}, patch_type=PatchType.MERGE)
+    await client.create(Service.from_dict({
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"type": "NodePort", "selector": {"app": "web"},
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": BACKEND_PORTS[0]}]},
+    }))
+    print("READY", flush=True)
+    await asyncio.Event().wait()
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def pool_body(servers: list[int], balance: str = "roundrobin", generation_tag: int = 0) -> dict[str, Any]:
+    """A LoadBalancerPool written directly (the pool manager's input), one HTTP frontend."""
+    return {
+        "apiVersion": "isthmus.io/v1alpha1", "kind": "LoadBalancerPool",
+        "metadata": {"name": POOL, "annotations": {"bench/tag": str(generation_tag)}},
+        "spec": {
+            "role": "slave_public",
+            "haproxy": {
+                "frontends": [{"name": "bench:web", "bindPort": POOL_PORT, "protocol": "HTTP",
+                               "linkBackend": {"defaultBackend": "bench:web",
+                                               "map": [{"backend": "bench:web", "pathBeg": f"/t{generation_tag}"}]}}],
+                "backends": [{"name": "bench:web", "protocol": "HTTP", "balance": balance,
+                              "servers": [{"address": "127.0.0.1", "port": p} for p in servers]}],
+            },
+        },
+    }
+
+
+def master_reloads(state: Path, pool: str) -> int:
+    """Reloads HAProxy's master counted for a pool (`show proc` on its master socket)."""
+    total = 0
+    for sock in glob.glob(str(state / "**" / "master.sock"), recursive=True):
+        if pool not in sock:
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect(sock)
+            s.sendall(b"show proc\n")
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        for line in out.decode().splitlines():
+            fields = line.split()
+            if len(fields) >= 3 and fields[1] == "master":
+                total += int(fields[2])
+    return total
+
+
+async def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
+    p = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", str(kubeconfig), *args,
+        stdin=subprocess.PIPE if stdin is not None else None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    out, err = await p.communicate(stdin.encode() if stdin is not None else None)
+    if p.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {err.decode().strip()}")
+    return out.decode()
+
+
+async def apply(kubeconfig: Path, body: dict[str, Any]) -> None:
+    await kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "--field-manager", "bench",
+                  "-f", "-", stdin=json.dumps(body))
+
+
+async def wait_pool(kubeconfig: Path, timeout: float = 30) -> dict[str, Any]:  # noqa: ASYNC109
+    """Until the pool's status has caught up with its spec (observedGeneration) and is Ready."""
+    deadline = time.monotonic() + timeout
+    while True:
+        obj = json.loads(await kubectl(kubeconfig, "get", "loadbalancerpool", POOL, "-o", "json"))
+        st = obj.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+        insts = st.get("instances") or []
+        if ready and insts and all(i.get("observedGeneration") == obj["metadata"]["generation"] for i in insts
+                                   if i.get("state") == "Running"):
+            return obj
+        if time.monotonic() > deadline:
+            raise SystemExit(f"pool {POOL} not ready after {timeout}s: {json.dumps(st)[:400]}")
+        await asyncio.sleep(0.05)
+
+
+async def http_status(addr: tuple[str, int], path: str, host: str) -> int:
+    try:
+        reader, writer = await asyncio.open_connection(*addr)
+    except OSError:
+        return 0
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        head = await reader.readline()
+        await reader.read()
+        parts = head.split()
+        return int(parts[1]) if len(parts) >= 2 else 0
+    finally:
+        writer.close()
+
+
+class Load:
+    """Continuous keep-alive load with a bound: counts answered and failed requests."""
+
+    def __init__(self, addr: tuple[str, int], concurrency: int, limit: int) -> None:
+        self.addr, self.concurrency, self.limit = addr, concurrency, limit
+        self.ok = self.failed = 0
+        self.stopping = False
+        self.errors: dict[str, int] = {}
+
+    async def _worker(self) -> None:
+        while not self.stopping and self.ok + self.failed < self.limit:
+            try:
+                lat = await keep_alive(self.addr, 200, 1)
+                self.ok += len(lat)
+            except (OSError, ConnectionError, RuntimeError) as e:
+                self.failed += 1
+                key = type(e).__name__
+                self.errors[key] = self.errors.get(key, 0) + 1
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self._worker() for _ in range(self.concurrency)))
+
+
+# --- the benchmark --------------------------------------------------------------------------------
+
+
+async def bench(a: Any, state: Path, kubeconfig: Path) -> None:
+    pool_addr = (PUBLIC, POOL_PORT)
+    await apply(kubeconfig, pool_body([BACKEND_PORTS[0]]))
+    await wait_pool(kubeconfig)
+    print(f"isthmus lb benchmark: {os.cpu_count()} CPUs, concurrency {a.concurrency}, {a.requests} keep-alive "
+          f"requests per target (HAProxy {haproxy_version()})")
+
+    # 1. throughput and latency
+    direct = await measure("keep-alive", ("127.0.0.1", BACKEND_PORTS[0]), a.requests, a.concurrency)
+    pooled = await measure("keep-alive", pool_addr, a.requests, a.concurrency)
+    print("\nkeep-alive HTTP:")
+    print(f"  {'target':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs direct':>16} {'p99 vs direct':>14}")
+    for name, r in (("direct", direct), ("pool", pooled)):
+        print(f"  {name:<8} {r['rps']:>9.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
+              f"{r['rps'] / direct['rps']:>16.2f} {r['p99'] / direct['p99']:>14.2f}")
+
+    # 2. reloads under load
+    before = master_reloads(state, POOL)
+    load = Load(pool_addr, a.concurrency, limit=10_000_000)
+    task = asyncio.create_task(load.run())
+    t0 = time.perf_counter()
+    for i in range(1, a.reloads + 1):
+        await apply(kubeconfig, pool_body([BACKEND_PORTS[0]], generation_tag=i))
+        await wait_pool(kubeconfig)
+    elapsed = time.perf_counter() - t0
+    load.stopping = True
+    await task
+    reloads = master_reloads(state, POOL) - before
+    print(f"\nreloads under load: {a.reloads} spec changes in {elapsed:.1f}s, HAProxy reloads counted: {reloads}; "
+          f"requests answered {load.ok}, failed {load.failed} {load.errors or ''}")
+
+    # 3. endpoint changes through the runtime API
+    before = master_reloads(state, POOL)
+    load = Load(pool_addr, a.concurrency, limit=10_000_000)
+    task = asyncio.create_task(load.run())
+    t0 = time.perf_counter()
+    sets = [[BACKEND_PORTS[0], BACKEND_PORTS[1]], [BACKEND_PORTS[1], BACKEND_PORTS[2]], [BACKEND_PORTS[0], BACKEND_PORTS[2]]]
+    tag = a.reloads  # the same map as the last reload: only servers change
+    for i in range(a.endpoint_changes):
+        await apply(kubeconfig, pool_body(sets[i % len(sets)], generation_tag=tag))
+    await wait_pool(kubeconfig)
+    elapsed = time.perf_counter() - t0
+    load.stopping = True
+    await task
+    reloads = master_reloads(state, POOL) - before
+    print(f"endpoint changes: {a.endpoint_changes} in {elapsed:.1f}s ({a.endpoint_changes / elapsed:.0f}/s), "
+          f"HAProxy reloads: {reloads}; requests answered {load.ok}, failed {load.failed} {load.errors or ''}")
+
+    # 4. Ingress edit → new rule serving
+    await ingress_edits(a, kubeconfig)
+
+    # 5. translation time
+    translation_time(a.rules)
+
+
+async def ingress_edits(a: Any, kubeconfig: Path) -> None:
+    cfg = f"frontends:\n  http:\n    port: {INGRESS_PORT}\nrole: slave_public\n"
+
+    def ingress(paths: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "edits", "namespace": NS,
+                         "annotations": {"kubernetes.io/ingress.class": "edgelb", "kubernetes.dcos.io/dklb-config": cfg}},
+            "spec": {"rules": [{"host": "edits.bench", "http": {"paths": [
+                {"path": f"/edit-{i}", "pathType": "Prefix",
+                 "backend": {"service": {"name": "web", "port": {"number": 80}}}} for i in range(paths + 1)
+            ]}}]},
+        }
+
+    await apply(kubeconfig, ingress(0))
+    addr = None
+    deadline = time.monotonic() + 60
+    while addr is None:
+        ing = json.loads(await kubectl(kubeconfig, "get", "ingress", "edits", "-n", NS, "-o", "json"))
+        for entry in ((ing.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
+            if entry.get("ip"):
+                addr = (entry["ip"], INGRESS_PORT)
+                break
+        if time.monotonic() > deadline:
+            raise SystemExit("the edits Ingress got no address in 60s")
+        await asyncio.sleep(0.1)
+    for _ in range(600):  # bounded: 30 s
+        if await http_status(addr, "/edit-0", "edits.bench") == 200:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise SystemExit("the edits Ingress did not serve /edit-0 within 30s")
+    times = []
+    for i in range(1, a.edits + 1):
+        t0 = time.perf_counter()
+        await apply(kubeconfig, ingress(i))
+        while await http_status(addr, f"/edit-{i}", "edits.bench") != 200:
+            if time.perf_counter() - t0 > 30:
+                raise SystemExit(f"/edit-{i} not served 30s after the edit")
+            await asyncio.sleep(0.01)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    print(f"Ingress edit → new rule serving: {a.edits} edits, p50 {times[len(times) // 2] * 1000:.0f} ms, "
+          f"p99 {times[min(len(times) - 1, int(len(times) * 0.99))] * 1000:.0f} ms")
+
+
+def translation_time(rules: int) -> None:
+    sys.path.insert(0, str(ROOT / "src"))
+    from isthmus.lb import translate
+
+    ingress, services, nodes = translate.bench_inputs(rules)
+    translate.translate_ingress(CLUSTER, ingress, services, nodes)  # warm-up
+    t0 = time.perf_counter()
+    runs = 5
+    for _ in range(runs):
+        translate.translate_ingress(CLUSTER, ingress, services, nodes)
+    print(f"translation of one Ingress with {rules} rules: {(time.perf_counter() - t0) / runs * 1000:.1f} ms")
+
+
+def haproxy_version() -> str:
+    out = subprocess.run(["haproxy", "-v"], capture_output=True, text=True, check=False).stdout
+    return out.split()[2] if out else "?"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--reloads", type=int, default=100)
+    ap.add_argument("--endpoint-changes", type=int, default=1000)
+    ap.add_argument("--edits", type=int, default=20)
+    ap.add_argument("--rules", type=int, default=1000)
+    ap.add_argument("--role", choices=["backend", "cluster"], help=argparse.SUPPRESS)
+    ap.add_argument("--state", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.role == "backend":
+        asyncio.run(run_backend())
+        return
+    if a.role == "cluster":
+        asyncio.run(run_cluster(Path(a.state)))
+        return
+    procs: list[subprocess.Popen[str]] = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with tempfile.TemporaryDirectory(prefix="isthmus-bench-lb-") as tmp:
+        state = Path(tmp)
+        kubeconfig = state / "kubeconfig"
+        try:
+            for role in ("backend", "cluster"):
+                p = spawn([PY, __file__, "--role", role, "--state", tmp], env)
+                procs.append(p)
+                wait_ready(p, role)
+            for name, args in (
+                ("pools", ["--public-address", PUBLIC, "--private-address", PRIVATE, "--state-dir", str(state / "pools")]),
+                ("lb", ["--cluster-name", CLUSTER]),
+            ):
+                with open(state / f"{name}.log", "w") as log:  # read it when a figure looks wrong
+                    procs.append(subprocess.Popen([PY, "-c", CLI, name, "--kubeconfig", str(kubeconfig), *args],
+                                                  stdout=log, stderr=subprocess.STDOUT, env=env))
+            asyncio.run(bench(a, state / "pools", kubeconfig))
+        finally:
+            for p in reversed(procs):
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                    try:
+                        p.wait(15)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+
+
+if __name__ == "__main__":
+    main()

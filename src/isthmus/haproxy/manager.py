@@ -1,0 +1,557 @@
+"""The pool manager of one edge host: runs LoadBalancerPool instances as HAProxy and reports them.
+
+A pool asks for `count` instances; each is a *slot* (0..count-1) held through a Lease
+(`lbp-<pool>-<slot>` in LB_NAMESPACE, labelled with the pool) by at most one pool manager, and a
+pool manager holds at most one slot per pool (an edge host cannot bind a pool's ports twice). So
+N edge hosts spread a pool's instances, and an instance whose host goes quiet is taken over when
+its Lease expires. Expiry is judged on the local clock from when this manager last saw the Lease
+change (as client-go does), never by comparing clocks.
+
+Per held slot, reconcile renders the config (`config.render`) and makes the instance run it:
+start, checked reload (`haproxy -c`, then `reload` on the master CLI), or — when only servers
+changed and the slots suffice — runtime-API commands with no reload, the file rewritten to match.
+Each manager writes its own instance entry in the pool's status; every manager recomputes the
+summary the same way (`summarize_status`), and marks the entries of slots whose Lease expired
+Pending. An instance that dies is restarted with backoff (Events InstanceDied/InstanceRestarted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.types import PatchType
+from prometheus_client import Counter, Gauge
+
+from isthmus.api.base import now
+from isthmus.api.lb import (
+    LB_NAMESPACE,
+    POOL_MANAGER,
+    InstanceState,
+    LoadBalancerPool,
+    LoadBalancerPoolSpec,
+    PoolFrontendStatus,
+    PoolInstanceStatus,
+    Reason,
+    is_public,
+    summarize_status,
+)
+from isthmus.haproxy.config import (
+    Layout,
+    PoolConfigError,
+    Slot,
+    assign_slots,
+    instance_addresses,
+    render,
+)
+from isthmus.haproxy.process import HAProxyError, Instance
+from isthmus.kube.resources import resource_for
+from isthmus.runtime import Controller, EventRecorder, Result, SharedInformerFactory
+
+log = logging.getLogger(__name__)
+
+POOL_LABEL = "isthmus.io/lb-pool"
+"""On slot Leases: the pool they belong to."""
+LEASE_DURATION = 15
+RENEW_PERIOD = 3.0
+MAX_RESTART_DELAY = 30.0
+
+RELOADS = Counter("isthmus_pools_reloads_total", "Hitless HAProxy reloads done", ["pool"])
+RUNTIME_UPDATES = Counter("isthmus_pools_runtime_updates_total", "Server changes applied with the runtime API", ["pool"])
+REJECTIONS = Counter("isthmus_pools_config_rejections_total", "Configs refused by haproxy -c", ["pool"])
+RESTARTS = Counter("isthmus_pools_instance_restarts_total", "Instances restarted after they died", ["pool"])
+INSTANCES = Gauge("isthmus_pools_instances", "Instances this manager runs, by state", ["state"])
+
+PoolResource = resource_for(LoadBalancerPool)
+
+
+def _meta(obj: Any) -> ObjectMeta:
+    meta: ObjectMeta = obj.metadata
+    return meta
+
+
+def lease_name(pool: str, slot: int) -> str:
+    return f"lbp-{pool}-{slot}"
+
+
+def allocate_port(addresses: tuple[str, ...], avoid: set[int]) -> int:
+    """A port free on every address (the kernel picks on the first; checked on the others)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((addresses[0], 0))
+            port = int(s.getsockname()[1])
+        if port in avoid or not all(_port_free(a, port) for a in addresses[1:]):
+            continue
+        return port
+    raise HAProxyError(f"no free port on {', '.join(addresses)}")
+
+
+def _port_free(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def _structure(spec: LoadBalancerPoolSpec, layout: Layout) -> str:
+    """Everything but server addresses: when it is unchanged, servers move by runtime API."""
+    bare = spec.model_copy(deep=True)
+    for be in bare.haproxy.backends:
+        be.servers = []
+    sizes = {name: len(slots) for name, slots in layout.slots.items()}
+    return repr((bare.to_dict(), layout.addresses, layout.stats_port, dict(layout.frontend_ports), sizes))
+
+
+@dataclass
+class Running:
+    """What this manager runs for one pool (the slot it holds and its HAProxy)."""
+
+    pool: str
+    slot: int
+    instance: Instance
+    layout: Layout | None = None
+    structure: str = ""
+    generation: int = 0
+    restarts: int = 0
+    state: InstanceState = InstanceState.STARTING
+    message: str = ""
+    applied: str = ""
+    """The config text the process runs (== the file on disk)."""
+    watcher: asyncio.Task[None] | None = None
+    died_at: float | None = None
+    frontends: list[PoolFrontendStatus] = field(default_factory=list)
+
+
+@dataclass
+class _LeaseSeen:
+    resource_version: str
+    holder: str
+    seen_at: float
+
+
+class PoolManager:
+    """Runs the slots this edge host holds of every LoadBalancerPool."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        identity: str,
+        public_address: str,
+        private_address: str,
+        state_dir: Path,
+        haproxy: str = "haproxy",
+        lease_duration: int = LEASE_DURATION,
+        renew_period: float = RENEW_PERIOD,
+        workers: int = 4,
+    ) -> None:
+        self.client = client
+        self.identity = identity
+        self.public_address = public_address
+        self.private_address = private_address
+        self.state_dir = state_dir
+        self.haproxy = haproxy
+        self.lease_duration = lease_duration
+        self.renew_period = renew_period
+        self.factory = SharedInformerFactory(client)
+        self.pools = self.factory.informer(PoolResource)
+        self.leases = self.factory.informer(Lease, namespace=LB_NAMESPACE, labels={POOL_LABEL: None})
+        self.recorder = EventRecorder(client, POOL_MANAGER, instance=identity)
+        self.controller = Controller("pools", self.reconcile, workers=workers)
+        self.controller.watch(self.pools)
+        self.controller.watch(self.leases, lambda lease: [(lease.metadata.labels or {}).get(POOL_LABEL, "")])
+        self.running: dict[str, Running] = {}
+        self.held: dict[str, tuple[int, str]] = {}
+        """pool → (slot, lease resourceVersion) this manager holds."""
+        self._seen: dict[str, _LeaseSeen] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.ready = False
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.leases.add_handler(on_add=self._observe, on_update=lambda _o, n: self._observe(n))
+        self.factory.start()
+        await self.factory.wait_synced()
+        self.ready = True
+        renew = asyncio.create_task(self._renew_loop(), name="pool leases")
+        try:
+            await self.controller.run()
+        finally:
+            renew.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renew
+
+    async def shutdown(self) -> None:
+        """Stop every instance, say so in status, and hand the slots back (best effort, bounded)."""
+        for pool in list(self.running):
+            await self._stop(pool, "the pool manager stopped")
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5):
+                for pool in list(self.held):
+                    await self._release(pool)
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(3):
+                await self.recorder.flush()
+        await self.factory.stop()
+
+    def _observe(self, lease: Any) -> None:
+        spec = lease.spec or LeaseSpec()
+        name = lease.metadata.name
+        prev = self._seen.get(name)
+        rv = lease.metadata.resourceVersion or ""
+        if prev is None or prev.resource_version != rv:
+            self._seen[name] = _LeaseSeen(rv, spec.holderIdentity or "", time.monotonic())
+
+    def _expired(self, name: str) -> bool:
+        seen = self._seen.get(name)
+        if seen is None:
+            return True
+        return not seen.holder or time.monotonic() - seen.seen_at > self.lease_duration
+
+    # -- slots ------------------------------------------------------------------------------------
+
+    def _lease_body(self, pool: str, slot: int, rv: str | None) -> Lease:
+        stamp = datetime.now(UTC)
+        return Lease(
+            metadata=ObjectMeta(name=lease_name(pool, slot), namespace=LB_NAMESPACE, labels={POOL_LABEL: pool},
+                                resourceVersion=rv),
+            spec=LeaseSpec(holderIdentity=self.identity, leaseDurationSeconds=self.lease_duration,
+                           acquireTime=stamp, renewTime=stamp),
+        )  # fmt: skip
+
+    async def _acquire(self, pool: str, count: int) -> int | None:
+        """The lowest slot free for us (absent, released or expired Lease), or None."""
+        for slot in range(count):
+            name = lease_name(pool, slot)
+            current = self.leases.cache.get(f"{LB_NAMESPACE}/{name}")
+            try:
+                if current is None:
+                    created = await self.client.create(self._lease_body(pool, slot, None))
+                elif (current.spec and current.spec.holderIdentity == self.identity) or self._expired(name):
+                    created = await self.client.replace(self._lease_body(pool, slot, _meta(current).resourceVersion))
+                else:
+                    continue
+            except ApiError as e:
+                if e.status.code in (404, 409):
+                    continue  # another manager won this slot
+                raise
+            self.held[pool] = (slot, _meta(created).resourceVersion or "")
+            log.info("holding a pool slot", extra={"pool": pool, "slot": slot})
+            return slot
+        return None
+
+    async def _renew(self, pool: str) -> bool:
+        slot, rv = self.held[pool]
+        try:
+            lease = await self.client.replace(self._lease_body(pool, slot, rv))
+        except ApiError as e:
+            if e.status.code in (404, 409):
+                log.warning("lost a pool slot", extra={"pool": pool, "slot": slot})
+                del self.held[pool]
+                return False
+            raise
+        self.held[pool] = (slot, _meta(lease).resourceVersion or "")
+        return True
+
+    async def _release(self, pool: str) -> None:
+        held = self.held.pop(pool, None)
+        if held is None:
+            return
+        slot, rv = held
+        body = self._lease_body(pool, slot, rv)
+        assert body.spec is not None
+        body.spec.holderIdentity = None
+        with contextlib.suppress(ApiError):
+            await self.client.replace(body)
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.renew_period)
+            for pool in list(self.held):
+                try:
+                    if not await self._renew(pool):
+                        self.controller.enqueue(pool)
+                except Exception as e:  # the API is away: keep serving, try again next period
+                    log.warning("cannot renew a pool slot", extra={"pool": pool, "error": str(e)})
+            # Slots whose holder went quiet: their instance entries are stale (any manager says so),
+            # and a pool we hold no slot of may take one over.
+            for obj in self.pools.cache.list():
+                pool = str(_meta(obj).name)
+                if pool not in self.held or self._stale_entries(obj):
+                    self.controller.enqueue(pool)
+
+    def _stale_entries(self, obj: Any) -> bool:
+        model = LoadBalancerPool.from_dict(obj)
+        return any(
+            inst.state != InstanceState.PENDING and inst.holder != self.identity
+            and self._expired(lease_name(model.name, inst.slot))
+            for inst in model.status.instances
+        )
+
+    # -- reconcile --------------------------------------------------------------------------------
+
+    async def reconcile(self, pool: str) -> Result | None:
+        lock = self._locks.setdefault(pool, asyncio.Lock())
+        async with lock:
+            return await self._reconcile(pool)
+
+    async def _reconcile(self, pool: str) -> Result | None:
+        obj = self.pools.cache.get(pool)
+        if obj is None or obj.metadata is None or obj.metadata.deletionTimestamp:
+            await self._stop(pool, "pool deleted")
+            await self._release(pool)
+            self._locks.pop(pool, None)
+            return None
+        model = LoadBalancerPool.from_dict(obj)
+        count = model.spec.count
+        held = self.held.get(pool)
+        if held is not None and held[0] >= count:  # the pool shrank below our slot
+            await self._stop(pool, "slot no longer wanted")
+            await self._release(pool)
+            held = None
+        if held is None:
+            slot = await self._acquire(pool, count)
+            if slot is None:
+                await self._stop(pool, "no slot")
+                await self._write_status(pool, None)
+                return Result(requeue_after=self.renew_period * 2)
+        run = await self._converge(model)
+        await self._write_status(pool, run)
+        if run is not None and run.state == InstanceState.FAILED and run.died_at is not None:
+            return Result(requeue_after=min(MAX_RESTART_DELAY, 2.0 ** min(run.restarts, 5)))
+        return None
+
+    async def _converge(self, model: LoadBalancerPool) -> Running | None:
+        pool = model.name
+        slot = self.held[pool][0]
+        run = self.running.get(pool)
+        if run is None or run.slot != slot:
+            if run is not None:
+                await self._stop(pool, "slot changed")
+            run = Running(pool, slot, Instance(self.haproxy, self.state_dir / f"{pool}-{slot}"))
+            self.running[pool] = run
+        spec = model.spec
+        generation = model.metadata.generation or 0
+        try:
+            layout = self._layout(pool, spec, run.layout)
+            text = render(pool, spec, layout, run.instance.run_dir)
+        except (PoolConfigError, HAProxyError) as e:
+            return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
+        if run.instance.running and run.layout is not None and text == run.applied:
+            run.generation = generation
+            return run
+        try:
+            if not run.instance.running:
+                await run.instance.write_checked(text)
+                await run.instance.start()
+                if run.died_at is not None:
+                    run.restarts += 1
+                    RESTARTS.labels(pool).inc()
+                    self.recorder.normal(model, Reason.INSTANCE_RESTARTED,
+                                         f"slot {slot} on {self.identity}: HAProxy restarted (restart {run.restarts})")
+                else:
+                    self.recorder.normal(model, Reason.INSTANCE_STARTED,
+                                         f"slot {slot} on {self.identity}: HAProxy serves on "
+                                         f"{', '.join(layout.addresses)}, stats port {layout.stats_port}")
+                run.died_at = None
+                run.watcher = asyncio.create_task(self._watch(run), name=f"haproxy {pool}")
+            elif run.layout is not None and _structure(spec, layout) == run.structure:
+                await run.instance.runtime(_server_commands(run.layout, layout))
+                run.instance.write_unchecked(text)
+                RUNTIME_UPDATES.labels(pool).inc()
+            else:
+                await run.instance.write_checked(text)
+                await run.instance.reload()
+                RELOADS.labels(pool).inc()
+        except HAProxyError as e:
+            REJECTIONS.labels(pool).inc()
+            return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
+        run.layout, run.structure, run.applied = layout, _structure(spec, layout), text
+        run.generation, run.state, run.message = generation, InstanceState.RUNNING, ""
+        addresses = layout.addresses
+        public = is_public(spec.role)
+        run.frontends = [
+            PoolFrontendStatus(
+                name=fe.name, port=layout.frontend_ports[fe.name],
+                private_addresses=[a for a in addresses if a == self.private_address],
+                public_addresses=[a for a in addresses if public and a == self.public_address],
+            )
+            for fe in spec.haproxy.frontends
+        ]  # fmt: skip
+        self._count()
+        return run
+
+    def _failed(self, run: Running, model: LoadBalancerPool, message: str, reason: str) -> Running:
+        # A running instance keeps serving its last good config; the status says why the new one is not.
+        run.state = InstanceState.RUNNING if run.instance.running else InstanceState.FAILED
+        run.message = f"{'kept the previous config: ' if run.instance.running else ''}{message}"
+        self.recorder.warning(model, reason, f"slot {run.slot} on {self.identity}: {message}")
+        self._count()
+        return run
+
+    def _layout(self, pool: str, spec: LoadBalancerPoolSpec, previous: Layout | None) -> Layout:
+        addresses = instance_addresses(spec.role, self.public_address, self.private_address)
+        if previous is not None and previous.addresses != addresses:
+            previous = None  # the role changed: every port is chosen again
+        taken = self._ports_taken(pool, addresses)
+        stats = previous.stats_port if previous is not None else allocate_port(addresses, set(taken))
+        ports: dict[str, int] = {}
+        for fe in spec.haproxy.frontends:
+            if fe.bind_port:
+                owner = taken.get(fe.bind_port)
+                if owner is not None:
+                    raise HAProxyError(f"frontend {fe.name!r}: port {fe.bind_port} on {', '.join(addresses)} "
+                                       f"is used by pool {owner} on this host")
+                ports[fe.name] = fe.bind_port
+            elif previous is not None and fe.name in previous.frontend_ports:
+                ports[fe.name] = previous.frontend_ports[fe.name]
+            else:
+                ports[fe.name] = allocate_port(addresses, {*taken, stats, *ports.values()})
+        slots: dict[str, list[Slot]] = {}
+        for be in spec.haproxy.backends:
+            servers = [(s.address, s.port) for s in be.servers]
+            old = previous.slots.get(be.name) if previous is not None else None
+            slots[be.name] = assign_slots(servers, old) or assign_slots(servers, None) or []
+        return Layout(addresses, stats, ports, slots)
+
+    def _ports_taken(self, pool: str, addresses: tuple[str, ...]) -> dict[int, str]:
+        """Ports other pools this manager runs use on any of `addresses` (port → pool)."""
+        out: dict[int, str] = {}
+        for other, run in self.running.items():
+            if other == pool or run.layout is None or not set(run.layout.addresses) & set(addresses):
+                continue
+            out[run.layout.stats_port] = other
+            for port in run.layout.frontend_ports.values():
+                out[port] = other
+        return out
+
+    async def _watch(self, run: Running) -> None:
+        code = await run.instance.wait()
+        if self.running.get(run.pool) is not run or run.state == InstanceState.PENDING:
+            return  # stopped on purpose
+        run.died_at = time.monotonic()
+        run.state, run.message = InstanceState.FAILED, f"HAProxy exited with code {code}; restarting"
+        run.layout, run.applied = None, ""
+        log.warning("HAProxy instance died", extra={"pool": run.pool, "code": code})
+        obj = self.pools.cache.get(run.pool)
+        if obj is not None:
+            self.recorder.warning(obj, Reason.INSTANCE_DIED,
+                                  f"slot {run.slot} on {self.identity}: HAProxy exited with code {code}; restarting it")
+        self._count()
+        self.controller.enqueue_after(run.pool, min(MAX_RESTART_DELAY, 0.5 * 2 ** min(run.restarts, 6)))
+        with contextlib.suppress(Exception):
+            await self._write_status(run.pool, run)
+
+    async def _stop(self, pool: str, why: str) -> None:
+        run = self.running.pop(pool, None)
+        if run is None:
+            return
+        run.state = InstanceState.PENDING
+        await run.instance.stop()
+        if run.watcher is not None:
+            run.watcher.cancel()
+        log.info("stopped a pool instance", extra={"pool": pool, "why": why})
+        self._count()
+
+    def _count(self) -> None:
+        counts = {s.value: 0 for s in InstanceState}
+        for run in self.running.values():
+            counts[run.state.value] += 1
+        for state, n in counts.items():
+            INSTANCES.labels(state).set(n)
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def _entry(self, run: Running) -> PoolInstanceStatus:
+        return PoolInstanceStatus(
+            slot=run.slot, state=run.state, holder=self.identity,
+            private_address=self.private_address,
+            public_address=self.public_address if run.layout is not None and self.public_address in run.layout.addresses
+            else "",
+            stats_port=run.layout.stats_port if run.layout is not None else 0,
+            pid=run.instance.pid if run.instance.running else 0,
+            restarts=run.restarts, observed_generation=run.generation, message=run.message,
+            frontends=run.frontends if run.state == InstanceState.RUNNING else [],
+        )  # fmt: skip
+
+    async def _write_status(self, pool: str, run: Running | None) -> None:
+        """Our slot's entry (and Pending for slots whose holder went quiet), then the summary."""
+        for _ in range(5):
+            try:
+                obj = await self.client.get(PoolResource, pool)
+            except ApiError as e:
+                if e.status.code == 404:
+                    return
+                raise
+            model = LoadBalancerPool.from_dict(obj)
+            instances = {i.slot: i for i in model.status.instances}
+            if run is not None:
+                old = instances.get(run.slot)
+                entry = self._entry(run)
+                if old is not None and old.model_dump(exclude={"last_transition_time"}) == entry.model_dump(
+                    exclude={"last_transition_time"}
+                ):
+                    entry.last_transition_time = old.last_transition_time
+                else:
+                    entry.last_transition_time = now()
+                instances[run.slot] = entry
+            for slot, inst in list(instances.items()):
+                if run is not None and slot == run.slot:
+                    continue
+                if inst.holder == self.identity or (
+                    inst.state != InstanceState.PENDING and self._expired(lease_name(pool, slot))
+                ):
+                    quiet = "" if inst.holder == self.identity else f"pool manager {inst.holder} stopped renewing; "
+                    instances[slot] = PoolInstanceStatus(slot=slot, message=f"{quiet}waiting for a pool manager",
+                                                         last_transition_time=now())
+            summary = summarize_status(model.spec.count, model.metadata.generation or 0, list(instances.values()),
+                                       is_public(model.spec.role), model.status.conditions)
+            if summary.to_dict() == model.status.to_dict():
+                return
+            # A merge patch carrying the resourceVersion read: of two managers writing at once, one
+            # gets 409 and writes again on what the other wrote.
+            body = {"metadata": {"resourceVersion": model.metadata.resource_version}, "status": summary.to_dict()}
+            try:
+                await self.client.patch(PoolResource.Status, pool, body, patch_type=PatchType.MERGE,
+                                        field_manager=POOL_MANAGER)
+                return
+            except ApiError as e:
+                if e.status.code == 404:
+                    return
+                if e.status.code != 409:
+                    raise
+        log.warning("pool status not written after 5 conflicts", extra={"pool": pool})
+
+
+def _server_commands(old: Layout, new: Layout) -> list[str]:
+    """Runtime-API commands moving servers from `old` slots to `new` ones (same slot counts)."""
+    out: list[str] = []
+    for backend, slots in new.slots.items():
+        before = old.slots.get(backend, [])
+        for i, slot in enumerate(slots, 1):
+            prev = before[i - 1] if i - 1 < len(before) else Slot()
+            if slot == prev:
+                continue
+            where = f"{backend}/s{i}"
+            if slot.address is None:
+                out.append(f"set server {where} state maint")
+            else:
+                out.append(f"set server {where} addr {slot.address} port {slot.port}")
+                out.append(f"set server {where} state ready")
+    return out

@@ -1,0 +1,346 @@
+"""The pool manager against a real apiserver and real HAProxy processes: routing, headers, PROXY v2,
+stats, hitless reloads, runtime-API server changes, instance death, slots shared by two managers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+from aiohttp import web
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace
+
+from isthmus.api.lb import LB_NAMESPACE, LoadBalancerPool
+from isthmus.haproxy.config import render
+from isthmus.haproxy.manager import PoolManager
+from isthmus.kube.helpers import install_crds
+from isthmus.kube.resources import resource_for
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
+
+POOL = resource_for(LoadBalancerPool)
+T = TypeVar("T")
+
+
+async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 15.0) -> T:  # noqa: ASYNC109
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            return await probe()
+        except AssertionError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(0.05)
+
+
+async def http_backend(name: str) -> tuple[web.AppRunner, int]:
+    async def handle(request: web.Request) -> web.Response:
+        return web.json_response({"backend": name, "path": request.path, "headers": dict(request.headers)})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, port
+
+
+async def proxy_v2_backend() -> tuple[asyncio.Server, int, list[bytes]]:
+    seen: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readexactly(16)
+        rest = await reader.readexactly(int.from_bytes(head[14:16], "big"))
+        seen.append(head + rest)
+        writer.write(b"hello\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], seen
+
+
+class Env:
+    def __init__(self, apiserver: Any, tmp: Path, n: int) -> None:
+        self.client = apiserver.client()
+        self.tmp = tmp
+        self.public, self.private = f"127.30.{200 + n}.1", f"127.31.{200 + n}.1"
+        self.managers: list[tuple[PoolManager, asyncio.Task[None]]] = []
+
+    async def manager(self, identity: str, public: str | None = None, private: str | None = None) -> PoolManager:
+        m = PoolManager(self.client, identity=identity, public_address=public or self.public,
+                        private_address=private or self.private, state_dir=self.tmp / identity,
+                        lease_duration=3, renew_period=0.5)  # fmt: skip
+        self.managers.append((m, asyncio.create_task(m.run())))
+        return m
+
+    async def pool(self, name: str, spec: dict[str, Any]) -> None:
+        await self.client.create(POOL.from_dict({"apiVersion": "isthmus.io/v1alpha1", "kind": "LoadBalancerPool",
+                                                 "metadata": {"name": name}, "spec": spec}))
+
+    async def get(self, name: str) -> LoadBalancerPool:
+        return LoadBalancerPool.from_dict(await self.client.get(POOL, name))
+
+    async def ready(self, name: str, instances: int = 1) -> LoadBalancerPool:
+        async def probe() -> LoadBalancerPool:
+            pool = await self.get(name)
+            conds = {c.type: c for c in pool.status.conditions}
+            assert "Ready" in conds and conds["Ready"].status == "True", pool.status.to_dict()
+            assert pool.status.ready_instances == instances, pool.status.to_dict()
+            assert pool.status.observed_generation == pool.metadata.generation
+            return pool
+
+        return await eventually(probe)
+
+    async def close(self) -> None:
+        for m, task in self.managers:
+            await m.shutdown()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+@pytest.fixture
+async def env(apiserver: Any, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Env]:
+    client = apiserver.client()
+    await install_crds(client)
+    await client.create(Namespace(metadata=ObjectMeta(name=LB_NAMESPACE)))
+    e = Env(apiserver, tmp_path, abs(hash(request.node.name)) % 50)
+    try:
+        yield e
+    finally:
+        await e.close()
+
+
+def frontend_port(pool: LoadBalancerPool, name: str) -> int:
+    return next(f.port for f in pool.status.frontends if f.name == name)
+
+
+async def get(session: aiohttp.ClientSession, url: str, host: str = "x") -> tuple[int, Any]:
+    async with session.get(url, headers={"Host": host}) as r:
+        body = await r.text()
+        try:
+            return r.status, json.loads(body)
+        except ValueError:
+            return r.status, body
+
+
+async def test_http_routing_headers_tcp_proxy_v2_and_stats(env: Env) -> None:
+    runners = [await http_backend(n) for n in ("a", "b")]
+    pserver, pport, seen = await proxy_v2_backend()
+    await env.manager("m1")
+    await env.pool("web", {
+        "role": "slave_public",
+        "haproxy": {
+            "frontends": [
+                {"name": "c:ns:ing", "bindPort": 0, "protocol": "HTTP", "linkBackend": {"map": [
+                    {"backend": "c:ns:ing:b:80", "hostEq": "foo.com", "pathExact": "/exact"},
+                    {"backend": "c:ns:ing:a:80", "hostReg": "^[^.]+\\.foo\\.com$"},
+                    {"backend": "c:ns:ing:missing:80", "pathBeg": "/missing"},
+                ]}},
+                {"name": "c:ns:tcp:3306", "bindPort": 0, "linkBackend": {"defaultBackend": "c:ns:tcp:3306"}},
+            ],
+            "backends": [
+                {"name": "c:ns:ing:a:80", "protocol": "HTTP", "rewriteHttp": {},
+                 "servers": [{"address": "127.0.0.1", "port": runners[0][1]}]},
+                {"name": "c:ns:ing:b:80", "protocol": "HTTP", "rewriteHttp": {},
+                 "servers": [{"address": "127.0.0.1", "port": runners[1][1]}]},
+                {"name": "c:ns:ing:missing:80", "protocol": "HTTP", "servers": []},
+                {"name": "c:ns:tcp:3306", "proxyProtocol": True, "servers": [{"address": "127.0.0.1", "port": pport}]},
+            ],
+        },
+    })  # fmt: skip
+    pool = await env.ready("web")
+    http = frontend_port(pool, "c:ns:ing")
+    fe = next(f for f in pool.status.frontends if f.name == "c:ns:ing")
+    assert fe.public_addresses == [env.public] and fe.private_addresses == [env.private]
+    assert pool.status.addresses == ",".join(sorted([env.public, env.private]))
+    inst = pool.status.instances[0]
+    assert inst.holder == "m1" and inst.pid > 0 and inst.stats_port > 0
+    async with aiohttp.ClientSession() as s:
+        status, body = await get(s, f"http://{env.public}:{http}/exact", "FOO.com:{http}")
+        assert (status, body["backend"]) == (200, "b")
+        assert body["headers"]["X-Forwarded-For"] == "127.0.0.1"
+        assert body["headers"]["X-Forwarded-Port"] == str(http)
+        assert body["headers"]["X-Forwarded-Proto"] == "http"
+        status, body = await get(s, f"http://{env.private}:{http}/exact/more", "foo.com")
+        assert status == 404, body  # Exact is exact; nothing else matches → 404
+        status, body = await get(s, f"http://{env.private}:{http}/any", "a.foo.com")
+        assert (status, body["backend"]) == (200, "a")
+        status, _ = await get(s, f"http://{env.private}:{http}/any", "a.b.foo.com")
+        assert status == 404  # a wildcard covers one label
+        status, _ = await get(s, f"http://{env.private}:{http}/missing", "x")
+        assert status == 503  # a backend without servers
+        status, stats = await get(s, f"http://{env.private}:{inst.stats_port}/metrics")
+        assert status == 200 and "haproxy_process" in stats
+    reader, writer = await asyncio.open_connection(env.public, frontend_port(pool, "c:ns:tcp:3306"))
+    assert await reader.readline() == b"hello\n"
+    writer.close()
+    assert seen and seen[0][:12] == b"\r\n\r\n\x00\r\nQUIT\n" and seen[0][12] == 0x21  # PROXY v2, PROXY command
+    pserver.close()
+    for r, _ in runners:
+        await r.cleanup()
+
+
+async def test_reloads_under_load_lose_nothing_and_server_changes_need_no_reload(env: Env) -> None:
+    runners = [await http_backend(n) for n in ("a", "b", "c")]
+    ports = [p for _, p in runners]
+    m = await env.manager("m1")
+
+    def spec(tag: int, servers: list[int]) -> dict[str, Any]:
+        return {"role": "internal", "haproxy": {
+            "frontends": [{"name": "fe", "bindPort": 0, "protocol": "HTTP", "linkBackend": {
+                "defaultBackend": "be", "map": [{"backend": "be", "pathBeg": f"/tag-{tag}"}]}}],
+            "backends": [{"name": "be", "protocol": "HTTP",
+                          "servers": [{"address": "127.0.0.1", "port": p} for p in servers]}]}}
+
+    await env.pool("load", spec(0, ports[:1]))
+    pool = await env.ready("load")
+    url = f"http://{env.private}:{frontend_port(pool, 'fe')}/x"
+    assert pool.status.addresses == env.private  # internal: the private address only
+    failures: list[str] = []
+    answered = 0
+    stop = asyncio.Event()
+
+    async def client() -> None:
+        nonlocal answered
+        async with aiohttp.ClientSession() as s:  # keep-alive connections across the reloads
+            for _ in range(20000):  # bounded
+                if stop.is_set():
+                    return
+                try:
+                    async with s.get(url) as r:
+                        await r.read()
+                        if r.status != 200:
+                            failures.append(str(r.status))
+                        answered += 1
+                except aiohttp.ClientError as e:
+                    failures.append(repr(e))
+
+    clients = [asyncio.create_task(client()) for _ in range(4)]
+    run = m.running["load"]
+    for tag in range(1, 11):  # ten reloads under load
+        await env.client.patch(POOL, "load", {"spec": spec(tag, ports[:1])}, patch_type=_merge())
+        await env.ready("load")
+    assert run.instance.reloads == 10
+    reloads_before = (await run.instance.show_proc()).reloads
+    for servers in ([ports[0], ports[1]], [ports[1], ports[2]], [ports[2]], ports):  # servers only
+        await env.client.patch(POOL, "load", {"spec": spec(10, servers)}, patch_type=_merge())
+        await env.ready("load")
+    stop.set()
+    await asyncio.gather(*clients)
+    assert failures == [] and answered > 100
+    assert (await run.instance.show_proc()).reloads == reloads_before  # no reload for server changes
+    assert run.instance.runtime_updates == 4
+    # The file on disk is what a fresh render of the current spec gives: a reload would lose nothing.
+    current = await env.get("load")
+    assert run.layout is not None
+    on_disk = (run.instance.run_dir / "haproxy.cfg").read_text()
+    assert on_disk == render("load", current.spec, run.layout, run.instance.run_dir)
+    served: set[str] = set()
+    async with aiohttp.ClientSession() as s:
+        for _ in range(12):
+            async with aiohttp.ClientSession() as fresh, fresh.get(url) as r:
+                served.add((await r.json())["backend"])
+    assert served == {"a", "b", "c"}
+    for r, _ in runners:
+        await r.cleanup()
+
+
+async def test_a_rejected_config_keeps_the_old_one_serving(env: Env) -> None:
+    runner, port = await http_backend("a")
+    await env.manager("m1")
+    good = {"role": "internal", "haproxy": {
+        "frontends": [{"name": "fe", "bindPort": 0, "protocol": "HTTP", "linkBackend": {"defaultBackend": "be"}}],
+        "backends": [{"name": "be", "protocol": "HTTP", "servers": [{"address": "127.0.0.1", "port": port}]}]}}
+    await env.pool("keep", good)
+    pool = await env.ready("keep")
+    url = f"http://{env.private}:{frontend_port(pool, 'fe')}/"
+    bad = json.loads(json.dumps(good))
+    bad["haproxy"]["backends"][0]["balance"] = "fastest"
+    await env.client.patch(POOL, "keep", {"spec": bad}, patch_type=_merge())
+
+    async def rejected() -> LoadBalancerPool:
+        p = await env.get("keep")
+        assert "balance 'fastest' is not one of" in p.status.instances[0].message, p.status.to_dict()
+        return p
+
+    p = await eventually(rejected)
+    assert p.status.instances[0].state == "Running"  # still serving the previous config
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        assert r.status == 200
+    await runner.cleanup()
+
+
+async def test_a_dead_instance_is_restarted_and_a_deleted_pool_stops(env: Env) -> None:
+    runner, port = await http_backend("a")
+    m = await env.manager("m1")
+    await env.pool("die", {"role": "internal", "haproxy": {
+        "frontends": [{"name": "fe", "bindPort": 0, "protocol": "HTTP", "linkBackend": {"defaultBackend": "be"}}],
+        "backends": [{"name": "be", "protocol": "HTTP", "servers": [{"address": "127.0.0.1", "port": port}]}]}})
+    pool = await env.ready("die")
+    first = pool.status.instances[0].pid
+    os.kill(first, signal.SIGKILL)
+
+    async def restarted() -> LoadBalancerPool:
+        p = await env.get("die")
+        inst = p.status.instances[0]
+        assert inst.state == "Running" and inst.pid not in (0, first) and inst.restarts == 1, p.status.to_dict()
+        return p
+
+    await eventually(restarted)
+    pid = m.running["die"].instance.pid
+    await env.client.delete(POOL, "die")
+
+    async def gone() -> None:
+        assert "die" not in m.running
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+    await eventually(gone)
+    await runner.cleanup()
+
+
+async def test_two_managers_split_the_slots_and_take_over_a_quiet_one(env: Env) -> None:
+    runner, port = await http_backend("a")
+    m1 = await env.manager("m1")
+    await env.manager("m2", public=f"127.30.{250}.{1 + id(env) % 200}", private=f"127.31.{250}.{1 + id(env) % 200}")
+    await env.pool("two", {"count": 2, "role": "internal", "haproxy": {
+        "frontends": [{"name": "fe", "bindPort": 0, "protocol": "HTTP", "linkBackend": {"defaultBackend": "be"}}],
+        "backends": [{"name": "be", "protocol": "HTTP", "servers": [{"address": "127.0.0.1", "port": port}]}]}})
+    pool = await env.ready("two", instances=2)
+    assert sorted(i.holder for i in pool.status.instances) == ["m1", "m2"]
+    assert pool.status.ready == "2/2" and len(pool.status.addresses.split(",")) == 2
+    # m1 goes away without a word: its slot turns Pending once its Lease expires.
+    for m, task in env.managers:
+        if m is m1:
+            task.cancel()
+            for run in list(m.running.values()):
+                await run.instance.stop()
+            m.running.clear()
+            m.held.clear()
+    env.managers = [(m, t) for m, t in env.managers if m is not m1]
+
+    async def degraded() -> None:
+        p = await env.get("two")
+        assert p.status.ready == "1/2", p.status.to_dict()
+        assert any(i.state == "Pending" and "m1 stopped renewing" in i.message for i in p.status.instances)
+
+    await eventually(degraded, timeout=20)
+    await runner.cleanup()
+
+
+def _merge() -> Any:
+    from lightkube.types import PatchType
+
+    return PatchType.MERGE
