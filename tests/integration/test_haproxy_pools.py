@@ -246,7 +246,7 @@ async def test_reloads_under_load_lose_nothing_and_server_changes_need_no_reload
     current = await env.get("load")
     assert run.layout is not None
     on_disk = (run.instance.run_dir / "haproxy.cfg").read_text()
-    assert on_disk == render("load", current.spec, run.layout, run.instance.run_dir)
+    assert on_disk == render("load", current.spec, run.layout, run.instance.admin_sock)
     served: set[str] = set()
     for _ in range(12):  # a new connection each: each is balanced on its own
         async with aiohttp.ClientSession() as fresh, fresh.get(url) as r:

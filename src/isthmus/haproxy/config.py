@@ -157,15 +157,15 @@ def validate(spec: LoadBalancerPoolSpec) -> None:
                         raise PoolConfigError(f"frontend {fe.name!r}: {regex!r} is not a regular expression: {e}") from None
 
 
-def render(pool: str, spec: LoadBalancerPoolSpec, layout: Layout, run_dir: Path) -> str:
-    """The whole haproxy.cfg of one instance of `pool`."""
+def render(pool: str, spec: LoadBalancerPoolSpec, layout: Layout, admin_socket: Path) -> str:
+    """The whole haproxy.cfg of one instance of `pool` (its runtime API on `admin_socket`)."""
     validate(spec)
     lines = [
         f"# pool {pool}: written by isthmus pools; the running process was given exactly this file",
         "global",
         f"    nbthread {threads_for(spec.cpus)}",
         f"    maxconn {maxconn_for(spec.mem)}",
-        f"    stats socket {run_dir / 'admin.sock'} mode 600 level admin expose-fd listeners",
+        f"    stats socket {admin_socket} mode 600 level admin expose-fd listeners",
         "    hard-stop-after 30s",
         "",
         "defaults",

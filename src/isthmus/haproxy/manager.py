@@ -127,6 +127,7 @@ class Running:
     structure: str = ""
     generation: int = 0
     restarts: int = 0
+    failures: int = 0
     state: InstanceState = InstanceState.STARTING
     message: str = ""
     applied: str = ""
@@ -173,7 +174,9 @@ class PoolManager:
         self.recorder = EventRecorder(client, POOL_MANAGER, instance=identity)
         self.controller = Controller("pools", self.reconcile, workers=workers)
         self.controller.watch(self.pools)
-        self.controller.watch(self.leases, lambda lease: [(lease.metadata.labels or {}).get(POOL_LABEL, "")])
+        # Our own renewals change nothing to act on; another holder's Lease (taken, released) does.
+        self.controller.watch(self.leases, lambda lease: [] if lease.spec is not None and lease.spec.holderIdentity
+                              == self.identity else [(lease.metadata.labels or {}).get(POOL_LABEL, "")])
         self.running: dict[str, Running] = {}
         self.held: dict[str, tuple[int, str]] = {}
         """pool → (slot, lease resourceVersion) this manager holds."""
@@ -333,8 +336,11 @@ class PoolManager:
                 return Result(requeue_after=self.renew_period * 2)
         run = await self._converge(model)
         await self._write_status(pool, run)
-        if run is not None and run.state == InstanceState.FAILED and run.died_at is not None:
-            return Result(requeue_after=min(MAX_RESTART_DELAY, 2.0 ** min(run.restarts, 5)))
+        if run is not None and run.state == InstanceState.FAILED and not run.instance.running:
+            run.failures += 1  # could not start (a port taken, a config HAProxy refuses): retried with backoff
+            return Result(requeue_after=min(MAX_RESTART_DELAY, 0.5 * 2.0 ** min(run.failures, 6)))
+        if run is not None:
+            run.failures = 0
         return None
 
     async def _converge(self, model: LoadBalancerPool) -> Running | None:
@@ -350,7 +356,7 @@ class PoolManager:
         generation = model.metadata.generation or 0
         try:
             layout = self._layout(pool, spec, run.layout)
-            text = render(pool, spec, layout, run.instance.run_dir)
+            text = render(pool, spec, layout, run.instance.admin_sock)
         except (PoolConfigError, HAProxyError) as e:
             return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
         if run.instance.running and run.layout is not None and text == run.applied:

@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import hashlib
 import logging
 import os
 import signal
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +99,7 @@ async def socket_command(path: Path, command: str, timeout: float = 5.0) -> str:
 async def check_config(binary: str, cfg: Path) -> None:
     """`haproxy -c`: HAProxyError with HAProxy's diagnostics when it refuses the file."""
     proc = await asyncio.create_subprocess_exec(
-        binary, "-c", "-q", "-f", str(cfg), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        binary, "-c", "-f", str(cfg), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
     try:
         async with asyncio.timeout(CHECK_TIMEOUT):
@@ -125,8 +127,12 @@ class Instance:
         self.binary = binary
         self.run_dir = run_dir
         self.cfg = run_dir / "haproxy.cfg"
-        self.master_sock = run_dir / "master.sock"
-        self.admin_sock = run_dir / "admin.sock"
+        # UNIX socket paths are limited to 107 bytes (HAProxy: 97): the sockets live in a short
+        # private directory named after the run directory, not in it.
+        digest = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
+        self.sock_dir = Path(tempfile.gettempdir()) / f"isthmus-haproxy-{os.getuid()}" / digest
+        self.master_sock = self.sock_dir / "master.sock"
+        self.admin_sock = self.sock_dir / "admin.sock"
         self.pid_file = run_dir / "haproxy.pid"
         self.log_file = run_dir / "haproxy.log"
         self.proc: asyncio.subprocess.Process | None = None
@@ -141,9 +147,14 @@ class Instance:
     def pid(self) -> int:
         return self.proc.pid if self.proc is not None else 0
 
+    def prepare(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.sock_dir.parent.mkdir(mode=0o700, exist_ok=True)
+        self.sock_dir.mkdir(mode=0o700, exist_ok=True)
+
     async def write_checked(self, text: str) -> None:
         """Check `text` with `haproxy -c`, then make it the config file (atomically)."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.prepare()
         candidate = self.run_dir / "haproxy.cfg.new"
         candidate.write_text(text)
         try:

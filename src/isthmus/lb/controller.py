@@ -1,0 +1,441 @@
+"""The translator: keeps each Service of type LoadBalancer and each Ingress of class edgelb in its
+LoadBalancerPool, and their `status.loadBalancer` in step with the pool's status. Leader-elected.
+
+Keys are `Service/<ns>/<name>` and `Ingress/<ns>/<name>`. A reconcile reads the object, its config,
+the nodes and the pool from caches, computes the owner's fragment and its merge into the pool
+(`translate.py`, pure), writes the pool if it changed (resourceVersion-checked), then the object's
+status. An object that is gone, paused-no, no longer eligible, has its parts removed from every pool
+(owners are read from part names: no finalizer, nothing to forget while the translator is down).
+Creation strategies, out-of-band pool deletion and unprovisioned pools follow the seed's Scenarios.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Node, Service
+from lightkube.resources.networking_v1 import Ingress, IngressClass
+from lightkube.types import PatchType
+from prometheus_client import Counter, Gauge
+
+from isthmus.api.base import Condition, merge_conditions, new_condition
+from isthmus.api.lb import (
+    EDGELB_CONTROLLER,
+    EDGELB_INGRESS_CLASS,
+    INGRESS_CLASS_ANNOTATION,
+    LB_NAMESPACE,
+    MANAGED_BY_LABEL,
+    PAUSED_ANNOTATION,
+    POOL_CLUSTER_LABEL,
+    POOL_CREATED_ANNOTATION,
+    POOL_CREATOR_ANNOTATION,
+    READY,
+    TRANSLATOR_LEASE_NAME,
+    TRANSLATOR_MANAGER,
+    ConfigError,
+    CreationStrategy,
+    LoadBalancerPool,
+    Owner,
+    Reason,
+    backend_owner,
+    cluster_name_part,
+    frontend_owner,
+    parse_ingress_config,
+    parse_service_config,
+)
+from isthmus.kube.resources import resource_for
+from isthmus.lb.translate import (
+    Fragment,
+    Merge,
+    has_parts,
+    load_balancer_ingress,
+    merge,
+    owner_key,
+    ready_node_addresses,
+    remove_owner,
+    translate_ingress,
+    translate_service,
+)
+from isthmus.runtime import Controller, EventRecorder, LeaderElector, Result, SharedInformerFactory
+
+log = logging.getLogger(__name__)
+
+PoolResource: Any = resource_for(LoadBalancerPool)
+PORTS_CONDITION = "isthmus.io/LoadBalancerPortsAllocated"
+"""On a Service: False while a frontend port it asks for is another owner's in the pool."""
+DEFAULT_GRACE = 20.0
+"""How long a pool may stay without a serving instance before the owner hears of it."""
+RECHECK = 5.0
+
+TRANSLATIONS = Counter("isthmus_lb_translations_total", "Reconciles of Services/Ingresses", ["kind", "result"])
+POOLS_OWNED = Gauge("isthmus_lb_pools", "LoadBalancerPools holding parts of this cluster")
+
+
+def is_lb_service(svc: Mapping[str, Any]) -> bool:
+    spec = svc.get("spec") or {}
+    cls = spec.get("loadBalancerClass")
+    return spec.get("type") == "LoadBalancer" and (cls is None or cls == EDGELB_CONTROLLER)
+
+
+def is_edgelb_ingress(ing: Mapping[str, Any], classes: Iterable[Mapping[str, Any]]) -> bool:
+    """Class edgelb by annotation, by an IngressClass whose controller is ours, or by our
+    IngressClass being the default when the Ingress names none (kube's rules)."""
+    annotations = (ing.get("metadata") or {}).get("annotations") or {}
+    if INGRESS_CLASS_ANNOTATION in annotations:
+        return bool(annotations[INGRESS_CLASS_ANNOTATION] == EDGELB_INGRESS_CLASS)
+    name = (ing.get("spec") or {}).get("ingressClassName")
+    for c in classes:
+        ours = (c.get("spec") or {}).get("controller") == EDGELB_CONTROLLER
+        meta = c.get("metadata") or {}
+        if name is not None and meta.get("name") == name:
+            return ours
+        if name is None and ours and (meta.get("annotations") or {}).get(
+            "ingressclass.kubernetes.io/is-default-class"
+        ) == "true":
+            return True
+    return False
+
+
+def _key(obj: Any) -> str:
+    """`ns/name` (or `name` for cluster-scoped objects) of a cached object."""
+    meta = obj.metadata
+    return f"{meta.namespace}/{meta.name}" if meta.namespace else str(meta.name)
+
+
+def _dict(obj: Any) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    out: dict[str, Any] = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    return out
+
+
+class Translator:
+    """One cluster's translator (`isthmus lb`)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        cluster: str,
+        *,
+        identity: str,
+        grace: float = DEFAULT_GRACE,
+        workers: int = 4,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ) -> None:
+        if not cluster.strip() or ":" in cluster:
+            raise ValueError("the cluster name must be non-empty and contain no ':'")
+        self.client = client
+        self.cluster = cluster
+        self.part = cluster_name_part(cluster)
+        self.grace = grace
+        self.workers = workers
+        self.recorder = EventRecorder(client, TRANSLATOR_MANAGER, instance=identity)
+        self.elector = LeaderElector(client, TRANSLATOR_LEASE_NAME, LB_NAMESPACE, identity=identity,
+                                     lease_duration=lease_duration, renew_deadline=renew_deadline,
+                                     retry_period=retry_period)  # fmt: skip
+        self.ready = False
+        self._unserved_since: dict[str, float] = {}
+        self._warned_unserved: set[str] = set()
+        self._addresses: dict[str, list[dict[str, Any]]] = {}
+        self._target: dict[str, str] = {}
+        """owner key → the pool its config names (last reconcile)."""
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.elector.run(self._lead)
+        finally:
+            await self.recorder.aclose()
+
+    async def _lead(self) -> None:
+        factory = SharedInformerFactory(self.client)
+        self.services = factory.informer(Service)
+        self.ingresses = factory.informer(Ingress)
+        self.classes = factory.informer(IngressClass)
+        self.nodes = factory.informer(Node)
+        self.pools = factory.informer(PoolResource)
+        c = Controller("lb", self.reconcile, workers=self.workers)
+        c.watch(self.services, self._keys_for_service)
+        c.watch(self.ingresses, lambda o: [f"Ingress/{_key(o)}"])
+        c.watch(self.classes, lambda _o: self._all_ingress_keys())
+        c.watch(self.nodes, lambda _o: self._all_keys())
+        c.watch(self.pools, self._keys_for_pool)
+        self.controller = c
+        factory.start()
+        try:
+            await factory.wait_synced()
+            for key in self._orphan_keys():  # owners deleted while no translator ran
+                c.enqueue(key)
+            self.ready = True
+            log.info("translator leading", extra={"cluster": self.cluster})
+            await c.run()
+        finally:
+            self.ready = False
+            await factory.stop()
+
+    # -- key mapping ------------------------------------------------------------------------------
+
+    def _keys_for_service(self, svc: Any) -> list[str]:
+        ns, name = _key(svc).split("/")
+        keys = [f"Service/{ns}/{name}"]
+        for ing in self.ingresses.cache.list_namespace(ns):  # Ingresses using it as a backend
+            if name in _ingress_services(_dict(ing)):
+                keys.append(f"Ingress/{_key(ing)}")
+        return keys
+
+    def _all_ingress_keys(self) -> list[str]:
+        return [f"Ingress/{_key(i)}" for i in self.ingresses.cache.list()]
+
+    def _all_keys(self) -> list[str]:
+        keys = [f"Service/{_key(s)}" for s in self.services.cache.list()
+                if is_lb_service(_dict(s))]  # fmt: skip
+        return keys + self._all_ingress_keys()
+
+    def _keys_for_pool(self, pool: Any) -> list[str]:
+        keys = {k for k, target in self._target.items() if target == pool.metadata.name}
+        spec = (_dict(pool).get("spec") or {}).get("haproxy") or {}
+        for part in [*(f.get("name", "") for f in spec.get("frontends") or []),
+                     *(b.get("name", "") for b in spec.get("backends") or [])]:  # fmt: skip
+            owner = frontend_owner(part) or backend_owner(part)
+            if owner is not None and owner.cluster == self.part:
+                keys.add(owner_key(owner))
+        return sorted(keys)
+
+    def _orphan_keys(self) -> list[str]:
+        keys: set[str] = set()
+        for pool in self.pools.cache.list():
+            keys.update(self._keys_for_pool(pool))
+        return sorted(keys)
+
+    # -- reconcile --------------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> Result | None:
+        kind, ns, name = key.split("/", 2)
+        owner = Owner(cluster=self.part, kind="Service" if kind == "Service" else "Ingress", namespace=ns, name=name)
+        cache = self.services.cache if kind == "Service" else self.ingresses.cache
+        live = cache.get(f"{ns}/{name}")
+        obj = _dict(live) if live is not None else None
+        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            await self._withdraw(owner, None)
+            return None
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(PAUSED_ANNOTATION) == "true":
+            return None
+        eligible = is_lb_service(obj) if kind == "Service" else is_edgelb_ingress(obj, map(_dict, self.classes.cache.list()))
+        if not eligible:
+            await self._withdraw(owner, None)
+            await self._write_status(obj, kind, [], None)
+            return None
+        nodes = ready_node_addresses(_dict(n) for n in self.nodes.cache.list())
+        try:
+            if kind == "Service":
+                frag = translate_service(self.cluster, obj, parse_service_config(annotations), nodes)
+            else:
+                services = {_key(s): _dict(s) for s in self.services.cache.list_namespace(ns)}
+                frag = translate_ingress(self.cluster, obj, parse_ingress_config(annotations), services, nodes)
+        except ConfigError as e:
+            TRANSLATIONS.labels(kind, "invalid").inc()
+            self.recorder.warning(live, Reason.INVALID_CONFIG,
+                                  f"{e}. Nothing was changed in the pool; fix the annotation to go on")
+            return None
+        for problem in frag.problems:
+            self.recorder.warning(live, problem.reason, problem.message)
+        self._target[key] = frag.pool
+        # Parts left in another pool (the config named another pool before): withdrawn.
+        await self._withdraw(owner, frag.pool)
+        pool = self.pools.cache.get(frag.pool)
+        if pool is None:
+            return await self._missing(live, obj, kind, frag)
+        model = LoadBalancerPool.from_dict(pool)
+        creator = (model.metadata.annotations or {}).get(POOL_CREATOR_ANNOTATION)
+        settles = creator in (None, owner_key(owner)) or not self._creator_present(model, creator)
+        result = merge(model.spec, frag, apply_settings=settles)
+        if not settles and frag.settings != frag.settings.of(model.spec):
+            self.recorder.warning(live, Reason.POOL_SETTINGS_CONFLICT,
+                                  f"pool {frag.pool} keeps the settings of {creator}, which created it "
+                                  f"(role {model.spec.role}, size {model.spec.count}); this object's config differs")
+        self._report_conflicts(live, result)
+        assert result.spec is not None
+        if result.spec.to_dict() != model.spec.to_dict() or (settles and creator != owner_key(owner)):
+            body = {"metadata": {"resourceVersion": model.metadata.resource_version,
+                                 "annotations": {POOL_CREATOR_ANNOTATION: creator if not settles else owner_key(owner)}},
+                    "spec": result.spec.to_dict()}  # fmt: skip
+            await self.client.patch(PoolResource, frag.pool, body, patch_type=PatchType.MERGE,
+                                    field_manager=TRANSLATOR_MANAGER)  # fmt: skip
+            self.recorder.normal(live, Reason.POOL_UPDATED, f"pool {frag.pool} updated with this object's frontends")
+        TRANSLATIONS.labels(kind, "ok").inc()
+        return await self._status_from_pool(live, obj, kind, frag, model, result)
+
+    def _creator_present(self, model: LoadBalancerPool, creator: str) -> bool:
+        kind, _, rest = creator.partition("/")
+        ns, _, name = rest.partition("/")
+        if kind not in ("Service", "Ingress"):
+            return False
+        return has_parts(model.spec, Owner.model_validate({"cluster": self.part, "kind": kind, "namespace": ns,
+                                                            "name": name}))
+
+    async def _missing(self, live: Any, obj: dict[str, Any], kind: str, frag: Fragment) -> Result | None:
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        cfg_strategy = frag_strategy(annotations, kind)
+        created_before = annotations.get(POOL_CREATED_ANNOTATION) == frag.pool
+        had_address = bool(((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress"))
+        if created_before or had_address:
+            self.recorder.warning(live, Reason.POOL_MISSING,
+                                  f"pool {frag.pool} is gone (deleted out of band?); strategy {cfg_strategy.value}: "
+                                  + ("re-creating it" if cfg_strategy == CreationStrategy.IF_NOT_PRESENT
+                                     else "not re-creating it. Next step: create the pool again, or delete and "
+                                     "re-create this object"))  # fmt: skip
+        if cfg_strategy == CreationStrategy.NEVER or (cfg_strategy == CreationStrategy.ONCE and created_before):
+            if not created_before and not had_address:
+                self.recorder.warning(live, Reason.POOL_MISSING,
+                                      f"pool {frag.pool} does not exist and strategy Never forbids creating it: "
+                                      "create it out of band (this object will use it)")
+            await self._write_status(obj, kind, [], None)
+            return Result(requeue_after=30.0)
+        result = merge(None, frag, apply_settings=True)
+        assert result.spec is not None
+        body = LoadBalancerPool(spec=result.spec)
+        body.metadata.name = frag.pool
+        body.metadata.labels = {POOL_CLUSTER_LABEL: self.part.replace(".", "-")[:63].strip("-"),
+                                MANAGED_BY_LABEL: TRANSLATOR_MANAGER}  # fmt: skip
+        body.metadata.annotations = {POOL_CREATOR_ANNOTATION: owner_key(frag.owner)}
+        try:
+            await self.client.create(PoolResource.from_dict(body.to_dict()), field_manager=TRANSLATOR_MANAGER)
+        except ApiError as e:
+            if e.status.code == 409:  # another owner created it meanwhile: merge next time round
+                return Result(requeue=True)
+            raise
+        self.recorder.normal(live, Reason.POOL_CREATED, f"pool {frag.pool} created (role {frag.settings.role}, "
+                             f"size {frag.settings.count})")
+        if annotations.get(POOL_CREATED_ANNOTATION) != frag.pool:
+            resource = Service if kind == "Service" else Ingress
+            meta = obj["metadata"]
+            await self.client.patch(resource, meta["name"], {"metadata": {"annotations": {POOL_CREATED_ANNOTATION: frag.pool}}},
+                                    namespace=meta["namespace"], patch_type=PatchType.MERGE,
+                                    field_manager=TRANSLATOR_MANAGER)  # fmt: skip
+        self._report_conflicts(live, result)
+        return Result(requeue_after=RECHECK)
+
+    def _report_conflicts(self, live: Any, result: Merge) -> None:
+        for c in result.conflicts:
+            holder = frontend_owner(c.holder)
+            who = f"{holder.kind} {holder.namespace}/{holder.name}" if holder else f"frontend {c.holder!r}"
+            self.recorder.warning(live, Reason.PORT_CONFLICT,
+                                  f"frontend {c.frontend}: port {c.port} is already bound by {who} in the pool; "
+                                  "not exposed. Next step: choose another port in .frontends, or another pool")
+
+    async def _status_from_pool(
+        self, live: Any, obj: dict[str, Any], kind: str, frag: Fragment, model: LoadBalancerPool, result: Merge
+    ) -> Result | None:
+        key = f"{kind}/{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        ingress = load_balancer_ingress(model.status, result.placed, result.conflicts)
+        log.debug("status from pool", extra={"key": key, "pool": frag.pool, "ingress": ingress,
+                                             "placed": result.placed, "frontends": model.status.to_dict()})
+        serving = any(e.get("ip") or e.get("hostname") for e in ingress) and any(
+            c.type == READY and c.status == "True" for c in model.status.conditions
+        )
+        served_ingress = ingress if serving else []
+        previous = self._addresses.get(key)
+        await self._write_status(obj, kind, served_ingress, result)
+        if serving:
+            self._unserved_since.pop(key, None)
+            self._warned_unserved.discard(key)
+            addrs = [e.get("ip") or e.get("hostname") for e in served_ingress]
+            if previous != served_ingress:
+                if previous:
+                    self.recorder.normal(live, Reason.ADDRESSES_CHANGED,
+                                         f"pool {frag.pool} now serves at {', '.join(map(str, addrs))}")
+                else:
+                    self.recorder.normal(live, Reason.EXPOSED, f"exposed by pool {frag.pool} at "
+                                         f"{', '.join(map(str, addrs))}")
+                self._addresses[key] = served_ingress
+            return None
+        self._addresses.pop(key, None)
+        since = self._unserved_since.setdefault(key, time.monotonic())
+        if time.monotonic() - since > self.grace and key not in self._warned_unserved:
+            self._warned_unserved.add(key)
+            why = next((c.message for c in model.status.conditions if c.type == READY), "") or "no status yet"
+            self.recorder.warning(live, Reason.POOL_NOT_PROVISIONED,
+                                  f"pool {frag.pool} has no serving instance after {self.grace:.0f}s ({why}). Next step: "
+                                  f"check the pool managers (`kubectl -n {LB_NAMESPACE} get pods -l "
+                                  "app.kubernetes.io/name=isthmus-pools`, `kubectl describe loadbalancerpool "
+                                  f"{frag.pool}`)")  # fmt: skip
+        return Result(requeue_after=RECHECK)
+
+    async def _write_status(self, obj: dict[str, Any], kind: str, ingress: list[dict[str, Any]], result: Merge | None) -> None:
+        status = obj.get("status") or {}
+        current = (status.get("loadBalancer") or {}).get("ingress") or []
+        body: dict[str, Any] = {}
+        if current != ingress:
+            body["loadBalancer"] = {"ingress": ingress} if ingress else {}
+        if kind == "Service":
+            existing = status.get("conditions") or []
+            conflicts = result.conflicts if result is not None else []
+            if conflicts or any(c.get("type") == PORTS_CONDITION for c in existing):
+                cond = new_condition(
+                    PORTS_CONDITION, not conflicts, "PortConflict" if conflicts else "Allocated",
+                    "; ".join(f"port {c.port} is already bound in the pool by {c.holder}" for c in conflicts)
+                    or "every frontend port is bound",
+                    observed_generation=(obj.get("metadata") or {}).get("generation"),
+                )
+                merged = merge_conditions([Condition.model_validate(c) for c in existing], [cond])
+                wanted = [c.to_dict() for c in merged]
+                if wanted != existing:
+                    body["conditions"] = wanted
+        if not body:
+            return
+        resource = Service if kind == "Service" else Ingress
+        meta = obj["metadata"]
+        try:
+            await self.client.patch(resource.Status, meta["name"], {"status": body}, namespace=meta["namespace"],
+                                    patch_type=PatchType.MERGE, field_manager=TRANSLATOR_MANAGER)  # fmt: skip
+        except ApiError as e:
+            if e.status.code != 404:
+                raise
+
+    async def _withdraw(self, owner: Owner, keep: str | None) -> None:
+        """Remove `owner`'s parts from every pool but `keep`; a pool left empty is deleted."""
+        for pool in self.pools.cache.list():
+            name = _key(pool)
+            if name == keep:
+                continue
+            model = LoadBalancerPool.from_dict(pool)
+            if not has_parts(model.spec, owner):
+                continue
+            rest = remove_owner(model.spec, owner)
+            try:
+                if rest is None:
+                    await self.client.delete(PoolResource, name)
+                    log.info("deleted an empty pool", extra={"pool": name})
+                else:
+                    await self.client.patch(PoolResource, name,
+                                            {"metadata": {"resourceVersion": model.metadata.resource_version},
+                                             "spec": rest.to_dict()},
+                                            patch_type=PatchType.MERGE, field_manager=TRANSLATOR_MANAGER)  # fmt: skip
+            except ApiError as e:
+                if e.status.code != 404:
+                    raise
+
+
+def frag_strategy(annotations: Mapping[str, str], kind: str) -> CreationStrategy:
+    """The creation strategy (config and legacy annotation already reconciled by parsing)."""
+    cfg = parse_service_config(annotations) if kind == "Service" else parse_ingress_config(annotations)
+    return cfg.strategies.creation
+
+
+def _ingress_services(ing: Mapping[str, Any]) -> set[str]:
+    spec = ing.get("spec") or {}
+    refs = [spec.get("defaultBackend") or {}]
+    for rule in spec.get("rules") or []:
+        refs += [p.get("backend") or {} for p in (rule.get("http") or {}).get("paths") or []]
+    return {r["service"]["name"] for r in refs if (r.get("service") or {}).get("name")}
+

@@ -1,0 +1,362 @@
+"""The translator and the pool manager together against a real apiserver, with real HAProxy: the
+seed's test phases, shared pools, port conflicts, invalid configs, creation strategies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+from aiohttp import web
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event, Namespace, Node, Service
+from lightkube.resources.networking_v1 import Ingress, IngressClass
+from lightkube.types import PatchType
+
+from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, LB_NAMESPACE, POOL_CREATED_ANNOTATION, LoadBalancerPool
+from isthmus.haproxy.manager import PoolManager
+from isthmus.kube.helpers import install_crds
+from isthmus.kube.resources import resource_for
+from isthmus.lb.controller import Translator
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
+
+POOL = resource_for(LoadBalancerPool)
+T = TypeVar("T")
+NS = "default"
+
+
+async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 20.0) -> T:  # noqa: ASYNC109
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            return await probe()
+        except AssertionError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(0.05)
+
+
+def free_node_port() -> int:
+    for port in range(31000, 32700):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free NodePort")
+
+
+class Backend:
+    """An HTTP server standing for a node's NodePort: answers JSON naming itself."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.port = 0
+        self.runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        async def handle(request: web.Request) -> web.Response:
+            return web.json_response({"backend": self.name, "path": request.path, "headers": dict(request.headers)})
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        for _ in range(20):
+            self.port = free_node_port()
+            try:
+                await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+                return
+            except OSError:
+                continue
+        raise RuntimeError("cannot listen")
+
+
+class Env:
+    def __init__(self, apiserver: Any, tmp: Path, n: int) -> None:
+        self.client = apiserver.client()
+        self.public, self.private = f"127.30.{150 + n}.1", f"127.31.{150 + n}.1"
+        self.tmp = tmp
+        self.tasks: list[asyncio.Task[None]] = []
+        self.manager: PoolManager | None = None
+        self.translator: Translator | None = None
+        self.backends: list[Backend] = []
+
+    async def start(self) -> None:
+        await install_crds(self.client)
+        await self.client.create(Namespace(metadata=ObjectMeta(name=LB_NAMESPACE)))
+        await self.client.create(Node(metadata=ObjectMeta(name="node-1")))
+        await self.client.patch(Node.Status, "node-1", {"status": {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}, patch_type=PatchType.MERGE)
+        self.manager = PoolManager(self.client, identity="edge-1", public_address=self.public,
+                                   private_address=self.private, state_dir=self.tmp / "pools",
+                                   lease_duration=3, renew_period=0.5)  # fmt: skip
+        self.translator = Translator(self.client, "kube/one", identity="lb-1", grace=2.0,
+                                     lease_duration=3, renew_deadline=2, retry_period=0.5)  # fmt: skip
+        self.tasks = [asyncio.create_task(self.manager.run()), asyncio.create_task(self.translator.run())]
+
+    async def backend(self, name: str) -> Backend:
+        b = Backend(name)
+        await b.start()
+        self.backends.append(b)
+        return b
+
+    async def service(self, name: str, ports: list[tuple[int, int]], config: str | None = None,
+                      type_: str = "LoadBalancer") -> None:
+        annotations = {DKLB_CONFIG_ANNOTATION: config} if config is not None else {}
+        await self.client.create(Service.from_dict({
+            "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+            "spec": {"type": type_, "selector": {"app": name},
+                     "ports": [{"name": f"p{p}", "port": p, "targetPort": p, "nodePort": np} for p, np in ports]},
+        }))  # fmt: skip
+
+    async def lb_address(self, kind: Any, name: str) -> list[dict[str, Any]]:
+        async def probe() -> list[dict[str, Any]]:
+            obj = (await self.client.get(kind, name, namespace=NS)).to_dict()
+            ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+            assert ingress, obj.get("status")
+            return list(ingress)
+
+        return await eventually(probe)
+
+    async def events(self, name: str) -> list[tuple[str, str, str]]:
+        out = []
+        async for e in self.client.list(Event, namespace=NS):
+            if e.involvedObject.name == name:
+                out.append((e.type or "", e.reason or "", e.message or ""))
+        return out
+
+    async def pool(self, name: str) -> LoadBalancerPool | None:
+        with contextlib.suppress(Exception):
+            return LoadBalancerPool.from_dict(await self.client.get(POOL, name))
+        return None
+
+    async def close(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self.manager is not None:
+            await self.manager.shutdown()
+        for b in self.backends:
+            if b.runner is not None:
+                await b.runner.cleanup()
+
+
+@pytest.fixture
+async def env(apiserver: Any, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Env]:
+    e = Env(apiserver, tmp_path, abs(hash(request.node.name)) % 50)
+    await e.start()
+    try:
+        yield e
+    finally:
+        await e.close()
+
+
+async def fetch(host_ip: str, port: int, path: str = "/", host: str = "x") -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.get(f"http://{host_ip}:{port}{path}", headers={"Host": host}) as r:
+        text = await r.text()
+        try:
+            return r.status, json.loads(text)
+        except ValueError:
+            return r.status, text
+
+
+async def test_phase_1_and_2_tcp_services_internal_and_public(env: Env) -> None:
+    a, b = await env.backend("a"), await env.backend("b")
+    await env.service("internal", [(18101, a.port)], "role: '*'\n")
+    await env.service("public", [(80, b.port), (8080, b.port + 0)],
+                      "frontends:\n- port: 18102\n  servicePort: 80\n- port: 18103\n  servicePort: 8080\n")
+    internal = await env.lb_address(Service, "internal")
+    assert [e["ip"] for e in internal] == [env.private]  # internal: the private address only
+    assert internal[0]["ports"] == [{"port": 18101, "protocol": "TCP"}]
+    status, body = await fetch(env.private, 18101)
+    assert status == 200 and body["backend"] == "a"
+    public = await env.lb_address(Service, "public")
+    assert [e["ip"] for e in public] == [env.private, env.public]  # private, then public
+    assert [p["port"] for p in public[0]["ports"]] == [18102, 18103]
+    status, body = await fetch(env.public, 18102)
+    assert status == 200 and body["backend"] == "b"
+    pool = await env.pool("kube.one--default--public")
+    assert pool is None  # dots are not allowed in pool names: the seed's rule is made valid
+    pool = await env.pool("kube-one--default--public")
+    assert pool is not None and pool.spec.role == "slave_public"
+    assert sorted(f.name for f in pool.spec.haproxy.frontends) == ["kube.one:default:public:80",
+                                                                   "kube.one:default:public:8080"]
+    svc = (await env.client.get(Service, "public", namespace=NS)).to_dict()
+    assert svc["metadata"]["annotations"][POOL_CREATED_ANNOTATION] == "kube-one--default--public"
+    assert any(r == "Exposed" for _, r, _ in await env.events("public"))
+
+
+async def test_phase_3_and_4_ingresses_route_by_host_and_path(env: Env) -> None:
+    web1, web2 = await env.backend("web1"), await env.backend("web2")
+    await env.service("web1", [(80, web1.port)], type_="NodePort")
+    await env.service("web2", [(80, web2.port)], type_="NodePort")
+    await env.service("plain", [(80, web2.port + 1 if web2.port < 32700 else 31001)], type_="ClusterIP")
+    await env.client.create(IngressClass.from_dict({"metadata": {"name": "edgelb"},
+                                                    "spec": {"controller": "isthmus.io/edgelb"}}))
+
+    def backend(svc: str) -> dict[str, Any]:
+        return {"service": {"name": svc, "port": {"number": 80}}}
+
+    await env.client.create(Ingress.from_dict({
+        "metadata": {"name": "site", "namespace": NS,
+                     "annotations": {DKLB_CONFIG_ANNOTATION: "role: '*'\nfrontends:\n  http:\n    port: 18110\n"}},
+        "spec": {"ingressClassName": "edgelb", "rules": [
+            {"host": "foo.com", "http": {"paths": [
+                {"path": "/", "pathType": "Prefix", "backend": backend("web1")},
+                {"path": "/bar", "pathType": "Prefix", "backend": backend("web2")},
+                {"path": "/exact", "pathType": "Exact", "backend": backend("web2")},
+            ]}},
+            {"host": "*.wild.com", "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend("web2")}]}},
+            {"http": {"paths": [{"path": "/plain", "pathType": "Prefix", "backend": backend("plain")},
+                                {"path": "/gone", "pathType": "Prefix", "backend": backend("nosuch")}]}},
+        ]},
+    }))  # fmt: skip
+    await env.client.create(Ingress.from_dict({  # not ours: nothing happens
+        "metadata": {"name": "other", "namespace": NS, "annotations": {"kubernetes.io/ingress.class": "nginx"}},
+        "spec": {"rules": [{"http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend("web1")}]}}]},
+    }))  # fmt: skip
+    addr = (await env.lb_address(Ingress, "site"))[0]["ip"]
+    assert addr == env.private
+    cases = [("foo.com", "/", 200, "web1"), ("foo.com", "/bar", 200, "web2"), ("foo.com", "/bar/x", 200, "web2"),
+             ("foo.com", "/barx", 200, "web1"), ("FOO.com:18110", "/exact", 200, "web2"),
+             ("foo.com", "/exact/x", 200, "web1"), ("a.wild.com", "/z", 200, "web2"),
+             ("a.b.wild.com", "/z", 404, None), ("other.com", "/", 404, None),
+             ("other.com", "/plain", 503, None), ("other.com", "/gone", 503, None)]  # fmt: skip
+    for host, path, code, who in cases:
+        status, body = await fetch(addr, 18110, path, host)
+        assert status == code, (host, path, body)
+        if who is not None:
+            assert body["backend"] == who, (host, path)
+            assert body["headers"]["X-Forwarded-For"] == "127.0.0.1"
+            assert body["headers"]["X-Forwarded-Proto"] == "http"
+            assert body["headers"]["X-Forwarded-Port"] == "18110"
+    reasons = {(r, m.split(":")[0]) for _, r, m in await env.events("site")}
+    messages = " | ".join(m for _, _, m in await env.events("site"))
+    assert "Service default/plain is of type ClusterIP" in messages
+    assert "Service default/nosuch does not exist" in messages
+    assert ("InvalidBackendService", "Service default/nosuch does not exist") in {
+        (r, m) for r, m in reasons} or "nosuch" in messages
+    other = (await env.client.get(Ingress, "other", namespace=NS)).to_dict()
+    assert not ((other.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+    # Edit: a new path serves, the old rule goes.
+    ing = await env.client.get(Ingress, "site", namespace=NS)
+    body = ing.to_dict()
+    body["spec"]["rules"][0]["http"]["paths"].append({"path": "/new", "pathType": "Exact", "backend": backend("web2")})
+    await env.client.replace(Ingress.from_dict(body))
+
+    async def new_rule() -> None:
+        status, got = await fetch(addr, 18110, "/new", "foo.com")
+        assert status == 200 and got["backend"] == "web2"
+
+    await eventually(new_rule)
+
+
+async def test_a_shared_pool_keeps_each_owner_to_its_parts_and_reports_conflicts(env: Env) -> None:
+    a = await env.backend("a")
+    await env.service("one", [(18120, a.port)], "name: shared\n")
+    await env.service("two", [(18121, a.port)], "name: shared\n")
+    await env.lb_address(Service, "one")
+    await env.lb_address(Service, "two")
+    pool = await env.pool("shared")
+    assert pool is not None
+    assert [f.name for f in pool.spec.haproxy.frontends] == ["kube.one:default:one:18120", "kube.one:default:two:18121"]
+    # A third asks for a port "one" binds: refused, reported on it, "one" untouched.
+    await env.service("three", [(18120, a.port)], "name: shared\n")
+
+    async def conflict() -> None:
+        evs = await env.events("three")
+        assert any(r == "PortConflict" and "Service default/one" in m for _, r, m in evs), evs
+        svc = (await env.client.get(Service, "three", namespace=NS)).to_dict()
+        conds = {c["type"]: c for c in svc["status"].get("conditions") or []}
+        assert conds["isthmus.io/LoadBalancerPortsAllocated"]["status"] == "False"
+
+    await eventually(conflict)
+    pool = await env.pool("shared")
+    assert pool is not None and "kube.one:default:three:18120" not in [f.name for f in pool.spec.haproxy.frontends]
+    status, body = await fetch(env.public, 18120)
+    assert status == 200
+    # Owners leave one by one; the last one out deletes the pool.
+    for name in ("one", "three"):
+        await env.client.delete(Service, name, namespace=NS)
+
+    async def only_two() -> None:
+        p = await env.pool("shared")
+        assert p is not None and [f.name for f in p.spec.haproxy.frontends] == ["kube.one:default:two:18121"]
+        assert [b.name for b in p.spec.haproxy.backends] == ["kube.one:default:two:18121"]
+
+    await eventually(only_two)
+    await env.client.delete(Service, "two", namespace=NS)
+
+    async def deleted() -> None:
+        assert await env.pool("shared") is None
+
+    await eventually(deleted)
+
+
+async def test_invalid_config_is_reported_and_changes_nothing(env: Env) -> None:
+    await env.service("bad", [(18130, 31999)], "size: 0\nbogus: 1\n")
+
+    async def reported() -> None:
+        evs = await env.events("bad")
+        assert any(r == "InvalidConfig" and 'unknown field "bogus"' in m and "size" in m for _, r, m in evs), evs
+
+    await eventually(reported)
+    assert await env.pool("kube-one--default--bad") is None
+
+
+async def test_creation_strategies_after_an_out_of_band_delete(env: Env) -> None:
+    a = await env.backend("a")
+    await env.service("again", [(18140, a.port)], "strategies:\n  creation: IfNotPresent\n")
+    await env.service("once", [(18141, a.port)], "strategies:\n  creation: Once\n")
+    await env.service("never", [(18142, a.port)], "strategies:\n  creation: Never\n")
+    await env.lb_address(Service, "again")
+    await env.lb_address(Service, "once")
+    assert await env.pool("kube-one--default--never") is None
+
+    async def never_reported() -> None:
+        assert any(r == "PoolMissing" and "strategy Never" in m for _, r, m in await env.events("never"))
+
+    await eventually(never_reported)
+    for name in ("again", "once"):
+        await env.client.delete(POOL, f"kube-one--default--{name}")
+
+    async def recreated() -> None:
+        assert await env.pool("kube-one--default--again") is not None
+        evs = await env.events("once")
+        assert any(r == "PoolMissing" and "not re-creating" in m for _, r, m in evs), evs
+
+    await eventually(recreated)
+    await asyncio.sleep(1.0)
+    assert await env.pool("kube-one--default--once") is None
+
+
+async def test_only_one_translator_acts(apiserver: Any, tmp_path: Path) -> None:
+    client = apiserver.client()
+    await install_crds(client)
+    await client.create(Namespace(metadata=ObjectMeta(name=LB_NAMESPACE)))
+    t1 = Translator(client, "c1", identity="one", lease_duration=3, renew_deadline=2, retry_period=0.5)
+    t2 = Translator(client, "c1", identity="two", lease_duration=3, renew_deadline=2, retry_period=0.5)
+    tasks = [asyncio.create_task(t1.run()), asyncio.create_task(t2.run())]
+    try:
+        async def one_leads() -> None:
+            assert [t1.ready, t2.ready].count(True) == 1
+
+        await eventually(one_leads)
+        await asyncio.sleep(1.5)
+        assert [t1.ready, t2.ready].count(True) == 1
+    finally:
+        for t in tasks:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
