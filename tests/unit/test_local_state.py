@@ -104,7 +104,7 @@ def test_the_local_overlay_patches_dns_for_the_plan(tmp_path: Path) -> None:
     from isthmus.local import components
 
     cp = plan.cluster_plan(2, 3)
-    directory = components.overlay(cp, deploy_dir(), tmp_path / "manifests" / "c2")
+    directory = components.overlay(cp, deploy_dir(), tmp_path / "manifests" / "c2", tmp_path / "pools" / "c2")
     kz = yaml.safe_load((directory / "kustomization.yaml").read_text())
     assert not Path(kz["resources"][0]).is_absolute()
     objs = render(directory)
@@ -114,6 +114,12 @@ def test_the_local_overlay_patches_dns_for_the_plan(tmp_path: Path) -> None:
     assert {p["protocol"] for p in svc["spec"]["ports"]} == {"UDP", "TCP"}
     dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.DNS])
     assert "--local-zone=cluster.local" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    lb = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.LB])
+    assert lb["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--cluster-name=c2"
+    pools = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.POOLS])
+    assert pools["spec"]["template"]["spec"]["hostNetwork"] is False
+    assert pools["spec"]["template"]["spec"]["containers"][0]["args"][-3:] == [
+        "--public-address=127.30.2.1", "--private-address=127.31.2.1", f"--state-dir={tmp_path / 'pools' / 'c2'}"]
     if shutil.which("kubectl"):
         out = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, check=True)
         assert list(yaml.safe_load_all(out.stdout)) == objs

@@ -128,6 +128,9 @@ class Running:
     generation: int = 0
     restarts: int = 0
     failures: int = 0
+    rejected: str = ""
+    """The last config text HAProxy refused (not retried before `retry_at` unless it changes)."""
+    retry_at: float = 0.0
     state: InstanceState = InstanceState.STARTING
     message: str = ""
     applied: str = ""
@@ -362,6 +365,8 @@ class PoolManager:
         if run.instance.running and run.layout is not None and text == run.applied:
             run.generation = generation
             return run
+        if text == run.rejected and time.monotonic() < run.retry_at:
+            return run  # the same config failed a moment ago: wait out the backoff (no event storm)
         try:
             if not run.instance.running:
                 await run.instance.write_checked(text)
@@ -387,7 +392,10 @@ class PoolManager:
                 RELOADS.labels(pool).inc()
         except HAProxyError as e:
             REJECTIONS.labels(pool).inc()
+            run.rejected = text
+            run.retry_at = time.monotonic() + min(MAX_RESTART_DELAY, 0.5 * 2.0 ** min(run.failures + 1, 6))
             return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
+        run.rejected = ""
         run.layout, run.structure, run.applied = layout, _structure(spec, layout), text
         run.generation, run.state, run.message = generation, InstanceState.RUNNING, ""
         addresses = layout.addresses

@@ -20,7 +20,6 @@ import hashlib
 import logging
 import os
 import signal
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,10 +126,12 @@ class Instance:
         self.binary = binary
         self.run_dir = run_dir
         self.cfg = run_dir / "haproxy.cfg"
-        # UNIX socket paths are limited to 107 bytes (HAProxy: 97): the sockets live in a short
-        # private directory named after the run directory, not in it.
-        digest = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
-        self.sock_dir = Path(tempfile.gettempdir()) / f"isthmus-haproxy-{os.getuid()}" / digest
+        # UNIX socket paths are limited to 107 bytes (HAProxy: 97): when the run directory's would
+        # be longer, the sockets live in a short private directory named after it.
+        self.sock_dir = run_dir
+        if len(str(run_dir.resolve() / "master.sock")) > 90:
+            digest = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
+            self.sock_dir = Path("/tmp") / f"isthmus-haproxy-{os.getuid()}" / digest
         self.master_sock = self.sock_dir / "master.sock"
         self.admin_sock = self.sock_dir / "admin.sock"
         self.pid_file = run_dir / "haproxy.pid"
@@ -149,8 +150,9 @@ class Instance:
 
     def prepare(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.sock_dir.parent.mkdir(mode=0o700, exist_ok=True)
-        self.sock_dir.mkdir(mode=0o700, exist_ok=True)
+        if self.sock_dir != self.run_dir:
+            self.sock_dir.parent.mkdir(mode=0o700, exist_ok=True)
+            self.sock_dir.mkdir(mode=0o700, exist_ok=True)
 
     async def write_checked(self, text: str) -> None:
         """Check `text` with `haproxy -c`, then make it the config file (atomically)."""

@@ -28,10 +28,11 @@ MEMBER_BASE = "member"
 READ_TIMEOUT = 2.0
 
 
-def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path) -> Path:
+def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path) -> Path:
     """Write the local overlay of deploy/member for one cluster into `into` (a directory of its own,
     rewritten every `up`); returns it. The base is referenced by a relative path: kustomize refuses
-    absolute ones."""
+    absolute ones. `pools_dir` is the cluster's pool manager's state dir (pods here share one
+    filesystem, so each cluster needs its own)."""
     into.mkdir(parents=True, exist_ok=True)
     base = os.path.relpath(deploy_dir / MEMBER_BASE, into)
     port = plan.dns_node_port(cluster)
@@ -46,12 +47,17 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path) -> Path:
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.LB]},
              "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
                                         "value": f"--cluster-name={cluster.name}"}])},
+            # The edge host's addresses are the cluster's own; pods here share the machine's network, so
+            # the pod keeps a pod IP of its own for its health endpoint instead of the host network.
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.POOLS]},
              "patch": yaml.safe_dump([
-                 {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-                  "value": f"--public-address={cluster.pool_public_address}"},
-                 {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-                  "value": f"--private-address={cluster.pool_private_address}"},
+                 {"op": "replace", "path": "/spec/template/spec/hostNetwork", "value": False},
+                 {"op": "replace", "path": "/spec/template/spec/dnsPolicy", "value": "ClusterFirst"},
+                 *({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": arg} for arg in (
+                     f"--public-address={cluster.pool_public_address}",
+                     f"--private-address={cluster.pool_private_address}",
+                     f"--state-dir={pools_dir}",
+                 )),
              ])},
             {"target": {"kind": "Service", "name": plan.DNS_SERVICE},
              "patch": yaml.safe_dump([

@@ -445,7 +445,8 @@ class Bringup:
         new join the agent restarts, to read the broker credentials join just stored."""
         from isthmus.kube.manifests import deploy_dir
 
-        directory = components.overlay(cluster, deploy_dir(), self.layout.root / "manifests" / cluster.name)
+        directory = components.overlay(cluster, deploy_dir(), self.layout.root / "manifests" / cluster.name,
+                                       self.layout.root / "pools" / cluster.name)
         kubeconfig = self.layout.kubeconfig_of(cluster.name)
         argv = components.apply_argv(kubeconfig, directory)
         what = f"install {cluster.name} (kubectl apply -k {directory})"
