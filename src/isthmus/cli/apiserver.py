@@ -79,6 +79,9 @@ def apiserver(
     authorization_mode: Annotated[str, typer.Option(
         help="kube's --authorization-mode: comma-separated RBAC, AlwaysAllow, AlwaysDeny "
              "(system:masters is always allowed).")] = "RBAC",
+    disable_admission_plugins: Annotated[str, typer.Option(
+        "--disable-admission-plugins", metavar="NAMES",
+        help="kube's flag: comma-separated in-process admission plugins to turn off (DklbConfig).")] = "",
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
@@ -90,8 +93,14 @@ def apiserver(
     """
     from isthmus.apiserver.datadir import DataDirError
     from isthmus.apiserver.server import ApiServer, serve
+    from isthmus.cli import admission_plugins
     from isthmus.runtime.logging import setup_logging
 
+    disabled = [p.strip() for p in disable_admission_plugins.split(",") if p.strip()]
+    unknown = [p for p in disabled if p not in admission_plugins.PLUGINS]
+    if unknown:
+        raise fail(f"--disable-admission-plugins: unknown plugin {unknown[0]!r} "
+                   f"(plugins: {', '.join(admission_plugins.PLUGINS)})")
     modes = [m.strip() for m in authorization_mode.split(",")]
     if not all(m in ("RBAC", "AlwaysAllow", "AlwaysDeny") for m in modes):
         raise fail(f"--authorization-mode {authorization_mode}: each mode must be one of RBAC, AlwaysAllow, AlwaysDeny")
@@ -125,7 +134,7 @@ def apiserver(
                        service_account_issuer=service_account_issuer,
                        service_account_signing_key_file=service_account_signing_key_file,
                        service_account_key_files=tuple(service_account_key_file or ()),
-                       authorization_mode=",".join(modes))
+                       authorization_mode=",".join(modes), admission=admission_plugins.build(disabled))
     try:
         asyncio.run(serve(server, str(kubeconfig_out.resolve()), kubeconfig_auth.value))
     except DataDirError as e:

@@ -13,6 +13,7 @@ from isthmus.cli import lb as _lb  # noqa: F401
 from isthmus.cli import local as _local  # noqa: F401
 from isthmus.cli import pools as _pools  # noqa: F401
 from isthmus.cli import proxy as _proxy  # noqa: F401
+from isthmus.cli import webhook as _webhook  # noqa: F401
 from isthmus.cli.app import app
 
 __all__ = ["app"]

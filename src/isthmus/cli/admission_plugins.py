@@ -1,0 +1,58 @@
+"""In-process admission plugins of `isthmus apiserver`, kube-style names: capabilities' checks
+served by the embedded apiserver itself (the apiserver package knows nothing of Isthmus; the CLI
+wires them, as kube-apiserver compiles its plugins in).
+
+- `DklbConfig` — `kubernetes.dcos.io/dklb-config` on Services and Ingresses (`isthmus.lb.admission`):
+  defaults written into the annotation (mutating), bad configs and changes to `name`, `role` or
+  `network` refused with 422 Invalid naming the field (validating). On real clusters `isthmus
+  webhook` serves the same checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from isthmus.api.lb import DKLB_CONFIG_ANNOTATION
+from isthmus.apiserver import errors
+from isthmus.apiserver.admission import Admission, AdmissionRequest
+
+DKLB_CONFIG = "DklbConfig"
+_KINDS = {("", "services"): "Service", ("networking.k8s.io", "ingresses"): "Ingress"}
+
+
+def _dklb(admission: Admission) -> None:
+    from isthmus.lb import admission as lb
+
+    async def mutate(req: AdmissionRequest) -> None:
+        kind = _KINDS[(req.resource.group, req.resource.plural)]
+        if req.subresource or req.object is None:
+            return
+        new = lb.defaulted(kind, ((req.object.get("metadata") or {}).get("annotations") or {})) \
+            if lb.concerned(kind, req.object) else None
+        if new is not None:
+            req.object.setdefault("metadata", {}).setdefault("annotations", {})[DKLB_CONFIG_ANNOTATION] = new
+
+    async def validate(req: AdmissionRequest) -> None:
+        kind = _KINDS[(req.resource.group, req.resource.plural)]
+        if req.subresource:
+            return
+        problems = lb.validate(kind, req.operation, req.object, req.old_object)
+        if problems:
+            raise errors.invalid(req.resource.group, kind, req.name,
+                                 [errors.cause(lb.FIELD, p) for p in problems])
+
+    for group, plural in _KINDS:
+        admission.add_mutating(group, plural, mutate)
+        admission.add_validating(group, plural, validate)
+
+
+PLUGINS: dict[str, Callable[[Admission], None]] = {DKLB_CONFIG: _dklb}
+"""Every in-process plugin by name; all are enabled unless `--disable-admission-plugins` names them."""
+
+
+def build(disabled: list[str]) -> Admission:
+    admission = Admission()
+    for name, register in PLUGINS.items():
+        if name not in disabled:
+            register(admission)
+    return admission

@@ -1,0 +1,135 @@
+"""dklb-config admission end to end: the embedded apiserver's in-process DklbConfig plugin, and the
+same checks through `isthmus webhook`'s server called by the apiserver as kube-apiserver calls it."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.admissionregistration_v1 import (
+    MutatingWebhookConfiguration,
+    ValidatingWebhookConfiguration,
+)
+from lightkube.resources.core_v1 import Secret, Service
+from lightkube.resources.networking_v1 import Ingress
+
+from isthmus.api.lb import DKLB_CONFIG_ANNOTATION
+from isthmus.cli import admission_plugins
+from isthmus.cli.webhook import ensure_secret, patch_ca_bundle
+from isthmus.lb.admission import HANDLERS, MUTATE_PATH, VALIDATE_PATH
+from isthmus.runtime.webhook import WebhookServer, self_signed
+from tests.conftest import RunningApiServer
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+
+def service(name: str, config: str | None, ports: tuple[int, ...] = (80,)) -> Service:
+    meta: dict[str, Any] = {"name": name, "namespace": "default"}
+    if config is not None:
+        meta["annotations"] = {DKLB_CONFIG_ANNOTATION: config}
+    return Service.from_dict({"metadata": meta, "spec": {"type": "LoadBalancer",
+                                                         "ports": [{"port": p} for p in ports]}})
+
+
+@pytest.fixture
+async def plugin_server(tmp_path: Path) -> AsyncIterator[RunningApiServer]:
+    srv = RunningApiServer(tmp_path / "apiserver", admission=admission_plugins.build([]))
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        await srv.close()
+
+
+async def check(client: Any, plugin_style: bool) -> None:
+    with pytest.raises(ApiError) as err:
+        await client.create(service("bad", "frontends:\n- port: 1\n  servicePort: 81\nsizes: 2\n"))
+    msg = err.value.status.message
+    assert "metadata.annotations[kubernetes.dcos.io/dklb-config]" in msg
+    assert 'unknown field "sizes"' in msg
+    assert err.value.status.code == 422
+    if plugin_style:
+        assert msg.startswith('Service "bad" is invalid')
+    else:
+        assert msg.startswith('admission webhook "dklb.validate.isthmus.io" denied the request')
+    with pytest.raises(ApiError, match="81 is not a port of this Service"):
+        await client.create(service("bad", "frontends:\n- port: 1\n  servicePort: 81\n"))
+    good = await client.create(service("good", "role: '*'\nsize: 2\n"))
+    stored = yaml.safe_load(good.metadata.annotations[DKLB_CONFIG_ANNOTATION])
+    assert stored == {"role": "*", "size": 2, "network": "dcos", "cpus": 0.1, "memory": 128,
+                      "strategies": {"creation": "IfNotPresent"}, "frontends": []}
+    good.metadata.annotations[DKLB_CONFIG_ANNOTATION] = "role: slave_public\n"
+    with pytest.raises(ApiError, match="field role is immutable once set"):
+        await client.replace(good)
+    plain = await client.create(Service.from_dict({"metadata": {"name": "plain", "namespace": "default"},
+                                                   "spec": {"ports": [{"port": 80}]}}))
+    assert not (plain.metadata.annotations or {})  # not a load balancer: untouched
+    with pytest.raises(ApiError, match='unknown field "frontends.tcp"'):
+        await client.create(Ingress.from_dict({
+            "metadata": {"name": "i", "namespace": "default",
+                         "annotations": {DKLB_CONFIG_ANNOTATION: "frontends: {tcp: 1}"}},
+            "spec": {"defaultBackend": {"service": {"name": "x", "port": {"number": 80}}}}}))
+
+
+async def test_the_in_process_plugin(plugin_server: RunningApiServer) -> None:
+    await check(plugin_server.client(), plugin_style=True)
+
+
+async def test_the_plugin_can_be_disabled(tmp_path: Path) -> None:
+    srv = RunningApiServer(tmp_path / "apiserver", admission=admission_plugins.build(["DklbConfig"]))
+    await srv.start()
+    try:
+        created = await srv.client().create(service("bad", "bogus: 1"))
+        assert created.metadata.annotations[DKLB_CONFIG_ANNOTATION] == "bogus: 1"
+    finally:
+        await srv.close()
+
+
+async def test_the_webhook_server_through_the_apiserver(apiserver: Any) -> None:
+    client = apiserver.client()
+    certs = self_signed(["127.0.0.1"])
+    server = WebhookServer(dict(HANDLERS))
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "c").write_bytes(certs.cert)
+        (Path(tmp) / "k").write_bytes(certs.key)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(f"{tmp}/c", f"{tmp}/k")
+        await server.start("127.0.0.1", 0, ctx)
+    try:
+        rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                  "resources": ["services"]},
+                 {"apiGroups": ["networking.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                  "resources": ["ingresses"]}]
+
+        def hook(name: str, path: str) -> dict[str, Any]:  # no caBundle yet: patch_ca_bundle adds it
+            return {"name": name, "rules": rules, "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                    "failurePolicy": "Fail", "timeoutSeconds": 5,
+                    "clientConfig": {"url": f"https://127.0.0.1:{server.port}{path}"}}
+
+        await client.create(ValidatingWebhookConfiguration.from_dict(
+            {"metadata": {"name": "isthmus-lb"}, "webhooks": [hook("dklb.validate.isthmus.io", VALIDATE_PATH)]}))
+        await client.create(MutatingWebhookConfiguration.from_dict(
+            {"metadata": {"name": "isthmus-lb"}, "webhooks": [hook("dklb.mutate.isthmus.io", MUTATE_PATH)]}))
+        patched = await patch_ca_bundle(client, "isthmus-lb", certs.ca)
+        assert patched == ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"]
+        vwc = await client.get(ValidatingWebhookConfiguration, "isthmus-lb")
+        assert base64.b64decode(vwc.webhooks[0].clientConfig.caBundle) == certs.ca
+        await check(client, plugin_style=False)
+    finally:
+        await server.stop()
+
+
+async def test_the_certificate_secret_is_minted_once(apiserver: Any) -> None:
+    client = apiserver.client()
+    first = await ensure_secret(client, "default", "tls", ["isthmus-lb.isthmus-system.svc"])
+    again = await ensure_secret(client, "default", "tls", ["isthmus-lb.isthmus-system.svc"])
+    assert first == again
+    secret = await client.get(Secret, "tls", namespace="default")
+    assert secret.type == "kubernetes.io/tls" and set(secret.data or {}) == {"ca.crt", "tls.crt", "tls.key"}
