@@ -52,7 +52,7 @@ def test_parts_start_with_the_apiservers_and_ports_cover_every_part() -> None:
     # The agent and DNS server are pods (deploy/member), not supervised processes.
     assert names[3:] == ["c1-kube-lite", "c1-proxy", "c2-kube-lite", "c2-proxy"]
     assert [p.name for p in plan.pod_parts(2)] == [
-        f"{c}-{k}" for c in ("c1", "c2") for k in ("agent", "dns", "lb", "pools")
+        f"{c}-{k}" for c in ("c1", "c2") for k in ("agent", "dns", "lb", "pools", "webhook")
     ]
     ports = plan.port_names(2)
     assert len(ports) == len(set(ports))

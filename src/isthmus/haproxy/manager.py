@@ -59,6 +59,7 @@ from isthmus.haproxy.config import (
 from isthmus.haproxy.process import HAProxyError, Instance
 from isthmus.kube.resources import resource_for
 from isthmus.runtime import Controller, EventRecorder, Result, SharedInformerFactory
+from isthmus.runtime.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +69,11 @@ LEASE_DURATION = 15
 RENEW_PERIOD = 3.0
 MAX_RESTART_DELAY = 30.0
 
-RELOADS = Counter("isthmus_pools_reloads_total", "Hitless HAProxy reloads done", ["pool"])
-RUNTIME_UPDATES = Counter("isthmus_pools_runtime_updates_total", "Server changes applied with the runtime API", ["pool"])
-REJECTIONS = Counter("isthmus_pools_config_rejections_total", "Configs refused by haproxy -c", ["pool"])
-RESTARTS = Counter("isthmus_pools_instance_restarts_total", "Instances restarted after they died", ["pool"])
-INSTANCES = Gauge("isthmus_pools_instances", "Instances this manager runs, by state", ["state"])
+RELOADS = Counter("isthmus_pools_reloads_total", "Hitless HAProxy reloads done", ["pool"], registry=REGISTRY)
+RUNTIME_UPDATES = Counter("isthmus_pools_runtime_updates_total", "Server changes applied with the runtime API", ["pool"], registry=REGISTRY)
+REJECTIONS = Counter("isthmus_pools_config_rejections_total", "Configs refused by haproxy -c", ["pool"], registry=REGISTRY)
+RESTARTS = Counter("isthmus_pools_instance_restarts_total", "Instances restarted after they died", ["pool"], registry=REGISTRY)
+INSTANCES = Gauge("isthmus_pools_instances", "Instances this manager runs, by state", ["state"], registry=REGISTRY)
 
 PoolResource = resource_for(LoadBalancerPool)
 

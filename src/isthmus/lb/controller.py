@@ -62,6 +62,7 @@ from isthmus.lb.translate import (
     translate_service,
 )
 from isthmus.runtime import Controller, EventRecorder, LeaderElector, Result, SharedInformerFactory
+from isthmus.runtime.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,8 @@ DEFAULT_GRACE = 20.0
 """How long a pool may stay without a serving instance before the owner hears of it."""
 RECHECK = 5.0
 
-TRANSLATIONS = Counter("isthmus_lb_translations_total", "Reconciles of Services/Ingresses", ["kind", "result"])
-POOLS_OWNED = Gauge("isthmus_lb_pools", "LoadBalancerPools holding parts of this cluster")
+TRANSLATIONS = Counter("isthmus_lb_translations_total", "Reconciles of Services/Ingresses", ["kind", "result"], registry=REGISTRY)
+POOLS_OWNED = Gauge("isthmus_lb_pools", "LoadBalancerPools holding parts of this cluster", registry=REGISTRY)
 
 
 def is_lb_service(svc: Mapping[str, Any]) -> bool:

@@ -36,14 +36,16 @@ DNS = "dns"
 PROXY = "proxy"
 LB = "lb"
 POOLS = "pools"
-CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, LB, POOLS)
+WEBHOOK = "webhook"
+CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, LB, POOLS, WEBHOOK)
 """Every part of a cluster, in the order tables show them."""
 SUPERVISED_KINDS = (APISERVER, KUBE_LITE, PROXY)
 """What a cloud gives and the supervisor runs as processes (start order; stop order is the reverse)."""
-POD_KINDS = (AGENT, DNS, LB, POOLS)
+POD_KINDS = (AGENT, DNS, LB, POOLS, WEBHOOK)
 """Isthmus's own components: installed from deploy/member with `kubectl apply -k`, run by kube-lite."""
 COMPONENT_NAMESPACE = "isthmus-system"
-DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns", LB: "isthmus-lb", POOLS: "isthmus-pools"}
+DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns", LB: "isthmus-lb", POOLS: "isthmus-pools",
+               WEBHOOK: "isthmus-webhook"}
 """The Deployment of each pod part (deploy/member)."""
 DNS_SERVICE = "isthmus-dns"
 

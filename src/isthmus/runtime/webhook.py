@@ -27,10 +27,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from prometheus_client import Counter
 
+from isthmus.runtime.metrics import REGISTRY
+
 log = logging.getLogger(__name__)
 
 REVIEW_VERSION = "admission.k8s.io/v1"
-REVIEWS = Counter("isthmus_webhook_reviews_total", "AdmissionReviews answered", ["path", "allowed"])
+REVIEWS = Counter("isthmus_webhook_reviews_total", "AdmissionReviews answered", ["path", "allowed"], registry=REGISTRY)
 
 
 @dataclass
