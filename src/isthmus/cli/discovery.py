@@ -424,7 +424,7 @@ def unexport(
 
 # --- show ---------------------------------------------------------------------------------------
 
-SHOW_WHAT = ("clusters", "exports", "imports")
+SHOW_WHAT = ("clusters", "exports", "imports", "pools", "loadbalancers")
 
 
 def _age(at: datetime | None, ref: datetime) -> str:
@@ -462,7 +462,8 @@ def _new_table(*columns: str) -> Table:
 
 @command("show")
 def show(
-    what: Annotated[str, typer.Argument(metavar="clusters|exports|imports", help="What to list.")],
+    what: Annotated[str, typer.Argument(metavar="clusters|exports|imports|pools|loadbalancers",
+                                        help="What to list.")],
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace (exports, imports).")] = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")] = False,
     output: Annotated[str, typer.Option("--output", "-o", metavar="table|json", help="Output format.")] = "table",
@@ -474,7 +475,9 @@ def show(
     broker_kubeconfig: BrokerKubeconfigOpt = None,
     broker_context: BrokerContextOpt = None,
 ) -> None:
-    """List the clusterset's clusters, this cluster's exports or its imports.
+    """List the clusterset's clusters, this cluster's exports or imports, its load-balancer pools
+    (with their frontends, backends and owners) or its load balancers (Services of type
+    LoadBalancer and Ingresses of class edgelb, with pool, addresses and the last problem).
 
     Exports show their conditions (each conflict on its own line), the VIP their service has and
     this cluster's wish; imports mark the services this cluster exports in conflict.
@@ -485,6 +488,13 @@ def show(
         raise fail(f"--output must be table or json, not {output!r}")
     if namespace and all_namespaces:
         raise fail("use either --namespace or --all-namespaces")
+    if what in ("pools", "loadbalancers"):
+        from isthmus.cli.lb import show_lb
+
+        ns_lb = None if all_namespaces or (what == "pools" and namespace is None) else \
+            _namespace(kubeconfig, context, namespace)
+        show_lb(what, ns_lb, output, kubeconfig, context)
+        return
     ref = now()
     if what == "clusters":
         if broker_kubeconfig is not None and broker_info is None:

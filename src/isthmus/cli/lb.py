@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import os
 import socket
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -65,3 +66,81 @@ def lb(
         return Background("lb", translator.run, lambda: translator.ready, on_stop=release)
 
     run_component("lb", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+
+
+SHOW_LB = ("pools", "loadbalancers")
+
+
+def show_lb(what: str, namespace: str | None, output: str, kubeconfig: Path | None, context: str | None) -> None:
+    """`isthmus show pools|loadbalancers` (namespace None: every namespace)."""
+    import json
+
+    from lightkube.resources.core_v1 import Event, Service
+    from lightkube.resources.networking_v1 import Ingress, IngressClass
+    from rich.console import Console
+    from rich.table import Table
+
+    from isthmus.api.lb import LoadBalancerPool
+    from isthmus.kube.client import make_client
+    from isthmus.kube.resources import resource_for
+    from isthmus.lb.controller import is_edgelb_ingress, is_lb_service
+    from isthmus.lb.views import load_balancer_rows, pool_rows
+
+    async def gather() -> list[dict[str, Any]]:
+        client = make_client(kubeconfig, context, timeout=10.0)
+        try:
+            pools = [dict(p.to_dict()) async for p in client.list(resource_for(LoadBalancerPool))]  # type: ignore[no-untyped-call]
+            if what == "pools":
+                return pool_rows(pools, namespace)
+            ns = namespace if namespace is not None else "*"
+            classes = [c.to_dict() async for c in client.list(IngressClass)]
+            objects: list[tuple[str, dict[str, Any]]] = []
+            objects += [("Service", s.to_dict()) async for s in client.list(Service, namespace=ns)
+                        if is_lb_service(s.to_dict())]  # fmt: skip
+            objects += [("Ingress", i.to_dict()) async for i in client.list(Ingress, namespace=ns)
+                        if is_edgelb_ingress(i.to_dict(), classes)]  # fmt: skip
+            warnings: dict[tuple[str, str, str], str] = {}
+            latest: dict[tuple[str, str, str], str] = {}
+            async for e in client.list(Event, namespace=ns):
+                ref = e.involvedObject
+                key = (ref.kind or "", ref.namespace or "", ref.name or "")
+                when = str(e.lastTimestamp or e.eventTime or "")
+                if e.type == "Warning" and when >= latest.get(key, ""):
+                    latest[key] = when
+                    warnings[key] = f"{e.reason}: {e.message}"
+            return load_balancer_rows(objects, pools, warnings)
+        finally:
+            await client.close()
+
+    rows = asyncio.run(gather())
+    if output == "json":
+        typer.echo(json.dumps({"items": rows}, indent=2))
+        return
+    if not rows:
+        typer.echo(f"no {what}" + (f" in namespace {namespace}" if namespace else ""), err=True)
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
+    if what == "pools":
+        for col in ("POOL", "ROLE", "READY", "ADDRESSES", "STATS", "PART", "PORT / SERVERS", "OWNER", "MESSAGE"):
+            table.add_column(col, no_wrap=col not in ("MESSAGE",))
+        for r in rows:
+            table.add_row(r["name"], r["role"], r["ready"], ",".join(r["addresses"]) or "-",
+                          ",".join(map(str, r["statsPorts"])) or "-", "", "", "",
+                          "" if r["healthy"] else r["message"])
+            for f in r["frontends"]:
+                routing = f" ({f['rules']} rules)" if f["rules"] else ""
+                table.add_row("", "", "", "", "", f"  frontend {f['name']}", f"{f['protocol']} :{f['port']}{routing}",
+                              f["owner"], "")
+            for b in r["backends"]:
+                table.add_row("", "", "", "", "", f"  backend {b['name']}",
+                              ", ".join(b["servers"]) or "none (503)", b["owner"], "")
+    else:
+        for col in ("KIND", "NAMESPACE", "NAME", "POOL", "READY", "ADDRESSES", "PROBLEM"):
+            table.add_column(col, no_wrap=col != "PROBLEM")
+        for r in rows:
+            table.add_row(r["kind"], r["namespace"], r["name"], r["pool"] or "-", r["poolReady"] or "-",
+                          " ".join(r["addresses"]) or "<pending>", r["problem"] or r["lastWarning"] or "-")
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=1000)
+    console.print(table)

@@ -172,6 +172,22 @@ def udp_echo(ip: str, port: int, timeout: float = 1.0) -> dict[str, Any]:
     return _json_answer(data, f"UDP {ip}:{port}")
 
 
+def http_host(ip: str, port: int, host: str, path: str) -> tuple[int, dict[str, Any] | None]:
+    """One request with a Host header on a fresh connection: (status, JSON answer or None)."""
+    conn = http.client.HTTPConnection(loopback(ip), port, timeout=2.0)
+    try:
+        conn.request("GET", path, headers={"Host": host, "Connection": "close"})
+        resp = conn.getresponse()
+        body = resp.read()
+    except OSError as err:
+        raise NotYet(f"HTTP {ip}:{port}: {err.strerror or type(err).__name__}") from None
+    finally:
+        conn.close()
+    if resp.status != 200:
+        return resp.status, None
+    return resp.status, _json_answer(body, f"HTTP {ip}:{port}")
+
+
 def tcp_refused(ip: str, port: int) -> bool:
     """Whether nothing accepts TCP on ip:port any more (refused or silent)."""
     try:
@@ -313,6 +329,10 @@ class Demo:
             Step("send traffic through the VIP: answers from both clusters", self.step_traffic),
             Step("provoke conflicts: a port and the VIP setting", self.step_conflict),
             Step("resolve the conflicts", self.step_resolve),
+            Step("expose echo through an HAProxy pool: a Service of type LoadBalancer", self.step_lb_service),
+            Step("route an Ingress (class edgelb) by host and path", self.step_lb_ingress),
+            Step("share one pool between two Services", self.step_lb_shared),
+            Step("reload a pool under traffic: no failed request", self.step_lb_reload),
             Step("unexport and see it all go", self.step_unexport),
         ]
 
@@ -572,6 +592,137 @@ class Demo:
         for what, where, after in seen:
             table.add_row(what, where, f"{after:.2f}s")
         self.print_table(table)
+
+    # -- load balancing (dklb on HAProxy pools)
+
+    @property
+    def lb_cluster(self) -> Member:
+        return self.members[0]
+
+    def lb_addresses(self, kind: str, name: str) -> list[tuple[str, list[int]]]:
+        """(address, ports) of `status.loadBalancer.ingress`, once set (NotYet before)."""
+        obj = self.get_json(self.lb_cluster, kind, name, "-n", NAMESPACE)
+        ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        if not ingress:
+            raise NotYet(f"{kind} {name} has no load-balancer address yet")
+        return [(loopback(e.get("ip") or ""), [int(p["port"]) for p in e.get("ports") or [] if not p.get("error")])
+                for e in ingress]
+
+    def _get(self, address: str, port: int) -> dict[str, Any]:
+        return self.wait(f"HTTP through {address}:{port}", lambda: http_get(address, port))
+
+    def _served(self, service: str) -> None:
+        address, ports = self.wait(f"{service} to be served", lambda: self.lb_addresses("service", service))[0]
+        self._get(address, ports[0])
+
+    def step_lb_service(self) -> None:
+        c = self.lb_cluster.context
+        self.kubectl("--context", c, "apply", "-n", NAMESPACE, "-f", self.example("lb/phase2-public-tcp.yaml"))
+        found = self.wait("echo-public's pool to serve", lambda: self.lb_addresses("service", "echo-public"))
+        self.kubectl("--context", c, "get", "service", "echo-public", "-n", NAMESPACE)
+        table = self.table("address", "port", "answered by pod")
+        for address, ports in found:
+            for port in ports:
+                table.add_row(address, str(port), str(self._get(address, port).get("pod")))
+        self.note("the pool listens on the cluster's edge addresses (private, then public); its backends are the "
+                  "node at the Service's NodePort")
+        self.print_table(table)
+        self.isthmus("show", "pools", "--context", c)
+
+    def step_lb_ingress(self) -> None:
+        c = self.lb_cluster.context
+        self.kubectl("--context", c, "apply", "-n", NAMESPACE, "-f", self.example("lb/web.yaml"))
+        for d in ("web-a", "web-b"):
+            self.kubectl("--context", c, "-n", NAMESPACE, "rollout", "status", f"deployment/{d}", "--timeout=60s",
+                         quiet=True)
+        self.kubectl("--context", c, "apply", "-n", NAMESPACE, "-f", self.example("lb/phase4-public-http.yaml"))
+        address, ports = self.wait("the site Ingress to be served", lambda: self.lb_addresses("ingress", "site"))[0]
+        port = ports[0]
+        cases = [("a.example.com", "/", "web-a"), ("b.example.com", "/v2/x", "web-b"),
+                 ("b.example.com", "/v2x", "web-a"), ("b.example.com", "/healthz", "web-b"),
+                 ("other.example", "/", "web-a")]  # fmt: skip
+        table = self.table("host", "path", "answered by", "expected")
+        for host, path, want in cases:
+            def routed(h: str = host, p: str = path, w: str = want) -> str:
+                status, answer = http_host(address, port, h, p)
+                pod = str((answer or {}).get("pod", f"HTTP {status}"))
+                if not pod.startswith(w):
+                    raise NotYet(f"{h}{p} answered by {pod}, not {w}")
+                return pod
+
+            table.add_row(host, path, self.wait(f"{host}{path} → {want}", routed), want)
+        self.note(f"one HTTP frontend on {address}:{port}; host first, longer paths first, Prefix on path segments")
+        self.print_table(table)
+
+    def step_lb_shared(self) -> None:
+        c = self.lb_cluster.context
+        self.kubectl("--context", c, "apply", "-n", NAMESPACE, "-f", self.example("lb/shared-pool.yaml"))
+        for name in ("shared-one", "shared-two"):
+            self._served(name)
+
+        def one_pool() -> list[str]:
+            pool = self.get_json(self.lb_cluster, "loadbalancerpool", "demo-shared")
+            names = sorted(f["name"] for f in pool["spec"]["haproxy"]["frontends"])
+            if len(names) != 2:
+                raise NotYet(f"pool demo-shared has frontends {names}")
+            return names
+
+        names = self.wait("both frontends in pool demo-shared", one_pool)
+        self.note(f"pool demo-shared holds {', '.join(names)}: each Service owns only its own parts")
+        self.isthmus("show", "loadbalancers", "-n", NAMESPACE, "--context", c)
+
+    def step_lb_reload(self) -> None:
+        import threading
+
+        c = self.lb_cluster.context
+        address, ports = self.lb_addresses("ingress", "site")[0]
+        stats = {"ok": 0, "failed": 0}
+        errors: list[str] = []
+        stop = threading.Event()
+
+        def load() -> None:  # keep-alive requests on one connection, bounded
+            conn = http.client.HTTPConnection(address, ports[0], timeout=5.0)
+            for _ in range(200_000):
+                if stop.is_set():
+                    break
+                try:
+                    conn.request("GET", "/", headers={"Host": "a.example.com"})
+                    resp = conn.getresponse()
+                    resp.read()
+                    stats["ok" if resp.status == 200 else "failed"] += 1
+                    if resp.status != 200:
+                        errors.append(f"HTTP {resp.status}")
+                except (OSError, http.client.HTTPException) as e:
+                    stats["failed"] += 1
+                    errors.append(type(e).__name__)
+                    conn.close()
+            conn.close()
+
+        thread = threading.Thread(target=load, daemon=True)
+        thread.start()
+        edits = 5
+        try:
+            for i in range(edits):
+                patch = json.dumps([{"op": "add", "path": "/spec/rules/0/http/paths/-", "value": {
+                    "path": f"/edit-{i}", "pathType": "Exact",
+                    "backend": {"service": {"name": "web-b", "port": {"number": 80}}}}}])
+                self.kubectl("--context", c, "-n", NAMESPACE, "patch", "ingress", "site", "--type=json",
+                             "-p", patch, quiet=True)
+
+                def serving(p: str = f"/edit-{i}") -> None:
+                    status, answer = http_host(address, ports[0], "a.example.com", p)
+                    if status != 200 or not str((answer or {}).get("pod", "")).startswith("web-b"):
+                        raise NotYet(f"{p} answered {status}")
+
+                self.wait(f"the new rule /edit-{i} to serve", serving)
+        finally:
+            stop.set()
+            thread.join(10)
+        self.note(f"{edits} Ingress edits, each a checked hitless HAProxy reload; meanwhile {stats['ok']} keep-alive "
+                  f"requests answered, {stats['failed']} failed")
+        if stats["failed"] or stats["ok"] == 0:
+            raise StepFailed(f"{stats['failed']} requests failed during reloads ({', '.join(errors[:5])}); "
+                             f"{stats['ok']} answered")
 
     def down(self) -> None:
         self.isthmus("down", "--state-dir", str(self.state_dir), timeout=DOWN_TIMEOUT)
