@@ -71,7 +71,7 @@ async def check(client: Any, plugin_style: bool) -> None:
     plain = await client.create(Service.from_dict({"metadata": {"name": "plain", "namespace": "default"},
                                                    "spec": {"ports": [{"port": 80}]}}))
     assert not (plain.metadata.annotations or {})  # not a load balancer: untouched
-    with pytest.raises(ApiError, match='unknown field "frontends.tcp"'):
+    with pytest.raises(ApiError, match=r'unknown field "frontends\.tcp"'):
         await client.create(Ingress.from_dict({
             "metadata": {"name": "i", "namespace": "default",
                          "annotations": {DKLB_CONFIG_ANNOTATION: "frontends: {tcp: 1}"}},

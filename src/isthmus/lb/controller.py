@@ -274,7 +274,8 @@ class Translator:
                                     field_manager=TRANSLATOR_MANAGER)  # fmt: skip
             self.recorder.normal(live, Reason.POOL_UPDATED, f"pool {frag.pool} updated with this object's frontends")
         TRANSLATIONS.labels(kind, "ok").inc()
-        return await self._status_from_pool(live, obj, kind, frag, model, result)
+        res = await self._status_from_pool(live, obj, kind, frag, model, result)
+        return Result(requeue_after=1.0) if frag.pending else res
 
     def _creator_present(self, model: LoadBalancerPool, creator: str) -> bool:
         kind, _, rest = creator.partition("/")

@@ -80,6 +80,8 @@ class Fragment:
     frontends: list[PoolFrontend] = field(default_factory=list)
     backends: list[PoolBackend] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    pending: bool = False
+    """Something the cluster fills in soon is missing (a NodePort): reconcile again shortly."""
 
 
 def owner_key(owner: Owner) -> str:
@@ -143,10 +145,12 @@ def translate_service(
         node_port = p.get("nodePort")
         if node_port:
             servers = [BackendServer(address=a, port=int(node_port)) for a in nodes]
-        else:
+        elif (svc.get("spec") or {}).get("allocateLoadBalancerNodePorts") is False:
             frag.problems.append(Problem(Reason.INVALID_BACKEND_SERVICE,
-                                         f"port {port} has no NodePort yet (or allocateLoadBalancerNodePorts is false): "
+                                         f"port {port} has no NodePort (allocateLoadBalancerNodePorts is false): "
                                          "the pool reaches Services at their nodes' NodePorts"))
+        else:
+            frag.pending = True  # the NodePort allocator has not got to it yet: looked at again shortly
         frag.backends.append(PoolBackend(name=bname, protocol="TCP", servers=servers, proxy_protocol=cfg.proxy_protocol))
         frag.frontends.append(PoolFrontend(
             name=service_frontend_name(cluster, ns, name, port), bind_port=cfg.frontend_port(port), protocol="TCP",

@@ -99,6 +99,7 @@ def load_balancer_rows(
             "poolReady": found.status.ready if found is not None else "",
             "healthy": healthy, "addresses": addresses,
             "configured": DKLB_CONFIG_ANNOTATION in annotations, "problem": problem,
-            "lastWarning": warnings.get((kind, ns, name), ""),
+            # The last Warning matters while the object is not served; once it is, it is history.
+            "lastWarning": warnings.get((kind, ns, name), "") if not (addresses and healthy) else "",
         })  # fmt: skip
     return rows
