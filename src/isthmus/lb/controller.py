@@ -11,6 +11,7 @@ Creation strategies, out-of-band pool deletion and unprovisioned pools follow th
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -48,6 +49,7 @@ from isthmus.api.lb import (
     parse_ingress_config,
     parse_service_config,
 )
+from isthmus.kube.helpers import describe_error
 from isthmus.kube.resources import resource_for
 from isthmus.lb.translate import (
     Fragment,
@@ -251,6 +253,21 @@ class Translator:
         for problem in frag.problems:
             self.recorder.warning(live, problem.reason, problem.message)
         self._target[key] = frag.pool
+        try:
+            return await self._apply(key, owner, live, obj, kind, frag)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # Scenarios 1, 3, 5: say why where the user looks, then retry (backoff)
+            if not (isinstance(e, ApiError) and e.status.code == 409):
+                self.recorder.warning(live, Reason.TRANSLATION_ERROR,
+                                      f"cannot update pool {frag.pool}: {describe_error(e)}. Retrying; next step: check "
+                                      f"that the LoadBalancerPool CRD is installed and the translator's role allows it "
+                                      f"(`kubectl auth can-i create loadbalancerpools --as "
+                                      f"system:serviceaccount:{LB_NAMESPACE}:isthmus-lb`)")  # fmt: skip
+            raise
+
+    async def _apply(self, key: str, owner: Owner, live: Any, obj: dict[str, Any], kind: str,
+                     frag: Fragment) -> Result | None:
         # Parts left in another pool (the config named another pool before): withdrawn.
         await self._withdraw(owner, frag.pool)
         pool = self.pools.cache.get(frag.pool)
