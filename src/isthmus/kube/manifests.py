@@ -259,9 +259,11 @@ def _retag(ref: str, image: Mapping[str, Any]) -> str:
 
 
 def _set_namespace(objs: list[dict[str, Any]], namespace: str) -> None:
-    """kustomize's namespace transformer, with the ServiceAccount back-references it fixes up:
-    binding subjects naming a moved ServiceAccount (or the `default` one) follow it."""
+    """kustomize's namespace transformer, with the back-references it fixes up: binding subjects
+    naming a moved ServiceAccount (or the `default` one), and webhook configurations' service
+    references to a moved Service, follow it."""
     moved: dict[tuple[str, str], str] = {}
+    services: set[tuple[str, str]] = set()
     for obj in objs:
         meta = obj.setdefault("metadata", {})
         if obj["kind"] == "Namespace" and obj["apiVersion"] == "v1":
@@ -269,7 +271,16 @@ def _set_namespace(objs: list[dict[str, Any]], namespace: str) -> None:
         elif obj["kind"] not in KUSTOMIZE_CLUSTER_SCOPED:
             if obj["kind"] == "ServiceAccount" and obj["apiVersion"] == "v1":
                 moved[(meta["name"], meta.get("namespace") or "")] = namespace
+            if obj["kind"] == "Service" and obj["apiVersion"] == "v1":
+                services.add((meta["name"], meta.get("namespace") or ""))
             meta["namespace"] = namespace
+    for obj in objs:
+        if obj["kind"] not in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            continue
+        for hook in obj.get("webhooks") or []:
+            ref = (hook.get("clientConfig") or {}).get("service")
+            if isinstance(ref, dict) and (str(ref.get("name")), str(ref.get("namespace") or "")) in services:
+                ref["namespace"] = namespace
     for obj in objs:
         if obj["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
             continue
