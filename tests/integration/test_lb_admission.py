@@ -3,6 +3,7 @@ same checks through `isthmus webhook`'s server called by the apiserver as kube-a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ssl
 import tempfile
@@ -71,15 +72,67 @@ async def check(client: Any, plugin_style: bool) -> None:
     plain = await client.create(Service.from_dict({"metadata": {"name": "plain", "namespace": "default"},
                                                    "spec": {"ports": [{"port": 80}]}}))
     assert not (plain.metadata.annotations or {})  # not a load balancer: untouched
-    with pytest.raises(ApiError, match='unknown field "frontends.tcp"'):
+    with pytest.raises(ApiError, match=r'unknown field "frontends\.tcp"'):
         await client.create(Ingress.from_dict({
             "metadata": {"name": "i", "namespace": "default",
                          "annotations": {DKLB_CONFIG_ANNOTATION: "frontends: {tcp: 1}"}},
             "spec": {"defaultBackend": {"service": {"name": "x", "port": {"number": 80}}}}}))
 
 
+async def kubectl(srv: RunningApiServer, *args: str, stdin: str = "") -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", srv.kubeconfig, *args, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    async with asyncio.timeout(60):
+        out, _ = await proc.communicate(stdin.encode())
+    return proc.returncode or 0, out.decode()
+
+
+BAD_BY_KUBECTL = f"""
+apiVersion: v1
+kind: Service
+metadata:
+  name: kbad
+  namespace: default
+  annotations:
+    {DKLB_CONFIG_ANNOTATION}: |
+      frontends:
+      - port: 1
+        servicePort: 81
+spec:
+  type: LoadBalancer
+  ports: [{{port: 80}}, {{port: 8080}}]
+"""
+
+GOOD_INGRESS = """
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: edge
+  namespace: default
+spec:
+  ingressClassName: edgelb
+  defaultBackend: {service: {name: web, port: {number: 80}}}
+"""
+
+
+async def check_with_kubectl(srv: RunningApiServer, denial_prefix: str) -> None:
+    """What a user sees: kubectl's error line, and the defaults in `kubectl get -o yaml`."""
+    rc, out = await kubectl(srv, "apply", "-f", "-", stdin=BAD_BY_KUBECTL)
+    assert rc != 0
+    assert denial_prefix in out
+    assert (f"metadata.annotations[{DKLB_CONFIG_ANNOTATION}]: frontends[0].servicePort: 81 is not a port of "
+            "this Service (ports: 80, 8080)") in out
+    rc, out = await kubectl(srv, "apply", "-f", "-", stdin=GOOD_INGRESS)
+    assert rc == 0, out
+    rc, out = await kubectl(srv, "get", "ingress", "edge", "-n", "default", "-o", "yaml")
+    stored = yaml.safe_load(yaml.safe_load(out)["metadata"]["annotations"][DKLB_CONFIG_ANNOTATION])
+    assert stored["frontends"] == {"http": {"port": 80}} and stored["role"] == "slave_public"
+
+
 async def test_the_in_process_plugin(plugin_server: RunningApiServer) -> None:
     await check(plugin_server.client(), plugin_style=True)
+    await check_with_kubectl(plugin_server, 'Service "kbad" is invalid')
 
 
 async def test_the_plugin_can_be_disabled(tmp_path: Path) -> None:
@@ -92,7 +145,7 @@ async def test_the_plugin_can_be_disabled(tmp_path: Path) -> None:
         await srv.close()
 
 
-async def test_the_webhook_server_through_the_apiserver(apiserver: Any) -> None:
+async def test_the_webhook_server_through_the_apiserver(apiserver: RunningApiServer) -> None:
     client = apiserver.client()
     certs = self_signed(["127.0.0.1"])
     server = WebhookServer(dict(HANDLERS))
@@ -122,6 +175,7 @@ async def test_the_webhook_server_through_the_apiserver(apiserver: Any) -> None:
         vwc = await client.get(ValidatingWebhookConfiguration, "isthmus-lb")
         assert base64.b64decode(vwc.webhooks[0].clientConfig.caBundle) == certs.ca
         await check(client, plugin_style=False)
+        await check_with_kubectl(apiserver, 'admission webhook "dklb.validate.isthmus.io" denied the request')
     finally:
         await server.stop()
 

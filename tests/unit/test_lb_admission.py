@@ -54,7 +54,7 @@ def test_ingress_configs_are_validated_and_immutable() -> None:
 def test_a_non_public_role_writes_the_forced_network() -> None:
     ops = admission.mutate("Ingress", "CREATE", ing("role: private"))
     written = yaml.safe_load(ops[0]["value"])
-    assert list(written)[0] == "role"  # the user's keys keep their place
+    assert next(iter(written)) == "role"  # the user's keys keep their place
     assert written["network"] == "dcos"
     assert admission.mutate("Ingress", "UPDATE", ing(ops[0]["value"])) == []
 

@@ -93,7 +93,7 @@ def test_bad_service_configs_name_the_problem(text: str, message: str) -> None:
 def test_ingress_configs_refuse_service_fields() -> None:
     with pytest.raises(ConfigError, match='unknown field "cloudProviderConfiguration"'):
         parse_ingress_config(cfg("cloudProviderConfiguration: '{}'"))
-    with pytest.raises(ConfigError, match='unknown field "frontends.tcp"'):
+    with pytest.raises(ConfigError, match=r'unknown field "frontends\.tcp"'):
         parse_ingress_config(cfg("frontends: {tcp: {port: 1}}"))
 
 
@@ -149,7 +149,7 @@ def test_mutation_writes_the_defaults_once() -> None:
     ops = admission.mutate("Service", "CREATE", svc("size: 2"))
     assert len(ops) == 1 and ops[0]["path"] == "/metadata/annotations/kubernetes.dcos.io~1dklb-config"
     written = yaml.safe_load(ops[0]["value"])
-    assert list(written)[0] == "size" and written["role"] == "slave_public" and written["network"] == ""
+    assert next(iter(written)) == "size" and written["role"] == "slave_public" and written["network"] == ""
     assert written["strategies"] == {"creation": "IfNotPresent"} and "name" not in written
     again = svc(ops[0]["value"])
     assert admission.mutate("Service", "CREATE", again) == []  # idempotent
