@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 import ssl
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -187,3 +189,68 @@ async def test_the_certificate_secret_is_minted_once(apiserver: Any) -> None:
     assert first == again
     secret = await client.get(Secret, "tls", namespace="default")
     assert secret.type == "kubernetes.io/tls" and set(secret.data or {}) == {"ca.crt", "tls.crt", "tls.key"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_isthmus_webhook_bootstraps_its_certificate_and_serves_kubectl(
+        apiserver: RunningApiServer, tmp_path: Path) -> None:
+    """The real command, as deploy/member/webhook runs it: mint the Secret, patch the CA into both
+    configurations (service references, no caBundle yet), then answer the apiserver's calls."""
+    client = apiserver.client()
+    port = free_port()
+    await client.create(Service.from_dict({  # the apiserver dials a service reference at its ClusterIP
+        "metadata": {"name": "isthmus-lb", "namespace": "default"},
+        "spec": {"clusterIP": "127.0.0.1", "ports": [{"port": port, "protocol": "TCP"}]}}))
+
+    def hook(name: str, path: str) -> dict[str, Any]:
+        return {"name": name, "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+                "clientConfig": {"service": {"namespace": "default", "name": "isthmus-lb", "path": path,
+                                             "port": port}},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                           "resources": ["services"]}]}
+
+    await client.create(ValidatingWebhookConfiguration.from_dict(
+        {"metadata": {"name": "isthmus-lb"}, "webhooks": [hook("dklb.validate.isthmus.io", VALIDATE_PATH)]}))
+    await client.create(MutatingWebhookConfiguration.from_dict(
+        {"metadata": {"name": "isthmus-lb"}, "webhooks": [hook("dklb.mutate.isthmus.io", MUTATE_PATH)]}))
+    log = (tmp_path / "webhook.log").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "isthmus", "webhook", "--kubeconfig", apiserver.kubeconfig,
+        "--listen", f"127.0.0.1:{port}", "--tls-secret", "default/isthmus-lb-tls",
+        "--service", "default/isthmus-lb", "--webhook-configuration", "isthmus-lb",
+        stdout=log, stderr=asyncio.subprocess.STDOUT)
+    try:
+        for _ in range(300):  # bounded: up to ~30 s for the process to mint, patch and listen
+            assert proc.returncode is None, (tmp_path / "webhook.log").read_text()
+            mwc = await client.get(MutatingWebhookConfiguration, "isthmus-lb")
+            if mwc.webhooks[0].clientConfig.caBundle:
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    break
+                except OSError:
+                    pass
+            await asyncio.sleep(0.1)
+        secret = await client.get(Secret, "isthmus-lb-tls", namespace="default")
+        assert secret.type == "kubernetes.io/tls"
+        vwc = await client.get(ValidatingWebhookConfiguration, "isthmus-lb")
+        ca = base64.b64decode(vwc.webhooks[0].clientConfig.caBundle)
+        assert ca == base64.b64decode(secret.data["ca.crt"])
+        assert base64.b64decode(mwc.webhooks[0].clientConfig.caBundle) == ca
+        rc, out = await kubectl(apiserver, "apply", "-f", "-", stdin=BAD_BY_KUBECTL)
+        assert rc != 0 and 'admission webhook "dklb.validate.isthmus.io" denied the request' in out
+        assert "frontends[0].servicePort: 81 is not a port of this Service (ports: 80, 8080)" in out
+        good = await client.create(service("good", "size: 2\n"))
+        stored = yaml.safe_load(good.metadata.annotations[DKLB_CONFIG_ANNOTATION])
+        assert stored["size"] == 2 and stored["role"] == "slave_public" and stored["network"] == ""
+    finally:
+        proc.terminate()
+        async with asyncio.timeout(20):
+            await proc.wait()
+        log.close()
