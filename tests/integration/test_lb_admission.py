@@ -3,8 +3,11 @@ same checks through `isthmus webhook`'s server called by the apiserver as kube-a
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import socket
 import ssl
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -78,8 +81,60 @@ async def check(client: Any, plugin_style: bool) -> None:
             "spec": {"defaultBackend": {"service": {"name": "x", "port": {"number": 80}}}}}))
 
 
+async def kubectl(srv: RunningApiServer, *args: str, stdin: str = "") -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", srv.kubeconfig, *args, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    async with asyncio.timeout(60):
+        out, _ = await proc.communicate(stdin.encode())
+    return proc.returncode or 0, out.decode()
+
+
+BAD_BY_KUBECTL = f"""
+apiVersion: v1
+kind: Service
+metadata:
+  name: kbad
+  namespace: default
+  annotations:
+    {DKLB_CONFIG_ANNOTATION}: |
+      frontends:
+      - port: 1
+        servicePort: 81
+spec:
+  type: LoadBalancer
+  ports: [{{port: 80}}, {{port: 8080}}]
+"""
+
+GOOD_INGRESS = """
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: edge
+  namespace: default
+spec:
+  ingressClassName: edgelb
+  defaultBackend: {service: {name: web, port: {number: 80}}}
+"""
+
+
+async def check_with_kubectl(srv: RunningApiServer, denial_prefix: str) -> None:
+    """What a user sees: kubectl's error line, and the defaults in `kubectl get -o yaml`."""
+    rc, out = await kubectl(srv, "apply", "-f", "-", stdin=BAD_BY_KUBECTL)
+    assert rc != 0
+    assert denial_prefix in out
+    assert (f"metadata.annotations[{DKLB_CONFIG_ANNOTATION}]: frontends[0].servicePort: 81 is not a port of "
+            "this Service (ports: 80, 8080)") in out
+    rc, out = await kubectl(srv, "apply", "-f", "-", stdin=GOOD_INGRESS)
+    assert rc == 0, out
+    rc, out = await kubectl(srv, "get", "ingress", "edge", "-n", "default", "-o", "yaml")
+    stored = yaml.safe_load(yaml.safe_load(out)["metadata"]["annotations"][DKLB_CONFIG_ANNOTATION])
+    assert stored["frontends"] == {"http": {"port": 80}} and stored["role"] == "slave_public"
+
+
 async def test_the_in_process_plugin(plugin_server: RunningApiServer) -> None:
     await check(plugin_server.client(), plugin_style=True)
+    await check_with_kubectl(plugin_server, 'Service "kbad" is invalid')
 
 
 async def test_the_plugin_can_be_disabled(tmp_path: Path) -> None:
@@ -92,7 +147,7 @@ async def test_the_plugin_can_be_disabled(tmp_path: Path) -> None:
         await srv.close()
 
 
-async def test_the_webhook_server_through_the_apiserver(apiserver: Any) -> None:
+async def test_the_webhook_server_through_the_apiserver(apiserver: RunningApiServer) -> None:
     client = apiserver.client()
     certs = self_signed(["127.0.0.1"])
     server = WebhookServer(dict(HANDLERS))
@@ -122,6 +177,7 @@ async def test_the_webhook_server_through_the_apiserver(apiserver: Any) -> None:
         vwc = await client.get(ValidatingWebhookConfiguration, "isthmus-lb")
         assert base64.b64decode(vwc.webhooks[0].clientConfig.caBundle) == certs.ca
         await check(client, plugin_style=False)
+        await check_with_kubectl(apiserver, 'admission webhook "dklb.validate.isthmus.io" denied the request')
     finally:
         await server.stop()
 
@@ -133,3 +189,68 @@ async def test_the_certificate_secret_is_minted_once(apiserver: Any) -> None:
     assert first == again
     secret = await client.get(Secret, "tls", namespace="default")
     assert secret.type == "kubernetes.io/tls" and set(secret.data or {}) == {"ca.crt", "tls.crt", "tls.key"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_isthmus_webhook_bootstraps_its_certificate_and_serves_kubectl(
+        apiserver: RunningApiServer, tmp_path: Path) -> None:
+    """The real command, as deploy/member/webhook runs it: mint the Secret, patch the CA into both
+    configurations (service references, no caBundle yet), then answer the apiserver's calls."""
+    client = apiserver.client()
+    port = free_port()
+    await client.create(Service.from_dict({  # the apiserver dials a service reference at its ClusterIP
+        "metadata": {"name": "isthmus-lb", "namespace": "default"},
+        "spec": {"clusterIP": "127.0.0.1", "ports": [{"port": port, "protocol": "TCP"}]}}))
+
+    def hook(name: str, path: str) -> dict[str, Any]:
+        return {"name": name, "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+                "clientConfig": {"service": {"namespace": "default", "name": "isthmus-lb", "path": path,
+                                             "port": port}},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                           "resources": ["services"]}]}
+
+    await client.create(ValidatingWebhookConfiguration.from_dict(
+        {"metadata": {"name": "isthmus-lb"}, "webhooks": [hook("dklb.validate.isthmus.io", VALIDATE_PATH)]}))
+    await client.create(MutatingWebhookConfiguration.from_dict(
+        {"metadata": {"name": "isthmus-lb"}, "webhooks": [hook("dklb.mutate.isthmus.io", MUTATE_PATH)]}))
+    log = (tmp_path / "webhook.log").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "isthmus", "webhook", "--kubeconfig", apiserver.kubeconfig,
+        "--listen", f"127.0.0.1:{port}", "--tls-secret", "default/isthmus-lb-tls",
+        "--service", "default/isthmus-lb", "--webhook-configuration", "isthmus-lb",
+        stdout=log, stderr=asyncio.subprocess.STDOUT)
+    try:
+        for _ in range(300):  # bounded: up to ~30 s for the process to mint, patch and listen
+            assert proc.returncode is None, (tmp_path / "webhook.log").read_text()
+            mwc = await client.get(MutatingWebhookConfiguration, "isthmus-lb")
+            if mwc.webhooks[0].clientConfig.caBundle:
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    break
+                except OSError:
+                    pass
+            await asyncio.sleep(0.1)
+        secret = await client.get(Secret, "isthmus-lb-tls", namespace="default")
+        assert secret.type == "kubernetes.io/tls"
+        vwc = await client.get(ValidatingWebhookConfiguration, "isthmus-lb")
+        ca = base64.b64decode(vwc.webhooks[0].clientConfig.caBundle)
+        assert ca == base64.b64decode(secret.data["ca.crt"])
+        assert base64.b64decode(mwc.webhooks[0].clientConfig.caBundle) == ca
+        rc, out = await kubectl(apiserver, "apply", "-f", "-", stdin=BAD_BY_KUBECTL)
+        assert rc != 0 and 'admission webhook "dklb.validate.isthmus.io" denied the request' in out
+        assert "frontends[0].servicePort: 81 is not a port of this Service (ports: 80, 8080)" in out
+        good = await client.create(service("good", "size: 2\n"))
+        stored = yaml.safe_load(good.metadata.annotations[DKLB_CONFIG_ANNOTATION])
+        assert stored["size"] == 2 and stored["role"] == "slave_public" and stored["network"] == ""
+    finally:
+        proc.terminate()
+        async with asyncio.timeout(20):
+            await proc.wait()
+        log.close()

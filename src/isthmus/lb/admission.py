@@ -10,8 +10,10 @@ CLI) and `isthmus webhook` on real clusters, so both answer alike:
   translator will use is what `kubectl get -o yaml` shows (never `name`: the default pool name
   needs the cluster name). Idempotent; an invalid config is left for `validate` to reject.
 
-Objects concerned: Services of type LoadBalancer, Ingresses, and any of either carrying the
-annotation.
+Objects concerned: Services of type LoadBalancer, Ingresses of class edgelb (by the
+`kubernetes.io/ingress.class` annotation or `spec.ingressClassName: edgelb`, the IngressClass
+deploy/member/lb installs; admission cannot look IngressClasses up, so a default class is not
+followed), and any Service or Ingress carrying the annotation.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import yaml
 
 from isthmus.api.lb import (
     DKLB_CONFIG_ANNOTATION,
+    EDGELB_INGRESS_CLASS,
+    INGRESS_CLASS_ANNOTATION,
     ConfigError,
     immutable_changes,
     parse_ingress_config,
@@ -39,11 +43,16 @@ def _annotations(obj: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def concerned(kind: str, obj: Mapping[str, Any] | None) -> bool:
+    """Whether admission looks at this object at all (others pass untouched)."""
     if obj is None:
         return False
     if DKLB_CONFIG_ANNOTATION in _annotations(obj):
         return True
-    return kind == "Service" and (obj.get("spec") or {}).get("type") == "LoadBalancer"
+    spec = obj.get("spec") or {}
+    if kind == "Ingress":
+        cls = _annotations(obj).get(INGRESS_CLASS_ANNOTATION, spec.get("ingressClassName"))
+        return bool(cls == EDGELB_INGRESS_CLASS)
+    return kind == "Service" and spec.get("type") == "LoadBalancer"
 
 
 def validate(kind: str, operation: str, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> list[str]:

@@ -1,0 +1,81 @@
+"""dklb-config admission beyond Services: edgelb Ingresses, and the AdmissionReview handlers
+`isthmus webhook` serves (the Service checks live beside the parser in test_lb_config.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import yaml
+
+from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, INGRESS_CLASS_ANNOTATION
+from isthmus.lb import admission
+
+
+def ing(config: str | None, *, cls: str | None = "edgelb", by_spec: bool = False) -> dict[str, Any]:
+    annotations: dict[str, str] = {}
+    spec: dict[str, Any] = {"rules": []}
+    if config is not None:
+        annotations[DKLB_CONFIG_ANNOTATION] = config
+    if cls is not None:
+        if by_spec:
+            spec["ingressClassName"] = cls
+        else:
+            annotations[INGRESS_CLASS_ANNOTATION] = cls
+    return {"metadata": {"name": "i", "namespace": "d", "annotations": annotations}, "spec": spec}
+
+
+def test_edgelb_ingresses_get_the_defaults_written() -> None:
+    for obj in (ing(None), ing(None, by_spec=True)):
+        ops = admission.mutate("Ingress", "CREATE", obj)
+        assert len(ops) == 1
+        value = ops[0]["value"]  # the whole annotations map when the object has none yet
+        written = yaml.safe_load(value[DKLB_CONFIG_ANNOTATION] if isinstance(value, dict) else value)
+        assert written["frontends"] == {"http": {"port": 80}} and written["role"] == "slave_public"
+        assert "name" not in written
+
+
+def test_other_ingresses_are_left_alone_unless_annotated() -> None:
+    assert admission.mutate("Ingress", "CREATE", ing(None, cls="nginx")) == []
+    assert admission.mutate("Ingress", "CREATE", ing(None, cls=None)) == []
+    assert admission.validate("Ingress", "CREATE", ing("bogus: 1", cls="nginx", by_spec=True), None) == [
+        'unknown field "bogus"']  # the annotation is there: checked whatever the class
+
+
+def test_ingress_configs_are_validated_and_immutable() -> None:
+    assert admission.validate("Ingress", "CREATE", ing("frontends: {http: {port: 8080}}"), None) == []
+    assert admission.validate("Ingress", "CREATE", ing("frontends: {http: {port: '80'}}"), None) == [
+        "frontends.http.port: Input should be a valid integer"]
+    assert admission.validate("Ingress", "UPDATE", ing("network: b"), ing("network: a")) == [
+        "field network is immutable once set (was 'a', now 'b'); delete and re-create the object to change it"]
+
+
+def test_a_non_public_role_writes_the_forced_network() -> None:
+    ops = admission.mutate("Ingress", "CREATE", ing("role: private"))
+    written = yaml.safe_load(ops[0]["value"])
+    assert next(iter(written)) == "role"  # the user's keys keep their place
+    assert written["network"] == "dcos"
+    assert admission.mutate("Ingress", "UPDATE", ing(ops[0]["value"])) == []
+
+
+async def test_review_handlers_answer_in_kubes_shape() -> None:
+    bad = {"uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Service"}, "operation": "CREATE",
+           "object": {"metadata": {"name": "s", "annotations": {
+               DKLB_CONFIG_ANNOTATION: "frontends: [{port: 1, servicePort: 81}]"}},
+               "spec": {"type": "LoadBalancer", "ports": [{"port": 80}, {"port": 8080}]}}}
+    review = (await admission.review_validate(bad)).to_review("u1")["response"]
+    assert review["uid"] == "u1" and review["allowed"] is False
+    assert review["status"]["code"] == 422
+    assert review["status"]["message"] == (
+        f"metadata.annotations[{DKLB_CONFIG_ANNOTATION}]: frontends[0].servicePort: 81 is not a port of this "
+        "Service (ports: 80, 8080)")
+    good = dict(bad, object=ing(None), kind={"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"})
+    review = (await admission.review_mutate(good)).to_review("u2")["response"]
+    assert review["allowed"] is True and review["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(review["patch"]))
+    assert patch[0]["path"] == "/metadata/annotations/kubernetes.dcos.io~1dklb-config"
+    status = dict(bad, subResource="status")
+    assert (await admission.review_validate(status)).allowed  # status writes carry no config change
+    other = dict(bad, kind={"group": "", "version": "v1", "kind": "ConfigMap"})
+    assert (await admission.review_validate(other)).allowed
