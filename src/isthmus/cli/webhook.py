@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,8 +35,10 @@ from isthmus.cli.app import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SECRET = f"{LB_NAMESPACE}/{WEBHOOK_NAME}-webhook-tls"
-DEFAULT_SERVICE = f"{LB_NAMESPACE}/{WEBHOOK_NAME}"
+def _own_namespace() -> str:
+    """The pod's namespace (the manifests pass POD_NAMESPACE), so an install in another namespace
+    finds its Secret and names its Service right."""
+    return os.environ.get("POD_NAMESPACE") or LB_NAMESPACE
 
 
 def _ns_name(value: str, flag: str) -> tuple[str, str]:
@@ -129,12 +132,14 @@ def webhook(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     listen: Annotated[str, typer.Option("--listen", metavar="HOST:PORT", help="Where to serve HTTPS.")] = "0.0.0.0:8443",
-    tls_secret: Annotated[str, typer.Option("--tls-secret", metavar="NS/NAME",
-                                            help="Secret holding (or to hold) the serving certificate and its CA.")]
-    = DEFAULT_SECRET,
-    service: Annotated[str, typer.Option("--service", metavar="NS/NAME",
-                                         help="The Service in front of this server: its DNS names go in the certificate.")]
-    = DEFAULT_SERVICE,
+    tls_secret: Annotated[str | None, typer.Option(
+        "--tls-secret", metavar="NS/NAME", show_default=False,
+        help=f"Secret holding (or to hold) the serving certificate and its CA (default: "
+             f"$POD_NAMESPACE/{WEBHOOK_NAME}-webhook-tls, else {LB_NAMESPACE}).")] = None,
+    service: Annotated[str | None, typer.Option(
+        "--service", metavar="NS/NAME", show_default=False,
+        help=f"The Service in front of this server: its DNS names go in the certificate (default: "
+             f"$POD_NAMESPACE/{WEBHOOK_NAME}).")] = None,
     webhook_configuration: Annotated[str, typer.Option(
         "--webhook-configuration", help="Validating- and MutatingWebhookConfiguration to give the CA to.")]
     = WEBHOOK_NAME,
@@ -151,8 +156,8 @@ def webhook(
     from isthmus.runtime.webhook import WebhookServer, server_context
 
     host, port = _hostport(listen)
-    secret_ns, secret_name = _ns_name(tls_secret, "--tls-secret")
-    svc_ns, svc_name = _ns_name(service, "--service")
+    secret_ns, secret_name = _ns_name(tls_secret or f"{_own_namespace()}/{WEBHOOK_NAME}-webhook-tls", "--tls-secret")
+    svc_ns, svc_name = _ns_name(service or f"{_own_namespace()}/{WEBHOOK_NAME}", "--service")
     if (tls_cert_file is None) != (tls_key_file is None):
         raise fail("--tls-cert-file and --tls-key-file go together")
     hosts = [f"{svc_name}.{svc_ns}.svc", f"{svc_name}.{svc_ns}.svc.cluster.local", f"{svc_name}.{svc_ns}"]
