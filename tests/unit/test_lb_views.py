@@ -123,3 +123,19 @@ def test_every_example_config_parses(file: str, doc: dict[str, Any]) -> None:
         parse_service_config(annotations)
     else:
         parse_ingress_config(annotations)
+
+
+def test_show_dispatch_keeps_discovery_free_of_load_balancing() -> None:
+    """`isthmus show` lists lb things through the cli.show registry: discovery's CLI module imports no
+    lb code, and the full CLI offers pools and loadbalancers."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, isthmus.cli.discovery; "
+        "assert not any(m == 'isthmus.lb' or m.startswith(('isthmus.lb.', 'isthmus.cli.lb')) for m in sys.modules), "
+        "sorted(m for m in sys.modules if 'lb' in m); "
+        "import isthmus.cli.main; from isthmus.cli.show import SHOWS; print(sorted(SHOWS))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["['loadbalancers',", "'pools']"]

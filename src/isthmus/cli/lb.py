@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import socket
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,6 +21,7 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
+from isthmus.cli.show import ShowRequest, register_show
 
 RELEASE_TIMEOUT = 3.0
 
@@ -68,11 +68,9 @@ def lb(
     run_component("lb", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 
 
-SHOW_LB = ("pools", "loadbalancers")
-
-
-def show_lb(what: str, namespace: str | None, output: str, kubeconfig: Path | None, context: str | None) -> None:
+def show_lb(req: ShowRequest) -> None:
     """`isthmus show pools|loadbalancers` (namespace None: every namespace)."""
+    what, namespace, output, kubeconfig, context = req.what, req.namespace, req.output, req.kubeconfig, req.context
     import json
 
     from lightkube.resources.core_v1 import Event, Service
@@ -144,3 +142,7 @@ def show_lb(what: str, namespace: str | None, output: str, kubeconfig: Path | No
     if not console.is_terminal:
         console = Console(width=1000)
     console.print(table)
+
+
+register_show("pools", show_lb, default_all_namespaces=True)  # pools are cluster-scoped
+register_show("loadbalancers", show_lb)
