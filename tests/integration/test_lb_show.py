@@ -200,6 +200,8 @@ async def test_show_pools_table_and_json(apiserver: RunningApiServer) -> None:
 
     rc, out, err = await isthmus(apiserver, "show", "pools", "-n", "shop")
     assert rc == 0, err
+    assert out.splitlines()[0].split()[:5] == ["POOL", "ROLE", "READY", "ADDRESSES", "STATS"]
+    assert "AGE" in out.splitlines()[0]
     assert "a--shop--site" in out and "a--default--echo" not in out
     assert "frontend a:shop:site" in out and "Ingress/shop/site" in out
     assert "slot 0: haproxy -c: bad config" in out  # why it is not Ready
