@@ -1,18 +1,12 @@
-"""`isthmus show pools|loadbalancers` views (pure) and the examples in examples/lb: every
-dklb-config there must parse, as a user copying them expects."""
+"""`isthmus show pools|loadbalancers`: the views (pure) and how `show` finds them. The examples'
+configs are checked in test_lb_translate.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
-
-from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, parse_ingress_config, parse_service_config
+from isthmus.api.lb import DKLB_CONFIG_ANNOTATION
 from isthmus.lb.views import load_balancer_rows, pool_rows
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "lb"
 
 
 def _pool(name: str, frontends: list[dict[str, Any]], backends: list[dict[str, Any]],
@@ -97,32 +91,6 @@ def test_load_balancer_rows_report_a_config_that_does_not_parse() -> None:
 def test_load_balancer_rows_name_the_configured_pool_before_it_exists() -> None:
     (row,) = load_balancer_rows([("Service", _svc("shop", "x", 'name: shared\nrole: "*"\n'))], [], {})
     assert row["pool"] == "shared" and row["problem"] == ""
-
-
-def _documents() -> list[tuple[str, dict[str, Any]]]:
-    docs = []
-    for path in sorted(EXAMPLES.glob("*.yaml")):
-        docs += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d]
-    return docs
-
-
-def test_examples_exist_for_every_phase() -> None:
-    names = {p.name for p in EXAMPLES.glob("*.yaml")}
-    assert {"phase1-internal-tcp.yaml", "phase2-public-tcp.yaml", "phase3-internal-http.yaml",
-            "phase4-public-http.yaml", "shared-pool.yaml"} <= names  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    "file,doc",
-    [d for d in _documents() if d[1].get("kind") in ("Service", "Ingress")],
-    ids=lambda v: v if isinstance(v, str) else f"{v.get('kind')}/{v['metadata']['name']}",
-)
-def test_every_example_config_parses(file: str, doc: dict[str, Any]) -> None:
-    annotations = doc["metadata"].get("annotations") or {}
-    if doc["kind"] == "Service":
-        parse_service_config(annotations)
-    else:
-        parse_ingress_config(annotations)
 
 
 def test_show_dispatch_keeps_discovery_free_of_load_balancing() -> None:
