@@ -24,6 +24,7 @@ from rich.table import Table
 from isthmus.api.base import now
 from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, STALE_HEARTBEAT_SECONDS, cluster_service_account
 from isthmus.cli.app import ContextOpt, KubeconfigOpt, command, fail
+from isthmus.cli.show import SHOWS, ShowRequest
 from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client
 from isthmus.mcs import broker as mcs_broker
 from isthmus.mcs import coredns, views
@@ -424,7 +425,8 @@ def unexport(
 
 # --- show ---------------------------------------------------------------------------------------
 
-SHOW_WHAT = ("clusters", "exports", "imports", "pools", "loadbalancers")
+SHOW_WHAT = ("clusters", "exports", "imports")
+"""What this module shows itself; capabilities add theirs through `isthmus.cli.show`."""
 
 
 def _age(at: datetime | None, ref: datetime) -> str:
@@ -482,18 +484,17 @@ def show(
     Exports show their conditions (each conflict on its own line), the VIP their service has and
     this cluster's wish; imports mark the services this cluster exports in conflict.
     """
-    if what not in SHOW_WHAT:
-        raise fail(f"cannot show {what!r}: choose one of {', '.join(SHOW_WHAT)}")
+    if what not in SHOW_WHAT and what not in SHOWS:
+        raise fail(f"cannot show {what!r}: choose one of {', '.join([*SHOW_WHAT, *SHOWS])}")
     if output not in ("table", "json"):
         raise fail(f"--output must be table or json, not {output!r}")
     if namespace and all_namespaces:
         raise fail("use either --namespace or --all-namespaces")
-    if what in ("pools", "loadbalancers"):
-        from isthmus.cli.lb import show_lb
-
-        ns_lb = None if all_namespaces or (what == "pools" and namespace is None) else \
-            _namespace(kubeconfig, context, namespace)
-        show_lb(what, ns_lb, output, kubeconfig, context)
+    plugin = SHOWS.get(what)
+    if plugin is not None:
+        everywhere = all_namespaces or (plugin.default_all_namespaces and namespace is None)
+        ns_plugin = None if everywhere else _namespace(kubeconfig, context, namespace)
+        plugin.run(ShowRequest(what, ns_plugin, output, kubeconfig, context))
         return
     ref = now()
     if what == "clusters":

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import socket
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,6 +21,7 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
+from isthmus.cli.show import ShowRequest, register_show
 
 RELEASE_TIMEOUT = 3.0
 
@@ -68,11 +68,22 @@ def lb(
     run_component("lb", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 
 
-SHOW_LB = ("pools", "loadbalancers")
+def _age(created: str | None) -> str:
+    """kubectl-style age (45s, 12m, 3h, 5d) of an RFC 3339 time."""
+    from datetime import UTC, datetime
+
+    if not created:
+        return "-"
+    secs = max(0, int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
 
 
-def show_lb(what: str, namespace: str | None, output: str, kubeconfig: Path | None, context: str | None) -> None:
+def show_lb(req: ShowRequest) -> None:
     """`isthmus show pools|loadbalancers` (namespace None: every namespace)."""
+    what, namespace, output, kubeconfig, context = req.what, req.namespace, req.output, req.kubeconfig, req.context
     import json
 
     from lightkube.resources.core_v1 import Event, Service
@@ -121,19 +132,19 @@ def show_lb(what: str, namespace: str | None, output: str, kubeconfig: Path | No
         return
     table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
     if what == "pools":
-        for col in ("POOL", "ROLE", "READY", "ADDRESSES", "STATS", "PART", "PORT / SERVERS", "OWNER", "MESSAGE"):
+        for col in ("POOL", "ROLE", "READY", "ADDRESSES", "STATS", "PART", "PORT / SERVERS", "OWNER", "AGE", "MESSAGE"):
             table.add_column(col, no_wrap=col not in ("MESSAGE",))
         for r in rows:
             table.add_row(r["name"], r["role"], r["ready"], ",".join(r["addresses"]) or "-",
                           ",".join(map(str, r["statsPorts"])) or "-", "", "", "",
-                          "" if r["healthy"] else r["message"])
+                          _age(r["created"]), "" if r["healthy"] else r["message"])
             for f in r["frontends"]:
                 routing = f" ({f['rules']} rules)" if f["rules"] else ""
                 table.add_row("", "", "", "", "", f"  frontend {f['name']}", f"{f['protocol']} :{f['port']}{routing}",
-                              f["owner"], "")
+                              f["owner"], "", "")
             for b in r["backends"]:
                 table.add_row("", "", "", "", "", f"  backend {b['name']}",
-                              ", ".join(b["servers"]) or "none (503)", b["owner"], "")
+                              ", ".join(b["servers"]) or "none (503)", b["owner"], "", "")
     else:
         for col in ("KIND", "NAMESPACE", "NAME", "POOL", "READY", "ADDRESSES", "PROBLEM"):
             table.add_column(col, no_wrap=col != "PROBLEM")
@@ -144,3 +155,7 @@ def show_lb(what: str, namespace: str | None, output: str, kubeconfig: Path | No
     if not console.is_terminal:
         console = Console(width=1000)
     console.print(table)
+
+
+register_show("pools", show_lb, default_all_namespaces=True)  # pools are cluster-scoped
+register_show("loadbalancers", show_lb)
