@@ -199,3 +199,15 @@ def test_status_summary_counts_serving_instances() -> None:
     assert full.frontends[0].public_addresses == ["127.30.251.1", "127.30.251.2"]
     none = summarize_status(1, 3, [_inst(0, InstanceState.RUNNING)], public=True)  # old generation
     assert none.conditions[0].status == "False" and none.conditions[0].reason == Reason.NO_INSTANCE
+
+
+def test_metrics_are_served_only_by_a_binary_with_the_prometheus_exporter(tmp_path: Path) -> None:
+    from isthmus.haproxy.process import has_prometheus_exporter
+
+    without = render("p", _spec(**SPEC), _layout(), Path("/s"), prometheus=False)
+    assert "prometheus-exporter" not in without and "stats uri /" in without
+    fake = tmp_path / "haproxy"
+    fake.write_text("#!/bin/sh\necho 'Available services : none'\n")
+    fake.chmod(0o755)
+    assert has_prometheus_exporter(str(fake)) is False
+    assert has_prometheus_exporter(HAPROXY) is True  # Debian's 2.6 has it: /metrics is rendered
