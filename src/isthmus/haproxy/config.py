@@ -157,8 +157,11 @@ def validate(spec: LoadBalancerPoolSpec) -> None:
                         raise PoolConfigError(f"frontend {fe.name!r}: {regex!r} is not a regular expression: {e}") from None
 
 
-def render(pool: str, spec: LoadBalancerPoolSpec, layout: Layout, admin_socket: Path) -> str:
-    """The whole haproxy.cfg of one instance of `pool` (its runtime API on `admin_socket`)."""
+def render(
+    pool: str, spec: LoadBalancerPoolSpec, layout: Layout, admin_socket: Path, *, prometheus: bool = True
+) -> str:
+    """The whole haproxy.cfg of one instance of `pool` (its runtime API on `admin_socket`;
+    `/metrics` only when the binary has the Prometheus exporter)."""
     validate(spec)
     lines = [
         f"# pool {pool}: written by isthmus pools; the running process was given exactly this file",
@@ -181,7 +184,7 @@ def render(pool: str, spec: LoadBalancerPoolSpec, layout: Layout, admin_socket: 
         "    mode http",
         *(f"    bind {a}:{layout.stats_port}" for a in layout.addresses),
         "    monitor-uri /healthz",
-        "    http-request use-service prometheus-exporter if { path /metrics }",
+        *(["    http-request use-service prometheus-exporter if { path /metrics }"] if prometheus else []),
         "    stats enable",
         "    stats uri /",
         "    stats refresh 10s",

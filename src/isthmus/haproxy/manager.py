@@ -56,7 +56,7 @@ from isthmus.haproxy.config import (
     instance_addresses,
     render,
 )
-from isthmus.haproxy.process import HAProxyError, Instance
+from isthmus.haproxy.process import HAProxyError, Instance, has_prometheus_exporter
 from isthmus.kube.resources import resource_for
 from isthmus.runtime import Controller, EventRecorder, Result, SharedInformerFactory
 from isthmus.runtime.metrics import REGISTRY
@@ -360,7 +360,9 @@ class PoolManager:
         generation = model.metadata.generation or 0
         try:
             layout = self._layout(pool, spec, run.layout)
-            text = render(pool, spec, layout, run.instance.admin_sock)
+            text = render(
+                pool, spec, layout, run.instance.admin_sock, prometheus=has_prometheus_exporter(self.haproxy)
+            )
         except (PoolConfigError, HAProxyError) as e:
             return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
         if run.instance.running and run.layout is not None and text == run.applied:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import hashlib
 import logging
 import os
 import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,17 @@ CHECK_TIMEOUT = 15.0
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     if _prctl is not None:
         _prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
+@functools.cache
+def has_prometheus_exporter(binary: str) -> bool:
+    """Whether `binary` was built with the Prometheus exporter service (`haproxy -vv`): a config
+    using it would be refused by a build without it."""
+    try:
+        done = subprocess.run([binary, "-vv"], capture_output=True, text=True, timeout=CHECK_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "prometheus-exporter" in done.stdout + done.stderr
 
 
 class HAProxyError(RuntimeError):
