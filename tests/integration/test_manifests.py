@@ -135,7 +135,8 @@ def test_every_deployment_is_hardened_probed_and_has_its_own_account() -> None:
     objs = member()
     accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
     deployments = [o for o in objs if o["kind"] == "Deployment"]
-    assert {d["metadata"]["name"] for d in deployments} == {"isthmus-agent", "isthmus-dns"}
+    components = {"isthmus-agent", "isthmus-dns", "isthmus-lb", "isthmus-pools", "isthmus-webhook"}
+    assert {d["metadata"]["name"] for d in deployments} == components
     seen_accounts = set()
     for d in deployments:
         name = d["metadata"]["name"]
@@ -152,7 +153,8 @@ def test_every_deployment_is_hardened_probed_and_has_its_own_account() -> None:
             sc = c["securityContext"]
             assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
             assert sc["capabilities"]["drop"] == ["ALL"], name
-            assert "add" not in sc["capabilities"], name
+            # Only the pool manager adds one: HAProxy binds ports below 1024 (an Ingress's 80) as non-root.
+            assert sc["capabilities"].get("add", []) == (["NET_BIND_SERVICE"] if name == "isthmus-pools" else []), name
             assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
             assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
             assert {"cpu", "memory"} <= set(c["resources"]["requests"])
@@ -164,7 +166,7 @@ def test_every_deployment_is_hardened_probed_and_has_its_own_account() -> None:
             # Never a fixed port on every interface: pods share one loopback host locally.
             assert f"--metrics-addr=$(POD_IP):{metrics_port}" in c["args"]
             assert not any(a.startswith("--cluster-id") for a in c["args"])
-    assert seen_accounts == {"isthmus-agent", "isthmus-dns"}
+    assert seen_accounts == components
 
 
 def test_roles_are_bound_to_their_own_account_only() -> None:
@@ -177,8 +179,12 @@ def test_roles_are_bound_to_their_own_account_only() -> None:
     rules = [r for o in objs if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules)
     secrets = [r for r in rules if "secrets" in r["resources"]]
-    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["isthmus-broker"],
-                        "verbs": ["get"]}]
+    assert secrets == [  # the agent's broker credentials; the webhook's own certificate (create cannot be named)
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["isthmus-broker"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["isthmus-lb-webhook-tls"],
+         "verbs": ["get", "update"]},
+    ]
 
 
 def test_dns_service_maps_53_to_the_pods_5353() -> None:
