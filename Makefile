@@ -49,6 +49,7 @@ bench: install
 	$(PY) bench/mcs_allocator.py
 	$(PY) bench/dns.py
 	$(PY) bench/proxy.py
+	$(PY) bench/lb.py
 
 # The one Isthmus image (Containerfile), tagged with isthmus.api.image.IMAGE, by docker or podman
 # (CONTAINER_ENGINE picks one; the first found otherwise).

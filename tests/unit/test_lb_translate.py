@@ -173,3 +173,16 @@ def test_every_example_config_parses(name: str) -> None:
             assert all(f.service_port in ports for f in cfg.frontends)
         elif doc["kind"] == "Ingress":
             parse_ingress_config(annotations)
+
+
+def test_cloud_provider_configuration_makes_a_dedicated_ext_pool() -> None:
+    svc = {"metadata": {"namespace": "ns", "name": "web"},
+           "spec": {"ports": [{"port": 80, "nodePort": 30001}]}}
+    cfg = parse_service_config({DKLB_CONFIG_ANNOTATION: "cloudProviderConfiguration: '{\"aws\": {}}'\n"
+                                                        "frontends: [{port: 9999, servicePort: 80}]\nnetwork: n1"})
+    frag = translate_service("c1", svc, cfg, ["10.0.0.1"])
+    assert frag.pool == "ext--c1--ns--web"
+    assert frag.settings.cloud_provider_configuration == '{"aws": {}}'
+    assert [f.bind_port for f in frag.frontends] == [80] and frag.settings.network == ""  # both ignored
+    spec = merge(None, frag, apply_settings=True).spec
+    assert spec is not None and spec.cloud_provider_configuration == '{"aws": {}}'

@@ -109,7 +109,9 @@ def ready_node_addresses(nodes: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def _settings(cfg: ServiceConfig | IngressConfig, cloud: str | None = None) -> Settings:
-    return Settings(cfg.role, cfg.effective_network, cfg.cpus, cfg.memory, cfg.size, cloud)
+    # With a cloud load balancer the seed ignores `.network` (the dedicated pool is the cloud's).
+    network = "" if cloud is not None else cfg.effective_network
+    return Settings(cfg.role, network, cfg.cpus, cfg.memory, cfg.size, cloud)
 
 
 def translate_service(
