@@ -28,6 +28,8 @@ import dns.query
 import dns.rdatatype
 import pytest
 
+from isthmus.local import plan
+
 # clusterset: one local clusterset at a time (they share one 127.x plan); `make test` runs these serially.
 pytestmark = [pytest.mark.e2e, pytest.mark.clusterset, pytest.mark.timeout(240)]
 
@@ -208,7 +210,8 @@ def test_up_reports_every_part_ready(cs: Clusterset) -> None:
     assert [c["name"] for c in doc["clusters"]] == ["c1", "c2", "c3"]
     for i, c in enumerate(doc["clusters"], start=1):
         assert c["ready"] is True
-        assert c["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "agent", "dns", "proxy")}
+        assert c["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "agent", "dns", "proxy", "lb", "pools",
+                                                   "webhook")}
         assert c["podCIDR"] == f"127.{100 + i}.0.0/16" and c["serviceCIDR"] == f"127.{200 + i}.0.0/16"
         assert c["clustersetIPCIDR"] == f"127.{239 + i}.0.0/16"
         assert c["server"].startswith("https://127.0.0.1:") and c["dns"].startswith("127.0.0.1:")
@@ -458,7 +461,7 @@ def test_up_after_a_supervisor_crash_adopts_healthy_parts_without_an_outage(cs: 
 def test_down_stops_everything_and_up_resumes_with_objects_intact(cs: Clusterset) -> None:
     before = cs.status()
     pods = [p["pid"] for c in before["clusters"] for k, p in c["processes"].items() if "pod" in p]
-    assert len(pods) == 2 * len(before["clusters"]) and all(pods)
+    assert len(pods) == len(plan.POD_KINDS) * len(before["clusters"]) and all(pods)
     out = cs.isthmus("down", "--state-dir", str(cs.root), timeout=60)
     assert "Stopped" in out.stdout
     assert cs.our_processes() == []

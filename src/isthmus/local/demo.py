@@ -145,18 +145,10 @@ def dns_query(server: tuple[str, int], name: str, rdtype: str) -> tuple[str, lis
 
 def http_get(ip: str, port: int) -> dict[str, Any]:
     """One request on a fresh connection (each connection is balanced on its own)."""
-    conn = http.client.HTTPConnection(loopback(ip), port, timeout=2.0)
-    try:
-        conn.request("GET", "/isthmus-demo", headers={"Connection": "close"})
-        resp = conn.getresponse()
-        body = resp.read()
-    except OSError as err:
-        raise NotYet(f"HTTP {ip}:{port}: {err.strerror or type(err).__name__}") from None
-    finally:
-        conn.close()
-    if resp.status != 200:
-        raise NotYet(f"HTTP {ip}:{port} answered {resp.status}")
-    return _json_answer(body, f"HTTP {ip}:{port}")
+    status, answer = http_host(ip, port, f"{ip}:{port}", "/isthmus-demo")
+    if answer is None:
+        raise NotYet(f"HTTP {ip}:{port} answered {status}")
+    return answer
 
 
 def udp_echo(ip: str, port: int, timeout: float = 1.0) -> dict[str, Any]:
