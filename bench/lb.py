@@ -43,7 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Bench scripts share the proxy benchmark's backend and client.
 from proxy import (
     _Http,
-    keep_alive,
     measure,
     spawn,
     wait_ready,
@@ -58,6 +57,7 @@ PUBLIC, PRIVATE = "127.30.250.1", "127.31.250.1"
 POOL = "bench-pool"
 POOL_PORT = 18600
 INGRESS_PORT = 18601
+TCP_PORT = 18602
 CLI = "from isthmus.cli.main import app; app(prog_name='isthmus')"
 
 
@@ -119,24 +119,52 @@ def pool_body(servers: list[int], balance: str = "roundrobin", generation_tag: i
             "haproxy": {
                 "frontends": [{"name": "bench:web", "bindPort": POOL_PORT, "protocol": "HTTP",
                                "linkBackend": {"defaultBackend": "bench:web",
-                                               "map": [{"backend": "bench:web", "pathBeg": f"/t{generation_tag}"}]}}],
+                                               "map": [{"backend": "bench:web", "pathBeg": f"/t{generation_tag}"}]}},
+                              {"name": "bench:tcp", "bindPort": TCP_PORT, "protocol": "TCP",
+                               "linkBackend": {"defaultBackend": "bench:tcp"}}],
                 "backends": [{"name": "bench:web", "protocol": "HTTP", "balance": balance,
-                              "servers": [{"address": "127.0.0.1", "port": p} for p in servers]}],
+                              "servers": [{"address": "127.0.0.1", "port": p} for p in servers]},
+                             {"name": "bench:tcp", "protocol": "TCP",
+                              "servers": [{"address": "127.0.0.1", "port": BACKEND_PORTS[0]}]}],
             },
         },
     }
+
+
+def worker_cpu(state: Path, pool: str) -> float:
+    """CPU seconds (user + system) HAProxy's current workers of `pool` have used."""
+    total = 0.0
+    for sock in glob.glob(str(state / "**" / "master.sock"), recursive=True):
+        if not Path(sock).parent.name.startswith(pool):
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect(sock)
+            s.sendall(b"show proc\n")
+            s.shutdown(socket.SHUT_WR)
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        for line in out.decode().splitlines():
+            fields = line.split()
+            if len(fields) >= 2 and fields[1] == "worker" and fields[0].isdigit():
+                with open(f"/proc/{fields[0]}/stat") as f:
+                    stat = f.read().rsplit(")", 1)[1].split()
+                total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def master_reloads(state: Path, pool: str) -> int:
     """Reloads HAProxy's master counted for a pool (`show proc` on its master socket)."""
     total = 0
     for sock in glob.glob(str(state / "**" / "master.sock"), recursive=True):
-        if pool not in sock:
+        if not Path(sock).parent.name.startswith(pool):
             continue
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(2)
             s.connect(sock)
             s.sendall(b"show proc\n")
+            s.shutdown(socket.SHUT_WR)  # the master CLI answers, then waits for more unless told there is none
             out = b""
             while chunk := s.recv(65536):
                 out += chunk
@@ -158,9 +186,29 @@ async def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str
     return out.decode()
 
 
+_CLIENTS: dict[str, Any] = {}
+
+
 async def apply(kubeconfig: Path, body: dict[str, Any]) -> None:
-    await kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "--field-manager", "bench",
-                  "-f", "-", stdin=json.dumps(body))
+    """Server-side apply through one kept client (a kubectl process per change would measure kubectl)."""
+    from lightkube import AsyncClient, KubeConfig
+    from lightkube.generic_resource import get_generic_resource
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from isthmus.kube.resources import RESOURCES  # noqa: F401  (registers our kinds with lightkube)
+
+    client = _CLIENTS.get(str(kubeconfig))
+    if client is None:
+        client = _CLIENTS[str(kubeconfig)] = AsyncClient(config=KubeConfig.from_file(kubeconfig))
+    if body["kind"] == "Ingress":
+        from lightkube.resources.networking_v1 import Ingress
+
+        obj: Any = Ingress.from_dict(body)
+    else:
+        res = get_generic_resource(body["apiVersion"], body["kind"])
+        assert res is not None
+        obj = res.from_dict(body)
+    await client.apply(obj, field_manager="bench", force=True, namespace=body["metadata"].get("namespace"))
 
 
 async def wait_pool(kubeconfig: Path, timeout: float = 30) -> dict[str, Any]:  # noqa: ASYNC109
@@ -195,23 +243,49 @@ async def http_status(addr: tuple[str, int], path: str, host: str) -> int:
 
 
 class Load:
-    """Continuous keep-alive load with a bound: counts answered and failed requests."""
+    """Continuous keep-alive load with a bound, as a well-behaved HTTP/1.1 client does it: a response
+    carrying `Connection: close` ends its connection and the next request opens a new one. A request
+    that was sent and got no complete response is a failure (what a reload must never cause)."""
 
     def __init__(self, addr: tuple[str, int], concurrency: int, limit: int) -> None:
         self.addr, self.concurrency, self.limit = addr, concurrency, limit
-        self.ok = self.failed = 0
+        self.ok = self.failed = self.reconnects = 0
         self.stopping = False
         self.errors: dict[str, int] = {}
 
     async def _worker(self) -> None:
+        reader = writer = None
         while not self.stopping and self.ok + self.failed < self.limit:
             try:
-                lat = await keep_alive(self.addr, 200, 1)
-                self.ok += len(lat)
-            except (OSError, ConnectionError, RuntimeError) as e:
+                if writer is None:
+                    reader, writer = await asyncio.open_connection(*self.addr)
+                assert reader is not None
+                writer.write(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n")
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                close = False
+                for line in head.lower().split(b"\r\n")[1:]:
+                    if line.startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                    elif line.startswith(b"connection:") and b"close" in line:
+                        close = True
+                await reader.readexactly(length)
+                if not head.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(head.split(b"\r\n", 1)[0].decode())
+                self.ok += 1
+                if close:
+                    writer.close()
+                    reader = writer = None
+                    self.reconnects += 1
+            except (OSError, asyncio.IncompleteReadError, RuntimeError) as e:
                 self.failed += 1
                 key = type(e).__name__
                 self.errors[key] = self.errors.get(key, 0) + 1
+                if writer is not None:
+                    writer.close()
+                reader = writer = None
+        if writer is not None:
+            writer.close()
 
     async def run(self) -> None:
         await asyncio.gather(*(self._worker() for _ in range(self.concurrency)))
@@ -229,12 +303,21 @@ async def bench(a: Any, state: Path, kubeconfig: Path) -> None:
 
     # 1. throughput and latency
     direct = await measure("keep-alive", ("127.0.0.1", BACKEND_PORTS[0]), a.requests, a.concurrency)
-    pooled = await measure("keep-alive", pool_addr, a.requests, a.concurrency)
-    print("\nkeep-alive HTTP:")
-    print(f"  {'target':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs direct':>16} {'p99 vs direct':>14}")
-    for name, r in (("direct", direct), ("pool", pooled)):
-        print(f"  {name:<8} {r['rps']:>9.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
+    cpu0 = worker_cpu(state, POOL)
+    http_pool = await measure("keep-alive", pool_addr, a.requests, a.concurrency)
+    cpu1 = worker_cpu(state, POOL)
+    tcp_pool = await measure("keep-alive", (PUBLIC, TCP_PORT), a.requests, a.concurrency)
+    cpu2 = worker_cpu(state, POOL)
+    counted = a.requests + max(200, a.requests // 10)  # measure() warms up first
+    print("\nkeep-alive HTTP requests, the same client for every target:")
+    print(f"  {'target':<22} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs direct':>16} {'p99 vs direct':>14}")
+    for name, r in (("direct (the backend)", direct), ("pool, HTTP frontend", http_pool),
+                    ("pool, TCP frontend", tcp_pool)):
+        print(f"  {name:<22} {r['rps']:>9.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
               f"{r['rps'] / direct['rps']:>16.2f} {r['p99'] / direct['p99']:>14.2f}")
+    print(f"  HAProxy CPU per request: HTTP frontend {(cpu1 - cpu0) / counted * 1e6:.1f} µs, "
+          f"TCP frontend {(cpu2 - cpu1) / counted * 1e6:.1f} µs (client, backend and HAProxy share "
+          f"{os.cpu_count()} CPUs)")
 
     # 2. reloads under load
     before = master_reloads(state, POOL)
@@ -249,7 +332,8 @@ async def bench(a: Any, state: Path, kubeconfig: Path) -> None:
     await task
     reloads = master_reloads(state, POOL) - before
     print(f"\nreloads under load: {a.reloads} spec changes in {elapsed:.1f}s, HAProxy reloads counted: {reloads}; "
-          f"requests answered {load.ok}, failed {load.failed} {load.errors or ''}")
+          f"requests answered {load.ok} (reconnects after Connection: close {load.reconnects}), "
+          f"failed {load.failed} {load.errors or ''}")
 
     # 3. endpoint changes through the runtime API
     before = master_reloads(state, POOL)
