@@ -338,6 +338,76 @@ def test_exported_service_gets_a_vip_dns_name_and_traffic_from_both_clusters(cs:
     assert _resolve(doc["clusters"][0]["dns"], "echo.demo.svc.cluster.local") == [cluster_ip]
 
 
+LB_SERVICE = """
+apiVersion: v1
+kind: Service
+metadata:
+  name: echo-lb
+  namespace: demo
+  annotations:
+    kubernetes.dcos.io/dklb-config: |
+      frontends:
+      - port: 18201
+        servicePort: 80
+spec:
+  type: LoadBalancer
+  selector: {app: echo}
+  ports:
+  - {name: http, port: 80, targetPort: 8080, protocol: TCP}
+"""
+
+
+def _lb_ips(cs: Clusterset) -> list[str] | None:
+    out = cs.kubectl("c2", "-n", "demo", "get", "svc", "echo-lb", "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}")
+    return out.split() or None
+
+
+def _pool(cs: Clusterset) -> dict[str, Any] | None:
+    out = cs.kubectl("c2", "get", "lbp", "c2--demo--echo-lb", "-o", "json", check=False)
+    return json.loads(out) if out.strip() else None
+
+
+def test_load_balancers_through_kubectl_with_their_failure_scenarios(cs: Clusterset) -> None:
+    cs.kubectl("c2", "apply", "-f", "-", stdin=LB_SERVICE)
+    ips = wait_for("echo-lb's load-balancer addresses", lambda: _lb_ips(cs))
+    assert ips == ["127.31.2.1", "127.30.2.1"]  # c2's private, then public edge address
+    for ip in ips:
+        assert set(wait_for(f"HTTP through {ip}", lambda ip=ip: _http_clusters(f"http://{ip}:18201/", 4) or None)) \
+            == {"c2"}
+    # A config the admission refuses, as kubectl shows it.
+    bad = LB_SERVICE.replace("echo-lb", "echo-bad").replace("servicePort: 80", "servicePort: 81")
+    p = subprocess.run(["kubectl", "--context", "c2", "apply", "-f", "-"], input=bad, capture_output=True, text=True,
+                       timeout=60, env=cs.env)
+    assert p.returncode != 0 and "81 is not a port of this Service (ports: 80)" in p.stderr
+    # Scenario 7: the instance dies; the pool manager restarts it and traffic comes back.
+    pool = wait_for("the pool's status", lambda: _pool(cs))
+    old = pool["status"]["instances"][0]["pid"]
+    os.kill(old, signal.SIGKILL)
+
+    def restarted() -> dict[str, Any] | None:
+        got = _pool(cs)
+        inst = (got or {}).get("status", {}).get("instances", [{}])[0]
+        return got if inst.get("state") == "Running" and inst.get("pid") not in (None, 0, old) \
+            and inst.get("restarts") == 1 else None
+
+    wait_for("the instance restarted", restarted)
+    assert set(wait_for("HTTP after the restart", lambda: _http_clusters("http://127.30.2.1:18201/", 4) or None)) \
+        == {"c2"}
+    # Scenario 6: the pool deleted out of band is re-created (strategy IfNotPresent), with an Event.
+    cs.kubectl("c2", "delete", "lbp", "c2--demo--echo-lb", "--wait=false")
+    wait_for("the pool re-created", lambda: _pool(cs) if (_pool(cs) or {}).get("status", {}).get("ready") == "1/1"
+             else None)
+    events = cs.kubectl("c2", "-n", "demo", "get", "events", "--field-selector", "involvedObject.name=echo-lb",
+                        "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}")
+    assert "PoolMissing" in events.split() and "Exposed" in events.split()
+    assert set(wait_for("HTTP after the re-creation",
+                        lambda: _http_clusters("http://127.31.2.1:18201/", 4) or None)) == {"c2"}
+    shown = json.loads(cs.isthmus("show", "loadbalancers", "-n", "demo", "--context", "c2", "-o", "json").stdout)
+    (item,) = [i for i in shown["items"] if i["name"] == "echo-lb"]
+    assert item["pool"] == "c2--demo--echo-lb" and item["healthy"] is True
+    assert item["addresses"] == ["127.31.2.1:18201", "127.30.2.1:18201"]
+
+
 def test_killed_parts_are_restarted_and_converge(cs: Clusterset) -> None:
     before = cs.status()
     agent = before["clusters"][0]["processes"]["agent"]["pid"]
