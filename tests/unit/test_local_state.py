@@ -118,6 +118,8 @@ def test_the_local_overlay_patches_dns_for_the_plan(tmp_path: Path) -> None:
     assert lb["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--cluster-name=c2"
     pools = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.POOLS])
     assert pools["spec"]["template"]["spec"]["hostNetwork"] is False
+    webhook = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.WEBHOOK])
+    assert webhook["spec"]["replicas"] == 1
     assert pools["spec"]["template"]["spec"]["containers"][0]["args"][-3:] == [
         "--public-address=127.30.2.1", "--private-address=127.31.2.1", f"--state-dir={tmp_path / 'pools' / 'c2'}"]
     if shutil.which("kubectl"):

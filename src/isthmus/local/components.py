@@ -59,6 +59,10 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path)
                      f"--state-dir={pools_dir}",
                  )),
              ])},
+            # One webhook replica per cluster here (two on real clusters, for availability): every pod
+            # is a Python process on this one machine.
+            {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.WEBHOOK]},
+             "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": 1}])},
             {"target": {"kind": "Service", "name": plan.DNS_SERVICE},
              "patch": yaml.safe_dump([
                  {"op": "replace", "path": "/spec/type", "value": "NodePort"},
