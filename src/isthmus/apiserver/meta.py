@@ -39,6 +39,11 @@ def now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def rfc3339_after(seconds: int) -> str:
+    """Now plus `seconds` (a graceful deletion's deletionTimestamp: when it is due)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + seconds))
+
+
 def new_uid() -> str:
     return str(uuid.uuid4())
 

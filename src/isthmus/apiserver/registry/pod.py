@@ -326,6 +326,19 @@ class PodStrategy(Strategy):
     def default(self, obj: Obj) -> None:
         default_pod(obj)
 
+    def deletion_grace(self, obj: Obj, options: Obj) -> int:
+        """kube's pod CheckGracefulDelete: a Pod bound to a node and not finished stays, terminating,
+        for its grace period (DeleteOptions', else spec.terminationGracePeriodSeconds, else 30) so
+        the kubelet stops its containers — whose ServiceAccount tokens stay valid meanwhile — and
+        then deletes it with grace 0. An unbound or finished Pod goes at once."""
+        spec = obj.get("spec") or {}
+        if not spec.get("nodeName") or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return 0
+        grace = options.get("gracePeriodSeconds")
+        if grace is None:
+            grace = spec.get("terminationGracePeriodSeconds", 30)
+        return max(0, int(grace))
+
     def prepare_for_create(self, obj: Obj) -> None:
         spec = obj.get("spec")
         if isinstance(spec, dict):

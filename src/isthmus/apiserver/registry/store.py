@@ -411,16 +411,20 @@ class GenericStore:
                 finalizers.append("foregroundDeletion")
             if policy == "Orphan" and "orphan" not in finalizers:
                 finalizers.append("orphan")
-            if finalizers or info.strategy.holds_deletion(live):
-                if lm.get("deletionTimestamp") and finalizers == list(lm.get("finalizers") or []):
+            grace = info.strategy.deletion_grace(live, options)
+            if finalizers or info.strategy.holds_deletion(live) or grace:
+                terminating = lm.get("deletionTimestamp")
+                shorter = grace and terminating and grace < int(lm.get("deletionGracePeriodSeconds") or 0)
+                if terminating and finalizers == list(lm.get("finalizers") or []) and not shorter:
                     return live, False
                 new = clone(live)
                 nm = new["metadata"]
                 nm["finalizers"] = finalizers
-                if not nm.get("deletionTimestamp"):
-                    nm["deletionTimestamp"] = meta.now_rfc3339()
-                    nm["deletionGracePeriodSeconds"] = 0
-                    nm["generation"] = int(nm.get("generation") or 1) + 1
+                if not terminating or shorter:
+                    nm["deletionTimestamp"] = meta.rfc3339_after(grace)
+                    nm["deletionGracePeriodSeconds"] = grace
+                    if not terminating:
+                        nm["generation"] = int(nm.get("generation") or 1) + 1
                 info.strategy.prepare_for_delete(new)
                 return self.storage.update(info.key, new), False
             return self.storage.delete(info.key, ns, name), True

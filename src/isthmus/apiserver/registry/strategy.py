@@ -200,6 +200,11 @@ class Strategy:
     def prepare_for_delete(self, obj: Obj) -> None:
         """Mark an object whose graceful deletion is being recorded (deletionTimestamp set)."""
 
+    def deletion_grace(self, obj: Obj, options: Obj) -> int:
+        """Seconds a delete leaves the object stored (deletionTimestamp = now + grace) for its owner
+        to finish with it; 0 deletes at once (kube's CheckGracefulDelete: only Pods wait)."""
+        return 0
+
     # ---------------------------------------------------------------- reads
 
     def table_columns(self) -> list[Column]:

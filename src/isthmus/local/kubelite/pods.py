@@ -296,6 +296,11 @@ class PodRuntime:
                 self._retire(key, self.workers.pop(key), delete_uid=meta.get("uid"))
                 return None
             self._close_logs(key)
+            if meta.get("deletionGracePeriodSeconds") and not meta.get("finalizers"):
+                # A graceful deletion of a Pod with nothing left running here: finish it, as a kubelet
+                # does once the containers are gone (grace 0, for this incarnation only).
+                with contextlib.suppress(ApiError):
+                    await self.client.delete(Pod, name, namespace=ns, grace_period=0)
             return None
         if status.get("phase") in ("Succeeded", "Failed"):
             await self._stop(key)
