@@ -58,6 +58,8 @@ POOL = "bench-pool"
 POOL_PORT = 18600
 INGRESS_PORT = 18601
 TCP_PORT = 18602
+ECHO_FRONTEND_PORT = 18603
+ECHO_PORT = 32110
 CLI = "from isthmus.cli.main import app; app(prog_name='isthmus')"
 
 
@@ -65,12 +67,19 @@ CLI = "from isthmus.cli.main import app; app(prog_name='isthmus')"
 
 
 async def run_backend() -> None:
+    sys.path.insert(0, str(ROOT / "src"))
+    from isthmus.local.kubelite.echo import EchoIdentity, EchoServer
+
     loop = asyncio.get_running_loop()
     servers = [await loop.create_server(_Http, "127.0.0.1", p, reuse_address=True, backlog=4096) for p in BACKEND_PORTS]
+    # The echo pod: the server kube-lite runs for every `isthmus.io/workload: echo` pod (aiohttp, JSON).
+    echo = EchoServer(EchoIdentity("echo-pod", NS, CLUSTER), "127.0.0.1", [(ECHO_PORT, "TCP")])
+    await echo.start()
     print("READY", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
+        await echo.stop()
         for s in servers:
             s.close()
 
@@ -121,11 +130,15 @@ def pool_body(servers: list[int], balance: str = "roundrobin", generation_tag: i
                                "linkBackend": {"defaultBackend": "bench:web",
                                                "map": [{"backend": "bench:web", "pathBeg": f"/t{generation_tag}"}]}},
                               {"name": "bench:tcp", "bindPort": TCP_PORT, "protocol": "TCP",
-                               "linkBackend": {"defaultBackend": "bench:tcp"}}],
+                               "linkBackend": {"defaultBackend": "bench:tcp"}},
+                              {"name": "bench:echo", "bindPort": ECHO_FRONTEND_PORT, "protocol": "HTTP",
+                               "linkBackend": {"defaultBackend": "bench:echo"}}],
                 "backends": [{"name": "bench:web", "protocol": "HTTP", "balance": balance,
                               "servers": [{"address": "127.0.0.1", "port": p} for p in servers]},
                              {"name": "bench:tcp", "protocol": "TCP",
-                              "servers": [{"address": "127.0.0.1", "port": BACKEND_PORTS[0]}]}],
+                              "servers": [{"address": "127.0.0.1", "port": BACKEND_PORTS[0]}]},
+                             {"name": "bench:echo", "protocol": "HTTP",
+                              "servers": [{"address": "127.0.0.1", "port": ECHO_PORT}]}],
             },
         },
     }
@@ -291,6 +304,41 @@ class Load:
         await asyncio.gather(*(self._worker() for _ in range(self.concurrency)))
 
 
+async def http_measure(addr: tuple[str, int], n: int, concurrency: int) -> dict[str, float]:
+    """Keep-alive req/s and latency with a client that parses HTTP (answers of any length)."""
+    latencies: list[int] = []
+    left = n
+
+    async def worker() -> None:
+        nonlocal left
+        reader, writer = await asyncio.open_connection(*addr)
+        try:
+            while left > 0:
+                left -= 1
+                t0 = time.perf_counter_ns()
+                writer.write(b"GET /bench HTTP/1.1\r\nHost: bench\r\n\r\n")
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n")
+                               if line.startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                if not head.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(head.split(b"\r\n", 1)[0].decode())
+                latencies.append(time.perf_counter_ns() - t0)
+        finally:
+            writer.close()
+
+    left = max(200, n // 10)
+    await asyncio.gather(*(worker() for _ in range(concurrency)))  # warm-up
+    latencies.clear()
+    left = n
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    latencies.sort()
+    return {"rps": len(latencies) / elapsed, "p50": latencies[len(latencies) // 2] / 1e6,
+            "p99": latencies[int(len(latencies) * 0.99)] / 1e6}
+
+
 # --- the benchmark --------------------------------------------------------------------------------
 
 
@@ -315,6 +363,11 @@ async def bench(a: Any, state: Path, kubeconfig: Path) -> None:
                     ("pool, TCP frontend", tcp_pool)):
         print(f"  {name:<22} {r['rps']:>9.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
               f"{r['rps'] / direct['rps']:>16.2f} {r['p99'] / direct['p99']:>14.2f}")
+    echo_direct = await http_measure(("127.0.0.1", ECHO_PORT), a.echo_requests, a.concurrency)
+    echo_pool = await http_measure((PUBLIC, ECHO_FRONTEND_PORT), a.echo_requests, a.concurrency)
+    for name, r in (("echo pod, direct", echo_direct), ("echo pod, pool (HTTP)", echo_pool)):
+        print(f"  {name:<22} {r['rps']:>9.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
+              f"{r['rps'] / echo_direct['rps']:>16.2f} {r['p99'] / echo_direct['p99']:>14.2f}")
     print(f"  HAProxy CPU per request: HTTP frontend {(cpu1 - cpu0) / counted * 1e6:.1f} µs, "
           f"TCP frontend {(cpu2 - cpu1) / counted * 1e6:.1f} µs (client, backend and HAProxy share "
           f"{os.cpu_count()} CPUs)")
@@ -441,6 +494,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--echo-requests", type=int, default=10000, help="keep-alive requests to the echo pod per target")
     ap.add_argument("--reloads", type=int, default=100)
     ap.add_argument("--endpoint-changes", type=int, default=1000)
     ap.add_argument("--edits", type=int, default=20)
