@@ -357,3 +357,35 @@ async def test_only_one_translator_acts(apiserver: Any, tmp_path: Path) -> None:
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+
+
+async def test_a_service_that_stops_being_a_load_balancer_leaves_its_pool_and_a_paused_one_is_left_alone(
+        env: Env) -> None:
+    a = await env.backend("a")
+    await env.service("flip", [(18150, a.port)])
+    await env.lb_address(Service, "flip")
+    # Paused: a config change is not applied while the annotation says so.
+    await env.client.patch(Service, "flip", {"metadata": {"annotations": {
+        "isthmus.io/lb-paused": "true", DKLB_CONFIG_ANNOTATION: "frontends: [{port: 18151, servicePort: 18150}]"}}},
+        namespace=NS, patch_type=PatchType.MERGE)
+    await asyncio.sleep(1.0)
+    pool = await env.pool("kube-one--default--flip")
+    assert pool is not None and [f.bind_port for f in pool.spec.haproxy.frontends] == [18150]
+    # Unpaused: applied.
+    await env.client.patch(Service, "flip", {"metadata": {"annotations": {"isthmus.io/lb-paused": None}}},
+                           namespace=NS, patch_type=PatchType.MERGE)
+
+    async def moved() -> None:
+        p = await env.pool("kube-one--default--flip")
+        assert p is not None and [f.bind_port for f in p.spec.haproxy.frontends] == [18151]
+
+    await eventually(moved)
+    # No longer of type LoadBalancer: its parts go (the pool with them) and its status is cleared.
+    await env.client.patch(Service, "flip", {"spec": {"type": "NodePort"}}, namespace=NS, patch_type=PatchType.MERGE)
+
+    async def left() -> None:
+        assert await env.pool("kube-one--default--flip") is None
+        svc = (await env.client.get(Service, "flip", namespace=NS)).to_dict()
+        assert not ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+
+    await eventually(left)

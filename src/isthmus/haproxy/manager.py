@@ -543,7 +543,9 @@ class PoolManager:
                 return
             # A merge patch carrying the resourceVersion read: of two managers writing at once, one
             # gets 409 and writes again on what the other wrote.
-            body = {"metadata": {"resourceVersion": model.metadata.resource_version}, "status": summary.to_dict()}
+            status = summary.to_dict()
+            status.setdefault("observedGeneration", None)  # merge patch: an absent field would keep the old one
+            body = {"metadata": {"resourceVersion": model.metadata.resource_version}, "status": status}
             try:
                 await self.client.patch(PoolResource.Status, pool, body, patch_type=PatchType.MERGE,
                                         field_manager=POOL_MANAGER)

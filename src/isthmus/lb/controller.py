@@ -395,7 +395,7 @@ class Translator:
         current = (status.get("loadBalancer") or {}).get("ingress") or []
         body: dict[str, Any] = {}
         if current != ingress:
-            body["loadBalancer"] = {"ingress": ingress} if ingress else {}
+            body["loadBalancer"] = {"ingress": ingress or None}  # merge patch: null removes the list
         if kind == "Service":
             existing = status.get("conditions") or []
             conflicts = result.conflicts if result is not None else []
