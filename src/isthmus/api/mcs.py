@@ -59,6 +59,17 @@ MANAGED_BY_VALUE = "endpointslice-controller.isthmus.io"
 """Our managed-by value: not kube's `endpointslice-controller.k8s.io`, so kube's controller leaves our slices alone."""
 KUBE_SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 """Kube's label binding a slice to a local Service: our imported slices must never carry it."""
+EXPORTED_PORTS_ANNOTATION = "isthmus.io/exported-ports"
+"""On a ServiceExport: only these Service ports are exported (comma-separated `port` or `name:port`;
+absent = every port). Written by the MultiClusterService controller from `spec.ports`."""
+CONSUMER_CLUSTERS_ANNOTATION = "isthmus.io/consumer-clusters"
+"""On a ServiceExport: the clusters that may import this cluster's export (comma-separated cluster
+IDs; absent = every cluster, empty = none). Written by the MultiClusterService controller."""
+AFFINITY_ANNOTATION = "isthmus.io/affinity"
+"""On a ServiceImport (an exported annotation of its ServiceExports): `local` (prefer the asking
+cluster's own endpoints), `remote` (prefer other clusters'), `none` (default). DNS answers and the
+proxy honour it, falling back to the other side when the preferred one has no ready endpoint."""
+AFFINITY_VALUES = ("local", "remote", "none")
 
 # --- settings and defaults ----------------------------------------------------------------------
 
