@@ -10,7 +10,8 @@ from __future__ import annotations
 from isthmus.api.base import Resource
 from isthmus.api.lb import LB_MODELS
 from isthmus.api.mcs import MCS_MODELS
+from isthmus.api.mcsvc import MCSVC_MODELS
 
-CRD_MODELS: tuple[type[Resource], ...] = (*MCS_MODELS, *LB_MODELS)
+CRD_MODELS: tuple[type[Resource], ...] = (*MCS_MODELS, *LB_MODELS, *MCSVC_MODELS)
 
 __all__ = ["CRD_MODELS"]

@@ -515,6 +515,9 @@ class ExportedServiceSpec(KubeModel):
     """creationTimestamp of the ServiceExport: orders exporters for conflict resolution."""
     exported_labels: StringMap | None = None
     exported_annotations: StringMap | None = None
+    consumer_clusters: list[str] | None = Field(default=None, json_schema_extra=ATOMIC_LIST)
+    """The clusters that may import this cluster's export (ServiceExport annotation
+    isthmus.io/consumer-clusters); absent: every cluster."""
 
 
 class ExportedServiceStatus(KubeModel):

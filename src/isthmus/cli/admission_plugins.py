@@ -6,6 +6,9 @@ wires them, as kube-apiserver compiles its plugins in).
   defaults written into the annotation (mutating), bad configs and changes to `name`, `role` or
   `network` refused with 422 Invalid naming the field (validating). On real clusters `isthmus
   webhook` serves the same checks.
+- `MultiClusterService` — Karmada's MultiClusterService webhook (`isthmus.mcsvc.admission`): the
+  permanent-id label (mutating), field errors as 422 Invalid (validating); on a real broker
+  `isthmus webhook` serves the same.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from isthmus.api.lb import DKLB_CONFIG_ANNOTATION
+from isthmus.api.mcsvc import PERMANENT_ID_LABEL
 from isthmus.apiserver import errors
 from isthmus.apiserver.admission import Admission, AdmissionRequest
 
 DKLB_CONFIG = "DklbConfig"
+MULTI_CLUSTER_SERVICE = "MultiClusterService"
 _KINDS = {("", "services"): "Service", ("networking.k8s.io", "ingresses"): "Ingress"}
 
 
@@ -46,7 +51,31 @@ def _dklb(admission: Admission) -> None:
         admission.add_validating(group, plural, validate)
 
 
-PLUGINS: dict[str, Callable[[Admission], None]] = {DKLB_CONFIG: _dklb}
+def _mcsvc(admission: Admission) -> None:
+    from isthmus.api.mcsvc import GROUP
+    from isthmus.mcsvc import admission as mcsvc
+
+    async def mutate(req: AdmissionRequest) -> None:
+        if req.subresource or req.object is None:
+            return
+        for op in mcsvc.mutate(req.operation, req.object, req.old_object):
+            if op["path"] == "/metadata/labels":
+                req.object.setdefault("metadata", {})["labels"] = dict(op["value"])
+            else:
+                req.object.setdefault("metadata", {}).setdefault("labels", {})[PERMANENT_ID_LABEL] = op["value"]
+
+    async def validate(req: AdmissionRequest) -> None:
+        if req.subresource:
+            return
+        problems = mcsvc.validate(req.operation, req.object, req.old_object)
+        if problems:
+            raise errors.invalid(GROUP, mcsvc.KIND, req.name, [errors.cause(f, m) for f, m in problems])
+
+    admission.add_mutating(GROUP, "multiclusterservices", mutate)
+    admission.add_validating(GROUP, "multiclusterservices", validate)
+
+
+PLUGINS: dict[str, Callable[[Admission], None]] = {DKLB_CONFIG: _dklb, MULTI_CLUSTER_SERVICE: _mcsvc}
 """Every in-process plugin by name; all are enabled unless `--disable-admission-plugins` names them."""
 
 

@@ -153,6 +153,9 @@ def webhook(
     """Serve admission webhooks (AdmissionReview v1 over TLS) for Isthmus's objects on a real cluster."""
     from isthmus.kube.client import make_client
     from isthmus.lb.admission import HANDLERS as LB_HANDLERS
+    from isthmus.mcsvc.admission import HANDLERS as MCSVC_HANDLERS
+
+    handlers: dict[str, Any] = {**LB_HANDLERS, **MCSVC_HANDLERS}
     from isthmus.runtime.webhook import WebhookServer, server_context
 
     host, port = _hostport(listen)
@@ -163,7 +166,7 @@ def webhook(
     hosts = [f"{svc_name}.{svc_ns}.svc", f"{svc_name}.{svc_ns}.svc.cluster.local", f"{svc_name}.{svc_ns}"]
 
     async def build() -> Background:
-        server = WebhookServer(dict(LB_HANDLERS))
+        server = WebhookServer(handlers)
         if tls_cert_file is not None and tls_key_file is not None:
             ctx = server_context(str(tls_cert_file), str(tls_key_file))
         else:
@@ -182,7 +185,7 @@ def webhook(
             await server.start(host, port, ctx)
         except OSError as e:
             raise fail(f"cannot listen on {listen}: {e.strerror or e}") from None
-        log.info("admission webhooks serving", extra={"listen": f"{host}:{server.port}", "paths": list(LB_HANDLERS)})
+        log.info("admission webhooks serving", extra={"listen": f"{host}:{server.port}", "paths": list(handlers)})
 
         async def forever() -> None:
             await asyncio.Event().wait()

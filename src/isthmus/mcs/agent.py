@@ -50,6 +50,7 @@ from isthmus.api.mcs import (
     BROKER_SECRET_NAME,
     CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION,
     DEFAULT_DEAD_CLUSTER_GRACE,
+    EXPORTED_PORTS_ANNOTATION,
     HEARTBEAT_ANNOTATION,
     ISTHMUS_GROUP,
     ISTHMUS_VERSION,
@@ -86,12 +87,16 @@ from isthmus.mcs.allocator import AllocatorFull, VipAllocator
 from isthmus.mcs.brokerinfo import BrokerInfo
 from isthmus.mcs.endpoints import (
     InvalidAnnotation,
+    PortSelector,
     broker_service_import,
     broker_slice,
+    consumer_clusters,
     export_view,
+    exported_ports,
     imported_slice_name,
     local_service_import,
     local_slice_copy,
+    port_selected,
     validate_export,
     vip_setting,
 )
@@ -184,6 +189,8 @@ class ExportState:
     failure: str = ""  # why publishing failed (Ready=False Failed)
     pending: str = ""  # why it is not exported yet although nothing failed (Ready=False Pending)
     service: Service | None = None
+    selectors: list[PortSelector] | None = None  # exported-ports annotation (None: every port)
+    consumers: list[str] | None = None  # consumer-clusters annotation (None: every cluster)
 
 
 @dataclass
@@ -583,7 +590,7 @@ class Agent:
             await self._sync_conditions(state, AggregateState())
             raise
         await self._sync_conditions(state, agg)
-        await self._sync_import(ns, name, agg.current)
+        await self._sync_import(ns, name, agg.current, self._sources_for_us(ns, name, state))
         if state.failure or agg.failure:
             return Result(requeue_after=FAILED_RETRY_SECONDS)  # e.g. a full CIDR: a VIP may free up
         return None
@@ -609,10 +616,18 @@ class Agent:
         state.export, state.service = export, service
         try:
             vip = vip_setting(export.metadata.annotations, self.discovery.clusterset_ip_enabled)
+            state.selectors = exported_ports(export.metadata.annotations)
+            state.consumers = consumer_clusters(export.metadata.annotations)
         except InvalidAnnotation as e:
             state.reason, state.message, state.hold = ValidReason.INVALID_ANNOTATION, str(e), True
             return None
         state.valid, state.reason, state.message, state.type = validate_export(service)
+        if state.valid and service is not None and state.selectors is not None and not any(
+                port_selected(state.selectors, p.name, p.port)
+                for p in (service.spec.ports if service.spec is not None else None) or []):
+            state.valid, state.reason = False, ValidReason.INVALID_ANNOTATION
+            state.message = (f"no port of the Service matches annotation {EXPORTED_PORTS_ANNOTATION} "
+                             f"({(export.metadata.annotations or {}).get(EXPORTED_PORTS_ANNOTATION)})")
         return vip if state.valid and service is not None else None
 
     async def _sync_export(self, ns: str, name: str, state: ExportState) -> None:
@@ -631,7 +646,8 @@ class Agent:
             return
         created = export.metadata.creation_timestamp or datetime.now(UTC)
         spec = export_view(self.cluster_id, service, created, export.spec.exported_labels,
-                           export.spec.exported_annotations, vip)
+                           export.spec.exported_annotations, vip, selectors=state.selectors,
+                           consumers=state.consumers)
         state.spec = spec
         desired = ExportedService(
             metadata=ObjectMeta(
@@ -762,7 +778,7 @@ class Agent:
         if agg.current is None and not use_pod_ips:
             use_pod_ips = state.spec.clusterset_ip_enabled  # about to get a VIP: skip a ClusterIP round trip
         own = self.slices.cache.by_index(BY_KUBE_SERVICE, f"{ns}/{name}")
-        desired = broker_slice(self.cluster_id, ns, state.service, own, use_pod_ips)
+        desired = broker_slice(self.cluster_id, ns, state.service, own, use_pod_ips, selectors=state.selectors)
         assert desired.metadata is not None
         desired.metadata.namespace = self.broker_ns
         owner = self._cluster_owner()
@@ -814,14 +830,34 @@ class Agent:
 
     # -- 4. the local ServiceImport and the other clusters' EndpointSlices
 
-    async def _sync_import(self, ns: str, name: str, agg: ServiceImport | None) -> None:
+    def _sources_for_us(self, ns: str, name: str, state: ExportState) -> set[str]:
+        """The exporting clusters whose export this cluster may import: those without a consumer list
+        and those whose list names us (a MultiClusterService's consumerClusters, docs/mcsvc.md)."""
+        specs = {ExportedService.from_dict(o).spec.cluster: ExportedService.from_dict(o).spec
+                 for o in self.b_exports.cache.by_index(BY_SERVICE, f"{ns}/{name}")}
+        if state.spec is not None:
+            specs[self.cluster_id] = state.spec
+        return {c for c, spec in specs.items()
+                if spec.consumer_clusters is None or self.cluster_id in spec.consumer_clusters}
+
+    async def _sync_import(self, ns: str, name: str, agg: ServiceImport | None,
+                           sources: set[str] | None = None) -> None:
         ns_obj = self.namespaces.cache.get(ns)
         if ns_obj is None:
             return  # creating namespaces is not the agent's job; the Namespace watch brings us back
         if _terminating(ns_obj):
             return  # kube refuses new objects there; the Namespace watch brings us back if it returns
+        hidden: set[str] = set()
+        if agg is not None and sources is not None:
+            allowed = [c for c in agg.status.clusters if c.cluster in sources]
+            hidden = {c.cluster for c in agg.status.clusters} - sources
+            if not allowed:
+                agg = None  # no exporter lets this cluster import the service: no import here
+            elif hidden:
+                agg = agg.model_copy(deep=True)
+                agg.status.clusters = allowed
         try:
-            await self._sync_import_in(ns, name, agg)
+            await self._sync_import_in(ns, name, agg, hidden)
         except ApiError as e:
             if not helpers.is_namespace_terminating(e):
                 raise
@@ -859,7 +895,8 @@ class Agent:
                 log.warning("not importing broker EndpointSlice %s (source cluster %r): %s", object_name(b),
                             object_labels(b).get(SOURCE_CLUSTER_LABEL), _IGNORED_WHY[reason])
 
-    async def _sync_import_in(self, ns: str, name: str, agg: ServiceImport | None) -> None:
+    async def _sync_import_in(self, ns: str, name: str, agg: ServiceImport | None,
+                              hidden: set[str] | None = None) -> None:
         local_raw = self.imports.cache.get(f"{ns}/{name}")
         local = ServiceImport.from_dict(local_raw) if local_raw is not None else None
         copies = {object_name(o): o for o in self.slices.cache.by_index(BY_SERVICE, f"{ns}/{name}")
@@ -887,6 +924,8 @@ class Agent:
             # Our own slice too: every cluster that imports a service, the exporter included, has MCS
             # EndpointSlices for it (KEP-1645); dns and the proxy read their own cluster from kube's.
             cluster = object_labels(b).get(SOURCE_CLUSTER_LABEL) or ""
+            if hidden and cluster in hidden:
+                continue  # its export names consumers, and this cluster is not one of them
             why = self._importable(b, ns, name, agg)
             if why is not None:
                 self._note_ignored(b, why)

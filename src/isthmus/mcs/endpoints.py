@@ -30,7 +30,8 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from isthmus.api.base import ObjectMeta
 from isthmus.api.mcs import (
     CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION,
-    KUBE_SERVICE_NAME_LABEL,
+    CONSUMER_CLUSTERS_ANNOTATION,
+    EXPORTED_PORTS_ANNOTATION,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     SERVICE_NAME_LABEL,
@@ -52,6 +53,7 @@ from isthmus.api.mcs import (
     ValidReason,
     broker_object_name,
 )
+from isthmus.kube.endpointslices import endpoint_ready, own_slices, pod_endpoints
 from isthmus.mcs.aggregate import Aggregate
 
 __all__ = [
@@ -59,7 +61,9 @@ __all__ = [
     "InvalidAnnotation",
     "broker_service_import",
     "broker_slice",
+    "consumer_clusters",
     "export_view",
+    "exported_ports",
     "imported_slice_name",
     "local_service_import",
     "local_slice_copy",
@@ -76,7 +80,44 @@ _PROTOCOLS: frozenset[str] = frozenset({"TCP", "UDP", "SCTP"})
 
 
 class InvalidAnnotation(ValueError):
-    """The use-clusterset-ip annotation has a value other than true/false (→ Valid=False InvalidAnnotation)."""
+    """The use-clusterset-ip annotation has a value other than true/false, or the exported-ports /
+    consumer-clusters annotation is malformed (→ Valid=False InvalidAnnotation)."""
+
+
+PortSelector = tuple[str | None, int]
+"""One entry of the exported-ports annotation: (port name or None, port number)."""
+
+
+def exported_ports(export_annotations: dict[str, str] | None) -> list[PortSelector] | None:
+    """The exported-ports annotation parsed (None: every port). `80,https:443`: port 80 whatever
+    its name, and the port named https if its number is 443."""
+    raw = (export_annotations or {}).get(EXPORTED_PORTS_ANNOTATION)
+    if raw is None:
+        return None
+    out: list[PortSelector] = []
+    for item in raw.split(","):
+        item = item.strip()
+        name, _, number = item.rpartition(":")
+        if not number.isdigit() or not 1 <= int(number) <= 65535:
+            raise InvalidAnnotation(
+                f'annotation {EXPORTED_PORTS_ANNOTATION} has value "{raw}": each entry must be a port '
+                '(1-65535) or name:port, comma-separated')
+        out.append((name or None, int(number)))
+    return out
+
+
+def consumer_clusters(export_annotations: dict[str, str] | None) -> list[str] | None:
+    """The consumer-clusters annotation parsed (None: every cluster; empty: none)."""
+    raw = (export_annotations or {}).get(CONSUMER_CLUSTERS_ANNOTATION)
+    if raw is None:
+        return None
+    return sorted({c.strip() for c in raw.split(",") if c.strip()})
+
+
+def port_selected(selectors: Sequence[PortSelector] | None, name: str | None, number: int | None) -> bool:
+    if selectors is None:
+        return True
+    return any(number == port and (want is None or want == (name or "")) for want, port in selectors)
 
 
 def vip_setting(export_annotations: dict[str, str] | None, cluster_default: bool) -> bool:
@@ -144,6 +185,9 @@ def export_view(
     exported_labels: dict[str, str] | None,
     exported_annotations: dict[str, str] | None,
     vip_enabled: bool,
+    *,
+    selectors: Sequence[PortSelector] | None = None,
+    consumers: list[str] | None = None,
 ) -> ExportedServiceSpec:
     """What cluster `cluster_id` publishes about `service` (an ExportedService spec).
 
@@ -167,6 +211,7 @@ def export_view(
             port=p.port,
         )
         for p in (spec.ports if spec is not None else None) or []
+        if port_selected(selectors, p.name, p.port)
     ]
     affinity_config: SessionAffinityConfig | None = None
     if spec is not None and spec.sessionAffinityConfig is not None:
@@ -194,6 +239,7 @@ def export_view(
         export_creation_timestamp=export_created,
         exported_labels=dict(exported_labels) if exported_labels else None,
         exported_annotations=dict(exported_annotations) if exported_annotations else None,
+        consumer_clusters=consumers,
     )
 
 
@@ -211,106 +257,11 @@ def _slice_labels(service: str, cluster: str, namespace: str | None) -> dict[str
     return labels
 
 
-def _own_slices(service_name: str, slices: Sequence[EndpointSlice]) -> list[EndpointSlice]:
-    """The cluster's own IPv4 slices for the service, sorted by name.
-
-    Our own imported copies (managed-by us) are never re-published, and slices labelled for another
-    Service are ignored, so a sloppy caller cannot loop endpoints between clusters.
-    """
-    out = []
-    for s in slices:
-        labels = (s.metadata.labels if s.metadata is not None else None) or {}
-        if labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE:
-            continue
-        if labels.get(KUBE_SERVICE_NAME_LABEL, service_name) != service_name:
-            continue
-        if s.addressType != "IPv4":
-            continue
-        out.append(s)
-    return sorted(out, key=lambda s: (s.metadata.name or "") if s.metadata is not None else "")
-
-
-def _ready(cond: EndpointConditions | None) -> bool:
-    """kube: a nil `ready` means unknown and is to be read as ready."""
-    return cond is None or cond.ready is not False
-
-
-def _normalized_conditions(cond: EndpointConditions | None) -> EndpointConditions:
-    """Explicit ready/serving/terminating, with kube's nil meanings (ready, serving=ready, not terminating)."""
-    ready = _ready(cond)
-    serving = cond.serving if cond is not None and cond.serving is not None else ready
-    terminating = bool(cond.terminating) if cond is not None else False
-    return EndpointConditions(ready=ready, serving=serving, terminating=terminating)
-
-
-def _port_id(p: EndpointPort) -> tuple[str, str]:
-    return (p.name or "", p.protocol or "TCP")
-
-
-def _choose_ports(own: Sequence[EndpointSlice]) -> dict[tuple[str, str], EndpointPort]:
-    """One definition per (name, protocol): the number backed by the most endpoints, then the lowest.
-
-    Slices of one Service normally agree; they differ only while a named targetPort resolves to
-    different container ports (e.g. mid rollout), which a single slice cannot express.
-    """
-    votes: dict[tuple[str, str], dict[int | None, int]] = {}
-    first: dict[tuple[str, str, int | None], EndpointPort] = {}
-    for s in own:
-        weight = len(s.endpoints or [])
-        for p in s.ports or []:
-            key = _port_id(p)
-            votes.setdefault(key, {})
-            votes[key][p.port] = votes[key].get(p.port, 0) + weight
-            first.setdefault((*key, p.port), p)
-    chosen: dict[tuple[str, str], EndpointPort] = {}
-    for key, counts in votes.items():
-        number = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0] is None, kv[0] or 0))[0][0]
-        p = first[(*key, number)]
-        chosen[key] = EndpointPort(name=key[0], protocol=key[1], port=number, appProtocol=p.appProtocol)
-    return chosen
-
-
-def _endpoint_rank(ep: Endpoint) -> tuple[bool, bool, bool]:
-    """Which duplicate of an address to keep: ready, then serving, then not terminating."""
-    cond = _normalized_conditions(ep.conditions)
-    return (bool(cond.ready), bool(cond.serving), not cond.terminating)
-
-
-def _ip_sort_key(address: str) -> tuple[int, int | str]:
-    try:
-        return (0, int(ipaddress.IPv4Address(address)))
-    except ValueError:
-        return (1, address)
-
-
-def _pod_endpoints(own: Sequence[EndpointSlice]) -> tuple[list[Endpoint], list[EndpointPort]]:
-    chosen = _choose_ports(own)
-    best: dict[str, Endpoint] = {}
-    for s in own:
-        defined = {(*_port_id(p), p.port) for p in s.ports or []}
-        if any(chosen[(name, proto)].port != number for name, proto, number in defined):
-            continue  # its endpoints listen elsewhere than the published ports
-        for ep in s.endpoints or []:
-            for address in ep.addresses or []:
-                old = best.get(address)
-                if old is None or _endpoint_rank(ep) > _endpoint_rank(old):
-                    best[address] = Endpoint(
-                        addresses=[address],
-                        conditions=_normalized_conditions(ep.conditions),
-                        hostname=ep.hostname,
-                        nodeName=ep.nodeName,
-                        zone=ep.zone,
-                    )
-    endpoints = [best[a] for a in sorted(best, key=_ip_sort_key)]
-    ports = sorted(chosen.values(), key=lambda p: (p.name or "", p.protocol or "", p.port or 0))
-    return endpoints, ports
-
-
 def _cluster_ip_endpoint(
     service: Service, own: Sequence[EndpointSlice]
 ) -> tuple[list[Endpoint], list[EndpointPort]]:
     spec = service.spec
-    ready = any(_ready(ep.conditions) for s in own for ep in s.endpoints or [])
+    ready = any(endpoint_ready(ep.conditions) for s in own for ep in s.endpoints or [])
     ports = [
         EndpointPort(name=p.name or "", protocol=p.protocol or "TCP", port=p.port, appProtocol=p.appProtocol)
         for p in (spec.ports if spec is not None else None) or []
@@ -330,6 +281,7 @@ def broker_slice(
     service: Service,
     slices: Sequence[EndpointSlice],
     use_pod_ips: bool,
+    selectors: Sequence[PortSelector] | None = None,
 ) -> EndpointSlice:
     """Cluster `cluster_id`'s EndpointSlice for the broker (docs/discovery.md "EndpointSlice content").
 
@@ -341,8 +293,12 @@ def broker_slice(
     name = (service.metadata.name if service.metadata is not None else None) or ""
     if not name:
         raise ValueError("the Service has no metadata.name")
-    own = _own_slices(name, slices)
-    endpoints, ports = _pod_endpoints(own) if use_pod_ips else _cluster_ip_endpoint(service, own)
+    own = own_slices(name, slices)
+    endpoints, slice_ports = pod_endpoints(own) if use_pod_ips else _cluster_ip_endpoint(service, own)
+    if selectors is not None:  # only the exported Service ports (slice ports are named as the Service's)
+        spec_ports = (service.spec.ports if service.spec is not None else None) or []
+        kept = {p.name or "" for p in spec_ports if port_selected(selectors, p.name, p.port)}
+        slice_ports = [p for p in slice_ports if (p.name or "") in kept]
     return EndpointSlice(
         metadata=KubeObjectMeta(
             name=broker_object_name(name, namespace, cluster_id),
@@ -350,7 +306,7 @@ def broker_slice(
         ),
         addressType="IPv4",
         endpoints=endpoints,
-        ports=ports,
+        ports=slice_ports,
     )
 
 

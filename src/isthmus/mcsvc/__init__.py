@@ -1,0 +1,1 @@
+"""Exposure: Karmada's MultiClusterService on the broker (docs/mcsvc.md)."""
