@@ -11,6 +11,7 @@ from isthmus.cli import dns as _dns  # noqa: F401
 from isthmus.cli import kubelite as _kubelite  # noqa: F401
 from isthmus.cli import lb as _lb  # noqa: F401
 from isthmus.cli import local as _local  # noqa: F401
+from isthmus.cli import mcsvc as _mcsvc  # noqa: F401
 from isthmus.cli import pools as _pools  # noqa: F401
 from isthmus.cli import proxy as _proxy  # noqa: F401
 from isthmus.cli import webhook as _webhook  # noqa: F401

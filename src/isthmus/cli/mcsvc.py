@@ -1,0 +1,262 @@
+"""Exposure commands: `isthmus mcsvc` (member side), `isthmus mcsvc-broker` (broker side),
+`isthmus expose` (writes a MultiClusterService) and `isthmus show mcs`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Annotated, Any
+
+import typer
+
+from isthmus.cli.agent import OptionalClusterIdOpt, default_identity
+from isthmus.cli.app import (
+    Background,
+    ContextOpt,
+    KubeconfigOpt,
+    LogFormatOpt,
+    LogLevelOpt,
+    MetricsAddrOpt,
+    command,
+    fail,
+    run_component,
+)
+from isthmus.cli.show import ShowRequest, register_show
+
+log = logging.getLogger(__name__)
+RELEASE_TIMEOUT = 3.0
+
+IdentityOpt = Annotated[
+    str | None,
+    typer.Option("--identity", help="Holder identity in the leader-election Lease (default: $POD_NAME, else the "
+                 "host name).", show_default=False),
+]
+
+
+@command("mcsvc")
+def mcsvc(
+    cluster_id: OptionalClusterIdOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    identity: IdentityOpt = None,
+    workers: Annotated[int, typer.Option(min=1, help="Concurrent reconciles.")] = 8,
+    metrics_addr: MetricsAddrOpt = None,
+    log_format: LogFormatOpt = "text",
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Apply the broker's MultiClusterServices in this member cluster (leader-elected)."""
+    from isthmus.kube.client import make_client
+    from isthmus.mcs.agent import BROKER_TIMEOUT
+    from isthmus.mcs.control import DiscoveryError
+    from isthmus.mcs.membership import JOIN_POLL_SECONDS, membership
+    from isthmus.mcsvc.member import MemberController
+
+    holder = identity or default_identity()
+
+    async def build() -> Background:
+        client = make_client(kubeconfig, context)
+        found: list[MemberController] = []
+        said: list[str] = []
+
+        async def attempt() -> MemberController | None:
+            try:
+                joined_id, info = await membership(client)
+            except DiscoveryError as err:
+                if not said:
+                    log.warning("%s; waiting (not ready until then)", err)
+                    said.append(str(err))
+                return None
+            if cluster_id is not None and cluster_id != joined_id:
+                raise fail(f"this cluster joined as {joined_id!r}, not {cluster_id!r}")
+            return MemberController(cluster=client, broker=info.client(timeout=BROKER_TIMEOUT),
+                                    cluster_id=joined_id, broker_namespace=info.namespace,
+                                    identity=holder, workers=workers)
+
+        async def run() -> None:
+            while not found:
+                made = await attempt()
+                if made is not None:
+                    found.append(made)
+                    break
+                await asyncio.sleep(JOIN_POLL_SECONDS)
+            await found[0].run()
+
+        async def release() -> None:
+            if found:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(RELEASE_TIMEOUT):
+                        await found[0].elector.release()
+
+        return Background("mcsvc", run, lambda: bool(found) and found[0].ready, on_stop=release)
+
+    run_component("mcsvc", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+
+
+@command("mcsvc-broker")
+def mcsvc_broker(
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    provider: Annotated[str, typer.Option("--provider", metavar="haproxy|fake",
+                                          help="The multi-cluster load-balancer provider.")] = "haproxy",
+    broker_namespace: Annotated[str, typer.Option("--broker-namespace", help="Where the clusters and the "
+                                                  "collected EndpointSlices live.")] = "isthmus-broker",
+    grace: Annotated[float, typer.Option("--dead-cluster-grace", min=1.0, help="Seconds without a heartbeat after "
+                                         "which a cluster no longer holds up a delete.")] = 60.0,
+    identity: IdentityOpt = None,
+    workers: Annotated[int, typer.Option(min=1, help="Concurrent reconciles.")] = 8,
+    metrics_addr: MetricsAddrOpt = None,
+    log_format: LogFormatOpt = "text",
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Summarise MultiClusterServices and run their load balancers, on the broker (leader-elected)."""
+    from isthmus.kube.client import make_client
+    from isthmus.mcsvc import haproxy as _haproxy  # noqa: F401  (registers the provider)
+    from isthmus.mcsvc.broker import BrokerController
+    from isthmus.mcsvc.provider import PROVIDERS, build
+
+    if provider not in PROVIDERS:
+        raise fail(f"--provider must be one of {', '.join(sorted(PROVIDERS))}, not {provider!r}")
+    holder = identity or default_identity()
+
+    async def make() -> Background:
+        client = make_client(kubeconfig, context)
+        controller = BrokerController(client, build(provider, client), broker_namespace=broker_namespace,
+                                      identity=holder, grace=grace, workers=workers)
+
+        async def release() -> None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(RELEASE_TIMEOUT):
+                    await controller.elector.release()
+
+        return Background("mcsvc-broker", controller.run, lambda: controller.ready, on_stop=release)
+
+    run_component("mcsvc-broker", make, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _ports(value: str | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in _split(value):
+        name, _, number = item.rpartition(":")
+        if not number.isdigit():
+            raise fail(f"--ports: {item!r} is not a port or name:port")
+        out.append({"name": name, "port": int(number)} if name else {"port": int(number)})
+    return out
+
+
+@command("expose")
+def expose(
+    name: Annotated[str, typer.Argument(help="The Service to expose (the MultiClusterService gets its name).")],
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="The Service's namespace.")] = "default",
+    types: Annotated[list[str], typer.Option("--type", metavar="CrossCluster|LoadBalancer",
+                                             help="How to expose it (repeat, or comma-separate, for both).")]
+    = ["CrossCluster"],  # noqa: B006 - typer reads the default
+    providers: Annotated[str | None, typer.Option("--providers", metavar="C1,C2",
+                                                  help="Clusters backing it (default: every cluster).")] = None,
+    consumers: Annotated[str | None, typer.Option("--consumers", metavar="C3", help="Clusters reaching it across "
+                                                  "clusters (default: every cluster).")] = None,
+    ports: Annotated[str | None, typer.Option("--ports", metavar="80,https:443",
+                                              help="Only these Service ports (default: all).")] = None,
+    affinity: Annotated[str | None, typer.Option("--affinity", metavar="local|remote|none",
+                                                 help="Prefer endpoints of the asking cluster (local) or of "
+                                                 "the others (remote).")] = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Write a MultiClusterService on the broker (pass the broker's kubeconfig or context)."""
+    from lightkube import ApiError
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Namespace
+    from lightkube.types import PatchType
+
+    from isthmus.api.mcs import AFFINITY_ANNOTATION, AFFINITY_VALUES
+    from isthmus.api.mcsvc import MultiClusterService
+    from isthmus.kube.client import make_client
+    from isthmus.kube.helpers import get_or_none
+    from isthmus.kube.resources import resource_for
+
+    kinds = [t for value in types for t in _split(value)]
+    if affinity is not None and affinity not in AFFINITY_VALUES:
+        raise fail(f"--affinity must be one of {', '.join(AFFINITY_VALUES)}, not {affinity!r}")
+    spec: dict[str, Any] = {"types": kinds}
+    if ports:
+        spec["ports"] = _ports(ports)
+    if providers is not None:
+        spec["providerClusters"] = [{"name": c} for c in _split(providers)]
+    if consumers is not None:
+        spec["consumerClusters"] = [{"name": c} for c in _split(consumers)]
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if affinity is not None:
+        meta["annotations"] = {AFFINITY_ANNOTATION: affinity}
+    body = {"apiVersion": MultiClusterService.crd.api_version, "kind": MultiClusterService.crd.kind,
+            "metadata": meta, "spec": spec}
+
+    async def write() -> str:
+        client = make_client(kubeconfig, context, timeout=10.0)
+        try:
+            res: Any = resource_for(MultiClusterService)
+            if await get_or_none(client, Namespace, namespace) is None:
+                await client.create(Namespace(metadata=ObjectMeta(name=namespace)))
+            before = await get_or_none(client, res, name, namespace=namespace)
+            after = await client.patch(res, name, body, namespace=namespace, patch_type=PatchType.APPLY,
+                                       field_manager="isthmus-expose", force=True)
+            if before is None:
+                return "created"
+            return "unchanged" if before.metadata.resourceVersion == after.metadata.resourceVersion else "configured"
+        finally:
+            await client.close()
+
+    try:
+        change = asyncio.run(write())
+    except ApiError as err:
+        raise fail(err.status.message or str(err)) from None
+    typer.echo(f"multiclusterservice {namespace}/{name} {change}")
+
+
+def show_mcs(req: ShowRequest) -> None:
+    """`isthmus show mcs`: each MultiClusterService, its clusters, conditions and address."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from isthmus.api.mcsvc import MultiClusterService
+    from isthmus.kube.client import make_client
+    from isthmus.kube.resources import resource_for
+    from isthmus.mcsvc.views import mcs_rows
+
+    async def gather() -> list[dict[str, Any]]:
+        client = make_client(req.kubeconfig, req.context, timeout=10.0)
+        try:
+            res: Any = resource_for(MultiClusterService)
+            return mcs_rows([o.to_dict() async for o in client.list(res, namespace=req.namespace or "*")])
+        finally:
+            await client.close()
+
+    rows = asyncio.run(gather())
+    if req.output == "json":
+        typer.echo(json.dumps({"items": rows}, indent=2))
+        return
+    if not rows:
+        typer.echo("no multiclusterservices" + (f" in namespace {req.namespace}" if req.namespace else ""), err=True)
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
+    for col in ("NAMESPACE", "NAME", "TYPES", "CLUSTER", "ROLE", "STATE", "READY", "ADDRESS", "PROBLEM"):
+        table.add_column(col, no_wrap=col != "PROBLEM")
+    for r in rows:
+        table.add_row(r["namespace"], r["name"], ",".join(r["types"]), "", "", "", r["ready"], r["address"] or "-",
+                      r["problem"] or "-")
+        for c in r["clusters"]:
+            table.add_row("", "", "", c["name"], c["role"], c["state"], "", "", c["problem"] or "")
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=1000)
+    console.print(table)
+
+
+register_show("mcs", show_mcs)
+register_show("multiclusterservices", show_mcs)

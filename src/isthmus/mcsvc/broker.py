@@ -1,0 +1,285 @@
+"""The broker side of exposure, `isthmus mcsvc-broker`: leader-elected, one per broker.
+
+Keyed by `<namespace>/<name>` of the MultiClusterService. A reconcile:
+
+- holds the finalizer while the object lives; on delete it removes the load balancer and waits
+  until every live member cluster removed its report (= what it made there), then lets go;
+- warns `ClusterNotFound` once per unknown cluster name (ignored otherwise, the seed's rule);
+- for LoadBalancer, hands the provider the collected backends of the provider clusters
+  (Get → Ensure or Update); when LoadBalancer leaves `types`, EnsureDeleted;
+- writes status: `loadBalancer`, the conditions summarised from the member reports (plan.py), the
+  resolved providers/consumers and the address (printer columns), and drops the reports of
+  clusters that left the clusterset.
+
+A member cluster that is registered but silent (no heartbeat for `grace`) does not hold a delete
+up: its controller removes its leftovers when it comes back (orphan sweep at start).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, cast
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.types import PatchType
+
+from isthmus.api.base import conditions_equal, merge_conditions
+from isthmus.api.mcs import HEARTBEAT_ANNOTATION, SOURCE_CLUSTER_LABEL, Cluster
+from isthmus.api.mcsvc import (
+    BROKER_FIELD_MANAGER,
+    BROKER_LEASE,
+    CONTROLLER_NAMESPACE,
+    FINALIZER,
+    MCS_LABEL,
+    MCS_NAMESPACE_LABEL,
+    SLICE_MANAGED_BY_LABEL,
+    SLICE_MANAGED_BY_VALUE,
+    EventReason,
+    ExposureType,
+    LoadBalancerStatus,
+    MultiClusterService,
+    named_consumers,
+    named_providers,
+    resolve,
+)
+from isthmus.kube import helpers, keys
+from isthmus.kube.resources import resource_for
+from isthmus.mcsvc.plan import backends, show_clusters, summarize
+from isthmus.mcsvc.provider import MCSLoadBalancer, ProviderError
+from isthmus.runtime import (
+    Controller,
+    EventRecorder,
+    LeaderElector,
+    Result,
+    SharedInformerFactory,
+    object_labels,
+    object_name,
+    object_namespace,
+)
+
+log = logging.getLogger(__name__)
+
+MCSResource: Any = resource_for(MultiClusterService)
+DEFAULT_GRACE = 60.0
+RETRY_SECONDS = 5.0
+DELETE_POLL = 1.0
+
+
+def _key(obj: Any) -> list[str]:
+    return [f"{object_namespace(obj)}/{object_name(obj)}"]
+
+
+def _collected_key(obj: Any) -> list[str]:
+    labels = object_labels(obj)
+    ns, name = labels.get(MCS_NAMESPACE_LABEL), labels.get(MCS_LABEL)
+    return [f"{ns}/{name}"] if ns and name else []
+
+
+class BrokerController:
+    def __init__(
+        self,
+        client: AsyncClient,
+        provider: MCSLoadBalancer,
+        *,
+        broker_namespace: str,
+        identity: str,
+        grace: float = DEFAULT_GRACE,
+        workers: int = 4,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ) -> None:
+        self.client = client
+        self.provider = provider
+        self.broker_ns = broker_namespace
+        self.grace = grace
+        self.workers = workers
+        self.recorder = EventRecorder(client, BROKER_FIELD_MANAGER, instance=identity)
+        self.elector = LeaderElector(client, BROKER_LEASE, CONTROLLER_NAMESPACE, identity=identity,
+                                     lease_duration=lease_duration, renew_deadline=renew_deadline,
+                                     retry_period=retry_period)
+        self.ready = False
+        self._warned: dict[str, tuple[str, ...]] = {}
+        self._lb_problem: dict[str, str] = {}
+        self._beats: dict[str, tuple[str, float]] = {}
+        """cluster → (last heartbeat value seen, monotonic time it changed)."""
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.elector.run(self._lead)
+        finally:
+            await self.recorder.aclose()
+
+    async def _lead(self) -> None:
+        factory = SharedInformerFactory(self.client)
+        self.mcs = factory.informer(MCSResource)
+        self.clusters = factory.informer(resource_for(Cluster), self.broker_ns)
+        self.collected = factory.informer(EndpointSlice, self.broker_ns,
+                                          labels={SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY_VALUE})
+        c = Controller("mcsvc-broker", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
+        c.watch(self.mcs, _key)
+        c.watch(self.collected, _collected_key)
+        c.watch(self.clusters, lambda _o: self._all_keys(),
+                predicate=lambda old, new: old is None or object_name(old) != object_name(new))
+        for informer, keyfn in self.provider.watches(factory):
+            c.watch(informer, keyfn)
+        self.controller = c
+        factory.start()
+        try:
+            await factory.wait_synced()
+            self.ready = True
+            log.info("mcsvc-broker leading (provider %s)", self.provider.name)
+            await c.run()
+        finally:
+            self.ready = False
+            await factory.stop()
+
+    def _all_keys(self) -> list[str]:
+        return sorted({k for o in self.mcs.cache.list() for k in _key(o)})
+
+    def _live(self) -> set[str]:
+        """Registered clusters whose heartbeat changed within the grace, as this controller saw it
+        (its own monotonic clock: clock skew between hosts cannot matter)."""
+        now = time.monotonic()
+        live = set()
+        for raw in self.clusters.cache.list():
+            name = object_name(raw)
+            beat = ((cast(Any, raw).to_dict().get("metadata") or {}).get("annotations") or {}).get(
+                HEARTBEAT_ANNOTATION, "")
+            seen = self._beats.get(name)
+            if seen is None or seen[0] != beat:
+                self._beats[name] = (beat, now)
+                seen = self._beats[name]
+            if now - seen[1] <= self.grace:
+                live.add(name)
+        return live
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def reconcile(self, key: str) -> Result | None:
+        try:
+            return await self._reconcile(key)
+        except ApiError as e:
+            if helpers.is_conflict(e):
+                return Result(requeue_after=0.05)
+            raise
+
+    async def _reconcile(self, key: str) -> Result | None:
+        ns, name = keys.service_of(key)
+        raw = self.mcs.cache.get(key)
+        if raw is None:
+            self._warned.pop(key, None)
+            self._lb_problem.pop(key, None)
+            return None
+        mcs = MultiClusterService.from_dict(raw)
+        if mcs.deleting:
+            return await self._finalize(mcs, raw)
+        if FINALIZER not in (mcs.metadata.finalizers or []):
+            await cast(Any, self.client).patch(
+                MCSResource, name, {"metadata": {"finalizers": [*(mcs.metadata.finalizers or []), FINALIZER],
+                                                 "resourceVersion": mcs.metadata.resource_version}},
+                namespace=ns, patch_type=PatchType.MERGE, field_manager=BROKER_FIELD_MANAGER)
+            return None  # the update brings us back with the new resourceVersion
+        registered = [object_name(o) for o in self.clusters.cache.list()]
+        providers, unknown_p = resolve(named_providers(mcs), registered)
+        consumers, unknown_c = resolve(named_consumers(mcs), registered)
+        unknown = tuple(sorted(set(unknown_p) | set(unknown_c)))
+        if unknown and self._warned.get(key) != unknown:
+            self.recorder.warning(raw, EventReason.CLUSTER_NOT_FOUND,
+                                  f"cluster(s) {', '.join(unknown)} not found in the clusterset: ignored "
+                                  f"(registered: {', '.join(sorted(registered)) or 'none'})")
+        self._warned[key] = unknown
+
+        lb_status, problem = await self._load_balancer(mcs, raw, providers)
+        conditions = summarize(mcs, providers, consumers, lb_status, problem)
+        wanted = {c.type for c in conditions}
+        merged = merge_conditions([c for c in mcs.status.conditions if c.type in wanted], conditions)
+        status: dict[str, Any] = {}
+        if not conditions_equal(merged, mcs.status.conditions):
+            status["conditions"] = [c.to_dict() for c in merged]
+        lb_dict = lb_status.to_dict() if lb_status is not None and lb_status.ingress else None
+        current_lb = mcs.status.load_balancer.to_dict() if mcs.status.load_balancer is not None else None
+        if (current_lb or None) != lb_dict:
+            status["loadBalancer"] = lb_dict  # None clears it (merge patch)
+        summary = {
+            "providers": show_clusters(providers, named_providers(mcs)),
+            "consumers": show_clusters(consumers, named_consumers(mcs)) if mcs.has_type(
+                ExposureType.CROSS_CLUSTER) else None,
+            "address": ",".join(i.ip or i.hostname or "" for i in (lb_status.ingress if lb_status else None) or [])
+            or None,
+            "observedGeneration": mcs.metadata.generation,
+        }
+        current = mcs.status.to_dict()
+        for field, value in summary.items():
+            if current.get(field) != value:
+                status[field] = value
+        kept = [r for r in mcs.status.clusters if r.name in registered]
+        if len(kept) != len(mcs.status.clusters):
+            status["clusters"] = [r.to_dict() for r in kept]  # clusters that left the clusterset
+        if status:
+            await cast(Any, self.client).patch(
+                MCSResource.Status, name, {"metadata": {"resourceVersion": mcs.metadata.resource_version},
+                                           "status": status},
+                namespace=ns, patch_type=PatchType.MERGE, field_manager=BROKER_FIELD_MANAGER)
+        return Result(requeue_after=RETRY_SECONDS) if problem else None
+
+    async def _load_balancer(self, mcs: MultiClusterService, raw: Any,
+                             providers: list[str]) -> tuple[LoadBalancerStatus | None, str | None]:
+        key = f"{mcs.namespace}/{mcs.name}"
+        if not mcs.has_type(ExposureType.LOAD_BALANCER):
+            _, exists = await self.provider.get(mcs)
+            if exists or mcs.status.load_balancer is not None:
+                await self.provider.ensure_deleted(mcs)
+                self.recorder.normal(raw, EventReason.LB_DELETED,
+                                     f"load balancer deleted ({self.provider.name}): LoadBalancer is no longer "
+                                     "in spec.types")
+            self._lb_problem.pop(key, None)
+            return None, None
+        collected = [cast(Any, o).to_dict() for o in self.collected.cache.list() if _collected_key(o) == [key]]
+        found = backends(collected, providers)
+        try:
+            _, exists = await self.provider.get(mcs)
+            status = await (self.provider.update(mcs, found) if exists else self.provider.ensure(mcs, found))
+        except ProviderError as e:
+            message = f"{self.provider.name} load balancer: {e}"
+            if self._lb_problem.get(key) != message:
+                self.recorder.warning(raw, EventReason.LB_FAILED, message)
+            self._lb_problem[key] = message
+            return mcs.status.load_balancer, message
+        if self._lb_problem.pop(key, None) is not None or not exists:
+            self.recorder.normal(raw, EventReason.LB_ENSURED,
+                                 f"load balancer ensured ({self.provider.name}) over "
+                                 f"{sum(len(v) for v in found.servers.values())} endpoints of "
+                                 f"{', '.join(found.clusters) or 'no cluster yet'}")
+        return status, None
+
+    async def _finalize(self, mcs: MultiClusterService, raw: Any) -> Result | None:
+        if FINALIZER not in (mcs.metadata.finalizers or []):
+            return None
+        try:
+            await self.provider.ensure_deleted(mcs)
+        except ProviderError as e:
+            self.recorder.warning(raw, EventReason.LB_FAILED, f"cannot delete the load balancer: {e}")
+            return Result(requeue_after=RETRY_SECONDS)
+        live = self._live()
+        pending = sorted(r.name for r in mcs.status.clusters if r.name in live)
+        key = f"{mcs.namespace}/{mcs.name}"
+        leftovers = sorted({object_labels(o).get(SOURCE_CLUSTER_LABEL, "")
+                            for o in self.collected.cache.list() if _collected_key(o) == [key]} & live)
+        if pending or leftovers:
+            return Result(requeue_after=DELETE_POLL)  # members are removing what they made
+        finalizers = [f for f in mcs.metadata.finalizers or [] if f != FINALIZER]
+        try:
+            await cast(Any, self.client).patch(
+                MCSResource, mcs.name, {"metadata": {"finalizers": finalizers or None,
+                                                     "resourceVersion": mcs.metadata.resource_version}},
+                namespace=mcs.namespace, patch_type=PatchType.MERGE, field_manager=BROKER_FIELD_MANAGER)
+        except ApiError as e:
+            if not helpers.is_not_found(e):
+                raise
+        self.recorder.normal(raw, EventReason.CLEANED_UP, "every cluster removed what this object made")
+        self._warned.pop(key, None)
+        return None

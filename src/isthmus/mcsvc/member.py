@@ -1,0 +1,404 @@
+"""The member side of exposure, `isthmus mcsvc`: one per member cluster, leader-elected.
+
+Pull model, as the rest of Isthmus: it reads MultiClusterServices from the broker and acts only in
+its own cluster (docs/mcsvc.md). Keyed by `<namespace>/<name>` of the MultiClusterService; a
+reconcile reads everything from caches and converges:
+
+- in a provider cluster: the Service's check (it exists; every `spec.ports` entry is one of its
+  ports), then for CrossCluster a ServiceExport labelled as made by the MultiClusterService (a
+  user's own ServiceExport is left alone) carrying discovery's exported-ports and consumer-clusters
+  annotations and the affinity as an exported annotation; for LoadBalancer the Service's ready
+  endpoints collected into an EndpointSlice on the broker (the load balancer's backends);
+- anywhere else: removal of what a previous reconcile made here (a removed type, a cluster no
+  longer a provider, the object deleted);
+- this cluster's report in the object's `status.clusters` (the broker controller summarises them
+  into the conditions).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, cast
+
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta as KubeObjectMeta
+from lightkube.models.meta_v1 import OwnerReference as KubeOwnerReference
+from lightkube.resources.core_v1 import Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.types import PatchType
+
+from isthmus.api.base import ObjectMeta
+from isthmus.api.mcs import (
+    AFFINITY_ANNOTATION,
+    CONSUMER_CLUSTERS_ANNOTATION,
+    EXPORTED_PORTS_ANNOTATION,
+    ISTHMUS_GROUP,
+    ISTHMUS_VERSION,
+    SOURCE_CLUSTER_LABEL,
+    Cluster,
+    ServiceExport,
+    ServiceExportSpec,
+    ServiceImport,
+)
+from isthmus.api.mcsvc import (
+    CONTROLLER_NAMESPACE,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MCS_LABEL,
+    MCS_NAMESPACE_LABEL,
+    MEMBER_FIELD_MANAGER,
+    MEMBER_LEASE,
+    PERMANENT_ID_LABEL,
+    SERVICE_PORTS_ANNOTATION,
+    SLICE_MANAGED_BY_LABEL,
+    SLICE_MANAGED_BY_VALUE,
+    ClusterReport,
+    EventReason,
+    ExportOwner,
+    ExposureType,
+    MultiClusterService,
+    collected_slice_name,
+    format_service_ports,
+    named_consumers,
+    named_providers,
+    port_selector,
+    resolve,
+)
+from isthmus.kube import helpers, keys
+from isthmus.kube.endpointslices import endpoint_ready, own_slices, pod_endpoints
+from isthmus.kube.resources import resource_for
+from isthmus.mcsvc.plan import exposed_ports, missing_ports
+from isthmus.runtime import (
+    Controller,
+    EventRecorder,
+    LeaderElector,
+    Result,
+    SharedInformerFactory,
+    object_labels,
+    object_name,
+    object_namespace,
+)
+
+log = logging.getLogger(__name__)
+
+MCSResource: Any = resource_for(MultiClusterService)
+RETRY_SECONDS = 5.0
+
+
+def _key(obj: Any) -> list[str]:
+    return [f"{object_namespace(obj)}/{object_name(obj)}"]
+
+
+def _collected_key(obj: Any) -> list[str]:
+    labels = object_labels(obj)
+    ns, name = labels.get(MCS_NAMESPACE_LABEL), labels.get(MCS_LABEL)
+    return [f"{ns}/{name}"] if ns and name else []
+
+
+class MemberController:
+    """`isthmus mcsvc` for one member cluster. `run()` until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        cluster: AsyncClient,
+        broker: AsyncClient,
+        cluster_id: str,
+        broker_namespace: str,
+        identity: str,
+        workers: int = 4,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ) -> None:
+        self.cluster = cluster
+        self.broker = broker
+        self.cluster_id = cluster_id
+        self.broker_ns = broker_namespace
+        self.workers = workers
+        self.recorder = EventRecorder(broker, f"{MEMBER_FIELD_MANAGER}/{cluster_id}", instance=identity)
+        self.elector = LeaderElector(cluster, MEMBER_LEASE, CONTROLLER_NAMESPACE, identity=identity,
+                                     lease_duration=lease_duration, renew_deadline=renew_deadline,
+                                     retry_period=retry_period)
+        self.ready = False
+        self.controller: Controller | None = None
+        self._reported: dict[str, tuple[str, str]] = {}
+        """key → (reason, message) of the last failure event, so one problem is one Event."""
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.elector.run(self._lead)
+        finally:
+            await self.recorder.aclose()
+
+    async def _lead(self) -> None:
+        local = SharedInformerFactory(self.cluster)
+        broker = SharedInformerFactory(self.broker)
+        self.services = local.informer(Service)
+        self.exports = local.informer(resource_for(ServiceExport))
+        self.imports = local.informer(resource_for(ServiceImport))
+        self.slices = local.informer(EndpointSlice)
+        self.slices.add_indexer("kube-service", keys.kube_slice_keys)
+        self.mcs = broker.informer(MCSResource)
+        self.clusters = broker.informer(resource_for(Cluster), self.broker_ns)
+        self.collected = broker.informer(EndpointSlice, self.broker_ns, labels={
+            SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY_VALUE, SOURCE_CLUSTER_LABEL: self.cluster_id})
+        c = Controller(f"mcsvc-{self.cluster_id}", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
+        c.watch(self.mcs, _key)
+        c.watch(self.services, _key)
+        c.watch(self.exports, _key)
+        c.watch(self.imports, _key)
+        c.watch(self.slices, lambda o: list(keys.kube_slice_keys(o)))
+        c.watch(self.collected, _collected_key)
+        # Joins and leaves change who provides and consumes (heartbeats are annotations only).
+        c.watch(self.clusters, lambda _o: self._all_keys(),
+                predicate=lambda old, new: old is None or object_name(old) != object_name(new))
+        self.controller = c
+        local.start()
+        broker.start()
+        try:
+            await local.wait_synced()
+            await broker.wait_synced()
+            for key in self._orphan_keys():  # objects whose MultiClusterService went while we were down
+                c.enqueue(key)
+            self.ready = True
+            log.info("mcsvc controller of cluster %s leading", self.cluster_id)
+            await c.run()
+        finally:
+            self.ready = False
+            self.controller = None
+            await local.stop()
+            await broker.stop()
+
+    def _all_keys(self) -> list[str]:
+        return sorted({k for o in self.mcs.cache.list() for k in _key(o)})
+
+    def _orphan_keys(self) -> list[str]:
+        found = {k for o in self.collected.cache.list() for k in _collected_key(o)}
+        found |= {k for o in self.exports.cache.list()
+                  if object_labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE for k in _key(o)}
+        return sorted(found)
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def reconcile(self, key: str) -> Result | None:
+        ns, name = keys.service_of(key)
+        raw = self.mcs.cache.get(key)
+        mcs = MultiClusterService.from_dict(raw) if raw is not None else None
+        if mcs is None or mcs.deleting:
+            await self._remove_export(ns, name)
+            await self._remove_collected(ns, name)
+            if mcs is not None:
+                await self._write_report(mcs, None)
+            self._reported.pop(key, None)
+            return None
+        known = [object_name(o) for o in self.clusters.cache.list()]
+        providers, _ = resolve(named_providers(mcs), known)
+        consumers, _ = resolve(named_consumers(mcs), known)
+        report = ClusterReport(name=self.cluster_id, provider=self.cluster_id in providers,
+                               consumer=self.cluster_id in consumers,
+                               observed_generation=mcs.metadata.generation)
+        retry = False
+        if report.provider:
+            retry = await self._provide(mcs, report, consumers if named_consumers(mcs) else None)
+        else:
+            await self._remove_export(ns, name)
+            await self._remove_collected(ns, name)
+        if report.consumer and mcs.has_type(ExposureType.CROSS_CLUSTER):
+            report.imported = self.imports.cache.get(key) is not None
+        try:
+            await self._write_report(mcs, report)
+        except ApiError as e:
+            if helpers.is_conflict(e):
+                return Result(requeue_after=0.05)
+            raise
+        return Result(requeue_after=RETRY_SECONDS) if retry else None
+
+    async def _provide(self, mcs: MultiClusterService, report: ClusterReport, consumers: list[str] | None) -> bool:
+        """The provider's part; fills `report`. Returns whether to look again (a failure)."""
+        ns, name = mcs.namespace or "", mcs.name
+        key = f"{ns}/{name}"
+        raw = self.services.cache.get(key)
+        service: Service | None = raw
+        cross = mcs.has_type(ExposureType.CROSS_CLUSTER)
+        lb = mcs.has_type(ExposureType.LOAD_BALANCER)
+        if service is None:
+            report.service_applied, report.reason = False, "ServiceNotFound"
+            report.message = (f"Service {ns}/{name} does not exist in cluster {self.cluster_id}; retrying: "
+                              "the service is exposed from this cluster as soon as it appears")
+            self._warn(mcs, EventReason.SYNC_SERVICE_FAILED, report.message)
+            # Karmada accepts and retries: what CrossCluster made stays (the export waits for the
+            # Service, as MCS allows); the load balancer has no endpoints from here meanwhile.
+            if cross:
+                await self._ensure_export(mcs, report, consumers)
+            else:
+                await self._remove_export(ns, name)
+            await self._remove_collected(ns, name)
+            return True
+        missing = missing_ports(mcs.spec.ports, service)
+        if missing:
+            report.service_applied, report.reason = False, "PortNotFound"
+            report.message = (f"Service {ns}/{name} in cluster {self.cluster_id} has no port {', '.join(missing)} "
+                              f"(its ports: {_describe_ports(service)}); nothing changed in this cluster: fix "
+                              "spec.ports or the Service")
+            self._warn(mcs, EventReason.SYNC_SERVICE_FAILED, report.message)
+            return True
+        report.service_applied, report.reason = True, EventReason.SYNC_SERVICE_SUCCEED.value
+        report.message = f"Service {ns}/{name} is exposed from cluster {self.cluster_id}"
+        own = own_slices(name, self.slices.cache.by_index("kube-service", key))
+        report.ready_endpoints = sum(1 for s in own for ep in s.endpoints or [] if endpoint_ready(ep.conditions)
+                                     for _ in ep.addresses or [])
+        if self._reported.pop(key, None) is not None:
+            self.recorder.normal(self._mcs_raw(mcs), EventReason.SYNC_SERVICE_SUCCEED,
+                                 f"cluster {self.cluster_id}: {report.message}")
+        if cross:
+            await self._ensure_export(mcs, report, consumers)
+        else:
+            await self._remove_export(ns, name)
+        if lb:
+            await self._ensure_collected(mcs, service, own)
+        else:
+            await self._remove_collected(ns, name)
+        return False
+
+    def _mcs_raw(self, mcs: MultiClusterService) -> Any:
+        return self.mcs.cache.get(f"{mcs.namespace}/{mcs.name}") or mcs
+
+    def _warn(self, mcs: MultiClusterService, reason: EventReason, message: str) -> None:
+        key = f"{mcs.namespace}/{mcs.name}"
+        if self._reported.get(key) == (reason.value, message):
+            return
+        self._reported[key] = (reason.value, message)
+        self.recorder.warning(self._mcs_raw(mcs), reason, f"cluster {self.cluster_id}: {message}")
+
+    # -- CrossCluster: the ServiceExport
+
+    def _desired_export(self, mcs: MultiClusterService, consumers: list[str] | None) -> ServiceExport:
+        annotations: dict[str, str] = {}
+        selector = port_selector(mcs.spec.ports)
+        if selector is not None:
+            annotations[EXPORTED_PORTS_ANNOTATION] = selector
+        if consumers is not None:
+            annotations[CONSUMER_CLUSTERS_ANNOTATION] = ",".join(consumers)
+        affinity = (mcs.metadata.annotations or {}).get(AFFINITY_ANNOTATION)
+        labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, MCS_LABEL: mcs.name}
+        if mcs.permanent_id:
+            labels[PERMANENT_ID_LABEL] = mcs.permanent_id
+        return ServiceExport(
+            metadata=ObjectMeta(name=mcs.name, namespace=mcs.namespace, labels=labels,
+                                annotations=annotations or None),
+            spec=ServiceExportSpec(exported_annotations={AFFINITY_ANNOTATION: affinity} if affinity else None),
+        )
+
+    async def _ensure_export(self, mcs: MultiClusterService, report: ClusterReport,
+                             consumers: list[str] | None) -> None:
+        key = f"{mcs.namespace}/{mcs.name}"
+        raw = self.exports.cache.get(key)
+        if raw is not None and object_labels(raw).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+            report.export = ExportOwner.USER.value
+            if self._reported.get(key + "#user") is None:
+                self._reported[key + "#user"] = ("", "")
+                self.recorder.normal(
+                    self._mcs_raw(mcs), EventReason.EXPORT_OWNED_BY_USER,
+                    f"cluster {self.cluster_id}: a ServiceExport {key} made by a user exists; it is used as it "
+                    "is and never changed or deleted, so spec.ports and the consumer list do not narrow this "
+                    "cluster's export")
+            return
+        report.export = ExportOwner.MCS.value
+        desired = self._desired_export(mcs, consumers)
+        if raw is not None:
+            current = ServiceExport.from_dict(raw)
+            ours = {k: v for k, v in (current.metadata.annotations or {}).items()
+                    if k in (EXPORTED_PORTS_ANNOTATION, CONSUMER_CLUSTERS_ANNOTATION)}
+            if ((current.metadata.labels or {}) == desired.metadata.labels
+                    and ours == (desired.metadata.annotations or {})
+                    and current.spec.exported_annotations == desired.spec.exported_annotations):
+                return
+        try:
+            await helpers.apply(self.cluster, desired, field_manager=MEMBER_FIELD_MANAGER, force=True)
+        except ApiError as e:
+            if helpers.is_not_found(e):  # the namespace does not exist here (yet)
+                report.service_applied, report.reason = False, "NamespaceNotFound"
+                report.message = f"namespace {mcs.namespace} does not exist in cluster {self.cluster_id}"
+                report.export = None
+                return
+            raise
+
+    async def _remove_export(self, ns: str, name: str) -> None:
+        raw = self.exports.cache.get(f"{ns}/{name}")
+        if raw is None or object_labels(raw).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+            return  # nothing of ours (a user's export is never deleted)
+        if object_labels(raw).get(MCS_LABEL) != name:
+            return
+        await helpers.ensure_deleted(self.cluster, ServiceExport, name, namespace=ns)
+
+    # -- LoadBalancer: the collected EndpointSlice on the broker
+
+    def _cluster_owner(self) -> KubeOwnerReference | None:
+        obj = self.clusters.cache.get(f"{self.broker_ns}/{self.cluster_id}")
+        uid = cast(Any, obj).to_dict().get("metadata", {}).get("uid") if obj is not None else None
+        if not uid:
+            return None
+        return KubeOwnerReference(apiVersion=f"{ISTHMUS_GROUP}/{ISTHMUS_VERSION}", kind="Cluster",
+                                  name=self.cluster_id, uid=uid, blockOwnerDeletion=False)
+
+    async def _ensure_collected(self, mcs: MultiClusterService, service: Service, own: list[EndpointSlice]) -> None:
+        ns, name = mcs.namespace or "", mcs.name
+        endpoints, ports = pod_endpoints(own)
+        exposed = exposed_ports(mcs.spec.ports, service)
+        names = {p[0] for p in exposed}
+        owner = self._cluster_owner()
+        slice_name = collected_slice_name(ns, name, self.cluster_id)
+        desired = EndpointSlice(
+            metadata=KubeObjectMeta(
+                name=slice_name, namespace=self.broker_ns,
+                labels={SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY_VALUE, SOURCE_CLUSTER_LABEL: self.cluster_id,
+                        MCS_LABEL: name, MCS_NAMESPACE_LABEL: ns},
+                annotations={SERVICE_PORTS_ANNOTATION: format_service_ports(exposed)},
+                ownerReferences=[owner] if owner is not None else None,
+            ),
+            addressType="IPv4",
+            endpoints=endpoints,
+            ports=[p for p in ports if (p.name or "") in names],
+        )
+        current = self.collected.cache.get(f"{self.broker_ns}/{slice_name}")
+        if current is not None and _slice_body(current) == _slice_body(desired):
+            return
+        await helpers.apply(self.broker, desired, field_manager=MEMBER_FIELD_MANAGER, force=True)
+
+    async def _remove_collected(self, ns: str, name: str) -> None:
+        slice_name = collected_slice_name(ns, name, self.cluster_id)
+        if self.collected.cache.get(f"{self.broker_ns}/{slice_name}") is not None:
+            await helpers.ensure_deleted(self.broker, EndpointSlice, slice_name, namespace=self.broker_ns)
+
+    # -- the report
+
+    async def _write_report(self, mcs: MultiClusterService, report: ClusterReport | None) -> None:
+        """Replace this cluster's entry in status.clusters (None: remove it), resourceVersion-checked."""
+        entries = [e for e in mcs.status.clusters if e.name != self.cluster_id]
+        if report is not None:
+            entries.append(report)
+        entries.sort(key=lambda e: e.name)
+        if [e.to_dict() for e in entries] == [e.to_dict() for e in sorted(mcs.status.clusters, key=lambda e: e.name)]:
+            return
+        body = {"metadata": {"resourceVersion": mcs.metadata.resource_version},
+                "status": {"clusters": [e.to_dict() for e in entries]}}
+        try:
+            await cast(Any, self.broker).patch(MCSResource.Status, mcs.name, body, namespace=mcs.namespace,
+                                               patch_type=PatchType.MERGE, field_manager=MEMBER_FIELD_MANAGER)
+        except ApiError as e:
+            if not helpers.is_not_found(e):
+                raise
+
+
+def _describe_ports(service: Service) -> str:
+    ports = (service.spec.ports if service.spec is not None else None) or []
+    return ", ".join(f"{p.name}:{p.port}" if p.name else str(p.port) for p in ports) or "none"
+
+
+def _slice_body(obj: Any) -> tuple[Any, ...]:
+    d = cast(dict[str, Any], obj.to_dict())
+    meta = d.get("metadata") or {}
+    return (d.get("endpoints") or [], d.get("ports") or [], meta.get("labels") or {},
+            meta.get("annotations") or {}, [r.get("uid") for r in meta.get("ownerReferences") or []])
