@@ -32,7 +32,7 @@ from lightkube.models.meta_v1 import ObjectMeta as LkObjectMeta
 from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.core_v1 import Namespace, Secret, ServiceAccount, ServiceAccountToken
 from lightkube.resources.discovery_v1 import EndpointSlice
-from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
+from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role, RoleBinding
 
 from isthmus.api.base import ObjectMeta, format_time, now
 from isthmus.api.mcs import (
@@ -211,10 +211,17 @@ async def _grant(client: AsyncClient, namespace: str, cluster_id: str) -> None:
         ),
         _binding(own, namespace, own, account),
         _binding(member_binding_name(cluster_id), namespace, BROKER_MEMBER_ROLE, account),
+        # Beyond the broker namespace (exposure reads MultiClusterServices where the services live).
+        ClusterRoleBinding(
+            metadata=LkObjectMeta(name=cluster_binding_name(namespace, cluster_id)),
+            roleRef=RoleRef(apiGroup="rbac.authorization.k8s.io", kind="ClusterRole", name=BROKER_MEMBER_ROLE),
+            subjects=[Subject(kind="ServiceAccount", name=account, namespace=namespace)],
+        ),
     ]
     try:
         for obj in objects:
-            await cast(Any, client).apply(obj, field_manager=FIELD_MANAGER, force=True, namespace=namespace)
+            scoped = None if isinstance(obj, ClusterRoleBinding) else namespace
+            await cast(Any, client).apply(obj, field_manager=FIELD_MANAGER, force=True, namespace=scoped)
     except ApiError as err:
         if status_code(err) == 403:
             raise DiscoveryError(
@@ -222,6 +229,12 @@ async def _grant(client: AsyncClient, namespace: str, cluster_id: str) -> None:
                 f"({err.status.message}): pass the broker's admin kubeconfig as --broker-kubeconfig"
             ) from None
         raise
+
+
+def cluster_binding_name(namespace: str, cluster_id: str) -> str:
+    """ClusterRoleBinding granting cluster `cluster_id` of the broker in `namespace` the ClusterRole
+    BROKER_MEMBER_ROLE (cluster-scoped, hence the namespace in its name)."""
+    return f"{BROKER_MEMBER_ROLE}-{namespace}-{cluster_id}"
 
 
 async def _member_token(client: AsyncClient, namespace: str, cluster_id: str) -> str:
@@ -244,6 +257,7 @@ async def _member_token(client: AsyncClient, namespace: str, cluster_id: str) ->
 async def _revoke(client: AsyncClient, namespace: str, cluster_id: str) -> int:
     """Delete what _grant made; deleting the ServiceAccount invalidates every token issued for it."""
     removed = 0
+    removed += await ensure_deleted(client, ClusterRoleBinding, cluster_binding_name(namespace, cluster_id))
     for res, name in (
         (RoleBinding, member_binding_name(cluster_id)),
         (RoleBinding, cluster_role_name(cluster_id)),

@@ -1,0 +1,346 @@
+"""MultiClusterService end to end in one process: a broker and three members (embedded apiservers),
+every member's discovery agent and exposure controller under its own broker credentials, and the
+broker controller with the `fake` load-balancer provider (the seed's tests run on it)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from lightkube.resources.core_v1 import Event, Namespace, Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+
+from isthmus.api.mcs import AFFINITY_ANNOTATION, CONSUMER_CLUSTERS_ANNOTATION, EXPORTED_PORTS_ANNOTATION
+from isthmus.api.mcsvc import FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, MultiClusterService
+from isthmus.kube.resources import resource_for
+from isthmus.mcs.membership import membership
+from isthmus.mcsvc.broker import BrokerController
+from isthmus.mcsvc.member import MemberController
+from isthmus.mcsvc.provider import FakeLoadBalancer
+from tests.integration.mcs_harness import (
+    ClusterSet,
+    as_dict,
+    endpoint_slice,
+    eventually,
+    service,
+    service_export,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+MCS: Any = resource_for(MultiClusterService)
+NS = "shop"
+
+
+class Exposure:
+    def __init__(self, cs: ClusterSet) -> None:
+        self.cs = cs
+        self.fake = FakeLoadBalancer()
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.members: list[MemberController] = []
+
+    async def start(self) -> None:
+        for m in self.cs.clusters:
+            cluster_id, info = await membership(m.client)
+            ctl = MemberController(cluster=m.client, broker=info.client(), cluster_id=cluster_id,
+                                   broker_namespace=info.namespace, identity=f"test-{cluster_id}")
+            self.members.append(ctl)
+            self.tasks.append(asyncio.create_task(ctl.run()))
+        self.broker = BrokerController(self.cs.broker_client, self.fake, broker_namespace="isthmus-broker",
+                                       identity="test-broker", grace=5.0)
+        self.tasks.append(asyncio.create_task(self.broker.run()))
+        await eventually(lambda: _true(all(c.ready for c in self.members) and self.broker.ready), timeout=30)
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            with contextlib.suppress(BaseException):
+                await t
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[ClusterSet, Exposure]]:
+    async with ClusterSet(tmp_path_factory.mktemp("mcsvc"), n=3) as cs:
+        for i in range(3):
+            await cs.ensure_namespace(i, NS)
+        for ns in (NS, "isthmus-system"):  # the broker controller's Lease lives in isthmus-system
+            await cs.broker_client.create(Namespace.from_dict({"metadata": {"name": ns}}))
+        ex = Exposure(cs)
+        await ex.start()
+        try:
+            yield cs, ex
+        finally:
+            await ex.stop()
+
+
+async def _serve(cs: ClusterSet, i: int, name: str, pod_ip: str, ports: list[dict[str, Any]] | None = None) -> None:
+    ports = ports or [{"name": "http", "port": 80, "targetPort": 8080}, {"name": "metrics", "port": 9090}]
+    await cs.put(i, service(name, NS, ports=ports, cluster_ip=f"127.{201 + i}.0.{len(name)}"))
+    await cs.put(i, endpoint_slice(name, NS, endpoints=[(pod_ip, True)],
+                                   ports=[{"name": "http", "port": 8080}, {"name": "metrics", "port": 9090}]))
+
+
+async def _mcs(cs: ClusterSet, name: str, spec: dict[str, Any], annotations: dict[str, str] | None = None) -> None:
+    meta: dict[str, Any] = {"name": name, "namespace": NS}
+    if annotations:
+        meta["annotations"] = annotations
+    obj = MCS.from_dict({"apiVersion": "networking.karmada.io/v1alpha1", "kind": "MultiClusterService",
+                         "metadata": meta, "spec": spec})
+    await cs.broker_client.apply(obj, field_manager="test", force=True)
+
+
+async def _get_mcs(cs: ClusterSet, name: str) -> dict[str, Any] | None:
+    try:
+        return as_dict(await cs.broker_client.get(MCS, name, namespace=NS))
+    except Exception:
+        return None
+
+
+def _cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return {}
+
+
+async def _events(cs: ClusterSet, name: str) -> list[tuple[str, str, str]]:
+    out = []
+    async for e in cs.broker_client.list(Event, namespace=NS):
+        if e.involvedObject.name == name and e.involvedObject.kind == "MultiClusterService":
+            out.append((e.type or "", e.reason or "", e.message or ""))
+    return out
+
+
+async def test_cross_cluster_providers_export_and_only_consumers_import(env: tuple[ClusterSet, Exposure]) -> None:
+    cs, _ = env
+    for i in (0, 1):
+        await _serve(cs, i, "web", f"127.{101 + i}.0.10")
+    await _mcs(cs, "web", {"types": ["CrossCluster"], "ports": [{"port": 80}],
+                           "providerClusters": [{"name": "c1"}, {"name": "c2"}],
+                           "consumerClusters": [{"name": "c3"}]}, {AFFINITY_ANNOTATION: "local"})
+
+    async def ready() -> dict[str, Any]:
+        obj = await _get_mcs(cs, "web")
+        assert _cond(obj, "Ready").get("status") == "True", _cond(obj, "Ready")
+        return obj or {}
+
+    obj = await eventually(ready, timeout=20)
+    assert FINALIZER in obj["metadata"]["finalizers"]
+    assert obj["status"]["providers"] == "c1,c2" and obj["status"]["consumers"] == "c3"
+    assert _cond(obj, "ServiceApplied")["status"] == "True"
+    assert _cond(obj, "EndpointSliceDispatched")["status"] == "True"
+    assert not _cond(obj, "LoadBalancerReady")
+    for i in (0, 1):  # the providers' exports: made by the MultiClusterService, narrowed to c3 and port 80
+        export = await cs.get_export(i, "web", NS)
+        assert export is not None
+        assert export["metadata"]["labels"][MANAGED_BY_LABEL] == MANAGED_BY_VALUE
+        assert export["metadata"]["annotations"][CONSUMER_CLUSTERS_ANNOTATION] == "c3"
+        assert export["metadata"]["annotations"][EXPORTED_PORTS_ANNOTATION] == "80"
+        assert export["spec"]["exportedAnnotations"] == {AFFINITY_ANNOTATION: "local"}
+    assert await cs.get_export(2, "web", NS) is None
+    imported = await cs.local_import(2, "web", NS)
+    assert imported is not None
+    assert [p["port"] for p in imported["spec"]["ports"]] == [80]  # metrics (9090) is not exposed
+    assert imported["metadata"]["annotations"][AFFINITY_ANNOTATION] == "local"
+    assert sorted(c["cluster"] for c in imported["status"]["clusters"]) == ["c1", "c2"]
+    slices = await cs.imported_slices(2, "web", NS)
+    assert len(slices) == 2
+    assert all([p["name"] for p in s["ports"]] == ["http"] for s in slices.values())
+    for i in (0, 1):  # providers that are not consumers do not import it
+        await asyncio.sleep(0.3)
+        assert await cs.local_import(i, "web", NS) is None
+
+
+async def test_missing_service_is_retried_and_proceeds_when_it_appears(env: tuple[ClusterSet, Exposure]) -> None:
+    cs, _ = env
+    await _serve(cs, 0, "late", "127.101.0.20")
+    await _mcs(cs, "late", {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}, {"name": "c2"}],
+                            "consumerClusters": [{"name": "c3"}]})
+
+    async def failing() -> dict[str, Any]:
+        c = _cond(await _get_mcs(cs, "late"), "ServiceApplied")
+        assert c.get("status") == "False" and "c2" in c["message"] and "retrying" in c["message"], c
+        return c
+
+    await eventually(failing, timeout=20)
+    assert any(t == "Warning" and r == "SyncServiceFailed" and "c2" in m for t, r, m in await _events(cs, "late"))
+    await _serve(cs, 1, "late", "127.102.0.20")
+
+    async def applied() -> bool:
+        obj = await _get_mcs(cs, "late")
+        assert _cond(obj, "ServiceApplied").get("status") == "True", _cond(obj, "ServiceApplied")
+        assert _cond(obj, "Ready").get("status") == "True", _cond(obj, "Ready")
+        return True
+
+    await eventually(applied, timeout=20)
+    imported = await eventually(lambda: cs.local_import(2, "late", NS), timeout=10)
+    assert sorted(c["cluster"] for c in imported["status"]["clusters"]) == ["c1", "c2"]
+
+
+async def test_unknown_cluster_is_warned_and_ignored(env: tuple[ClusterSet, Exposure]) -> None:
+    cs, _ = env
+    await _serve(cs, 0, "ghost", "127.101.0.30")
+    await _mcs(cs, "ghost", {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}, {"name": "c9"}],
+                             "consumerClusters": [{"name": "c2"}]})
+
+    async def warned() -> bool:
+        events = await _events(cs, "ghost")
+        assert any(r == "ClusterNotFound" and "c9" in m for _, r, m in events), events
+        return True
+
+    await eventually(warned, timeout=20)
+    await eventually(lambda: cs.local_import(1, "ghost", NS), timeout=20)
+    obj = await _get_mcs(cs, "ghost")
+    assert obj is not None and obj["status"]["providers"] == "c1"
+
+
+async def test_a_port_the_service_lacks_is_refused_and_nothing_changes(env: tuple[ClusterSet, Exposure]) -> None:
+    cs, _ = env
+    await _serve(cs, 0, "narrow", "127.101.0.40")
+    await _mcs(cs, "narrow", {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}]})
+    before = await eventually(lambda: cs.get_export(0, "narrow", NS), timeout=20)
+    await _mcs(cs, "narrow", {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}],
+                              "ports": [{"name": "grpc", "port": 50051}]})
+
+    async def refused() -> dict[str, Any]:
+        c = _cond(await _get_mcs(cs, "narrow"), "ServiceApplied")
+        assert c.get("status") == "False" and "grpc:50051" in c["message"], c
+        return c
+
+    await eventually(refused, timeout=20)
+    after = await cs.get_export(0, "narrow", NS)
+    assert after is not None and after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+async def test_a_users_own_export_is_used_and_never_touched(env: tuple[ClusterSet, Exposure]) -> None:
+    cs, _ = env
+    for i in (0, 1):
+        await _serve(cs, i, "shared", f"127.{101 + i}.0.50")
+    await cs.put(0, service_export("shared", NS))  # the user's own, in c1
+    await _mcs(cs, "shared", {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}, {"name": "c2"}]})
+
+    async def both() -> dict[str, Any]:
+        obj = await _get_mcs(cs, "shared")
+        reports = {r["name"]: r for r in (obj or {}).get("status", {}).get("clusters", [])}
+        assert reports.get("c1", {}).get("export") == "User" and reports.get("c2", {}).get("export") == \
+            "MultiClusterService", reports
+        return obj or {}
+
+    await eventually(both, timeout=20)
+    user = await cs.get_export(0, "shared", NS)
+    assert user is not None and MANAGED_BY_LABEL not in (user["metadata"].get("labels") or {})
+    await cs.broker_client.delete(MCS, "shared", namespace=NS)
+    await eventually(lambda: _true_async(_get_mcs(cs, "shared"), None), timeout=20)
+    await eventually(lambda: _true_async(cs.get_export(1, "shared", NS), None), timeout=10)  # ours: gone
+    assert await cs.get_export(0, "shared", NS) is not None  # the user's: kept
+
+
+async def _true_async(coro: Any, expected: Any) -> bool:
+    return (await coro) == expected
+
+
+async def test_load_balancer_with_the_fake_provider_and_type_changes(env: tuple[ClusterSet, Exposure]) -> None:
+    cs, ex = env
+    for i in (0, 1):
+        await _serve(cs, i, "shop", f"127.{101 + i}.0.60")
+    await _mcs(cs, "shop", {"types": ["LoadBalancer"], "ports": [{"port": 80}],
+                            "providerClusters": [{"name": "c1"}, {"name": "c2"}]})
+
+    async def balanced() -> dict[str, Any]:
+        obj = await _get_mcs(cs, "shop")
+        assert _cond(obj, "LoadBalancerReady").get("status") == "True", obj and obj.get("status")
+        servers = ex.fake.backends[f"{NS}/shop"].servers.get("http", [])
+        assert sorted(s.address for s in servers) == ["127.101.0.60", "127.102.0.60"], servers
+        return obj or {}
+
+    obj = await eventually(balanced, timeout=20)
+    assert obj["status"]["loadBalancer"]["ingress"][0]["hostname"] == "shop.shop.fake-lb.invalid"
+    assert obj["status"]["address"] == "shop.shop.fake-lb.invalid"
+    assert all(p[1] == 80 for p in ex.fake.backends[f"{NS}/shop"].ports)
+    assert await cs.get_export(0, "shop", NS) is None  # LoadBalancer alone exports nothing
+    # An endpoint change in a provider reaches the load balancer's backends.
+    await cs.put(0, endpoint_slice("shop", NS, endpoints=[("127.101.0.61", True)],
+                                   ports=[{"name": "http", "port": 8080}]))
+
+    async def moved() -> bool:
+        servers = ex.fake.backends[f"{NS}/shop"].servers.get("http", [])
+        assert sorted(s.address for s in servers) == ["127.101.0.61", "127.102.0.60"], servers
+        return True
+
+    await eventually(moved, timeout=20)
+    # LoadBalancer → CrossCluster: the load balancer is deleted, the exports appear.
+    await _mcs(cs, "shop", {"types": ["CrossCluster"], "ports": [{"port": 80}],
+                            "providerClusters": [{"name": "c1"}, {"name": "c2"}]})
+
+    async def crossed() -> bool:
+        obj = await _get_mcs(cs, "shop")
+        assert (obj or {}).get("status", {}).get("loadBalancer") is None, obj
+        assert not _cond(obj, "LoadBalancerReady")
+        assert f"{NS}/shop" not in ex.fake.balancers
+        assert await cs.get_export(0, "shop", NS) is not None
+        return True
+
+    await eventually(crossed, timeout=20)
+    assert ("ensure_deleted", f"{NS}/shop") in ex.fake.calls
+    # ... and back: the exports go, the load balancer returns.
+    await _mcs(cs, "shop", {"types": ["LoadBalancer"], "ports": [{"port": 80}],
+                            "providerClusters": [{"name": "c1"}, {"name": "c2"}]})
+
+    async def back() -> bool:
+        obj = await _get_mcs(cs, "shop")
+        assert _cond(obj, "LoadBalancerReady").get("status") == "True"
+        assert await cs.get_export(0, "shop", NS) is None and await cs.get_export(1, "shop", NS) is None
+        return True
+
+    await eventually(back, timeout=20)
+    # Delete: the finalizer holds until every member removed its collected slice; then it is gone.
+    await cs.broker_client.delete(MCS, "shop", namespace=NS)
+    await eventually(lambda: _true_async(_get_mcs(cs, "shop"), None), timeout=20)
+    leftovers = [s async for s in cs.broker_client.list(EndpointSlice, namespace="isthmus-broker",
+                                                         labels={"isthmus.io/multiclusterservice": "shop"})]
+    assert leftovers == []
+    assert f"{NS}/shop" not in ex.fake.balancers
+
+
+async def test_provider_failure_is_a_warning_with_the_cause(env: tuple[ClusterSet, Exposure]) -> None:
+    cs, ex = env
+    await _serve(cs, 0, "broken", "127.101.0.70")
+    ex.fake.fail[f"{NS}/broken"] = "quota exceeded: ask your cloud admin for more load balancers"
+    await _mcs(cs, "broken", {"types": ["LoadBalancer"], "providerClusters": [{"name": "c1"}]})
+
+    async def failed() -> bool:
+        c = _cond(await _get_mcs(cs, "broken"), "LoadBalancerReady")
+        assert c.get("status") == "False" and "quota exceeded" in c["message"], c
+        events = await _events(cs, "broken")
+        assert any(t == "Warning" and r == "SyncLoadBalancerFailed" for t, r, _ in events), events
+        return True
+
+    await eventually(failed, timeout=20)
+    ex.fake.fail.clear()
+
+    async def recovered() -> bool:
+        assert _cond(await _get_mcs(cs, "broken"), "LoadBalancerReady").get("status") == "True"
+        return True
+
+    await eventually(recovered, timeout=20)
+
+
+async def test_clusters_left_out_of_the_providers_are_cleaned_up(env: tuple[ClusterSet, Exposure]) -> None:
+    cs, _ = env
+    for i in (0, 1):
+        await _serve(cs, i, "shrink", f"127.{101 + i}.0.80")
+    await _mcs(cs, "shrink", {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}, {"name": "c2"}]})
+    await eventually(lambda: cs.get_export(1, "shrink", NS), timeout=20)
+    await _mcs(cs, "shrink", {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}]})
+    await eventually(lambda: _true_async(cs.get_export(1, "shrink", NS), None), timeout=20)
+    assert await cs.get_export(0, "shrink", NS) is not None
+    service_left = await cs.c(1).get(Service, "shrink", namespace=NS)
+    assert service_left is not None  # the Service itself is the user's: never touched
