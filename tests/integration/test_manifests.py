@@ -135,7 +135,7 @@ def test_every_deployment_is_hardened_probed_and_has_its_own_account() -> None:
     objs = member()
     accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
     deployments = [o for o in objs if o["kind"] == "Deployment"]
-    components = {"isthmus-agent", "isthmus-dns", "isthmus-lb", "isthmus-pools", "isthmus-webhook"}
+    components = {"isthmus-agent", "isthmus-dns", "isthmus-lb", "isthmus-mcsvc", "isthmus-pools", "isthmus-webhook"}
     assert {d["metadata"]["name"] for d in deployments} == components
     seen_accounts = set()
     for d in deployments:
@@ -179,7 +179,8 @@ def test_roles_are_bound_to_their_own_account_only() -> None:
     rules = [r for o in objs if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules)
     secrets = [r for r in rules if "secrets" in r["resources"]]
-    assert secrets == [  # the agent's broker credentials; the webhook's own certificate (create cannot be named)
+    assert secrets == [  # the agent's and mcsvc's broker credentials; the webhook's own certificate
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["isthmus-broker"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["isthmus-broker"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["isthmus-lb-webhook-tls"],
