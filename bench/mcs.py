@@ -172,7 +172,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         info = tmp / "broker-info.subm"
         cli("deploy-broker", "--kubeconfig", str(kcs["broker"]), "-o", str(info))
         for cid in CLUSTERS:
-            cli("join", str(info), "--kubeconfig", str(kcs[cid]), "--cluster-id", cid)
+            cli("join", str(info), "--kubeconfig", str(kcs[cid]), "--cluster-id", cid,
+                "--broker-kubeconfig", str(kcs["broker"]))
         agents = []
         for cid in CLUSTERS:
             p, _ = start(["agent", "--kubeconfig", str(kcs[cid]), "--cluster-id", cid, "--log-level", "warning"])

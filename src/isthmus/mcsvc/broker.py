@@ -77,6 +77,13 @@ def _collected_key(obj: Any) -> list[str]:
     return [f"{ns}/{name}"] if ns and name else []
 
 
+def _relevant(obj: Any) -> tuple[Any, ...]:
+    d = cast(dict[str, Any], obj.to_dict())
+    meta = d.get("metadata") or {}
+    return (d.get("spec"), meta.get("generation"), meta.get("annotations"), meta.get("deletionTimestamp"),
+            meta.get("finalizers"), (d.get("status") or {}).get("clusters"))
+
+
 class BrokerController:
     def __init__(
         self,
@@ -120,7 +127,9 @@ class BrokerController:
         self.collected = factory.informer(EndpointSlice, self.broker_ns,
                                           labels={SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY_VALUE})
         c = Controller("mcsvc-broker", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
-        c.watch(self.mcs, _key)
+        # Its own status writes (conditions, summary) change nothing; spec, metadata and the
+        # members' reports do.
+        c.watch(self.mcs, _key, predicate=lambda old, new: old is None or _relevant(old) != _relevant(new))
         c.watch(self.collected, _collected_key)
         c.watch(self.clusters, lambda _o: self._all_keys(),
                 predicate=lambda old, new: old is None or object_name(old) != object_name(new))

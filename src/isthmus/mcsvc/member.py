@@ -120,6 +120,8 @@ class MemberController:
         self.elector = LeaderElector(cluster, MEMBER_LEASE, CONTROLLER_NAMESPACE, identity=identity,
                                      lease_duration=lease_duration, renew_deadline=renew_deadline,
                                      retry_period=retry_period)
+        self.field_manager = f"{MEMBER_FIELD_MANAGER}-{cluster_id}"
+        """Per cluster: server-side apply gives each cluster's controller its own status.clusters entry."""
         self.ready = False
         self.controller: Controller | None = None
         self._reported: dict[str, tuple[str, str]] = {}
@@ -145,9 +147,9 @@ class MemberController:
         self.collected = broker.informer(EndpointSlice, self.broker_ns, labels={
             SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY_VALUE, SOURCE_CLUSTER_LABEL: self.cluster_id})
         c = Controller(f"mcsvc-{self.cluster_id}", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
-        c.watch(self.mcs, _key)
+        c.watch(self.mcs, _key, predicate=self._mcs_changed)
         c.watch(self.services, _key)
-        c.watch(self.exports, _key)
+        c.watch(self.exports, _key, predicate=_not_status_only)
         c.watch(self.imports, _key)
         c.watch(self.slices, lambda o: list(keys.kube_slice_keys(o)))
         c.watch(self.collected, _collected_key)
@@ -170,6 +172,19 @@ class MemberController:
             self.controller = None
             await local.stop()
             await broker.stop()
+
+    def _mcs_changed(self, old: Any, new: Any) -> bool:
+        """Everything but other writers' status: the broker's conditions and other clusters' reports
+        change nothing here (this cluster's own entry does: it is re-asserted if someone removed it)."""
+        if old is None:
+            return True
+        o, n = _dump(old), _dump(new)
+        if _without_status(o) != _without_status(n):
+            return True
+        return self._own_entry(o) != self._own_entry(n)
+
+    def _own_entry(self, d: dict[str, Any]) -> list[Any]:
+        return [e for e in (d.get("status") or {}).get("clusters") or [] if e.get("name") == self.cluster_id]
 
     def _all_keys(self) -> list[str]:
         return sorted({k for o in self.mcs.cache.list() for k in _key(o)})
@@ -375,21 +390,35 @@ class MemberController:
     # -- the report
 
     async def _write_report(self, mcs: MultiClusterService, report: ClusterReport | None) -> None:
-        """Replace this cluster's entry in status.clusters (None: remove it), resourceVersion-checked."""
-        entries = [e for e in mcs.status.clusters if e.name != self.cluster_id]
-        if report is not None:
-            entries.append(report)
-        entries.sort(key=lambda e: e.name)
-        if [e.to_dict() for e in entries] == [e.to_dict() for e in sorted(mcs.status.clusters, key=lambda e: e.name)]:
+        """Own this cluster's entry of status.clusters (None: remove it) by server-side apply: the list
+        is keyed by name, so every cluster's controller owns its entry and none conflicts with another."""
+        current = next((e for e in mcs.status.clusters if e.name == self.cluster_id), None)
+        if (current.to_dict() if current else None) == (report.to_dict() if report else None):
             return
-        body = {"metadata": {"resourceVersion": mcs.metadata.resource_version},
-                "status": {"clusters": [e.to_dict() for e in entries]}}
+        body = {"apiVersion": MultiClusterService.crd.api_version, "kind": MultiClusterService.crd.kind,
+                "metadata": {"name": mcs.name, "namespace": mcs.namespace},
+                "status": {"clusters": [report.to_dict()] if report is not None else []}}
         try:
             await cast(Any, self.broker).patch(MCSResource.Status, mcs.name, body, namespace=mcs.namespace,
-                                               patch_type=PatchType.MERGE, field_manager=MEMBER_FIELD_MANAGER)
+                                               patch_type=PatchType.APPLY, field_manager=self.field_manager,
+                                               force=True)
         except ApiError as e:
             if not helpers.is_not_found(e):
                 raise
+
+
+def _dump(obj: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], obj.to_dict())
+
+
+def _without_status(d: dict[str, Any]) -> tuple[Any, ...]:
+    meta = d.get("metadata") or {}
+    return (d.get("spec"), meta.get("generation"), meta.get("labels"), meta.get("annotations"),
+            meta.get("deletionTimestamp"), meta.get("finalizers"))
+
+
+def _not_status_only(old: Any, new: Any) -> bool:
+    return old is None or _without_status(_dump(old)) != _without_status(_dump(new))
 
 
 def _describe_ports(service: Service) -> str:
