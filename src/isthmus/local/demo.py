@@ -222,6 +222,7 @@ class Demo:
         self.members: list[Member] = []
         self.vip = ""
         self.cluster_ips: dict[str, str] = {}
+        self.broker: dict[str, Any] = {}
         self._examples: Path | None = None
 
     # -- plumbing
@@ -321,6 +322,8 @@ class Demo:
             Step("send traffic through the VIP: answers from both clusters", self.step_traffic),
             Step("provoke conflicts: a port and the VIP setting", self.step_conflict),
             Step("resolve the conflicts", self.step_resolve),
+            Step("MultiClusterService CrossCluster: c1 and c2 provide shop, only c3 consumes", self.step_mcs_cross),
+            Step("MultiClusterService LoadBalancer: one address in front of c1 and c2", self.step_mcs_lb),
             Step("expose echo through an HAProxy pool: a Service of type LoadBalancer", self.step_lb_service),
             Step("route an Ingress (class edgelb) by host and path", self.step_lb_ingress),
             Step("share one pool between two Services", self.step_lb_shared),
@@ -339,6 +342,7 @@ class Demo:
                     for part, state in (c.get("parts") or {}).items() if state != "ready"]
             raise StepFailed("`isthmus status` says the clusterset is not ready: " + (", ".join(sick) or "?"))
         self.env["KUBECONFIG"] = str(status["kubeconfig"])
+        self.broker = dict(status.get("broker") or {})
         self.members = [Member(c["name"], c["context"], parse_hostport(c["dns"]), c) for c in status["clusters"]]
         if len(self.members) != self.n:
             raise StepFailed(f"asked for {self.n} clusters, `isthmus status` lists {len(self.members)}")
@@ -584,6 +588,116 @@ class Demo:
         for what, where, after in seen:
             table.add_row(what, where, f"{after:.2f}s")
         self.print_table(table)
+
+    # -- exposure (Karmada's MultiClusterService on the broker)
+
+    @property
+    def broker_context(self) -> str:
+        return str(self.broker.get("context") or "broker")
+
+    def mcs(self, name: str) -> dict[str, Any]:
+        p = self.kubectl("--context", self.broker_context, "get", "mcs", name, "-n", NAMESPACE, "-o", "json",
+                         quiet=True, check=False)
+        if p.returncode != 0:
+            raise NotYet(f"MultiClusterService {name}: {p.stderr.strip()[:200]}")
+        data: dict[str, Any] = json.loads(p.stdout)
+        return data
+
+    def _mcs_ready(self, name: str) -> dict[str, Any]:
+        obj = self.mcs(name)
+        ready = condition(obj, "Ready")
+        if ready.get("status") != "True":
+            raise NotYet(f"MultiClusterService {name} Ready={ready.get('status')}: {ready.get('message', '')}")
+        return obj
+
+    def step_mcs_cross(self) -> None:
+        b = self.broker_context
+        for m in self.exporters:
+            self.kubectl("--context", m.context, "apply", "-n", NAMESPACE, "-f", self.example("mcsvc/services.yaml"))
+        self.kubectl("--context", b, "create", "namespace", NAMESPACE, quiet=True, check=False)
+        self.kubectl("--context", b, "apply", "-n", NAMESPACE, "-f", self.example("mcsvc/crosscluster.yaml"))
+        self.wait("MultiClusterService shop to be Ready", lambda: self._mcs_ready("shop"))
+        self.kubectl("--context", b, "get", "mcs", "-n", NAMESPACE)
+        consumer = self.observer
+
+        def placed() -> str:
+            for m in self.members:
+                names = {i["metadata"]["name"]: i for i in self.items(m, "serviceimports")}
+                if (m is consumer) != ("shop" in names):
+                    raise NotYet(f"{m.name} {'lacks' if m is consumer else 'has'} ServiceImport shop")
+            imp = {i["metadata"]["name"]: i for i in self.items(consumer, "serviceimports")}["shop"]
+            ips = (imp.get("spec") or {}).get("ips") or []
+            ports = [p.get("port") for p in (imp.get("spec") or {}).get("ports") or []]
+            if not ips or ports != [HTTP_PORT]:
+                raise NotYet(f"ServiceImport shop in {consumer.name}: ips {ips}, ports {ports}")
+            return str(ips[0])
+
+        vip = loopback(self.wait(f"shop imported in {consumer.name} only, port {HTTP_PORT} only", placed))
+        table = self.table("cluster", "role", "ServiceImport shop", "DNS A shop.demo", "")
+
+        def answers() -> list[tuple[str, str, str, str, str]]:
+            rows = []
+            for m in self.members:
+                rcode, a = dns_query(m.dns, fqdn("shop"), "A")
+                want = (["NOERROR"], [vip]) if m is consumer else (["NXDOMAIN"], [])
+                if ([rcode], a) != want:
+                    raise NotYet(f"{m.name}: A {fqdn('shop')} → {rcode} {a}")
+                role = "consumer" if m is consumer else "provider"
+                rows.append((m.name, role, "yes" if m is consumer else "no", a[0] if a else rcode, ""))
+            return rows
+
+        for row in self.wait("each cluster's DNS server to answer as its role says", answers):
+            table.add_row(*row)
+        self.print_table(table)
+        want = {m.name for m in self.exporters}
+
+        def both() -> Counter[str]:
+            clusters, _, _ = self._batch(lambda: http_get(vip, HTTP_PORT))
+            if set(clusters) != want:
+                raise NotYet(f"{REQUESTS} answers came from {dict(clusters)}")
+            return clusters
+
+        clusters = self.wait(f"HTTP through {vip}:{HTTP_PORT} from {consumer.name}'s proxy, answered by c1 and c2",
+                             both)
+        self.note(f"{REQUESTS} requests to {vip}:{HTTP_PORT}: " + ", ".join(f"{n} from {c}" for c, n in
+                                                                              sorted(clusters.items())))
+        self.isthmus("show", "mcs", "-n", NAMESPACE, "--context", b)
+
+    def step_mcs_lb(self) -> None:
+        b = self.broker_context
+        self.kubectl("--context", b, "apply", "-n", NAMESPACE, "-f", self.example("mcsvc/loadbalancer.yaml"))
+        obj = self.wait("MultiClusterService cart's load balancer to be Ready", lambda: self._mcs_ready("cart"))
+        ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [{}]
+        address = loopback(str(ingress[0].get("ip") or ""))
+        self.kubectl("--context", b, "get", "mcs", "cart", "-n", NAMESPACE)
+        want = {m.name for m in self.exporters}
+
+        def both() -> tuple[Counter[str], Counter[str], dict[str, Any]]:
+            clusters, pods, sample = self._batch(lambda: http_get(address, HTTP_PORT))
+            if set(clusters) != want:
+                raise NotYet(f"{REQUESTS} answers came from {dict(clusters)}")
+            return clusters, pods, sample
+
+        clusters, pods, _ = self.wait(f"HTTP through {address}:{HTTP_PORT}, answered by pods of c1 and c2", both)
+        table = self.table("traffic", "to", *(f"from {n}" for n in sorted(want)), "pods that answered")
+        table.add_row(f"{REQUESTS} HTTP", f"{address}:{HTTP_PORT}", *(str(clusters[n]) for n in sorted(want)),
+                      str(len(pods)))
+        self.print_table(table)
+        self.note(f"the broker's HAProxy pool {obj['metadata']['namespace']}/cart → LoadBalancerPool "
+                  f"mcs--{NAMESPACE}--cart; its backends are the pod IPs of both clusters")
+        self.note(f"[dim]try it: curl http://{address}/[/dim]")
+        self.kubectl("--context", b, "delete", "mcs", "shop", "cart", "-n", NAMESPACE)
+
+        def cleaned() -> None:
+            if any(i["metadata"]["name"] == "shop" for i in self.items(self.observer, "serviceimports")):
+                raise NotYet(f"ServiceImport shop still in {self.observer.name}")
+            for m in self.exporters:
+                if any(e["metadata"]["name"] == "shop" for e in self.items(m, "serviceexports")):
+                    raise NotYet(f"ServiceExport shop still in {m.name}")
+            if not tcp_refused(address, HTTP_PORT):
+                raise NotYet(f"{address}:{HTTP_PORT} still accepts TCP")
+
+        self.wait("what both objects made to go (exports, import, load balancer)", cleaned)
 
     # -- load balancing (dklb on HAProxy pools)
 

@@ -35,6 +35,7 @@ from isthmus.api.mcs import (
     ISTHMUS_GROUP,
     ISTHMUS_VERSION,
     SOURCE_CLUSTER_LABEL,
+    USE_CLUSTERSET_IP_ANNOTATION,
     Cluster,
     ServiceExport,
     ServiceExportSpec,
@@ -296,6 +297,9 @@ class MemberController:
             annotations[EXPORTED_PORTS_ANNOTATION] = selector
         if consumers is not None:
             annotations[CONSUMER_CLUSTERS_ANNOTATION] = ",".join(consumers)
+        vip = (mcs.metadata.annotations or {}).get(USE_CLUSTERSET_IP_ANNOTATION)
+        if vip is not None:  # Lighthouse's per-export VIP choice, given once on the MultiClusterService
+            annotations[USE_CLUSTERSET_IP_ANNOTATION] = vip
         affinity = (mcs.metadata.annotations or {}).get(AFFINITY_ANNOTATION)
         labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, MCS_LABEL: mcs.name}
         if mcs.permanent_id:
@@ -325,7 +329,7 @@ class MemberController:
         if raw is not None:
             current = ServiceExport.from_dict(raw)
             ours = {k: v for k, v in (current.metadata.annotations or {}).items()
-                    if k in (EXPORTED_PORTS_ANNOTATION, CONSUMER_CLUSTERS_ANNOTATION)}
+                    if k in (EXPORTED_PORTS_ANNOTATION, CONSUMER_CLUSTERS_ANNOTATION, USE_CLUSTERSET_IP_ANNOTATION)}
             if ((current.metadata.labels or {}) == desired.metadata.labels
                     and ours == (desired.metadata.annotations or {})
                     and current.spec.exported_annotations == desired.spec.exported_annotations):
