@@ -21,6 +21,11 @@ def test_cluster_addresses_follow_the_documented_plan() -> None:
 @pytest.mark.parametrize("n", [1, 2, 16, 17, 30])
 def test_every_range_is_loopback_and_disjoint(n: int) -> None:
     clusters = plan.address_plan(n)
+    broker = plan.broker_plan()  # runs workloads too: its pod and service CIDRs and NodePorts are its own
+    nets0 = [ipaddress.IPv4Network(c) for cp in clusters for c in (cp.pod_cidr, cp.service_cidr, cp.clusterset_ip_cidr)]
+    for own in (broker.pod_cidr, broker.service_cidr, "127.48.0.0/12"):
+        assert not any(ipaddress.IPv4Network(own).overlaps(net) for net in nets0), own
+    assert broker.node_port_high < min(cp.node_port_low for cp in clusters)
     nets = [ipaddress.IPv4Network(c) for cp in clusters for c in (cp.pod_cidr, cp.service_cidr, cp.clusterset_ip_cidr)]
     loopback = ipaddress.IPv4Network("127.0.0.0/8")
     vip_range = ipaddress.IPv4Network(plan.CLUSTERSET_IP_RANGE)
@@ -50,9 +55,9 @@ def test_parts_start_with_the_apiservers_and_ports_cover_every_part() -> None:
     names = [p.name for p in parts]
     assert names[:3] == ["broker-apiserver", "c1-apiserver", "c2-apiserver"]
     # The agent and DNS server are pods (deploy/member), not supervised processes.
-    assert names[3:] == ["c1-kube-lite", "c1-proxy", "c2-kube-lite", "c2-proxy"]
-    assert [p.name for p in plan.pod_parts(2)] == [
-        f"{c}-{k}" for c in ("c1", "c2") for k in ("agent", "dns", "lb", "pools", "webhook")
+    assert names[3:] == ["broker-kube-lite", "c1-kube-lite", "c1-proxy", "c2-kube-lite", "c2-proxy"]
+    assert [p.name for p in plan.pod_parts(2)] == ["broker-mcsvc-broker", "broker-pools"] + [
+        f"{c}-{k}" for c in ("c1", "c2") for k in ("agent", "dns", "lb", "mcsvc", "pools", "webhook")
     ]
     ports = plan.port_names(2)
     assert len(ports) == len(set(ports))
@@ -77,6 +82,9 @@ def test_pool_addresses_are_per_cluster_and_outside_every_other_range() -> None:
         seen |= {c.pool_public_address, c.pool_private_address}
     assert len(seen) == 2 * len(clusters)
     assert not public.overlaps(user) and not private.overlaps(user)
+    broker = plan.broker_plan()
+    assert (broker.pool_public_address, broker.pool_private_address) == ("127.30.0.1", "127.31.0.1")
+    assert not {broker.pool_public_address, broker.pool_private_address} & seen
 
 
 def test_the_dns_node_port_is_the_last_of_each_cluster_range() -> None:

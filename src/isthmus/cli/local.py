@@ -230,16 +230,18 @@ class _Row:
 
 def _part_rows(doc: dict[str, Any]) -> list[_Row]:
     """Every part, in start order."""
-    b = doc["broker"]
-    rows = [_Row("broker apiserver", b["parts"]["apiserver"], b["server"], b["processes"]["apiserver"])]
-    for c in doc["clusters"]:
+    rows = []
+    for c, kinds, pod_kinds in ((doc["broker"], plan.BROKER_PART_KINDS, plan.BROKER_POD_KINDS),
+                                *((c, plan.CLUSTER_PART_KINDS, plan.POD_KINDS) for c in doc["clusters"])):
         procs = c["processes"]
-        for kind in plan.CLUSTER_PART_KINDS:
+        for kind in kinds:
+            if kind not in c["parts"]:
+                continue  # a status document of an older version
             if kind == plan.APISERVER:
                 addr = c["server"]
             elif kind == plan.DNS:
                 addr = f'{c["dns"]} (pod {procs[kind].get("pod") or "-"})'
-            elif kind in plan.POD_KINDS:
+            elif kind in pod_kinds:
                 addr = f'pod {procs[kind].get("pod") or "-"}'
             else:
                 addr = procs[kind]["readyz"].removeprefix("http://").removesuffix("/readyz")
@@ -393,7 +395,9 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
                 "LB PUBLIC / PRIVATE", "JOINED / HEARTBEAT", "PARTS"):
         table.add_column(col, no_wrap=col != "PARTS")
     b = doc["broker"]
-    table.add_row("broker", b["server"], "-", "-", "-", "-", b["clustersetIPCIDRRange"], "-", "-", "-",
+    table.add_row("broker", b["server"], "-", b.get("kubelet", "-"), b.get("podCIDR", "-"), b.get("serviceCIDR", "-"),
+                  b["clustersetIPCIDRRange"], b.get("nodePortRange", "-"),
+                  f'{b.get("poolPublicAddress", "-")} / {b.get("poolPrivateAddress", "-")}', "-",
                   _health(b["parts"], b["processes"]))
     for c in doc["clusters"]:
         table.add_row(c["name"], c["server"], c["dns"], c.get("kubelet", "-"), c["podCIDR"], c["serviceCIDR"], c["clustersetIPCIDR"],

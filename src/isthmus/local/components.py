@@ -25,6 +25,8 @@ from isthmus.local.plan import DNS, ClusterPlan, PartId
 
 MEMBER_BASE = "member"
 """The kustomization of deploy/ a member cluster gets."""
+BROKER_BASE = "broker/controllers"
+"""The kustomization of deploy/ with the broker's workloads (deploy/broker itself is `deploy-broker`'s)."""
 READ_TIMEOUT = 2.0
 
 
@@ -47,18 +49,7 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path)
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.LB]},
              "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
                                         "value": f"--cluster-name={cluster.name}"}])},
-            # The edge host's addresses are the cluster's own; pods here share the machine's network, so
-            # the pod keeps a pod IP of its own for its health endpoint instead of the host network.
-            {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.POOLS]},
-             "patch": yaml.safe_dump([
-                 {"op": "replace", "path": "/spec/template/spec/hostNetwork", "value": False},
-                 {"op": "replace", "path": "/spec/template/spec/dnsPolicy", "value": "ClusterFirst"},
-                 *({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": arg} for arg in (
-                     f"--public-address={cluster.pool_public_address}",
-                     f"--private-address={cluster.pool_private_address}",
-                     f"--state-dir={pools_dir}",
-                 )),
-             ])},
+            _pools_patch(cluster, pools_dir),
             # One webhook replica per cluster here (two on real clusters, for availability): every pod
             # is a Python process on this one machine.
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.WEBHOOK]},
@@ -71,6 +62,38 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path)
              ])},
         ],
     }
+    return _write(into, kustomization)
+
+
+def broker_overlay(deploy_dir: Path, into: Path, pools_dir: Path) -> Path:
+    """The local overlay of deploy/broker/controllers: the broker's pool manager on the broker's edge
+    addresses (127.30.0.1 / 127.31.0.1), exactly as a member's."""
+    into.mkdir(parents=True, exist_ok=True)
+    base = os.path.relpath(deploy_dir / BROKER_BASE, into)
+    return _write(into, {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [base],
+        "patches": [_pools_patch(plan.broker_plan(), pools_dir)],
+    })
+
+
+def _pools_patch(cluster: ClusterPlan, pools_dir: Path) -> dict[str, Any]:
+    """The edge host's addresses are the cluster's own; pods here share the machine's network, so the
+    pod keeps a pod IP of its own for its health endpoint instead of the host network."""
+    return {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.POOLS]},
+            "patch": yaml.safe_dump([
+                {"op": "replace", "path": "/spec/template/spec/hostNetwork", "value": False},
+                {"op": "replace", "path": "/spec/template/spec/dnsPolicy", "value": "ClusterFirst"},
+                *({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": arg} for arg in (
+                    f"--public-address={cluster.pool_public_address}",
+                    f"--private-address={cluster.pool_private_address}",
+                    f"--state-dir={pools_dir}",
+                )),
+            ])}
+
+
+def _write(into: Path, kustomization: dict[str, Any]) -> Path:
     text = "# Written by `isthmus up` for the local plan; rewritten on every up.\n"
     text += yaml.safe_dump(kustomization, sort_keys=False)
     (into / "kustomization.yaml").write_text(text)
@@ -154,8 +177,9 @@ def judge(deployment: dict[str, Any] | None, pods: list[dict[str, Any]]) -> PodP
     return out
 
 
-async def read_components(kubeconfig: Path) -> dict[str, PodPart]:
-    """Each pod part of one cluster (agent, dns), read from its apiserver."""
+async def read_components(kubeconfig: Path, deployments: dict[str, str] | None = None) -> dict[str, PodPart]:
+    """Each pod part of one cluster (member parts by default; the broker passes its own), read from its
+    apiserver."""
     from lightkube.resources.apps_v1 import Deployment
     from lightkube.resources.core_v1 import Pod
 
@@ -166,7 +190,7 @@ async def read_components(kubeconfig: Path) -> dict[str, PodPart]:
     out: dict[str, PodPart] = {}
     try:
         async with asyncio.timeout(READ_TIMEOUT * 2):
-            for kind, name in plan.DEPLOYMENTS.items():
+            for kind, name in (deployments if deployments is not None else plan.DEPLOYMENTS).items():
                 dep = await get_or_none(client, Deployment, name, namespace=plan.COMPONENT_NAMESPACE)
                 pods: list[dict[str, Any]] = []
                 if dep is not None and dep.spec is not None and dep.spec.selector.matchLabels:
@@ -180,7 +204,7 @@ async def read_components(kubeconfig: Path) -> dict[str, PodPart]:
 
 
 def pod_part_ids(cluster: str) -> list[PartId]:
-    return [PartId(cluster, kind) for kind in plan.POD_KINDS]
+    return [PartId(cluster, kind) for kind in (plan.BROKER_POD_KINDS if cluster == plan.BROKER else plan.POD_KINDS)]
 
 
 async def apply_rendered(kubeconfig: Path, directory: Path) -> None:

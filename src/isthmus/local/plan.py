@@ -6,7 +6,10 @@ interfaces). Cluster ``ci`` (1-based ``i``) gets pod CIDR 127.(100+i).0.0/16, se
 127.240.0.0/12 — a /16 each (c1 127.240.0.0/16, c2 127.241.0.0/16 …) while 16 of them fit, a
 /17 each beyond that, so 30 clusters never overlap. Its load-balancer pools listen on the pool
 manager's public address 127.30.i.1 and private address 127.31.i.1 (127.30.0.0/16 and
-127.31.0.0/16: an edge host's two networks). 127.48.0.0/12 stays the user's. VIP blocks are passed to `join`
+127.31.0.0/16: an edge host's two networks). The broker runs workloads too (exposure's broker
+controller and the pool manager of its load balancers), as cluster index 0: pod CIDR 127.100.0.0/16,
+service CIDR 127.200.0.0/16, NodePorts 29500-29999, pools on 127.30.0.1 / 127.31.0.1.
+127.48.0.0/12 stays the user's. VIP blocks are passed to `join`
 explicitly: clusters joining concurrently then still get the block their name promises.
 """
 
@@ -35,18 +38,26 @@ AGENT = "agent"
 DNS = "dns"
 PROXY = "proxy"
 LB = "lb"
+MCSVC = "mcsvc"
 POOLS = "pools"
 WEBHOOK = "webhook"
-CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, LB, POOLS, WEBHOOK)
+MCSVC_BROKER = "mcsvc-broker"
+CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, LB, MCSVC, POOLS, WEBHOOK)
 """Every part of a cluster, in the order tables show them."""
 SUPERVISED_KINDS = (APISERVER, KUBE_LITE, PROXY)
 """What a cloud gives and the supervisor runs as processes (start order; stop order is the reverse)."""
-POD_KINDS = (AGENT, DNS, LB, POOLS, WEBHOOK)
+POD_KINDS = (AGENT, DNS, LB, MCSVC, POOLS, WEBHOOK)
 """Isthmus's own components: installed from deploy/member with `kubectl apply -k`, run by kube-lite."""
 COMPONENT_NAMESPACE = "isthmus-system"
-DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns", LB: "isthmus-lb", POOLS: "isthmus-pools",
-               WEBHOOK: "isthmus-webhook"}
+DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns", LB: "isthmus-lb", MCSVC: "isthmus-mcsvc",
+               POOLS: "isthmus-pools", WEBHOOK: "isthmus-webhook"}
 """The Deployment of each pod part (deploy/member)."""
+BROKER_PART_KINDS = (APISERVER, KUBE_LITE, MCSVC_BROKER, POOLS)
+"""Every part of the broker, in the order tables show them."""
+BROKER_POD_KINDS = (MCSVC_BROKER, POOLS)
+"""The broker's workloads: installed from deploy/broker/controllers, run by the broker's kube-lite."""
+BROKER_DEPLOYMENTS = {MCSVC_BROKER: "isthmus-mcsvc-broker", POOLS: "isthmus-pools"}
+"""The Deployment of each broker pod part (deploy/broker/controllers)."""
 DNS_SERVICE = "isthmus-dns"
 
 
@@ -125,17 +136,31 @@ def cluster_plan(i: int, n: int) -> ClusterPlan:
     )
 
 
+def broker_plan() -> ClusterPlan:
+    """The broker's addresses: index 0 of the member scheme (its ClusterSet IP CIDR is the range)."""
+    return ClusterPlan(
+        name=BROKER, index=0, pod_cidr="127.100.0.0/16", service_cidr="127.200.0.0/16",
+        node_port_low=NODE_PORT_BASE - NODE_PORTS_PER_CLUSTER, node_port_high=NODE_PORT_BASE - 1,
+        clusterset_ip_cidr=CLUSTERSET_IP_RANGE, pool_public_address="127.30.0.1", pool_private_address="127.31.0.1",
+    )
+
+
+def plan_of(name: str, n: int) -> ClusterPlan:
+    """The plan of the broker or of cluster `c<i>`."""
+    return broker_plan() if name == BROKER else cluster_plan(int(name[1:]), n)
+
+
 def address_plan(n: int) -> list[ClusterPlan]:
     validate_count(n)
     return [cluster_plan(i, n) for i in range(1, n + 1)]
 
 
 def parts(n: int) -> list[PartId]:
-    """Every supervised process in start order: the broker, every apiserver, then kube-lite and
-    the proxy of each cluster (the agent and DNS server are pods: see `pod_parts`)."""
+    """Every supervised process in start order: the broker, every apiserver, the broker's kube-lite,
+    then kube-lite and the proxy of each cluster (the agent and DNS server are pods: see `pod_parts`)."""
     validate_count(n)
     names = [cluster_name(i) for i in range(1, n + 1)]
-    out = [PartId(BROKER, APISERVER)] + [PartId(c, APISERVER) for c in names]
+    out = [PartId(BROKER, APISERVER)] + [PartId(c, APISERVER) for c in names] + [PartId(BROKER, KUBE_LITE)]
     out += [PartId(c, kind) for c in names for kind in SUPERVISED_KINDS if kind != APISERVER]
     return out
 
@@ -143,7 +168,8 @@ def parts(n: int) -> list[PartId]:
 def pod_parts(n: int) -> list[PartId]:
     """The parts that run as pods, installed from the manifests."""
     validate_count(n)
-    return [PartId(cluster_name(i), kind) for i in range(1, n + 1) for kind in POD_KINDS]
+    return [PartId(BROKER, kind) for kind in BROKER_POD_KINDS] + [
+        PartId(cluster_name(i), kind) for i in range(1, n + 1) for kind in POD_KINDS]
 
 
 def dns_node_port(cluster: ClusterPlan) -> int:

@@ -212,7 +212,7 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
                 # As kubeadm keeps it: anonymous requests authenticate, and RBAC gives them only the
                 # public health and version paths, which the supervisor probes.
                 "--anonymous-auth"]
-    cp = plan.cluster_plan(int(part.cluster[1:]), state.clusters)
+    cp = plan.plan_of(part.cluster, state.clusters)
     kc = ["--kubeconfig", str(layout.kubeconfig_of(part.cluster))]
     metrics = ["--metrics-addr", metrics_addr(state, part)]
     if part.kind == KUBE_LITE:
@@ -226,7 +226,7 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
 
 
 def part_spec(layout: Layout, state: State, part: PartId) -> PartSpec:
-    tier = 0 if part.cluster == BROKER else 1 if part.kind == APISERVER else 2
+    tier = 0 if part.cluster == BROKER and part.kind == APISERVER else 1 if part.kind == APISERVER else 2
     return PartSpec(part.name, part_argv(layout, state, part), layout.log(part.name), ready_url(state, part), tier)
 
 
@@ -437,7 +437,17 @@ class Bringup:
 
         todo = [c for c in plan.address_plan(st.clusters) if c.name not in st.joined]
         await asyncio.gather(*(join(c) for c in todo))
-        await asyncio.gather(*(self._install(c, restart_agent=c in todo) for c in plan.address_plan(st.clusters)))
+        await asyncio.gather(self._install_broker(),
+                             *(self._install(c, restart_agent=c in todo) for c in plan.address_plan(st.clusters)))
+
+    async def _install_broker(self) -> None:
+        """The broker's workloads from deploy/broker/controllers, as an admin installs them on a real
+        broker (deploy-broker applied deploy/broker itself)."""
+        from isthmus.kube.manifests import deploy_dir
+
+        directory = components.broker_overlay(deploy_dir(), self.layout.root / "manifests" / BROKER,
+                                              self.layout.root / "pools" / BROKER)
+        await self._apply(BROKER, directory)
 
     async def _install(self, cluster: plan.ClusterPlan, restart_agent: bool) -> None:
         """Install Isthmus's components into one cluster from deploy/member, as a cluster admin would
@@ -447,16 +457,19 @@ class Bringup:
 
         directory = components.overlay(cluster, deploy_dir(), self.layout.root / "manifests" / cluster.name,
                                        self.layout.root / "pools" / cluster.name)
+        await self._apply(cluster.name, directory)
         kubeconfig = self.layout.kubeconfig_of(cluster.name)
-        argv = components.apply_argv(kubeconfig, directory)
-        what = f"install {cluster.name} (kubectl apply -k {directory})"
-        if argv is not None:
-            await self._one_shot(what, argv, f"{cluster.name}-install")
-        else:
-            log.warning("kubectl not found: applying %s's manifests server-side from Python", cluster.name)
-            await components.apply_rendered(kubeconfig, directory)
         if restart_agent:
             await components.restart(kubeconfig, plan.DEPLOYMENTS[AGENT])
+
+    async def _apply(self, name: str, directory: Path) -> None:
+        kubeconfig = self.layout.kubeconfig_of(name)
+        argv = components.apply_argv(kubeconfig, directory)
+        if argv is not None:
+            await self._one_shot(f"install {name} (kubectl apply -k {directory})", argv, f"{name}-install")
+        else:
+            log.warning("kubectl not found: applying %s's manifests server-side from Python", name)
+            await components.apply_rendered(kubeconfig, directory)
 
     async def _wait_components(self) -> list[str]:
         """Wait until every cluster's components have a ready pod; returns the late ones."""
@@ -464,13 +477,14 @@ class Bringup:
         late: list[str] = []
         while True:
             late = []
-            for cp in plan.address_plan(self.state.clusters):
+            for name in (BROKER, *(cp.name for cp in plan.address_plan(self.state.clusters))):
+                deployments = plan.BROKER_DEPLOYMENTS if name == BROKER else plan.DEPLOYMENTS
                 try:
-                    found = await components.read_components(self.layout.kubeconfig_of(cp.name))
+                    found = await components.read_components(self.layout.kubeconfig_of(name), deployments)
                 except Exception:
-                    late += [p.name for p in components.pod_part_ids(cp.name)]
+                    late += [p.name for p in components.pod_part_ids(name)]
                     continue
-                late += [PartId(cp.name, kind).name for kind, part in found.items() if part.health != "ready"]
+                late += [PartId(name, kind).name for kind, part in found.items() if part.health != "ready"]
             if not late or asyncio.get_running_loop().time() > deadline:
                 return late
             await asyncio.sleep(0.5)
@@ -727,15 +741,17 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
     cluster_plans = plan.address_plan(state.clusters)
 
     async def pods_of(cp: plan.ClusterPlan) -> dict[str, components.PodPart]:
+        deployments = plan.BROKER_DEPLOYMENTS if cp.name == BROKER else plan.DEPLOYMENTS
         if not ready[PartId(cp.name, APISERVER).name]:
-            return {kind: components.PodPart(last_error="its apiserver is not ready") for kind in plan.POD_KINDS}
+            return {kind: components.PodPart(last_error="its apiserver is not ready") for kind in deployments}
         try:
-            return await components.read_components(layout.kubeconfig_of(cp.name))
+            return await components.read_components(layout.kubeconfig_of(cp.name), deployments)
         except Exception as e:
-            return {kind: components.PodPart(last_error=f"cannot read it: {_short(e)}") for kind in plan.POD_KINDS}
+            return {kind: components.PodPart(last_error=f"cannot read it: {_short(e)}") for kind in deployments}
 
-    pod_parts = dict(zip([cp.name for cp in cluster_plans],
-                         await asyncio.gather(*(pods_of(cp) for cp in cluster_plans)), strict=True))
+    everyone = [plan.broker_plan(), *cluster_plans]
+    pod_parts = dict(zip([cp.name for cp in everyone],
+                         await asyncio.gather(*(pods_of(cp) for cp in everyone)), strict=True))
 
     def health(p: PartId) -> str:
         st = state.parts.get(p.name, PartState())
@@ -769,11 +785,13 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
         problems.append("the supervisor is not running")
     elif state.phase != PHASE_RUNNING:
         problems.append(f"phase is {state.phase}, not {PHASE_RUNNING}")
-    if (bp := part_problem(broker_part)) is not None:
-        problems.append(bp)
+    broker_plan = plan.broker_plan()
+    broker_pods = pod_parts[BROKER]
+    broker_parts = [PartId(BROKER, APISERVER), PartId(BROKER, KUBE_LITE)]
+    problems += [pp for p in broker_parts if (pp := part_problem(p)) is not None]
 
     def pod_detail(cp: plan.ClusterPlan, kind: str, part: components.PodPart) -> dict[str, Any]:
-        deployment = plan.DEPLOYMENTS[kind]
+        deployment = (plan.BROKER_DEPLOYMENTS if cp.name == BROKER else plan.DEPLOYMENTS)[kind]
         return {"pid": part.pid, "restarts": part.restarts, "lastExit": part.last_exit,
                 "lastError": part.last_error, "failed": False, "pod": part.pod,
                 "deployment": f"{plan.COMPONENT_NAMESPACE}/{deployment}",
@@ -786,6 +804,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
         said = f": {part.last_error}" if part.last_error else ""
         return f"{cp.name}-{kind} {part.health if sup_pid else HEALTH_DOWN}{said}"
 
+    problems += [pp for kind, part in broker_pods.items() if (pp := pod_problem(broker_plan, kind, part)) is not None]
     clusters = []
     for cp in cluster_plans:
         mine = [p for p in parts if p.cluster == cp.name]
@@ -856,9 +875,18 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             "ready": ready[broker_part.name],
             "reachable": members is not None,
             "reachError": broker_error,
-            "restarts": state.parts.get(broker_part.name, PartState()).restarts,
-            "parts": {APISERVER: health(broker_part)},
-            "processes": {APISERVER: detail(broker_part)},
+            "restarts": sum(state.parts.get(p.name, PartState()).restarts for p in broker_parts)
+                        + sum(part.restarts for part in broker_pods.values()),
+            "kubelet": f"{HOST}:{state.ports[plan.kubelet_port_name(BROKER)]}",
+            "podCIDR": broker_plan.pod_cidr, "serviceCIDR": broker_plan.service_cidr,
+            "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": broker_plan.node_port_range,
+            "poolPublicAddress": broker_plan.pool_public_address,
+            "poolPrivateAddress": broker_plan.pool_private_address,
+            "parts": {kind: health(PartId(BROKER, kind)) if kind in (APISERVER, KUBE_LITE)
+                      else broker_pods[kind].health if sup_pid or broker_pods[kind].health == HEALTH_READY
+                      else HEALTH_DOWN for kind in plan.BROKER_PART_KINDS},
+            "processes": {kind: detail(PartId(BROKER, kind)) if kind in (APISERVER, KUBE_LITE)
+                          else pod_detail(broker_plan, kind, broker_pods[kind]) for kind in plan.BROKER_PART_KINDS},
         },
         "clusters": clusters,
     }

@@ -240,6 +240,8 @@ class Agent:
         self._ready = asyncio.Event()
         self._controller: Controller | None = None
         self._cluster_uid: str | None = None
+        self._exists: set[str] = set()
+        """Aggregates this agent created or met on a 409 that its cache does not show yet."""
 
     # ------------------------------------------------------------------ construction
 
@@ -689,10 +691,19 @@ class Agent:
             out.append(state.spec)
         return out
 
-    async def _sync_aggregate(self, ns: str, name: str, state: ExportState) -> AggregateState:
+    async def _sync_aggregate(self, ns: str, name: str, state: ExportState,
+                              fetched: ServiceImport | None = None) -> AggregateState:
         agg_name = broker_object_name(name, ns)
-        raw = self.b_imports.cache.get(f"{self.broker_ns}/{agg_name}")
-        current = ServiceImport.from_dict(raw) if raw is not None else None
+        raw = self.b_imports.cache.get(f"{self.broker_ns}/{agg_name}") if fetched is None else None
+        if raw is not None:
+            self._exists.discard(agg_name)
+        elif fetched is None and agg_name in self._exists:
+            # Known to exist (we made or met it) but not in the cache yet: a busy broker's watch lags.
+            # Read it rather than POST again into a 409.
+            fetched = await helpers.get_or_none(self.broker, ServiceImport, agg_name, namespace=self.broker_ns)
+            if fetched is None:
+                self._exists.discard(agg_name)
+        current = fetched if fetched is not None else ServiceImport.from_dict(raw) if raw is not None else None
         exporters = self._exporters(ns, name, state)
         if not exporters:
             if current is not None:
@@ -701,6 +712,7 @@ class Agent:
                     resource_for(ExportedService), namespace=self.broker_ns,
                     labels={SERVICE_NAME_LABEL: name, SOURCE_NAMESPACE_LABEL: ns})]
                 if not live:
+                    self._exists.discard(agg_name)
                     await helpers.ensure_deleted(self.broker, ServiceImport, agg_name, namespace=self.broker_ns)
                     log.info("%s/%s: last exporter gone, aggregate deleted", ns, name)
                     return AggregateState()
@@ -754,9 +766,17 @@ class Agent:
             if ips and self.allocator is not None:
                 self.allocator.release(ips[0])  # lost the race (or failed): give the reservation back
             if helpers.is_conflict(e):
+                # Another exporter created it first (both exports of one object often arrive together):
+                # read it from the broker and join it now, rather than retrying until the cache has it.
                 log.info("%s/%s: another cluster created the aggregate first", ns, name)
-                raise  # retried with backoff; the next pass sees it in the cache
+                theirs = await helpers.get_or_none(self.broker, ServiceImport, desired.metadata.name or "",
+                                                   namespace=self.broker_ns)
+                if theirs is None:
+                    raise
+                self._exists.add(desired.metadata.name or "")
+                return await self._sync_aggregate(ns, name, state, fetched=theirs)
             raise
+        self._exists.add(desired.metadata.name or "")
         log.info("%s/%s: aggregate created%s", ns, name, f" with ClusterSet IP {ips[0]}" if ips else "")
         current = await self._sync_aggregate_status(current, result)
         return AggregateState(current=current, result=result)

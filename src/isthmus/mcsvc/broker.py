@@ -65,6 +65,7 @@ MCSResource: Any = resource_for(MultiClusterService)
 DEFAULT_GRACE = 60.0
 RETRY_SECONDS = 5.0
 DELETE_POLL = 1.0
+REPORT_BATCH = 0.2
 
 
 def _key(obj: Any) -> list[str]:
@@ -78,10 +79,15 @@ def _collected_key(obj: Any) -> list[str]:
 
 
 def _relevant(obj: Any) -> tuple[Any, ...]:
+    """What makes a reconcile due at once: spec and metadata (its own status writes are not)."""
     d = cast(dict[str, Any], obj.to_dict())
     meta = d.get("metadata") or {}
     return (d.get("spec"), meta.get("generation"), meta.get("annotations"), meta.get("deletionTimestamp"),
-            meta.get("finalizers"), (d.get("status") or {}).get("clusters"))
+            meta.get("finalizers"))
+
+
+def _reports(obj: Any) -> Any:
+    return (cast(dict[str, Any], obj.to_dict()).get("status") or {}).get("clusters")
 
 
 class BrokerController:
@@ -110,6 +116,8 @@ class BrokerController:
         self.ready = False
         self._warned: dict[str, tuple[str, ...]] = {}
         self._lb_problem: dict[str, str] = {}
+        self._finalized: set[str] = set()
+        """UIDs this controller gave its finalizer (until the object is gone)."""
         self._beats: dict[str, tuple[str, float]] = {}
         """cluster → (last heartbeat value seen, monotonic time it changed)."""
 
@@ -130,6 +138,10 @@ class BrokerController:
         # Its own status writes (conditions, summary) change nothing; spec, metadata and the
         # members' reports do.
         c.watch(self.mcs, _key, predicate=lambda old, new: old is None or _relevant(old) != _relevant(new))
+        # Members' reports arrive in bursts (every cluster answers the same change): summarise them
+        # once, a moment later, rather than once per report.
+        self.mcs.add_handler(on_update=lambda old, new: c.enqueue_after(_key(new)[0], REPORT_BATCH)
+                             if _relevant(old) == _relevant(new) and _reports(old) != _reports(new) else None)
         c.watch(self.collected, _collected_key)
         c.watch(self.clusters, lambda _o: self._all_keys(),
                 predicate=lambda old, new: old is None or object_name(old) != object_name(new))
@@ -186,12 +198,11 @@ class BrokerController:
         mcs = MultiClusterService.from_dict(raw)
         if mcs.deleting:
             return await self._finalize(mcs, raw)
-        if FINALIZER not in (mcs.metadata.finalizers or []):
-            await cast(Any, self.client).patch(
-                MCSResource, name, {"metadata": {"finalizers": [*(mcs.metadata.finalizers or []), FINALIZER],
-                                                 "resourceVersion": mcs.metadata.resource_version}},
-                namespace=ns, patch_type=PatchType.MERGE, field_manager=BROKER_FIELD_MANAGER)
-            return None  # the update brings us back with the new resourceVersion
+        if FINALIZER not in (mcs.metadata.finalizers or []) and mcs.metadata.uid not in self._finalized:
+            fresh = await self._add_finalizer(mcs)
+            if fresh is None:
+                return None  # deleted meanwhile
+            mcs = fresh
         registered = [object_name(o) for o in self.clusters.cache.list()]
         providers, unknown_p = resolve(named_providers(mcs), registered)
         consumers, unknown_c = resolve(named_consumers(mcs), registered)
@@ -229,11 +240,37 @@ class BrokerController:
         if len(kept) != len(mcs.status.clusters):
             status["clusters"] = [r.to_dict() for r in kept]  # clusters that left the clusterset
         if status:
+            # Only this controller writes these fields, so no resourceVersion: a summary of a report that
+            # is already stale is corrected by the reconcile the newer report triggers. Replacing the
+            # members' list is another matter: that one is checked.
+            meta = {"resourceVersion": mcs.metadata.resource_version} if "clusters" in status else {}
             await cast(Any, self.client).patch(
-                MCSResource.Status, name, {"metadata": {"resourceVersion": mcs.metadata.resource_version},
-                                           "status": status},
+                MCSResource.Status, name, {"metadata": meta, "status": status},
                 namespace=ns, patch_type=PatchType.MERGE, field_manager=BROKER_FIELD_MANAGER)
         return Result(requeue_after=RETRY_SECONDS) if problem else None
+
+    async def _add_finalizer(self, mcs: MultiClusterService) -> MultiClusterService | None:
+        """Add the finalizer, resourceVersion-checked; a busy broker's watch may lag behind, so a 409 is
+        answered by reading the object afresh, not by waiting for the cache. Remembered by UID, so a
+        stale cache does not make it add the finalizer twice."""
+        for _ in range(5):
+            if FINALIZER in (mcs.metadata.finalizers or []):
+                break
+            try:
+                stored = await cast(Any, self.client).patch(
+                    MCSResource, mcs.name, {"metadata": {"finalizers": [*(mcs.metadata.finalizers or []), FINALIZER],
+                                                         "resourceVersion": mcs.metadata.resource_version}},
+                    namespace=mcs.namespace, patch_type=PatchType.MERGE, field_manager=BROKER_FIELD_MANAGER)
+                mcs = MultiClusterService.from_dict(stored.to_dict())
+            except ApiError as e:
+                if not helpers.is_conflict(e):
+                    raise
+                fresh = await helpers.get_or_none(self.client, MultiClusterService, mcs.name, namespace=mcs.namespace)
+                if fresh is None or fresh.deleting:
+                    return None
+                mcs = fresh
+        self._finalized.add(mcs.metadata.uid or "")
+        return mcs
 
     async def _load_balancer(self, mcs: MultiClusterService, raw: Any,
                              providers: list[str]) -> tuple[LoadBalancerStatus | None, str | None]:
@@ -290,5 +327,6 @@ class BrokerController:
             if not helpers.is_not_found(e):
                 raise
         self.recorder.normal(raw, EventReason.CLEANED_UP, "every cluster removed what this object made")
+        self._finalized.discard(mcs.metadata.uid or "")
         self._warned.pop(key, None)
         return None

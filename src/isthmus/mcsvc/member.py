@@ -418,7 +418,7 @@ def _dump(obj: Any) -> dict[str, Any]:
 def _without_status(d: dict[str, Any]) -> tuple[Any, ...]:
     meta = d.get("metadata") or {}
     return (d.get("spec"), meta.get("generation"), meta.get("labels"), meta.get("annotations"),
-            meta.get("deletionTimestamp"), meta.get("finalizers"))
+            meta.get("deletionTimestamp"))
 
 
 def _not_status_only(old: Any, new: Any) -> bool:
