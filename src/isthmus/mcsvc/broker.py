@@ -286,6 +286,8 @@ class BrokerController:
             return None, None
         collected = [cast(Any, o).to_dict() for o in self.collected.cache.list() if _collected_key(o) == [key]]
         found = backends(collected, providers)
+        if not found.ports:  # nothing published yet: waiting, not failing (ServiceApplied says why)
+            return mcs.status.load_balancer, None
         try:
             _, exists = await self.provider.get(mcs)
             status = await (self.provider.update(mcs, found) if exists else self.provider.ensure(mcs, found))

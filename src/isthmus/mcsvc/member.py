@@ -213,7 +213,7 @@ class MemberController:
         providers, _ = resolve(named_providers(mcs), known)
         consumers, _ = resolve(named_consumers(mcs), known)
         report = ClusterReport(name=self.cluster_id, provider=self.cluster_id in providers,
-                               consumer=self.cluster_id in consumers,
+                               consumer=self.cluster_id in consumers and mcs.has_type(ExposureType.CROSS_CLUSTER),
                                observed_generation=mcs.metadata.generation)
         retry = False
         if report.provider:

@@ -152,7 +152,8 @@ def summarize(mcs: MultiClusterService, providers: Sequence[str], consumers: Seq
                                      f"the load balancer serves at {', '.join(a for a in addresses if a)}", gen))
         else:
             out.append(new_condition(ConditionType.LOAD_BALANCER_READY, False, Reason.LB_PENDING,
-                                     "the load balancer has no address yet", gen))
+                                     "the load balancer has no address yet (waiting for provider clusters to "
+                                     "publish ready endpoints, then for the provider)", gen))
     bad = [c for c in out if c.status != "True"]
     if bad:
         out.append(new_condition(ConditionType.READY, False, Reason.NOT_READY,
