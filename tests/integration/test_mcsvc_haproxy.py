@@ -29,6 +29,7 @@ NS = "shop"
 PUBLIC, PRIVATE = "127.30.250.1", "127.31.250.1"
 PORT = 18080
 PODS = {0: "127.101.0.90", 1: "127.102.0.90"}
+GRACE = 3.0
 
 
 async def echo(address: str, name: str) -> asyncio.Server:
@@ -44,6 +45,7 @@ async def echo(address: str, name: str) -> asyncio.Server:
 async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ClusterSet]:
     tmp = tmp_path_factory.mktemp("mcsvc-haproxy")
     servers = [await echo(ip, f"c{i + 1}") for i, ip in PODS.items()]
+    SERVERS[:] = servers
     tasks: list[asyncio.Task[Any]] = []
     async with ClusterSet(tmp, n=2) as cs:
         for ns in (NS, LB_NAMESPACE):
@@ -60,7 +62,7 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster
                                             broker_namespace=info.namespace, identity=f"t-{cid}"))
             tasks.append(asyncio.create_task(members[-1].run()))
         broker = BrokerController(cs.broker_client, HAProxyLoadBalancer(cs.broker_client),
-                                  broker_namespace="isthmus-broker", identity="t-broker")
+                                  broker_namespace="isthmus-broker", identity="t-broker", grace=GRACE)
         tasks.append(asyncio.create_task(broker.run()))
         try:
             yield cs
@@ -71,8 +73,11 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster
             for t in tasks:
                 with contextlib.suppress(BaseException):
                     await t
-            for s in servers:
+            for s in SERVERS:
                 s.close()
+
+
+SERVERS: list[asyncio.Server] = []
 
 
 async def ask() -> str:
@@ -120,6 +125,26 @@ async def test_one_address_balances_over_both_clusters_and_follows_endpoints(env
         return True
 
     await eventually(only_c1, timeout=20)
+    # c2 ready again, then the whole of c2 dies while serving: its pods and its agent (no heartbeat).
+    # Its backends leave the load balancer once it is silent for the grace; requests keep succeeding.
+    await cs.put(1, endpoint_slice("shop", NS, endpoints=[(PODS[1], True)], ports=[{"name": "http", "port": 8080}]))
+    await eventually(both, timeout=20)
+    SERVERS[1].close()
+    await cs.stop_agent(1)
+
+    async def failed_over() -> bool:
+        pool = LoadBalancerPool.from_dict((await cs.broker_client.get(resource_for(LoadBalancerPool),
+                                                                       pool_name(NS, "shop"))).to_dict())
+        servers = {s.address for b in pool.spec.haproxy.backends for s in b.servers}
+        assert servers == {PODS[0]}, servers
+        return True
+
+    await eventually(failed_over, timeout=GRACE * 6)
+    assert {await ask() for _ in range(8)} == {"c1"}
+    # c2 comes back: its pods and its heartbeat; the load balancer takes it in again.
+    SERVERS[1] = await echo(PODS[1], "c2")
+    await cs.start_agent(1)
+    await eventually(both, timeout=GRACE * 6)
     # Delete: the pool goes, and with it the listener.
     await cs.broker_client.delete(MCS, "shop", namespace=NS)
 

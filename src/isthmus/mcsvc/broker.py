@@ -17,6 +17,7 @@ up: its controller removes its leftovers when it comes back (orphan sweep at sta
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, cast
@@ -153,10 +154,28 @@ class BrokerController:
             await factory.wait_synced()
             self.ready = True
             log.info("mcsvc-broker leading (provider %s)", self.provider.name)
-            await c.run()
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(c.run())
+                tg.create_task(self._watch_liveness(c))
         finally:
             self.ready = False
             await factory.stop()
+
+    async def _watch_liveness(self, c: Controller) -> None:
+        """A provider cluster that falls silent leaves the load balancers' backends (its pods are
+        likely gone with it) and comes back when it beats again: time-based, hence a loop."""
+        known = self._live()
+        while True:
+            await asyncio.sleep(max(0.2, self.grace / 4))
+            live = self._live()
+            if live != known:
+                for name in sorted(known - live):
+                    log.warning("cluster %s: no heartbeat for %.0f s: its endpoints leave every load balancer",
+                                name, self.grace)
+                known = live
+                for o in self.mcs.cache.list():
+                    if ExposureType.LOAD_BALANCER.value in ((o.to_dict().get("spec") or {}).get("types") or []):
+                        c.enqueue(_key(o)[0])
 
     def _all_keys(self) -> list[str]:
         return sorted({k for o in self.mcs.cache.list() for k in _key(o)})
@@ -285,7 +304,8 @@ class BrokerController:
             self._lb_problem.pop(key, None)
             return None, None
         collected = [cast(Any, o).to_dict() for o in self.collected.cache.list() if _collected_key(o) == [key]]
-        found = backends(collected, providers)
+        live = self._live()
+        found = backends(collected, [p for p in providers if p in live])
         if not found.ports:  # nothing published yet: waiting, not failing (ServiceApplied says why)
             return mcs.status.load_balancer, None
         try:
