@@ -210,8 +210,8 @@ def test_up_reports_every_part_ready(cs: Clusterset) -> None:
     assert [c["name"] for c in doc["clusters"]] == ["c1", "c2", "c3"]
     for i, c in enumerate(doc["clusters"], start=1):
         assert c["ready"] is True
-        assert c["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "agent", "dns", "proxy", "lb", "pools",
-                                                   "webhook")}
+        assert c["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "agent", "dns", "proxy", "lb", "mcsvc",
+                                                   "pools", "webhook")}
         assert c["podCIDR"] == f"127.{100 + i}.0.0/16" and c["serviceCIDR"] == f"127.{200 + i}.0.0/16"
         assert c["clustersetIPCIDR"] == f"127.{239 + i}.0.0/16"
         assert c["server"].startswith("https://127.0.0.1:") and c["dns"].startswith("127.0.0.1:")
@@ -220,6 +220,8 @@ def test_up_reports_every_part_ready(cs: Clusterset) -> None:
         assert c["joined"] is True and 0 <= c["heartbeatAge"] <= 30 and c["problems"] == []
         assert c["restarts"] == 0
     assert doc["broker"]["reachable"] is True and doc["problems"] == []
+    assert doc["broker"]["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "mcsvc-broker", "pools")}
+    assert (doc["broker"]["podCIDR"], doc["broker"]["poolPublicAddress"]) == ("127.100.0.0/16", "127.30.0.1")
     table = cs.isthmus("status", "--state-dir", str(cs.root)).stdout
     assert "ready" in table and "127.102.0.0/16" in table and "JOINED / HEARTBEAT" in table
     assert cs.isthmus("status", "--state-dir", str(cs.root), "--wait", "--timeout", "5").returncode == 0
@@ -406,6 +408,96 @@ def test_load_balancers_through_kubectl_with_their_failure_scenarios(cs: Cluster
     (item,) = [i for i in shown["items"] if i["name"] == "echo-lb"]
     assert item["pool"] == "c2--demo--echo-lb" and item["healthy"] is True
     assert item["addresses"] == ["127.31.2.1:18201", "127.30.2.1:18201"]
+
+
+MCS_WEB = """
+apiVersion: v1
+kind: Service
+metadata: {name: mcs-web, namespace: demo}
+spec:
+  selector: {app: echo}
+  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]
+"""
+
+MCS_BAD = """
+apiVersion: networking.karmada.io/v1alpha1
+kind: MultiClusterService
+metadata: {name: mcs-bad, namespace: demo}
+spec:
+  types: [Bogus]
+  ports: [{name: http, port: 0}, {name: http, port: 80}]
+  providerClusters: [{name: "No_Such"}]
+"""
+
+
+def _mcs(cs: Clusterset, name: str) -> dict[str, Any] | None:
+    out = cs.kubectl("broker", "-n", "demo", "get", "mcs", name, "-o", "json", check=False)
+    return json.loads(out) if out else None
+
+
+def _has(cs: Clusterset, context: str, kind: str, name: str) -> bool:
+    return bool(cs.kubectl(context, "-n", "demo", "get", kind, name, "-o", "name", check=False).strip())
+
+
+def test_multicluster_services_through_kubectl_with_their_failure_scenarios(cs: Clusterset) -> None:
+    import http.client
+
+    cs.kubectl("broker", "create", "namespace", "demo")
+    # Bad input: refused with the fields named, nothing stored.
+    p = subprocess.run(["kubectl", "--context", "broker", "apply", "-f", "-"], input=MCS_BAD, capture_output=True,
+                       text=True, timeout=60, env=cs.env)
+    assert p.returncode != 0
+    for said in ("spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive",
+                 'spec.ports[1].name: Duplicate value: "http"', 'spec.types[0]: Unsupported value: "Bogus"',
+                 'spec.providerClusters[0].name: Invalid value: "No_Such"'):
+        assert said in p.stderr, p.stderr
+    assert _mcs(cs, "mcs-bad") is None
+    # CrossCluster with the CLI: c1 and c2 provide, only c3 consumes.
+    for c in ("c1", "c2"):
+        cs.kubectl(c, "apply", "-f", "-", stdin=MCS_WEB)
+    out = cs.isthmus("expose", "mcs-web", "-n", "demo", "--type", "CrossCluster", "--providers", "c1,c2",
+                     "--consumers", "c3", "--ports", "80", "--context", "broker").stdout
+    assert out.strip() == "multiclusterservice demo/mcs-web created"
+    cs.kubectl("broker", "-n", "demo", "wait", "--for=condition=Ready", "mcs/mcs-web", "--timeout=60s")
+    vip = wait_for("mcs-web's VIP in c3", lambda: _vip(cs, "c3", "mcs-web"))
+    assert not _has(cs, "c1", "serviceimport", "mcs-web") and not _has(cs, "c2", "serviceimport", "mcs-web")
+    wait_for("HTTP through the VIP from both providers", _from_both(lambda: _http_clusters(f"http://{vip}:80/", 8)))
+    table = cs.kubectl("broker", "-n", "demo", "get", "mcs", "mcs-web")
+    assert "c1,c2" in table.splitlines()[1] and "c3" in table.splitlines()[1] and "True" in table.splitlines()[1]
+    # A consumer removed while it has a connection open: that connection keeps its backend until it
+    # ends (as kube-proxy's established flows do), while c3 stops importing and resolving the name.
+    # (New connections cannot be shown refused here: c2 now imports the same VIP, and every cluster's
+    # proxy shares this machine's loopback.)
+    conn = http.client.HTTPConnection(vip, 80, timeout=5)
+    conn.request("GET", "/")
+    assert json.loads(conn.getresponse().read())["cluster"] in ("c1", "c2")
+    cs.isthmus("expose", "mcs-web", "-n", "demo", "--type", "CrossCluster", "--providers", "c1,c2",
+               "--consumers", "c2", "--ports", "80", "--context", "broker")
+    wait_for("the import to leave c3", lambda: not _has(cs, "c3", "serviceimport", "mcs-web"))
+    wait_for("the import in c2", lambda: _has(cs, "c2", "serviceimport", "mcs-web"))
+    dns_of = {c["name"]: c["dns"] for c in cs.status()["clusters"]}
+    wait_for("c3's DNS to forget mcs-web", lambda: _resolve(dns_of["c3"], "mcs-web.demo.svc.clusterset.local") == [])
+    assert wait_for("c2's DNS to answer", lambda: _resolve(dns_of["c2"], "mcs-web.demo.svc.clusterset.local")) == [vip]
+    for _ in range(3):
+        conn.request("GET", "/")
+        assert json.loads(conn.getresponse().read())["cluster"] in ("c1", "c2")
+    conn.close()
+    # The same Service exported by a user and by a MultiClusterService: the user's export is used as
+    # it is, and outlives the object.
+    assert _has(cs, "c1", "serviceexport", "echo")  # the user's, from the discovery test above
+    cs.isthmus("expose", "echo", "-n", "demo", "--type", "CrossCluster", "--context", "broker")
+
+    def user_owned() -> list[str]:
+        reports = ((_mcs(cs, "echo") or {}).get("status") or {}).get("clusters") or []
+        owners = sorted(f"{r['name']}={r.get('export')}" for r in reports if r.get("provider") and r.get("export"))
+        return owners if "c1=User" in owners else []
+
+    wait_for("c1's export reported as the user's", user_owned)
+    cs.kubectl("broker", "-n", "demo", "delete", "mcs", "echo", "mcs-web", "--timeout=60s")
+    assert _has(cs, "c1", "serviceexport", "echo")
+    wait_for("mcs-web's exports gone", lambda: not _has(cs, "c1", "serviceexport", "mcs-web")
+             and not _has(cs, "c2", "serviceexport", "mcs-web"))
+    assert _mcs(cs, "mcs-web") is None
 
 
 def test_killed_parts_are_restarted_and_converge(cs: Clusterset) -> None:
