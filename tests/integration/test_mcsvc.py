@@ -344,3 +344,26 @@ async def test_clusters_left_out_of_the_providers_are_cleaned_up(env: tuple[Clus
     assert await cs.get_export(0, "shrink", NS) is not None
     service_left = await cs.c(1).get(Service, "shrink", namespace=NS)
     assert service_left is not None  # the Service itself is the user's: never touched
+
+
+async def test_a_cluster_that_leaves_is_cleaned_up(env: tuple[ClusterSet, Exposure]) -> None:
+    """Last in this module: c3 leaves the clusterset."""
+    cs, _ = env
+    await _serve(cs, 2, "leaver", "127.103.0.90")
+    await cs.put(2, service_export("mine", NS))  # a user's own export in c3: leave keeps it
+    await _mcs(cs, "leaver", {"types": ["CrossCluster"], "providerClusters": [{"name": "c3"}]})
+    await eventually(lambda: cs.get_export(2, "leaver", NS), timeout=20)
+    await cs.leave(2)  # c3's controller keeps running, with a revoked broker token and a stale cache
+    assert await cs.get_export(2, "leaver", NS) is None  # made by the MultiClusterService: gone with c3
+    await asyncio.sleep(1.0)
+    assert await cs.get_export(2, "leaver", NS) is None  # and not made again
+    assert await cs.get_export(2, "mine", NS) is not None  # the user's: kept
+
+    async def forgotten() -> bool:
+        obj = await _get_mcs(cs, "leaver")
+        names = [r["name"] for r in (obj or {}).get("status", {}).get("clusters", [])]
+        assert "c3" not in names, names
+        assert _cond(obj, "ServiceApplied").get("status") == "False"  # no provider left
+        return True
+
+    await eventually(forgotten, timeout=20)

@@ -177,3 +177,22 @@ def test_service_records_spans_zones_and_local_zone() -> None:
     assert rs.get("web.ns.svc.cluster.local", A) == [(Addr("127.10.0.1"),)]
     assert rs.get("1.0.0.243.in-addr.arpa", PTR) == [(Ptr(BASE),)]  # first zone only
     assert service_records(None, [], local_svc(), local_cluster="c1", zones=[Z], local_zone=None).rrsets == {}
+
+
+def test_locality_steers_answers_with_fallback() -> None:
+    slices = [cluster_ip_slice("c2", "127.1.0.2")]
+    local = local_svc()
+    no_vip = ImportSnap("ns", "web", "ClusterSetIP", (), (HTTP,), ("c1", "c2"))
+    assert cs(no_vip, slices, local=local).get(BASE, A) == [(Addr("127.10.0.1"),)]  # Lighthouse's default
+    remote = ImportSnap("ns", "web", "ClusterSetIP", (), (HTTP,), ("c1", "c2"), locality="remote")
+    assert cs(remote, slices, local=local).get(BASE, A) == [(Addr("127.1.0.2"),)]
+    assert cs(remote, [cluster_ip_slice("c2", "127.1.0.2", ready=False)], local=local).get(BASE, A) == \
+        [(Addr("127.10.0.1"),)]  # nothing ready remotely: the local cluster
+    headless = SliceSnap("c2", (Endpoint(("127.2.0.1",), True),), (HTTP,))
+    for locality, want in (("", ["127.2.0.1", "127.20.0.1"]), ("local", ["127.20.0.1"]), ("remote", ["127.2.0.1"])):
+        imp = ImportSnap("ns", "web", "Headless", (), (HTTP,), ("c1", "c2"), locality=locality)
+        got = cs(imp, [headless], local=local_svc(headless=True)).get(BASE, A)
+        assert [a.ip for a in got[0]] == want, locality
+    imp = ImportSnap("ns", "web", "Headless", (), (HTTP,), ("c1", "c2"), locality="local")
+    got = cs(imp, [headless], local=local_svc(headless=True, ready=False)).get(BASE, A)
+    assert [a.ip for a in got[0]] == ["127.2.0.1"]  # no usable local endpoint: the others

@@ -396,3 +396,32 @@ def test_import_snapshot() -> None:
     assert snap.ips == ("127.250.0.5",) and snap.clusters == ("c1", "c2")
     assert snap.ports == (HTTP,) and snap.affinity_timeout == 10800
     assert snap.created == datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC).timestamp()
+
+
+def _vip_backends(locality: str, local_ready: bool = True, remote_ready: bool = True) -> set[str]:
+    t = table(
+        [svc()],
+        {"shop/web": [kube_slice("127.1.0.1", ready=local_ready)]},
+        [imp(clusters=("c1", "c2"), locality=locality)],
+        {"shop/web": [SliceSnap(eps("127.2.0.1", ready=remote_ready), (Port("http", "TCP", 8080),), "c2")]},
+    )
+    return {b.host for b in t.listeners[ListenerKey("TCP", "127.250.0.5", 80)].backends}
+
+
+def test_locality_prefers_one_side_and_falls_back_to_every_cluster() -> None:
+    assert _vip_backends("") == {"127.1.0.1", "127.2.0.1"}
+    assert _vip_backends("local") == {"127.1.0.1"}
+    assert _vip_backends("remote") == {"127.2.0.1"}
+    assert _vip_backends("local", local_ready=False) == {"127.2.0.1"}  # no ready local endpoint
+    assert _vip_backends("remote", remote_ready=False) == {"127.1.0.1"}
+
+
+def test_locality_comes_from_the_affinity_annotation() -> None:
+    def snap(value: str) -> ImportSnap:
+        return import_snapshot(resource_for(ServiceImport).from_dict({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+            "metadata": {"name": "web", "namespace": "shop", "annotations": {"isthmus.io/affinity": value}},
+            "spec": {"type": "ClusterSetIP", "ips": ["127.250.0.5"], "ports": [{"name": "http", "port": 80}]}}))
+
+    assert snap("Remote").locality == "remote"
+    assert snap("nearby").locality == ""  # unknown: no preference

@@ -71,6 +71,13 @@ cluster's own endpoints), `remote` (prefer other clusters'), `none` (default). D
 proxy honour it, falling back to the other side when the preferred one has no ready endpoint."""
 AFFINITY_VALUES = ("local", "remote", "none")
 
+
+def preference(value: str | None) -> str:
+    """An affinity annotation as DNS and the proxy use it: `local`, `remote`, or "" (none, absent,
+    or a value they do not know: no preference)."""
+    v = (value or "").strip().lower()
+    return v if v in ("local", "remote") else ""
+
 # --- settings and defaults ----------------------------------------------------------------------
 
 CLUSTERSET_DOMAIN = "clusterset.local"

@@ -90,6 +90,8 @@ class ImportSnap:
     ips: tuple[str, ...] = ()
     ports: tuple[Port, ...] = ()
     clusters: tuple[str, ...] = ()
+    locality: str = ""
+    """isthmus.io/affinity: `local`, `remote`, or "" (no preference: the default rules below)."""
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,7 @@ def clusterset_records(
     named = _named(imp.ports)
 
     if imp.type == HEADLESS:
+        views = _prefer(views, local_cluster, imp.locality, publish_nr)
         _headless(
             rs, base, views, named,
             host_of=lambda sl, ep: f"{endpoint_hostname(ep)}.{sl.cluster}.{base}",
@@ -301,6 +304,16 @@ def clusterset_records(
             continue
     _add_names(rs, zone)
     return rs
+
+
+def _prefer(views: list[SliceSnap], local_cluster: str, locality: str, publish_nr: bool) -> list[SliceSnap]:
+    """Headless answers under isthmus.io/affinity: only the preferred side's endpoints while it has
+    a usable one, else every cluster's."""
+    if locality not in ("local", "remote"):
+        return views
+    side = [v for v in views if (v.cluster == local_cluster) == (locality == "local")]
+    usable = any(_usable(ep, publish_nr and v.cluster == local_cluster) for v in side for ep in v.endpoints)
+    return side if usable else views
 
 
 def _ready_cluster_ips(slices: Iterable[SliceSnap]) -> dict[str, list[str]]:
@@ -330,10 +343,11 @@ def _cluster_set_ip(
         _add_addresses(rs, base, imp.ips)
     else:
         per_cluster = _ready_cluster_ips(remote)
-        if local is not None and local.cluster_ips and _local_has_ready(local):
-            ring = [list(local.cluster_ips)]  # local preference
-        else:
-            ring = [per_cluster[c] for c in sorted(per_cluster)]
+        mine = [list(local.cluster_ips)] if local is not None and local.cluster_ips and _local_has_ready(local) else []
+        others = [per_cluster[c] for c in sorted(per_cluster)]
+        # Lighthouse prefers the local cluster by default (and so does `local`); `remote` prefers the
+        # others; either falls back to the other side when the preferred one has nothing ready.
+        ring = (others or mine) if imp.locality == "remote" else (mine or others)
         rs.add_ring(base, A, [_split_ips(r)[0] for r in ring])
         rs.add_ring(base, AAAA, [_split_ips(r)[1] for r in ring])
     if (base, A) not in rs.rrsets and (base, AAAA) not in rs.rrsets:

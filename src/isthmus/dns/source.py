@@ -16,7 +16,7 @@ from typing import Any
 from lightkube.resources.core_v1 import Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from isthmus.api.mcs import SOURCE_CLUSTER_LABEL, ServiceImport
+from isthmus.api.mcs import AFFINITY_ANNOTATION, SOURCE_CLUSTER_LABEL, ServiceImport, preference
 from isthmus.dns.records import (
     CLUSTER_SET_IP,
     Endpoint,
@@ -69,6 +69,7 @@ def import_snapshot(obj: Any) -> ImportSnap:
         ips=tuple(str(ip) for ip in spec.get("ips") or ()),
         ports=ports,
         clusters=tuple(str(c.get("cluster")) for c in status.get("clusters") or () if c.get("cluster")),
+        locality=preference((obj.metadata.annotations or {}).get(AFFINITY_ANNOTATION)),
     )
 
 

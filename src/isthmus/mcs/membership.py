@@ -53,11 +53,14 @@ from isthmus.api.mcs import (
     ClusterSpec,
     ServiceDiscovery,
     ServiceDiscoverySpec,
+    ServiceExport,
     ServiceImport,
     cluster_role_name,
     cluster_service_account,
     member_binding_name,
 )
+from isthmus.api.mcsvc import MANAGED_BY_LABEL as MCSVC_MANAGED_BY_LABEL
+from isthmus.api.mcsvc import MANAGED_BY_VALUE as MCSVC_MANAGED_BY_VALUE
 from isthmus.kube.helpers import (
     create_or_update,
     ensure_deleted,
@@ -458,6 +461,11 @@ async def leave(
         for imp in await list_if_kind(cluster_client, ServiceImport, ALL_NS):
             if imp.namespace != namespace:
                 removed += await ensure_deleted(cluster_client, ServiceImport, imp.name, namespace=imp.namespace)
+        # What the clusterset's MultiClusterServices made here goes with the membership (a user's own
+        # ServiceExports stay: leaving withdraws them from the broker, the agent no longer runs for them).
+        for exp in await list_if_kind(cluster_client, ServiceExport, ALL_NS):
+            if (exp.metadata.labels or {}).get(MCSVC_MANAGED_BY_LABEL) == MCSVC_MANAGED_BY_VALUE:
+                removed += await ensure_deleted(cluster_client, ServiceExport, exp.name, namespace=exp.namespace)
     return LeaveResult(cluster_id=cluster_id, deregistered=deregistered, revoked=revoked, local_objects=removed)
 
 

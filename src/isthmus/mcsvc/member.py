@@ -18,6 +18,7 @@ reconcile reads everything from caches and converges:
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
@@ -30,13 +31,16 @@ from lightkube.types import PatchType
 from isthmus.api.base import ObjectMeta
 from isthmus.api.mcs import (
     AFFINITY_ANNOTATION,
+    AGENT_NAMESPACE,
     CONSUMER_CLUSTERS_ANNOTATION,
     EXPORTED_PORTS_ANNOTATION,
     ISTHMUS_GROUP,
     ISTHMUS_VERSION,
+    SERVICE_DISCOVERY_NAME,
     SOURCE_CLUSTER_LABEL,
     USE_CLUSTERSET_IP_ANNOTATION,
     Cluster,
+    ServiceDiscovery,
     ServiceExport,
     ServiceExportSpec,
     ServiceImport,
@@ -84,6 +88,7 @@ log = logging.getLogger(__name__)
 
 MCSResource: Any = resource_for(MultiClusterService)
 RETRY_SECONDS = 5.0
+JOINED_CHECK = 2.0
 
 
 def _key(obj: Any) -> list[str]:
@@ -125,6 +130,7 @@ class MemberController:
         """Per cluster: server-side apply gives each cluster's controller its own status.clusters entry."""
         self.ready = False
         self.controller: Controller | None = None
+        self._joined_at: tuple[bool, float] = (True, -JOINED_CHECK)
         self._reported: dict[str, tuple[str, str]] = {}
         """key → (reason, message) of the last failure event, so one problem is one Event."""
 
@@ -198,8 +204,21 @@ class MemberController:
 
     # ------------------------------------------------------------------ reconcile
 
+    async def _joined(self) -> bool:
+        """Whether this cluster is still a member (`isthmus leave` deletes the ServiceDiscovery, then
+        revokes the broker token): after a leave nothing may be made again from a stale cache. Read
+        at most every JOINED_CHECK seconds."""
+        now = time.monotonic()
+        if now - self._joined_at[1] >= JOINED_CHECK:
+            sd = await helpers.get_or_none(self.cluster, ServiceDiscovery, SERVICE_DISCOVERY_NAME,
+                                           namespace=AGENT_NAMESPACE)
+            self._joined_at = (sd is not None and sd.spec.cluster_id == self.cluster_id, now)
+        return self._joined_at[0]
+
     async def reconcile(self, key: str) -> Result | None:
         ns, name = keys.service_of(key)
+        if not await self._joined():
+            return None
         raw = self.mcs.cache.get(key)
         mcs = MultiClusterService.from_dict(raw) if raw is not None else None
         if mcs is None or mcs.deleting:

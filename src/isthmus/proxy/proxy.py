@@ -25,7 +25,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from isthmus.api.mcs import SOURCE_CLUSTER_LABEL, ServiceImport
+from isthmus.api.mcs import AFFINITY_ANNOTATION, SOURCE_CLUSTER_LABEL, ServiceImport, preference
 from isthmus.kube import keys
 from isthmus.kube.resources import resource_for
 from isthmus.proxy.balancer import Balancer
@@ -137,6 +137,7 @@ def import_snapshot(obj: Any) -> ImportSnap:
         affinity_timeout=_affinity(spec.get("sessionAffinity"), cfg),
         clusters=tuple(str(c["cluster"]) for c in status.get("clusters") or () if c.get("cluster")),
         created=_created(obj.metadata),
+        locality=preference((obj.metadata.annotations or {}).get(AFFINITY_ANNOTATION)),
     )
 
 

@@ -130,6 +130,8 @@ class ImportSnap:
     clusters: tuple[str, ...] = ()
     created: float = 0.0
     """metadata.creationTimestamp as epoch seconds; 0 when unknown."""
+    locality: str = ""
+    """isthmus.io/affinity: `local` (this cluster's endpoints first), `remote` (the others' first), ""."""
 
     @property
     def key(self) -> str:
@@ -198,6 +200,21 @@ def backends_for(port: Port, slices: Iterable[SliceSnap], *, single: bool = Fals
     return tuple(sorted(ready or draining))
 
 
+def _has_ready(port: Port, slices: Iterable[SliceSnap], single: bool) -> bool:
+    return any(ep.ready and ep.addresses for s in slices if s.address_type != "FQDN"
+               and _slice_port(port, s.ports, single) is not None for ep in s.endpoints)
+
+
+def _with_locality(port: Port, local: Sequence[SliceSnap], remote: Sequence[SliceSnap], locality: str,
+                   single: bool) -> tuple[Backend, ...]:
+    """A VIP's backends under isthmus.io/affinity (Cilium's service affinity): only the preferred
+    side's while it has a ready endpoint, else every cluster's (so a preference never blackholes)."""
+    preferred = local if locality == "local" else remote if locality == "remote" else None
+    if preferred is not None and _has_ready(port, preferred, single):
+        return backends_for(port, preferred, single=single)
+    return backends_for(port, [*remote, *local], single=single)
+
+
 # --- targets -------------------------------------------------------------------------------------
 
 
@@ -241,14 +258,13 @@ def service_targets(
         # This cluster's endpoints come from its own kube slices, never from an MCS slice naming it
         # as the source (the agent may publish one for its own export): counted once, and only
         # while this cluster is an exporter.
-        slices = [s for s in imp_slices if s.cluster != cluster_id]
-        if cluster_id in imp.clusters:
-            slices.extend(svc_slices)
+        remote = [s for s in imp_slices if s.cluster != cluster_id]
+        local = list(svc_slices) if cluster_id in imp.clusters else []
         single = len(imp.ports) == 1
         for p in imp.ports:
             if p.protocol not in PROTOCOLS:
                 continue
-            backends = backends_for(p, slices, single=single)
+            backends = _with_locality(p, local, remote, imp.locality, single)
             for ip in imp.ips:
                 out.append(
                     (
