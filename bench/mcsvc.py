@@ -35,11 +35,11 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mcs import CLUSTERS, SvcImport, cli, client, cpu_s, prepare, rss_mb, start  # noqa: E402
+from mcs import CLUSTERS, SvcImport, cli, client, cpu_s, prepare, rss_mb, start
 
-from isthmus.api.lb import LoadBalancerPool  # noqa: E402
-from isthmus.api.mcsvc import GROUP, VERSION, pool_name  # noqa: E402
-from isthmus.kube.resources import resource_for  # noqa: E402
+from isthmus.api.lb import LoadBalancerPool
+from isthmus.api.mcsvc import GROUP, VERSION, pool_name
+from isthmus.kube.resources import resource_for
 
 MCS = create_namespaced_resource(GROUP, VERSION, "MultiClusterService", "multiclusterservices")
 POOL: Any = resource_for(LoadBalancerPool)
@@ -145,7 +145,7 @@ async def backend_updates(broker: AsyncClient, clients: list[AsyncClient], sampl
         return {s.address for b in pool.spec.haproxy.backends for s in b.servers}
 
     async with asyncio.timeout(60):
-        while len(await servers()) < 2:
+        while len(await servers()) < 2:  # noqa: ASYNC110 - polls the API, as a user would
             await asyncio.sleep(0.05)
     out = []
     for i in range(samples):
@@ -154,7 +154,7 @@ async def backend_updates(broker: AsyncClient, clients: list[AsyncClient], sampl
         await clients[0].patch(EndpointSlice, "shop-abc", {"endpoints": [
             {"addresses": [address], "conditions": {"ready": True}}]}, namespace=ns, patch_type=PatchType.MERGE)
         async with asyncio.timeout(30):
-            while address not in await servers():
+            while address not in await servers():  # noqa: ASYNC110 - polls the API
                 await asyncio.sleep(0.005)
         out.append((time.perf_counter() - t0) * 1000)
     return out
