@@ -33,8 +33,6 @@ from isthmus.api.mcsvc import (
     BROKER_LEASE,
     CONTROLLER_NAMESPACE,
     FINALIZER,
-    MCS_LABEL,
-    MCS_NAMESPACE_LABEL,
     SLICE_MANAGED_BY_LABEL,
     SLICE_MANAGED_BY_VALUE,
     EventReason,
@@ -47,7 +45,7 @@ from isthmus.api.mcsvc import (
 )
 from isthmus.kube import helpers, keys
 from isthmus.kube.resources import resource_for
-from isthmus.mcsvc.plan import backends, show_clusters, summarize
+from isthmus.mcsvc.plan import backends, made_for, show_clusters, summarize
 from isthmus.mcsvc.provider import MCSLoadBalancer, ProviderError
 from isthmus.runtime import (
     Controller,
@@ -57,7 +55,6 @@ from isthmus.runtime import (
     SharedInformerFactory,
     object_labels,
     object_name,
-    object_namespace,
 )
 
 log = logging.getLogger(__name__)
@@ -67,16 +64,11 @@ DEFAULT_GRACE = 60.0
 RETRY_SECONDS = 5.0
 DELETE_POLL = 1.0
 REPORT_BATCH = 0.2
+BY_MCS = "multiclusterservice"
 
 
 def _key(obj: Any) -> list[str]:
-    return [f"{object_namespace(obj)}/{object_name(obj)}"]
-
-
-def _collected_key(obj: Any) -> list[str]:
-    labels = object_labels(obj)
-    ns, name = labels.get(MCS_NAMESPACE_LABEL), labels.get(MCS_LABEL)
-    return [f"{ns}/{name}"] if ns and name else []
+    return list(keys.own_keys(obj))
 
 
 def _relevant(obj: Any) -> tuple[Any, ...]:
@@ -143,7 +135,8 @@ class BrokerController:
         # once, a moment later, rather than once per report.
         self.mcs.add_handler(on_update=lambda old, new: c.enqueue_after(_key(new)[0], REPORT_BATCH)
                              if _relevant(old) == _relevant(new) and _reports(old) != _reports(new) else None)
-        c.watch(self.collected, _collected_key)
+        self.collected.add_indexer(BY_MCS, made_for)
+        c.watch(self.collected, made_for)
         c.watch(self.clusters, lambda _o: self._all_keys(),
                 predicate=lambda old, new: old is None or object_name(old) != object_name(new))
         for informer, keyfn in self.provider.watches(factory):
@@ -303,7 +296,7 @@ class BrokerController:
                                      "in spec.types")
             self._lb_problem.pop(key, None)
             return None, None
-        collected = [cast(Any, o).to_dict() for o in self.collected.cache.list() if _collected_key(o) == [key]]
+        collected = [cast(Any, o).to_dict() for o in self.collected.cache.by_index(BY_MCS, key)]
         live = self._live()
         found = backends(collected, [p for p in providers if p in live])
         if not found.ports:  # nothing published yet: waiting, not failing (ServiceApplied says why)
@@ -336,7 +329,7 @@ class BrokerController:
         pending = sorted(r.name for r in mcs.status.clusters if r.name in live)
         key = f"{mcs.namespace}/{mcs.name}"
         leftovers = sorted({object_labels(o).get(SOURCE_CLUSTER_LABEL, "")
-                            for o in self.collected.cache.list() if _collected_key(o) == [key]} & live)
+                            for o in self.collected.cache.by_index(BY_MCS, key)} & live)
         if pending or leftovers:
             return Result(requeue_after=DELETE_POLL)  # members are removing what they made
         finalizers = [f for f in mcs.metadata.finalizers or [] if f != FINALIZER]

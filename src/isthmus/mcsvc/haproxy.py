@@ -45,7 +45,7 @@ from isthmus.api.mcsvc import (
 )
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
-from isthmus.mcsvc.plan import Backends
+from isthmus.mcsvc.plan import Backends, made_for
 from isthmus.mcsvc.provider import KeyFunc, ProviderError, register
 from isthmus.runtime import Informer, SharedInformerFactory, object_labels, object_name
 
@@ -84,12 +84,6 @@ def status_of(pool: LoadBalancerPool) -> LoadBalancerStatus:
     return LoadBalancerStatus(ingress=ingress or None)
 
 
-def _pool_key(obj: Any) -> list[str]:
-    labels = object_labels(obj)
-    ns, name = labels.get(MCS_NAMESPACE_LABEL), labels.get(MCS_LABEL)
-    return [f"{ns}/{name}"] if ns and name else []
-
-
 class HAProxyLoadBalancer:
     name = "haproxy"
 
@@ -99,7 +93,7 @@ class HAProxyLoadBalancer:
 
     def watches(self, factory: SharedInformerFactory) -> list[tuple[Informer[Any], KeyFunc]]:
         self.pools = factory.informer(PoolResource, labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE})
-        return [(self.pools, _pool_key)]
+        return [(self.pools, made_for)]
 
     def _cached(self, name: str) -> LoadBalancerPool | None:
         raw = self.pools.cache.get(name) if self.pools is not None else None

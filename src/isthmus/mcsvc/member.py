@@ -72,7 +72,7 @@ from isthmus.api.mcsvc import (
 from isthmus.kube import helpers, keys
 from isthmus.kube.endpointslices import endpoint_ready, own_slices, pod_endpoints
 from isthmus.kube.resources import resource_for
-from isthmus.mcsvc.plan import exposed_ports, missing_ports
+from isthmus.mcsvc.plan import exposed_ports, made_for, missing_ports
 from isthmus.runtime import (
     Controller,
     EventRecorder,
@@ -81,7 +81,6 @@ from isthmus.runtime import (
     SharedInformerFactory,
     object_labels,
     object_name,
-    object_namespace,
 )
 
 log = logging.getLogger(__name__)
@@ -92,13 +91,7 @@ JOINED_CHECK = 2.0
 
 
 def _key(obj: Any) -> list[str]:
-    return [f"{object_namespace(obj)}/{object_name(obj)}"]
-
-
-def _collected_key(obj: Any) -> list[str]:
-    labels = object_labels(obj)
-    ns, name = labels.get(MCS_NAMESPACE_LABEL), labels.get(MCS_LABEL)
-    return [f"{ns}/{name}"] if ns and name else []
+    return list(keys.own_keys(obj))
 
 
 class MemberController:
@@ -159,7 +152,7 @@ class MemberController:
         c.watch(self.exports, _key, predicate=_not_status_only)
         c.watch(self.imports, _key)
         c.watch(self.slices, lambda o: list(keys.kube_slice_keys(o)))
-        c.watch(self.collected, _collected_key)
+        c.watch(self.collected, made_for)
         # Joins and leaves change who provides and consumes (heartbeats are annotations only).
         c.watch(self.clusters, lambda _o: self._all_keys(),
                 predicate=lambda old, new: old is None or object_name(old) != object_name(new))
@@ -197,7 +190,7 @@ class MemberController:
         return sorted({k for o in self.mcs.cache.list() for k in _key(o)})
 
     def _orphan_keys(self) -> list[str]:
-        found = {k for o in self.collected.cache.list() for k in _collected_key(o)}
+        found = {k for o in self.collected.cache.list() for k in made_for(o)}
         found |= {k for o in self.exports.cache.list()
                   if object_labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE for k in _key(o)}
         return sorted(found)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from lightkube.resources.core_v1 import Service
 
 from isthmus.api.base import Condition, new_condition
 from isthmus.api.mcs import SOURCE_CLUSTER_LABEL
 from isthmus.api.mcsvc import (
+    MCS_LABEL,
+    MCS_NAMESPACE_LABEL,
     SERVICE_PORTS_ANNOTATION,
     ConditionType,
     ExposurePort,
@@ -22,6 +24,15 @@ from isthmus.api.mcsvc import (
     Reason,
     parse_service_ports,
 )
+
+
+def made_for(obj: Any) -> list[str]:
+    """The `<namespace>/<name>` key of the MultiClusterService an object was made for (collected
+    EndpointSlices, pools), from its labels; [] for anything else."""
+    labels = (cast(dict[str, Any], obj.to_dict()).get("metadata") or {}).get("labels") or {}
+    ns, name = labels.get(MCS_NAMESPACE_LABEL), labels.get(MCS_LABEL)
+    return [f"{ns}/{name}"] if ns and name else []
+
 
 ServicePortTuple = tuple[str, int, str]
 """(name, port, protocol) of a Service port."""
