@@ -464,7 +464,7 @@ def _new_table(*columns: str) -> Table:
 
 @command("show")
 def show(
-    what: Annotated[str, typer.Argument(metavar="clusters|exports|imports|pools|loadbalancers",
+    what: Annotated[str, typer.Argument(metavar="clusters|exports|imports|pools|loadbalancers|mcs",
                                         help="What to list.")],
     namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace (exports, imports).")] = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")] = False,

@@ -258,5 +258,4 @@ def show_mcs(req: ShowRequest) -> None:
     console.print(table)
 
 
-register_show("mcs", show_mcs)
-register_show("multiclusterservices", show_mcs)
+register_show("mcs", show_mcs)  # MultiClusterServices (on the broker)
