@@ -50,6 +50,7 @@ bench: install
 	$(PY) bench/dns.py
 	$(PY) bench/proxy.py
 	$(PY) bench/lb.py
+	$(PY) bench/mcsvc.py
 
 # The one Isthmus image (Containerfile), tagged with isthmus.api.image.IMAGE, by docker or podman
 # (CONTAINER_ENGINE picks one; the first found otherwise).
