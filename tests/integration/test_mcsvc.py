@@ -346,6 +346,35 @@ async def test_clusters_left_out_of_the_providers_are_cleaned_up(env: tuple[Clus
     assert service_left is not None  # the Service itself is the user's: never touched
 
 
+async def test_a_consumer_without_the_namespace_says_so(env: tuple[ClusterSet, Exposure]) -> None:
+    cs, _ = env
+    ns = "lonely"
+    await cs.ensure_namespace(0, ns)
+    await cs.broker_client.create(Namespace.from_dict({"metadata": {"name": ns}}))
+    await cs.put(0, service("solo", ns, cluster_ip="127.201.0.99"))
+    await cs.broker_client.apply(MCS.from_dict({
+        "apiVersion": "networking.karmada.io/v1alpha1", "kind": "MultiClusterService",
+        "metadata": {"name": "solo", "namespace": ns},
+        "spec": {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}], "consumerClusters": [{"name": "c2"}]}}),
+        field_manager="test", force=True)
+
+    async def explained() -> bool:
+        obj = as_dict(await cs.broker_client.get(MCS, "solo", namespace=ns))
+        c = _cond(obj, "EndpointSliceDispatched")
+        assert c.get("status") == "False" and "namespace lonely does not exist in cluster c2" in c["message"], c
+        return True
+
+    await eventually(explained, timeout=20)
+    await cs.ensure_namespace(1, ns)
+
+    async def imported() -> bool:
+        obj = as_dict(await cs.broker_client.get(MCS, "solo", namespace=ns))
+        assert _cond(obj, "EndpointSliceDispatched").get("status") == "True", _cond(obj, "EndpointSliceDispatched")
+        return True
+
+    await eventually(imported, timeout=20)
+
+
 async def test_a_cluster_that_leaves_is_cleaned_up(env: tuple[ClusterSet, Exposure]) -> None:
     """Last in this module: c3 leaves the clusterset."""
     cs, _ = env

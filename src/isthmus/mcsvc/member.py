@@ -24,7 +24,7 @@ from typing import Any, cast
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta as KubeObjectMeta
 from lightkube.models.meta_v1 import OwnerReference as KubeOwnerReference
-from lightkube.resources.core_v1 import Service
+from lightkube.resources.core_v1 import Namespace, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 
@@ -140,6 +140,7 @@ class MemberController:
         self.services = local.informer(Service)
         self.exports = local.informer(resource_for(ServiceExport))
         self.imports = local.informer(resource_for(ServiceImport))
+        self.namespaces = local.informer(Namespace)
         self.slices = local.informer(EndpointSlice)
         self.slices.add_indexer("kube-service", keys.kube_slice_keys)
         self.mcs = broker.informer(MCSResource)
@@ -151,6 +152,7 @@ class MemberController:
         c.watch(self.services, _key)
         c.watch(self.exports, _key, predicate=_not_status_only)
         c.watch(self.imports, _key)
+        c.watch(self.namespaces, lambda o: [k for k in self._all_keys() if keys.service_of(k)[0] == object_name(o)])
         c.watch(self.slices, lambda o: list(keys.kube_slice_keys(o)))
         c.watch(self.collected, made_for)
         # Joins and leaves change who provides and consumes (heartbeats are annotations only).
@@ -233,8 +235,13 @@ class MemberController:
         else:
             await self._remove_export(ns, name)
             await self._remove_collected(ns, name)
-        if report.consumer and mcs.has_type(ExposureType.CROSS_CLUSTER):
+        if report.consumer:
             report.imported = self.imports.cache.get(key) is not None
+            if not report.imported and self.namespaces.cache.get(ns) is None:
+                # Discovery imports only where the namespace exists (KEP-1645's namespace sameness).
+                report.reason = "NamespaceNotFound"
+                report.message = (f"namespace {ns} does not exist in cluster {self.cluster_id}: create it there "
+                                  "to import the service")
         try:
             await self._write_report(mcs, report)
         except ApiError as e:

@@ -149,8 +149,10 @@ def summarize(mcs: MultiClusterService, providers: Sequence[str], consumers: Seq
             out.append(new_condition(ConditionType.ENDPOINT_SLICE_DISPATCHED, False, Reason.DISPATCH_FAILED,
                                      "no consumer cluster: none of the named clusters is registered", gen))
         elif missing:
+            why = [reports[c].message for c in missing if c in reports and reports[c].reason == "NamespaceNotFound"]
             out.append(new_condition(ConditionType.ENDPOINT_SLICE_DISPATCHED, False, Reason.WAITING,
-                                     f"not imported yet in {', '.join(missing)}", gen))
+                                     f"not imported yet in {', '.join(missing)}" + (f" ({'; '.join(why)})"
+                                                                                     if why else ""), gen))
         else:
             out.append(new_condition(ConditionType.ENDPOINT_SLICE_DISPATCHED, True, Reason.DISPATCH_SUCCEED,
                                      f"imported in {', '.join(consumers)}", gen))
