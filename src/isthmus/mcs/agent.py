@@ -241,6 +241,10 @@ class Agent:
         self._controller: Controller | None = None
         self._cluster_uid: str | None = None
         self._exists: set[str] = set()
+        self._published: dict[str, Any] = {}
+        """What this agent last wrote of its own broker objects ("es/<name>", "slice/<name>"): while the
+        cache lags behind its own writes, the same write is not sent again. Forgotten when the object
+        is withdrawn or deleted, or when anyone else changes it."""
         """Aggregates this agent created or met on a 409 that its cache does not show yet."""
 
     # ------------------------------------------------------------------ construction
@@ -311,6 +315,13 @@ class Agent:
             inf.add_indexer(BY_SERVICE, keys.mcs_keys)
         self.slices.add_indexer(BY_KUBE_SERVICE, keys.kube_slice_keys)
         self.b_slices.add_indexer(BY_SOURCE_CLUSTER, _source_cluster_key)
+        self._published = {}
+        self.b_exports.add_handler(
+            on_update=lambda _o, n: self._check_published("es", n, ExportedService.from_dict(n).spec),
+            on_delete=lambda o: self._published.pop(f"es/{object_name(o)}", None))
+        self.b_slices.add_handler(
+            on_update=lambda _o, n: self._check_published("slice", n, _slice_body(n)),
+            on_delete=lambda o: self._published.pop(f"slice/{object_name(o)}", None))
         self.b_clusters.add_handler(on_add=self._observe_cluster, on_update=lambda _o, n: self._observe_cluster(n),
                                     on_delete=self._forget_cluster)
         self.b_imports.add_handler(on_add=self._reserve_vips, on_update=lambda _o, n: self._reserve_vips(n),
@@ -528,6 +539,13 @@ class Agent:
             self.liveness.forget(name)
             self.liveness.observe(name, _annotations(raw).get(HEARTBEAT_ANNOTATION), marked_silent=True)
 
+    def _check_published(self, kind: str, obj: Any, body: Any) -> None:
+        """An update of one of our broker objects that is not what we last wrote: someone else changed
+        it (or the cache is catching up through an older version): forget, so the next pass rewrites."""
+        key = f"{kind}/{object_name(obj)}"
+        if key in self._published and self._published[key] != body:
+            self._published.pop(key, None)
+
     # ------------------------------------------------------------------ VIP bookkeeping
 
     def _reserve_vips(self, obj: Any) -> None:
@@ -661,10 +679,16 @@ class Agent:
         )
         current = self.b_exports.cache.get(f"{self.broker_ns}/{desired.metadata.name}")
         if current is None or ExportedService.from_dict(current).spec != spec:
+            key = f"es/{desired.metadata.name}"
+            if self._published.get(key) == spec:
+                return  # written already; the cache has not shown it yet (a busy broker's watch lags)
             await helpers.apply(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
+            self._published[key] = spec
 
     async def _withdraw(self, ns: str, name: str) -> None:
         bname = broker_object_name(name, ns, self.cluster_id)
+        self._published.pop(f"es/{bname}", None)
+        self._published.pop(f"slice/{bname}", None)
         if self.b_exports.cache.get(f"{self.broker_ns}/{bname}") is not None:
             await helpers.ensure_deleted(self.broker, ExportedService, bname, namespace=self.broker_ns)
         if self.b_slices.cache.get(f"{self.broker_ns}/{bname}") is not None:
@@ -805,7 +829,11 @@ class Agent:
         desired.metadata.ownerReferences = [owner] if owner else None
         current = self.b_slices.cache.get(f"{self.broker_ns}/{desired.metadata.name}")
         if current is None or _slice_body(current) != _slice_body(desired):
+            key = f"slice/{desired.metadata.name}"
+            if self._published.get(key) == _slice_body(desired):
+                return  # written already; the cache has not shown it yet
             await helpers.apply(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
+            self._published[key] = _slice_body(desired)
 
     # -- 3. conditions on the ServiceExport
 

@@ -18,6 +18,7 @@ up: its controller removes its leftovers when it comes back (orphan sweep at sta
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any, cast
@@ -109,6 +110,8 @@ class BrokerController:
         self.ready = False
         self._warned: dict[str, tuple[str, ...]] = {}
         self._lb_problem: dict[str, str] = {}
+        self._summaries: dict[str, tuple[str, str, str]] = {}
+        """UID → the status summary this controller last wrote (its own fields only)."""
         self._finalized: set[str] = set()
         """UIDs this controller gave its finalizer (until the object is gone)."""
         self._beats: dict[str, tuple[str, float]] = {}
@@ -139,6 +142,7 @@ class BrokerController:
         c.watch(self.collected, made_for)
         c.watch(self.clusters, lambda _o: self._all_keys(),
                 predicate=lambda old, new: old is None or object_name(old) != object_name(new))
+        self.mcs.add_handler(on_delete=self._forget)
         for informer, keyfn in self.provider.watches(factory):
             c.watch(informer, keyfn)
         self.controller = c
@@ -169,6 +173,11 @@ class BrokerController:
                 for o in self.mcs.cache.list():
                     if ExposureType.LOAD_BALANCER.value in ((o.to_dict().get("spec") or {}).get("types") or []):
                         c.enqueue(_key(o)[0])
+
+    def _forget(self, obj: Any) -> None:
+        uid = (cast(dict[str, Any], obj.to_dict()).get("metadata") or {}).get("uid") or ""
+        self._summaries.pop(uid, None)
+        self._finalized.discard(uid)
 
     def _all_keys(self) -> list[str]:
         return sorted({k for o in self.mcs.cache.list() for k in _key(o)})
@@ -251,6 +260,11 @@ class BrokerController:
         kept = [r for r in mcs.status.clusters if r.name in registered]
         if len(kept) != len(mcs.status.clusters):
             status["clusters"] = [r.to_dict() for r in kept]  # clusters that left the clusterset
+        uid = mcs.metadata.uid or ""
+        written = (json.dumps([(c.type, c.status, c.reason, c.message) for c in conditions]),
+                   json.dumps(lb_dict, sort_keys=True), json.dumps(summary, sort_keys=True))
+        if status and "clusters" not in status and self._summaries.get(uid) == written:
+            status = {}  # this very summary is written already; the cache has not shown it yet
         if status:
             # Only this controller writes these fields, so no resourceVersion: a summary of a report that
             # is already stale is corrected by the reconcile the newer report triggers. Replacing the
@@ -259,6 +273,7 @@ class BrokerController:
             await cast(Any, self.client).patch(
                 MCSResource.Status, name, {"metadata": meta, "status": status},
                 namespace=ns, patch_type=PatchType.MERGE, field_manager=BROKER_FIELD_MANAGER)
+            self._summaries[uid] = written
         return Result(requeue_after=RETRY_SECONDS) if problem else None
 
     async def _add_finalizer(self, mcs: MultiClusterService) -> MultiClusterService | None:

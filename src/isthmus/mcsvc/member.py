@@ -124,6 +124,9 @@ class MemberController:
         self.ready = False
         self.controller: Controller | None = None
         self._joined_at: tuple[bool, float] = (True, -JOINED_CHECK)
+        self._written: dict[str, tuple[dict[str, Any] | None, int]] = {}
+        """MultiClusterService UID → (the report this controller last wrote, None: removed; the
+        resourceVersion that write made)."""
         self._reported: dict[str, tuple[str, str]] = {}
         """key → (reason, message) of the last failure event, so one problem is one Event."""
 
@@ -149,6 +152,8 @@ class MemberController:
             SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY_VALUE, SOURCE_CLUSTER_LABEL: self.cluster_id})
         c = Controller(f"mcsvc-{self.cluster_id}", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
         c.watch(self.mcs, _key, predicate=self._mcs_changed)
+        self._written = {}
+        self.mcs.add_handler(on_delete=self._forget)
         c.watch(self.services, _key)
         c.watch(self.exports, _key, predicate=_not_status_only)
         c.watch(self.imports, _key)
@@ -175,6 +180,9 @@ class MemberController:
             await local.stop()
             await broker.stop()
 
+    def _forget(self, obj: Any) -> None:
+        self._written.pop(_dump(obj).get("metadata", {}).get("uid") or "", None)
+
     def _mcs_changed(self, old: Any, new: Any) -> bool:
         """Everything but other writers' status: the broker's conditions and other clusters' reports
         change nothing here (this cluster's own entry does: it is re-asserted if someone removed it)."""
@@ -183,7 +191,14 @@ class MemberController:
         o, n = _dump(old), _dump(new)
         if _without_status(o) != _without_status(n):
             return True
-        return self._own_entry(o) != self._own_entry(n)
+        mine = self._own_entry(n)
+        uid = (n.get("metadata") or {}).get("uid") or ""
+        written = self._written.get(uid)
+        later = not written or not written[1] or _rv(new) > written[1]
+        if written is not None and later and mine != ([written[0]] if written[0] else []):
+            self._written.pop(uid)  # a later write changed (or removed) our entry: look again
+            return True
+        return self._own_entry(o) != mine
 
     def _own_entry(self, d: dict[str, Any]) -> list[Any]:
         return [e for e in (d.get("status") or {}).get("clusters") or [] if e.get("name") == self.cluster_id]
@@ -221,6 +236,7 @@ class MemberController:
             await self._remove_collected(ns, name)
             if mcs is not None:
                 await self._write_report(mcs, None)
+
             self._reported.pop(key, None)
             return None
         known = [object_name(o) for o in self.clusters.cache.list()]
@@ -416,18 +432,32 @@ class MemberController:
         """Own this cluster's entry of status.clusters (None: remove it) by server-side apply: the list
         is keyed by name, so every cluster's controller owns its entry and none conflicts with another."""
         current = next((e for e in mcs.status.clusters if e.name == self.cluster_id), None)
-        if (current.to_dict() if current else None) == (report.to_dict() if report else None):
+        wanted = report.to_dict() if report else None
+        if (current.to_dict() if current else None) == wanted:
             return
+        key = mcs.metadata.uid or ""
+        if key in self._written and self._written[key][0] == wanted:
+            return  # written already; the cache has not shown it yet (a busy broker's watch lags)
         body = {"apiVersion": MultiClusterService.crd.api_version, "kind": MultiClusterService.crd.kind,
                 "metadata": {"name": mcs.name, "namespace": mcs.namespace},
                 "status": {"clusters": [report.to_dict()] if report is not None else []}}
         try:
-            await cast(Any, self.broker).patch(MCSResource.Status, mcs.name, body, namespace=mcs.namespace,
-                                               patch_type=PatchType.APPLY, field_manager=self.field_manager,
-                                               force=True)
+            stored = await cast(Any, self.broker).patch(
+                MCSResource.Status, mcs.name, body, namespace=mcs.namespace, patch_type=PatchType.APPLY,
+                field_manager=self.field_manager, force=True)
+            self._written[key] = (wanted, _rv(stored))
         except ApiError as e:
             if not helpers.is_not_found(e):
                 raise
+
+
+def _rv(obj: Any) -> int:
+    """resourceVersion as a number, to tell a later write from the cache catching up with ours (0 if
+    a server's versions are not numbers: then every later event counts as later)."""
+    try:
+        return int(_dump(obj).get("metadata", {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 def _dump(obj: Any) -> dict[str, Any]:
