@@ -149,3 +149,26 @@ async def test_headless_with_hostnames(env: tuple[ClusterSet, Resolver, Resolver
         (8080, f"127-20-2-7.c2.{name}."),
         (8080, f"db-0.c1.{name}."),
     ]
+
+
+async def test_affinity_steers_answers_through_the_real_server(env: tuple[ClusterSet, Resolver, Resolver]) -> None:
+    """isthmus.io/affinity travels as an exported annotation (what a MultiClusterService's exports
+    carry) and c1's DNS server applies it: remote → the other cluster's ClusterIP, falling back to
+    c1's own when nothing else is ready; headless + local → c1's pods only."""
+    cs, dns1, _ = env
+    ns = "aff"
+    await _ns(cs, ns)
+    remote = {"isthmus.io/affinity": "remote"}
+    await cs.export(0, "web", ns, svc=service("web", ns, cluster_ip="127.10.3.5"), endpoints=[("127.20.3.1", True)],
+                    exported_annotations=remote)
+    await cs.export(1, "web", ns, svc=service("web", ns, cluster_ip="127.10.4.5"), endpoints=[("127.20.4.1", True)],
+                    exported_annotations=remote)
+    name = f"web.{ns}.svc.{Z}"
+    await dns1.eventually(name, lambda seen: seen == ["127.10.4.5"])  # c2's, not c1's own
+    await cs.put(1, endpoint_slice("web", ns, [("127.20.4.1", False)]))
+    await dns1.eventually(name, lambda seen: seen == ["127.10.3.5"])  # nothing ready remotely: c1's
+    local = {"isthmus.io/affinity": "local"}
+    for i, pod in ((0, "127.20.5.1"), (1, "127.20.6.1")):
+        await cs.export(i, "db", ns, svc=service("db", ns, headless=True), endpoints=[(pod, True)],
+                        exported_annotations=local)
+    await dns1.eventually(f"db.{ns}.svc.{Z}", lambda seen: seen == ["127.20.5.1"])

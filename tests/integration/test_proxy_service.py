@@ -508,3 +508,38 @@ async def test_cluster_ips_work_before_the_mcs_crds_exist(apiserver: RunningApiS
     finally:
         await proxy.stop()
         await a.stop()
+
+
+async def test_vip_locality_follows_the_affinity_annotation_live(env: Env) -> None:
+    """isthmus.io/affinity on the ServiceImport (a MultiClusterService's): `local` sends every
+    connection to this cluster's pods, `remote` to the others', and a side with no ready endpoint
+    falls back to the other; changing the annotation takes effect without a restart."""
+    local = await TcpEcho("local", env.ip("pod", 1), TARGET).start()
+    remote = await TcpEcho("remote", env.ip("pod", 2), TARGET).start()
+    vip = env.ip("vip", 6)
+    key = ListenerKey("TCP", vip, SVC_PORT)
+
+    async def affinity(value: str) -> None:
+        await env.client.patch(SI, "loc", {"metadata": {"annotations": {"isthmus.io/affinity": value}}},
+                               namespace=NS, patch_type=PatchType.MERGE)
+
+    try:
+        await env.client.create(service("loc", env.ip("cip", 11)))
+        await env.client.create(kube_slice("loc", [local.host]))
+        await env.client.create(imported_slice("loc", "c2", [remote.host]))
+        await create_import(env.client, "loc", vip, ["c1", "c2"])
+        await env.listening(key, backends=2)
+        await affinity("local")
+        await env.listening(key, backends=1)
+        assert await who(vip, SVC_PORT, 4) == {"local": 4}
+        await affinity("remote")
+        await eventually(lambda: (t := env.proxy.target(key)) is not None
+                         and [b.host for b in t.backends] == [remote.host])
+        assert await who(vip, SVC_PORT, 4) == {"remote": 4}
+        await set_endpoints(env.client, "loc-c2", [])  # no ready remote endpoint: back to this cluster's
+        await eventually(lambda: (t := env.proxy.target(key)) is not None
+                         and [b.host for b in t.backends] == [local.host])
+        assert await who(vip, SVC_PORT, 3) == {"local": 3}
+    finally:
+        await local.stop()
+        await remote.stop()
