@@ -196,3 +196,45 @@ def test_locality_steers_answers_with_fallback() -> None:
     imp = ImportSnap("ns", "web", "Headless", (), (HTTP,), ("c1", "c2"), locality="local")
     got = cs(imp, [headless], local=local_svc(headless=True, ready=False)).get(BASE, A)
     assert [a.ip for a in got[0]] == ["127.2.0.1"]  # no usable local endpoint: the others
+
+
+def test_locality_narrows_headless_names_and_srv_but_keeps_every_pods_host_name() -> None:
+    """`local` lists only this cluster's pods under the service name and its SRV records; a pod of
+    another cluster still resolves by its own name (a StatefulSet peer asks for it on purpose)."""
+    remote = SliceSnap("c2", (Endpoint(("127.2.0.1",), True, "db-1"),), (Port("http", "TCP", 8080),))
+    imp = ImportSnap("ns", "web", "Headless", (), (HTTP,), ("c1", "c2"), locality="local")
+    rs = cs(imp, [remote], local=local_svc(headless=True))
+    assert rs.get(BASE, A) == [(Addr("127.20.0.1"),)]
+    assert rs.get(f"_http._tcp.{BASE}", SRV) == [(Srv(0, 100, 8080, f"pod-a.c1.{BASE}"),)]
+    assert rs.get(BASE, SRV) == [(Srv(0, 100, 8080, f"pod-a.c1.{BASE}"),)]
+    assert rs.get(f"db-1.c2.{BASE}", A) == [(Addr("127.2.0.1"),)]
+    # remote: the other cluster's pods, and the SRV records follow
+    rs = cs(ImportSnap("ns", "web", "Headless", (), (HTTP,), ("c1", "c2"), locality="remote"),
+            [remote], local=local_svc(headless=True))
+    assert rs.get(BASE, A) == [(Addr("127.2.0.1"),)]
+    assert rs.get(f"_http._tcp.{BASE}", SRV) == [(Srv(0, 100, 8080, f"db-1.c2.{BASE}"),)]
+    assert rs.get(f"pod-a.c1.{BASE}", A) == [(Addr("127.20.0.1"),)]
+
+
+def test_remote_locality_falls_back_to_this_clusters_pods() -> None:
+    unready = SliceSnap("c2", (Endpoint(("127.2.0.1",), False),), (HTTP,))
+    imp = ImportSnap("ns", "web", "Headless", (), (HTTP,), ("c1", "c2"), locality="remote")
+    assert cs(imp, [unready], local=local_svc(headless=True)).get(BASE, A) == [(Addr("127.20.0.1"),)]
+
+
+def test_local_locality_without_a_ready_local_cluster_ip_answers_the_others() -> None:
+    imp = ImportSnap("ns", "web", "ClusterSetIP", (), (HTTP,), ("c1", "c2", "c3"), locality="local")
+    slices = [cluster_ip_slice("c2", "127.1.0.2"), cluster_ip_slice("c3", "127.1.0.3")]
+    assert cs(imp, slices, local=local_svc()).get(BASE, A) == [(Addr("127.10.0.1"),)]
+    rs = cs(imp, slices, local=local_svc(ready=False))
+    assert rs.get(BASE, A) == [(Addr("127.1.0.2"),), (Addr("127.1.0.3"),)]  # round-robin over the others
+    # remote with several ready clusters: round-robin over them, never this cluster's
+    imp = ImportSnap("ns", "web", "ClusterSetIP", (), (HTTP,), ("c1", "c2", "c3"), locality="remote")
+    assert cs(imp, slices, local=local_svc()).get(BASE, A) == [(Addr("127.1.0.2"),), (Addr("127.1.0.3"),)]
+
+
+def test_locality_leaves_a_vip_answer_alone() -> None:
+    for locality in ("local", "remote"):
+        imp = ImportSnap("ns", "web", "ClusterSetIP", ("243.0.0.7",), (HTTP,), ("c1", "c2"), locality=locality)
+        assert cs(imp, [cluster_ip_slice("c2", "127.1.0.2")], local=local_svc()).get(BASE, A) == \
+            [(Addr("243.0.0.7"),)]

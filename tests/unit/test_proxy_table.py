@@ -425,3 +425,44 @@ def test_locality_comes_from_the_affinity_annotation() -> None:
 
     assert snap("Remote").locality == "remote"
     assert snap("nearby").locality == ""  # unknown: no preference
+
+
+def test_locality_none_and_unknown_values_balance_over_every_cluster() -> None:
+    def snap(value: str) -> ImportSnap:
+        return import_snapshot(resource_for(ServiceImport).from_dict({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+            "metadata": {"name": "web", "namespace": "shop", "annotations": {"isthmus.io/affinity": value}},
+            "spec": {"type": "ClusterSetIP", "ips": ["127.250.0.5"], "ports": [{"name": "http", "port": 80}]},
+            "status": {"clusters": [{"cluster": "c1"}, {"cluster": "c2"}]}}))
+
+    for value in ("none", "None", "nearby", ""):
+        imp_snap = snap(value)
+        assert imp_snap.locality == "", value
+        t = table([svc()], {"shop/web": [kube_slice("127.1.0.1")]}, [imp_snap],
+                  {"shop/web": [SliceSnap(eps("127.2.0.1"), (Port("http", "TCP", 8080),), "c2")]})
+        assert {b.host for b in t.listeners[ListenerKey("TCP", "127.250.0.5", 80)].backends} == \
+            {"127.1.0.1", "127.2.0.1"}, value
+
+
+def test_locality_counts_this_cluster_only_while_it_exports() -> None:
+    """`local` on a cluster that is not (or no longer) an exporter: it has no endpoints of its own
+    behind the VIP, so the others serve."""
+    t = table([svc()], {"shop/web": [kube_slice("127.1.0.1")]}, [imp(clusters=("c2",), locality="local")],
+              {"shop/web": [SliceSnap(eps("127.2.0.1"), (Port("http", "TCP", 8080),), "c2")]})
+    assert {b.host for b in t.listeners[ListenerKey("TCP", "127.250.0.5", 80)].backends} == {"127.2.0.1"}
+
+
+def test_locality_prefers_ready_over_draining_on_the_other_side() -> None:
+    """A preferred side with only terminating-but-serving pods is not ready: the other side's ready
+    pods take the connections (draining ones serve only when nobody is ready anywhere)."""
+    draining = kube_slice("127.1.0.1", ready=False, serving=True, terminating=True)
+    remote_ok = SliceSnap(eps("127.2.0.1"), (Port("http", "TCP", 8080),), "c2")
+    t = table([svc()], {"shop/web": [draining]}, [imp(clusters=("c1", "c2"), locality="local")],
+              {"shop/web": [remote_ok]})
+    assert {b.host for b in t.listeners[ListenerKey("TCP", "127.250.0.5", 80)].backends} == {"127.2.0.1"}
+    remote_draining = SliceSnap(eps("127.2.0.1", ready=False, serving=True, terminating=True),
+                                (Port("http", "TCP", 8080),), "c2")
+    t = table([svc()], {"shop/web": [draining]}, [imp(clusters=("c1", "c2"), locality="local")],
+              {"shop/web": [remote_draining]})
+    assert {b.host for b in t.listeners[ListenerKey("TCP", "127.250.0.5", 80)].backends} == \
+        {"127.1.0.1", "127.2.0.1"}

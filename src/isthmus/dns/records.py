@@ -286,11 +286,11 @@ def clusterset_records(
     named = _named(imp.ports)
 
     if imp.type == HEADLESS:
-        views = _prefer(views, local_cluster, imp.locality, publish_nr)
         _headless(
             rs, base, views, named,
             host_of=lambda sl, ep: f"{endpoint_hostname(ep)}.{sl.cluster}.{base}",
             usable=lambda sl, ep: _usable(ep, publish_nr and sl.cluster == local_cluster),
+            listed=_preferred(views, local_cluster, imp.locality, publish_nr),
         )
     else:
         _cluster_set_ip(rs, base, imp, remote, local if local_exports else None, local_cluster, named)
@@ -306,14 +306,21 @@ def clusterset_records(
     return rs
 
 
-def _prefer(views: list[SliceSnap], local_cluster: str, locality: str, publish_nr: bool) -> list[SliceSnap]:
-    """Headless answers under isthmus.io/affinity: only the preferred side's endpoints while it has
-    a usable one, else every cluster's."""
+def _preferred(
+    views: Sequence[SliceSnap], local_cluster: str, locality: str, publish_nr: bool
+) -> Callable[[SliceSnap], bool] | None:
+    """Which clusters a headless name lists under isthmus.io/affinity (None: every cluster): the
+    preferred side (`local`: this cluster, `remote`: the others) while it has a usable endpoint,
+    else every cluster, so a preference never empties the answer."""
     if locality not in ("local", "remote"):
-        return views
-    side = [v for v in views if (v.cluster == local_cluster) == (locality == "local")]
-    usable = any(_usable(ep, publish_nr and v.cluster == local_cluster) for v in side for ep in v.endpoints)
-    return side if usable else views
+        return None
+
+    def on_side(v: SliceSnap) -> bool:
+        return (v.cluster == local_cluster) == (locality == "local")
+
+    if any(_usable(ep, publish_nr and v.cluster == local_cluster) for v in views if on_side(v) for ep in v.endpoints):
+        return on_side
+    return None
 
 
 def _ready_cluster_ips(slices: Iterable[SliceSnap]) -> dict[str, list[str]]:
@@ -365,9 +372,13 @@ def _headless(
     *,
     host_of: Callable[[SliceSnap, Endpoint], str],
     usable: Callable[[SliceSnap, Endpoint], bool],
+    listed: Callable[[SliceSnap], bool] | None = None,
 ) -> None:
     """Headless records of either zone: every usable endpoint under the service name, its own host
-    name (the zones differ in its shape), and SRV per named port and for the service."""
+    name (the zones differ in its shape), and SRV per named port and for the service.
+
+    `listed` narrows what the service name and its SRV records list (locality); every endpoint
+    keeps its own host name, which names one pod and is asked for on purpose (StatefulSet peers)."""
     all_ips: list[str] = []
     hosts: dict[str, list[str]] = {}
     per_port: dict[Port, list[tuple[int, str]]] = {p: [] for p in named}
@@ -376,8 +387,10 @@ def _headless(
             if not usable(s, ep):
                 continue
             host = host_of(s, ep)
-            all_ips.extend(ep.addresses)
             hosts.setdefault(host, []).extend(ep.addresses)
+            if listed is not None and not listed(s):
+                continue
+            all_ips.extend(ep.addresses)
             for p in named:
                 per_port[p].append((_slice_port(s, p), host))
     _add_addresses(rs, base, all_ips)

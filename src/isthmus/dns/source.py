@@ -16,7 +16,13 @@ from typing import Any
 from lightkube.resources.core_v1 import Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from isthmus.api.mcs import AFFINITY_ANNOTATION, SOURCE_CLUSTER_LABEL, ServiceImport, preference
+from isthmus.api.mcs import (
+    AFFINITY_ANNOTATION,
+    AFFINITY_VALUES,
+    SOURCE_CLUSTER_LABEL,
+    ServiceImport,
+    preference,
+)
 from isthmus.dns.records import (
     CLUSTER_SET_IP,
     Endpoint,
@@ -32,7 +38,14 @@ from isthmus.kube.resources import resource_for
 from isthmus.runtime import Informer, SharedInformerFactory, object_labels
 from isthmus.runtime.dirty import DirtyKeys
 
-__all__ = ["MCS_SLICE_INDEX", "DnsSource", "import_snapshot", "local_service_snapshot", "slice_snapshot"]
+__all__ = [
+    "MCS_SLICE_INDEX",
+    "DnsSource",
+    "import_snapshot",
+    "local_service_snapshot",
+    "slice_snapshot",
+    "unknown_affinity",
+]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +84,14 @@ def import_snapshot(obj: Any) -> ImportSnap:
         clusters=tuple(str(c.get("cluster")) for c in status.get("clusters") or () if c.get("cluster")),
         locality=preference((obj.metadata.annotations or {}).get(AFFINITY_ANNOTATION)),
     )
+
+
+def unknown_affinity(obj: Any) -> str | None:
+    """The isthmus.io/affinity value of a ServiceImport if it is set but not one DNS knows."""
+    raw = ((obj.metadata.annotations or {}).get(AFFINITY_ANNOTATION) if obj is not None else None) or ""
+    if not raw.strip() or raw.strip().lower() in AFFINITY_VALUES:
+        return None
+    return str(raw)
 
 
 def slice_snapshot(obj: EndpointSlice, cluster: str) -> SliceSnap:
@@ -132,6 +153,8 @@ class DnsSource:
         self.slices.add_indexer(KUBE_SLICE_INDEX, keys.kube_slice_keys)
         self.rebuilds = 0
         self.last_flush: float = 0.0
+        self._bad_affinity: dict[str, str] = {}
+        """ns/name → the unknown isthmus.io/affinity value already logged for that import."""
         self._dirty = DirtyKeys(self.flush)
         self._dirty.watch(self.imports, keys.own_keys)
         self._dirty.watch(self.services, keys.own_keys)
@@ -188,6 +211,7 @@ class DnsSource:
         imp_obj = self.imports.cache.get(key)
         svc_obj = self.services.cache.get(key)
         imp = import_snapshot(imp_obj) if imp_obj is not None else None
+        self._check_affinity(key, imp_obj)
         local: LocalService | None = None
         if svc_obj is not None and (imp is not None or self.local_zone):
             kube_slices = self.slices.cache.by_index(KUBE_SLICE_INDEX, key)
@@ -210,3 +234,16 @@ class DnsSource:
             cluster_names=self.cluster_names,
         )
         return rs if rs.names or rs.rrsets else None
+
+    def _check_affinity(self, key: str, imp_obj: Any) -> None:
+        """Log an unknown isthmus.io/affinity once per import and value (it is treated as none)."""
+        raw = unknown_affinity(imp_obj)
+        if raw is None:
+            self._bad_affinity.pop(key, None)
+        elif self._bad_affinity.get(key) != raw:
+            self._bad_affinity[key] = raw
+            log.warning(
+                "unknown isthmus.io/affinity on a ServiceImport; answering as with none "
+                "(use local, remote or none)",
+                extra={"service": key, "affinity": raw},
+            )

@@ -25,7 +25,13 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from isthmus.api.mcs import AFFINITY_ANNOTATION, SOURCE_CLUSTER_LABEL, ServiceImport, preference
+from isthmus.api.mcs import (
+    AFFINITY_ANNOTATION,
+    AFFINITY_VALUES,
+    SOURCE_CLUSTER_LABEL,
+    ServiceImport,
+    preference,
+)
 from isthmus.kube import keys
 from isthmus.kube.resources import resource_for
 from isthmus.proxy.balancer import Balancer
@@ -55,6 +61,7 @@ __all__ = [
     "import_snapshot",
     "service_snapshot",
     "slice_snapshot",
+    "unknown_affinity",
 ]
 
 log = logging.getLogger(__name__)
@@ -139,6 +146,14 @@ def import_snapshot(obj: Any) -> ImportSnap:
         created=_created(obj.metadata),
         locality=preference((obj.metadata.annotations or {}).get(AFFINITY_ANNOTATION)),
     )
+
+
+def unknown_affinity(obj: Any) -> str | None:
+    """The isthmus.io/affinity value of a ServiceImport if it is set but not one the proxy knows."""
+    raw = ((obj.metadata.annotations or {}).get(AFFINITY_ANNOTATION) if obj is not None else None) or ""
+    if not raw.strip() or raw.strip().lower() in AFFINITY_VALUES:
+        return None
+    return str(raw)
 
 
 # --- sockets -------------------------------------------------------------------------------------
@@ -299,6 +314,8 @@ class ProxyService:
         self.conflicts: list[str] = []
         self.health: HealthServer | None = None
         self._per_service: dict[str, list[tuple[ListenerKey, Target]]] = {}
+        self._bad_affinity: dict[str, str] = {}
+        """ns/name → the unknown isthmus.io/affinity value already logged for that import."""
         self._dirty = DirtyKeys(self.flush)
         self._sync_task: asyncio.Task[bool] | None = None
         self._closing: set[asyncio.Task[None]] = set()
@@ -409,6 +426,7 @@ class ProxyService:
         imp_obj = self.imports.cache.get(key)
         svc = service_snapshot(svc_obj) if svc_obj is not None else None
         imp = import_snapshot(imp_obj) if imp_obj is not None else None
+        self._check_affinity(key, imp_obj)
         if (svc is None or not svc.cluster_ips) and (imp is None or not imp.ips):
             return []
         kube = [slice_snapshot(s) for s in self.slices.cache.by_index(KUBE_SLICE_INDEX, key)]
@@ -421,6 +439,19 @@ class ProxyService:
         return service_targets(
             svc, kube, imp, imported, cluster_id=self.config.cluster_id, node_address=self.config.node_address
         )
+
+    def _check_affinity(self, key: str, imp_obj: Any) -> None:
+        """Log an unknown isthmus.io/affinity once per import and value (it is treated as none)."""
+        raw = unknown_affinity(imp_obj)
+        if raw is None:
+            self._bad_affinity.pop(key, None)
+        elif self._bad_affinity.get(key) != raw:
+            self._bad_affinity[key] = raw
+            log.warning(
+                "unknown isthmus.io/affinity on a ServiceImport; balancing as with none "
+                "(use local, remote or none)",
+                extra={"service": key, "affinity": raw},
+            )
 
     def flush(self) -> None:
         """Rebuild every dirty service and apply the merged table."""
