@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -172,3 +173,38 @@ async def test_affinity_steers_answers_through_the_real_server(env: tuple[Cluste
         await cs.export(i, "db", ns, svc=service("db", ns, headless=True), endpoints=[(pod, True)],
                         exported_annotations=local)
     await dns1.eventually(f"db.{ns}.svc.{Z}", lambda seen: seen == ["127.20.5.1"])
+
+
+async def test_headless_affinity_local_fallback_live_change_and_unknown_value(
+    env: tuple[ClusterSet, Resolver, Resolver], caplog: pytest.LogCaptureFixture
+) -> None:
+    """c1's DNS server under `local`: the headless name and its SRV list c1's pod only, c2's pod
+    still resolves by its own name; c1's pod not ready → c2's; `remote` takes effect live; an
+    unknown value answers as none and is logged once, however often the service is rebuilt."""
+    caplog.set_level(logging.WARNING, logger="isthmus.dns.source")
+    cs, dns1, _ = env
+    ns = "aff-hl"
+    await _ns(cs, ns)
+
+    async def export(affinity: str, c1_ready: bool = True) -> None:
+        for i, pod, ready in ((0, "127.20.7.1", c1_ready), (1, "127.20.8.1", True)):
+            await cs.export(i, "db", ns, svc=service("db", ns, headless=True),
+                            endpoints=[(pod, ready, f"db-{i}")], exported_annotations={"isthmus.io/affinity": affinity})
+
+    name = f"db.{ns}.svc.{Z}"
+    await export("local")
+    await dns1.eventually(f"db-1.c2.{name}", lambda seen: seen == ["127.20.8.1"])  # a peer by name: never hidden
+    assert await dns1.addrs(name) == ["127.20.7.1"]
+    (srv,) = (await dns1.q(f"_http._tcp.{name}", "SRV")).answer
+    assert [str(r.target) for r in srv] == [f"db-0.c1.{name}."]
+    await export("local", c1_ready=False)
+    await dns1.eventually(name, lambda seen: seen == ["127.20.8.1"])  # no ready local pod: c2's
+    await export("remote")
+    await dns1.eventually(name, lambda seen: seen == ["127.20.8.1"])
+    await export("nearby")
+    await dns1.eventually(name, lambda seen: seen == ["127.20.7.1", "127.20.8.1"])
+    await export("nearby", c1_ready=False)  # more rebuilds with the same unknown value
+    await dns1.eventually(name, lambda seen: seen == ["127.20.8.1"])
+    warned = [r for r in caplog.records if r.name == "isthmus.dns.source" and "affinity" in r.getMessage()
+              and (getattr(r, "service", None), getattr(r, "cluster", None)) == (f"{ns}/db", cs.clusters[0].id)]
+    assert len(warned) == 1 and getattr(warned[0], "affinity", None) == "nearby"

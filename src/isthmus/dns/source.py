@@ -245,5 +245,5 @@ class DnsSource:
             log.warning(
                 "unknown isthmus.io/affinity on a ServiceImport; answering as with none "
                 "(use local, remote or none)",
-                extra={"service": key, "affinity": raw},
+                extra={"service": key, "affinity": raw, "cluster": self.cluster_id},
             )

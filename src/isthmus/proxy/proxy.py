@@ -450,7 +450,7 @@ class ProxyService:
             log.warning(
                 "unknown isthmus.io/affinity on a ServiceImport; balancing as with none "
                 "(use local, remote or none)",
-                extra={"service": key, "affinity": raw},
+                extra={"service": key, "affinity": raw, "cluster": self.config.cluster_id},
             )
 
     def flush(self) -> None:
