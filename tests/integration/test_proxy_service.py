@@ -7,6 +7,7 @@ write); the backends are small echo servers on their own 127.x addresses.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import socket
 from collections import Counter
@@ -543,3 +544,58 @@ async def test_vip_locality_follows_the_affinity_annotation_live(env: Env) -> No
     finally:
         await local.stop()
         await remote.stop()
+
+
+async def test_vip_local_affinity_falls_back_to_every_remote_cluster_and_unknown_is_none(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`local` with this cluster's only pod not ready: connections go to the pods of c2 and c3, and
+    back to this cluster's pod once it is ready again. `none` and an unknown value balance over every
+    cluster; the unknown value is logged once however often the service is rebuilt."""
+    caplog.set_level(logging.WARNING, logger="isthmus.proxy.proxy")
+    mine = await TcpEcho("mine", env.ip("pod", 11), TARGET).start()
+    c2 = await TcpEcho("c2", env.ip("pod", 12), TARGET).start()
+    c3 = await TcpEcho("c3", env.ip("pod", 13), TARGET).start()
+    vip = env.ip("vip", 7)
+    key = ListenerKey("TCP", vip, SVC_PORT)
+
+    async def affinity(value: str) -> None:
+        await env.client.patch(SI, "near", {"metadata": {"annotations": {"isthmus.io/affinity": value}}},
+                               namespace=NS, patch_type=PatchType.MERGE)
+
+    async def serving(*hosts: str) -> None:
+        await eventually(lambda: (t := env.proxy.target(key)) is not None
+                         and sorted(b.host for b in t.backends) == sorted(hosts))
+
+    try:
+        await env.client.create(service("near", env.ip("cip", 12)))
+        await env.client.create(kube_slice("near", [mine.host]))
+        await env.client.create(imported_slice("near", "c2", [c2.host]))
+        await env.client.create(imported_slice("near", "c3", [c3.host]))
+        await create_import(env.client, "near", vip, ["c1", "c2", "c3"])
+        await affinity("local")
+        await serving(mine.host)
+        assert await who(vip, SVC_PORT, 3) == {"mine": 3}
+        await env.client.patch(EndpointSlice, "near-abcde", {"endpoints": endpoints(mine.host, ready=False)},
+                               namespace=NS, patch_type=PatchType.MERGE)
+        await serving(c2.host, c3.host)  # no ready pod here: every other cluster's
+        assert await who(vip, SVC_PORT, 4) == {"c2": 2, "c3": 2}
+        await set_endpoints(env.client, "near-abcde", [mine.host])
+        await serving(mine.host)
+        assert await who(vip, SVC_PORT, 2) == {"mine": 2}
+        await affinity("none")
+        await serving(mine.host, c2.host, c3.host)
+        await affinity("nearby")
+        await serving(mine.host, c2.host, c3.host)
+        await eventually(lambda: any("affinity" in r.getMessage() for r in caplog.records))
+        rebuilds = env.proxy.stats.rebuilds
+        await env.client.patch(SI, "near", {"metadata": {"labels": {"touched": "yes"}}},
+                               namespace=NS, patch_type=PatchType.MERGE)
+        await eventually(lambda: env.proxy.stats.rebuilds > rebuilds)  # rebuilt with the same value
+        assert await who(vip, SVC_PORT, 6) == {"mine": 2, "c2": 2, "c3": 2}
+        warned = [r for r in caplog.records if r.name == "isthmus.proxy.proxy" and "affinity" in r.getMessage()]
+        assert [(getattr(r, "service", None), getattr(r, "affinity", None)) for r in warned] == \
+            [(f"{NS}/near", "nearby")]
+    finally:
+        for echo in (mine, c2, c3):
+            await echo.stop()
