@@ -466,3 +466,20 @@ def test_locality_prefers_ready_over_draining_on_the_other_side() -> None:
               {"shop/web": [remote_draining]})
     assert {b.host for b in t.listeners[ListenerKey("TCP", "127.250.0.5", 80)].backends} == \
         {"127.1.0.1", "127.2.0.1"}
+
+
+def test_unknown_affinity_is_what_gets_logged() -> None:
+    from isthmus.dns.source import unknown_affinity as dns_unknown
+    from isthmus.proxy.proxy import unknown_affinity as proxy_unknown
+
+    def obj(annotations: dict[str, str] | None) -> Any:
+        return resource_for(ServiceImport).from_dict({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+            "metadata": {"name": "web", "namespace": "shop", "annotations": annotations}, "spec": {}})
+
+    for unknown in (proxy_unknown, dns_unknown):
+        assert unknown(obj({"isthmus.io/affinity": "nearby"})) == "nearby"
+        for fine in ({"isthmus.io/affinity": "None"}, {"isthmus.io/affinity": " Local "},
+                     {"isthmus.io/affinity": ""}, {}, None):
+            assert unknown(obj(fine)) is None, fine
+        assert unknown(None) is None
