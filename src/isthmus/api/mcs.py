@@ -78,6 +78,13 @@ def preference(value: str | None) -> str:
     v = (value or "").strip().lower()
     return v if v in ("local", "remote") else ""
 
+
+def unknown_affinity(annotations: dict[str, str] | None) -> str | None:
+    """The affinity annotation's value when it is set but not one of AFFINITY_VALUES (what DNS and
+    the proxy log, once); None when absent, empty or known."""
+    raw = (annotations or {}).get(AFFINITY_ANNOTATION) or ""
+    return None if not raw.strip() or raw.strip().lower() in AFFINITY_VALUES else raw
+
 # --- settings and defaults ----------------------------------------------------------------------
 
 CLUSTERSET_DOMAIN = "clusterset.local"

@@ -18,11 +18,11 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.api.mcs import (
     AFFINITY_ANNOTATION,
-    AFFINITY_VALUES,
     SOURCE_CLUSTER_LABEL,
     ServiceImport,
     preference,
 )
+from isthmus.api.mcs import unknown_affinity as affinity_value_unknown
 from isthmus.dns.records import (
     CLUSTER_SET_IP,
     Endpoint,
@@ -88,10 +88,7 @@ def import_snapshot(obj: Any) -> ImportSnap:
 
 def unknown_affinity(obj: Any) -> str | None:
     """The isthmus.io/affinity value of a ServiceImport if it is set but not one DNS knows."""
-    raw = ((obj.metadata.annotations or {}).get(AFFINITY_ANNOTATION) if obj is not None else None) or ""
-    if not raw.strip() or raw.strip().lower() in AFFINITY_VALUES:
-        return None
-    return str(raw)
+    return affinity_value_unknown(obj.metadata.annotations if obj is not None else None)
 
 
 def slice_snapshot(obj: EndpointSlice, cluster: str) -> SliceSnap:
