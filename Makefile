@@ -4,8 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Debian packages the test suite and demo use (installed by apt-get when absent): HAProxy 2.6 runs
-# the load-balancer pools.
-APT_PACKAGES ?= haproxy
+# the load-balancer pools; nftables and iproute2 serve the egress gateway's kernel mode.
+APT_PACKAGES ?= haproxy nftables iproute2
 
 .PHONY: install demo test lint bench clean apt image
 

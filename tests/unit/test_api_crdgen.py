@@ -96,7 +96,7 @@ def test_crd_envelope(crd: dict[str, Any]) -> None:
     names = spec["names"]
     assert crd["metadata"]["name"] == f"{names['plural']}.{spec['group']}"
     assert names["listKind"] == names["kind"] + "List"
-    assert spec["scope"] == ("Cluster" if names["kind"] == "LoadBalancerPool" else "Namespaced")
+    assert spec["scope"] == ("Cluster" if names["kind"] in ("LoadBalancerPool", "SourceIPClass", "SourceIP") else "Namespaced")
     (version,) = spec["versions"]
     assert version["served"] and version["storage"]
     assert version["subresources"] == {"status": {}}

@@ -12,7 +12,7 @@ from isthmus.cli.main import app
 
 @pytest.mark.parametrize(("args", "message"), [
     (["apiserver", "--disable-admission-plugins", "DklbConfig,NoSuchPlugin"],
-     "--disable-admission-plugins: unknown plugin 'NoSuchPlugin' (plugins: DklbConfig, MultiClusterService)"),
+     "--disable-admission-plugins: unknown plugin 'NoSuchPlugin' (plugins: DklbConfig, MultiClusterService, Egress)"),
     (["webhook", "--listen", "nowhere"], "--listen must be HOST:PORT"),
     (["webhook", "--tls-secret", "just-a-name"], "--tls-secret must be NAMESPACE/NAME, not 'just-a-name'"),
     (["webhook", "--service", "ns/"], "--service must be NAMESPACE/NAME"),

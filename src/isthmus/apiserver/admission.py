@@ -51,6 +51,11 @@ class Admission:
     validating: list[tuple[str, str, Hook]] = field(default_factory=list)
     policies: ValidatingAdmissionPolicies | None = None
     webhooks: Webhooks | None = None
+    # What plugins may ask of the server, as kube's admission plugins get informers and an
+    # authorizer: `reader(group, plural, namespace, name)` → the stored object (namespace '' for
+    # cluster-scoped), `can(user, verb, group, plural, namespace, name)` → whether RBAC allows it.
+    reader: Callable[[str, str, str, str], dict[str, Any] | None] | None = None
+    can: Callable[[UserInfo, str, str, str, str, str], bool] | None = None
 
     def add_mutating(self, group: str, plural: str, hook: Hook) -> None:
         self.mutating.append((group, plural, hook))

@@ -34,6 +34,7 @@ from isthmus.apiserver.authentication import (
     UserInfo,
     X509Authenticator,
 )
+from isthmus.apiserver.authorization.attributes import Attributes
 from isthmus.apiserver.authorization.bootstrap import ensure_bootstrap_policy
 from isthmus.apiserver.builtins import builtin_resources
 from isthmus.apiserver.controllers.crd import CRDController
@@ -163,6 +164,10 @@ class ApiServer:
         self.resources = ResourceRegistry()
         self.generic_store = GenericStore(self.store, self.resources, self.admission)
         self.authorizer = authorization.Authorizer(modes, authorization.RuleResolver(self.store))
+        self.admission.reader = lambda group, plural, ns, name: self.store.get(f"{group}/{plural}", ns, name)
+        self.admission.can = lambda user, verb, group, plural, ns, name: self.authorizer.authorize(
+            Attributes(user=user, verb=verb, resource_request=True, api_group=group, resource=plural, namespace=ns,
+                       name=name)).allowed
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ctx = HandlerContext(self.store, self.generic_store, self.resources, max_body_bytes,

@@ -9,11 +9,15 @@ wires them, as kube-apiserver compiles its plugins in).
 - `MultiClusterService` — Karmada's MultiClusterService webhook (`isthmus.mcsvc.admission`): the
   permanent-id label (mutating), field errors as 422 Invalid (validating); on a real broker
   `isthmus webhook` serves the same.
+- `Egress` — the egress kinds (`isthmus.egress.admission`): no raw source IP in an ExternalService,
+  claims of its own namespace only, Services of other namespaces only when the author may get them,
+  a claim's class must allow its namespace and hold its address; 422 Invalid naming the field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from isthmus.api.lb import DKLB_CONFIG_ANNOTATION
 from isthmus.api.mcsvc import PERMANENT_ID_LABEL
@@ -22,6 +26,7 @@ from isthmus.apiserver.admission import Admission, AdmissionRequest
 
 DKLB_CONFIG = "DklbConfig"
 MULTI_CLUSTER_SERVICE = "MultiClusterService"
+EGRESS = "Egress"
 _KINDS = {("", "services"): "Service", ("networking.k8s.io", "ingresses"): "Ingress"}
 
 
@@ -75,7 +80,39 @@ def _mcsvc(admission: Admission) -> None:
     admission.add_validating(GROUP, "multiclusterservices", validate)
 
 
-PLUGINS: dict[str, Callable[[Admission], None]] = {DKLB_CONFIG: _dklb, MULTI_CLUSTER_SERVICE: _mcsvc}
+def _egress(admission: Admission) -> None:
+    from isthmus.api.egress import GROUP
+    from isthmus.egress import admission as egress
+
+    kinds = {"externalservices": "ExternalService", "sourceipclaims": "SourceIPClaim",
+             "sourceipclasses": "SourceIPClass", "sourceips": "SourceIP"}
+
+    async def validate(req: AdmissionRequest) -> None:
+        if req.subresource or req.object is None or req.operation == "DELETE":
+            return
+        plural = req.resource.plural
+        if plural == "externalservices":
+            def can_see(ns: str, name: str) -> bool:
+                return admission.can is None or admission.can(req.user_info, "get", "", "services", ns, name)
+
+            problems = egress.validate_external_service(req.object, can_see)
+        elif plural == "sourceipclaims":
+            def class_of(name: str) -> dict[str, Any] | None:
+                return admission.reader(GROUP, "sourceipclasses", "", name) if admission.reader else None
+
+            problems = egress.validate_claim(req.operation, req.object, req.old_object, class_of)
+        elif plural == "sourceipclasses":
+            problems = egress.validate_class(req.object)
+        else:
+            problems = egress.validate_source_ip(req.object)
+        if problems:
+            raise errors.invalid(GROUP, kinds[plural], req.name, [errors.cause(f, m) for f, m in problems])
+
+    for plural in kinds:
+        admission.add_validating(GROUP, plural, validate)
+
+
+PLUGINS: dict[str, Callable[[Admission], None]] = {DKLB_CONFIG: _dklb, MULTI_CLUSTER_SERVICE: _mcsvc, EGRESS: _egress}
 """Every in-process plugin by name; all are enabled unless `--disable-admission-plugins` names them."""
 
 

@@ -8,6 +8,7 @@ from isthmus.cli import crds as _crds  # noqa: F401
 from isthmus.cli import demo as _demo  # noqa: F401
 from isthmus.cli import discovery as _discovery  # noqa: F401
 from isthmus.cli import dns as _dns  # noqa: F401
+from isthmus.cli import egress as _egress  # noqa: F401
 from isthmus.cli import kubelite as _kubelite  # noqa: F401
 from isthmus.cli import lb as _lb  # noqa: F401
 from isthmus.cli import local as _local  # noqa: F401

@@ -1,0 +1,147 @@
+"""Egress commands: `isthmus egress-operator`, `isthmus egress-forwarder` (run by the operator's
+forwarder Deployments) and `isthmus egress-gateway` (on the gateway host)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+from typing import Annotated
+
+import typer
+
+from isthmus.cli.agent import default_identity
+from isthmus.cli.app import (
+    Background,
+    ContextOpt,
+    KubeconfigOpt,
+    LogFormatOpt,
+    LogLevelOpt,
+    MetricsAddrOpt,
+    command,
+    fail,
+    run_component,
+)
+
+RELEASE_TIMEOUT = 3.0
+
+IdentityOpt = Annotated[
+    str | None,
+    typer.Option("--identity", help="Holder identity in the leader-election Lease (default: $POD_NAME, else the "
+                 "host name).", show_default=False),
+]
+
+
+def _ip(value: str, flag: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise fail(f"{flag} must be an IP address, not {value!r}") from None
+
+
+@command("egress-operator")
+def egress_operator(
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    identity: IdentityOpt = None,
+    image: Annotated[str | None, typer.Option("--forwarder-image", help="Image of the forwarder pods (default: "
+                                              "this version's Isthmus image).", show_default=False)] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Concurrent reconciles.")] = 4,
+    metrics_addr: MetricsAddrOpt = None,
+    log_format: LogFormatOpt = "text",
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Bind SourceIPClaims and run each ExternalService's forwarder and data-plane objects (leader-elected)."""
+    from isthmus.api.image import IMAGE
+    from isthmus.egress.operator import EgressOperator
+    from isthmus.kube.client import make_client
+
+    holder = identity or default_identity()
+
+    async def build() -> Background:
+        op = EgressOperator(make_client(kubeconfig, context), identity=holder, image=image or IMAGE,
+                            workers=workers)
+
+        async def release() -> None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(RELEASE_TIMEOUT):
+                    await op.elector.release()
+
+        return Background("egress-operator", op.run, lambda: op.ready, on_stop=release)
+
+    run_component("egress-operator", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+
+
+@command("egress-forwarder")
+def egress_forwarder(
+    forwarder: Annotated[str, typer.Option("--forwarder", help="The Forwarder object this pod serves "
+                                           "(`<namespace>.<name>` of its ExternalService).")],
+    listen: Annotated[str, typer.Option("--listen", help="This pod's address: it listens there and its relays "
+                                        "leave from it.")],
+    namespace: Annotated[str, typer.Option("--namespace", help="Namespace of the Forwarder objects.")]
+    = "isthmus-system",
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    metrics_addr: MetricsAddrOpt = None,
+    log_format: LogFormatOpt = "text",
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Accept the source pods' connections for one ExternalService and relay them to the gateway."""
+    from isthmus.egress.forwarder import ForwarderRuntime
+    from isthmus.kube.client import make_client
+
+    address = _ip(listen, "--listen")
+
+    async def build() -> Background:
+        rt = ForwarderRuntime(make_client(kubeconfig, context), forwarder, namespace, address)
+        return Background("egress-forwarder", rt.run, lambda: rt.ready)
+
+    run_component("egress-forwarder", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+
+
+@command("egress-gateway")
+def egress_gateway(
+    relay_address: Annotated[str, typer.Option("--relay-address", help="Where forwarders' relays arrive (this "
+                                               "replica's address; the gateway Service targets it).")],
+    mode: Annotated[str, typer.Option("--mode", metavar="userspace|kernel",
+                                      help="userspace: asyncio relays (unprivileged); kernel: nftables SNAT/DNAT "
+                                      "in this network namespace (needs CAP_NET_ADMIN).")] = "userspace",
+    interface: Annotated[str | None, typer.Option("--interface", help="Kernel mode: the interface the source IPs "
+                                                  "are added to.", show_default=False)] = None,
+    namespace: Annotated[str, typer.Option("--namespace", help="Namespace of the Gateway objects and the Lease.")]
+    = "isthmus-system",
+    identity: IdentityOpt = None,
+    lease_duration: Annotated[float, typer.Option("--lease-duration", min=1.0, help="Seconds a leader holds the "
+                                                  "source IPs without renewing (failover takes about this long).")]
+    = 15.0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    metrics_addr: MetricsAddrOpt = None,
+    log_format: LogFormatOpt = "text",
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Own the claimed source IPs and carry ExternalService traffic through them (leader-elected)."""
+    from isthmus.egress.gateway import GatewayRuntime
+    from isthmus.kube.client import make_client
+
+    if mode not in ("userspace", "kernel"):
+        raise fail(f"--mode must be userspace or kernel, not {mode!r}")
+    if mode == "kernel" and not interface:
+        raise fail("--mode kernel needs --interface (where the source IPs are added)")
+    address = _ip(relay_address, "--relay-address")
+    holder = identity or default_identity()
+
+    async def build() -> Background:
+        gw = GatewayRuntime(make_client(kubeconfig, context), namespace=namespace, identity=holder,
+                            relay_ip=address, mode="kernel" if mode == "kernel" else "userspace",
+                            interface=interface, lease_duration=lease_duration,
+                            renew_deadline=lease_duration * 2 / 3, retry_period=max(0.2, lease_duration / 8))
+
+        async def release() -> None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(RELEASE_TIMEOUT):
+                    await gw.elector.release()
+
+        return Background("egress-gateway", gw.run, lambda: gw.ready, on_stop=release)
+
+    run_component("egress-gateway", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)

@@ -1,0 +1,1 @@
+"""Egress: ExternalService with static source IPs (claims, binding, forwarder, gateway)."""

@@ -1,0 +1,291 @@
+"""`isthmus egress-gateway`: the gateway host's part. Replicas elect a leader (Lease
+`isthmus-egress-gateway`); only the leader owns the source IPs and is ready, so the gateway
+Service's endpoints name it and failover moves the addresses with the lease.
+
+The leader programs every Gateway object of its namespace:
+
+- **userspace** (default): relays from forwarders arrive on `--relay-address`; one is accepted only
+  from a forwarder address its rule names, and connects to `targetIP:port` *from* the claimed source
+  IP (bind before connect: never from another address). Ingress listens on `sourceIP:port`,
+  accepts only the rule's peer (targetIP) and relays to the forwarder.
+- **kernel**: nftables SNAT/DNAT in the gateway's network namespace (kernel.py), the source IPs
+  added to `--interface`.
+
+A rule is programmed only if its source IP is a SourceIP bound to a claim of the ExternalService's
+namespace: a Gateway object written by anyone else cannot make the gateway send from an address
+nobody claimed. Losing the lease closes every listener and aborts every flow (fail closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from lightkube import ApiError, AsyncClient
+from lightkube.types import PatchType
+
+from isthmus.api.base import format_time, new_condition
+from isthmus.api.egress import (
+    GATEWAY_FIELD_MANAGER,
+    GATEWAY_LEASE,
+    GATEWAY_RELAY_PORT,
+    READY,
+    Gateway,
+    GatewayRule,
+    Reason,
+    SourceIP,
+    SourceIPPhase,
+    source_ip_name,
+)
+from isthmus.egress import relay
+from isthmus.egress.listeners import Listeners, ListenKey
+from isthmus.egress.metrics import FLOWS, LEADING, REFUSED, RULES
+from isthmus.kube import helpers
+from isthmus.kube.resources import resource_for
+from isthmus.runtime import LeaderElector, SharedInformerFactory
+
+log = logging.getLogger(__name__)
+GatewayRes: Any = resource_for(Gateway)
+SourceIPRes: Any = resource_for(SourceIP)
+Mode = Literal["userspace", "kernel"]
+
+
+def claimed(rule: GatewayRule, namespace: str, sips: dict[str, SourceIP]) -> bool:
+    sip = sips.get(source_ip_name(rule.source_ip))
+    return (sip is not None and sip.spec.claim_ref is not None and sip.spec.claim_ref.namespace == namespace
+            and sip.status.phase == SourceIPPhase.BOUND and sip.metadata.deletion_timestamp is None)
+
+
+class GatewayRuntime:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        namespace: str,
+        identity: str,
+        relay_ip: str,
+        mode: Mode = "userspace",
+        interface: str | None = None,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.identity = identity
+        self.relay_ip = relay_ip
+        self.mode = mode
+        self.elector = LeaderElector(client, GATEWAY_LEASE, namespace, identity=identity,
+                                     lease_duration=lease_duration, renew_deadline=renew_deadline,
+                                     retry_period=retry_period)
+        self.listeners = Listeners(self._on_tcp, self._on_udp)
+        self.kernel: Any = None
+        if mode == "kernel":
+            from isthmus.egress.kernel import KernelGateway
+
+            if not interface:
+                raise ValueError("kernel mode needs the interface that carries the source IPs")
+            self.kernel = KernelGateway(interface=interface)
+        self.egress: dict[tuple[str, str, str, int], frozenset[str]] = {}
+        """(protocol, source IP, target IP, port) → forwarder addresses allowed to relay it."""
+        self.ingress: dict[tuple[str, str, int], GatewayRule] = {}
+        self.ready = False
+        self._changed = asyncio.Event()
+
+    async def run(self) -> None:
+        while True:
+            await self.elector.run(self._lead)
+
+    async def _lead(self) -> None:
+        factory = SharedInformerFactory(self.client)
+        gateways = factory.informer(GatewayRes, self.namespace)
+        sips = factory.informer(SourceIPRes)
+        for inf in (gateways, sips):
+            inf.add_handler(lambda _o: self._changed.set(), lambda _o, _n: self._changed.set(),
+                            lambda _o: self._changed.set())
+        factory.start()
+        LEADING.set(1)
+        written: dict[str, tuple[Any, ...]] = {}
+        try:
+            await factory.wait_synced()
+            log.info("egress-gateway %s leading (%s mode)", self.identity, self.mode)
+            self._changed.set()
+            while True:
+                await self._changed.wait()
+                self._changed.clear()
+                objs = [Gateway.from_dict(o) for o in gateways.cache.list()]
+                bound = {o.name: o for o in (SourceIP.from_dict(s) for s in sips.cache.list())}
+                problems = await self._program(objs, bound)
+                self.ready = True
+                for gw in objs:
+                    state = (gw.metadata.generation, problems.get(gw.name, ""))
+                    if written.get(gw.name) != state:
+                        await self._write_status(gw, problems.get(gw.name, ""))
+                        written[gw.name] = state
+                await asyncio.sleep(0.02)  # coalesce bursts of changes
+        finally:
+            self.ready = False
+            LEADING.set(0)
+            self.listeners.close()
+            self.egress, self.ingress = {}, {}
+            if self.kernel is not None:
+                try:
+                    await self.kernel.release()
+                except Exception:
+                    log.exception("releasing the kernel rules failed")
+            await factory.stop()
+
+    async def _program(self, objs: list[Gateway], sips: dict[str, SourceIP]) -> dict[str, str]:
+        """Program every claimed rule; returns the problem of each Gateway object that has one."""
+        problems: dict[str, list[str]] = {}
+        egress: dict[tuple[str, str, str, int], set[str]] = {}
+        ingress: dict[tuple[str, str, int], GatewayRule] = {}
+        owner: dict[tuple[str, str, int], str] = {}
+        kernel_egress: list[Any] = []
+        kernel_ingress: list[Any] = []
+        for gw in sorted(objs, key=lambda g: (g.metadata.creation_timestamp or datetime.min.replace(tzinfo=UTC),
+                                              g.name)):
+            ns = gw.spec.external_service.namespace or ""
+            for rule in gw.spec.egress_rules:
+                if not claimed(rule, ns, sips):
+                    problems.setdefault(gw.name, []).append(f"{rule.source_ip} is not bound to a claim of "
+                                                            f"namespace {ns}: not programmed")
+                    continue
+                egress.setdefault((rule.protocol, rule.source_ip, rule.destination_ip, rule.destination_port),
+                                  set()).update(rule.forwarder_ips)
+                if self.kernel is not None:
+                    from isthmus.egress.kernel import EgressFlow
+
+                    kernel_egress.append(EgressFlow(rule.protocol, rule.source_ip, rule.destination_ip,
+                                                    rule.destination_port, tuple(sorted(rule.client_ips))))
+            for rule in gw.spec.ingress_rules:
+                if not claimed(rule, ns, sips) or rule.target_port is None or rule.peer_ip is None:
+                    continue
+                key = (rule.protocol, rule.source_ip, rule.target_port)
+                if key in ingress:
+                    problems.setdefault(gw.name, []).append(
+                        f"{rule.protocol} {rule.source_ip}:{rule.target_port} already serves {owner[key]}")
+                    continue
+                ingress[key], owner[key] = rule, rule.service or gw.name
+                if self.kernel is not None:
+                    from isthmus.egress.kernel import IngressFlow
+
+                    kernel_ingress.append(IngressFlow(rule.protocol, rule.source_ip, rule.target_port, rule.peer_ip,
+                                                      rule.destination_ip, rule.destination_port))
+        self.egress = {k: frozenset(v) for k, v in egress.items()}
+        self.ingress = ingress
+        RULES.labels("egress").set(len(self.egress))
+        RULES.labels("ingress").set(len(self.ingress))
+        if self.kernel is not None:
+            try:
+                await self.kernel.apply(kernel_egress, kernel_ingress)
+            except Exception as err:
+                return {gw.name: f"kernel rules not applied: {err}" for gw in objs}
+        else:
+            wanted = {ListenKey("TCP", self.relay_ip, GATEWAY_RELAY_PORT)}
+            wanted |= {ListenKey(p, ip, port) for p, ip, port in ingress}
+            for key, error in (await self.listeners.update(wanted)).items():
+                for gw in objs:
+                    if any(r.source_ip == key.ip and r.target_port == key.port for r in gw.spec.ingress_rules) or \
+                            key.port == GATEWAY_RELAY_PORT:
+                        problems.setdefault(gw.name, []).append(f"cannot listen on {key.protocol} "
+                                                                f"{key.ip}:{key.port}: {error}")
+        return {k: "; ".join(v) for k, v in problems.items()}
+
+    async def _write_status(self, gw: Gateway, problem: str) -> None:
+        gen = gw.metadata.generation
+        if problem:
+            reason = Reason.SOURCE_NOT_CLAIMED if "not bound" in problem else Reason.BIND_FAILED
+            cond = new_condition(READY, False, reason, problem, gen)
+        else:
+            cond = new_condition(READY, True, Reason.PROGRAMMED, f"programmed by {self.identity} ({self.mode})", gen)
+        body = {"status": {"conditions": [cond.to_dict()], "observedGeneration": gen, "holder": self.identity,
+                           "lastProgrammedTime": format_time(datetime.now(UTC))}}
+        try:
+            await self.client.patch(GatewayRes.Status, gw.name, body, namespace=self.namespace,
+                                    patch_type=PatchType.MERGE, field_manager=GATEWAY_FIELD_MANAGER)
+        except ApiError as e:
+            if not helpers.is_not_found(e):
+                log.warning("cannot write Gateway status: %s", helpers.describe_error(e))
+
+    # ------------------------------------------------------------------ flows
+
+    async def _on_tcp(self, key: ListenKey, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = relay.peer_ip(writer)
+        if key.port == GATEWAY_RELAY_PORT and key.ip == self.relay_ip:
+            await self._egress(peer, reader, writer)
+            return
+        rule = self.ingress.get((key.protocol, key.ip, key.port))
+        if rule is None or peer != rule.peer_ip or not rule.forwarder_address:
+            relay.refuse(writer)
+            REFUSED.labels("gateway", "ingress", "not_the_target").inc()
+            log.info("refused ingress from %s to %s:%d", peer, key.ip, key.port)
+            return
+        try:
+            up = await self._open_ingress(rule)
+        except (OSError, TimeoutError, relay.RelayError, asyncio.IncompleteReadError) as err:
+            relay.refuse(writer)
+            REFUSED.labels("gateway", "ingress", "forwarder_error").inc()
+            log.info("ingress to %s failed: %s", rule.service, err)
+            return
+        FLOWS.labels("gateway", "ingress", "TCP").inc()
+        await relay.pipe((reader, writer), up)
+
+    async def _open_ingress(self, rule: GatewayRule) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        assert rule.forwarder_address and rule.target_port and rule.peer_ip
+        host, port = relay.split_host_port(rule.forwarder_address)
+        r, w = await relay.connect_from(self.relay_ip, host, port)
+        try:
+            w.write(relay.ingress_header(rule.protocol, rule.source_ip, rule.target_port, rule.peer_ip).encode())
+            await w.drain()
+            await relay.read_answer(r)
+        except BaseException:
+            relay.close(w)
+            raise
+        return r, w
+
+    async def _egress(self, peer: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            h = await relay.read_header(reader)
+        except (relay.RelayError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as err:
+            relay.refuse(writer)
+            REFUSED.labels("gateway", "egress", "bad_header").inc()
+            log.info("bad relay from %s: %s", peer, err)
+            return
+        allowed = self.egress.get((h.protocol, h.source_ip, h.a, int(h.b))) if h.kind == "EGRESS" else None
+        if allowed is None or peer not in allowed:
+            await relay.answer(writer, "not allowed")
+            relay.close(writer)
+            REFUSED.labels("gateway", "egress", "not_allowed").inc()
+            log.info("refused relay from %s for %s %s -> %s:%s", peer, h.protocol, h.source_ip, h.a, h.b)
+            return
+        if h.protocol == "UDP":
+            FLOWS.labels("gateway", "egress", "UDP").inc()
+            await relay.bridge_udp(reader, writer, h.source_ip, h.a, int(h.b))
+            return
+        try:
+            up = await relay.connect_from(h.source_ip, h.a, int(h.b))
+        except (OSError, TimeoutError) as err:
+            await relay.answer(writer, f"cannot reach {h.a}:{h.b} from {h.source_ip}: {err}")
+            relay.close(writer)
+            REFUSED.labels("gateway", "egress", "target_error").inc()
+            return
+        await relay.answer(writer)
+        FLOWS.labels("gateway", "egress", "TCP").inc()
+        await relay.pipe((reader, writer), up)
+
+    async def _on_udp(self, key: ListenKey,
+                      peer: tuple[str, int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        rule = self.ingress.get((key.protocol, key.ip, key.port))
+        if rule is None or peer[0] != rule.peer_ip or not rule.forwarder_address:
+            REFUSED.labels("gateway", "ingress", "not_the_target").inc()
+            return None
+        try:
+            opened = await self._open_ingress(rule)
+        except (OSError, TimeoutError, relay.RelayError, asyncio.IncompleteReadError):
+            REFUSED.labels("gateway", "ingress", "forwarder_error").inc()
+            return None
+        FLOWS.labels("gateway", "ingress", "UDP").inc()
+        return opened

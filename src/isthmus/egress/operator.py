@@ -1,0 +1,437 @@
+"""`isthmus egress-operator`: leader-elected; the binder (binder.py) and, per ExternalService:
+
+- a forwarder Deployment and Service `<name>` in namespace `external-services` (the seed's
+  `<name>.external-services:<port>`), which another ExternalService of the same name in another
+  namespace cannot take (`ForwarderNameInUse`);
+- the Forwarder and Gateway objects `<ns>.<name>` in the operator's namespace, kept current from
+  the claims' bindings and live EndpointSlices (rules.py computes them);
+- status: each source's claim, address and ready pods, and the `ClaimsBound`, `ForwarderReady`,
+  `GatewayReady` and `Ready` conditions.
+
+A finalizer removes what lives in other namespaces (owner references cannot cross them) before the
+ExternalService goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, cast
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.types import PatchType
+
+from isthmus.api.base import (
+    conditions_equal,
+    find_condition,
+    merge_conditions,
+    new_condition,
+)
+from isthmus.api.egress import (
+    ES_NAME_LABEL,
+    ES_NAMESPACE_LABEL,
+    EXTERNAL_SERVICE_FINALIZER,
+    FORWARDER_HEALTH_PORT,
+    FORWARDER_NAMESPACE,
+    FORWARDER_POD_LABEL,
+    FORWARDER_RELAY_PORT,
+    FORWARDER_RELAY_PORT_NAME,
+    FORWARDER_SERVICE_ACCOUNT,
+    GATEWAY_RELAY_PORT,
+    GATEWAY_SERVICE,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    OPERATOR_FIELD_MANAGER,
+    OPERATOR_LEASE,
+    OPERATOR_NAMESPACE,
+    READY,
+    ExternalService,
+    Forwarder,
+    Gateway,
+    Reason,
+    SourceIPClaim,
+    dataplane_name,
+)
+from isthmus.api.image import IMAGE
+from isthmus.egress.binder import BY_USED_CLAIM, Binder
+from isthmus.egress.rules import ServiceView, gateway_service_address, plan, source_service
+from isthmus.kube import helpers
+from isthmus.kube.resources import resource_for
+from isthmus.runtime import (
+    Controller,
+    EventRecorder,
+    Informer,
+    LeaderElector,
+    Result,
+    SharedInformerFactory,
+    object_key,
+    object_labels,
+)
+
+log = logging.getLogger(__name__)
+
+ExternalServiceRes: Any = resource_for(ExternalService)
+ForwarderRes: Any = resource_for(Forwarder)
+GatewayRes: Any = resource_for(Gateway)
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+BY_SOURCE_SERVICE = "source-service"
+RETRY_SECONDS = 5.0
+
+
+def _d(obj: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], obj.to_dict())
+
+
+def _source_services(obj: Any) -> list[str]:
+    es = _d(obj)
+    ns = es["metadata"].get("namespace") or ""
+    return sorted({f"{(s.get('service') or {}).get('namespace') or ns}/{(s.get('service') or {}).get('name')}"
+                   for s in (es.get("spec") or {}).get("sources") or []})
+
+
+def _owner_key(obj: Any) -> list[str]:
+    labels = object_labels(obj)
+    ns, name = labels.get(ES_NAMESPACE_LABEL), labels.get(ES_NAME_LABEL)
+    return [f"{ns}/{name}"] if ns and name else []
+
+
+def _slice_service(obj: Any) -> str:
+    d = _d(obj)
+    return f"{d['metadata'].get('namespace')}/{(d['metadata'].get('labels') or {}).get(SERVICE_NAME_LABEL, '')}"
+
+
+class EgressOperator:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        identity: str,
+        image: str = IMAGE,
+        workers: int = 4,
+        forwarder_args: tuple[str, ...] = (),
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ) -> None:
+        self.client = client
+        self.image = image
+        self.workers = workers
+        self.forwarder_args = forwarder_args
+        self.recorder = EventRecorder(client, OPERATOR_FIELD_MANAGER, instance=identity)
+        self.binder = Binder(client, self.recorder, workers=workers)
+        self.elector = LeaderElector(client, OPERATOR_LEASE, OPERATOR_NAMESPACE, identity=identity,
+                                     lease_duration=lease_duration, renew_deadline=renew_deadline,
+                                     retry_period=retry_period)
+        self.ready = False
+        self._said: dict[str, str] = {}
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.elector.run(self._lead)
+        finally:
+            await self.recorder.aclose()
+
+    async def _lead(self) -> None:
+        factory = SharedInformerFactory(self.client)
+        controllers = self.binder.register(factory)
+        self.externals: Informer[Any] = self.binder.externals
+        self.claims: Informer[Any] = self.binder.claims
+        self.services: Informer[Any] = factory.informer(Service)
+        self.slices: Informer[Any] = factory.informer(EndpointSlice)
+        self.deployments: Informer[Any] = factory.informer(Deployment, FORWARDER_NAMESPACE)
+        self.forwarders: Informer[Any] = factory.informer(ForwarderRes, OPERATOR_NAMESPACE)
+        self.gateways: Informer[Any] = factory.informer(GatewayRes, OPERATOR_NAMESPACE)
+        self.externals.add_indexer(BY_SOURCE_SERVICE, _source_services)
+
+        c = Controller("egress-externalservices", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
+        c.watch(self.externals)
+        c.watch(self.claims, lambda o: self.externals.cache.index_keys(BY_USED_CLAIM, object_key(o)))
+
+        def by_service(svc_key: str) -> list[str]:
+            ns, _, name = svc_key.partition("/")
+            if ns == OPERATOR_NAMESPACE and name == GATEWAY_SERVICE:
+                return self.externals.cache.keys()
+            if ns == FORWARDER_NAMESPACE:
+                return [k for k in self.externals.cache.keys() if k.split("/", 1)[1] == name]
+            return self.externals.cache.index_keys(BY_SOURCE_SERVICE, svc_key)
+
+        c.watch(self.services, lambda o: by_service(object_key(o)))
+        c.watch(self.slices, lambda o: by_service(_slice_service(o)))
+        for informer in (self.deployments, self.forwarders, self.gateways):
+            c.watch(informer, _owner_key)
+        self.controller = c
+        factory.start()
+        try:
+            await factory.wait_synced()
+            self.ready = True
+            log.info("egress-operator leading")
+            async with asyncio.TaskGroup() as tg:
+                for ctl in (*controllers, c):
+                    tg.create_task(ctl.run())
+        finally:
+            self.ready = False
+            await factory.stop()
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def reconcile(self, key: str) -> Result | None:
+        try:
+            return await self._reconcile(key)
+        except ApiError as e:
+            if helpers.is_conflict(e):
+                return Result(requeue_after=0.05)
+            raise
+
+    async def _reconcile(self, key: str) -> Result | None:
+        raw = self.externals.cache.get(key)
+        if raw is None:
+            self._said.pop(key, None)
+            return None
+        es = ExternalService.from_dict(raw)
+        ns, name = es.namespace or "", es.name
+        finalizers = list(es.metadata.finalizers or [])
+        if es.metadata.deletion_timestamp is not None:
+            if EXTERNAL_SERVICE_FINALIZER in finalizers:
+                await self._remove_dataplane(es)
+                await self._set_finalizers(es, [f for f in finalizers if f != EXTERNAL_SERVICE_FINALIZER])
+            return None
+        if EXTERNAL_SERVICE_FINALIZER not in finalizers:
+            await self._set_finalizers(es, [*finalizers, EXTERNAL_SERVICE_FINALIZER])
+            return None
+
+        existing = self.services.cache.get(f"{FORWARDER_NAMESPACE}/{name}")
+        if existing is not None and _owner_key(existing) != [key]:
+            owner = (_owner_key(existing) or ["someone else"])[0]
+            msg = (f"Service {name}.{FORWARDER_NAMESPACE} belongs to {owner}: ExternalServices of one name in two "
+                   "namespaces cannot both be reached as <name>.external-services; rename one")
+            await self._status(es, raw, [new_condition(READY, False, Reason.NAME_IN_USE, msg, es.metadata.generation)],
+                               None, None)
+            return None
+
+        claims = {}
+        for s in es.spec.sources:
+            c = self.claims.cache.get(f"{ns}/{s.source_ip_claim_name}") if s.source_ip_claim_name else None
+            if c is not None:
+                claims[s.source_ip_claim_name or ""] = SourceIPClaim.from_dict(c)
+        services = {k: v for k in {source_service(es, i) for i in range(len(es.spec.sources))}
+                    if (v := self._service_view(k)) is not None}
+        fwd_svc = self.services.cache.get(f"{FORWARDER_NAMESPACE}/{name}")
+        gw_svc = self.services.cache.get(f"{OPERATOR_NAMESPACE}/{GATEWAY_SERVICE}")
+        p = plan(es, claims, services,
+                 forwarder_ips=self._ready_ips(f"{FORWARDER_NAMESPACE}/{name}"),
+                 forwarder_cluster_ip=_cluster_ip(fwd_svc),
+                 gateway_address=gateway_service_address(_cluster_ip(gw_svc), GATEWAY_RELAY_PORT),
+                 gateway_ips=self._ready_ips(f"{OPERATOR_NAMESPACE}/{GATEWAY_SERVICE}"))
+
+        await self._apply_forwarder_service(es)
+        await self._apply_deployment(es)
+        dp = dataplane_name(ns, name)
+        labels = {ES_NAMESPACE_LABEL: ns, ES_NAME_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+        fwd_obj = await self._apply_if_changed(self.forwarders, Forwarder(spec=p.forwarder), dp, labels)
+        gw_obj = await self._apply_if_changed(self.gateways, Gateway(spec=p.gateway), dp, labels)
+
+        conditions = self._conditions(es, p.problems, fwd_obj, gw_obj)
+        await self._status(es, raw, conditions, p.sources,
+                           ",".join(s.source_ip for s in p.sources if s.source_ip) or None)
+        not_ready = [c for c in conditions if c.type == READY and not c.is_true]
+        return Result(requeue_after=RETRY_SECONDS) if not_ready and p.problems else None
+
+    def _service_view(self, key: str) -> ServiceView | None:
+        raw = self.services.cache.get(key)
+        if raw is None:
+            return None
+        spec = _d(raw).get("spec") or {}
+        ip = spec.get("clusterIP")
+        return ServiceView(cluster_ip=ip if ip and ip != "None" else None,
+                           ports=tuple((p.get("protocol") or "TCP", int(p["port"])) for p in spec.get("ports") or []),
+                           ready_ips=tuple(self._ready_ips(key)))
+
+    def _ready_ips(self, svc_key: str) -> list[str]:
+        ns, _, name = svc_key.partition("/")
+        ips: set[str] = set()
+        for raw in self.slices.cache.list_namespace(ns):
+            d = _d(raw)
+            if (d["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) != name:
+                continue
+            for ep in d.get("endpoints") or []:
+                if (ep.get("conditions") or {}).get("ready") is not False:
+                    ips.update(ep.get("addresses") or [])
+        return sorted(ips)
+
+    def _conditions(self, es: ExternalService, problems: list[tuple[str, str]], fwd: Forwarder | None,
+                    gw: Gateway | None) -> list[Any]:
+        gen = es.metadata.generation
+        out = []
+        if problems:
+            reason = problems[0][0]
+            out.append(new_condition("ClaimsBound", not any(r.startswith("Claim") for r, _ in problems),
+                                     reason if reason.startswith("Claim") else Reason.BOUND,
+                                     "; ".join(m for r, m in problems if r.startswith("Claim")), gen))
+        else:
+            out.append(new_condition("ClaimsBound", True, Reason.BOUND, "every source's claim is bound", gen))
+        dep = self.deployments.cache.get(f"{FORWARDER_NAMESPACE}/{es.name}")
+        ready_replicas = ((_d(dep).get("status") or {}).get("readyReplicas") or 0) if dep is not None else 0
+        fwd_cond = find_condition(fwd.status.conditions, READY) if fwd is not None else None
+        fwd_ok = (ready_replicas > 0 and fwd is not None and fwd_cond is not None and fwd_cond.is_true
+                  and fwd.status.observed_generation == fwd.metadata.generation)
+        out.append(new_condition("ForwarderReady", fwd_ok, Reason.READY if fwd_ok else Reason.FORWARDER_NOT_READY,
+                                 f"{ready_replicas} forwarder pod(s) ready" if fwd_ok else
+                                 f"forwarder {es.name}.{FORWARDER_NAMESPACE}: {ready_replicas} pod(s) ready"
+                                 + (f"; {fwd_cond.message}" if fwd_cond is not None and fwd_cond.message else ""),
+                                 gen))
+        gw_cond = find_condition(gw.status.conditions, READY) if gw is not None else None
+        gw_ok = (gw is not None and gw_cond is not None and gw_cond.is_true
+                 and gw.status.observed_generation == gw.metadata.generation)
+        gw_msg = (f"programmed by {gw.status.holder}" if gw_ok and gw is not None else
+                  (gw_cond.message if gw_cond is not None else "no gateway leader has programmed the rules yet"))
+        out.append(new_condition("GatewayReady", gw_ok, gw_cond.reason if gw_cond is not None and not gw_ok else
+                                 (Reason.PROGRAMMED if gw_ok else Reason.NO_GATEWAY), gw_msg, gen))
+        blocking = [c for c in out if not c.is_true]
+        if blocking:
+            first = blocking[0]
+            out.append(new_condition(READY, False, first.reason, f"{first.type}: {first.message}", gen))
+        else:
+            out.append(new_condition(READY, True, Reason.READY, f"reachable as {es.name}.{FORWARDER_NAMESPACE}", gen))
+        return out
+
+    async def _status(self, es: ExternalService, raw: Any, conditions: list[Any], sources: Any,
+                      source_ips: str | None) -> None:
+        merged = merge_conditions(es.status.conditions, conditions)
+        ready = find_condition(conditions, READY)
+        key = f"{es.namespace}/{es.name}"
+        if ready is not None and not ready.is_true and self._said.get(key) != ready.reason:
+            self.recorder.warning(raw, ready.reason, ready.message)
+        self._said[key] = ready.reason if ready is not None else ""
+        body: dict[str, Any] = {}
+        if not conditions_equal(merged, es.status.conditions):
+            body["conditions"] = [c.to_dict() for c in merged]
+        src = [s.to_dict() for s in sources] if sources is not None else None
+        current = es.status.to_dict()
+        for field, value in (("sources", src), ("sourceIPs", source_ips),
+                             ("address", f"{es.name}.{FORWARDER_NAMESPACE}"),
+                             ("observedGeneration", es.metadata.generation)):
+            if current.get(field) != value:
+                body[field] = value
+        if not body:
+            return
+        try:
+            await self.client.patch(ExternalServiceRes.Status, es.name, {"status": body}, namespace=es.namespace,
+                                    patch_type=PatchType.MERGE, field_manager=OPERATOR_FIELD_MANAGER)
+        except ApiError as e:
+            if not helpers.is_not_found(e):
+                raise
+
+    async def _set_finalizers(self, es: ExternalService, finalizers: list[str]) -> None:
+        body = {"metadata": {"finalizers": finalizers, "resourceVersion": es.metadata.resource_version}}
+        try:
+            await self.client.patch(ExternalServiceRes, es.name, body, namespace=es.namespace,
+                                    patch_type=PatchType.MERGE, field_manager=OPERATOR_FIELD_MANAGER)
+        except ApiError as e:
+            if not helpers.is_not_found(e):
+                raise
+
+    async def _apply_if_changed(self, informer: Informer[Any], obj: Forwarder | Gateway, name: str,
+                                labels: dict[str, str]) -> Any:
+        current = informer.cache.get(f"{OPERATOR_NAMESPACE}/{name}")
+        model = type(obj)
+        if current is not None:
+            cur = model.from_dict(current)
+            if cur.spec == obj.spec and (cur.metadata.labels or {}).items() >= labels.items():
+                return cur
+        obj.metadata.name, obj.metadata.namespace, obj.metadata.labels = name, OPERATOR_NAMESPACE, labels
+        body = obj.to_dict()
+        body.pop("status", None)
+        out = await self.client.apply(resource_for(model).from_dict(body), field_manager=OPERATOR_FIELD_MANAGER,
+                                      force=True)
+        return model.from_dict(out)
+
+    def _labels(self, es: ExternalService) -> dict[str, str]:
+        return {ES_NAMESPACE_LABEL: es.namespace or "", ES_NAME_LABEL: es.name, MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                "app.kubernetes.io/name": "isthmus-egress-forwarder", "app.kubernetes.io/part-of": "isthmus"}
+
+    async def _apply_forwarder_service(self, es: ExternalService) -> None:
+        ports = [{"name": p.name or f"{p.protocol.lower()}-{p.port}", "protocol": p.protocol, "port": p.port,
+                  "targetPort": p.listen_port} for p in es.spec.ports]
+        ports.append({"name": FORWARDER_RELAY_PORT_NAME, "protocol": "TCP", "port": FORWARDER_RELAY_PORT,
+                      "targetPort": FORWARDER_RELAY_PORT})
+        body = {"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": es.name, "namespace": FORWARDER_NAMESPACE, "labels": self._labels(es)},
+                "spec": {"selector": {FORWARDER_POD_LABEL: dataplane_name(es.namespace or "", es.name)},
+                         "ports": ports}}
+        current = self.services.cache.get(f"{FORWARDER_NAMESPACE}/{es.name}")
+        if current is not None and _same(_d(current), body):
+            return
+        await self.client.apply(Service.from_dict(body), field_manager=OPERATOR_FIELD_MANAGER, force=True)  # type: ignore[call-overload]
+
+    async def _apply_deployment(self, es: ExternalService) -> None:
+        dp = dataplane_name(es.namespace or "", es.name)
+        pod_labels = {FORWARDER_POD_LABEL: dp, "app.kubernetes.io/name": "isthmus-egress-forwarder",
+                      "app.kubernetes.io/part-of": "isthmus"}
+        listen = sorted({(p.protocol, p.listen_port) for p in es.spec.ports})
+        container = {
+            "name": "forwarder",
+            "image": self.image,
+            "args": ["egress-forwarder", f"--forwarder={dp}", "--listen=$(POD_IP)",
+                     f"--metrics-addr=$(POD_IP):{FORWARDER_HEALTH_PORT}", *self.forwarder_args],
+            "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "ports": [*({"containerPort": port, "protocol": proto} for proto, port in listen),
+                      {"name": FORWARDER_RELAY_PORT_NAME, "containerPort": FORWARDER_RELAY_PORT, "protocol": "TCP"},
+                      {"name": "health", "containerPort": FORWARDER_HEALTH_PORT, "protocol": "TCP"}],
+            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 2,
+                               "timeoutSeconds": 2, "failureThreshold": 2},
+            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "health"}, "periodSeconds": 10,
+                              "timeoutSeconds": 2, "failureThreshold": 3},
+            "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]}},
+        }
+        body = {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": es.name, "namespace": FORWARDER_NAMESPACE, "labels": self._labels(es)},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {FORWARDER_POD_LABEL: dp}},
+                         "template": {"metadata": {"labels": pod_labels},
+                                      "spec": {"serviceAccountName": FORWARDER_SERVICE_ACCOUNT,
+                                               "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                                                                   "seccompProfile": {"type": "RuntimeDefault"}},
+                                               "containers": [container]}}}}
+        current = self.deployments.cache.get(f"{FORWARDER_NAMESPACE}/{es.name}")
+        if current is not None and _same(_d(current), body):
+            return
+        await self.client.apply(Deployment.from_dict(body), field_manager=OPERATOR_FIELD_MANAGER, force=True)  # type: ignore[call-overload]
+
+    async def _remove_dataplane(self, es: ExternalService) -> None:
+        key = f"{es.namespace}/{es.name}"
+        for res, ns, name, cache in ((Deployment, FORWARDER_NAMESPACE, es.name, self.deployments),
+                                     (Service, FORWARDER_NAMESPACE, es.name, self.services),
+                                     (ForwarderRes, OPERATOR_NAMESPACE, dataplane_name(es.namespace or "", es.name),
+                                      self.forwarders),
+                                     (GatewayRes, OPERATOR_NAMESPACE, dataplane_name(es.namespace or "", es.name),
+                                      self.gateways)):
+            current = cache.cache.get(f"{ns}/{name}")
+            if current is not None and _owner_key(current) == [key]:
+                await helpers.ensure_deleted(self.client, res, name, namespace=ns)
+
+
+def _cluster_ip(svc: Any) -> str | None:
+    if svc is None:
+        return None
+    ip = (_d(svc).get("spec") or {}).get("clusterIP")
+    return ip if ip and ip != "None" else None
+
+
+def _same(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """Whether every field we set is already there (the server adds defaults we do not compare)."""
+    return _contains(current, desired)
+
+
+def _contains(have: Any, want: Any) -> bool:
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(_contains(have.get(k), v) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(have) == len(want) and all(
+            _contains(h, w) for h, w in zip(have, want, strict=True))
+    return bool(have == want)

@@ -1,0 +1,268 @@
+"""Binding SourceIPClaims to SourceIPs against a real embedded apiserver, with its in-process Egress
+admission plugin, as kubectl users would see it: phases, addresses, conditions, Events, finalizers,
+reclaim policies, and the races (two claims for the last address; a claim deleted while binding)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event, Namespace
+from lightkube.types import PatchType
+
+from isthmus.api.egress import (
+    CLAIM_FINALIZER,
+    ExternalService,
+    SourceIP,
+    SourceIPClaim,
+    SourceIPClass,
+)
+from isthmus.cli import admission_plugins
+from isthmus.egress.operator import EgressOperator
+from isthmus.kube import helpers
+from isthmus.kube.resources import resource_for
+from tests.conftest import RunningApiServer
+from tests.integration.test_kubelite import eventually
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
+
+ClassRes: Any = resource_for(SourceIPClass)
+ClaimRes: Any = resource_for(SourceIPClaim)
+SipRes: Any = resource_for(SourceIP)
+EsRes: Any = resource_for(ExternalService)
+
+
+class Env:
+    def __init__(self, srv: RunningApiServer, client: AsyncClient) -> None:
+        self.srv = srv
+        self.client = client
+
+    async def klass(self, name: str, ranges: list[tuple[str, str]], allowed: list[str] | None = None,
+                    reclaim: str = "Delete") -> None:
+        await self.client.create(ClassRes.from_dict({
+            "metadata": {"name": name},
+            "spec": {"ranges": [{"start": a, "end": b} for a, b in ranges],
+                     "allowedNamespaces": ["default"] if allowed is None else allowed,
+                     "reclaimPolicy": reclaim}}))
+
+    async def claim(self, name: str, cls: str, address: str | None = None, ns: str = "default") -> None:
+        spec = {"sourceIPClassName": cls} | ({"sourceIP": address} if address else {})
+        await self.client.create(ClaimRes.from_dict({"metadata": {"name": name, "namespace": ns}, "spec": spec}))
+
+    async def get_claim(self, name: str, ns: str = "default") -> dict[str, Any] | None:
+        try:
+            return dict((await self.client.get(ClaimRes, name, namespace=ns)).to_dict())
+        except ApiError as e:
+            if e.status.code == 404:
+                return None
+            raise
+
+    async def phase(self, name: str, ns: str = "default") -> tuple[str | None, str | None]:
+        c = await self.get_claim(name, ns)
+        st = (c or {}).get("status") or {}
+        return st.get("phase"), st.get("sourceIP")
+
+    async def bound(self, name: str, ns: str = "default") -> str:
+        async def check() -> str | None:
+            phase, ip = await self.phase(name, ns)
+            return ip if phase == "Bound" else None
+
+        return str(await eventually(check, 15, f"claim {name} Bound"))
+
+    async def ready_reason(self, name: str) -> str:
+        c = await self.get_claim(name) or {}
+        for cond in (c.get("status") or {}).get("conditions") or []:
+            if cond["type"] == "Ready":
+                return f"{cond['status']}/{cond['reason']}: {cond['message']}"
+        return ""
+
+    async def sips(self) -> dict[str, dict[str, Any]]:
+        return {o.metadata.name: dict(o.to_dict()) async for o in self.client.list(SipRes)}
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    srv = RunningApiServer(tmp_path / "apiserver", admission=admission_plugins.build([]))
+    await srv.start()
+    client = srv.client()
+    await helpers.install_crds(client)
+    await client.create(Namespace(metadata=ObjectMeta(name="isthmus-system")))
+    await client.create(Namespace(metadata=ObjectMeta(name="team-b")))
+    op = EgressOperator(client, identity="test", lease_duration=3.0, renew_deadline=2.0, retry_period=0.5)
+    task = asyncio.create_task(op.run())
+    try:
+        await eventually(lambda: asyncio.sleep(0, op.ready), 15, "operator leading")
+        yield Env(srv, client)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await srv.close()
+
+
+async def test_a_claim_binds_an_address_of_its_class(env: Env) -> None:
+    await env.klass("lab", [("127.32.9.1", "127.32.9.3")])
+    await env.claim("db", "lab")
+    ip = await env.bound("db")
+    assert ip == "127.32.9.1"
+    claim = await env.get_claim("db")
+    assert claim is not None
+    assert CLAIM_FINALIZER in claim["metadata"]["finalizers"]
+    assert (await env.ready_reason("db")).startswith("True/Bound")
+    sip = (await env.sips())["127.32.9.1"]
+    assert sip["spec"]["claimRef"] == {"namespace": "default", "name": "db", "uid": claim["metadata"]["uid"]}
+
+    async def sip_bound() -> bool:
+        return ((await env.sips())["127.32.9.1"].get("status") or {}).get("phase") == "Bound"
+
+    await eventually(sip_bound, 10, "SourceIP Bound")
+
+    async def class_status() -> dict[str, Any] | None:
+        st = (await env.client.get(ClassRes, "lab")).to_dict().get("status") or {}
+        return st if st.get("allocated") == 1 else None
+
+    st = await eventually(class_status, 10, "class status")
+    assert st["capacity"] == 3
+    # A specific address of the class.
+    await env.claim("cache", "lab", "127.32.9.3")
+    assert await env.bound("cache") == "127.32.9.3"
+
+
+async def test_admission_refuses_what_cannot_bind(env: Env) -> None:
+    await env.klass("lab", [("127.32.9.1", "127.32.9.3")])
+    with pytest.raises(ApiError) as err:
+        await env.claim("far", "lab", "127.32.8.1")
+    assert err.value.status.code == 422
+    assert "spec.sourceIP" in err.value.status.message and "outside every range" in err.value.status.message
+    with pytest.raises(ApiError) as err:
+        await env.claim("other", "lab", ns="team-b")
+    assert "does not allow namespace 'team-b'" in err.value.status.message
+    with pytest.raises(ApiError) as err:
+        await env.claim("bad", "lab", "not-an-ip")
+    assert "must be a valid IP address" in err.value.status.message
+    with pytest.raises(ApiError) as err:
+        await env.klass("broken", [("127.32.9.9", "127.32.9.1")])
+    assert "is before start" in err.value.status.message
+    # Nothing of the refused objects was stored.
+    assert await env.get_claim("far") is None and await env.get_claim("bad") is None
+    # A claim's spec cannot change once made.
+    await env.claim("db", "lab")
+    await env.bound("db")
+    with pytest.raises(ApiError) as err:
+        await env.client.patch(ClaimRes, "db", {"spec": {"sourceIP": "127.32.9.2"}}, namespace="default",
+                               patch_type=PatchType.MERGE)
+    assert "immutable" in err.value.status.message
+
+
+async def test_an_exhausted_class_leaves_claims_pending_until_an_address_frees(env: Env) -> None:
+    await env.klass("tiny", [("127.32.9.1", "127.32.9.1")])
+    await env.claim("first", "tiny")
+    assert await env.bound("first") == "127.32.9.1"
+    await env.claim("second", "tiny")
+
+    async def exhausted() -> bool:
+        return "ClassExhausted" in await env.ready_reason("second")
+
+    await eventually(exhausted, 10, "ClassExhausted")
+    assert (await env.phase("second"))[0] == "Pending"
+    events = [e async for e in env.client.list(Event, namespace="default")]
+    assert any(e.reason == "ClassExhausted" and e.involvedObject.name == "second" for e in events)
+    await env.client.delete(ClaimRes, "first", namespace="default")
+    assert await env.bound("second") == "127.32.9.1"
+
+
+async def test_two_claims_race_for_the_last_address(env: Env) -> None:
+    await env.klass("tiny", [("127.32.9.5", "127.32.9.5")])
+    await asyncio.gather(env.claim("a", "tiny"), env.claim("b", "tiny"))
+
+    async def settled() -> list[tuple[str | None, str | None]] | None:
+        phases = [await env.phase("a"), await env.phase("b")]
+        return phases if sorted(p or "" for p, _ in phases) == ["Bound", "Pending"] else None
+
+    phases = await eventually(settled, 15, "one Bound, one Pending")
+    assert [ip for p, ip in phases if p == "Bound"] == ["127.32.9.5"]
+    assert len(await env.sips()) == 1
+
+
+async def test_a_claim_deleted_while_binding_leaves_no_address_behind(env: Env) -> None:
+    await env.klass("lab", [("127.32.9.1", "127.32.9.4")])
+    for i in range(4):
+        await env.claim(f"gone-{i}", "lab")
+        await env.client.delete(ClaimRes, f"gone-{i}", namespace="default")
+
+    async def all_freed() -> bool:
+        return not await env.sips() and all([await env.get_claim(f"gone-{i}") is None for i in range(4)])
+
+    await eventually(all_freed, 15, "claims and addresses gone")
+    await env.claim("next", "lab")
+    assert await env.bound("next") == "127.32.9.1"
+
+
+async def test_retain_keeps_a_released_address_from_a_recreated_claim(env: Env) -> None:
+    await env.klass("kept", [("127.32.9.1", "127.32.9.1")], reclaim="Retain")
+    await env.claim("db", "kept")
+    await env.bound("db")
+    await env.client.delete(ClaimRes, "db", namespace="default")
+
+    async def released() -> bool:
+        return ((await env.sips()).get("127.32.9.1", {}).get("status") or {}).get("phase") == "Released"
+
+    await eventually(released, 10, "Released")
+    await eventually(lambda: _gone(env, "db"), 10, "old claim gone")
+    # Same name, new UID: it does not inherit the retained address.
+    await env.claim("db", "kept")
+
+    async def exhausted() -> bool:
+        return "ClassExhausted" in await env.ready_reason("db")
+
+    await eventually(exhausted, 10, "Pending: the only address is retained")
+    # The admin makes it Available again: the waiting claim takes it.
+    await env.client.patch(SipRes, "127.32.9.1", {"spec": {"claimRef": None}}, patch_type=PatchType.MERGE)
+    assert await env.bound("db") == "127.32.9.1"
+
+
+async def _gone(env: Env, name: str) -> bool:
+    return await env.get_claim(name) is None
+
+
+async def test_a_claim_in_use_is_kept_until_its_external_service_goes(env: Env) -> None:
+    await env.klass("lab", [("127.32.9.1", "127.32.9.4")])
+    await env.claim("db", "lab")
+    await env.bound("db")
+    await env.client.create(EsRes.from_dict({
+        "metadata": {"name": "pg", "namespace": "default"},
+        "spec": {"targetIP": "127.48.0.10", "sources": [{"service": {"name": "app"}, "sourceIPClaimName": "db"}],
+                 "ports": [{"port": 5432}]}}))
+    await env.client.delete(ClaimRes, "db", namespace="default")
+    await asyncio.sleep(1.0)
+    claim = await env.get_claim("db")
+    assert claim is not None and claim["metadata"].get("deletionTimestamp")
+    assert (await env.phase("db")) == ("Bound", "127.32.9.1")
+    await env.client.delete(EsRes, "pg", namespace="default")
+    await eventually(lambda: _gone(env, "db"), 15, "claim gone after its ExternalService")
+
+    async def freed() -> bool:
+        return not await env.sips()
+
+    await eventually(freed, 10, "address freed (Delete policy)")
+
+
+async def test_a_bound_claim_whose_address_vanishes_is_lost(env: Env) -> None:
+    await env.klass("lab", [("127.32.9.1", "127.32.9.4")])
+    await env.claim("db", "lab")
+    await env.bound("db")
+    # An admin forces the SourceIP away (its protection finalizer stripped).
+    await env.client.patch(SipRes, "127.32.9.1", {"metadata": {"finalizers": None}}, patch_type=PatchType.MERGE)
+    await env.client.delete(SipRes, "127.32.9.1")
+
+    async def lost() -> bool:
+        return (await env.phase("db"))[0] == "Lost"
+
+    await eventually(lost, 10, "Lost")
+    assert "no longer exists" in await env.ready_reason("db")
