@@ -57,7 +57,8 @@ def test_parts_start_with_the_apiservers_and_ports_cover_every_part() -> None:
     # The agent and DNS server are pods (deploy/member), not supervised processes.
     assert names[3:] == ["broker-kube-lite", "c1-kube-lite", "c1-proxy", "c2-kube-lite", "c2-proxy"]
     assert [p.name for p in plan.pod_parts(2)] == ["broker-mcsvc-broker", "broker-pools"] + [
-        f"{c}-{k}" for c in ("c1", "c2") for k in ("agent", "dns", "lb", "mcsvc", "pools", "webhook")
+        f"{c}-{k}" for c in ("c1", "c2")
+        for k in ("agent", "dns", "lb", "mcsvc", "pools", "webhook", "egress-operator", "egress-gateway")
     ]
     ports = plan.port_names(2)
     assert len(ports) == len(set(ports))
@@ -90,3 +91,24 @@ def test_pool_addresses_are_per_cluster_and_outside_every_other_range() -> None:
 def test_the_dns_node_port_is_the_last_of_each_cluster_range() -> None:
     cps = plan.address_plan(3)
     assert [plan.dns_node_port(c) for c in cps] == [30499, 30999, 31499]
+
+
+def test_egress_ranges_are_per_cluster_and_outside_every_other_range() -> None:
+    clusters = plan.address_plan(plan.MAX_CLUSTERS)
+    egress = ipaddress.ip_network(plan.EGRESS_RANGE)
+    demo = ipaddress.ip_network(plan.DEMO_OUTSIDE_RANGE)
+    others = [ipaddress.ip_network(n) for n in ("127.48.0.0/12", plan.POOL_PUBLIC_RANGE, plan.POOL_PRIVATE_RANGE,
+                                                plan.CLUSTERSET_IP_RANGE, "127.100.0.0/16", "127.200.0.0/16")]
+    others += [ipaddress.ip_network(n) for c in clusters for n in (c.pod_cidr, c.service_cidr)]
+    assert not any(egress.overlaps(o) or demo.overlaps(o) for o in others)
+    assert not egress.overlaps(demo)
+    seen: list[ipaddress.IPv4Network] = []
+    for c in clusters:
+        assert c.egress_range is not None
+        first, last = (ipaddress.ip_address(a) for a in c.egress_range)
+        block = ipaddress.ip_network(f"{first}/24", strict=False)
+        assert first in egress and last in egress and last in block
+        assert not any(block.overlaps(b) for b in seen)
+        seen.append(block)
+    assert plan.broker_plan().egress_range is None
+    assert c.egress_range == (f"127.32.{plan.MAX_CLUSTERS}.1", f"127.32.{plan.MAX_CLUSTERS}.254")

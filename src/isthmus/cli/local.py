@@ -392,16 +392,17 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
                       "`isthmus down` stops them.[/yellow]")
     table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
     for col in ("NAME", "API SERVER", "DNS", "KUBELET", "POD CIDR", "SERVICE CIDR", "CLUSTERSET IP CIDR", "NODEPORTS",
-                "LB PUBLIC / PRIVATE", "JOINED / HEARTBEAT", "PARTS"):
+                "LB PUBLIC / PRIVATE", "EGRESS SOURCE IPS", "JOINED / HEARTBEAT", "PARTS"):
         table.add_column(col, no_wrap=col != "PARTS")
     b = doc["broker"]
     table.add_row("broker", b["server"], "-", b.get("kubelet", "-"), b.get("podCIDR", "-"), b.get("serviceCIDR", "-"),
                   b["clustersetIPCIDRRange"], b.get("nodePortRange", "-"),
-                  f'{b.get("poolPublicAddress", "-")} / {b.get("poolPrivateAddress", "-")}', "-",
+                  f'{b.get("poolPublicAddress", "-")} / {b.get("poolPrivateAddress", "-")}', "-", "-",
                   _health(b["parts"], b["processes"]))
     for c in doc["clusters"]:
         table.add_row(c["name"], c["server"], c["dns"], c.get("kubelet", "-"), c["podCIDR"], c["serviceCIDR"], c["clustersetIPCIDR"],
-                      c["nodePortRange"], f'{c["poolPublicAddress"]} / {c["poolPrivateAddress"]}', _membership(c), _health(c["parts"], c["processes"]))
+                      c["nodePortRange"], f'{c["poolPublicAddress"]} / {c["poolPrivateAddress"]}',
+                      c.get("egressSourceIPs") or "-", _membership(c), _health(c["parts"], c["processes"]))
     console.print(table)
     if doc["problems"] and doc["phase"] not in (PHASE_STOPPED, PHASE_FAILED):
         console.print("Not ready:", style="bold red")

@@ -54,6 +54,12 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path)
             # is a Python process on this one machine.
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.WEBHOOK]},
              "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": 1}])},
+            # One gateway replica too: a restarted pod takes the Lease over as a standby would (the
+            # two-replica failover is tested in tests/integration/test_egress_dataplane.py).
+            {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]},
+             "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": 1},
+                                      {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                                       "value": "--lease-duration=4"}])},
             {"target": {"kind": "Service", "name": plan.DNS_SERVICE},
              "patch": yaml.safe_dump([
                  {"op": "replace", "path": "/spec/type", "value": "NodePort"},
@@ -76,6 +82,42 @@ def broker_overlay(deploy_dir: Path, into: Path, pools_dir: Path) -> Path:
         "resources": [base],
         "patches": [_pools_patch(plan.broker_plan(), pools_dir)],
     })
+
+
+def source_ip_class(cluster: ClusterPlan) -> dict[str, Any]:
+    """The cluster's local SourceIPClass (`isthmus-local`): its own /24 of 127.32.0.0/16."""
+    from isthmus.api.egress import GROUP, VERSION
+
+    assert cluster.egress_range is not None
+    first, last = cluster.egress_range
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SourceIPClass",
+            "metadata": {"name": plan.LOCAL_SOURCE_IP_CLASS, "labels": {"app.kubernetes.io/part-of": "isthmus"}},
+            "spec": {"ranges": [{"start": first, "end": last}],
+                     "allowedNamespaces": list(plan.LOCAL_SOURCE_IP_NAMESPACES), "reclaimPolicy": "Delete"}}
+
+
+async def ensure_source_ip_class(kubeconfig: Path, cluster: ClusterPlan) -> None:
+    """Apply the local SourceIPClass once its CRD is served (a separate step: one `kubectl apply -k`
+    cannot create a CRD and an object of it). Not forced: an admin's edits to it are kept."""
+    from lightkube import ApiError
+
+    from isthmus.api.egress import SourceIPClass
+    from isthmus.kube.client import make_client
+    from isthmus.kube.helpers import wait_established
+    from isthmus.kube.resources import resource_for
+
+    client = make_client(kubeconfig, timeout=10.0)
+    try:
+        async with asyncio.timeout(60):
+            await wait_established(client, SourceIPClass.crd.crd_name)
+            res: Any = resource_for(SourceIPClass)
+            try:
+                await client.apply(res.from_dict(source_ip_class(cluster)), field_manager="isthmus-up")
+            except ApiError as e:
+                if e.status.code != 409:  # 409: an admin changed a field we set; theirs stays
+                    raise
+    finally:
+        await client.close()
 
 
 def _pools_patch(cluster: ClusterPlan, pools_dir: Path) -> dict[str, Any]:

@@ -31,6 +31,13 @@ POOL_PUBLIC_RANGE = "127.30.0.0/16"
 """Public addresses of the clusters' pool managers (c<i>: 127.30.i.1): `role: slave_public` pools."""
 POOL_PRIVATE_RANGE = "127.31.0.0/16"
 """Private addresses of the clusters' pool managers (c<i>: 127.31.i.1): every pool."""
+EGRESS_RANGE = "127.32.0.0/16"
+"""Source IPs of the clusters' local SourceIPClass `isthmus-local` (c<i>: 127.32.i.1-127.32.i.254)."""
+DEMO_OUTSIDE_RANGE = "127.33.0.0/16"
+"""Outside servers `isthmus demo` starts (its egress step's echo server is 127.33.0.1)."""
+LOCAL_SOURCE_IP_CLASS = "isthmus-local"
+LOCAL_SOURCE_IP_NAMESPACES = ("default",)
+"""Namespaces the local SourceIPClass lets claim (the demo's and `default`); admins add others."""
 
 APISERVER = "apiserver"
 KUBE_LITE = "kube-lite"
@@ -42,15 +49,19 @@ MCSVC = "mcsvc"
 POOLS = "pools"
 WEBHOOK = "webhook"
 MCSVC_BROKER = "mcsvc-broker"
-CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, LB, MCSVC, POOLS, WEBHOOK)
+EGRESS_OPERATOR = "egress-operator"
+EGRESS_GATEWAY = "egress-gateway"
+CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, LB, MCSVC, POOLS, WEBHOOK, EGRESS_OPERATOR,
+                      EGRESS_GATEWAY)
 """Every part of a cluster, in the order tables show them."""
 SUPERVISED_KINDS = (APISERVER, KUBE_LITE, PROXY)
 """What a cloud gives and the supervisor runs as processes (start order; stop order is the reverse)."""
-POD_KINDS = (AGENT, DNS, LB, MCSVC, POOLS, WEBHOOK)
+POD_KINDS = (AGENT, DNS, LB, MCSVC, POOLS, WEBHOOK, EGRESS_OPERATOR, EGRESS_GATEWAY)
 """Isthmus's own components: installed from deploy/member with `kubectl apply -k`, run by kube-lite."""
 COMPONENT_NAMESPACE = "isthmus-system"
 DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns", LB: "isthmus-lb", MCSVC: "isthmus-mcsvc",
-               POOLS: "isthmus-pools", WEBHOOK: "isthmus-webhook"}
+               POOLS: "isthmus-pools", WEBHOOK: "isthmus-webhook", EGRESS_OPERATOR: "isthmus-egress-operator",
+               EGRESS_GATEWAY: "isthmus-egress-gateway"}
 """The Deployment of each pod part (deploy/member)."""
 BROKER_PART_KINDS = (APISERVER, KUBE_LITE, MCSVC_BROKER, POOLS)
 """Every part of the broker, in the order tables show them."""
@@ -82,6 +93,11 @@ class ClusterPlan:
     @property
     def node_port_range(self) -> str:
         return f"{self.node_port_low}-{self.node_port_high}"
+
+    @property
+    def egress_range(self) -> tuple[str, str] | None:
+        """First and last address of the cluster's local SourceIPClass (none on the broker)."""
+        return (f"127.32.{self.index}.1", f"127.32.{self.index}.254") if self.index > 0 else None
 
 
 @dataclass(frozen=True)

@@ -459,6 +459,7 @@ class Bringup:
                                        self.layout.root / "pools" / cluster.name)
         await self._apply(cluster.name, directory)
         kubeconfig = self.layout.kubeconfig_of(cluster.name)
+        await components.ensure_source_ip_class(kubeconfig, cluster)
         if restart_agent:
             await components.restart(kubeconfig, plan.DEPLOYMENTS[AGENT])
 
@@ -840,6 +841,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             "heartbeatAge": age,
             "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": cp.node_port_range,
             "poolPublicAddress": cp.pool_public_address, "poolPrivateAddress": cp.pool_private_address,
+            "egressSourceIPs": "-".join(cp.egress_range or ()),
             "ready": not mine_problems,
             "restarts": sum(state.parts.get(p.name, PartState()).restarts for p in mine)
                         + sum(part.restarts for part in pods.values()),

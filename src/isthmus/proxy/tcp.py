@@ -34,6 +34,7 @@ BUFFER_SIZE = 256 * 1024
 """One read's worth; as large as asyncio's own read size, so bulk transfers take few syscalls."""
 BACKLOG = 1024
 _LINGER_RESET = struct.pack("ii", 1, 0)
+IP_BIND_ADDRESS_NO_PORT = 24  # linux/in.h: the port is picked at connect, so one address serves every peer
 
 
 class _ReadBuffer:
@@ -216,6 +217,20 @@ class _Downstream(_Side):
                 side.transport.abort()
 
 
+def keep_client_address(sock: socket.socket, client_ip: str, backend_host: str, *, stream: bool) -> None:
+    """Connect from the client's own address, as kube-proxy's DNAT leaves it: the backend sees which
+    pod called (egress forwarders admit clients by pod address). Possible on loopback only, where
+    every 127.x address is local; elsewhere, and if the bind fails, the kernel picks as before."""
+    if not (client_ip.startswith("127.") and backend_host.startswith("127.")):
+        return
+    try:
+        if stream:
+            sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+        sock.bind((client_ip, 0))
+    except OSError:
+        pass
+
+
 class TcpListener:
     """Serves one listening socket; the balancer and stats are swapped by the proxy on updates."""
 
@@ -241,6 +256,7 @@ class TcpListener:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setblocking(False)
+            keep_client_address(sock, down.client_ip, backend.host, stream=True)
             async with asyncio.timeout(self.connect_timeout):
                 await loop.sock_connect(sock, backend)
             up = _Upstream(self, down.stats)

@@ -20,6 +20,7 @@ from typing import cast
 from isthmus.proxy.balancer import Balancer
 from isthmus.proxy.metrics import ListenerStats
 from isthmus.proxy.table import Backend
+from isthmus.proxy.tcp import keep_client_address
 
 __all__ = ["DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_FLOWS", "UdpListener"]
 
@@ -129,6 +130,7 @@ class UdpListener(asyncio.DatagramProtocol):
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
+            keep_client_address(sock, addr[0], backend.host, stream=False)
             sock.connect(backend)
         except OSError:
             sock.close()
