@@ -206,6 +206,103 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     return {}
 
 
+OUTSIDE_ADDRESS = "127.33.0.1"
+"""The demo's outside server (127.33.0.0/16 is the plan's range for them)."""
+OUTSIDE_OTHER = "127.33.0.2"
+OUTSIDE_PORT = 7000
+EGRESS_MANIFEST = """\
+apiVersion: egress.isthmus.io/v1alpha1
+kind: ExternalService
+metadata:
+  name: outside
+spec:
+  targetIP: {target}
+  sources:
+  - service: {{name: checkout}}
+    sourceIPClaimName: checkout-ip
+  - service: {{name: billing}}
+    sourceIPClaimName: billing-ip
+  ports:
+  - {{name: tcp, protocol: TCP, port: {port}}}
+"""
+
+
+class OutsideServer:
+    """A server outside the clusters that answers each TCP connection with the peer address it saw."""
+
+    def __init__(self, address: str, port: int) -> None:
+        import socketserver
+        import threading
+
+        outer = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                outer.connections += 1
+                self.request.sendall(json.dumps({"peer": self.client_address[0]}).encode() + b"\n")
+
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+
+        self.connections = 0
+        self.server = Server((loopback(address), port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="outside server", daemon=True)
+
+    def __enter__(self) -> OutsideServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _from(src: str, ip: str, port: int) -> socket.socket:
+    """A connection from `src` (a pod's address: every 127.x is local here, so the demo can speak as
+    that pod, which is what its traffic looks like to the network)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(3.0)
+    s.bind((loopback(src), 0))
+    s.connect((loopback(ip), port))
+    return s
+
+
+def outside_peer(src: str, ip: str, port: int) -> str:
+    try:
+        with _from(src, ip, port) as s:
+            data = s.recv(4096)
+    except OSError as err:
+        raise NotYet(f"{src} → {ip}:{port}: {err.strerror or type(err).__name__}") from None
+    try:
+        return str(json.loads(data)["peer"])
+    except (ValueError, KeyError):
+        raise NotYet(f"{ip}:{port} answered {data[:80]!r}") from None
+
+
+def refused_from(src: str, ip: str, port: int) -> bool:
+    """Whether a connection from `src` is refused (reset, or closed before any answer)."""
+    try:
+        with _from(src, ip, port) as s:
+            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            return not s.recv(4096)
+    except OSError:
+        return True
+
+
+def outside_http(src: str, ip: str, port: int) -> dict[str, Any]:
+    """An HTTP request from the outside server's address to a source IP (the way back in)."""
+    try:
+        with _from(src, ip, port) as s:
+            s.sendall(f"GET /isthmus-demo HTTP/1.0\r\nHost: {ip}\r\n\r\n".encode())
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+    except OSError as err:
+        raise StepFailed(f"{src} → {ip}:{port}: {err.strerror or type(err).__name__}") from None
+    return _json_answer(data.partition(b"\r\n\r\n")[2], f"HTTP {ip}:{port}")
+
+
 # --- the tour ---------------------------------------------------------------------------------------
 
 
@@ -328,6 +425,7 @@ class Demo:
             Step("route an Ingress (class edgelb) by host and path", self.step_lb_ingress),
             Step("share one pool between two Services", self.step_lb_shared),
             Step("reload a pool under traffic: no failed request", self.step_lb_reload),
+            Step("egress: static source IPs toward an outside server (ExternalService)", self.step_egress),
             Step("unexport and see it all go", self.step_unexport),
         ]
 
@@ -698,6 +796,76 @@ class Demo:
                 raise NotYet(f"{address}:{HTTP_PORT} still accepts TCP")
 
         self.wait("what both objects made to go (exports, import, load balancer)", cleaned)
+
+    # -- egress (ExternalService)
+
+    def _egress_manifest(self) -> str:
+        """The demo's ExternalService: the examples' sources, toward the demo's own outside server."""
+        path = self.state_dir / "demo-egress.yaml"
+        path.write_text(EGRESS_MANIFEST.format(target=OUTSIDE_ADDRESS, port=OUTSIDE_PORT))
+        return str(path)
+
+    def step_egress(self) -> None:
+        m = self.lb_cluster
+        c = m.context
+        with OutsideServer(OUTSIDE_ADDRESS, OUTSIDE_PORT) as outside:
+            self.note(f"an outside server on {OUTSIDE_ADDRESS}:{OUTSIDE_PORT} answers each connection with the "
+                      "address it came from")
+            self.kubectl("--context", c, "apply", "-n", NAMESPACE, "-f", self.example("egress/apps.yaml"),
+                         "-f", self.example("egress/claims.yaml"), quiet=True)
+            for d in ("checkout", "billing", "other"):
+                self.kubectl("--context", c, "-n", NAMESPACE, "rollout", "status", f"deployment/{d}",
+                             "--timeout=60s", quiet=True)
+            self.kubectl("--context", c, "apply", "-n", NAMESPACE, "-f", self._egress_manifest())
+
+            def ready() -> dict[str, Any]:
+                obj = self.get_json(m, "externalservice", "outside", "-n", NAMESPACE)
+                cond = condition(obj, "Ready")
+                if cond.get("status") != "True":
+                    raise NotYet(f"Ready is {cond.get('status')}: {cond.get('message')}")
+                return obj
+
+            self.wait("ExternalService outside to be Ready", ready)
+            self.kubectl("--context", c, "get", "sourceipclaims,externalservices", "-n", NAMESPACE)
+            claims = {i["metadata"]["name"]: (i.get("status") or {}).get("sourceIP")
+                      for i in self.items(m, "sourceipclaims")}
+            forwarder = self.get_json(m, "service", "outside", "-n", "external-services")["spec"]["clusterIP"]
+            pods = {i["metadata"]["labels"]["app"]: i["status"]["podIP"] for i in self.items(m, "pods")
+                    if (i["metadata"].get("labels") or {}).get("app") in ("checkout", "billing", "other")
+                    and (i.get("status") or {}).get("podIP")}
+            table = self.table("from pod of", "pod address", "to", "the outside server saw")
+            for app, claim in (("checkout", "checkout-ip"), ("billing", "billing-ip")):
+                want = claims.get(claim)
+
+                def seen(src: str = pods[app], want: str | None = want) -> str:
+                    peer = outside_peer(src, forwarder, OUTSIDE_PORT)
+                    if peer != want:
+                        raise NotYet(f"the outside server saw {peer}, not the claimed {want}")
+                    return peer
+
+                table.add_row(app, pods[app], f"outside.external-services:{OUTSIDE_PORT}",
+                              self.wait(f"{app}'s connection to arrive from {want}", seen))
+            if not refused_from(pods["other"], forwarder, OUTSIDE_PORT):
+                raise StepFailed("a pod of `other` (not a source) was let through the forwarder")
+            table.add_row("other", pods["other"], f"outside.external-services:{OUTSIDE_PORT}", "(refused)")
+            self.print_table(table)
+            back = outside_http(OUTSIDE_ADDRESS, str(claims["checkout-ip"]), HTTP_PORT)
+            if not str(back.get("pod", "")).startswith("checkout"):
+                raise StepFailed(f"{claims['checkout-ip']}:{HTTP_PORT} was answered by {back.get('pod')}, not checkout")
+            if not refused_from(OUTSIDE_OTHER, str(claims["checkout-ip"]), HTTP_PORT):
+                raise StepFailed(f"{OUTSIDE_OTHER} (not the target) reached {claims['checkout-ip']}:{HTTP_PORT}")
+            self.note(f"back: the outside server reached {claims['checkout-ip']}:{HTTP_PORT} → pod {back.get('pod')}; "
+                      f"{OUTSIDE_OTHER} was refused (only targetIP may connect back)")
+            self.note(f"{outside.connections} connections reached the outside server, each from a claimed address")
+        self.kubectl("--context", c, "delete", "-n", NAMESPACE, "externalservice", "outside", quiet=True)
+        self.kubectl("--context", c, "delete", "-n", NAMESPACE, "sourceipclaims", "--all", quiet=True)
+
+        def freed() -> None:
+            left = [i["metadata"]["name"] for i in self.get_json(m, "sourceips").get("items") or []]
+            if left:
+                raise NotYet(f"SourceIPs {', '.join(left)} still exist")
+
+        self.wait("the claims' addresses to return to the class", freed)
 
     # -- load balancing (dklb on HAProxy pools)
 

@@ -36,8 +36,8 @@ EGRESS_RANGE = "127.32.0.0/16"
 DEMO_OUTSIDE_RANGE = "127.33.0.0/16"
 """Outside servers `isthmus demo` starts (its egress step's echo server is 127.33.0.1)."""
 LOCAL_SOURCE_IP_CLASS = "isthmus-local"
-LOCAL_SOURCE_IP_NAMESPACES = ("default",)
-"""Namespaces the local SourceIPClass lets claim (the demo's and `default`); admins add others."""
+LOCAL_SOURCE_IP_NAMESPACES = ("default", "demo")
+"""Namespaces the local SourceIPClass lets claim (`default` and the demo's); admins add others."""
 
 APISERVER = "apiserver"
 KUBE_LITE = "kube-lite"

@@ -1,0 +1,343 @@
+"""The userspace data plane with real sockets on 127.x: a forwarder and two gateway replicas (leader
+election against a real embedded apiserver), claims bound by the operator, an outside server that
+records the address of every connection and datagram it gets.
+
+The Forwarder and Gateway objects are written here as the operator writes them (the operator's own
+path, with kube-lite and the proxy, runs in the local clusterset: the demo and tests/e2e)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace
+from lightkube.types import PatchType
+
+from isthmus.api.egress import (
+    FORWARDER_RELAY_PORT,
+    GATEWAY_RELAY_PORT,
+    Forwarder,
+    Gateway,
+    SourceIPClaim,
+    SourceIPClass,
+)
+from isthmus.cli import admission_plugins
+from isthmus.egress import relay
+from isthmus.egress.forwarder import ForwarderRuntime
+from isthmus.egress.gateway import GatewayRuntime
+from isthmus.egress.operator import EgressOperator
+from isthmus.kube import helpers
+from isthmus.kube.resources import resource_for
+from tests.conftest import RunningApiServer
+from tests.integration.test_kubelite import eventually
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
+
+NS = "isthmus-system"
+ClassRes: Any = resource_for(SourceIPClass)
+ClaimRes: Any = resource_for(SourceIPClaim)
+FwdRes: Any = resource_for(Forwarder)
+GwRes: Any = resource_for(Gateway)
+
+
+@dataclass
+class Outside:
+    """The outside server: TCP (answers the peer address) and UDP (echoes it)."""
+
+    address: str
+    peers: list[str] = field(default_factory=list)
+
+    async def start(self) -> None:
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            peer = w.get_extra_info("peername")[0]
+            self.peers.append(peer)
+            w.write(f"{peer}\n".encode())
+            with contextlib.suppress(ConnectionError):
+                while data := await r.read(65536):  # echo until the client is done
+                    w.write(data)
+                    await w.drain()
+            w.close()
+
+        outer = self
+
+        class Udp(asyncio.DatagramProtocol):
+            def connection_made(self, t: asyncio.BaseTransport) -> None:
+                self.t: Any = t
+
+            def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+                outer.peers.append(addr[0])
+                self.t.sendto(addr[0].encode(), addr)
+
+        self.tcp = await asyncio.start_server(handle, self.address, 7000)
+        self.udp, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+            Udp, local_addr=(self.address, 7001))
+
+    def close(self) -> None:
+        self.tcp.close()
+        self.udp.close()
+
+
+class Env:
+    def __init__(self, client: AsyncClient, base: str) -> None:
+        self.client = client
+        self.base = base
+        self.forwarder_ip = f"{base}.2"
+        self.gateway_ips = [f"{base}.3", f"{base}.4"]
+        self.app, self.web, self.stranger = f"{base}.10", f"{base}.11", f"{base}.12"
+        self.target, self.other_outside = f"{base}.50", f"{base}.51"
+        self.service_ip = f"{base}.60"
+        self.addresses: dict[str, str] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+        self.gateways: list[GatewayRuntime] = []
+
+    def ip(self, last: int) -> str:
+        return f"{self.base}.{last}"
+
+
+async def _connect_from(src: str, ip: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    s = socket.socket()
+    s.setblocking(False)
+    s.bind((src, 0))
+    await asyncio.wait_for(asyncio.get_running_loop().sock_connect(s, (ip, port)), 3)
+    return await asyncio.open_connection(sock=s)
+
+
+async def peer_seen(src: str, ip: str, port: int = 7000) -> str:
+    """Connect from `src` through the forwarder; the outside server's first line is the peer it saw."""
+    r, w = await _connect_from(src, ip, port)
+    try:
+        line = await asyncio.wait_for(r.readline(), 3)
+        if not line:
+            raise ConnectionResetError("closed without an answer")
+        return line.decode().strip()
+    finally:
+        w.close()
+
+
+async def refused(src: str, ip: str, port: int) -> bool:
+    try:
+        r, w = await _connect_from(src, ip, port)
+    except OSError:
+        return True
+    try:
+        w.write(b"x")
+        data = await asyncio.wait_for(r.read(100), 3)
+        return data == b""
+    except (OSError, TimeoutError):
+        return True
+    finally:
+        w.close()
+
+
+async def udp_from(src: str, ip: str, port: int) -> str:
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[bytes] = loop.create_future()
+
+    class P(asyncio.DatagramProtocol):
+        def datagram_received(self, data: bytes, addr: Any) -> None:
+            if not got.done():
+                got.set_result(data)
+
+    t, _ = await loop.create_datagram_endpoint(P, local_addr=(src, 0), remote_addr=(ip, port))
+    try:
+        t.sendto(b"hello")
+        return (await asyncio.wait_for(got, 3)).decode()
+    finally:
+        t.close()
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    base = f"127.77.{random.randint(1, 250)}"
+    srv = RunningApiServer(tmp_path / "apiserver", admission=admission_plugins.build([]))
+    await srv.start()
+    client = srv.client()
+    await helpers.install_crds(client)
+    await client.create(Namespace(metadata=ObjectMeta(name=NS)))
+    e = Env(client, base)
+    op = EgressOperator(client, identity="op", lease_duration=3.0, renew_deadline=2.0, retry_period=0.5)
+    e.tasks.append(asyncio.create_task(op.run()))
+    outside = Outside(e.target)
+    await outside.start()
+    e.outside = outside  # type: ignore[attr-defined]
+    service = await asyncio.start_server(_service_handler, e.service_ip, 8080)
+    try:
+        await client.create(ClassRes.from_dict({"metadata": {"name": "t"}, "spec": {
+            "ranges": [{"start": e.ip(100), "end": e.ip(101)}], "allowedNamespaces": ["default"]}}))
+        for name in ("app-ip", "web-ip"):
+            await client.create(ClaimRes.from_dict({"metadata": {"name": name, "namespace": "default"},
+                                                    "spec": {"sourceIPClassName": "t"}}))
+        for name in ("app-ip", "web-ip"):
+            async def bound(n: str = name) -> str | None:
+                st = (await client.get(ClaimRes, n, namespace="default")).to_dict().get("status") or {}
+                return st.get("sourceIP") if st.get("phase") == "Bound" else None
+
+            e.addresses[name] = str(await eventually(bound, 15, f"{name} bound"))
+        await _write_dataplane(e, e.gateway_ips[0])
+        for i, gip in enumerate(e.gateway_ips):
+            gw = GatewayRuntime(client, namespace=NS, identity=f"gw-{i}", relay_ip=gip, lease_duration=1.5,
+                                renew_deadline=1.0, retry_period=0.25)
+            e.gateways.append(gw)
+            e.tasks.append(asyncio.create_task(gw.run()))
+        fwd = ForwarderRuntime(client, "default.t", NS, e.forwarder_ip)
+        e.forwarder = fwd  # type: ignore[attr-defined]
+        e.tasks.append(asyncio.create_task(fwd.run()))
+        await eventually(lambda: asyncio.sleep(0, fwd.ready and any(g.ready for g in e.gateways)), 15, "ready")
+        yield e
+    finally:
+        for t in e.tasks:
+            t.cancel()
+        for t in e.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        outside.close()
+        service.close()
+        await srv.close()
+
+
+async def _service_handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    w.write(f"service saw {w.get_extra_info('peername')[0]}\n".encode())
+    await w.drain()
+    w.close()
+
+
+async def _write_dataplane(e: Env, leader_ip: str) -> None:
+    app, web = e.addresses["app-ip"], e.addresses["web-ip"]
+    ref = {"namespace": NS, "name": "default.t"}
+    fwd_egress, gw_egress = [], []
+    for proto, port in (("TCP", 7000), ("UDP", 7001)):
+        for addr, client in ((app, e.app), (web, e.web)):
+            fwd_egress.append({"protocol": proto, "sourceIP": addr, "targetPort": port, "destinationIP": e.target,
+                               "destinationPort": port, "clientIPs": [client], "gateway": ref})
+            gw_egress.append({"protocol": proto, "sourceIP": addr, "destinationIP": e.target, "destinationPort": port,
+                              "forwarderIPs": [e.forwarder_ip], "clientIPs": [client], "forwarder": ref})
+    await e.client.apply(FwdRes.from_dict({
+        "apiVersion": "egress.isthmus.io/v1alpha1", "kind": "Forwarder", "metadata": {"name": "default.t",
+                                                                                     "namespace": NS},
+        "spec": {"egressRules": fwd_egress, "gatewayAddress": f"{leader_ip}:{GATEWAY_RELAY_PORT}",
+                 "gatewayIPs": e.gateway_ips,
+                 "ingressRules": [{"protocol": "TCP", "sourceIP": app, "targetPort": 8080,
+                                   "destinationIP": e.service_ip, "destinationPort": 8080}]}}),
+        field_manager="test", force=True)
+    await e.client.apply(GwRes.from_dict({
+        "apiVersion": "egress.isthmus.io/v1alpha1", "kind": "Gateway", "metadata": {"name": "default.t",
+                                                                                   "namespace": NS},
+        "spec": {"externalService": {"namespace": "default", "name": "t"}, "egressRules": gw_egress,
+                 "ingressRules": [{"protocol": "TCP", "sourceIP": app, "targetPort": 8080,
+                                   "destinationIP": e.service_ip, "destinationPort": 8080, "peerIP": e.target,
+                                   "forwarderAddress": f"{e.forwarder_ip}:{FORWARDER_RELAY_PORT}"}]}}),
+        field_manager="test", force=True)
+
+
+async def test_each_source_arrives_with_its_claimed_address_and_strangers_are_refused(env: Env) -> None:
+    app, web = env.addresses["app-ip"], env.addresses["web-ip"]
+    assert await eventually(lambda: _try(peer_seen(env.app, env.forwarder_ip)), 10, "app through") == app
+    assert await peer_seen(env.web, env.forwarder_ip) == web
+    assert await udp_from(env.app, env.forwarder_ip, 7001) == app
+    assert await udp_from(env.web, env.forwarder_ip, 7001) == web
+    assert await refused(env.stranger, env.forwarder_ip, 7000)
+    assert set(env.outside.peers) == {app, web}  # type: ignore[attr-defined]
+
+    async def counted() -> int | None:
+        st = (await env.client.get(FwdRes, "default.t", namespace=NS)).to_dict().get("status") or {}
+        return st.get("refused") if st.get("refused") else None
+
+    assert await eventually(counted, 15, "refused count in status") >= 1
+    # Long transfers are relayed byte for byte.
+    r, w = await _connect_from(env.app, env.forwarder_ip, 7000)
+    await r.readline()
+    blob = random.randbytes(3 * 1024 * 1024)
+    w.write(blob)
+    w.write_eof()
+    got = await asyncio.wait_for(r.readexactly(len(blob)), 10)
+    assert got == blob
+    w.close()
+
+
+async def _try(coro: Any) -> Any:
+    try:
+        return await coro
+    except OSError:
+        return None
+
+
+async def test_the_outside_server_reaches_the_service_back_through_the_source_ip(env: Env) -> None:
+    app = env.addresses["app-ip"]
+
+    async def back() -> str | None:
+        try:
+            r, w = await _connect_from(env.target, app, 8080)
+        except OSError:
+            return None
+        line = (await asyncio.wait_for(r.readline(), 3)).decode().strip()
+        w.close()
+        return line or None
+
+    # Userspace: the service sees the forwarder (kernel mode's DNAT keeps targetIP).
+    assert await eventually(back, 10, "ingress") == f"service saw {env.forwarder_ip}"
+    assert await refused(env.other_outside, app, 8080)
+
+
+async def test_a_rule_for_an_unclaimed_address_is_never_programmed(env: Env) -> None:
+    forged = env.ip(150)
+    await env.client.apply(GwRes.from_dict({
+        "apiVersion": "egress.isthmus.io/v1alpha1", "kind": "Gateway", "metadata": {"name": "default.forged",
+                                                                                   "namespace": NS},
+        "spec": {"externalService": {"namespace": "default", "name": "forged"},
+                 "egressRules": [{"protocol": "TCP", "sourceIP": forged, "destinationIP": env.target,
+                                  "destinationPort": 7000, "forwarderIPs": [env.forwarder_ip]}]}}),
+        field_manager="test", force=True)
+
+    async def rejected() -> str | None:
+        st = (await env.client.get(GwRes, "default.forged", namespace=NS)).to_dict().get("status") or {}
+        conds = {c["type"]: c for c in st.get("conditions") or []}
+        ready = conds.get("Ready", {})
+        return ready.get("reason") if ready.get("status") == "False" else None
+
+    assert await eventually(rejected, 10, "SourceNotClaimed") == "SourceNotClaimed"
+    leader = next(g for g in env.gateways if g.ready)
+    r, w = await _connect_from(env.forwarder_ip, leader.relay_ip, GATEWAY_RELAY_PORT)
+    w.write(relay.egress_header("TCP", forged, env.target, 7000).encode())
+    answer = await asyncio.wait_for(r.readline(), 3)
+    w.close()
+    assert answer.startswith(b"ERR")
+    assert forged not in env.outside.peers  # type: ignore[attr-defined]
+
+
+async def test_gateway_failover_fails_closed_then_carries_new_connections(env: Env) -> None:
+    app = env.addresses["app-ip"]
+    assert await eventually(lambda: _try(peer_seen(env.app, env.forwarder_ip)), 10, "through") == app
+    leader_index = next(i for i, g in enumerate(env.gateways) if g.ready)
+    leader, standby = env.gateways[leader_index], env.gateways[1 - leader_index]
+    # A connection in flight through the leader.
+    r, w = await _connect_from(env.app, env.forwarder_ip, 7000)
+    assert (await r.readline()).decode().strip() == app
+    # Kill the leader's task (its listeners and flows go with it).
+    task = env.tasks[1 + leader_index]
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert not leader.ready
+    w.write(b"still there?")
+    with contextlib.suppress(OSError):
+        await w.drain()
+    try:
+        echoed = await asyncio.wait_for(r.read(100), 5)
+    except ConnectionError:
+        echoed = b""
+    assert echoed == b""  # the flow ended with the leader: nothing relayed after its fall
+    w.close()
+    # The standby takes the lease; the gateway Service (here: the Forwarder's address) follows it.
+    await eventually(lambda: asyncio.sleep(0, standby.ready), 10, "standby leads")
+    await _write_dataplane(env, standby.relay_ip)
+    assert await eventually(lambda: _try(peer_seen(env.app, env.forwarder_ip)), 10, "after failover") == app
+    assert set(env.outside.peers) <= {app, env.addresses["web-ip"]}  # type: ignore[attr-defined]
