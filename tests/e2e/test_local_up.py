@@ -211,8 +211,9 @@ def test_up_reports_every_part_ready(cs: Clusterset) -> None:
     for i, c in enumerate(doc["clusters"], start=1):
         assert c["ready"] is True
         assert c["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "agent", "dns", "proxy", "lb", "mcsvc",
-                                                   "pools", "webhook")}
+                                                   "pools", "webhook", "egress-operator", "egress-gateway")}
         assert c["podCIDR"] == f"127.{100 + i}.0.0/16" and c["serviceCIDR"] == f"127.{200 + i}.0.0/16"
+        assert c["egressSourceIPs"] == f"127.32.{i}.1-127.32.{i}.254"
         assert c["clustersetIPCIDR"] == f"127.{239 + i}.0.0/16"
         assert c["server"].startswith("https://127.0.0.1:") and c["dns"].startswith("127.0.0.1:")
         assert Path(c["kubeconfig"]).exists()
@@ -224,6 +225,7 @@ def test_up_reports_every_part_ready(cs: Clusterset) -> None:
     assert (doc["broker"]["podCIDR"], doc["broker"]["poolPublicAddress"]) == ("127.100.0.0/16", "127.30.0.1")
     table = cs.isthmus("status", "--state-dir", str(cs.root)).stdout
     assert "ready" in table and "127.102.0.0/16" in table and "JOINED / HEARTBEAT" in table
+    assert "127.32.2.1-254" in table
     assert cs.isthmus("status", "--state-dir", str(cs.root), "--wait", "--timeout", "5").returncode == 0
     again = cs.up()  # already running: says so, exits 0
     assert "already running" in again.stdout
@@ -498,6 +500,127 @@ def test_multicluster_services_through_kubectl_with_their_failure_scenarios(cs: 
     wait_for("mcs-web's exports gone", lambda: not _has(cs, "c1", "serviceexport", "mcs-web")
              and not _has(cs, "c2", "serviceexport", "mcs-web"))
     assert _mcs(cs, "mcs-web") is None
+
+
+EGRESS_BAD = """
+apiVersion: egress.isthmus.io/v1alpha1
+kind: ExternalService
+metadata: {name: bad-out, namespace: demo}
+spec:
+  targetIP: not-an-ip
+  sources:
+  - service: {name: echo}
+    sourceIP: 127.32.2.9
+  - service: {name: echo}
+    sourceIPClaimName: team-x/their-claim
+  ports: [{port: 7100}, {port: 7100}]
+"""
+
+EGRESS = """
+apiVersion: egress.isthmus.io/v1alpha1
+kind: SourceIPClaim
+metadata: {name: e2e-ip, namespace: demo}
+spec: {sourceIPClassName: isthmus-local}
+---
+apiVersion: egress.isthmus.io/v1alpha1
+kind: ExternalService
+metadata: {name: e2e-out, namespace: demo}
+spec:
+  targetIP: 127.33.0.5
+  sources:
+  - service: {name: echo}
+    sourceIPClaimName: e2e-ip
+  ports: [{name: tcp, port: 7100}]
+"""
+
+
+class _PeerServer:
+    """An outside server recording the address of every connection (and answering it)."""
+
+    def __init__(self, address: str, port: int) -> None:
+        self.peers: list[str] = []
+        self.sock = socket.create_server((address, port))
+        self.sock.settimeout(0.2)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, peer = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.peers.append(peer[0])
+            with conn:
+                conn.sendall(peer[0].encode() + b"\n")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+def _through(src: str, ip: str, port: int) -> str | None:
+    with socket.socket() as s:
+        s.settimeout(3)
+        s.bind((src, 0))
+        s.connect((ip, port))
+        return s.recv(100).decode().strip() or None
+
+
+def test_egress_through_kubectl_with_its_failure_scenarios(cs: Clusterset) -> None:
+    cs.kubectl("c2", "apply", "-f", "-", stdin=ECHO)  # as the discovery test left it (idempotent)
+    cs.kubectl("c2", "-n", "demo", "rollout", "status", "deployment/echo", "--timeout=60s")
+    # Bad input: refused with the fields named, nothing stored.
+    p = subprocess.run(["kubectl", "--context", "c2", "apply", "-f", "-"], input=EGRESS_BAD, capture_output=True,
+                       text=True, timeout=60, env=cs.env)
+    assert p.returncode != 0
+    for said in ('spec.targetIP: Invalid value: "not-an-ip"', "spec.sources[0].sourceIP: Forbidden",
+                 "name a SourceIPClaim of namespace demo", "spec.ports[1]: Duplicate value: TCP/7100"):
+        assert said in p.stderr, p.stderr
+    assert not _has(cs, "c2", "externalservice", "bad-out")
+    cs.kubectl("c2", "create", "namespace", "elsewhere")
+    p = subprocess.run(["kubectl", "--context", "c2", "apply", "-f", "-"], capture_output=True, text=True,
+                       timeout=60, env=cs.env, input=EGRESS.split("---")[0].replace("namespace: demo",
+                                                                                   "namespace: elsewhere"))
+    assert "does not allow namespace 'elsewhere'" in p.stderr, p.stderr
+    # A claim and an ExternalService: the echo pods of c2 reach the outside server from the claimed address.
+    outside = _PeerServer("127.33.0.5", 7100)
+    try:
+        cs.kubectl("c2", "apply", "-f", "-", stdin=EGRESS)
+        cs.kubectl("c2", "-n", "demo", "wait", "--for=condition=Ready", "externalservice/e2e-out", "--timeout=60s")
+        claim = json.loads(cs.kubectl("c2", "-n", "demo", "get", "sipclaim", "e2e-ip", "-o", "json"))
+        address = claim["status"]["sourceIP"]
+        assert address.startswith("127.32.2.")
+        forwarder = json.loads(cs.kubectl("c2", "-n", "external-services", "get", "svc", "e2e-out", "-o", "json"))
+        fip = forwarder["spec"]["clusterIP"]
+        pods = json.loads(cs.kubectl("c2", "-n", "demo", "get", "pods", "-l", "app=echo", "-o", "json"))["items"]
+        src = pods[0]["status"]["podIP"]
+        assert wait_for("a connection through the forwarder", lambda: _through(src, fip, 7100)) == address
+        # The forwarder runs as a pod of the Isthmus image, under its own ServiceAccount.
+        fwd_pods = json.loads(cs.kubectl("c2", "-n", "external-services", "get", "pods", "-o", "json"))["items"]
+        assert [p["spec"]["serviceAccountName"] for p in fwd_pods] == ["isthmus-egress-forwarder"]
+        # Another address (not a source pod) is refused.
+        try:
+            refused = _through("127.102.250.250", fip, 7100) is None
+        except OSError:
+            refused = True
+        assert refused
+        # The gateway pod is killed: a new one takes the lease; traffic resumes from the same address.
+        cs.kubectl("c2", "-n", "isthmus-system", "delete", "pod", "-l", "app.kubernetes.io/name=isthmus-egress-gateway",
+                   "--wait=false")
+        wait_for("traffic after the gateway's restart", lambda: _through(src, fip, 7100) == address, timeout=60)
+        assert set(outside.peers) == {address}  # nothing ever left from another address
+        # Deleting the ExternalService removes its forwarder; the claim then goes and frees the address.
+        cs.kubectl("c2", "-n", "demo", "delete", "externalservice", "e2e-out", "--timeout=60s")
+        wait_for("the forwarder to go", lambda: json.loads(cs.kubectl(
+            "c2", "-n", "external-services", "get", "deploy,svc", "-o", "json"))["items"] == [])
+        cs.kubectl("c2", "-n", "demo", "delete", "sipclaim", "e2e-ip", "--timeout=60s")
+        wait_for("the address to return to the class", lambda: json.loads(cs.kubectl(
+            "c2", "get", "sourceips", "-o", "json"))["items"] == [])
+    finally:
+        outside.close()
 
 
 def test_killed_parts_are_restarted_and_converge(cs: Clusterset) -> None:

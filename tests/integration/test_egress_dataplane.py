@@ -20,7 +20,6 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
-from lightkube.types import PatchType
 
 from isthmus.api.egress import (
     FORWARDER_RELAY_PORT,

@@ -370,6 +370,15 @@ def _health(parts: dict[str, str], procs: dict[str, dict[str, Any]]) -> Text:
     return out
 
 
+def _short_range(value: str | None) -> str:
+    """`127.32.1.1-127.32.1.254` as `127.32.1.1-254` (the table is wide already)."""
+    if not value or "-" not in value:
+        return value or "-"
+    first, last = value.split("-", 1)
+    common = first.rsplit(".", 1)[0] + "."
+    return f"{first}-{last[len(common):]}" if last.startswith(common) else value
+
+
 def _membership(c: dict[str, Any]) -> Text:
     if c["joined"] is None:
         return Text("unknown", style="yellow")
@@ -392,7 +401,7 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
                       "`isthmus down` stops them.[/yellow]")
     table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
     for col in ("NAME", "API SERVER", "DNS", "KUBELET", "POD CIDR", "SERVICE CIDR", "CLUSTERSET IP CIDR", "NODEPORTS",
-                "LB PUBLIC / PRIVATE", "EGRESS SOURCE IPS", "JOINED / HEARTBEAT", "PARTS"):
+                "LB PUBLIC / PRIVATE", "EGRESS IPS", "JOINED / HEARTBEAT", "PARTS"):
         table.add_column(col, no_wrap=col != "PARTS")
     b = doc["broker"]
     table.add_row("broker", b["server"], "-", b.get("kubelet", "-"), b.get("podCIDR", "-"), b.get("serviceCIDR", "-"),
@@ -402,7 +411,7 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
     for c in doc["clusters"]:
         table.add_row(c["name"], c["server"], c["dns"], c.get("kubelet", "-"), c["podCIDR"], c["serviceCIDR"], c["clustersetIPCIDR"],
                       c["nodePortRange"], f'{c["poolPublicAddress"]} / {c["poolPrivateAddress"]}',
-                      c.get("egressSourceIPs") or "-", _membership(c), _health(c["parts"], c["processes"]))
+                      _short_range(c.get("egressSourceIPs")), _membership(c), _health(c["parts"], c["processes"]))
     console.print(table)
     if doc["problems"] and doc["phase"] not in (PHASE_STOPPED, PHASE_FAILED):
         console.print("Not ready:", style="bold red")

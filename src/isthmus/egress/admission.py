@@ -16,6 +16,7 @@ embedded apiserver's in-process plugin and `isthmus webhook` (with API lookups) 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -38,11 +39,16 @@ CanSee = Callable[[str, str], bool]
 """(namespace, service name) → whether the request's author may get that Service."""
 
 
+def _q(value: Any) -> str:
+    """A value as kube's field errors quote it (Go's %q for strings)."""
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
 def _ip_problem(value: Any, field: str) -> tuple[str, str] | None:
     try:
         ipaddress.ip_address(str(value).strip())
     except ValueError:
-        return field, f"Invalid value: {value!r}: must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+        return field, f"Invalid value: {_q(value)}: must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
     return None
 
 
@@ -53,7 +59,7 @@ def validate_external_service(obj: Mapping[str, Any], can_see: CanSee) -> Proble
     out: Problems = []
     name = meta.get("name") or ""
     if name and (not DNS1035.match(name) or len(name) > 63):
-        out.append(("metadata.name", f"Invalid value: {name!r}: a DNS-1035 label must consist of lower case "
+        out.append(("metadata.name", f"Invalid value: {_q(name)}: a DNS-1035 label must consist of lower case "
                     "alphanumeric characters or '-', start with an alphabetic character, and end with an "
                     "alphanumeric character, at most 63 characters (it names the forwarder Service "
                     f"<name>.external-services)"))
@@ -72,14 +78,16 @@ def validate_external_service(obj: Mapping[str, Any], can_see: CanSee) -> Proble
             out.append((f"{f}.sourceIP", "Forbidden: a source IP cannot be chosen in an ExternalService: create a "
                         f"SourceIPClaim in namespace {ns} and name it in sourceIPClaimName"))
         claim = s.get("sourceIPClaimName")
-        if not claim:
+        if not claim and s.get("sourceIP") is not None:
+            pass  # the Forbidden above says what to do instead
+        elif not claim:
             out.append((f"{f}.sourceIPClaimName", "Required value: the SourceIPClaim (of this namespace) whose "
                         "address these pods use"))
         elif "/" in claim or not DNS1123_LABEL.match(claim.replace(".", "-")):
-            out.append((f"{f}.sourceIPClaimName", f"Invalid value: {claim!r}: a claim of another namespace cannot be "
+            out.append((f"{f}.sourceIPClaimName", f"Invalid value: {_q(claim)}: a claim of another namespace cannot be "
                         f"used: name a SourceIPClaim of namespace {ns}"))
         elif claim in claims:
-            out.append((f"{f}.sourceIPClaimName", f"Duplicate value: {claim!r} (also spec.sources[{claims[claim]}]): "
+            out.append((f"{f}.sourceIPClaimName", f"Duplicate value: {_q(claim)} (also spec.sources[{claims[claim]}]): "
                         "one claim gives one service its address"))
         else:
             claims[claim] = i
@@ -106,7 +114,7 @@ def validate_external_service(obj: Mapping[str, Any], can_see: CanSee) -> Proble
             continue
         target_port = p.get("targetPort") or port
         if not isinstance(target_port, int) or not 1 <= target_port <= 65535:
-            out.append((f"{f}.targetPort", f"Invalid value: {target_port!r}: must be a port number between 1 and "
+            out.append((f"{f}.targetPort", f"Invalid value: {_q(target_port)}: must be a port number between 1 and "
                         "65535, inclusive"))
             continue
         if target_port in (FORWARDER_RELAY_PORT, FORWARDER_HEALTH_PORT):
@@ -147,7 +155,7 @@ def validate_claim(operation: str, obj: Mapping[str, Any], old: Mapping[str, Any
                     f"{ns!r} (allowed: {', '.join(cls.spec.allowed_namespaces) or 'none'})"))
     if wanted is not None and not binding.in_class(cls, wanted):
         ranges = ", ".join(f"{r.start}-{r.end}" for r in cls.spec.ranges)
-        out.append(("spec.sourceIP", f"Invalid value: {wanted!r}: outside every range of SourceIPClass "
+        out.append(("spec.sourceIP", f"Invalid value: {_q(wanted)}: outside every range of SourceIPClass "
                     f"{class_name!r} ({ranges})"))
     return out
 
@@ -163,7 +171,7 @@ def validate_class(obj: Mapping[str, Any]) -> Problems:
             for f, m in binding.range_problems(ranges)]
     for i, ns in enumerate(spec.get("allowedNamespaces") or []):
         if not isinstance(ns, str) or not DNS1123_LABEL.match(ns) or len(ns) > 63:
-            out.append((f"spec.allowedNamespaces[{i}]", f"Invalid value: {ns!r}: not a namespace name"))
+            out.append((f"spec.allowedNamespaces[{i}]", f"Invalid value: {_q(ns)}: not a namespace name"))
     return out
 
 
@@ -173,7 +181,7 @@ def validate_source_ip(obj: Mapping[str, Any]) -> Problems:
     if (p := _ip_problem(address, "spec.sourceIP")) is not None:
         return [p]
     if name != source_ip_name(address):
-        return [("metadata.name", f"Invalid value: {name!r}: a SourceIP is named by its address: "
+        return [("metadata.name", f"Invalid value: {_q(name)}: a SourceIP is named by its address: "
                  f"{source_ip_name(address)!r}")]
     return []
 
