@@ -166,7 +166,10 @@ def webhook(
     hosts = [f"{svc_name}.{svc_ns}.svc", f"{svc_name}.{svc_ns}.svc.cluster.local", f"{svc_name}.{svc_ns}"]
 
     async def build() -> Background:
-        server = WebhookServer(handlers)
+        from isthmus.egress.admission import webhook_handlers
+
+        lookups = make_client(kubeconfig, context)  # the egress checks read classes and ask SubjectAccessReviews
+        server = WebhookServer({**handlers, **webhook_handlers(lookups)})
         if tls_cert_file is not None and tls_key_file is not None:
             ctx = server_context(str(tls_cert_file), str(tls_key_file))
         else:
@@ -193,6 +196,8 @@ def webhook(
         async def stop() -> None:
             with contextlib.suppress(Exception):
                 await server.stop()
+            with contextlib.suppress(Exception):
+                await lookups.close()
 
         return Background("webhook", forever, lambda: True, on_stop=stop)
 

@@ -190,3 +190,66 @@ def message(problems: Problems) -> str:
     """kube's aggregate: `[f: msg, f: msg]`, or the single error alone."""
     parts = [f"{f}: {m}" for f, m in problems]
     return parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+
+
+# --- `isthmus webhook` (real clusters): the same rules, lookups through the API ------------------
+
+VALIDATE_PATH = "/egress/validate"
+KINDS = ("ExternalService", "SourceIPClaim", "SourceIPClass", "SourceIP")
+
+
+def webhook_handlers(client: Any) -> dict[str, Any]:
+    """What `isthmus webhook` serves for egress (deploy/member/webhook names the path). The claim's
+    class is read with the webhook's own rights; whether the author may see a Service of another
+    namespace is a SubjectAccessReview for the author."""
+    from lightkube.resources.authorization_v1 import SubjectAccessReview
+
+    from isthmus.api.egress import GROUP
+    from isthmus.kube.helpers import get_or_none
+    from isthmus.kube.resources import resource_for
+    from isthmus.runtime.webhook import AdmissionResponse
+
+    class_res: Any = resource_for(SourceIPClass)
+
+    async def may_get_service(user: Mapping[str, Any], ns: str, name: str) -> bool:
+        review = SubjectAccessReview.from_dict({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user.get("username"), "groups": user.get("groups"), "uid": user.get("uid"),
+                     "extra": user.get("extra"),
+                     "resourceAttributes": {"namespace": ns, "verb": "get", "resource": "services", "name": name}}})
+        answer = await client.create(review)
+        return bool(answer.status is not None and answer.status.allowed)
+
+    async def review(request: dict[str, Any]) -> AdmissionResponse:
+        kind = (request.get("kind") or {}).get("kind")
+        if ((request.get("kind") or {}).get("group") != GROUP or kind not in KINDS or request.get("subResource")
+                or request.get("operation") == "DELETE"):
+            return AdmissionResponse()
+        obj = request.get("object") or {}
+        operation = request.get("operation", "")
+        if kind == "ExternalService":
+            ns = (obj.get("metadata") or {}).get("namespace") or request.get("namespace") or ""
+            seen: dict[tuple[str, str], bool] = {}
+            for s in (obj.get("spec") or {}).get("sources") or []:
+                svc = s.get("service") or {}
+                key = (svc.get("namespace") or ns, svc.get("name") or "")
+                if key[0] != ns and key[1] and key not in seen:
+                    seen[key] = await may_get_service(request.get("userInfo") or {}, *key)
+            problems = validate_external_service(obj, lambda n, s: seen.get((n, s), False))
+        elif kind == "SourceIPClaim":
+            wanted = (obj.get("spec") or {}).get("sourceIPClassName") or ""
+            cls = await get_or_none(client, class_res, wanted) if wanted and operation == "CREATE" else None
+            found = cls.to_dict() if cls is not None else None
+            problems = validate_claim(operation, obj, request.get("oldObject"),
+                                      lambda n: found if n == wanted else None)
+        elif kind == "SourceIPClass":
+            problems = validate_class(obj)
+        else:
+            problems = validate_source_ip(obj)
+        if not problems:
+            return AdmissionResponse()
+        name = request.get("name") or (obj.get("metadata") or {}).get("name") or ""
+        return AdmissionResponse(allowed=False, code=422,
+                                 message=f'{kind}.{GROUP} "{name}" is invalid: {message(problems)}')
+
+    return {VALIDATE_PATH: review}
