@@ -251,7 +251,11 @@ async def test_removal_release_and_foreign_addresses(topo: Topology) -> None:
     await gw.apply([a, EgressFlow("TCP", "2001:db8:2::100", "2001:db8:2::2", 443, ())], [])
     assert "table ip isthmus_egress" in topo.tables() and "table ip6 isthmus_egress" in topo.tables()
     await gw.release()
-    assert "isthmus_egress" not in topo.tables()
+    assert [t for t in topo.tables().split("\n") if t.endswith(" isthmus_egress")] == []
+    # Fail closed after the lease is lost: the destinations it carried stay blocked (unNATed, a pod's
+    # packets would leave from the pod's own address), until a leader applies again.
+    assert "isthmus_egress_released" in topo.tables()
+    assert topo.client(topo.pod, "TCP", POD_A, TARGET, 8080).startswith("ERR")
     assert gw.owned == frozenset()
     assert topo.addresses() == {"10.231.2.1", SRC_PRE}
     await gw.release()  # idempotent
@@ -265,3 +269,83 @@ async def test_rejected_script_leaves_nothing_behind(topo: Topology) -> None:
     with pytest.raises(ValueError, match="protocol"):
         await gw.apply([EgressFlow("ICMP", SRC_A, TARGET, 8080, (POD_A,))], [])
     assert SRC_A not in topo.addresses()
+
+
+async def test_the_gateway_in_kernel_mode_programs_its_gateway_objects(topo: Topology, tmp_path: Path) -> None:
+    """`isthmus egress-gateway --mode kernel` end to end: Gateway objects and bindings in a real
+    embedded apiserver → nftables in the gateway namespace; a rule whose address nobody claimed is
+    never programmed; losing the lease leaves the destinations blocked."""
+    import asyncio
+    import contextlib
+
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Namespace
+
+    from isthmus.api.egress import Gateway, SourceIPClaim, SourceIPClass
+    from isthmus.cli import admission_plugins
+    from isthmus.egress.gateway import GatewayRuntime
+    from isthmus.egress.operator import EgressOperator
+    from isthmus.kube import helpers
+    from isthmus.kube.resources import resource_for
+    from tests.conftest import RunningApiServer
+    from tests.integration.test_kubelite import eventually
+
+    tcp = topo.server(topo.out, "TCP", TARGET, 8080)
+    srv = RunningApiServer(tmp_path / "apiserver", admission=admission_plugins.build([]))
+    await srv.start()
+    client = srv.client()
+    tasks: list[asyncio.Task[None]] = []
+    kernel = KernelGateway(interface="g1", netns=topo.gw)
+    try:
+        await helpers.install_crds(client)
+        await client.create(Namespace(metadata=ObjectMeta(name="isthmus-system")))
+        tasks.append(asyncio.create_task(EgressOperator(client, identity="op", lease_duration=3.0, renew_deadline=2.0,
+                                                        retry_period=0.5).run()))
+        await client.create(resource_for(SourceIPClass).from_dict({"metadata": {"name": "k"}, "spec": {
+            "ranges": [{"start": SRC_A, "end": SRC_A}], "allowedNamespaces": ["default"]}}))
+        await client.create(resource_for(SourceIPClaim).from_dict({
+            "metadata": {"name": "a", "namespace": "default"}, "spec": {"sourceIPClassName": "k"}}))
+
+        async def bound() -> bool:
+            st = (await client.get(resource_for(SourceIPClaim), "a", namespace="default")).to_dict().get("status")
+            return bool(st and st.get("phase") == "Bound")
+
+        await eventually(bound, 15, "claim bound")
+        rules = [{"protocol": "TCP", "sourceIP": SRC_A, "destinationIP": TARGET, "destinationPort": 8080,
+                  "clientIPs": [POD_A]},
+                 {"protocol": "TCP", "sourceIP": SRC_B, "destinationIP": TARGET, "destinationPort": 8080,
+                  "clientIPs": [POD_B]}]  # SRC_B is claimed by nobody
+        await client.apply(resource_for(Gateway).from_dict({
+            "apiVersion": "egress.isthmus.io/v1alpha1", "kind": "Gateway",
+            "metadata": {"name": "default.k", "namespace": "isthmus-system"},
+            "spec": {"externalService": {"namespace": "default", "name": "k"}, "egressRules": rules}}),
+            field_manager="test", force=True)
+        gw = GatewayRuntime(client, namespace="isthmus-system", identity="gw", relay_ip="127.0.0.1", mode="kernel",
+                            kernel=kernel, lease_duration=1.5, renew_deadline=1.0, retry_period=0.25)
+        tasks.append(asyncio.create_task(gw.run()))
+
+        async def programmed() -> str | None:
+            st = (await client.get(resource_for(Gateway), "default.k", namespace="isthmus-system")).to_dict()
+            conds = {c["type"]: c for c in (st.get("status") or {}).get("conditions") or []}
+            return conds.get("Ready", {}).get("reason")
+
+        assert await eventually(programmed, 15, "Gateway status") == "SourceNotClaimed"
+        assert await asyncio.to_thread(topo.client, topo.pod, "TCP", POD_A, TARGET, 8080) == SRC_A
+        assert (await asyncio.to_thread(topo.client, topo.pod, "TCP", POD_B, TARGET, 8080, 1.0)).startswith("ERR")
+        assert kernel.owned == {SRC_A}
+        assert set(peers(tcp)) == {SRC_A}
+        # The gateway stops (its lease released): nothing leaves for the target any more.
+        tasks[-1].cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tasks[-1]
+        assert kernel.owned == frozenset()
+        assert (await asyncio.to_thread(topo.client, topo.pod, "TCP", POD_A, TARGET, 8080, 1.0)).startswith("ERR")
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        with contextlib.suppress(Exception):
+            await kernel.release()
+        await srv.close()

@@ -45,7 +45,9 @@ GATEWAY_SERVICE = "isthmus-egress-gateway"
 FORWARDER_SERVICE_ACCOUNT = "isthmus-egress-forwarder"
 
 GATEWAY_RELAY_PORT = 15470
-"""Where the leading gateway accepts relays from forwarders (egress)."""
+"""Where the leading gateway accepts TCP relays from forwarders (egress)."""
+GATEWAY_UDP_RELAY_PORT = 15473
+"""Where the leading gateway accepts UDP relays (datagrams framed over TCP) from forwarders."""
 FORWARDER_RELAY_PORT = 15471
 """Where a forwarder accepts relays from the gateway (ingress); named `isthmus-relay` on its Service."""
 FORWARDER_RELAY_PORT_NAME = "isthmus-relay"

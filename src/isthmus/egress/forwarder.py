@@ -26,6 +26,7 @@ from isthmus.api.base import new_condition
 from isthmus.api.egress import (
     FORWARDER_FIELD_MANAGER,
     FORWARDER_RELAY_PORT,
+    GATEWAY_UDP_RELAY_PORT,
     READY,
     Forwarder,
     ForwarderRule,
@@ -34,6 +35,7 @@ from isthmus.api.egress import (
 from isthmus.egress import relay
 from isthmus.egress.listeners import Listeners, ListenKey
 from isthmus.egress.metrics import FLOWS, REFUSED
+from isthmus.egress.splice import Pipe, link, open_pipe
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
 from isthmus.runtime import SharedInformerFactory
@@ -49,7 +51,9 @@ class ForwarderRuntime:
         self.name = name
         self.namespace = namespace
         self.listen_ip = listen_ip
-        self.listeners = Listeners(self._on_tcp, self._on_udp)
+        self.listeners = Listeners(self._on_tcp, self._on_udp, on_pipe=self._on_pipe,
+                                   piped=lambda k: k.protocol == "TCP" and k.port != FORWARDER_RELAY_PORT)
+        self._relaying: set[asyncio.Task[None]] = set()
         self.egress: dict[tuple[str, int, str], ForwarderRule] = {}
         """(protocol, port, client address) → rule."""
         self.ingress: dict[tuple[str, str, int], ForwarderRule] = {}
@@ -137,32 +141,60 @@ class ForwarderRuntime:
 
     # ------------------------------------------------------------------ TCP
 
-    async def _on_tcp(self, key: ListenKey, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = relay.peer_ip(writer)
-        if key.port == FORWARDER_RELAY_PORT:
-            await self._ingress(peer, reader, writer)
-            return
-        rule = self.egress.get((key.protocol, key.port, peer))
+    def _on_pipe(self, key: ListenKey, client: Pipe) -> None:
+        """A source pod's connection (egress, the hot path)."""
+        assert client.transport is not None
+        peer = client.transport.get_extra_info("peername")
+        peer_ip = str(peer[0]) if peer else ""
+        rule = self.egress.get((key.protocol, key.port, peer_ip))
         if rule is None or self.gateway_address is None:
-            relay.refuse(writer)
+            client.reset()
             self._refuse("egress", "not_a_source" if rule is None else "no_gateway",
-                         f"{peer} to port {key.port} is not a pod of a source service" if rule is None
+                         f"{peer_ip} to port {key.port} is not a pod of a source service" if rule is None
                          else "no gateway address")
             return
+        client.transport.pause_reading()  # the kernel holds the client's bytes until the gateway said OK
+        task = asyncio.get_running_loop().create_task(self._relay_egress(client, rule, self.gateway_address))
+        self._relaying.add(task)
+        task.add_done_callback(self._relaying.discard)
+
+    async def _relay_egress(self, client: Pipe, rule: ForwarderRule, gateway: tuple[str, int]) -> None:
+        answered: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+        def on_answer(up: Pipe, line: bytes) -> None:
+            if up.transport is not None:
+                up.transport.pause_reading()
+            if not answered.done():
+                answered.set_result(line)
+
+        up = Pipe(on_line=on_answer)
+        up.on_close = lambda _p: None if answered.done() else answered.set_result(b"")
         try:
-            up = await self._open_egress(rule)
-        except (OSError, TimeoutError, relay.RelayError, asyncio.IncompleteReadError) as err:
-            relay.refuse(writer)
-            REFUSED.labels("forwarder", "egress", "gateway_error").inc()
-            log.info("egress %s via gateway failed: %s", rule.source_ip, err)
+            await open_pipe(self.listen_ip, gateway[0], gateway[1], up)
+            up.write(relay.egress_header(rule.protocol, rule.source_ip, rule.destination_ip,
+                                         rule.destination_port).encode())
+            async with asyncio.timeout(relay.CONNECT_TIMEOUT + relay.HEADER_TIMEOUT):
+                line = await answered
+        except (OSError, TimeoutError) as err:
+            line = f"ERR {err}".encode()
+        if line != b"OK\n" or client.closed:
+            client.reset()
+            up.reset()
+            if line != b"OK\n":
+                REFUSED.labels("forwarder", "egress", "gateway_error").inc()
+                log.info("egress %s via gateway failed: %s", rule.source_ip, line.decode(errors="replace").strip())
             return
         FLOWS.labels("forwarder", "egress", "TCP").inc()
-        await relay.pipe((reader, writer), up)
+        link(client, up)
+
+    async def _on_tcp(self, key: ListenKey, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The relay port: the gateway's ingress relays (egress TCP takes `_on_pipe`)."""
+        await self._ingress(relay.peer_ip(writer), reader, writer)
 
     async def _open_egress(self, rule: ForwarderRule) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A UDP flow's relay (datagrams framed over TCP) to the gateway's UDP relay port."""
         assert self.gateway_address is not None
-        host, port = self.gateway_address
-        r, w = await relay.connect_from(self.listen_ip, host, port)
+        r, w = await relay.connect_from(self.listen_ip, self.gateway_address[0], GATEWAY_UDP_RELAY_PORT)
         try:
             w.write(relay.egress_header(rule.protocol, rule.source_ip, rule.destination_ip,
                                         rule.destination_port).encode())

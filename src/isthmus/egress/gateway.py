@@ -31,6 +31,7 @@ from isthmus.api.egress import (
     GATEWAY_FIELD_MANAGER,
     GATEWAY_LEASE,
     GATEWAY_RELAY_PORT,
+    GATEWAY_UDP_RELAY_PORT,
     READY,
     Gateway,
     GatewayRule,
@@ -42,6 +43,7 @@ from isthmus.api.egress import (
 from isthmus.egress import relay
 from isthmus.egress.listeners import Listeners, ListenKey
 from isthmus.egress.metrics import FLOWS, LEADING, REFUSED, RULES
+from isthmus.egress.splice import Pipe, link, open_pipe
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
 from isthmus.runtime import LeaderElector, SharedInformerFactory
@@ -71,7 +73,9 @@ class GatewayRuntime:
         lease_duration: float = 15.0,
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
+        kernel: Any = None,
     ) -> None:
+        """`kernel`: a KernelGateway to use in kernel mode (tests pass one bound to their namespace)."""
         self.client = client
         self.namespace = namespace
         self.identity = identity
@@ -80,9 +84,11 @@ class GatewayRuntime:
         self.elector = LeaderElector(client, GATEWAY_LEASE, namespace, identity=identity,
                                      lease_duration=lease_duration, renew_deadline=renew_deadline,
                                      retry_period=retry_period)
-        self.listeners = Listeners(self._on_tcp, self._on_udp)
-        self.kernel: Any = None
-        if mode == "kernel":
+        self.listeners = Listeners(self._on_tcp, self._on_udp, on_pipe=self._on_pipe,
+                                   piped=lambda k: k.port == GATEWAY_RELAY_PORT and k.ip == relay_ip)
+        self._relaying: set[asyncio.Task[None]] = set()
+        self.kernel: Any = kernel
+        if mode == "kernel" and kernel is None:
             from isthmus.egress.kernel import KernelGateway
 
             if not interface:
@@ -184,12 +190,13 @@ class GatewayRuntime:
             except Exception as err:
                 return {gw.name: f"kernel rules not applied: {err}" for gw in objs}
         else:
-            wanted = {ListenKey("TCP", self.relay_ip, GATEWAY_RELAY_PORT)}
+            wanted = {ListenKey("TCP", self.relay_ip, GATEWAY_RELAY_PORT),
+                      ListenKey("TCP", self.relay_ip, GATEWAY_UDP_RELAY_PORT)}
             wanted |= {ListenKey(p, ip, port) for p, ip, port in ingress}
             for key, error in (await self.listeners.update(wanted)).items():
                 for gw in objs:
                     if any(r.source_ip == key.ip and r.target_port == key.port for r in gw.spec.ingress_rules) or \
-                            key.port == GATEWAY_RELAY_PORT:
+                            key.ip == self.relay_ip:
                         problems.setdefault(gw.name, []).append(f"cannot listen on {key.protocol} "
                                                                 f"{key.ip}:{key.port}: {error}")
         return {k: "; ".join(v) for k, v in problems.items()}
@@ -212,9 +219,52 @@ class GatewayRuntime:
 
     # ------------------------------------------------------------------ flows
 
+    def _on_pipe(self, key: ListenKey, conn: Pipe) -> None:
+        """A forwarder's TCP relay (egress, the hot path): its header first."""
+        conn.on_line = self._egress_header
+
+    def _egress_header(self, conn: Pipe, line: bytes) -> None:
+        assert conn.transport is not None
+        conn.transport.pause_reading()
+        peer = conn.transport.get_extra_info("peername")
+        peer_ip = str(peer[0]) if peer else ""
+        try:
+            h = relay.parse_header(line)
+        except relay.RelayError as err:
+            conn.reset()
+            REFUSED.labels("gateway", "egress", "bad_header").inc()
+            log.info("bad relay from %s: %s", peer_ip, err)
+            return
+        allowed = self.egress.get((h.protocol, h.source_ip, h.a, int(h.b))) if h.kind == "EGRESS" else None
+        if allowed is None or peer_ip not in allowed or h.protocol != "TCP":
+            conn.write(b"ERR not allowed\n")
+            conn.close()
+            REFUSED.labels("gateway", "egress", "not_allowed").inc()
+            log.info("refused relay from %s for %s %s -> %s:%s", peer_ip, h.protocol, h.source_ip, h.a, h.b)
+            return
+        task = asyncio.get_running_loop().create_task(self._connect_target(conn, h))
+        self._relaying.add(task)
+        task.add_done_callback(self._relaying.discard)
+
+    async def _connect_target(self, conn: Pipe, h: relay.Header) -> None:
+        up = Pipe()
+        try:
+            await open_pipe(h.source_ip, h.a, int(h.b), up)
+        except (OSError, TimeoutError) as err:
+            conn.write(f"ERR cannot reach {h.a}:{h.b} from {h.source_ip}: {err}\n".encode())
+            conn.close()
+            REFUSED.labels("gateway", "egress", "target_error").inc()
+            return
+        if conn.closed:
+            up.close()
+            return
+        conn.write(b"OK\n")
+        FLOWS.labels("gateway", "egress", "TCP").inc()
+        link(conn, up)
+
     async def _on_tcp(self, key: ListenKey, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = relay.peer_ip(writer)
-        if key.port == GATEWAY_RELAY_PORT and key.ip == self.relay_ip:
+        if key.port == GATEWAY_UDP_RELAY_PORT and key.ip == self.relay_ip:
             await self._egress(peer, reader, writer)
             return
         rule = self.ingress.get((key.protocol, key.ip, key.port))

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 TABLE = "isthmus_egress"
+RELEASED_SUFFIX = "_released"
+"""`<table>_released`: what a gateway that lost the lease leaves behind (see `render_released`)."""
 PROTOCOLS = ("TCP", "UDP")
 COUNTERS = ("refused", "refused_ingress")
 """Named counters in each table: egress senders not in a flow's clients; ingress packets refused."""
@@ -255,6 +257,28 @@ def source_ips(egress: Sequence[EgressFlow], ingress: Sequence[IngressFlow]) -> 
     return frozenset(str(ipaddress.ip_address(f.source_ip)) for f in flows)
 
 
+def render_released(egress: Sequence[EgressFlow], *, table: str = TABLE) -> str:
+    """nft script for a gateway that lost the lease: every packet toward a destination it carried is
+    dropped, established connections included (their conntrack NAT state would otherwise outlive
+    the lease, and new ones would leave unNATed from the pod's own address). Replaced atomically,
+    like the main table; removed by the next `apply`."""
+    per_family = _collect(egress, [])
+    name = table + RELEASED_SUFFIX
+    lines: list[str] = []
+    for family in ("ip", "ip6"):
+        lines += [f"add table {family} {name}", f"delete table {family} {name}"]
+        t = per_family.get(family)
+        if t is None or not t.egress_targets:
+            continue
+        ip = family
+        addr = "ipv4_addr" if family == "ip" else "ipv6_addr"
+        lines += [f"table {family} {name} {{", *_set("egress_targets", f"{addr} . inet_proto . inet_service",
+                                                      t.egress_targets),
+                  "\tchain forward {", "\t\ttype filter hook forward priority filter - 10; policy accept;",
+                  f"\t\t{ip} daddr . meta l4proto . th dport @egress_targets counter drop", "\t}", "}"]
+    return "\n".join(lines) + "\n"
+
+
 # --- applying ---------------------------------------------------------------------------------------------
 
 
@@ -273,6 +297,8 @@ class KernelGateway:
         self.ip = ip
         self.netns = netns
         self._owned: set[str] = set()
+        self._egress: list[EgressFlow] = []
+        """The egress flows last applied: what `release` keeps blocked."""
         self._lock = asyncio.Lock()
 
     @property
@@ -351,7 +377,9 @@ class KernelGateway:
                     added.append(address)
                     self._owned.add(address)
                 script = render(egress, ingress, table=self.table, counters=await self.counters())
+                script += render_released([], table=self.table)  # leading again: the block goes
                 await self._run(self.nft, "-f", "-", stdin=script)
+                self._egress = list(egress)
             except BaseException:
                 for address in added:
                     await self._run(*self._addr_argv("del", address), check=False)
@@ -363,10 +391,12 @@ class KernelGateway:
                 self._owned.discard(address)
 
     async def release(self) -> None:
-        """Delete the table and every address this object added (losing leadership: fail closed)."""
+        """Losing leadership, fail closed: replace the table by `render_released`'s block of every
+        destination it carried, and delete every address this object added."""
         async with self._lock:
             errors: list[str] = []
             script = "".join(f"add table {f} {self.table}\ndelete table {f} {self.table}\n" for f in ("ip", "ip6"))
+            script += render_released(self._egress, table=self.table)
             try:
                 await self._run(self.nft, "-f", "-", stdin=script)
             except KernelError as err:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from isthmus.egress.relay import READ_SIZE, OpenRelay, UdpFlows
+from isthmus.egress.splice import Pipe
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,8 @@ class ListenKey(NamedTuple):
 
 
 TcpHandler = Callable[[ListenKey, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+PipeHandler = Callable[[ListenKey, Pipe], None]
+"""Called as a connection is accepted on a pipe listener (the hot path: no task, no streams)."""
 UdpOpener = Callable[[ListenKey, tuple[str, int]], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None]]
 
 
@@ -35,11 +38,15 @@ class _Open:
         self.flows = flows
         self.writers: set[asyncio.StreamWriter] = set()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.pipes: set[Pipe] = set()
 
 
 class Listeners:
-    def __init__(self, on_tcp: TcpHandler, on_udp: UdpOpener, *, udp_idle: float = 60.0) -> None:
+    def __init__(self, on_tcp: TcpHandler, on_udp: UdpOpener, *, udp_idle: float = 60.0,
+                 on_pipe: PipeHandler | None = None, piped: Callable[[ListenKey], bool] = lambda _k: False) -> None:
         self.on_tcp = on_tcp
+        self.on_pipe = on_pipe
+        self.piped = piped
         self.on_udp = on_udp
         self.udp_idle = udp_idle
         self.open: dict[ListenKey, _Open] = {}
@@ -103,7 +110,19 @@ class Listeners:
         except BaseException:
             sock.close()
             raise
-        entry.server = await asyncio.start_server(handle, sock=sock, limit=READ_SIZE)
+        if self.on_pipe is not None and self.piped(key):
+            on_pipe = self.on_pipe
+
+            class Accepted(Pipe):
+                def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                    super().connection_made(transport)
+                    entry.pipes.add(self)
+                    self.on_close = entry.pipes.discard
+                    on_pipe(key, self)
+
+            entry.server = await asyncio.get_running_loop().create_server(Accepted, sock=sock, backlog=1024)
+        else:
+            entry.server = await asyncio.start_server(handle, sock=sock, limit=READ_SIZE)
         self.open[key] = entry
 
     def _close(self, key: ListenKey) -> None:
@@ -119,6 +138,10 @@ class Listeners:
                 w.transport.abort()
         for t in list(entry.tasks):
             t.cancel()  # its relay's far side closes too (relay.pipe's finally)
+        for p in list(entry.pipes):
+            p.reset()
+            if p.peer is not None:
+                p.peer.reset()
 
     def close(self) -> None:
         for key in list(self.open):

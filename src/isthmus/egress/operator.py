@@ -57,7 +57,7 @@ from isthmus.api.egress import (
 )
 from isthmus.api.image import IMAGE
 from isthmus.egress.binder import BY_USED_CLAIM, Binder
-from isthmus.egress.rules import ServiceView, gateway_service_address, plan, source_service
+from isthmus.egress.rules import ServiceView, plan, relay_address, source_service
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
 from isthmus.runtime import (
@@ -219,13 +219,11 @@ class EgressOperator:
                 claims[s.source_ip_claim_name or ""] = SourceIPClaim.from_dict(c)
         services = {k: v for k in {source_service(es, i) for i in range(len(es.spec.sources))}
                     if (v := self._service_view(k)) is not None}
-        fwd_svc = self.services.cache.get(f"{FORWARDER_NAMESPACE}/{name}")
-        gw_svc = self.services.cache.get(f"{OPERATOR_NAMESPACE}/{GATEWAY_SERVICE}")
-        p = plan(es, claims, services,
-                 forwarder_ips=self._ready_ips(f"{FORWARDER_NAMESPACE}/{name}"),
-                 forwarder_cluster_ip=_cluster_ip(fwd_svc),
-                 gateway_address=gateway_service_address(_cluster_ip(gw_svc), GATEWAY_RELAY_PORT),
-                 gateway_ips=self._ready_ips(f"{OPERATOR_NAMESPACE}/{GATEWAY_SERVICE}"))
+        forwarders = self._ready_ips(f"{FORWARDER_NAMESPACE}/{name}")
+        gateways = self._ready_ips(f"{OPERATOR_NAMESPACE}/{GATEWAY_SERVICE}")
+        p = plan(es, claims, services, forwarder_ips=forwarders,
+                 forwarder_address=relay_address(forwarders, FORWARDER_RELAY_PORT),
+                 gateway_address=relay_address(gateways, GATEWAY_RELAY_PORT), gateway_ips=gateways)
 
         await self._apply_forwarder_service(es)
         await self._apply_deployment(es)
@@ -414,13 +412,6 @@ class EgressOperator:
             current = cache.cache.get(f"{ns}/{name}")
             if current is not None and _owner_key(current) == [key]:
                 await helpers.ensure_deleted(self.client, res, name, namespace=ns)
-
-
-def _cluster_ip(svc: Any) -> str | None:
-    if svc is None:
-        return None
-    ip = (_d(svc).get("spec") or {}).get("clusterIP")
-    return ip if ip and ip != "None" else None
 
 
 def _same(current: dict[str, Any], desired: dict[str, Any]) -> bool:

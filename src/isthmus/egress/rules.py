@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from isthmus.api.egress import (
-    FORWARDER_RELAY_PORT,
     GATEWAY_SERVICE,
     OPERATOR_NAMESPACE,
     ClaimPhase,
@@ -61,11 +60,13 @@ def plan(
     services: Mapping[str, ServiceView],
     *,
     forwarder_ips: Sequence[str],
-    forwarder_cluster_ip: str | None,
+    forwarder_address: str | None,
     gateway_address: str | None,
     gateway_ips: Sequence[str],
 ) -> Plan:
-    """`claims` by name (the ExternalService's namespace), `services` by `ns/name`."""
+    """`claims` by name (the ExternalService's namespace), `services` by `ns/name`. The relays go to
+    endpoints, not through Service addresses: `gateway_address` is the leading gateway's (the only
+    ready endpoint of its Service), `forwarder_address` a ready forwarder pod's."""
     name = dataplane_name(es.namespace or "", es.name)
     gateway_ref = ObjectRef(namespace=OPERATOR_NAMESPACE, name=name)
     forwarder_ref = ObjectRef(namespace=OPERATOR_NAMESPACE, name=name)
@@ -108,13 +109,13 @@ def plan(
             gw.ingress_rules.append(GatewayRule(
                 protocol=protocol, source_ip=address, target_port=svc_port, destination_ip=svc.cluster_ip,
                 destination_port=svc_port, peer_ip=target, service=svc_key, forwarder=forwarder_ref,
-                forwarder_address=f"{forwarder_cluster_ip}:{FORWARDER_RELAY_PORT}" if forwarder_cluster_ip else None))
+                forwarder_address=forwarder_address))
     return Plan(fwd, gw, sources, problems)
 
 
-def gateway_service_address(cluster_ip: str | None, port: int) -> str | None:
-    """`host:port` of the gateway's relay Service (`isthmus-egress-gateway` in the operator's namespace)."""
-    return f"{cluster_ip}:{port}" if cluster_ip else None
+def relay_address(endpoints: Sequence[str], port: int) -> str | None:
+    """`host:port` of the first ready endpoint (None when there is none: no relay, fail closed)."""
+    return f"{sorted(endpoints)[0]}:{port}" if endpoints else None
 
 
-__all__ = ["GATEWAY_SERVICE", "Plan", "ServiceView", "gateway_service_address", "plan", "source_service"]
+__all__ = ["GATEWAY_SERVICE", "Plan", "ServiceView", "plan", "relay_address", "source_service"]

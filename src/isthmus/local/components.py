@@ -97,8 +97,9 @@ def source_ip_class(cluster: ClusterPlan) -> dict[str, Any]:
 
 
 async def ensure_source_ip_class(kubeconfig: Path, cluster: ClusterPlan) -> None:
-    """Apply the local SourceIPClass once its CRD is served (a separate step: one `kubectl apply -k`
-    cannot create a CRD and an object of it). Not forced: an admin's edits to it are kept."""
+    """Apply the local SourceIPClass once its CRD is served and the admission webhook answers (one
+    `kubectl apply -k` cannot create a CRD and an object of it, and the webhook runs as a pod). Not
+    forced: an admin's edits to it are kept."""
     from lightkube import ApiError
 
     from isthmus.api.egress import SourceIPClass
@@ -111,11 +112,16 @@ async def ensure_source_ip_class(kubeconfig: Path, cluster: ClusterPlan) -> None
         async with asyncio.timeout(60):
             await wait_established(client, SourceIPClass.crd.crd_name)
             res: Any = resource_for(SourceIPClass)
-            try:
-                await client.apply(res.from_dict(source_ip_class(cluster)), field_manager="isthmus-up")
-            except ApiError as e:
-                if e.status.code != 409:  # 409: an admin changed a field we set; theirs stays
-                    raise
+            while True:
+                try:
+                    await client.apply(res.from_dict(source_ip_class(cluster)), field_manager="isthmus-up")
+                    return
+                except ApiError as e:
+                    if e.status.code == 409:  # an admin changed a field we set; theirs stays
+                        return
+                    if e.status.code != 500:  # 500: the admission webhook is not serving yet
+                        raise
+                await asyncio.sleep(0.5)
     finally:
         await client.close()
 

@@ -403,6 +403,7 @@ class Bringup:
             self._phase(PHASE_RUNNING)
             late = await self.sup.wait_ready([p.name for p in all_parts], PARTS_READY_TIMEOUT)
             late += await self._wait_components()
+            late += await self._source_ip_classes()
             if late:
                 log.warning("not ready after %.0fs (still trying): %s", PARTS_READY_TIMEOUT, ", ".join(late))
             else:
@@ -459,7 +460,6 @@ class Bringup:
                                        self.layout.root / "pools" / cluster.name)
         await self._apply(cluster.name, directory)
         kubeconfig = self.layout.kubeconfig_of(cluster.name)
-        await components.ensure_source_ip_class(kubeconfig, cluster)
         if restart_agent:
             await components.restart(kubeconfig, plan.DEPLOYMENTS[AGENT])
 
@@ -471,6 +471,21 @@ class Bringup:
         else:
             log.warning("kubectl not found: applying %s's manifests server-side from Python", name)
             await components.apply_rendered(kubeconfig, directory)
+
+    async def _source_ip_classes(self) -> list[str]:
+        """Each cluster's local SourceIPClass, applied once its components run (the egress webhook
+        checks it); returns the clusters where that failed."""
+
+        async def one(cluster: plan.ClusterPlan) -> str | None:
+            try:
+                await components.ensure_source_ip_class(self.layout.kubeconfig_of(cluster.name), cluster)
+            except Exception as e:
+                log.warning("%s: the local SourceIPClass is not applied: %s", cluster.name, e)
+                return f"{cluster.name} SourceIPClass {plan.LOCAL_SOURCE_IP_CLASS}"
+            return None
+
+        found = await asyncio.gather(*(one(c) for c in plan.address_plan(self.state.clusters)))
+        return [f for f in found if f is not None]
 
     async def _wait_components(self) -> list[str]:
         """Wait until every cluster's components have a ready pod; returns the late ones."""
