@@ -51,6 +51,7 @@ bench: install
 	$(PY) bench/proxy.py
 	$(PY) bench/lb.py
 	$(PY) bench/mcsvc.py
+	$(PY) bench/egress.py
 
 # The one Isthmus image (Containerfile), tagged with isthmus.api.image.IMAGE, by docker or podman
 # (CONTAINER_ENGINE picks one; the first found otherwise).

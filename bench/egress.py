@@ -242,10 +242,11 @@ def kernel() -> None:
         print("\nkernel mode: skipped (needs root for network namespaces)")
         return
     sys.path.insert(0, str(Path(__file__).parent))
+    from egress_kernel import report
     from egress_kernel import run as run_kernel
 
-    print("\nkernel mode (nftables SNAT in network namespaces):")
-    run_kernel()
+    print("\nkernel mode (nftables SNAT in network namespaces this bench creates):")
+    report(run_kernel())
 
 
 if __name__ == "__main__":
