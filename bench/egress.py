@@ -199,7 +199,9 @@ def run(env: Env, a: Any) -> None:
     env.kubectl("apply", "-f", "-", stdin=ES % (OUTSIDE, "bench-0", BULK_PORT, CONN_PORT))
     env.kubectl("-n", NS, "wait", "--for=condition=Ready", "externalservice/bench", "--timeout=90s")
     src = env.get("pods", "-n", NS, "-l", "app=checkout")["items"][0]["status"]["podIP"]
-    fwd_pod = env.get("pods", "-n", "external-services")["items"][0]["status"]["podIP"]
+    workload = env.get("externalservice", "bench", "-n", NS)["status"]["forwarder"].split("/")
+    fwd_pod = env.get("pods", "-n", workload[0], "-l", f"egress.isthmus.io/forwarder={workload[1]}")["items"][0][
+        "status"]["podIP"]
     fwd_svc = env.get("service", "bench", "-n", "external-services")["spec"]["clusterIP"]
     wait("traffic through the forwarder", lambda: through(src, fwd_pod, CONN_PORT))
     paths = [("direct", OUTSIDE), ("userspace (forwarder pod)", fwd_pod),

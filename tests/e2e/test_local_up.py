@@ -595,11 +595,15 @@ def test_egress_through_kubectl_with_its_failure_scenarios(cs: Clusterset) -> No
         assert address.startswith("127.32.2.")
         forwarder = json.loads(cs.kubectl("c2", "-n", "external-services", "get", "svc", "e2e-out", "-o", "json"))
         fip = forwarder["spec"]["clusterIP"]
+        workload = json.loads(cs.kubectl("c2", "-n", "demo", "get", "extsvc", "e2e-out", "-o", "json"))["status"][
+            "forwarder"]
         pods = json.loads(cs.kubectl("c2", "-n", "demo", "get", "pods", "-l", "app=echo", "-o", "json"))["items"]
         src = pods[0]["status"]["podIP"]
         assert wait_for("a connection through the forwarder", lambda: _through(src, fip, 7100)) == address
         # The forwarder runs as a pod of the Isthmus image, under its own ServiceAccount.
-        fwd_pods = json.loads(cs.kubectl("c2", "-n", "external-services", "get", "pods", "-o", "json"))["items"]
+        ns, name = workload.split("/")
+        fwd_pods = json.loads(cs.kubectl("c2", "-n", ns, "get", "pods", "-l", f"egress.isthmus.io/forwarder={name}",
+                                         "-o", "json"))["items"]
         assert [p["spec"]["serviceAccountName"] for p in fwd_pods] == ["isthmus-egress-forwarder"]
         # Another address (not a source pod) is refused.
         try:
@@ -615,7 +619,9 @@ def test_egress_through_kubectl_with_its_failure_scenarios(cs: Clusterset) -> No
         # Deleting the ExternalService removes its forwarder; the claim then goes and frees the address.
         cs.kubectl("c2", "-n", "demo", "delete", "externalservice", "e2e-out", "--timeout=60s")
         wait_for("the forwarder to go", lambda: json.loads(cs.kubectl(
-            "c2", "-n", "external-services", "get", "deploy,svc", "-o", "json"))["items"] == [])
+            "c2", "-n", "external-services", "get", "svc,endpointslices", "-o", "json"))["items"] == [])
+        assert json.loads(cs.kubectl("c2", "-n", ns, "get", "deploy,svc", "-l",
+                                     "egress.isthmus.io/external-service=e2e-out", "-o", "json"))["items"] == []
         cs.kubectl("c2", "-n", "demo", "delete", "sipclaim", "e2e-ip", "--timeout=60s")
         wait_for("the address to return to the class", lambda: json.loads(cs.kubectl(
             "c2", "get", "sourceips", "-o", "json"))["items"] == [])

@@ -171,3 +171,19 @@ async def test_the_webhook_through_the_apiserver(tmp_path: Path) -> None:
     finally:
         await server.stop()
         await srv.close()
+
+
+async def test_the_examples_are_accepted(plugin_server: RunningApiServer) -> None:
+    """Every object of examples/egress goes through admission as written (in dependency order)."""
+    from lightkube.codecs import from_dict
+
+    client = plugin_server.client()
+    await helpers.install_crds(client)
+    await client.create(ClassRes.from_dict({"metadata": {"name": "isthmus-local"}, "spec": {
+        "ranges": [{"start": "127.32.1.1", "end": "127.32.1.254"}], "allowedNamespaces": ["default"]}}))
+    root = Path(__file__).parents[2] / "examples" / "egress"
+    for name in ("seed-examples.yaml", "apps.yaml", "claims.yaml", "externalservice.yaml"):
+        for doc in yaml.safe_load_all((root / name).read_text()):
+            if doc["kind"] not in ("Namespace", "SourceIPClass"):
+                doc["metadata"].setdefault("namespace", "default")
+            await client.create(from_dict(doc))

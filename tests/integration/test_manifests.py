@@ -135,7 +135,8 @@ def test_every_deployment_is_hardened_probed_and_has_its_own_account() -> None:
     objs = member()
     accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
     deployments = [o for o in objs if o["kind"] == "Deployment"]
-    components = {"isthmus-agent", "isthmus-dns", "isthmus-lb", "isthmus-mcsvc", "isthmus-pools", "isthmus-webhook"}
+    components = {"isthmus-agent", "isthmus-dns", "isthmus-lb", "isthmus-mcsvc", "isthmus-pools", "isthmus-webhook",
+                  "isthmus-egress-operator", "isthmus-egress-gateway"}
     assert {d["metadata"]["name"] for d in deployments} == components
     seen_accounts = set()
     for d in deployments:

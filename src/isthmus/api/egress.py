@@ -9,6 +9,7 @@ own), so a clusterset running both would clash: hence our own group.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 from enum import StrEnum
 
@@ -33,7 +34,10 @@ OPERATOR_NAMESPACE = "isthmus-system"
 """Where the Forwarder and Gateway objects, the gateway's Service and every Lease live: a
 namespace users cannot write (the seed's security note)."""
 FORWARDER_NAMESPACE = "external-services"
-"""Where each ExternalService's forwarder Deployment and Service live: `<name>.external-services`."""
+"""Where each ExternalService's forwarder Service is published (`<name>.external-services`, the seed's
+name): a Service without selector whose EndpointSlice the operator keeps from the forwarder pods,
+which run in the operator's namespace. Nothing else lives there, so an install that moves Isthmus's
+namespace (a kustomize `namespace:` overlay) moves every workload and account with it."""
 
 OPERATOR_FIELD_MANAGER = "isthmus-egress-operator"
 GATEWAY_FIELD_MANAGER = "isthmus-egress-gateway"
@@ -52,6 +56,8 @@ FORWARDER_RELAY_PORT = 15471
 """Where a forwarder accepts relays from the gateway (ingress); named `isthmus-relay` on its Service."""
 FORWARDER_RELAY_PORT_NAME = "isthmus-relay"
 FORWARDER_HEALTH_PORT = 15472
+SLICE_MANAGED_BY = "egress.isthmus.io"
+"""endpointslice.kubernetes.io/managed-by of the slices the operator writes in `external-services`."""
 
 CLAIM_FINALIZER = "egress.isthmus.io/claim-protection"
 """On every SourceIPClaim: held while an ExternalService names the claim (kube's pvc-protection)."""
@@ -302,6 +308,8 @@ class ExternalServiceStatus(KubeModel):
     """`<name>.external-services`: what the source pods connect to."""
     source_ips: str | None = Field(default=None, alias="sourceIPs")
     """The bound source addresses, comma-separated (printer column)."""
+    forwarder: str | None = None
+    """`<namespace>/<name>` of the forwarder Deployment."""
     observed_generation: int | None = None
 
 
@@ -451,6 +459,13 @@ def dataplane_name(namespace: str, name: str) -> str:
     """Name of the Forwarder and Gateway objects of an ExternalService: `<ns>.<name>`. A namespace
     has no dot, so two ExternalServices never share it (`<ns>-<name>` would: a-b/c and a/b-c)."""
     return f"{namespace}.{name}"
+
+
+def forwarder_workload_name(namespace: str, name: str) -> str:
+    """The forwarder Deployment's (and its Service's) name in the operator's namespace: readable and
+    unique (a hash of `<ns>/<name>`: names of two namespaces may not share it), within 63 characters."""
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:10]
+    return f"egress-{name[:40]}-{digest}"
 
 
 def split_dataplane_name(value: str) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Service
+from lightkube.resources.core_v1 import Namespace, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 
@@ -48,12 +48,14 @@ from isthmus.api.egress import (
     OPERATOR_LEASE,
     OPERATOR_NAMESPACE,
     READY,
+    SLICE_MANAGED_BY,
     ExternalService,
     Forwarder,
     Gateway,
     Reason,
     SourceIPClaim,
     dataplane_name,
+    forwarder_workload_name,
 )
 from isthmus.api.image import IMAGE
 from isthmus.egress.binder import BY_USED_CLAIM, Binder
@@ -77,7 +79,9 @@ ExternalServiceRes: Any = resource_for(ExternalService)
 ForwarderRes: Any = resource_for(Forwarder)
 GatewayRes: Any = resource_for(Gateway)
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+SLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 BY_SOURCE_SERVICE = "source-service"
+BY_FORWARDER = "forwarder"
 RETRY_SECONDS = 5.0
 
 
@@ -142,10 +146,12 @@ class EgressOperator:
         self.claims: Informer[Any] = self.binder.claims
         self.services: Informer[Any] = factory.informer(Service)
         self.slices: Informer[Any] = factory.informer(EndpointSlice)
-        self.deployments: Informer[Any] = factory.informer(Deployment, FORWARDER_NAMESPACE)
+        self.deployments: Informer[Any] = factory.informer(Deployment, OPERATOR_NAMESPACE)
         self.forwarders: Informer[Any] = factory.informer(ForwarderRes, OPERATOR_NAMESPACE)
         self.gateways: Informer[Any] = factory.informer(GatewayRes, OPERATOR_NAMESPACE)
         self.externals.add_indexer(BY_SOURCE_SERVICE, _source_services)
+        self.externals.add_indexer(BY_FORWARDER, lambda o: [forwarder_workload_name(
+            _d(o)["metadata"].get("namespace") or "", _d(o)["metadata"].get("name") or "")])
 
         c = Controller("egress-externalservices", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
         c.watch(self.externals)
@@ -155,6 +161,8 @@ class EgressOperator:
             ns, _, name = svc_key.partition("/")
             if ns == OPERATOR_NAMESPACE and name == GATEWAY_SERVICE:
                 return self.externals.cache.keys()
+            if ns == OPERATOR_NAMESPACE:
+                return self.externals.cache.index_keys(BY_FORWARDER, name)
             if ns == FORWARDER_NAMESPACE:
                 return [k for k in self.externals.cache.keys() if k.split("/", 1)[1] == name]
             return self.externals.cache.index_keys(BY_SOURCE_SERVICE, svc_key)
@@ -167,6 +175,7 @@ class EgressOperator:
         factory.start()
         try:
             await factory.wait_synced()
+            await self._ensure_namespace()
             self.ready = True
             log.info("egress-operator leading")
             async with asyncio.TaskGroup() as tg:
@@ -209,7 +218,7 @@ class EgressOperator:
             msg = (f"Service {name}.{FORWARDER_NAMESPACE} belongs to {owner}: ExternalServices of one name in two "
                    "namespaces cannot both be reached as <name>.external-services; rename one")
             await self._status(es, raw, [new_condition(READY, False, Reason.NAME_IN_USE, msg, es.metadata.generation)],
-                               None, None)
+                               None, None, None)
             return None
 
         claims = {}
@@ -219,14 +228,15 @@ class EgressOperator:
                 claims[s.source_ip_claim_name or ""] = SourceIPClaim.from_dict(c)
         services = {k: v for k in {source_service(es, i) for i in range(len(es.spec.sources))}
                     if (v := self._service_view(k)) is not None}
-        forwarders = self._ready_ips(f"{FORWARDER_NAMESPACE}/{name}")
+        workload = forwarder_workload_name(ns, name)
+        forwarders = self._ready_ips(f"{OPERATOR_NAMESPACE}/{workload}")
         gateways = self._ready_ips(f"{OPERATOR_NAMESPACE}/{GATEWAY_SERVICE}")
         p = plan(es, claims, services, forwarder_ips=forwarders,
                  forwarder_address=relay_address(forwarders, FORWARDER_RELAY_PORT),
                  gateway_address=relay_address(gateways, GATEWAY_RELAY_PORT), gateway_ips=gateways)
 
-        await self._apply_forwarder_service(es)
-        await self._apply_deployment(es)
+        await self._apply_deployment(es, workload)
+        await self._apply_forwarder_services(es, workload, forwarders)
         dp = dataplane_name(ns, name)
         labels = {ES_NAMESPACE_LABEL: ns, ES_NAME_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY_VALUE}
         fwd_obj = await self._apply_if_changed(self.forwarders, Forwarder(spec=p.forwarder), dp, labels)
@@ -234,7 +244,8 @@ class EgressOperator:
 
         conditions = self._conditions(es, p.problems, fwd_obj, gw_obj)
         await self._status(es, raw, conditions, p.sources,
-                           ",".join(s.source_ip for s in p.sources if s.source_ip) or None)
+                           ",".join(s.source_ip for s in p.sources if s.source_ip) or None,
+                           f"{OPERATOR_NAMESPACE}/{workload}")
         not_ready = [c for c in conditions if c.type == READY and not c.is_true]
         return Result(requeue_after=RETRY_SECONDS) if not_ready and p.problems else None
 
@@ -271,7 +282,7 @@ class EgressOperator:
                                      "; ".join(m for r, m in problems if r.startswith("Claim")), gen))
         else:
             out.append(new_condition("ClaimsBound", True, Reason.BOUND, "every source's claim is bound", gen))
-        dep = self.deployments.cache.get(f"{FORWARDER_NAMESPACE}/{es.name}")
+        dep = self.deployments.cache.get(f"{OPERATOR_NAMESPACE}/{forwarder_workload_name(es.namespace or '', es.name)}")
         ready_replicas = ((_d(dep).get("status") or {}).get("readyReplicas") or 0) if dep is not None else 0
         fwd_cond = find_condition(fwd.status.conditions, READY) if fwd is not None else None
         fwd_ok = (ready_replicas > 0 and fwd is not None and fwd_cond is not None and fwd_cond.is_true
@@ -297,7 +308,7 @@ class EgressOperator:
         return out
 
     async def _status(self, es: ExternalService, raw: Any, conditions: list[Any], sources: Any,
-                      source_ips: str | None) -> None:
+                      source_ips: str | None, forwarder: str | None) -> None:
         merged = merge_conditions(es.status.conditions, conditions)
         ready = find_condition(conditions, READY)
         key = f"{es.namespace}/{es.name}"
@@ -309,7 +320,7 @@ class EgressOperator:
             body["conditions"] = [c.to_dict() for c in merged]
         src = [s.to_dict() for s in sources] if sources is not None else None
         current = es.status.to_dict()
-        for field, value in (("sources", src), ("sourceIPs", source_ips),
+        for field, value in (("sources", src), ("sourceIPs", source_ips), ("forwarder", forwarder),
                              ("address", f"{es.name}.{FORWARDER_NAMESPACE}"),
                              ("observedGeneration", es.metadata.generation)):
             if current.get(field) != value:
@@ -351,23 +362,57 @@ class EgressOperator:
         return {ES_NAMESPACE_LABEL: es.namespace or "", ES_NAME_LABEL: es.name, MANAGED_BY_LABEL: MANAGED_BY_VALUE,
                 "app.kubernetes.io/name": "isthmus-egress-forwarder", "app.kubernetes.io/part-of": "isthmus"}
 
-    async def _apply_forwarder_service(self, es: ExternalService) -> None:
-        ports = [{"name": p.name or f"{p.protocol.lower()}-{p.port}", "protocol": p.protocol, "port": p.port,
-                  "targetPort": p.listen_port} for p in es.spec.ports]
+    def _ports(self, es: ExternalService) -> list[dict[str, Any]]:
+        """The forwarder's ports: each of the ExternalService's (port → targetPort), and the relay."""
+        ports: list[dict[str, Any]] = [{"name": p.name or f"{p.protocol.lower()}-{p.port}", "protocol": p.protocol,
+                                        "port": p.port, "targetPort": p.listen_port} for p in es.spec.ports]
         ports.append({"name": FORWARDER_RELAY_PORT_NAME, "protocol": "TCP", "port": FORWARDER_RELAY_PORT,
                       "targetPort": FORWARDER_RELAY_PORT})
-        body = {"apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": es.name, "namespace": FORWARDER_NAMESPACE, "labels": self._labels(es)},
-                "spec": {"selector": {FORWARDER_POD_LABEL: dataplane_name(es.namespace or "", es.name)},
-                         "ports": ports}}
-        current = self.services.cache.get(f"{FORWARDER_NAMESPACE}/{es.name}")
-        if current is not None and _same(_d(current), body):
-            return
-        await self.client.apply(Service.from_dict(body), field_manager=OPERATOR_FIELD_MANAGER, force=True)  # type: ignore[call-overload]
+        return ports
 
-    async def _apply_deployment(self, es: ExternalService) -> None:
+    async def _apply_forwarder_services(self, es: ExternalService, workload: str, ready: list[str]) -> None:
+        """The Service over the forwarder pods (operator's namespace), and its public face `<name>` in
+        external-services: no selector, an EndpointSlice copied from the first one's ready endpoints."""
+        ports = self._ports(es)
+        internal: dict[str, Any] = {"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": workload, "namespace": OPERATOR_NAMESPACE, "labels": self._labels(es)},
+                    "spec": {"selector": {FORWARDER_POD_LABEL: workload}, "ports": ports}}
+        public: dict[str, Any] = {"apiVersion": "v1", "kind": "Service",
+                  "metadata": {"name": es.name, "namespace": FORWARDER_NAMESPACE, "labels": self._labels(es)},
+                  "spec": {"ports": ports}}
+        for body in (internal, public):
+            current = self.services.cache.get(f"{body['metadata']['namespace']}/{body['metadata']['name']}")
+            if current is None or not _same(_d(current), body):
+                await self.client.apply(Service.from_dict(body), field_manager=OPERATOR_FIELD_MANAGER,  # type: ignore[call-overload]
+                                        force=True)
+        slice_name = f"{es.name}-forwarder"
+        endpoints = [{"addresses": [ip], "conditions": {"ready": True}} for ip in ready]
+        published: dict[str, Any] = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": slice_name, "namespace": FORWARDER_NAMESPACE,
+                             "labels": {**self._labels(es), SERVICE_NAME_LABEL: es.name,
+                                        SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY}},
+                "addressType": "IPv6" if any(":" in ip for ip in ready) else "IPv4",
+                "endpoints": endpoints,
+                "ports": [{"name": p["name"], "protocol": p["protocol"], "port": p["targetPort"]} for p in ports]}
+        current = self.slices.cache.get(f"{FORWARDER_NAMESPACE}/{slice_name}")
+        if current is None or not _same(_d(current), published):
+            await self.client.apply(EndpointSlice.from_dict(published), field_manager=OPERATOR_FIELD_MANAGER,  # type: ignore[call-overload]
+                                    force=True)
+
+    async def _ensure_namespace(self) -> None:
+        """external-services is where forwarders are published; made here rather than by the manifests,
+        so an install moved to another namespace keeps every workload in that one."""
+        client: Any = self.client
+        try:
+            await client.create(Namespace.from_dict({"metadata": {
+                "name": FORWARDER_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "isthmus"}}}))
+        except ApiError as e:
+            if e.status.code != 409:
+                raise
+
+    async def _apply_deployment(self, es: ExternalService, workload: str) -> None:
         dp = dataplane_name(es.namespace or "", es.name)
-        pod_labels = {FORWARDER_POD_LABEL: dp, "app.kubernetes.io/name": "isthmus-egress-forwarder",
+        pod_labels = {FORWARDER_POD_LABEL: workload, "app.kubernetes.io/name": "isthmus-egress-forwarder",
                       "app.kubernetes.io/part-of": "isthmus"}
         listen = sorted({(p.protocol, p.listen_port) for p in es.spec.ports})
         container = {
@@ -376,6 +421,7 @@ class EgressOperator:
             "args": ["egress-forwarder", f"--forwarder={dp}", "--listen=$(POD_IP)",
                      f"--metrics-addr=$(POD_IP):{FORWARDER_HEALTH_PORT}", *self.forwarder_args],
             "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "ports": [*({"containerPort": port, "protocol": proto} for proto, port in listen),
                       {"name": FORWARDER_RELAY_PORT_NAME, "containerPort": FORWARDER_RELAY_PORT, "protocol": "TCP"},
@@ -389,22 +435,25 @@ class EgressOperator:
                                 "capabilities": {"drop": ["ALL"]}},
         }
         body = {"apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": es.name, "namespace": FORWARDER_NAMESPACE, "labels": self._labels(es)},
-                "spec": {"replicas": 1, "selector": {"matchLabels": {FORWARDER_POD_LABEL: dp}},
+                "metadata": {"name": workload, "namespace": OPERATOR_NAMESPACE, "labels": self._labels(es)},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {FORWARDER_POD_LABEL: workload}},
                          "template": {"metadata": {"labels": pod_labels},
                                       "spec": {"serviceAccountName": FORWARDER_SERVICE_ACCOUNT,
                                                "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
                                                                    "seccompProfile": {"type": "RuntimeDefault"}},
                                                "containers": [container]}}}}
-        current = self.deployments.cache.get(f"{FORWARDER_NAMESPACE}/{es.name}")
+        current = self.deployments.cache.get(f"{OPERATOR_NAMESPACE}/{workload}")
         if current is not None and _same(_d(current), body):
             return
         await self.client.apply(Deployment.from_dict(body), field_manager=OPERATOR_FIELD_MANAGER, force=True)  # type: ignore[call-overload]
 
     async def _remove_dataplane(self, es: ExternalService) -> None:
         key = f"{es.namespace}/{es.name}"
-        for res, ns, name, cache in ((Deployment, FORWARDER_NAMESPACE, es.name, self.deployments),
+        workload = forwarder_workload_name(es.namespace or "", es.name)
+        for res, ns, name, cache in ((Deployment, OPERATOR_NAMESPACE, workload, self.deployments),
+                                     (Service, OPERATOR_NAMESPACE, workload, self.services),
                                      (Service, FORWARDER_NAMESPACE, es.name, self.services),
+                                     (EndpointSlice, FORWARDER_NAMESPACE, f"{es.name}-forwarder", self.slices),
                                      (ForwarderRes, OPERATOR_NAMESPACE, dataplane_name(es.namespace or "", es.name),
                                       self.forwarders),
                                      (GatewayRes, OPERATOR_NAMESPACE, dataplane_name(es.namespace or "", es.name),
