@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -32,6 +33,17 @@ IdentityOpt = Annotated[
 ]
 
 
+def _releaser(elector: Any) -> Callable[[], Awaitable[None]]:
+    """On stop: give the Lease back at once, so a standby takes over without waiting for it to expire."""
+
+    async def release() -> None:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(RELEASE_TIMEOUT):
+                await elector.release()
+
+    return release
+
+
 def _ip(value: str, flag: str) -> str:
     try:
         return str(ipaddress.ip_address(value))
@@ -44,7 +56,7 @@ def egress_operator(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     identity: IdentityOpt = None,
-    image: Annotated[str | None, typer.Option("--forwarder-image", help="Image of the forwarder pods (default: "
+    image: Annotated[str | None, typer.Option("--forwarder-image", metavar="IMAGE", help="Image of the forwarder pods (default: "
                                               "this version's Isthmus image).", show_default=False)] = None,
     workers: Annotated[int, typer.Option(min=1, help="Concurrent reconciles.")] = 4,
     metrics_addr: MetricsAddrOpt = None,
@@ -61,24 +73,18 @@ def egress_operator(
     async def build() -> Background:
         op = EgressOperator(make_client(kubeconfig, context), identity=holder, image=image or IMAGE,
                             workers=workers)
-
-        async def release() -> None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(RELEASE_TIMEOUT):
-                    await op.elector.release()
-
-        return Background("egress-operator", op.run, lambda: op.ready, on_stop=release)
+        return Background("egress-operator", op.run, lambda: op.ready, on_stop=_releaser(op.elector))
 
     run_component("egress-operator", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 
 
 @command("egress-forwarder")
 def egress_forwarder(
-    forwarder: Annotated[str, typer.Option("--forwarder", help="The Forwarder object this pod serves "
+    forwarder: Annotated[str, typer.Option("--forwarder", metavar="NS.NAME", help="The Forwarder object this pod serves "
                                            "(`<namespace>.<name>` of its ExternalService).")],
-    listen: Annotated[str, typer.Option("--listen", help="This pod's address: it listens there and its relays "
+    listen: Annotated[str, typer.Option("--listen", metavar="IP", help="This pod's address: it listens there and its relays "
                                         "leave from it.")],
-    namespace: Annotated[str, typer.Option("--namespace", help="Namespace of the Forwarder objects.")]
+    namespace: Annotated[str, typer.Option("--namespace", metavar="NS", help="Namespace of the Forwarder objects.")]
     = "isthmus-system",
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
@@ -101,17 +107,17 @@ def egress_forwarder(
 
 @command("egress-gateway")
 def egress_gateway(
-    relay_address: Annotated[str, typer.Option("--relay-address", help="Where forwarders' relays arrive (this "
+    relay_address: Annotated[str, typer.Option("--relay-address", metavar="IP", help="Where forwarders' relays arrive (this "
                                                "replica's address; the gateway Service targets it).")],
     mode: Annotated[str, typer.Option("--mode", metavar="userspace|kernel",
                                       help="userspace: asyncio relays (unprivileged); kernel: nftables SNAT/DNAT "
                                       "in this network namespace (needs CAP_NET_ADMIN).")] = "userspace",
-    interface: Annotated[str | None, typer.Option("--interface", help="Kernel mode: the interface the source IPs "
+    interface: Annotated[str | None, typer.Option("--interface", metavar="NIC", help="Kernel mode: the interface the source IPs "
                                                   "are added to.", show_default=False)] = None,
-    namespace: Annotated[str, typer.Option("--namespace", help="Namespace of the Gateway objects and the Lease.")]
+    namespace: Annotated[str, typer.Option("--namespace", metavar="NS", help="Namespace of the Gateway objects and the Lease.")]
     = "isthmus-system",
     identity: IdentityOpt = None,
-    lease_duration: Annotated[float, typer.Option("--lease-duration", min=1.0, help="Seconds a leader holds the "
+    lease_duration: Annotated[float, typer.Option("--lease-duration", min=1.0, metavar="SECONDS", help="Seconds a leader holds the "
                                                   "source IPs without renewing (failover takes about this long).")]
     = 15.0,
     kubeconfig: KubeconfigOpt = None,
@@ -136,12 +142,6 @@ def egress_gateway(
                             relay_ip=address, mode="kernel" if mode == "kernel" else "userspace",
                             interface=interface, lease_duration=lease_duration,
                             renew_deadline=lease_duration * 2 / 3, retry_period=max(0.2, lease_duration / 8))
-
-        async def release() -> None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(RELEASE_TIMEOUT):
-                    await gw.elector.release()
-
-        return Background("egress-gateway", gw.run, lambda: gw.ready, on_stop=release)
+        return Background("egress-gateway", gw.run, lambda: gw.ready, on_stop=_releaser(gw.elector))
 
     run_component("egress-gateway", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)

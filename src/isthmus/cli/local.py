@@ -401,18 +401,25 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
                       "`isthmus down` stops them.[/yellow]")
     table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
     for col in ("NAME", "API SERVER", "DNS", "KUBELET", "POD CIDR", "SERVICE CIDR", "CLUSTERSET IP CIDR", "NODEPORTS",
-                "LB PUBLIC / PRIVATE", "EGRESS IPS", "JOINED / HEARTBEAT", "PARTS"):
-        table.add_column(col, no_wrap=col != "PARTS")
+                "LB PUBLIC / PRIVATE", "EGRESS IPS", "JOINED / HEARTBEAT"):
+        table.add_column(col, no_wrap=True)
     b = doc["broker"]
     table.add_row("broker", b["server"], "-", b.get("kubelet", "-"), b.get("podCIDR", "-"), b.get("serviceCIDR", "-"),
                   b["clustersetIPCIDRRange"], b.get("nodePortRange", "-"),
-                  f'{b.get("poolPublicAddress", "-")} / {b.get("poolPrivateAddress", "-")}', "-", "-",
-                  _health(b["parts"], b["processes"]))
+                  f'{b.get("poolPublicAddress", "-")} / {b.get("poolPrivateAddress", "-")}', "-", "-")
     for c in doc["clusters"]:
         table.add_row(c["name"], c["server"], c["dns"], c.get("kubelet", "-"), c["podCIDR"], c["serviceCIDR"], c["clustersetIPCIDR"],
                       c["nodePortRange"], f'{c["poolPublicAddress"]} / {c["poolPrivateAddress"]}',
-                      _short_range(c.get("egressSourceIPs")), _membership(c), _health(c["parts"], c["processes"]))
+                      _short_range(c.get("egressSourceIPs")), _membership(c))
     console.print(table)
+    # The parts get a table of their own: a cluster has eleven, and beside the addresses they wrapped.
+    parts = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
+    parts.add_column("NAME", no_wrap=True)
+    parts.add_column("PARTS")
+    parts.add_row("broker", _health(b["parts"], b["processes"]))
+    for c in doc["clusters"]:
+        parts.add_row(c["name"], _health(c["parts"], c["processes"]))
+    console.print(parts)
     if doc["problems"] and doc["phase"] not in (PHASE_STOPPED, PHASE_FAILED):
         console.print("Not ready:", style="bold red")
         for problem in doc["problems"]:

@@ -99,11 +99,9 @@ def split_host_port(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def connect_from(source_ip: str | None, host: str,
-                       port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A TCP connection to host:port whose source address is `source_ip` (bound before connect,
-    the port chosen at connect time). A bind that fails raises: never a connection from another
-    address."""
+async def connected_socket(source_ip: str | None, host: str, port: int) -> socket.socket:
+    """A non-blocking TCP socket connected to host:port from `source_ip` (bound before connect, the
+    port chosen at connect time). A bind that fails raises: never a connection from another address."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -115,6 +113,17 @@ async def connect_from(source_ip: str | None, host: str,
             sock.bind((source_ip, 0))
         async with asyncio.timeout(CONNECT_TIMEOUT):
             await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def connect_from(source_ip: str | None, host: str,
+                       port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams over `connected_socket` (the relay's header exchange and UDP frames)."""
+    sock = await connected_socket(source_ip, host, port)
+    try:
         return await asyncio.open_connection(sock=sock, limit=READ_SIZE)
     except BaseException:
         sock.close()

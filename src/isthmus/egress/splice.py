@@ -16,7 +16,7 @@ import socket
 import struct
 from collections.abc import Callable
 
-from isthmus.egress.relay import CONNECT_TIMEOUT, IP_BIND_ADDRESS_NO_PORT, MAX_HEADER, READ_SIZE
+from isthmus.egress.relay import MAX_HEADER, READ_SIZE, connected_socket
 
 _LINGER_RESET = struct.pack("ii", 1, 0)
 
@@ -143,21 +143,10 @@ def link(a: Pipe, b: Pipe) -> None:
 
 
 async def open_pipe(source_ip: str | None, host: str, port: int, pipe: Pipe) -> Pipe:
-    """Connect `pipe` to host:port from `source_ip` (bound before connect; a bind that fails raises,
-    never a connection from another address)."""
-    loop = asyncio.get_running_loop()
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    """Connect `pipe` to host:port from `source_ip` (`relay.connected_socket`: never from another address)."""
+    sock = await connected_socket(source_ip, host, port)
     try:
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if source_ip is not None:
-            if family == socket.AF_INET:
-                sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
-            sock.bind((source_ip, 0))
-        async with asyncio.timeout(CONNECT_TIMEOUT):
-            await loop.sock_connect(sock, (host, port))
-        await loop.create_connection(lambda: pipe, sock=sock)
+        await asyncio.get_running_loop().create_connection(lambda: pipe, sock=sock)
     except BaseException:
         sock.close()
         raise
