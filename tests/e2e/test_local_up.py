@@ -605,6 +605,8 @@ def test_egress_through_kubectl_with_its_failure_scenarios(cs: Clusterset) -> No
         fwd_pods = json.loads(cs.kubectl("c2", "-n", ns, "get", "pods", "-l", f"egress.isthmus.io/forwarder={name}",
                                          "-o", "json"))["items"]
         assert [p["spec"]["serviceAccountName"] for p in fwd_pods] == ["isthmus-egress-forwarder"]
+        shown = cs.isthmus("show", "egress", "-n", "demo", "--context", "c2").stdout
+        assert "e2e-out" in shown and address in shown and "demo/echo" in shown and "Bound" in shown
         # Another address (not a source pod) is refused.
         try:
             refused = _through("127.102.250.250", fip, 7100) is None

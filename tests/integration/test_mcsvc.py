@@ -206,7 +206,17 @@ async def test_a_port_the_service_lacks_is_refused_and_nothing_changes(env: tupl
     cs, _ = env
     await _serve(cs, 0, "narrow", "127.101.0.40")
     await _mcs(cs, "narrow", {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}]})
-    before = await eventually(lambda: cs.get_export(0, "narrow", NS), timeout=20)
+    await eventually(lambda: cs.get_export(0, "narrow", NS), timeout=20)
+
+    async def settled() -> dict[str, Any] | None:
+        """The export once the agent has written its status too (unchanged over half a second)."""
+        first = await cs.get_export(0, "narrow", NS)
+        await asyncio.sleep(0.5)
+        second = await cs.get_export(0, "narrow", NS)
+        same = first and second and first["metadata"]["resourceVersion"] == second["metadata"]["resourceVersion"]
+        return second if same else None
+
+    before = await eventually(settled, timeout=20)
     await _mcs(cs, "narrow", {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}],
                               "ports": [{"name": "grpc", "port": 50051}]})
 

@@ -1,5 +1,5 @@
 """Egress commands: `isthmus egress-operator`, `isthmus egress-forwarder` (run by the operator's
-forwarder Deployments) and `isthmus egress-gateway` (on the gateway host)."""
+forwarder Deployments), `isthmus egress-gateway` (on the gateway host) and `isthmus show egress`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import typer
+from lightkube import ApiError
 
 from isthmus.cli.agent import default_identity
 from isthmus.cli.app import (
@@ -23,6 +24,7 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
+from isthmus.cli.show import ShowRequest, register_show
 
 RELEASE_TIMEOUT = 3.0
 
@@ -145,3 +147,64 @@ def egress_gateway(
         return Background("egress-gateway", gw.run, lambda: gw.ready, on_stop=_releaser(gw.elector))
 
     run_component("egress-gateway", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+
+
+def show_egress(req: ShowRequest) -> None:
+    """`isthmus show egress`: each ExternalService with its sources' claims and addresses, then the claims."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from isthmus.api.egress import ExternalService, SourceIPClaim
+    from isthmus.egress.views import claim_rows, external_service_rows
+    from isthmus.kube.client import make_client
+    from isthmus.kube.resources import resource_for
+
+    async def gather() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        client = make_client(req.kubeconfig, req.context, timeout=10.0)
+        try:
+            ns = req.namespace or "*"
+            es_res: Any = resource_for(ExternalService)
+            claim_res: Any = resource_for(SourceIPClaim)
+            services = external_service_rows([o.to_dict() async for o in client.list(es_res, namespace=ns)])
+            claims = claim_rows([o.to_dict() async for o in client.list(claim_res, namespace=ns)])
+            return services, claims
+        finally:
+            await client.close()
+
+    try:
+        services, claims = asyncio.run(gather())
+    except ApiError as err:
+        raise fail(err.status.message or str(err)) from None
+    if req.output == "json":
+        typer.echo(json.dumps({"externalServices": services, "claims": claims}, indent=2))
+        return
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=1000)
+    if not services and not claims:
+        typer.echo("no ExternalServices or SourceIPClaims" + (f" in namespace {req.namespace}" if req.namespace
+                                                               else ""), err=True)
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
+    for col in ("NAMESPACE", "NAME", "TARGET", "PORTS", "SOURCE SERVICE", "CLAIM", "SOURCE IP", "PODS", "READY",
+                "PROBLEM"):
+        table.add_column(col, no_wrap=col != "PROBLEM")
+    for r in services:
+        table.add_row(r["namespace"], r["name"], r["target"], ",".join(r["ports"]), "", "", "", "", r["ready"],
+                      r["problem"] or "-")
+        for s in r["sources"]:
+            table.add_row("", "", "", "", s["service"], s["claim"], s["sourceIP"] or "-",
+                          "-" if s["endpoints"] is None else str(s["endpoints"]), "", "")
+    console.print(table)
+    claims_table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
+    for col in ("NAMESPACE", "CLAIM", "CLASS", "PHASE", "SOURCE IP", "REASON"):
+        claims_table.add_column(col, no_wrap=col != "REASON")
+    for c in claims:
+        claims_table.add_row(c["namespace"], c["name"], c["class"], c["phase"], c["sourceIP"] or "-",
+                             f'{c["reason"]}: {c["message"]}' if c["message"] else c["reason"])
+    console.print(claims_table)
+
+
+register_show("egress", show_egress)  # ExternalServices and SourceIPClaims

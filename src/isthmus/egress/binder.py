@@ -259,8 +259,14 @@ class Binder:
         raw = self.sips.cache.get(source_ip_name(canonical_ip(address)))
         if raw is None:
             return "a claim being bound"
-        ref = SourceIP.from_dict(raw).spec.claim_ref
-        return f"claim {ref.namespace}/{ref.name}" if ref else "a SourceIP being reclaimed"
+        sip = SourceIP.from_dict(raw)
+        ref = sip.spec.claim_ref
+        if ref is None:
+            return "a SourceIP being reclaimed"
+        if sip.status.phase == SourceIPPhase.RELEASED:
+            return (f"SourceIP {sip.name}, Released and retained after claim {ref.namespace}/{ref.name} "
+                    "(an admin deletes it or clears its claimRef)")
+        return f"claim {ref.namespace}/{ref.name}"
 
     async def _finish_bind(self, claim: SourceIPClaim, sip: SourceIP) -> Result | None:
         if sip.status.phase != SourceIPPhase.BOUND:

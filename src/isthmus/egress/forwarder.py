@@ -135,9 +135,7 @@ class ForwarderRuntime:
     def _refuse(self, direction: str, reason: str, detail: str) -> None:
         self.refused += 1
         REFUSED.labels("forwarder", direction, reason).inc()
-        log.info("refused %s flow: %s", direction, detail)
-        if reason == "not_a_source":
-            self._changed.set()  # the count goes to status
+        log.info("refused %s flow: %s", direction, detail)  # the count reaches status within STATUS_EVERY
 
     # ------------------------------------------------------------------ TCP
 
