@@ -211,7 +211,7 @@ def test_3_show_clusters(cs: Clusterset) -> None:
     assert table[1].split()[:4] == ["c1", "243.0.0.0/16", "off", "(broker)"] and "never" in table[1]
     assert table[2].split()[:4] == ["c2", "243.7.0.0/20", "on", "(cluster)"]
     assert cs.error("show", "nodes", "--kubeconfig", str(cs.c1.kubeconfig)) == (
-        "cannot show 'nodes': choose one of clusters, exports, imports, pools, loadbalancers, mcs"
+        "cannot show 'nodes': choose one of clusters, exports, imports, egress, pools, loadbalancers, mcs"
     )
 
 

@@ -243,7 +243,16 @@ async def test_each_source_arrives_with_its_claimed_address_and_strangers_are_re
     assert await peer_seen(env.web, env.forwarder_ip) == web
     assert await udp_from(env.app, env.forwarder_ip, 7001) == app
     assert await udp_from(env.web, env.forwarder_ip, 7001) == web
+    from isthmus.runtime import REGISTRY
+
+    def metric(name: str, labels: dict[str, str]) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    stranger = {"component": "forwarder", "direction": "egress", "reason": "not_a_source"}
+    before = metric("isthmus_egress_refused_total", stranger)
     assert await refused(env.stranger, env.forwarder_ip, 7000)
+    assert metric("isthmus_egress_refused_total", stranger) == before + 1
+    assert metric("isthmus_egress_flows_total", {"component": "gateway", "direction": "egress", "protocol": "TCP"}) >= 2
     assert set(env.outside.peers) == {app, web}  # type: ignore[attr-defined]
 
     async def counted() -> int | None:

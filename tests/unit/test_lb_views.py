@@ -106,4 +106,4 @@ def test_show_dispatch_keeps_discovery_free_of_load_balancing() -> None:
         "import isthmus.cli.main; from isthmus.cli.show import SHOWS; print(sorted(SHOWS))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.split() == ["['loadbalancers',", "'mcs',", "'pools']"]
+    assert out.stdout.split() == ["['egress',", "'loadbalancers',", "'mcs',", "'pools']"]

@@ -66,7 +66,7 @@ class ForwarderRuntime:
 
     async def run(self) -> None:
         factory = SharedInformerFactory(self.client)
-        inf = factory.informer(ForwarderRes, self.namespace)
+        inf = factory.informer(ForwarderRes, self.namespace, fields={"metadata.name": self.name})
         inf.add_handler(lambda _o: self._changed.set(), lambda _o, _n: self._changed.set(),
                         lambda _o: self._changed.set())
         factory.start()
@@ -88,8 +88,7 @@ class ForwarderRuntime:
                 fwd = Forwarder.from_dict(raw)
                 errors = await self._program(fwd)
                 state = (fwd.metadata.generation, tuple(sorted(errors.items())), self.refused)
-                if state != written:
-                    await self._write_status(fwd, errors)
+                if state != written and await self._write_status(fwd, errors):
                     written = state
         finally:
             self.listeners.close()
@@ -109,7 +108,8 @@ class ForwarderRuntime:
         self.ready = fwd is not None and not errors
         return errors
 
-    async def _write_status(self, fwd: Forwarder, errors: dict[ListenKey, str]) -> None:
+    async def _write_status(self, fwd: Forwarder, errors: dict[ListenKey, str]) -> bool:
+        """Whether the status is written (a failure is retried on the next round)."""
         if errors:
             cond = new_condition(READY, False, Reason.BIND_FAILED, "; ".join(
                 f"{k.protocol} {k.ip}:{k.port}: {e}" for k, e in sorted(errors.items())), fwd.metadata.generation)
@@ -131,6 +131,8 @@ class ForwarderRuntime:
         except ApiError as e:
             if not helpers.is_not_found(e):
                 log.warning("cannot write Forwarder status: %s", helpers.describe_error(e))
+            return False
+        return True
 
     def _refuse(self, direction: str, reason: str, detail: str) -> None:
         self.refused += 1

@@ -19,6 +19,7 @@ nobody claimed. Losing the lease closes every listener and aborts every flow (fa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 GatewayRes: Any = resource_for(Gateway)
 SourceIPRes: Any = resource_for(SourceIP)
 Mode = Literal["userspace", "kernel"]
+RETRY_SECONDS = 30.0
 
 
 def claimed(rule: GatewayRule, namespace: str, sips: dict[str, SourceIP]) -> bool:
@@ -99,6 +101,8 @@ class GatewayRuntime:
         self.ingress: dict[tuple[str, str, int], GatewayRule] = {}
         self.ready = False
         self._changed = asyncio.Event()
+        self._applied: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
+        """The kernel flows last applied (an unchanged set is not re-applied)."""
 
     async def run(self) -> None:
         while True:
@@ -119,7 +123,9 @@ class GatewayRuntime:
             log.info("egress-gateway %s leading (%s mode)", self.identity, self.mode)
             self._changed.set()
             while True:
-                await self._changed.wait()
+                with contextlib.suppress(TimeoutError):  # a status write that failed is retried
+                    async with asyncio.timeout(RETRY_SECONDS):
+                        await self._changed.wait()
                 self._changed.clear()
                 objs = [Gateway.from_dict(o) for o in gateways.cache.list()]
                 bound = {o.name: o for o in (SourceIP.from_dict(s) for s in sips.cache.list())}
@@ -127,8 +133,7 @@ class GatewayRuntime:
                 self.ready = True
                 for gw in objs:
                     state = (gw.metadata.generation, problems.get(gw.name, ""))
-                    if written.get(gw.name) != state:
-                        await self._write_status(gw, problems.get(gw.name, ""))
+                    if written.get(gw.name) != state and await self._write_status(gw, problems.get(gw.name, "")):
                         written[gw.name] = state
                 await asyncio.sleep(0.02)  # coalesce bursts of changes
         finally:
@@ -137,6 +142,7 @@ class GatewayRuntime:
             self.listeners.close()
             self.egress, self.ingress = {}, {}
             if self.kernel is not None:
+                self._applied = None
                 try:
                     await self.kernel.release()
                 except Exception:
@@ -185,10 +191,14 @@ class GatewayRuntime:
         RULES.labels("egress").set(len(self.egress))
         RULES.labels("ingress").set(len(self.ingress))
         if self.kernel is not None:
-            try:
-                await self.kernel.apply(kernel_egress, kernel_ingress)
-            except Exception as err:
-                return {gw.name: f"kernel rules not applied: {err}" for gw in objs}
+            wanted_flows = (tuple(kernel_egress), tuple(kernel_ingress))
+            if wanted_flows != self._applied:
+                try:
+                    await self.kernel.apply(kernel_egress, kernel_ingress)
+                except Exception as err:
+                    self._applied = None
+                    return {gw.name: f"kernel rules not applied: {err}" for gw in objs}
+                self._applied = wanted_flows
         else:
             wanted = {ListenKey("TCP", self.relay_ip, GATEWAY_RELAY_PORT),
                       ListenKey("TCP", self.relay_ip, GATEWAY_UDP_RELAY_PORT)}
@@ -201,7 +211,8 @@ class GatewayRuntime:
                                                                 f"{key.ip}:{key.port}: {error}")
         return {k: "; ".join(v) for k, v in problems.items()}
 
-    async def _write_status(self, gw: Gateway, problem: str) -> None:
+    async def _write_status(self, gw: Gateway, problem: str) -> bool:
+        """Whether the status is written (a failure is retried within RETRY_SECONDS)."""
         gen = gw.metadata.generation
         if problem:
             reason = Reason.SOURCE_NOT_CLAIMED if "not bound" in problem else Reason.BIND_FAILED
@@ -216,6 +227,8 @@ class GatewayRuntime:
         except ApiError as e:
             if not helpers.is_not_found(e):
                 log.warning("cannot write Gateway status: %s", helpers.describe_error(e))
+            return False
+        return True
 
     # ------------------------------------------------------------------ flows
 
