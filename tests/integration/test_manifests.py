@@ -154,8 +154,10 @@ def test_every_deployment_is_hardened_probed_and_has_its_own_account() -> None:
             sc = c["securityContext"]
             assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
             assert sc["capabilities"]["drop"] == ["ALL"], name
-            # Only the pool manager adds one: HAProxy binds ports below 1024 (an Ingress's 80) as non-root.
-            assert sc["capabilities"].get("add", []) == (["NET_BIND_SERVICE"] if name == "isthmus-pools" else []), name
+            # Only the pool manager and the egress gateway add one: HAProxy binds ports below 1024 (an
+            # Ingress's 80), the gateway a source service's ports on its source IPs, both as non-root.
+            binds_low = name in ("isthmus-pools", "isthmus-egress-gateway")
+            assert sc["capabilities"].get("add", []) == (["NET_BIND_SERVICE"] if binds_low else []), name
             assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
             assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
             assert {"cpu", "memory"} <= set(c["resources"]["requests"])
