@@ -349,3 +349,17 @@ async def test_gateway_failover_fails_closed_then_carries_new_connections(env: E
     await _write_dataplane(env, standby.relay_ip)
     assert await eventually(lambda: _try(peer_seen(env.app, env.forwarder_ip)), 10, "after failover") == app
     assert set(env.outside.peers) <= {app, env.addresses["web-ip"]}  # type: ignore[attr-defined]
+
+
+async def test_a_relay_that_never_sends_its_header_is_dropped(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    from isthmus.egress import gateway
+
+    monkeypatch.setattr(gateway, "IDLE_RELAY_SECONDS", 0.5)
+    leader = await eventually(lambda: asyncio.sleep(0, next((g for g in env.gateways if g.ready), None)), 10, "leader")
+    r, w = await _connect_from(env.forwarder_ip, leader.relay_ip, GATEWAY_RELAY_PORT)
+    try:
+        data = await asyncio.wait_for(r.read(10), 5)
+    except ConnectionError:
+        data = b""
+    assert data == b""  # closed by the gateway, nothing relayed
+    w.close()

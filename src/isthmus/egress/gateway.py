@@ -54,6 +54,7 @@ GatewayRes: Any = resource_for(Gateway)
 SourceIPRes: Any = resource_for(SourceIP)
 Mode = Literal["userspace", "kernel"]
 RETRY_SECONDS = 30.0
+IDLE_RELAY_SECONDS = 10.0
 
 
 def claimed(rule: GatewayRule, namespace: str, sips: dict[str, SourceIP]) -> bool:
@@ -233,8 +234,10 @@ class GatewayRuntime:
     # ------------------------------------------------------------------ flows
 
     def _on_pipe(self, key: ListenKey, conn: Pipe) -> None:
-        """A forwarder's TCP relay (egress, the hot path): its header first."""
+        """A forwarder's TCP relay (egress, the hot path): its header first, within IDLE_RELAY_SECONDS
+        (a connection that never says what it wants is dropped, not held)."""
         conn.on_line = self._egress_header
+        asyncio.get_running_loop().call_later(IDLE_RELAY_SECONDS, lambda: conn.reset() if conn.on_line else None)
 
     def _egress_header(self, conn: Pipe, line: bytes) -> None:
         assert conn.transport is not None
