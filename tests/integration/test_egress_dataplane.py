@@ -169,6 +169,16 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     await outside.start()
     e.outside = outside  # type: ignore[attr-defined]
     service = await asyncio.start_server(_service_handler, e.service_ip, 8080)
+
+    class UdpService(asyncio.DatagramProtocol):
+        def connection_made(self, t: asyncio.BaseTransport) -> None:
+            self.t: Any = t
+
+        def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+            self.t.sendto(f"service saw {addr[0]}".encode(), addr)
+
+    udp_service, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+        UdpService, local_addr=(e.service_ip, 9090))
     try:
         await client.create(ClassRes.from_dict({"metadata": {"name": "t"}, "spec": {
             "ranges": [{"start": e.ip(100), "end": e.ip(101)}], "allowedNamespaces": ["default"]}}))
@@ -200,6 +210,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                 await t
         outside.close()
         service.close()
+        udp_service.close()
         await srv.close()
 
 
@@ -225,15 +236,18 @@ async def _write_dataplane(e: Env, leader_ip: str) -> None:
         "spec": {"egressRules": fwd_egress, "gatewayAddress": f"{leader_ip}:{GATEWAY_RELAY_PORT}",
                  "gatewayIPs": e.gateway_ips,
                  "ingressRules": [{"protocol": "TCP", "sourceIP": app, "targetPort": 8080,
-                                   "destinationIP": e.service_ip, "destinationPort": 8080}]}}),
+                                   "destinationIP": e.service_ip, "destinationPort": 8080},
+                                  {"protocol": "UDP", "sourceIP": app, "targetPort": 9090,
+                                   "destinationIP": e.service_ip, "destinationPort": 9090}]}}),
         field_manager="test", force=True)
     await e.client.apply(GwRes.from_dict({
         "apiVersion": "egress.isthmus.io/v1alpha1", "kind": "Gateway", "metadata": {"name": "default.t",
                                                                                    "namespace": NS},
         "spec": {"externalService": {"namespace": "default", "name": "t"}, "egressRules": gw_egress,
-                 "ingressRules": [{"protocol": "TCP", "sourceIP": app, "targetPort": 8080,
-                                   "destinationIP": e.service_ip, "destinationPort": 8080, "peerIP": e.target,
-                                   "forwarderAddress": f"{e.forwarder_ip}:{FORWARDER_RELAY_PORT}"}]}}),
+                 "ingressRules": [{"protocol": proto, "sourceIP": app, "targetPort": port,
+                                   "destinationIP": e.service_ip, "destinationPort": port, "peerIP": e.target,
+                                   "forwarderAddress": f"{e.forwarder_ip}:{FORWARDER_RELAY_PORT}"}
+                                  for proto, port in (("TCP", 8080), ("UDP", 9090))]}}),
         field_manager="test", force=True)
 
 
@@ -274,7 +288,7 @@ async def test_each_source_arrives_with_its_claimed_address_and_strangers_are_re
 async def _try(coro: Any) -> Any:
     try:
         return await coro
-    except OSError:
+    except (OSError, TimeoutError):
         return None
 
 
@@ -293,6 +307,11 @@ async def test_the_outside_server_reaches_the_service_back_through_the_source_ip
     # Userspace: the service sees the forwarder (kernel mode's DNAT keeps targetIP).
     assert await eventually(back, 10, "ingress") == f"service saw {env.forwarder_ip}"
     assert await refused(env.other_outside, app, 8080)
+    # UDP the same way back: a flow per peer, relayed to the service.
+    assert await eventually(lambda: _try(udp_from(env.target, app, 9090)), 10, "UDP ingress") == \
+        f"service saw {env.forwarder_ip}"
+    with pytest.raises(TimeoutError):
+        await udp_from(env.other_outside, app, 9090)  # another peer: dropped
 
 
 async def test_a_rule_for_an_unclaimed_address_is_never_programmed(env: Env) -> None:

@@ -182,6 +182,23 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(size)
 
 
+async def pump_frames(reader: asyncio.StreamReader, idle: float, last: Callable[[], float],
+                      deliver: Callable[[bytes], None]) -> None:
+    """Deliver the relay's frames until it ends, or until nothing moved either way for `idle`
+    seconds (`last()`: when something last did)."""
+    loop = asyncio.get_running_loop()
+    try:
+        while (remaining := idle - (loop.time() - last())) > 0:
+            try:
+                async with asyncio.timeout(remaining):
+                    payload = await read_frame(reader)
+            except TimeoutError:
+                continue
+            deliver(payload)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+
+
 class _Upstream(asyncio.DatagramProtocol):
     def __init__(self, writer: asyncio.StreamWriter, touch: Callable[[], None]) -> None:
         self.writer = writer
@@ -213,20 +230,15 @@ async def bridge_udp(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         sock.close()
         raise
     transport, _ = await loop.create_datagram_endpoint(lambda: _Upstream(writer, touch), sock=sock)
+
+    def send(payload: bytes) -> None:
+        touch()
+        transport.sendto(payload)
+
     try:
         await answer(writer)
-        while True:
-            remaining = idle - (loop.time() - last[0])
-            if remaining <= 0:
-                break
-            try:
-                async with asyncio.timeout(remaining):
-                    payload = await read_frame(reader)
-            except TimeoutError:
-                continue
-            touch()
-            transport.sendto(payload)
-    except (asyncio.IncompleteReadError, ConnectionError):
+        await pump_frames(reader, idle, lambda: last[0], send)
+    except ConnectionError:
         pass
     finally:
         transport.close()
@@ -283,21 +295,13 @@ class UdpFlows(asyncio.DatagramProtocol):
             for data in flow.queue:
                 writer.write(frame(data))
             flow.queue.clear()
+            def send(payload: bytes) -> None:
+                flow.last = loop.time()
+                if self.transport is not None:
+                    self.transport.sendto(payload, addr)
+
             try:
-                while True:
-                    remaining = self.idle - (loop.time() - flow.last)
-                    if remaining <= 0:
-                        break
-                    try:
-                        async with asyncio.timeout(remaining):
-                            payload = await read_frame(reader)
-                    except TimeoutError:
-                        continue
-                    flow.last = loop.time()
-                    if self.transport is not None:
-                        self.transport.sendto(payload, addr)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                pass
+                await pump_frames(reader, self.idle, lambda: flow.last, send)
             finally:
                 close(writer)
         except Exception:
