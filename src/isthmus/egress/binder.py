@@ -64,34 +64,41 @@ BY_CLAIM_CLASS = "claim-class"
 BY_USED_CLAIM = "used-claim"
 
 
-def _d(obj: Any) -> dict[str, Any]:
+def as_dict(obj: Any) -> dict[str, Any]:
     return cast(dict[str, Any], obj.to_dict())
 
 
 def _claim_ref_key(obj: Any) -> list[str]:
-    ref = (_d(obj).get("spec") or {}).get("claimRef") or {}
+    ref = (as_dict(obj).get("spec") or {}).get("claimRef") or {}
     return [f"{ref['namespace']}/{ref['name']}"] if ref.get("namespace") and ref.get("name") else []
 
 
 def _sip_class(obj: Any) -> list[str]:
-    c = (_d(obj).get("spec") or {}).get("sourceIPClassName")
+    c = (as_dict(obj).get("spec") or {}).get("sourceIPClassName")
     return [c] if c else []
 
 
 def _claim_class(obj: Any) -> list[str]:
-    c = (_d(obj).get("spec") or {}).get("sourceIPClassName")
+    c = (as_dict(obj).get("spec") or {}).get("sourceIPClassName")
     return [c] if c else []
 
 
 def used_claims(obj: Any) -> list[str]:
     """`ns/claim` of every claim an ExternalService names (its own namespace only)."""
-    d = _d(obj)
+    d = as_dict(obj)
     ns = (d.get("metadata") or {}).get("namespace") or ""
     meta = d.get("metadata") or {}
     if meta.get("deletionTimestamp") and EXTERNAL_SERVICE_FINALIZER not in (meta.get("finalizers") or []):
         return []  # a deleting ExternalService whose own finalizer is off no longer holds its claims
     return sorted({f"{ns}/{s['sourceIPClaimName']}" for s in (d.get("spec") or {}).get("sources") or []
                    if s.get("sourceIPClaimName")})
+
+
+async def set_finalizers(client: AsyncClient, res: Any, meta: ObjectMeta, finalizers: list[str]) -> None:
+    """The object's finalizers, conditional on the resourceVersion read (409: re-read and decide again)."""
+    body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}}
+    await helpers.merge_patch(client, res, meta.name or "", body, namespace=meta.namespace,
+                              field_manager=OPERATOR_FIELD_MANAGER)
 
 
 class Binder:
@@ -137,7 +144,7 @@ class Binder:
         for cls in _sip_class(sip):
             for key in self.claims.cache.index_keys(BY_CLAIM_CLASS, cls):
                 raw = self.claims.cache.get(key)
-                if raw is not None and ((_d(raw).get("status") or {}).get("phase") or "Pending") == "Pending":
+                if raw is not None and ((as_dict(raw).get("status") or {}).get("phase") or "Pending") == "Pending":
                     self._claims_controller.enqueue(key)
 
     # ------------------------------------------------------------------ claims
@@ -160,10 +167,10 @@ class Binder:
         finalizers = list(claim.metadata.finalizers or [])
         if claim.metadata.deletion_timestamp is not None:
             if CLAIM_FINALIZER in finalizers and not self.externals.cache.index_keys(BY_USED_CLAIM, key):
-                await self._set_finalizers(ClaimRes, claim.metadata, [f for f in finalizers if f != CLAIM_FINALIZER])
+                await set_finalizers(self.client, ClaimRes, claim.metadata, [f for f in finalizers if f != CLAIM_FINALIZER])
             return None
         if CLAIM_FINALIZER not in finalizers:
-            await self._set_finalizers(ClaimRes, claim.metadata, [*finalizers, CLAIM_FINALIZER])
+            await set_finalizers(self.client, ClaimRes, claim.metadata, [*finalizers, CLAIM_FINALIZER])
             return None  # the update event brings it back with the new resourceVersion
 
         mine = [SourceIP.from_dict(s) for s in self.sips.cache.by_index(BY_CLAIM, key)]
@@ -297,12 +304,8 @@ class Binder:
             return
         body = {"status": {"phase": phase.value, "sourceIP": address,
                            "conditions": [c.to_dict() for c in merged]}}
-        try:
-            await self.client.patch(ClaimRes.Status, claim.name, body, namespace=claim.namespace,
-                                    patch_type=PatchType.MERGE, field_manager=OPERATOR_FIELD_MANAGER)
-        except ApiError as e:
-            if not helpers.is_not_found(e):
-                raise
+        await helpers.merge_patch(self.client, ClaimRes.Status, claim.name, body, namespace=claim.namespace,
+                                  field_manager=OPERATOR_FIELD_MANAGER)
 
     async def _sip_status(self, sip: SourceIP, phase: SourceIPPhase, ok: bool, reason: str, message: str) -> None:
         cond = new_condition(READY, ok, reason, message)
@@ -310,21 +313,7 @@ class Binder:
         if sip.status.phase == phase and conditions_equal(merged, sip.status.conditions):
             return
         body = {"status": {"phase": phase.value, "conditions": [c.to_dict() for c in merged]}}
-        try:
-            await self.client.patch(SourceIPRes.Status, sip.name, body, patch_type=PatchType.MERGE,
-                                    field_manager=OPERATOR_FIELD_MANAGER)
-        except ApiError as e:
-            if not helpers.is_not_found(e):
-                raise
-
-    async def _set_finalizers(self, res: Any, meta: ObjectMeta, finalizers: list[str]) -> None:
-        body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}}
-        try:
-            await self.client.patch(res, meta.name or "", body, namespace=meta.namespace,
-                                    patch_type=PatchType.MERGE, field_manager=OPERATOR_FIELD_MANAGER)
-        except ApiError as e:
-            if not helpers.is_not_found(e):
-                raise
+        await helpers.merge_patch(self.client, SourceIPRes.Status, sip.name, body, field_manager=OPERATOR_FIELD_MANAGER)
 
     # ------------------------------------------------------------------ source IPs
 
@@ -345,9 +334,9 @@ class Binder:
         finalizers = list(sip.metadata.finalizers or [])
         if ref is not None:
             claim_raw = self.claims.cache.get(f"{ref.namespace}/{ref.name}")
-            if claim_raw is not None and _d(claim_raw)["metadata"].get("uid") == ref.uid:
+            if claim_raw is not None and as_dict(claim_raw)["metadata"].get("uid") == ref.uid:
                 if SOURCE_IP_FINALIZER not in finalizers and sip.metadata.deletion_timestamp is None:
-                    await self._set_finalizers(SourceIPRes, sip.metadata, [*finalizers, SOURCE_IP_FINALIZER])
+                    await set_finalizers(self.client, SourceIPRes, sip.metadata, [*finalizers, SOURCE_IP_FINALIZER])
                 return None  # bound: the claim's reconcile writes the phases
             # The claim is gone, or the name is another claim's now: released.
             msg = f"claim {ref.namespace}/{ref.name} ({ref.uid}) is gone"
@@ -356,14 +345,14 @@ class Binder:
                 self.recorder.normal(raw, Reason.RELEASED, f"{msg}; reclaim policy {sip.spec.reclaim_policy.value}")
             if sip.spec.reclaim_policy.value == "Delete":
                 if finalizers:
-                    await self._set_finalizers(SourceIPRes, sip.metadata, [])
+                    await set_finalizers(self.client, SourceIPRes, sip.metadata, [])
                 await helpers.ensure_deleted(self.client, SourceIPRes, sip.name)
                 return None
         elif sip.status.phase != SourceIPPhase.AVAILABLE:
             await self._sip_status(sip, SourceIPPhase.AVAILABLE, True, Reason.AVAILABLE,
                                    "not bound: the next claim of its class may take it")
         if SOURCE_IP_FINALIZER in finalizers:  # protection only while bound
-            await self._set_finalizers(SourceIPRes, sip.metadata, [f for f in finalizers if f != SOURCE_IP_FINALIZER])
+            await set_finalizers(self.client, SourceIPRes, sip.metadata, [f for f in finalizers if f != SOURCE_IP_FINALIZER])
         return None
 
     # ------------------------------------------------------------------ classes
@@ -390,9 +379,4 @@ class Binder:
             return
         body = {"status": {"capacity": capacity, "allocated": allocated,
                            "conditions": [c.to_dict() for c in merged]}}
-        try:
-            await self.client.patch(ClassRes.Status, cls.name, body, patch_type=PatchType.MERGE,
-                                    field_manager=OPERATOR_FIELD_MANAGER)
-        except ApiError as e:
-            if not helpers.is_not_found(e):
-                raise
+        await helpers.merge_patch(self.client, ClassRes.Status, cls.name, body, field_manager=OPERATOR_FIELD_MANAGER)

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, cast
+from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
-from lightkube.types import PatchType
 
 from isthmus.api.base import (
     conditions_equal,
@@ -58,7 +57,7 @@ from isthmus.api.egress import (
     forwarder_workload_name,
 )
 from isthmus.api.image import IMAGE
-from isthmus.egress.binder import BY_USED_CLAIM, Binder
+from isthmus.egress.binder import BY_USED_CLAIM, Binder, as_dict, set_finalizers
 from isthmus.egress.rules import ServiceView, plan, relay_address, source_service
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
@@ -85,12 +84,8 @@ BY_FORWARDER = "forwarder"
 RETRY_SECONDS = 5.0
 
 
-def _d(obj: Any) -> dict[str, Any]:
-    return cast(dict[str, Any], obj.to_dict())
-
-
 def _source_services(obj: Any) -> list[str]:
-    es = _d(obj)
+    es = as_dict(obj)
     ns = es["metadata"].get("namespace") or ""
     return sorted({f"{(s.get('service') or {}).get('namespace') or ns}/{(s.get('service') or {}).get('name')}"
                    for s in (es.get("spec") or {}).get("sources") or []})
@@ -103,7 +98,7 @@ def _owner_key(obj: Any) -> list[str]:
 
 
 def _slice_service(obj: Any) -> str:
-    d = _d(obj)
+    d = as_dict(obj)
     return f"{d['metadata'].get('namespace')}/{(d['metadata'].get('labels') or {}).get(SERVICE_NAME_LABEL, '')}"
 
 
@@ -151,7 +146,7 @@ class EgressOperator:
         self.gateways: Informer[Any] = factory.informer(GatewayRes, OPERATOR_NAMESPACE)
         self.externals.add_indexer(BY_SOURCE_SERVICE, _source_services)
         self.externals.add_indexer(BY_FORWARDER, lambda o: [forwarder_workload_name(
-            _d(o)["metadata"].get("namespace") or "", _d(o)["metadata"].get("name") or "")])
+            as_dict(o)["metadata"].get("namespace") or "", as_dict(o)["metadata"].get("name") or "")])
 
         c = Controller("egress-externalservices", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
         c.watch(self.externals)
@@ -206,10 +201,10 @@ class EgressOperator:
         if es.metadata.deletion_timestamp is not None:
             if EXTERNAL_SERVICE_FINALIZER in finalizers:
                 await self._remove_dataplane(es)
-                await self._set_finalizers(es, [f for f in finalizers if f != EXTERNAL_SERVICE_FINALIZER])
+                await set_finalizers(self.client, ExternalServiceRes, es.metadata, [f for f in finalizers if f != EXTERNAL_SERVICE_FINALIZER])
             return None
         if EXTERNAL_SERVICE_FINALIZER not in finalizers:
-            await self._set_finalizers(es, [*finalizers, EXTERNAL_SERVICE_FINALIZER])
+            await set_finalizers(self.client, ExternalServiceRes, es.metadata, [*finalizers, EXTERNAL_SERVICE_FINALIZER])
             return None
 
         existing = self.services.cache.get(f"{FORWARDER_NAMESPACE}/{name}")
@@ -253,7 +248,7 @@ class EgressOperator:
         raw = self.services.cache.get(key)
         if raw is None:
             return None
-        spec = _d(raw).get("spec") or {}
+        spec = as_dict(raw).get("spec") or {}
         ip = spec.get("clusterIP")
         return ServiceView(cluster_ip=ip if ip and ip != "None" else None,
                            ports=tuple((p.get("protocol") or "TCP", int(p["port"])) for p in spec.get("ports") or []),
@@ -263,7 +258,7 @@ class EgressOperator:
         ns, _, name = svc_key.partition("/")
         ips: set[str] = set()
         for raw in self.slices.cache.list_namespace(ns):
-            d = _d(raw)
+            d = as_dict(raw)
             if (d["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) != name:
                 continue
             for ep in d.get("endpoints") or []:
@@ -283,7 +278,7 @@ class EgressOperator:
         else:
             out.append(new_condition("ClaimsBound", True, Reason.BOUND, "every source's claim is bound", gen))
         dep = self.deployments.cache.get(f"{OPERATOR_NAMESPACE}/{forwarder_workload_name(es.namespace or '', es.name)}")
-        ready_replicas = ((_d(dep).get("status") or {}).get("readyReplicas") or 0) if dep is not None else 0
+        ready_replicas = ((as_dict(dep).get("status") or {}).get("readyReplicas") or 0) if dep is not None else 0
         fwd_cond = find_condition(fwd.status.conditions, READY) if fwd is not None else None
         fwd_ok = (ready_replicas > 0 and fwd is not None and fwd_cond is not None and fwd_cond.is_true
                   and fwd.status.observed_generation == fwd.metadata.generation)
@@ -325,23 +320,9 @@ class EgressOperator:
                              ("observedGeneration", es.metadata.generation)):
             if current.get(field) != value:
                 body[field] = value
-        if not body:
-            return
-        try:
-            await self.client.patch(ExternalServiceRes.Status, es.name, {"status": body}, namespace=es.namespace,
-                                    patch_type=PatchType.MERGE, field_manager=OPERATOR_FIELD_MANAGER)
-        except ApiError as e:
-            if not helpers.is_not_found(e):
-                raise
-
-    async def _set_finalizers(self, es: ExternalService, finalizers: list[str]) -> None:
-        body = {"metadata": {"finalizers": finalizers, "resourceVersion": es.metadata.resource_version}}
-        try:
-            await self.client.patch(ExternalServiceRes, es.name, body, namespace=es.namespace,
-                                    patch_type=PatchType.MERGE, field_manager=OPERATOR_FIELD_MANAGER)
-        except ApiError as e:
-            if not helpers.is_not_found(e):
-                raise
+        if body:
+            await helpers.merge_patch(self.client, ExternalServiceRes.Status, es.name, {"status": body},
+                                      namespace=es.namespace, field_manager=OPERATOR_FIELD_MANAGER)
 
     async def _apply_if_changed(self, informer: Informer[Any], obj: Forwarder | Gateway, name: str,
                                 labels: dict[str, str]) -> Any:
@@ -382,7 +363,7 @@ class EgressOperator:
                   "spec": {"ports": ports}}
         for body in (internal, public):
             current = self.services.cache.get(f"{body['metadata']['namespace']}/{body['metadata']['name']}")
-            if current is None or not _same(_d(current), body):
+            if current is None or not _same(as_dict(current), body):
                 await self.client.apply(Service.from_dict(body), field_manager=OPERATOR_FIELD_MANAGER,  # type: ignore[call-overload]
                                         force=True)
         slice_name = f"{es.name}-forwarder"
@@ -395,7 +376,7 @@ class EgressOperator:
                 "endpoints": endpoints,
                 "ports": [{"name": p["name"], "protocol": p["protocol"], "port": p["targetPort"]} for p in ports]}
         current = self.slices.cache.get(f"{FORWARDER_NAMESPACE}/{slice_name}")
-        if current is None or not _same(_d(current), published):
+        if current is None or not _same(as_dict(current), published):
             await self.client.apply(EndpointSlice.from_dict(published), field_manager=OPERATOR_FIELD_MANAGER,  # type: ignore[call-overload]
                                     force=True)
 
@@ -443,7 +424,7 @@ class EgressOperator:
                                                                    "seccompProfile": {"type": "RuntimeDefault"}},
                                                "containers": [container]}}}}
         current = self.deployments.cache.get(f"{OPERATOR_NAMESPACE}/{workload}")
-        if current is not None and _same(_d(current), body):
+        if current is not None and _same(as_dict(current), body):
             return
         await self.client.apply(Deployment.from_dict(body), field_manager=OPERATOR_FIELD_MANAGER, force=True)  # type: ignore[call-overload]
 

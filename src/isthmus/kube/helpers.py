@@ -119,6 +119,20 @@ async def apply(client: AsyncClient, obj: T, *, field_manager: str, force: bool 
     return _back(type(obj), lk)
 
 
+async def merge_patch(client: AsyncClient, res: Any, name: str, body: dict[str, Any], *, field_manager: str,
+                      namespace: str | None = None) -> bool:
+    """JSON merge patch of `res` (a resource or its `.Status`); a resourceVersion in `body` makes it
+    conditional (409 raises). An object deleted meanwhile is not an error: returns False."""
+    try:
+        await cast(Any, client).patch(res, name, body, namespace=namespace, patch_type=PatchType.MERGE,
+                                      field_manager=field_manager)
+    except ApiError as err:
+        if not is_not_found(err):
+            raise
+        return False
+    return True
+
+
 async def patch_status(
     client: AsyncClient,
     obj: T,
