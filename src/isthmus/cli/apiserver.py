@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import os
 import secrets
@@ -15,6 +14,7 @@ import typer
 
 from isthmus.cli.app import LogFormatOpt, LogLevelOpt, command, fail
 from isthmus.kube.client import is_loopback_host
+from isthmus.runtime.loop import run
 
 
 class KubeconfigAuth(enum.StrEnum):
@@ -136,7 +136,7 @@ def apiserver(
                        service_account_key_files=tuple(service_account_key_file or ()),
                        authorization_mode=",".join(modes), admission=admission_plugins.build(disabled))
     try:
-        asyncio.run(serve(server, str(kubeconfig_out.resolve()), kubeconfig_auth.value))
+        run(serve(server, str(kubeconfig_out.resolve()), kubeconfig_auth.value))
     except DataDirError as e:
         raise fail(str(e)) from None
     except OSError as e:

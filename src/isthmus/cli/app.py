@@ -284,9 +284,10 @@ def run_component(
     """Set up logging, build the component, serve health and metrics if asked, run it until
     SIGTERM or SIGINT (or until it ends on its own), then stop it cleanly."""
     from isthmus.runtime import setup_logging
+    from isthmus.runtime.loop import run
 
     setup_logging(log_format, log_level)
-    asyncio.run(_serve(name, build, metrics_addr))
+    run(_serve(name, build, metrics_addr))
 
 
 async def _serve(name: str, build: Callable[[], Awaitable[Component]], metrics_addr: str | None) -> None:

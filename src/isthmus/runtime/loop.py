@@ -1,0 +1,47 @@
+"""The event loop every long-running component runs on: uvloop where it is installed, else asyncio's.
+
+uvloop is a declared dependency (measured in bench/: it wins on the socket-heavy parts, the DNS
+server, the VIP proxy and the apiserver), but the standard loop stays a working fallback: a
+platform without a uvloop wheel, or `ISTHMUS_EVENT_LOOP=asyncio` to rule it out when debugging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+ENV = "ISTHMUS_EVENT_LOOP"
+CHOICES = ("auto", "uvloop", "asyncio")
+
+
+def loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The factory for `choice` (default: $ISTHMUS_EVENT_LOOP, else auto); None means asyncio's own.
+
+    `uvloop` asked for explicitly and not installed is an error; `auto` falls back quietly."""
+    choice = (choice or os.environ.get(ENV) or "auto").strip().lower()
+    if choice not in CHOICES:
+        raise ValueError(f"{ENV}={choice!r}: expected one of {', '.join(CHOICES)}")
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise
+        return None
+    return uvloop.new_event_loop
+
+
+def loop_name(choice: str | None = None) -> str:
+    """What `run` would use: "uvloop" or "asyncio" (for logs and benchmark figures)."""
+    return "asyncio" if loop_factory(choice) is None else "uvloop"
+
+
+def run(main: Coroutine[Any, Any, T], *, choice: str | None = None, debug: bool | None = None) -> T:
+    """`asyncio.run(main)` on the loop `loop_factory(choice)` picks."""
+    with asyncio.Runner(loop_factory=loop_factory(choice), debug=debug) as runner:
+        return runner.run(main)
