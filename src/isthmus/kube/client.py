@@ -19,6 +19,8 @@ from lightkube import AsyncClient, ConfigError, KubeConfig
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import Cluster, Context, User
 
+from isthmus.kube import transport
+
 COMMAND_TIMEOUT = httpx2.Timeout(5.0)
 """Per-request timeout of one-shot commands: a server that accepts and never answers fails them in
 seconds, not after httpx's 30 s default (watches are not bounded by it)."""
@@ -281,6 +283,8 @@ def client_for(
     if config.user is not None and config.user.token_file:
         # lightkube offers no hook for its httpx client's auth; its own token-file auth reads once.
         client._client._client.auth = TokenFileAuth(config.user.token_file)
+    if os.environ.get("ISTHMUS_KUBE_TRANSPORT", "aiohttp") != "httpx":
+        transport.install(client)  # a third less client CPU per request (kube/transport.py)
     return client
 
 

@@ -1,0 +1,115 @@
+"""An aiohttp transport under lightkube's httpx client.
+
+lightkube builds requests and decodes responses well, but the transport beneath it (httpcore on
+anyio, with anyio's TLS stream) cost the discovery agent about 2 ms of CPU per API request, most
+of its time (bench/mcs.py, py-spy). aiohttp does the same HTTP/1.1 keep-alive exchange with a C
+parser and asyncio's own TLS: the request still goes through lightkube and httpx (auth, token
+refresh, response model), only the bytes move through aiohttp.
+
+Errors are raised as the httpx exceptions the rest of the code already handles (all are
+`httpx2.TransportError`). Sessions are per event loop, made on first use, because a CLI may run
+several `asyncio.run`s with one client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import httpx2
+
+__all__ = ["AiohttpTransport", "install"]
+
+_CHUNK = 1 << 16
+
+
+class _Body(httpx2.AsyncByteStream):
+    def __init__(self, response: aiohttp.ClientResponse, request: httpx2.Request) -> None:
+        self._response = response
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise _mapped(e, self._request) from e
+
+    async def aclose(self) -> None:
+        self._response.release()
+
+
+def _mapped(e: BaseException, request: httpx2.Request) -> httpx2.TransportError:
+    """The httpx exception a caller of lightkube expects for an aiohttp failure."""
+    if isinstance(e, aiohttp.ConnectionTimeoutError):  # timeouts carry no text, as httpx's own
+        return httpx2.ConnectTimeout("", request=request)
+    if isinstance(e, TimeoutError):
+        return httpx2.ReadTimeout("", request=request)
+    message = str(e) or type(e).__name__
+    if isinstance(e, aiohttp.ClientConnectorError | aiohttp.ClientSSLError):
+        os_error = e.os_error
+        if os_error.errno and not isinstance(e, aiohttp.ClientSSLError):  # "[Errno 111] Connection refused"
+            message = f"[Errno {os_error.errno}] {os.strerror(os_error.errno)}"
+        return httpx2.ConnectError(message, request=request)
+    if isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return httpx2.RemoteProtocolError(message, request=request)
+    return httpx2.ReadError(message, request=request)
+
+
+class AiohttpTransport(httpx2.AsyncBaseTransport):
+    """httpx's transport interface over an aiohttp session (keep-alive pool, TLS from `ssl_context`)."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | bool, *, limit: int = 64) -> None:
+        self._ssl: ssl.SSLContext | bool = ssl_context
+        self._limit = limit
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _session_for_loop(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._loop is not loop or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._limit, ssl=self._ssl, enable_cleanup_closed=False)
+            # httpx decodes content itself (it sees Content-Encoding); aiohttp must leave bodies as sent.
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                                  skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
+                                                  cookie_jar=aiohttp.DummyCookieJar())
+            self._loop = loop
+        return self._session
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        session = self._session_for_loop()
+        t: dict[str, Any] = request.extensions.get("timeout") or {}
+        timeout = aiohttp.ClientTimeout(total=None, connect=t.get("connect"), sock_connect=t.get("connect"),
+                                        sock_read=t.get("read"))
+        body = request.content if request.method not in ("GET", "HEAD") else None
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw
+                   if k.lower() not in (b"host", b"content-length", b"transfer-encoding")]
+        try:
+            response = await session.request(request.method, str(request.url), headers=headers, data=body,
+                                              timeout=timeout, allow_redirects=False, compress=None)
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise _mapped(e, request) from e
+        return httpx2.Response(status_code=response.status, headers=list(response.raw_headers),
+                               stream=_Body(response, request), request=request,
+                               extensions={"http_version": b"HTTP/1.1",
+                                           "reason_phrase": (response.reason or "").encode()})
+
+    async def aclose(self) -> None:
+        if self._session is not None and not self._session.closed:
+            try:
+                await self._session.close()
+            except RuntimeError:  # its loop is gone: nothing is left open on it
+                pass
+        self._session = None
+
+
+def install(client: Any) -> None:
+    """Put an AiohttpTransport under a lightkube AsyncClient, with the TLS settings lightkube chose."""
+    inner: httpx2.AsyncClient = client._client._client  # lightkube internals: its httpx client
+    old = inner._transport
+    ctx = getattr(getattr(old, "_pool", None), "_ssl_context", None)
+    inner._transport = AiohttpTransport(ctx if isinstance(ctx, ssl.SSLContext) else True)
