@@ -14,6 +14,7 @@ several `asyncio.run`s with one client.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import ssl
 from collections.abc import AsyncIterator
@@ -21,10 +22,18 @@ from typing import Any
 
 import aiohttp
 import httpx2
+from prometheus_client import Counter
+
+from isthmus.runtime.metrics import REGISTRY
 
 __all__ = ["AiohttpTransport", "install"]
 
-_CHUNK = 1 << 16
+REQUESTS = Counter(
+    "isthmus_rest_client_requests_total",
+    "Requests this process sent to API servers, by method and HTTP status (client-go's "
+    "rest_client_requests_total; code is \"<error>\" when no answer came).",
+    ["method", "code"], registry=REGISTRY,
+)
 
 
 class _Body(httpx2.AsyncByteStream):
@@ -92,7 +101,9 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             response = await session.request(request.method, str(request.url), headers=headers, data=body,
                                               timeout=timeout, allow_redirects=False, compress=None)
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            REQUESTS.labels(request.method, "<error>").inc()
             raise _mapped(e, request) from e
+        REQUESTS.labels(request.method, str(response.status)).inc()
         return httpx2.Response(status_code=response.status, headers=list(response.raw_headers),
                                stream=_Body(response, request), request=request,
                                extensions={"http_version": b"HTTP/1.1",
@@ -107,9 +118,23 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         self._session = None
 
 
+class _QuietUnclosed(logging.Filter):
+    """A lightkube client nobody closed (a CLI command ending, a test dropping it) was silent with
+    httpx; aiohttp reports its session through the loop's exception handler. Nothing leaks past
+    the process, so that report is noise on a user's terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("Unclosed client session", "Unclosed connector"))
+
+
+logging.getLogger("asyncio").addFilter(_QuietUnclosed())
+
+
 def install(client: Any) -> None:
     """Put an AiohttpTransport under a lightkube AsyncClient, with the TLS settings lightkube chose."""
     inner: httpx2.AsyncClient = client._client._client  # lightkube internals: its httpx client
     old = inner._transport
+    if isinstance(old, AiohttpTransport):
+        return
     ctx = getattr(getattr(old, "_pool", None), "_ssl_context", None)
     inner._transport = AiohttpTransport(ctx if isinstance(ctx, ssl.SSLContext) else True)

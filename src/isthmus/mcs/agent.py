@@ -310,7 +310,8 @@ class Agent:
         self.b_exports = broker.informer(resource_for(ExportedService), self.broker_ns)
         self.b_imports = broker.informer(resource_for(ServiceImport), self.broker_ns)
         self.b_slices = broker.informer(EndpointSlice, self.broker_ns)
-        self.b_clusters = broker.informer(resource_for(Cluster), self.broker_ns)
+        # Peers' heartbeat times are read in the broker's clock, from managedFields (_heartbeat_written_at).
+        self.b_clusters = broker.informer(resource_for(Cluster), self.broker_ns, keep_managed_fields=True)
         for inf in (self.slices, self.b_exports, self.b_imports, self.b_slices):
             inf.add_indexer(BY_SERVICE, keys.mcs_keys)
         self.slices.add_indexer(BY_KUBE_SERVICE, keys.kube_slice_keys)
@@ -706,11 +707,18 @@ class Agent:
             out.append(state.spec)  # what we just published, whether or not the cache has it yet
         return out
 
-    async def _live_exporters(self, ns: str, name: str, state: ExportState) -> list[ExportedServiceSpec]:
-        live = [ExportedService.from_dict(o).spec async for o in cast(Any, self.broker).list(
-            resource_for(ExportedService), namespace=self.broker_ns,
-            labels={SERVICE_NAME_LABEL: name, SOURCE_NAMESPACE_LABEL: ns})]
-        out = [e for e in live if e.cluster != self.cluster_id]
+    async def _live_exporters(self, ns: str, name: str, state: ExportState,
+                              listed: set[str]) -> list[ExportedServiceSpec]:
+        """The exporters as the broker has them now: the cache's, plus a read by name of each cluster
+        the aggregate lists that the cache does not show (a GET each, not a list: a label-selected
+        list costs the broker a scan of every export in the clusterset)."""
+        out = [e for e in self._exporters(ns, name, state) if e.cluster != self.cluster_id]
+        known = {e.cluster for e in out}
+        for cluster in sorted(listed - known - {self.cluster_id}):
+            obj = await helpers.get_or_none(self.broker, ExportedService, broker_object_name(name, ns, cluster),
+                                            namespace=self.broker_ns)
+            if obj is not None and obj.spec.cluster == cluster:
+                out.append(obj.spec)
         if state.spec is not None:
             out.append(state.spec)
         return out
@@ -750,7 +758,7 @@ class Agent:
         if state.spec is not None and not listed <= {e.cluster for e in exporters}:
             # Our cache may simply not have seen another cluster's export yet: never drop a cluster
             # from the aggregate on the cache's word (agents would undo each other), ask the broker.
-            exporters = await self._live_exporters(ns, name, state)
+            exporters = await self._live_exporters(ns, name, state, listed)
         result = aggregate(exporters, ips=current.spec.ips, vip_enabled=vip_enabled)
         if state.spec is None:
             return AggregateState(current=current, result=result)  # only exporters maintain it
