@@ -259,7 +259,7 @@ async def run_bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 "--broker-kubeconfig", str(kcs["broker"]))
         agents = [Agent(cid, kcs[cid]) for cid in names]
         clients = [client(kcs[c]) for c in names]
-        while not all([await a.ready(http) for a in agents]):
+        while not all([await a.ready(http) for a in agents]):  # noqa: ASYNC110 - polling a process
             await asyncio.sleep(0.1)
         results["agent RSS idle MB (max)"] = max(rss_mb(a.proc.pid) for a in agents)
         lat = sorted(await latency(clients, args.samples))
