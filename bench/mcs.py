@@ -132,6 +132,8 @@ class Agent:
         return out
 
     async def ready(self, http: aiohttp.ClientSession) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"agent {self.cid} exited with {self.proc.returncode}")
         try:
             async with http.get(f"http://127.0.0.1:{self.port}/readyz") as r:
                 return r.status == 200

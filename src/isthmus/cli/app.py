@@ -152,6 +152,12 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """Multi-cluster service networking for Kubernetes."""
+    # A callback keeps `isthmus` a group of commands even when cli/main.py registered only one.
+
+
 def command(name: str, **kwargs: Any) -> Callable[[F], F]:
     """Register an `isthmus <name>` command (see the module docstring for what it gets)."""
     return app.command(name, cls=IsthmusCommand, **kwargs)
