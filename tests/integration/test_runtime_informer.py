@@ -240,3 +240,34 @@ async def test_shared_factory_one_informer_per_kind_and_scope(apiserver: Any) ->
         assert "default" in f.informer(Namespace).cache
     finally:
         await f.stop()
+
+
+def test_cached_objects_are_compacted() -> None:
+    """managedFields dropped, repeated strings shared (dict objects and typed ones alike)."""
+    from lightkube.core import decoders
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.resources.discovery_v1 import EndpointSlice as Slice
+
+    from isthmus.runtime.informer import _strip_managed_fields
+
+    thing = create_namespaced_resource("x.io", "v1", "Thing", "things")
+    raw = (b'{"apiVersion":"x.io/v1","kind":"Thing","metadata":{"name":"a","namespace":"ns-%d",'
+           b'"labels":{"app.kubernetes.io/name":"long-enough-value"},"managedFields":[{"manager":"m"}]},'
+           b'"spec":{"items":[{"protocol":"TCP-ish"}]}}')
+    a, b = (decoders.decode_object(raw % 1, thing), decoders.decode_object(raw % 1, thing))
+    _strip_managed_fields(a)
+    _strip_managed_fields(b)
+    assert "managedFields" not in a["metadata"]
+    assert a["metadata"]["labels"]["app.kubernetes.io/name"] is b["metadata"]["labels"]["app.kubernetes.io/name"]
+    assert a["spec"]["items"][0]["protocol"] is b["spec"]["items"][0]["protocol"]
+
+    raw = (b'{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","addressType":"IPv4","endpoints":[],'
+           b'"metadata":{"name":"s","namespace":"some-namespace","labels":{"kubernetes.io/service-name":"svc-x"},'
+           b'"managedFields":[{"manager":"m"}]},"ports":[{"name":"http-port-name","port":80,"protocol":"TCP"}]}')
+    s1, s2 = decoders.decode_object(raw, Slice), decoders.decode_object(raw, Slice)
+    _strip_managed_fields(s1)
+    _strip_managed_fields(s2)
+    assert s1.metadata.managedFields is None
+    assert s1.metadata.labels == {"kubernetes.io/service-name": "svc-x"}
+    assert s1.metadata.namespace is s2.metadata.namespace
+    assert s1.ports[0].name is s2.ports[0].name
