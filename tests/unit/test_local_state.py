@@ -120,6 +120,9 @@ def test_the_local_overlay_patches_dns_for_the_plan(tmp_path: Path) -> None:
     assert pools["spec"]["template"]["spec"]["hostNetwork"] is False
     webhook = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.WEBHOOK])
     assert webhook["spec"]["replicas"] == 1
+    deployments = [o for o in objs if o["kind"] == "Deployment"]
+    assert len(deployments) >= 8
+    assert {d["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["periodSeconds"] for d in deployments} == {1}
     assert pools["spec"]["template"]["spec"]["containers"][0]["args"][-3:] == [
         "--public-address=127.30.2.1", "--private-address=127.31.2.1", f"--state-dir={tmp_path / 'pools' / 'c2'}"]
     if shutil.which("kubectl"):

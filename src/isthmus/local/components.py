@@ -30,6 +30,15 @@ BROKER_BASE = "broker/controllers"
 READ_TIMEOUT = 2.0
 
 
+FAST_READINESS = {
+    "target": {"kind": "Deployment"},
+    "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/template/spec/containers/0/readinessProbe/periodSeconds",
+                              "value": 1}]),
+}
+"""Readiness probed every second here (5 s in deploy/): kube-lite, like a kubelet, probes a new pod
+at once, while it is still importing, then after a whole period; `isthmus up` waits for every pod."""
+
+
 def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path) -> Path:
     """Write the local overlay of deploy/member for one cluster into `into` (a directory of its own,
     rewritten every `up`); returns it. The base is referenced by a relative path: kustomize refuses
@@ -50,6 +59,7 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path)
              "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
                                         "value": f"--cluster-name={cluster.name}"}])},
             _pools_patch(cluster, pools_dir),
+            FAST_READINESS,
             # One webhook replica per cluster here (two on real clusters, for availability): every pod
             # is a Python process on this one machine.
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.WEBHOOK]},
@@ -80,7 +90,7 @@ def broker_overlay(deploy_dir: Path, into: Path, pools_dir: Path) -> Path:
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [base],
-        "patches": [_pools_patch(plan.broker_plan(), pools_dir)],
+        "patches": [_pools_patch(plan.broker_plan(), pools_dir), FAST_READINESS],
     })
 
 

@@ -889,12 +889,13 @@ class Agent:
     def _sources_for_us(self, ns: str, name: str, state: ExportState) -> set[str]:
         """The exporting clusters whose export this cluster may import: those without a consumer list
         and those whose list names us (a MultiClusterService's consumerClusters, docs/mcsvc.md)."""
-        specs = {ExportedService.from_dict(o).spec.cluster: ExportedService.from_dict(o).spec
-                 for o in self.b_exports.cache.by_index(BY_SERVICE, f"{ns}/{name}")}
+        consumers: dict[str, list[str] | None] = {}
+        for o in self.b_exports.cache.by_index(BY_SERVICE, f"{ns}/{name}"):
+            spec = ExportedService.from_dict(o).spec
+            consumers[spec.cluster] = spec.consumer_clusters
         if state.spec is not None:
-            specs[self.cluster_id] = state.spec
-        return {c for c, spec in specs.items()
-                if spec.consumer_clusters is None or self.cluster_id in spec.consumer_clusters}
+            consumers[self.cluster_id] = state.spec.consumer_clusters
+        return {c for c, allowed in consumers.items() if allowed is None or self.cluster_id in allowed}
 
     async def _sync_import(self, ns: str, name: str, agg: ServiceImport | None,
                            sources: set[str] | None = None) -> None:
