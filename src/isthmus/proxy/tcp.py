@@ -19,7 +19,7 @@ import asyncio
 import logging
 import socket
 import struct
-from typing import Any
+from typing import Any, cast
 
 from isthmus.proxy.balancer import Balancer
 from isthmus.proxy.metrics import ListenerStats
@@ -33,6 +33,8 @@ DEFAULT_CONNECT_TIMEOUT = 2.0
 BUFFER_SIZE = 256 * 1024
 """One read's worth; as large as asyncio's own read size, so bulk transfers take few syscalls."""
 BACKLOG = 1024
+EARLY_LIMIT = 256 * 1024
+"""Client bytes kept while the backend connects; beyond this the client waits (its reads pause)."""
 _LINGER_RESET = struct.pack("ii", 1, 0)
 IP_BIND_ADDRESS_NO_PORT = 24  # linux/in.h: the port is picked at connect, so one address serves every peer
 
@@ -64,8 +66,7 @@ def reset(transport: asyncio.BaseTransport) -> None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
         except OSError:
             pass
-    assert isinstance(transport, asyncio.Transport)
-    transport.abort()
+    cast(asyncio.Transport, transport).abort()
 
 
 class _Side(asyncio.BufferedProtocol):
@@ -82,8 +83,7 @@ class _Side(asyncio.BufferedProtocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return _READ.view
@@ -91,6 +91,7 @@ class _Side(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         peer = self.peer
         if peer is None or peer.transport is None:
+            self._early(nbytes)
             return
         self._count(nbytes)
         out = peer.transport
@@ -101,10 +102,18 @@ class _Side(asyncio.BufferedProtocol):
     def _count(self, nbytes: int) -> None:
         raise NotImplementedError
 
+    def _early(self, nbytes: int) -> None:
+        """Bytes read before the other side exists (the client's, while the backend connects)."""
+
+    def _early_eof(self) -> bool:
+        return False
+
     def eof_received(self) -> bool:
         self.eof = True
         peer = self.peer
-        if peer is None or peer.transport is None or peer.closed:
+        if peer is None:
+            return self._early_eof()
+        if peer.transport is None or peer.closed:
             return False
         if peer.eof:
             peer.transport.close()
@@ -141,21 +150,40 @@ class _Upstream(_Side):
 
 
 class _Downstream(_Side):
-    """The accepted client connection; picks and connects the backend."""
+    """The accepted client connection; picks and connects the backend.
 
-    __slots__ = ("_task", "client_ip")
+    It reads while the backend connects, keeping what the client sends (up to EARLY_LIMIT, then
+    it pauses) and its EOF for the backend: the client's first request is not held up by an extra
+    pause/resume, and uvloop starts reading after `connection_made`, so pausing there would not
+    hold the bytes back anyway.
+    """
+
+    __slots__ = ("_task", "client_ip", "early")
 
     def __init__(self, listener: TcpListener, stats: ListenerStats) -> None:
         super().__init__(listener, stats)
         self._task: asyncio.Task[None] | None = None
         self.client_ip = ""
+        self.early: bytearray | None = None
 
     def _count(self, nbytes: int) -> None:
         self.stats.bytes_in += nbytes
 
+    def _early(self, nbytes: int) -> None:
+        if self.closed or self.transport is None:
+            return
+        if self.early is None:
+            self.early = bytearray(_READ.view[:nbytes])
+        else:
+            self.early += _READ.view[:nbytes]
+        if len(self.early) >= EARLY_LIMIT:
+            self.transport.pause_reading()  # resumed once the backend takes it
+
+    def _early_eof(self) -> bool:
+        return not self.closed  # half-closed before the backend answered: relayed once it does
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport = cast(asyncio.Transport, transport)
         stats = self.stats
         stats.connections += 1
         peer = transport.get_extra_info("peername")
@@ -166,7 +194,6 @@ class _Downstream(_Side):
             self.closed = True
             reset(transport)
             return
-        transport.pause_reading()  # the kernel holds the client's bytes until the backend answers
         stats.active += 1
         self.listener.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._connect(backend))
@@ -192,15 +219,28 @@ class _Downstream(_Side):
                     assert up.transport is not None
                     up.transport.close()
                     return
-                self.peer = up
-                assert self.transport is not None
-                self.transport.resume_reading()
+                self._attach(up)
                 return
             listener.balancer.forget(self.client_ip, current)
             tried.append(current)
             current = listener.balancer.pick(self.client_ip, exclude=tried)
         if not self.closed and self.transport is not None:
             reset(self.transport)
+
+    def _attach(self, up: _Upstream) -> None:
+        """The backend answered: hand it what the client sent meanwhile, then relay directly."""
+        self.peer = up
+        out = up.transport
+        assert out is not None and self.transport is not None
+        early, self.early = self.early, None
+        if early:
+            self._count(len(early))
+            out.write(early)
+        if self.eof:
+            if out.can_write_eof():
+                out.write_eof()
+        elif early is not None and len(early) >= EARLY_LIMIT:
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self in self.listener.connections:
