@@ -1,6 +1,7 @@
 """Proxy benchmark: small HTTP requests through `isthmus proxy` (ClusterIP and VIP) vs straight to the backend.
 
-    .venv/bin/python bench/proxy.py [--requests 20000] [--new-conn-requests 4000] [--concurrency 8]
+    .venv/bin/python bench/proxy.py [--quick] [--loop both|uvloop|asyncio] [--requests 20000]
+        [--new-conn-requests 4000] [--concurrency 8] [--rounds 3]
 
 1. A fast backend (child process: a bare asyncio Protocol answering every GET with a fixed 2-byte
    body) listens on 127.210.0.1:18080.
@@ -9,8 +10,13 @@
 3. `isthmus proxy --cluster-id c1` (child, the real CLI) makes both reachable.
 4. The client (this process; asyncio, `--concurrency` connections) sends a bounded number of
    requests to each target, in two variants: keep-alive (requests back to back on open
-   connections) and new connection per request (`Connection: close`). Reported: requests/s, p50
-   and p99 latency, and the proxy/direct ratios.
+   connections) and new connection per request (`Connection: close`). The same client drives
+   direct and proxied; targets alternate in `--rounds` short rounds so load from elsewhere on the
+   machine hits them alike. Reported: requests/s, p50 and p99 latency, the proxy/direct ratios,
+   and CPU per request of the proxy, the backend and the client (from /proc/<pid>/task/*/schedstat,
+   ns resolution): on a shared machine CPU per request is the steadier figure.
+5. Steps 3-4 run once per event loop the proxy is asked to use (`ISTHMUS_EVENT_LOOP` in its
+   environment); the backend and the client stay on asyncio's loop, so only the proxy changes.
 
 Only processes this script started are stopped, by PID. Figures are printed; nothing is asserted.
 """
@@ -246,16 +252,50 @@ async def wait_http(addr: tuple[str, int], timeout: float = 30) -> None:  # noqa
 # --- orchestration --------------------------------------------------------------------------------
 
 
-def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+def cpu_ns(pid: int) -> int:
+    """CPU time (user + system) of every thread of `pid`, in ns."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that just ended
+    return total
 
 
-def wait_ready(p: subprocess.Popen[str], what: str) -> None:
-    assert p.stdout is not None
-    line = p.stdout.readline()
-    if line.strip() != "READY":
-        err = p.stderr.read() if p.stderr else ""
-        raise SystemExit(f"{what} failed to start: {line}{err}")
+class Child:
+    """A child process; stderr goes to a file (a pipe nobody reads would fill and stall it)."""
+
+    def __init__(self, what: str, args: list[str], env: dict[str, str], logdir: Path) -> None:
+        self.what = what
+        self.log = logdir / f"{what}.log"
+        with self.log.open("w") as err:
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self) -> None:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if line.strip() != "READY":
+            raise SystemExit(f"{self.what} failed to start: {line}{self.tail()}")
+
+    def tail(self) -> str:
+        try:
+            return "\n".join(self.log.read_text().splitlines()[-20:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def main() -> None:
@@ -263,6 +303,11 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20000, help="keep-alive requests per target")
     ap.add_argument("--new-conn-requests", type=int, default=4000, help="new-connection requests per target")
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3, help="alternate the targets this many times")
+    ap.add_argument(
+        "--loop", choices=["both", "uvloop", "asyncio"], default="both", help="the proxy's event loop"
+    )
+    ap.add_argument("--quick", action="store_true", help="small sizes, VIP only (< 30 s)")
     ap.add_argument("--role", choices=["backend", "cluster"], help=argparse.SUPPRESS)
     ap.add_argument("--state", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -272,56 +317,102 @@ def main() -> None:
     if a.role == "cluster":
         asyncio.run(run_cluster(Path(a.state)))
         return
+    if a.quick:
+        a.requests, a.new_conn_requests, a.rounds = min(a.requests, 3000), min(a.new_conn_requests, 600), 1
+    loops = ["uvloop", "asyncio"] if a.loop == "both" else [a.loop]
 
-    procs: list[subprocess.Popen[str]] = []
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    # This checkout's source unless PYTHONPATH names one (to compare two versions of the proxy).
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(ROOT / "src")}
+    children: list[Child] = []
     with tempfile.TemporaryDirectory(prefix="isthmus-bench-proxy-") as tmp:
         try:
-            backend = spawn([PY, __file__, "--role", "backend"], env)
-            procs.append(backend)
-            wait_ready(backend, "backend")
-            cluster = spawn([PY, __file__, "--role", "cluster", "--state", tmp], env)
-            procs.append(cluster)
-            wait_ready(cluster, "apiserver")
-            cli = "import isthmus.cli.main, isthmus.cli.proxy; from isthmus.cli.app import app; app(prog_name='isthmus')"
-            proxy = spawn(
-                [PY, "-c", cli, "proxy", "--kubeconfig", f"{tmp}/kubeconfig", "--cluster-id", "c1",
-                 "--log-level", "warning"],
-                env,
-            )  # fmt: skip
-            procs.append(proxy)
-            asyncio.run(_bench(a))
+            backend = Child("backend", [PY, __file__, "--role", "backend"], env, Path(tmp))
+            children.append(backend)
+            backend.wait_ready()
+            cluster = Child("apiserver", [PY, __file__, "--role", "cluster", "--state", tmp], env, Path(tmp))
+            children.append(cluster)
+            cluster.wait_ready()
+            print(
+                f"isthmus proxy benchmark: {os.cpu_count()} CPUs, concurrency {a.concurrency}, "
+                f"{a.requests} keep-alive / {a.new_conn_requests} new-connection requests per target "
+                f"in {a.rounds} round(s); backend and client on asyncio"
+            )
+            summary: list[str] = []
+            for loop in loops:
+                cli = "import isthmus.cli.main, isthmus.cli.proxy; from isthmus.cli.app import app; app(prog_name='isthmus')"
+                proxy = Child(
+                    f"proxy-{loop}",
+                    [PY, "-c", cli, "proxy", "--kubeconfig", f"{tmp}/kubeconfig", "--cluster-id", "c1",
+                     "--log-level", "warning"],
+                    {**env, "ISTHMUS_EVENT_LOOP": loop},
+                    Path(tmp),
+                )  # fmt: skip
+                children.append(proxy)
+                try:
+                    summary += asyncio.run(_bench(a, loop, proxy.pid, backend.pid))
+                except BaseException:
+                    print(f"proxy ({loop}) log:\n{proxy.tail()}", file=sys.stderr)
+                    raise
+                finally:
+                    proxy.stop()
+            print("\nsummary (proxied / direct, same run):")
+            for line in summary:
+                print(f"  {line}")
         finally:
-            for p in reversed(procs):
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-                    try:
-                        p.wait(10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
+            for c in reversed(children):
+                c.stop()
 
 
-async def _bench(a: Any) -> None:
+async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int) -> list[str]:
     await wait_http(CLUSTER_IP)
     await wait_http(VIP)
-    targets = {"direct": BACKEND, "ClusterIP": CLUSTER_IP, "VIP": VIP}
-    print(
-        f"isthmus proxy benchmark: {os.cpu_count()} CPUs, concurrency {a.concurrency}, "
-        f"{a.requests} keep-alive / {a.new_conn_requests} new-connection requests per target"
+    targets = (
+        {"direct": BACKEND, "VIP": VIP}
+        if a.quick
+        else {"direct": BACKEND, "ClusterIP": CLUSTER_IP, "VIP": VIP}
     )
+    print(f"\nproxy event loop: {loop}")
+    summary = []
     for kind, n in (("keep-alive", a.requests), ("new-conn", a.new_conn_requests)):
-        results = {name: await measure(kind, addr, n, a.concurrency) for name, addr in targets.items()}
-        base = results["direct"]
-        print(f"\n{kind}:")
+        run = keep_alive if kind == "keep-alive" else new_connections
+        per_round = max(1, n // a.rounds)
+        lat: dict[str, list[int]] = {name: [] for name in targets}
+        secs = dict.fromkeys(targets, 0.0)
+        cpu = {name: {"proxy": 0, "backend": 0, "client": 0} for name in targets}
+        for addr in targets.values():
+            await run(addr, max(200, per_round // 10), a.concurrency)  # warm-up
+        for _ in range(a.rounds):
+            for name, addr in targets.items():
+                before = (cpu_ns(proxy_pid), cpu_ns(backend_pid), time.process_time_ns())
+                t0 = time.perf_counter()
+                lat[name] += await run(addr, per_round, a.concurrency)
+                secs[name] += time.perf_counter() - t0
+                after = (cpu_ns(proxy_pid), cpu_ns(backend_pid), time.process_time_ns())
+                for who, b, e in zip(("proxy", "backend", "client"), before, after, strict=True):
+                    cpu[name][who] += e - b
+        print(f"{kind}:")
         print(
-            f"  {'target':<10} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs direct':>16} {'p99 vs direct':>14}"
+            f"  {'target':<10} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'req/s ÷ direct':>14} {'p99 ÷ direct':>12}"
+            f" {'proxy µs/req':>12} {'backend µs/req':>14} {'client µs/req':>13}"
         )
-        for name, r in results.items():
+        rows = {}
+        for name in targets:
+            ls = sorted(lat[name])
+            count = len(ls)
+            rows[name] = (count / secs[name], ls[count // 2] / 1e6, ls[int(count * 0.99)] / 1e6)
+            us = {who: v / count / 1e3 for who, v in cpu[name].items()}
+            rps, p50, p99 = rows[name]
             print(
-                f"  {name:<10} {r['rps']:>9.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
-                f"{r['rps'] / base['rps']:>16.2f} {r['p99'] / base['p99']:>14.2f}"
+                f"  {name:<10} {rps:>8.0f} {p50:>7.3f} {p99:>7.3f} {rps / rows['direct'][0]:>14.2f}"
+                f" {p99 / rows['direct'][2]:>12.2f} {us['proxy']:>12.1f} {us['backend']:>14.1f} {us['client']:>13.1f}"
             )
+        vip, direct = rows["VIP"], rows["direct"]
+        proxy_us = cpu["VIP"]["proxy"] / len(lat["VIP"]) / 1e3
+        summary.append(
+            f"{loop:<8} {kind:<10} VIP {vip[0] / direct[0]:.2f}x req/s, p99 {vip[2]:.3f} vs {direct[2]:.3f} ms "
+            f"({vip[2] / direct[2]:.2f}x), proxy {proxy_us:.1f} µs CPU/req"
+        )
+    return summary
 
 
 if __name__ == "__main__":

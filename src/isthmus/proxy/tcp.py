@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import struct
 from typing import Any, cast
@@ -36,6 +37,9 @@ BACKLOG = 1024
 EARLY_LIMIT = 256 * 1024
 """Client bytes kept while the backend connects; beyond this the client waits (its reads pause)."""
 _LINGER_RESET = struct.pack("ii", 1, 0)
+_NONBLOCK: int = getattr(socket, "SOCK_NONBLOCK", 0)
+_STREAM_NONBLOCK = socket.SOCK_STREAM | _NONBLOCK
+"""Non-blocking from socket() on Linux: one syscall fewer per backend connection than setblocking."""
 IP_BIND_ADDRESS_NO_PORT = 24  # linux/in.h: the port is picked at connect, so one address serves every peer
 
 
@@ -271,6 +275,42 @@ def keep_client_address(sock: socket.socket, client_ip: str, backend_host: str, 
         pass
 
 
+async def connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, addr: tuple[str, int]) -> None:
+    """`loop.sock_connect` for a numeric address, without its name resolution: uvloop's resolves
+    even a literal IP through getaddrinfo on its thread pool (it cost 60 µs CPU per connection).
+
+    A loopback handshake completes inside connect() even though it says EINPROGRESS, so one
+    getpeername tells "connected" without registering for writability and waiting a loop turn."""
+    try:
+        sock.connect(addr)
+        return
+    except BlockingIOError:
+        pass
+    try:
+        sock.getpeername()
+        return
+    except OSError:
+        pass  # not connected yet, or refused: SO_ERROR tells
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))
+    fd = sock.fileno()
+    done = loop.create_future()
+    loop.add_writer(fd, _set_done, done)
+    try:
+        await done
+    finally:
+        loop.remove_writer(fd)
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class TcpListener:
     """Serves one listening socket; the balancer and stats are swapped by the proxy on updates."""
 
@@ -293,12 +333,13 @@ class TcpListener:
     async def open_upstream(self, backend: Backend, down: _Downstream) -> _Upstream:
         loop = asyncio.get_running_loop()
         family = socket.AF_INET6 if ":" in backend.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = socket.socket(family, _STREAM_NONBLOCK)
         try:
-            sock.setblocking(False)
+            if not _NONBLOCK:
+                sock.setblocking(False)
             keep_client_address(sock, down.client_ip, backend.host, stream=True)
             async with asyncio.timeout(self.connect_timeout):
-                await loop.sock_connect(sock, backend)
+                await connect(loop, sock, backend)
             up = _Upstream(self, down.stats)
             up.peer = down
             await loop.create_connection(lambda: up, sock=sock)
