@@ -147,10 +147,24 @@ class _Side(asyncio.BufferedProtocol):
 
 
 class _Upstream(_Side):
+    """The connection to the backend; made for one `_Downstream`, its peer from the start."""
+
     __slots__ = ()
+
+    def __init__(self, listener: TcpListener, down: _Downstream) -> None:
+        super().__init__(listener, down.stats)
+        self.peer = down
 
     def _count(self, nbytes: int) -> None:
         self.stats.bytes_out += nbytes
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = t = cast(asyncio.Transport, transport)
+        down = cast(_Downstream, self.peer)
+        if down.closed:
+            t.close()  # the client gave up while this connected
+        else:
+            down.attach(self)  # now, not a loop turn later when create_connection returns
 
 
 class _Downstream(_Side):
@@ -219,19 +233,16 @@ class _Downstream(_Side):
                     extra={"backend": f"{current.host}:{current.port}", "error": str(e)},
                 )
             else:
-                if self.closed:
-                    assert up.transport is not None
+                if self.closed and up.transport is not None:
                     up.transport.close()
-                    return
-                self._attach(up)
-                return
+                return  # attached in up.connection_made
             listener.balancer.forget(self.client_ip, current)
             tried.append(current)
             current = listener.balancer.pick(self.client_ip, exclude=tried)
         if not self.closed and self.transport is not None:
             reset(self.transport)
 
-    def _attach(self, up: _Upstream) -> None:
+    def attach(self, up: _Upstream) -> None:
         """The backend answered: hand it what the client sent meanwhile, then relay directly."""
         self.peer = up
         out = up.transport
@@ -275,12 +286,15 @@ def keep_client_address(sock: socket.socket, client_ip: str, backend_host: str, 
         pass
 
 
-async def connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, addr: tuple[str, int]) -> None:
+async def connect(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, addr: tuple[str, int], timeout: float  # noqa: ASYNC109
+) -> None:
     """`loop.sock_connect` for a numeric address, without its name resolution: uvloop's resolves
     even a literal IP through getaddrinfo on its thread pool (it cost 60 µs CPU per connection).
 
     A loopback handshake completes inside connect() even though it says EINPROGRESS, so one
-    getpeername tells "connected" without registering for writability and waiting a loop turn."""
+    getpeername tells "connected" without registering for writability, arming the timeout and
+    waiting a loop turn. TimeoutError after `timeout` seconds."""
     try:
         sock.connect(addr)
         return
@@ -298,7 +312,8 @@ async def connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, addr: tu
     done = loop.create_future()
     loop.add_writer(fd, _set_done, done)
     try:
-        await done
+        async with asyncio.timeout(timeout):
+            await done
     finally:
         loop.remove_writer(fd)
     err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
@@ -338,10 +353,8 @@ class TcpListener:
             if not _NONBLOCK:
                 sock.setblocking(False)
             keep_client_address(sock, down.client_ip, backend.host, stream=True)
-            async with asyncio.timeout(self.connect_timeout):
-                await connect(loop, sock, backend)
-            up = _Upstream(self, down.stats)
-            up.peer = down
+            await connect(loop, sock, backend, self.connect_timeout)
+            up = _Upstream(self, down)
             await loop.create_connection(lambda: up, sock=sock)
         except BaseException:
             sock.close()
