@@ -287,7 +287,10 @@ def keep_client_address(sock: socket.socket, client_ip: str, backend_host: str, 
 
 
 async def connect(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, addr: tuple[str, int], timeout: float  # noqa: ASYNC109
+    loop: asyncio.AbstractEventLoop,
+    sock: socket.socket,
+    addr: tuple[str, int],
+    timeout: float,  # noqa: ASYNC109
 ) -> None:
     """`loop.sock_connect` for a numeric address, without its name resolution: uvloop's resolves
     even a literal IP through getaddrinfo on its thread pool (it cost 60 µs CPU per connection).
