@@ -74,6 +74,26 @@ async def test_tcp_round_robin_and_client_ip(net: int) -> None:
 
 
 @on_each_loop
+async def test_tcp_nodelay_on_both_legs(net: int) -> None:
+    """Small writes are relayed at once both ways (Nagle would hold a second segment for an ACK)."""
+    a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
+    lis = await tcp_listener(f"127.204.{net}.10", [Backend(a.host, PORT)])
+    try:
+        reader, writer = await asyncio.open_connection(f"127.204.{net}.10", PORT)
+        writer.write(b"1\n")
+        assert (await reader.readline()).startswith(b"a|")
+        (down,) = lis.connections
+        for side in (down, down.peer):
+            assert side is not None and side.transport is not None
+            sock = side.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        writer.close()
+    finally:
+        lis.close()
+        await a.stop()
+
+
+@on_each_loop
 async def test_tcp_half_close_is_relayed(net: int) -> None:
     a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
     lis = await tcp_listener(f"127.204.{net}.10", [Backend(a.host, PORT)])

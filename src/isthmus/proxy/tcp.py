@@ -351,7 +351,9 @@ class TcpListener:
     async def open_upstream(self, backend: Backend, down: _Downstream) -> _Upstream:
         loop = asyncio.get_running_loop()
         family = socket.AF_INET6 if ":" in backend.host else socket.AF_INET
-        sock = socket.socket(family, _STREAM_NONBLOCK)
+        # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets that say so (uvloop
+        # on every TCP socket); without it Nagle holds a relayed request's second segment.
+        sock = socket.socket(family, _STREAM_NONBLOCK, socket.IPPROTO_TCP)
         try:
             if not _NONBLOCK:
                 sock.setblocking(False)
