@@ -17,6 +17,9 @@
    ns resolution): on a shared machine CPU per request is the steadier figure.
 5. Steps 3-4 run once per event loop the proxy is asked to use (`ISTHMUS_EVENT_LOOP` in its
    environment); the backend and the client stay on asyncio's loop, so only the proxy changes.
+6. Where `haproxy` is installed, it relays the same hop as a reference (TCP mode, one thread, on
+   127.213.0.1:8000): what a userspace proxy written in C costs on this machine, measured in the
+   same rounds. `--no-haproxy` leaves it out.
 
 Only processes this script started are stopped, by PID. Figures are printed; nothing is asserted.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -41,6 +45,19 @@ NS = "bench"
 BACKEND = ("127.210.0.1", 18080)
 CLUSTER_IP = ("127.211.0.10", 8000)
 VIP = ("127.212.0.5", 8000)
+HAPROXY = ("127.213.0.1", 8000)
+HAPROXY_CFG = f"""global
+    nbthread 1
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+listen bench
+    bind {HAPROXY[0]}:{HAPROXY[1]}
+    server backend {BACKEND[0]}:{BACKEND[1]}
+"""
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
 CLOSE_RESPONSE = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
@@ -270,7 +287,9 @@ class Child:
         self.what = what
         self.log = logdir / f"{what}.log"
         with self.log.open("w") as err:
-            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True, env=env
+            )
 
     @property
     def pid(self) -> int:
@@ -308,6 +327,7 @@ def main() -> None:
         "--loop", choices=["both", "uvloop", "asyncio"], default="both", help="the proxy's event loop"
     )
     ap.add_argument("--quick", action="store_true", help="small sizes, VIP only (< 30 s)")
+    ap.add_argument("--no-haproxy", action="store_true", help="no HAProxy reference figure")
     ap.add_argument("--role", choices=["backend", "cluster"], help=argparse.SUPPRESS)
     ap.add_argument("--state", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -332,6 +352,13 @@ def main() -> None:
             cluster = Child("apiserver", [PY, __file__, "--role", "cluster", "--state", tmp], env, Path(tmp))
             children.append(cluster)
             cluster.wait_ready()
+            haproxy_pid = None
+            if not a.no_haproxy and shutil.which("haproxy"):
+                cfg = Path(tmp) / "haproxy.cfg"
+                cfg.write_text(HAPROXY_CFG)
+                ha = Child("haproxy", ["haproxy", "-db", "-f", str(cfg)], env, Path(tmp))
+                children.append(ha)
+                haproxy_pid = ha.pid
             print(
                 f"isthmus proxy benchmark: {os.cpu_count()} CPUs, concurrency {a.concurrency}, "
                 f"{a.requests} keep-alive / {a.new_conn_requests} new-connection requests per target "
@@ -349,7 +376,7 @@ def main() -> None:
                 )  # fmt: skip
                 children.append(proxy)
                 try:
-                    summary += asyncio.run(_bench(a, loop, proxy.pid, backend.pid))
+                    summary += asyncio.run(_bench(a, loop, proxy.pid, backend.pid, haproxy_pid))
                 except BaseException:
                     print(f"proxy ({loop}) log:\n{proxy.tail()}", file=sys.stderr)
                     raise
@@ -363,14 +390,18 @@ def main() -> None:
                 c.stop()
 
 
-async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int) -> list[str]:
+async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int, haproxy_pid: int | None) -> list[str]:
     await wait_http(CLUSTER_IP)
     await wait_http(VIP)
-    targets = (
-        {"direct": BACKEND, "VIP": VIP}
-        if a.quick
-        else {"direct": BACKEND, "ClusterIP": CLUSTER_IP, "VIP": VIP}
-    )
+    names = ["direct", "VIP"] if a.quick else ["direct", "ClusterIP", "VIP"]
+    # target → (address, the pid of the proxy in the path; 0: none)
+    targets = {
+        name: ({"direct": BACKEND, "ClusterIP": CLUSTER_IP, "VIP": VIP}[name], proxy_pid) for name in names
+    }
+    targets["direct"] = (BACKEND, 0)
+    if haproxy_pid is not None:
+        await wait_http(HAPROXY)
+        targets["HAProxy"] = (HAPROXY, haproxy_pid)
     print(f"\nproxy event loop: {loop}")
     summary = []
     for kind, n in (("keep-alive", a.requests), ("new-conn", a.new_conn_requests)):
@@ -379,15 +410,15 @@ async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int) -> list[st
         lat: dict[str, list[int]] = {name: [] for name in targets}
         secs = dict.fromkeys(targets, 0.0)
         cpu = {name: {"proxy": 0, "backend": 0, "client": 0} for name in targets}
-        for addr in targets.values():
+        for addr, _ in targets.values():
             await run(addr, max(200, per_round // 10), a.concurrency)  # warm-up
         for _ in range(a.rounds):
-            for name, addr in targets.items():
-                before = (cpu_ns(proxy_pid), cpu_ns(backend_pid), time.process_time_ns())
+            for name, (addr, pid) in targets.items():
+                before = (cpu_ns(pid) if pid else 0, cpu_ns(backend_pid), time.process_time_ns())
                 t0 = time.perf_counter()
                 lat[name] += await run(addr, per_round, a.concurrency)
                 secs[name] += time.perf_counter() - t0
-                after = (cpu_ns(proxy_pid), cpu_ns(backend_pid), time.process_time_ns())
+                after = (cpu_ns(pid) if pid else 0, cpu_ns(backend_pid), time.process_time_ns())
                 for who, b, e in zip(("proxy", "backend", "client"), before, after, strict=True):
                     cpu[name][who] += e - b
         print(f"{kind}:")
@@ -406,12 +437,14 @@ async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int) -> list[st
                 f"  {name:<10} {rps:>8.0f} {p50:>7.3f} {p99:>7.3f} {rps / rows['direct'][0]:>14.2f}"
                 f" {p99 / rows['direct'][2]:>12.2f} {us['proxy']:>12.1f} {us['backend']:>14.1f} {us['client']:>13.1f}"
             )
-        vip, direct = rows["VIP"], rows["direct"]
-        proxy_us = cpu["VIP"]["proxy"] / len(lat["VIP"]) / 1e3
-        summary.append(
-            f"{loop:<8} {kind:<10} VIP {vip[0] / direct[0]:.2f}x req/s, p99 {vip[2]:.3f} vs {direct[2]:.3f} ms "
-            f"({vip[2] / direct[2]:.2f}x), proxy {proxy_us:.1f} µs CPU/req"
-        )
+        for name in ("VIP", "HAProxy") if haproxy_pid is not None else ("VIP",):
+            got, direct = rows[name], rows["direct"]
+            proxy_us = cpu[name]["proxy"] / len(lat[name]) / 1e3
+            summary.append(
+                f"{loop if name == 'VIP' else '(C)':<8} {kind:<10} {name:<7} {got[0] / direct[0]:.2f}x req/s, "
+                f"p99 {got[2]:.3f} vs {direct[2]:.3f} ms ({got[2] / direct[2]:.2f}x), "
+                f"proxy {proxy_us:.1f} µs CPU/req"
+            )
     return summary
 
 
