@@ -11,6 +11,13 @@ Half-close is relayed (EOF one way becomes `shutdown(SHUT_WR)` the other way); t
 both directions have ended, and a reset on one side aborts the other. With no backend the client
 is accepted and reset at once (SO_LINGER 0), as kube-proxy rejects; a backend that refuses or
 does not answer within the connect timeout is skipped for the next one.
+
+A new connection costs one task (the backend connect): the client is read meanwhile and what it
+sends, EOF included, is handed to the backend connection in its `connection_made`. Both loops
+work (uvloop is the default, see isthmus.runtime.loop): uvloop's transports are not
+`asyncio.Transport` subclasses, it starts reading only after `connection_made` (so pausing there
+holds nothing back), and its `sock_connect` resolves even a literal IP on a thread pool — hence
+`connect()` below. Figures: bench/proxy.py and docs/proxy.md.
 """
 
 from __future__ import annotations
