@@ -46,6 +46,9 @@ BACKEND = ("127.210.0.1", 18080)
 CLUSTER_IP = ("127.211.0.10", 8000)
 VIP = ("127.212.0.5", 8000)
 HAPROXY = ("127.213.0.1", 8000)
+BULK_PORT = 8001
+"""Each address above also serves a bulk port: the backend streams the bytes a client asks for."""
+BULK_BACKEND_PORT = 18081
 HAPROXY_CFG = f"""global
     nbthread 1
     maxconn 4096
@@ -57,6 +60,9 @@ defaults
 listen bench
     bind {HAPROXY[0]}:{HAPROXY[1]}
     server backend {BACKEND[0]}:{BACKEND[1]}
+listen bulk
+    bind {HAPROXY[0]}:{BULK_PORT}
+    server backend {BACKEND[0]}:{BULK_BACKEND_PORT}
 """
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
 CLOSE_RESPONSE = (
@@ -92,11 +98,23 @@ class _Http(asyncio.Protocol):
             self.transport.write(RESPONSE)
 
 
+async def _bulk_source(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Streams the number of bytes asked for on the first line, then closes."""
+    left = int(await reader.readline())
+    chunk = b"\x5a" * (1 << 20)
+    while left > 0:
+        writer.write(chunk[: min(left, len(chunk))])
+        left -= len(chunk)
+        await writer.drain()
+    writer.close()
+
+
 async def run_backend() -> None:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(_Http, *BACKEND, reuse_address=True, backlog=4096)
+    bulk = await asyncio.start_server(_bulk_source, BACKEND[0], BULK_BACKEND_PORT, reuse_address=True)
     print("READY", flush=True)
-    async with server:
+    async with server, bulk:
         await asyncio.Event().wait()
 
 
@@ -122,12 +140,15 @@ async def run_cluster(state: Path) -> None:
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
     await install_crds(client)
     await client.create(Namespace.from_dict({"metadata": {"name": NS}}))
-    port = {"name": "http", "port": CLUSTER_IP[1], "targetPort": BACKEND[1], "protocol": "TCP"}
+    ports = [
+        {"name": "http", "port": CLUSTER_IP[1], "targetPort": BACKEND[1], "protocol": "TCP"},
+        {"name": "bulk", "port": BULK_PORT, "targetPort": BULK_BACKEND_PORT, "protocol": "TCP"},
+    ]
     await client.create(
         Service.from_dict(
             {
                 "metadata": {"name": "web", "namespace": NS},
-                "spec": {"clusterIP": CLUSTER_IP[0], "clusterIPs": [CLUSTER_IP[0]], "ports": [port]},
+                "spec": {"clusterIP": CLUSTER_IP[0], "clusterIPs": [CLUSTER_IP[0]], "ports": ports},
             }
         )
     )
@@ -137,7 +158,10 @@ async def run_cluster(state: Path) -> None:
                 "metadata": {"name": "web-x", "namespace": NS, "labels": {KUBE_SERVICE_NAME_LABEL: "web"}},
                 "addressType": "IPv4",
                 "endpoints": [{"addresses": [BACKEND[0]], "conditions": {"ready": True}}],
-                "ports": [{"name": "http", "port": BACKEND[1], "protocol": "TCP"}],
+                "ports": [
+                    {"name": "http", "port": BACKEND[1], "protocol": "TCP"},
+                    {"name": "bulk", "port": BULK_BACKEND_PORT, "protocol": "TCP"},
+                ],
             }
         )
     )
@@ -151,7 +175,10 @@ async def run_cluster(state: Path) -> None:
                 "spec": {
                     "type": "ClusterSetIP",
                     "ips": [VIP[0]],
-                    "ports": [{"name": "http", "port": VIP[1], "protocol": "TCP"}],
+                    "ports": [
+                        {"name": "http", "port": VIP[1], "protocol": "TCP"},
+                        {"name": "bulk", "port": BULK_PORT, "protocol": "TCP"},
+                    ],
                 },
             }
         )
@@ -239,6 +266,40 @@ async def new_connections(addr: tuple[str, int], n: int, concurrency: int) -> li
     return latencies
 
 
+class _Sink(asyncio.BufferedProtocol):
+    """Counts what arrives until EOF, reading into one buffer (the client's cost stays small)."""
+
+    def __init__(self, done: asyncio.Future[int]) -> None:
+        self.buf = memoryview(bytearray(256 * 1024))
+        self.got = 0
+        self.done = done
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.buf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.got += nbytes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(self.got)
+
+
+async def bulk(host: str, nbytes: int) -> int:
+    """One connection to `host`'s bulk port, `nbytes` streamed back; what arrived."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+    transport, _ = await loop.create_connection(
+        lambda: _Sink(done), host, BULK_PORT if host != BACKEND[0] else BULK_BACKEND_PORT
+    )
+    transport.write(f"{nbytes}\n".encode())
+    got = await done
+    transport.close()
+    if got != nbytes:
+        raise RuntimeError(f"bulk: {got} of {nbytes} bytes")
+    return got
+
+
 async def measure(kind: str, addr: tuple[str, int], n: int, concurrency: int) -> dict[str, float]:
     run = keep_alive if kind == "keep-alive" else new_connections
     await run(addr, max(200, n // 10), concurrency)  # warm-up
@@ -322,6 +383,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20000, help="keep-alive requests per target")
     ap.add_argument("--new-conn-requests", type=int, default=4000, help="new-connection requests per target")
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument(
+        "--bulk-mib", type=int, default=256, help="MiB streamed through each target in one connection"
+    )
     ap.add_argument("--rounds", type=int, default=3, help="alternate the targets this many times")
     ap.add_argument(
         "--loop", choices=["both", "uvloop", "asyncio"], default="both", help="the proxy's event loop"
@@ -339,7 +403,9 @@ def main() -> None:
         return
     if a.quick:
         a.requests, a.new_conn_requests, a.rounds = min(a.requests, 3000), min(a.new_conn_requests, 600), 1
+        a.bulk_mib = min(a.bulk_mib, 32)
     loops = ["uvloop", "asyncio"] if a.loop == "both" else [a.loop]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the children too (finally below)
 
     # This checkout's source unless PYTHONPATH names one (to compare two versions of the proxy).
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(ROOT / "src")}
@@ -445,7 +511,43 @@ async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int, haproxy_pi
                 f"p99 {got[2]:.3f} vs {direct[2]:.3f} ms ({got[2] / direct[2]:.2f}x), "
                 f"proxy {proxy_us:.1f} µs CPU/req"
             )
+    if a.bulk_mib > 0:
+        summary.append(await _bulk(a, loop, targets, backend_pid))
     return summary
+
+
+async def _bulk(a: Any, loop: str, targets: dict[str, tuple[tuple[str, int], int]], backend_pid: int) -> str:
+    """One connection per target streams `--bulk-mib` MiB to the client: MiB/s and CPU per MiB."""
+    nbytes = a.bulk_mib << 20
+    secs = dict.fromkeys(targets, 0.0)
+    cpu = {name: [0, 0, 0] for name in targets}
+    for (host, _), _pid in targets.values():
+        await bulk(host, 1 << 20)  # warm-up
+    for _ in range(a.rounds):
+        for name, ((host, _), pid) in targets.items():
+            before = (cpu_ns(pid) if pid else 0, cpu_ns(backend_pid), time.process_time_ns())
+            t0 = time.perf_counter()
+            await bulk(host, nbytes // a.rounds)
+            secs[name] += time.perf_counter() - t0
+            after = (cpu_ns(pid) if pid else 0, cpu_ns(backend_pid), time.process_time_ns())
+            for i in range(3):
+                cpu[name][i] += after[i] - before[i]
+    mib = (nbytes // a.rounds) * a.rounds / (1 << 20)
+    print(f"bulk ({mib:.0f} MiB per target, one connection, backend to client):")
+    print(
+        f"  {'target':<10} {'MiB/s':>8} {'÷ direct':>9} {'proxy µs/MiB':>13} {'backend µs/MiB':>15} {'client µs/MiB':>14}"
+    )
+    rate = {name: mib / secs[name] for name in targets}
+    for name in targets:
+        p, b, c = (v / mib / 1e3 for v in cpu[name])
+        print(
+            f"  {name:<10} {rate[name]:>8.0f} {rate[name] / rate['direct']:>9.2f} {p:>13.0f} {b:>15.0f} {c:>14.0f}"
+        )
+    vip_us = cpu["VIP"][0] / mib / 1e3
+    return (
+        f"{loop:<8} {'bulk':<10} VIP     {rate['VIP'] / rate['direct']:.2f}x MiB/s "
+        f"({rate['VIP']:.0f} vs {rate['direct']:.0f}), proxy {vip_us:.0f} µs CPU/MiB"
+    )
 
 
 if __name__ == "__main__":
