@@ -1,7 +1,7 @@
 """Proxy benchmark: small HTTP requests through `isthmus proxy` (ClusterIP and VIP) vs straight to the backend.
 
     .venv/bin/python bench/proxy.py [--quick] [--loop both|uvloop|asyncio] [--requests 20000]
-        [--new-conn-requests 4000] [--concurrency 8] [--rounds 3]
+        [--new-conn-requests 4000] [--concurrency 8] [--rounds 3] [--bulk-mib 256] [--no-haproxy]
 
 1. A fast backend (child process: a bare asyncio Protocol answering every GET with a fixed 2-byte
    body) listens on 127.210.0.1:18080.
@@ -14,7 +14,9 @@
    direct and proxied; targets alternate in `--rounds` short rounds so load from elsewhere on the
    machine hits them alike. Reported: requests/s, p50 and p99 latency, the proxy/direct ratios,
    and CPU per request of the proxy, the backend and the client (from /proc/<pid>/task/*/schedstat,
-   ns resolution): on a shared machine CPU per request is the steadier figure.
+   ns resolution): on a shared machine CPU per request is the steadier figure. Then bulk: one
+   connection per target streams `--bulk-mib` MiB from the backend (port 18081, proxied on 8001):
+   MiB/s and CPU per MiB.
 5. Steps 3-4 run once per event loop the proxy is asked to use (`ISTHMUS_EVENT_LOOP` in its
    environment); the backend and the client stay on asyncio's loop, so only the proxy changes.
 6. Where `haproxy` is installed, it relays the same hop as a reference (TCP mode, one thread, on
