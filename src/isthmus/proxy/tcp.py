@@ -41,8 +41,10 @@ DEFAULT_CONNECT_TIMEOUT = 2.0
 BUFFER_SIZE = 256 * 1024
 """One read's worth; as large as asyncio's own read size, so bulk transfers take few syscalls."""
 BACKLOG = 1024
-EARLY_LIMIT = 256 * 1024
-"""Client bytes kept while the backend connects; beyond this the client waits (its reads pause)."""
+EARLY_LIMIT = 64 * 1024
+"""Client bytes kept while the backend connects (any request head fits); beyond this the client's
+reads pause and the kernel holds the rest, so a crowd of clients waiting on a slow backend costs
+at most this much each."""
 _LINGER_RESET = struct.pack("ii", 1, 0)
 _NONBLOCK: int = getattr(socket, "SOCK_NONBLOCK", 0)
 _STREAM_NONBLOCK = socket.SOCK_STREAM | _NONBLOCK
