@@ -1,6 +1,7 @@
 """Proxy benchmark: small HTTP requests through `isthmus proxy` (ClusterIP and VIP) vs straight to the backend.
 
-    .venv/bin/python bench/proxy.py [--requests 20000] [--new-conn-requests 4000] [--concurrency 8]
+    .venv/bin/python bench/proxy.py [--quick] [--loop both|uvloop|asyncio] [--requests 20000]
+        [--new-conn-requests 4000] [--concurrency 8] [--rounds 3] [--bulk-mib 256] [--no-haproxy]
 
 1. A fast backend (child process: a bare asyncio Protocol answering every GET with a fixed 2-byte
    body) listens on 127.210.0.1:18080.
@@ -9,8 +10,18 @@
 3. `isthmus proxy --cluster-id c1` (child, the real CLI) makes both reachable.
 4. The client (this process; asyncio, `--concurrency` connections) sends a bounded number of
    requests to each target, in two variants: keep-alive (requests back to back on open
-   connections) and new connection per request (`Connection: close`). Reported: requests/s, p50
-   and p99 latency, and the proxy/direct ratios.
+   connections) and new connection per request (`Connection: close`). The same client drives
+   direct and proxied; targets alternate in `--rounds` short rounds so load from elsewhere on the
+   machine hits them alike. Reported: requests/s, p50 and p99 latency, the proxy/direct ratios,
+   and CPU per request of the proxy, the backend and the client (from /proc/<pid>/task/*/schedstat,
+   ns resolution): on a shared machine CPU per request is the steadier figure. Then bulk: one
+   connection per target streams `--bulk-mib` MiB from the backend (port 18081, proxied on 8001):
+   MiB/s and CPU per MiB.
+5. Steps 3-4 run once per event loop the proxy is asked to use (`ISTHMUS_EVENT_LOOP` in its
+   environment); the backend and the client stay on asyncio's loop, so only the proxy changes.
+6. Where `haproxy` is installed, it relays the same hop as a reference (TCP mode, one thread, on
+   127.213.0.1:8000): what a userspace proxy written in C costs on this machine, measured in the
+   same rounds. `--no-haproxy` leaves it out.
 
 Only processes this script started are stopped, by PID. Figures are printed; nothing is asserted.
 """
@@ -20,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -35,6 +47,25 @@ NS = "bench"
 BACKEND = ("127.210.0.1", 18080)
 CLUSTER_IP = ("127.211.0.10", 8000)
 VIP = ("127.212.0.5", 8000)
+HAPROXY = ("127.213.0.1", 8000)
+BULK_PORT = 8001
+"""Each address above also serves a bulk port: the backend streams the bytes a client asks for."""
+BULK_BACKEND_PORT = 18081
+HAPROXY_CFG = f"""global
+    nbthread 1
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+listen bench
+    bind {HAPROXY[0]}:{HAPROXY[1]}
+    server backend {BACKEND[0]}:{BACKEND[1]}
+listen bulk
+    bind {HAPROXY[0]}:{BULK_PORT}
+    server backend {BACKEND[0]}:{BULK_BACKEND_PORT}
+"""
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
 CLOSE_RESPONSE = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
@@ -69,11 +100,23 @@ class _Http(asyncio.Protocol):
             self.transport.write(RESPONSE)
 
 
+async def _bulk_source(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Streams the number of bytes asked for on the first line, then closes."""
+    left = int(await reader.readline())
+    chunk = b"\x5a" * (1 << 20)
+    while left > 0:
+        writer.write(chunk[: min(left, len(chunk))])
+        left -= len(chunk)
+        await writer.drain()
+    writer.close()
+
+
 async def run_backend() -> None:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(_Http, *BACKEND, reuse_address=True, backlog=4096)
+    bulk = await asyncio.start_server(_bulk_source, BACKEND[0], BULK_BACKEND_PORT, reuse_address=True)
     print("READY", flush=True)
-    async with server:
+    async with server, bulk:
         await asyncio.Event().wait()
 
 
@@ -99,12 +142,15 @@ async def run_cluster(state: Path) -> None:
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
     await install_crds(client)
     await client.create(Namespace.from_dict({"metadata": {"name": NS}}))
-    port = {"name": "http", "port": CLUSTER_IP[1], "targetPort": BACKEND[1], "protocol": "TCP"}
+    ports = [
+        {"name": "http", "port": CLUSTER_IP[1], "targetPort": BACKEND[1], "protocol": "TCP"},
+        {"name": "bulk", "port": BULK_PORT, "targetPort": BULK_BACKEND_PORT, "protocol": "TCP"},
+    ]
     await client.create(
         Service.from_dict(
             {
                 "metadata": {"name": "web", "namespace": NS},
-                "spec": {"clusterIP": CLUSTER_IP[0], "clusterIPs": [CLUSTER_IP[0]], "ports": [port]},
+                "spec": {"clusterIP": CLUSTER_IP[0], "clusterIPs": [CLUSTER_IP[0]], "ports": ports},
             }
         )
     )
@@ -114,7 +160,10 @@ async def run_cluster(state: Path) -> None:
                 "metadata": {"name": "web-x", "namespace": NS, "labels": {KUBE_SERVICE_NAME_LABEL: "web"}},
                 "addressType": "IPv4",
                 "endpoints": [{"addresses": [BACKEND[0]], "conditions": {"ready": True}}],
-                "ports": [{"name": "http", "port": BACKEND[1], "protocol": "TCP"}],
+                "ports": [
+                    {"name": "http", "port": BACKEND[1], "protocol": "TCP"},
+                    {"name": "bulk", "port": BULK_BACKEND_PORT, "protocol": "TCP"},
+                ],
             }
         )
     )
@@ -128,7 +177,10 @@ async def run_cluster(state: Path) -> None:
                 "spec": {
                     "type": "ClusterSetIP",
                     "ips": [VIP[0]],
-                    "ports": [{"name": "http", "port": VIP[1], "protocol": "TCP"}],
+                    "ports": [
+                        {"name": "http", "port": VIP[1], "protocol": "TCP"},
+                        {"name": "bulk", "port": BULK_PORT, "protocol": "TCP"},
+                    ],
                 },
             }
         )
@@ -216,6 +268,40 @@ async def new_connections(addr: tuple[str, int], n: int, concurrency: int) -> li
     return latencies
 
 
+class _Sink(asyncio.BufferedProtocol):
+    """Counts what arrives until EOF, reading into one buffer (the client's cost stays small)."""
+
+    def __init__(self, done: asyncio.Future[int]) -> None:
+        self.buf = memoryview(bytearray(256 * 1024))
+        self.got = 0
+        self.done = done
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.buf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.got += nbytes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(self.got)
+
+
+async def bulk(host: str, nbytes: int) -> int:
+    """One connection to `host`'s bulk port, `nbytes` streamed back; what arrived."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+    transport, _ = await loop.create_connection(
+        lambda: _Sink(done), host, BULK_PORT if host != BACKEND[0] else BULK_BACKEND_PORT
+    )
+    transport.write(f"{nbytes}\n".encode())
+    got = await done
+    transport.close()
+    if got != nbytes:
+        raise RuntimeError(f"bulk: {got} of {nbytes} bytes")
+    return got
+
+
 async def measure(kind: str, addr: tuple[str, int], n: int, concurrency: int) -> dict[str, float]:
     run = keep_alive if kind == "keep-alive" else new_connections
     await run(addr, max(200, n // 10), concurrency)  # warm-up
@@ -246,16 +332,52 @@ async def wait_http(addr: tuple[str, int], timeout: float = 30) -> None:  # noqa
 # --- orchestration --------------------------------------------------------------------------------
 
 
-def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+def cpu_ns(pid: int) -> int:
+    """CPU time (user + system) of every thread of `pid`, in ns."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that just ended
+    return total
 
 
-def wait_ready(p: subprocess.Popen[str], what: str) -> None:
-    assert p.stdout is not None
-    line = p.stdout.readline()
-    if line.strip() != "READY":
-        err = p.stderr.read() if p.stderr else ""
-        raise SystemExit(f"{what} failed to start: {line}{err}")
+class Child:
+    """A child process; stderr goes to a file (a pipe nobody reads would fill and stall it)."""
+
+    def __init__(self, what: str, args: list[str], env: dict[str, str], logdir: Path) -> None:
+        self.what = what
+        self.log = logdir / f"{what}.log"
+        with self.log.open("w") as err:
+            self.proc = subprocess.Popen(
+                args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True, env=env
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self) -> None:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if line.strip() != "READY":
+            raise SystemExit(f"{self.what} failed to start: {line}{self.tail()}")
+
+    def tail(self) -> str:
+        try:
+            return "\n".join(self.log.read_text().splitlines()[-20:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def main() -> None:
@@ -263,6 +385,15 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20000, help="keep-alive requests per target")
     ap.add_argument("--new-conn-requests", type=int, default=4000, help="new-connection requests per target")
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument(
+        "--bulk-mib", type=int, default=256, help="MiB streamed through each target in one connection"
+    )
+    ap.add_argument("--rounds", type=int, default=3, help="alternate the targets this many times")
+    ap.add_argument(
+        "--loop", choices=["both", "uvloop", "asyncio"], default="both", help="the proxy's event loop"
+    )
+    ap.add_argument("--quick", action="store_true", help="small sizes, VIP only (< 30 s)")
+    ap.add_argument("--no-haproxy", action="store_true", help="no HAProxy reference figure")
     ap.add_argument("--role", choices=["backend", "cluster"], help=argparse.SUPPRESS)
     ap.add_argument("--state", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -272,56 +403,153 @@ def main() -> None:
     if a.role == "cluster":
         asyncio.run(run_cluster(Path(a.state)))
         return
+    if a.quick:
+        a.requests, a.new_conn_requests, a.rounds = min(a.requests, 3000), min(a.new_conn_requests, 600), 1
+        a.bulk_mib = min(a.bulk_mib, 32)
+    loops = ["uvloop", "asyncio"] if a.loop == "both" else [a.loop]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the children too (finally below)
 
-    procs: list[subprocess.Popen[str]] = []
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    # This checkout's source unless PYTHONPATH names one (to compare two versions of the proxy).
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(ROOT / "src")}
+    children: list[Child] = []
     with tempfile.TemporaryDirectory(prefix="isthmus-bench-proxy-") as tmp:
         try:
-            backend = spawn([PY, __file__, "--role", "backend"], env)
-            procs.append(backend)
-            wait_ready(backend, "backend")
-            cluster = spawn([PY, __file__, "--role", "cluster", "--state", tmp], env)
-            procs.append(cluster)
-            wait_ready(cluster, "apiserver")
-            cli = "import isthmus.cli.main, isthmus.cli.proxy; from isthmus.cli.app import app; app(prog_name='isthmus')"
-            proxy = spawn(
-                [PY, "-c", cli, "proxy", "--kubeconfig", f"{tmp}/kubeconfig", "--cluster-id", "c1",
-                 "--log-level", "warning"],
-                env,
-            )  # fmt: skip
-            procs.append(proxy)
-            asyncio.run(_bench(a))
+            backend = Child("backend", [PY, __file__, "--role", "backend"], env, Path(tmp))
+            children.append(backend)
+            backend.wait_ready()
+            cluster = Child("apiserver", [PY, __file__, "--role", "cluster", "--state", tmp], env, Path(tmp))
+            children.append(cluster)
+            cluster.wait_ready()
+            haproxy_pid = None
+            if not a.no_haproxy and shutil.which("haproxy"):
+                cfg = Path(tmp) / "haproxy.cfg"
+                cfg.write_text(HAPROXY_CFG)
+                ha = Child("haproxy", ["haproxy", "-db", "-f", str(cfg)], env, Path(tmp))
+                children.append(ha)
+                haproxy_pid = ha.pid
+            print(
+                f"isthmus proxy benchmark: {os.cpu_count()} CPUs, concurrency {a.concurrency}, "
+                f"{a.requests} keep-alive / {a.new_conn_requests} new-connection requests per target "
+                f"in {a.rounds} round(s); backend and client on asyncio"
+            )
+            summary: list[str] = []
+            for loop in loops:
+                cli = "import isthmus.cli.main, isthmus.cli.proxy; from isthmus.cli.app import app; app(prog_name='isthmus')"
+                proxy = Child(
+                    f"proxy-{loop}",
+                    [PY, "-c", cli, "proxy", "--kubeconfig", f"{tmp}/kubeconfig", "--cluster-id", "c1",
+                     "--log-level", "warning"],
+                    {**env, "ISTHMUS_EVENT_LOOP": loop},
+                    Path(tmp),
+                )  # fmt: skip
+                children.append(proxy)
+                try:
+                    summary += asyncio.run(_bench(a, loop, proxy.pid, backend.pid, haproxy_pid))
+                except BaseException:
+                    print(f"proxy ({loop}) log:\n{proxy.tail()}", file=sys.stderr)
+                    raise
+                finally:
+                    proxy.stop()
+            print("\nsummary (proxied / direct, same run):")
+            for line in summary:
+                print(f"  {line}")
         finally:
-            for p in reversed(procs):
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-                    try:
-                        p.wait(10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
+            for c in reversed(children):
+                c.stop()
 
 
-async def _bench(a: Any) -> None:
+async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int, haproxy_pid: int | None) -> list[str]:
     await wait_http(CLUSTER_IP)
     await wait_http(VIP)
-    targets = {"direct": BACKEND, "ClusterIP": CLUSTER_IP, "VIP": VIP}
-    print(
-        f"isthmus proxy benchmark: {os.cpu_count()} CPUs, concurrency {a.concurrency}, "
-        f"{a.requests} keep-alive / {a.new_conn_requests} new-connection requests per target"
-    )
+    names = ["direct", "VIP"] if a.quick else ["direct", "ClusterIP", "VIP"]
+    # target → (address, the pid of the proxy in the path; 0: none)
+    targets = {
+        name: ({"direct": BACKEND, "ClusterIP": CLUSTER_IP, "VIP": VIP}[name], proxy_pid) for name in names
+    }
+    targets["direct"] = (BACKEND, 0)
+    if haproxy_pid is not None:
+        await wait_http(HAPROXY)
+        targets["HAProxy"] = (HAPROXY, haproxy_pid)
+    print(f"\nproxy event loop: {loop}")
+    summary = []
     for kind, n in (("keep-alive", a.requests), ("new-conn", a.new_conn_requests)):
-        results = {name: await measure(kind, addr, n, a.concurrency) for name, addr in targets.items()}
-        base = results["direct"]
-        print(f"\n{kind}:")
+        run = keep_alive if kind == "keep-alive" else new_connections
+        per_round = max(1, n // a.rounds)
+        lat: dict[str, list[int]] = {name: [] for name in targets}
+        secs = dict.fromkeys(targets, 0.0)
+        cpu = {name: {"proxy": 0, "backend": 0, "client": 0} for name in targets}
+        for addr, _ in targets.values():
+            await run(addr, max(200, per_round // 10), a.concurrency)  # warm-up
+        for _ in range(a.rounds):
+            for name, (addr, pid) in targets.items():
+                before = (cpu_ns(pid) if pid else 0, cpu_ns(backend_pid), time.process_time_ns())
+                t0 = time.perf_counter()
+                lat[name] += await run(addr, per_round, a.concurrency)
+                secs[name] += time.perf_counter() - t0
+                after = (cpu_ns(pid) if pid else 0, cpu_ns(backend_pid), time.process_time_ns())
+                for who, b, e in zip(("proxy", "backend", "client"), before, after, strict=True):
+                    cpu[name][who] += e - b
+        print(f"{kind}:")
         print(
-            f"  {'target':<10} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'req/s vs direct':>16} {'p99 vs direct':>14}"
+            f"  {'target':<10} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'req/s ÷ direct':>14} {'p99 ÷ direct':>12}"
+            f" {'proxy µs/req':>12} {'backend µs/req':>14} {'client µs/req':>13}"
         )
-        for name, r in results.items():
+        rows = {}
+        for name in targets:
+            ls = sorted(lat[name])
+            count = len(ls)
+            rows[name] = (count / secs[name], ls[count // 2] / 1e6, ls[int(count * 0.99)] / 1e6)
+            us = {who: v / count / 1e3 for who, v in cpu[name].items()}
+            rps, p50, p99 = rows[name]
             print(
-                f"  {name:<10} {r['rps']:>9.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
-                f"{r['rps'] / base['rps']:>16.2f} {r['p99'] / base['p99']:>14.2f}"
+                f"  {name:<10} {rps:>8.0f} {p50:>7.3f} {p99:>7.3f} {rps / rows['direct'][0]:>14.2f}"
+                f" {p99 / rows['direct'][2]:>12.2f} {us['proxy']:>12.1f} {us['backend']:>14.1f} {us['client']:>13.1f}"
             )
+        for name in ("VIP", "HAProxy") if haproxy_pid is not None else ("VIP",):
+            got, direct = rows[name], rows["direct"]
+            proxy_us = cpu[name]["proxy"] / len(lat[name]) / 1e3
+            summary.append(
+                f"{loop if name == 'VIP' else '(C)':<8} {kind:<10} {name:<7} {got[0] / direct[0]:.2f}x req/s, "
+                f"p99 {got[2]:.3f} vs {direct[2]:.3f} ms ({got[2] / direct[2]:.2f}x), "
+                f"proxy {proxy_us:.1f} µs CPU/req"
+            )
+    if a.bulk_mib > 0:
+        summary.append(await _bulk(a, loop, targets, backend_pid))
+    return summary
+
+
+async def _bulk(a: Any, loop: str, targets: dict[str, tuple[tuple[str, int], int]], backend_pid: int) -> str:
+    """One connection per target streams `--bulk-mib` MiB to the client: MiB/s and CPU per MiB."""
+    nbytes = a.bulk_mib << 20
+    secs = dict.fromkeys(targets, 0.0)
+    cpu = {name: [0, 0, 0] for name in targets}
+    for (host, _), _pid in targets.values():
+        await bulk(host, 1 << 20)  # warm-up
+    for _ in range(a.rounds):
+        for name, ((host, _), pid) in targets.items():
+            before = (cpu_ns(pid) if pid else 0, cpu_ns(backend_pid), time.process_time_ns())
+            t0 = time.perf_counter()
+            await bulk(host, nbytes // a.rounds)
+            secs[name] += time.perf_counter() - t0
+            after = (cpu_ns(pid) if pid else 0, cpu_ns(backend_pid), time.process_time_ns())
+            for i in range(3):
+                cpu[name][i] += after[i] - before[i]
+    mib = (nbytes // a.rounds) * a.rounds / (1 << 20)
+    print(f"bulk ({mib:.0f} MiB per target, one connection, backend to client):")
+    print(
+        f"  {'target':<10} {'MiB/s':>8} {'÷ direct':>9} {'proxy µs/MiB':>13} {'backend µs/MiB':>15} {'client µs/MiB':>14}"
+    )
+    rate = {name: mib / secs[name] for name in targets}
+    for name in targets:
+        p, b, c = (v / mib / 1e3 for v in cpu[name])
+        print(
+            f"  {name:<10} {rate[name]:>8.0f} {rate[name] / rate['direct']:>9.2f} {p:>13.0f} {b:>15.0f} {c:>14.0f}"
+        )
+    vip_us = cpu["VIP"][0] / mib / 1e3
+    return (
+        f"{loop:<8} {'bulk':<10} VIP     {rate['VIP'] / rate['direct']:.2f}x MiB/s "
+        f"({rate['VIP']:.0f} vs {rate['direct']:.0f}), proxy {vip_us:.0f} µs CPU/MiB"
+    )
 
 
 if __name__ == "__main__":

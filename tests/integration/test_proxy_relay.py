@@ -1,17 +1,26 @@
-"""TCP and UDP relaying over real loopback sockets, without an apiserver (isthmus.proxy.tcp/udp)."""
+"""TCP and UDP relaying over real loopback sockets, without an apiserver (isthmus.proxy.tcp/udp).
+
+Every test runs on both event loops the proxy can run on (`isthmus.runtime.loop`): uvloop's
+transports differ from asyncio's (not `asyncio.Transport` subclasses, other buffering), and the
+proxy runs on uvloop by default while pytest-asyncio's loop is asyncio's.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import socket
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
 from isthmus.proxy import Backend, Balancer, ListenerKey, bind_socket
 from isthmus.proxy.metrics import ListenerStats
-from isthmus.proxy.tcp import TcpListener
+from isthmus.proxy.tcp import EARLY_LIMIT, TcpListener
 from isthmus.proxy.udp import UdpListener
+from isthmus.runtime.loop import run
 from tests.integration.proxy_backends import TcpEcho, UdpEcho, eventually, random_net, tcp_ask, udp_ask
 
 pytestmark = pytest.mark.timeout(60)
@@ -19,9 +28,24 @@ pytestmark = pytest.mark.timeout(60)
 PORT = 18080
 
 
+LOOPS = ("asyncio", "uvloop")
+
+
 @pytest.fixture
 def net() -> int:
     return random_net()
+
+
+def on_each_loop(scenario: Callable[[int], Coroutine[Any, Any, None]]) -> Callable[[int, str], None]:
+    """The async test `scenario(net)` as a sync test run once per event loop (a fresh loop each)."""
+
+    @pytest.mark.parametrize("loop", LOOPS)
+    def test(net: int, loop: str) -> None:
+        run(scenario(net), choice=loop)
+
+    test.__name__ = scenario.__name__
+    test.__doc__ = scenario.__doc__
+    return test
 
 
 async def tcp_listener(
@@ -32,6 +56,7 @@ async def tcp_listener(
     return lis
 
 
+@on_each_loop
 async def test_tcp_round_robin_and_client_ip(net: int) -> None:
     a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
     b = await TcpEcho("b", f"127.203.{net}.2", PORT).start()
@@ -48,6 +73,27 @@ async def test_tcp_round_robin_and_client_ip(net: int) -> None:
         await b.stop()
 
 
+@on_each_loop
+async def test_tcp_nodelay_on_both_legs(net: int) -> None:
+    """Small writes are relayed at once both ways (Nagle would hold a second segment for an ACK)."""
+    a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
+    lis = await tcp_listener(f"127.204.{net}.10", [Backend(a.host, PORT)])
+    try:
+        reader, writer = await asyncio.open_connection(f"127.204.{net}.10", PORT)
+        writer.write(b"1\n")
+        assert (await reader.readline()).startswith(b"a|")
+        (down,) = lis.connections
+        for side in (down, down.peer):
+            assert side is not None and side.transport is not None
+            sock = side.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        writer.close()
+    finally:
+        lis.close()
+        await a.stop()
+
+
+@on_each_loop
 async def test_tcp_half_close_is_relayed(net: int) -> None:
     a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
     lis = await tcp_listener(f"127.204.{net}.10", [Backend(a.host, PORT)])
@@ -63,6 +109,7 @@ async def test_tcp_half_close_is_relayed(net: int) -> None:
         await a.stop()
 
 
+@on_each_loop
 async def test_tcp_large_transfer_both_ways(net: int) -> None:
     """Several MB through the relay with a slow reader: backpressure must not lose or reorder bytes."""
     host = f"127.203.{net}.1"
@@ -99,6 +146,7 @@ async def test_tcp_large_transfer_both_ways(net: int) -> None:
         server.close()
 
 
+@on_each_loop
 async def test_tcp_no_endpoints_resets(net: int) -> None:
     lis = await tcp_listener(f"127.204.{net}.10", [])
     try:
@@ -109,6 +157,7 @@ async def test_tcp_no_endpoints_resets(net: int) -> None:
         lis.close()
 
 
+@on_each_loop
 async def test_tcp_fails_over_to_a_live_backend(net: int) -> None:
     dead = Backend(f"127.203.{net}.9", PORT)  # nothing listens: refused
     a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
@@ -123,6 +172,7 @@ async def test_tcp_fails_over_to_a_live_backend(net: int) -> None:
         await a.stop()
 
 
+@on_each_loop
 async def test_tcp_all_backends_dead_resets(net: int) -> None:
     lis = await tcp_listener(
         f"127.204.{net}.10", [Backend(f"127.203.{net}.8", PORT), Backend(f"127.203.{net}.9", PORT)]
@@ -135,21 +185,11 @@ async def test_tcp_all_backends_dead_resets(net: int) -> None:
         lis.close()
 
 
+@on_each_loop
 async def test_tcp_connect_timeout_moves_on(net: int) -> None:
     """A backend whose accept queue is full never completes the handshake; the next one answers."""
     stuck_host = f"127.203.{net}.7"
-    stuck = socket.socket()
-    stuck.bind((stuck_host, PORT))
-    stuck.listen(0)
-    fillers = []
-    for _ in range(4):  # fill the backlog so further SYNs are dropped
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect((stuck_host, PORT))
-        except BlockingIOError:
-            pass
-        fillers.append(s)
+    held = stuck_backend(stuck_host)
     await asyncio.sleep(0.2)
     a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
     lis = await tcp_listener(
@@ -162,11 +202,92 @@ async def test_tcp_connect_timeout_moves_on(net: int) -> None:
     finally:
         lis.close()
         await a.stop()
-        for s in fillers:
+        for s in held:
             s.close()
-        stuck.close()
 
 
+def stuck_backend(host: str) -> list[socket.socket]:
+    """A listener whose accept queue is full: connects to it never complete. Close the sockets after."""
+    stuck = socket.socket()
+    stuck.bind((host, PORT))
+    stuck.listen(0)
+    held = [stuck]
+    for _ in range(4):  # fill the backlog so further SYNs are dropped
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect((host, PORT))
+        except BlockingIOError:
+            pass
+        held.append(s)
+    return held
+
+
+@on_each_loop
+async def test_tcp_client_bytes_and_eof_before_the_backend_answers(net: int) -> None:
+    """What the client sends (more than the early buffer) and its EOF while the first backend times
+    out reach the second backend intact and in order, and the answer comes back."""
+    held = stuck_backend(f"127.203.{net}.7")
+    await asyncio.sleep(0.2)
+    host = f"127.203.{net}.1"
+
+    async def digest(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = await reader.read()  # to EOF
+        writer.write(f"{len(data)} {hashlib.sha256(data).hexdigest()}\n".encode())
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(digest, host, PORT, reuse_address=True)
+    lis = await tcp_listener(
+        f"127.204.{net}.10", [Backend(f"127.203.{net}.7", PORT), Backend(host, PORT)], connect_timeout=0.3
+    )
+    try:
+        reader, writer = await asyncio.open_connection(f"127.204.{net}.10", PORT)
+        payload = os.urandom(EARLY_LIMIT * 3 + 17)
+        writer.write(payload)
+        writer.write_eof()
+        answer = await asyncio.wait_for(reader.read(), 10)
+        assert answer.decode() == f"{len(payload)} {hashlib.sha256(payload).hexdigest()}\n"
+        assert lis.stats.connect_timeout == 1
+        assert lis.stats.bytes_in == len(payload)
+        writer.close()
+    finally:
+        lis.close()
+        server.close()
+        for s in held:
+            s.close()
+
+
+@on_each_loop
+async def test_tcp_half_close_from_the_backend(net: int) -> None:
+    """The backend closes its sending side first; the client still sends, and its bytes arrive."""
+    host = f"127.203.{net}.1"
+
+    async def hello_then_count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hello\n")
+        writer.write_eof()
+        data = await reader.read()
+        counted.set_result(data)
+        writer.close()
+
+    counted: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+    server = await asyncio.start_server(hello_then_count, host, PORT, reuse_address=True)
+    lis = await tcp_listener(f"127.204.{net}.10", [Backend(host, PORT)])
+    try:
+        reader, writer = await asyncio.open_connection(f"127.204.{net}.10", PORT)
+        assert await asyncio.wait_for(reader.read(), 5) == b"hello\n"  # EOF after it
+        payload = os.urandom(300_000)
+        writer.write(payload)
+        writer.write_eof()
+        assert await asyncio.wait_for(counted, 5) == payload
+        writer.close()
+        await eventually(lambda: lis.stats.active == 0)
+    finally:
+        lis.close()
+        server.close()
+
+
+@on_each_loop
 async def test_tcp_existing_connection_keeps_its_backend(net: int) -> None:
     a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
     b = await TcpEcho("b", f"127.203.{net}.2", PORT).start()
@@ -187,6 +308,7 @@ async def test_tcp_existing_connection_keeps_its_backend(net: int) -> None:
         await b.stop()
 
 
+@on_each_loop
 async def test_udp_flows_affinity_and_replies_from_the_listener(net: int) -> None:
     a = await UdpEcho("a", f"127.203.{net}.1", PORT).start()
     b = await UdpEcho("b", f"127.203.{net}.2", PORT).start()
@@ -202,12 +324,12 @@ async def test_udp_flows_affinity_and_replies_from_the_listener(net: int) -> Non
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.setblocking(False)
         sock.bind(("127.0.0.3", 0))
-        loop = asyncio.get_running_loop()
+        sock.connect((vip, PORT))  # a connected UDP socket takes datagrams from the VIP only
+        loop = asyncio.get_running_loop()  # (uvloop has no sock_sendto/sock_recvfrom)
         seen = set()
         for i in range(5):
-            await loop.sock_sendto(sock, f"{i}".encode(), (vip, PORT))
-            data, frm = await asyncio.wait_for(loop.sock_recvfrom(sock, 65535), 2)
-            assert frm == (vip, PORT)
+            await loop.sock_sendall(sock, f"{i}".encode())
+            data = await asyncio.wait_for(loop.sock_recv(sock, 65535), 2)
             seen.add(data.split(b"|")[0])
         assert len(seen) == 1
         assert lis.stats.datagrams_in == 9 and lis.stats.datagrams_out == 9
@@ -219,6 +341,7 @@ async def test_udp_flows_affinity_and_replies_from_the_listener(net: int) -> Non
         await b.stop()
 
 
+@on_each_loop
 async def test_udp_no_endpoints_drops(net: int) -> None:
     vip = f"127.204.{net}.10"
     lis = UdpListener(Balancer([], None), ListenerStats())
@@ -231,6 +354,7 @@ async def test_udp_no_endpoints_drops(net: int) -> None:
         lis.close()
 
 
+@on_each_loop
 async def test_udp_flow_to_a_removed_backend_moves(net: int) -> None:
     a = await UdpEcho("a", f"127.203.{net}.1", PORT).start()
     b = await UdpEcho("b", f"127.203.{net}.2", PORT).start()
@@ -256,6 +380,7 @@ async def test_udp_flow_to_a_removed_backend_moves(net: int) -> None:
         await b.stop()
 
 
+@on_each_loop
 async def test_udp_refused_backend_is_unpinned(net: int) -> None:
     a = await UdpEcho("a", f"127.203.{net}.1", PORT).start()
     dead = Backend(f"127.203.{net}.9", PORT)
@@ -278,6 +403,7 @@ async def test_udp_refused_backend_is_unpinned(net: int) -> None:
         await a.stop()
 
 
+@on_each_loop
 async def test_reuse_port_lets_two_proxies_share_a_vip(net: int) -> None:
     vip = ListenerKey("TCP", f"127.204.{net}.20", PORT)
     s1 = bind_socket(vip, reuse_port=True)

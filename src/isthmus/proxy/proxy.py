@@ -164,7 +164,8 @@ def bind_socket(key: ListenerKey, reuse_port: bool = False) -> socket.socket:
     """
     family = socket.AF_INET6 if ":" in key.ip else socket.AF_INET
     kind = socket.SOCK_STREAM if key.protocol == "TCP" else socket.SOCK_DGRAM
-    sock = socket.socket(family, kind)
+    # IPPROTO_TCP named (accepted sockets inherit it): asyncio sets TCP_NODELAY only then.
+    sock = socket.socket(family, kind, socket.IPPROTO_TCP if kind == socket.SOCK_STREAM else 0)
     try:
         if kind == socket.SOCK_STREAM:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

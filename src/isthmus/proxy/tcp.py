@@ -11,15 +11,23 @@ Half-close is relayed (EOF one way becomes `shutdown(SHUT_WR)` the other way); t
 both directions have ended, and a reset on one side aborts the other. With no backend the client
 is accepted and reset at once (SO_LINGER 0), as kube-proxy rejects; a backend that refuses or
 does not answer within the connect timeout is skipped for the next one.
+
+A new connection costs one task (the backend connect): the client is read meanwhile and what it
+sends, EOF included, is handed to the backend connection in its `connection_made`. Both loops
+work (uvloop is the default, see isthmus.runtime.loop): uvloop's transports are not
+`asyncio.Transport` subclasses, it starts reading only after `connection_made` (so pausing there
+holds nothing back), and its `sock_connect` resolves even a literal IP on a thread pool — hence
+`connect()` below. Figures: bench/proxy.py and docs/proxy.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import struct
-from typing import Any
+from typing import Any, cast
 
 from isthmus.proxy.balancer import Balancer
 from isthmus.proxy.metrics import ListenerStats
@@ -33,7 +41,14 @@ DEFAULT_CONNECT_TIMEOUT = 2.0
 BUFFER_SIZE = 256 * 1024
 """One read's worth; as large as asyncio's own read size, so bulk transfers take few syscalls."""
 BACKLOG = 1024
+EARLY_LIMIT = 64 * 1024
+"""Client bytes kept while the backend connects (any request head fits); beyond this the client's
+reads pause and the kernel holds the rest, so a crowd of clients waiting on a slow backend costs
+at most this much each."""
 _LINGER_RESET = struct.pack("ii", 1, 0)
+_NONBLOCK: int = getattr(socket, "SOCK_NONBLOCK", 0)
+_STREAM_NONBLOCK = socket.SOCK_STREAM | _NONBLOCK
+"""Non-blocking from socket() on Linux: one syscall fewer per backend connection than setblocking."""
 IP_BIND_ADDRESS_NO_PORT = 24  # linux/in.h: the port is picked at connect, so one address serves every peer
 
 
@@ -64,8 +79,7 @@ def reset(transport: asyncio.BaseTransport) -> None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
         except OSError:
             pass
-    assert isinstance(transport, asyncio.Transport)
-    transport.abort()
+    cast(asyncio.Transport, transport).abort()
 
 
 class _Side(asyncio.BufferedProtocol):
@@ -82,8 +96,7 @@ class _Side(asyncio.BufferedProtocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return _READ.view
@@ -91,6 +104,7 @@ class _Side(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         peer = self.peer
         if peer is None or peer.transport is None:
+            self._early(nbytes)
             return
         self._count(nbytes)
         out = peer.transport
@@ -101,10 +115,18 @@ class _Side(asyncio.BufferedProtocol):
     def _count(self, nbytes: int) -> None:
         raise NotImplementedError
 
+    def _early(self, nbytes: int) -> None:
+        """Bytes read before the other side exists (the client's, while the backend connects)."""
+
+    def _early_eof(self) -> bool:
+        return False
+
     def eof_received(self) -> bool:
         self.eof = True
         peer = self.peer
-        if peer is None or peer.transport is None or peer.closed:
+        if peer is None:
+            return self._early_eof()
+        if peer.transport is None or peer.closed:
             return False
         if peer.eof:
             peer.transport.close()
@@ -134,28 +156,61 @@ class _Side(asyncio.BufferedProtocol):
 
 
 class _Upstream(_Side):
+    """The connection to the backend; made for one `_Downstream`, its peer from the start."""
+
     __slots__ = ()
+
+    def __init__(self, listener: TcpListener, down: _Downstream) -> None:
+        super().__init__(listener, down.stats)
+        self.peer = down
 
     def _count(self, nbytes: int) -> None:
         self.stats.bytes_out += nbytes
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = t = cast(asyncio.Transport, transport)
+        down = cast(_Downstream, self.peer)
+        if down.closed:
+            t.close()  # the client gave up while this connected
+        else:
+            down.attach(self)  # now, not a loop turn later when create_connection returns
+
 
 class _Downstream(_Side):
-    """The accepted client connection; picks and connects the backend."""
+    """The accepted client connection; picks and connects the backend.
 
-    __slots__ = ("_task", "client_ip")
+    It reads while the backend connects, keeping what the client sends (up to EARLY_LIMIT, then
+    it pauses) and its EOF for the backend: the client's first request is not held up by an extra
+    pause/resume, and uvloop starts reading after `connection_made`, so pausing there would not
+    hold the bytes back anyway.
+    """
+
+    __slots__ = ("_task", "client_ip", "early")
 
     def __init__(self, listener: TcpListener, stats: ListenerStats) -> None:
         super().__init__(listener, stats)
         self._task: asyncio.Task[None] | None = None
         self.client_ip = ""
+        self.early: bytearray | None = None
 
     def _count(self, nbytes: int) -> None:
         self.stats.bytes_in += nbytes
 
+    def _early(self, nbytes: int) -> None:
+        if self.closed or self.transport is None:
+            return
+        if self.early is None:
+            self.early = bytearray(_READ.view[:nbytes])
+        else:
+            self.early += _READ.view[:nbytes]
+        if len(self.early) >= EARLY_LIMIT:
+            self.transport.pause_reading()  # resumed once the backend takes it
+
+    def _early_eof(self) -> bool:
+        return not self.closed  # half-closed before the backend answered: relayed once it does
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport = cast(asyncio.Transport, transport)
         stats = self.stats
         stats.connections += 1
         peer = transport.get_extra_info("peername")
@@ -166,7 +221,6 @@ class _Downstream(_Side):
             self.closed = True
             reset(transport)
             return
-        transport.pause_reading()  # the kernel holds the client's bytes until the backend answers
         stats.active += 1
         self.listener.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._connect(backend))
@@ -188,19 +242,29 @@ class _Downstream(_Side):
                     extra={"backend": f"{current.host}:{current.port}", "error": str(e)},
                 )
             else:
-                if self.closed:
-                    assert up.transport is not None
+                if self.closed and up.transport is not None:
                     up.transport.close()
-                    return
-                self.peer = up
-                assert self.transport is not None
-                self.transport.resume_reading()
-                return
+                return  # attached in up.connection_made
             listener.balancer.forget(self.client_ip, current)
             tried.append(current)
             current = listener.balancer.pick(self.client_ip, exclude=tried)
         if not self.closed and self.transport is not None:
             reset(self.transport)
+
+    def attach(self, up: _Upstream) -> None:
+        """The backend answered: hand it what the client sent meanwhile, then relay directly."""
+        self.peer = up
+        out = up.transport
+        assert out is not None and self.transport is not None
+        early, self.early = self.early, None
+        if early:
+            self._count(len(early))
+            out.write(early)
+        if self.eof:
+            if out.can_write_eof():
+                out.write_eof()
+        elif early is not None and len(early) >= EARLY_LIMIT:
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self in self.listener.connections:
@@ -231,6 +295,49 @@ def keep_client_address(sock: socket.socket, client_ip: str, backend_host: str, 
         pass
 
 
+async def connect(
+    loop: asyncio.AbstractEventLoop,
+    sock: socket.socket,
+    addr: tuple[str, int],
+    timeout: float,  # noqa: ASYNC109
+) -> None:
+    """`loop.sock_connect` for a numeric address, without its name resolution: uvloop's resolves
+    even a literal IP through getaddrinfo on its thread pool (it cost 60 µs CPU per connection).
+
+    A loopback handshake completes inside connect() even though it says EINPROGRESS, so one
+    getpeername tells "connected" without registering for writability, arming the timeout and
+    waiting a loop turn. TimeoutError after `timeout` seconds."""
+    try:
+        sock.connect(addr)
+        return
+    except BlockingIOError:
+        pass
+    try:
+        sock.getpeername()
+        return
+    except OSError:
+        pass  # not connected yet, or refused: SO_ERROR tells
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))
+    fd = sock.fileno()
+    done = loop.create_future()
+    loop.add_writer(fd, _set_done, done)
+    try:
+        async with asyncio.timeout(timeout):
+            await done
+    finally:
+        loop.remove_writer(fd)
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 class TcpListener:
     """Serves one listening socket; the balancer and stats are swapped by the proxy on updates."""
 
@@ -253,14 +360,15 @@ class TcpListener:
     async def open_upstream(self, backend: Backend, down: _Downstream) -> _Upstream:
         loop = asyncio.get_running_loop()
         family = socket.AF_INET6 if ":" in backend.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets that say so (uvloop
+        # on every TCP socket); without it Nagle holds a relayed request's second segment.
+        sock = socket.socket(family, _STREAM_NONBLOCK, socket.IPPROTO_TCP)
         try:
-            sock.setblocking(False)
+            if not _NONBLOCK:
+                sock.setblocking(False)
             keep_client_address(sock, down.client_ip, backend.host, stream=True)
-            async with asyncio.timeout(self.connect_timeout):
-                await loop.sock_connect(sock, backend)
-            up = _Upstream(self, down.stats)
-            up.peer = down
+            await connect(loop, sock, backend, self.connect_timeout)
+            up = _Upstream(self, down)
             await loop.create_connection(lambda: up, sock=sock)
         except BaseException:
             sock.close()
