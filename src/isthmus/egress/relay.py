@@ -21,6 +21,8 @@ import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from isthmus.runtime.sockets import connect
+
 MAGIC = "ISTHMUS/1"
 MAX_HEADER = 256
 CONNECT_TIMEOUT = 5.0
@@ -111,8 +113,7 @@ async def connected_socket(source_ip: str | None, host: str, port: int) -> socke
             if family == socket.AF_INET:
                 sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
             sock.bind((source_ip, 0))
-        async with asyncio.timeout(CONNECT_TIMEOUT):
-            await asyncio.get_running_loop().sock_connect(sock, (host, port))
+        await connect(asyncio.get_running_loop(), sock, (host, port), CONNECT_TIMEOUT)
     except BaseException:
         sock.close()
         raise

@@ -80,6 +80,11 @@ class Pipe(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self.eof = True
         peer = self.peer
+        if peer is None and self.on_line is None:
+            # Not linked yet (a client that sent its request and half-closed while the relay is
+            # being set up; uvloop reads even a paused new connection once): keep the half-open
+            # connection, `link` passes the EOF on after the held bytes.
+            return True
         if peer is None or peer.transport is None or peer.closed:
             return False
         if peer.eof:

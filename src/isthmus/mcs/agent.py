@@ -119,6 +119,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 10.0
 FAILED_RETRY_SECONDS = 5.0
+SPEC_MEMO_SIZE = 1024
 BROKER_TIMEOUT = 5.0
 """Per-request timeout toward the broker: an unreachable or silent broker shows in conditions within
 seconds, not after httpx's 30 s default (watches are not bounded by it)."""
@@ -241,6 +242,7 @@ class Agent:
         self._controller: Controller | None = None
         self._cluster_uid: str | None = None
         self._exists: set[str] = set()
+        self._spec_memo: dict[int, tuple[Any, ExportedServiceSpec]] = {}
         self._published: dict[str, Any] = {}
         """What this agent last wrote of its own broker objects ("es/<name>", "slice/<name>"): while the
         cache lags behind its own writes, the same write is not sent again. Forgotten when the object
@@ -318,7 +320,7 @@ class Agent:
         self.b_slices.add_indexer(BY_SOURCE_CLUSTER, _source_cluster_key)
         self._published = {}
         self.b_exports.add_handler(
-            on_update=lambda _o, n: self._check_published("es", n, ExportedService.from_dict(n).spec),
+            on_update=lambda _o, n: self._check_published("es", n, self._export_spec(n)),
             on_delete=lambda o: self._published.pop(f"es/{object_name(o)}", None))
         self.b_slices.add_handler(
             on_update=lambda _o, n: self._check_published("slice", n, _slice_body(n)),
@@ -547,6 +549,19 @@ class Agent:
         if key in self._published and self._published[key] != body:
             self._published.pop(key, None)
 
+    def _export_spec(self, raw: Any) -> ExportedServiceSpec:
+        """The spec of a cached ExportedService, parsed once per cached object: one reconcile reads
+        each exporter's spec several times, and a busy service is reconciled again within moments.
+        Read-only (shared); the memo keeps the last few hundred objects it parsed."""
+        hit = self._spec_memo.get(id(raw))
+        if hit is not None and hit[0] is raw:
+            return hit[1]
+        spec = ExportedService.from_dict(raw).spec
+        self._spec_memo[id(raw)] = (raw, spec)
+        if len(self._spec_memo) > SPEC_MEMO_SIZE:
+            self._spec_memo.pop(next(iter(self._spec_memo)))
+        return spec
+
     # ------------------------------------------------------------------ VIP bookkeeping
 
     def _reserve_vips(self, obj: Any) -> None:
@@ -679,7 +694,7 @@ class Agent:
             spec=spec,
         )
         current = self.b_exports.cache.get(f"{self.broker_ns}/{desired.metadata.name}")
-        if current is None or ExportedService.from_dict(current).spec != spec:
+        if current is None or self._export_spec(current) != spec:
             key = f"es/{desired.metadata.name}"
             if self._published.get(key) == spec:
                 return  # written already; the cache has not shown it yet (a busy broker's watch lags)
@@ -700,7 +715,7 @@ class Agent:
     def _exporters(self, ns: str, name: str, state: ExportState) -> list[ExportedServiceSpec]:
         out: list[ExportedServiceSpec] = []
         for obj in self.b_exports.cache.by_index(BY_SERVICE, f"{ns}/{name}"):
-            spec = ExportedService.from_dict(obj).spec
+            spec = self._export_spec(obj)
             if spec.cluster != self.cluster_id or state.hold:
                 out.append(spec)
         if state.spec is not None:
@@ -891,7 +906,7 @@ class Agent:
         and those whose list names us (a MultiClusterService's consumerClusters, docs/mcsvc.md)."""
         consumers: dict[str, list[str] | None] = {}
         for o in self.b_exports.cache.by_index(BY_SERVICE, f"{ns}/{name}"):
-            spec = ExportedService.from_dict(o).spec
+            spec = self._export_spec(o)
             consumers[spec.cluster] = spec.consumer_clusters
         if state.spec is not None:
             consumers[self.cluster_id] = state.spec.consumer_clusters

@@ -17,14 +17,13 @@ sends, EOF included, is handed to the backend connection in its `connection_made
 work (uvloop is the default, see isthmus.runtime.loop): uvloop's transports are not
 `asyncio.Transport` subclasses, it starts reading only after `connection_made` (so pausing there
 holds nothing back), and its `sock_connect` resolves even a literal IP on a thread pool — hence
-`connect()` below. Figures: bench/proxy.py and docs/proxy.md.
+`runtime.sockets.connect()`. Figures: bench/proxy.py and docs/proxy.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import struct
 from typing import Any, cast
@@ -32,6 +31,7 @@ from typing import Any, cast
 from isthmus.proxy.balancer import Balancer
 from isthmus.proxy.metrics import ListenerStats
 from isthmus.proxy.table import Backend
+from isthmus.runtime.sockets import connect
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "TcpListener"]
 
@@ -295,47 +295,6 @@ def keep_client_address(sock: socket.socket, client_ip: str, backend_host: str, 
         pass
 
 
-async def connect(
-    loop: asyncio.AbstractEventLoop,
-    sock: socket.socket,
-    addr: tuple[str, int],
-    timeout: float,  # noqa: ASYNC109
-) -> None:
-    """`loop.sock_connect` for a numeric address, without its name resolution: uvloop's resolves
-    even a literal IP through getaddrinfo on its thread pool (it cost 60 µs CPU per connection).
-
-    A loopback handshake completes inside connect() even though it says EINPROGRESS, so one
-    getpeername tells "connected" without registering for writability, arming the timeout and
-    waiting a loop turn. TimeoutError after `timeout` seconds."""
-    try:
-        sock.connect(addr)
-        return
-    except BlockingIOError:
-        pass
-    try:
-        sock.getpeername()
-        return
-    except OSError:
-        pass  # not connected yet, or refused: SO_ERROR tells
-    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    if err:
-        raise OSError(err, os.strerror(err))
-    fd = sock.fileno()
-    done = loop.create_future()
-    loop.add_writer(fd, _set_done, done)
-    try:
-        async with asyncio.timeout(timeout):
-            await done
-    finally:
-        loop.remove_writer(fd)
-    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    if err:
-        raise OSError(err, os.strerror(err))
-
-
-def _set_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 class TcpListener:
