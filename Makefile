@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # the load-balancer pools; nftables and iproute2 serve the egress gateway's kernel mode.
 APT_PACKAGES ?= haproxy nftables iproute2
 
-.PHONY: install demo test lint bench clean apt image
+.PHONY: install demo test lint bench bench-quick clean apt image
 
 # `apt` runs on every install: a package added after the venv was made is still installed.
 install: $(STAMP)
@@ -52,6 +52,20 @@ bench: install
 	$(PY) bench/lb.py
 	$(PY) bench/mcsvc.py
 	$(PY) bench/egress.py
+	$(PY) bench/local.py
+
+# Every benchmark at a smaller size, in under two minutes: to see a change's effect, not to quote.
+bench-quick: install
+	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(BENCH_APT_PACKAGES)"
+	$(PY) bench/apiserver.py --quick
+	$(PY) bench/runtime.py --sizes 5000
+	$(PY) bench/mcs.py --quick
+	$(PY) bench/mcs_allocator.py --rounds 1
+	$(PY) bench/dns.py --quick
+	$(PY) bench/proxy.py --quick
+	$(PY) bench/lb.py --quick
+	$(PY) bench/mcsvc.py --services 50 --samples 10
+	$(PY) bench/egress.py --quick
 
 # The one Isthmus image (Containerfile), tagged with isthmus.api.image.IMAGE, by docker or podman
 # (CONTAINER_ENGINE picks one; the first found otherwise).

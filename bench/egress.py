@@ -170,7 +170,10 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20, help="claims for the claim → traffic latency")
     ap.add_argument("--concurrency", type=int, default=8, help="clients at once for the second conn/s figure")
     ap.add_argument("--no-kernel", action="store_true", help="skip the kernel-mode measurement")
+    ap.add_argument("--quick", action="store_true", help="1 s per measurement, 5 claims, no kernel mode")
     a = ap.parse_args()
+    if a.quick:
+        a.seconds, a.samples, a.no_kernel = min(a.seconds, 1.0), min(a.samples, 5), True
     print(f"egress benchmark on {os.cpu_count()} CPUs, {a.seconds:.0f}s per measurement")
     with tempfile.TemporaryDirectory(prefix="isthmus-bench-egress-") as tmp:
         env = Env(Path(tmp) / "state")

@@ -501,7 +501,11 @@ def main() -> None:
     ap.add_argument("--rules", type=int, default=1000)
     ap.add_argument("--role", choices=["backend", "cluster"], help=argparse.SUPPRESS)
     ap.add_argument("--state", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="a tenth of every count (smoke run, make bench-quick)")
     a = ap.parse_args()
+    if a.quick:
+        for name in ("requests", "echo_requests", "reloads", "endpoint_changes", "edits", "rules"):
+            setattr(a, name, max(2, getattr(a, name) // 10))
     if a.role == "backend":
         asyncio.run(run_backend())
         return
