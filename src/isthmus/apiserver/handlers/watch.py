@@ -62,19 +62,21 @@ async def _stream(ctx: HandlerContext, info: ResourceInfo, resp: web.StreamRespo
 
     Each wake-up sends every event ready by then in one write (one chunk, one send), so a
     burst of writes costs one socket write per watcher, not one per event. Timeouts and
-    bookmarks come from one timer per watch that is re-armed only when it fires (a timer or a
-    task per event would cost more than the event itself): a bookmark goes out after
+    bookmarks come from one timer per watch, checked and re-armed only when it fires (a timer
+    or a task per event would cost more than the event itself): a bookmark goes out after
     `bookmark_interval` without events, as before."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_seconds if timeout_seconds > 0 else None
     interval = ctx.bookmark_interval if bookmarks else None
+    timed = deadline is not None or interval is not None
     last_rv = start_rv
-    quiet_since = loop.time()  # when the last event or bookmark went out
+    quiet_since = loop.time()  # when the last event or bookmark went out (kept only for bookmarks)
     timer: asyncio.TimerHandle | None = None
+    fired = False
 
     def fire() -> None:
-        nonlocal timer
-        timer = None
+        nonlocal timer, fired
+        timer, fired = None, True
         watch.wake()
 
     try:
@@ -89,23 +91,22 @@ async def _stream(ctx: HandlerContext, info: ResourceInfo, resp: web.StreamRespo
                     lines.append(_encode_event(ctx, info, ev.type, ev.obj, as_table))
                 if lines:
                     await resp.write(lines[0] if len(lines) == 1 else b"".join(lines))
-                quiet_since = loop.time()
+                if interval is not None:
+                    quiet_since = loop.time()
             elif watch.done:
                 return
-            now = loop.time()
-            if deadline is not None and now >= deadline:
-                return
-            if interval is not None and now - quiet_since >= interval:
-                last_rv = max(last_rv, ctx.storage.rv)
-                await resp.write(_bookmark(info, last_rv))
-                quiet_since = loop.time()
-            if batch:
-                continue  # more may have come while writing
-            when = deadline
-            if interval is not None:
-                when = quiet_since + interval if when is None else min(when, quiet_since + interval)
-            if timer is None and when is not None:
-                timer = loop.call_at(when, fire)  # an earlier timer still pending just wakes for a re-check
+            if fired or (timed and timer is None):
+                fired = False
+                now = loop.time()
+                if deadline is not None and now >= deadline:
+                    return
+                if interval is not None and now - quiet_since >= interval:
+                    last_rv = max(last_rv, ctx.storage.rv)
+                    await resp.write(_bookmark(info, last_rv))
+                    quiet_since = loop.time()
+                due = [t for t in (deadline, None if interval is None else quiet_since + interval) if t is not None]
+                if timer is None and due:
+                    timer = loop.call_at(min(due), fire)
             await watch.wait()
     finally:
         if timer is not None:
