@@ -232,23 +232,29 @@ class Watch:
         """Make a pending `wait()` return now (a consumer's own timer: timeouts, bookmarks)."""
         self._wake()
 
-    def drain(self) -> list[WatchEvent]:
-        """Every event ready now, in order ([] if none): replayed history first, then live ones.
+    def drain(self, limit: int = 1000) -> list[WatchEvent]:
+        """The events ready now, in order, at most `limit` ([] if none): replayed history first, then
+        live ones.
 
         A consumer that writes a whole batch at once pays one socket write per wake-up instead
-        of one per event."""
+        of one per event; the limit keeps a long replay from becoming one huge write."""
         out: list[WatchEvent] = []
         if self._closed:
             return out
         replay = self._replay
-        while replay:
+        while replay and len(out) < limit:
             ev = self._filter(replay.popleft())
             if ev is not None:
                 out.append(ev)
         buf = self._buf
-        if buf:
+        if replay or not buf:
+            return out
+        if len(out) + len(buf) <= limit:
             out.extend(buf)
             buf.clear()
+        else:
+            while buf and len(out) < limit:
+                out.append(buf.popleft())
         return out
 
     @property
