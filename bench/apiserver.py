@@ -3,7 +3,13 @@
 The server runs as its own process (as users run it); load comes from separate client
 processes so the client's own Python cost does not cap the figures. Everything is on 127.0.0.1.
 
-Usage: python bench/apiserver.py [--quick]
+Server CPU per operation (utime+stime of the server process, all its threads, from
+/proc/<pid>/stat, over one phase divided by that phase's operations) is the figure to compare
+across runs: on a shared machine wall-clock rates are noisy, CPU per operation much less so.
+Watch: CPU over the watch phase divided by (events x watchers) per event delivered, and by
+events per write (the write itself included).
+
+Usage: python bench/apiserver.py [--quick] [--loop auto|uvloop|asyncio ...]
 """
 
 from __future__ import annotations
@@ -33,13 +39,23 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of a process (every thread), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 HEADERS: dict[str, str] = {}
 """The bearer token the server generated in its data dir (it never serves anonymously)."""
 
 
 class Server:
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, loop: str = "auto") -> None:
         self.data = data
+        self.loop = loop
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
 
@@ -47,7 +63,8 @@ class Server:
         t0 = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, "-m", "isthmus", "apiserver", "--port", "0", "--no-tls",
                                       "--data-dir", str(self.data), "--log-level", "warning"],
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, "ISTHMUS_EVENT_LOOP": self.loop})
         assert self.proc.stdout
         for line in self.proc.stdout:
             if "listening on" in line:
@@ -55,6 +72,10 @@ class Server:
                 break
         HEADERS["Authorization"] = f"Bearer {(self.data / 'token').read_text().strip()}"
         return time.monotonic() - t0
+
+    def cpu(self) -> float:
+        assert self.proc
+        return cpu_s(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc:
@@ -96,6 +117,24 @@ async def gets(url: str, n: int) -> float:
             async with s.get(f"{url}/api/v1/namespaces/bench/configmaps/one-{i % 1000}") as r:
                 await r.read()
         return n / (time.perf_counter() - t0)
+
+
+async def updates(url: str, n: int) -> None:
+    """n PUTs, each of the object as the previous write returned it (a new resourceVersion each)."""
+    async with aiohttp.ClientSession(headers=HEADERS) as s:
+        objs: dict[int, dict] = {}  # type: ignore[type-arg]
+        for i in range(n):
+            j = i % 1000
+            u = f"{url}/api/v1/namespaces/bench/configmaps/one-{j}"
+            if j not in objs:
+                async with s.get(u) as r:
+                    objs[j] = await r.json()
+            obj = objs[j]
+            obj["data"]["key"] = f"v{i}"
+            async with s.put(u, json=obj) as r:
+                if r.status != 200:
+                    raise RuntimeError(await r.text())
+                objs[j] = await r.json()
 
 
 async def list_time(url: str, ns: str) -> tuple[float, int]:
@@ -169,40 +208,51 @@ def populate_direct(data: Path, n: int) -> float:
     return dt
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="smaller counts (smoke run)")
-    args = ap.parse_args()
-    scale = 0.1 if args.quick else 1.0
+def run_once(loop: str, quick: bool) -> dict[str, float]:
+    scale = 0.1 if quick else 1.0
     n1, n8 = int(5000 * scale), int(2500 * scale)
     big = int(100_000 * scale)
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="isthmus-bench-") as tmp:
         data = Path(tmp) / "data"
-        srv = Server(data)
+        srv = Server(data, loop)
         srv.start()
         url = srv.url
         base_rss = rss_mb(srv.proc.pid)  # type: ignore[union-attr]
         asyncio.run(ensure_ns(url, "bench"))
         asyncio.run(ensure_ns(url, "watch"))
 
+        c0 = srv.cpu()
         dt = asyncio.run(_create_range(url, "one", n1))
         results["creates/s (1 client)"] = n1 / dt
+        results["  server CPU µs per create (1 client)"] = (srv.cpu() - c0) / n1 * 1e6
 
         q: mp.Queue = mp.Queue()  # type: ignore[type-arg]
         procs = [mp.Process(target=_client_proc, args=(url, f"c{i}", n8, q)) for i in range(8)]
+        c0 = srv.cpu()
         t0 = time.perf_counter()
         for p in procs:
             p.start()
         for p in procs:
             p.join()
         results["creates/s (8 clients)"] = 8 * n8 / (time.perf_counter() - t0)
+        results["  server CPU µs per create (8 clients)"] = (srv.cpu() - c0) / (8 * n8) * 1e6
 
-        results["gets/s (1 client)"] = asyncio.run(gets(url, int(5000 * scale)))
+        n_gets = int(5000 * scale)
+        c0 = srv.cpu()
+        results["gets/s (1 client)"] = asyncio.run(gets(url, n_gets))
+        results["  server CPU µs per get"] = (srv.cpu() - c0) / n_gets * 1e6
+
+        n_upd = int(2000 * scale)
+        c0 = srv.cpu()
+        t0 = time.perf_counter()
+        asyncio.run(updates(url, n_upd))
+        results["updates/s (1 client)"] = n_upd / (time.perf_counter() - t0)
+        results["  server CPU µs per update"] = (srv.cpu() - c0) / n_upd * 1e6
 
         # watch latency: 100 watchers in 4 processes, one writer at a steady rate
         n_events = int(200 * scale) or 20
-        rv = "0"
+        n_watchers = 100
 
         async def current_rv() -> str:
             async with aiohttp.ClientSession(headers=HEADERS) as s, s.get(f"{url}/api/v1/namespaces/watch/configmaps") as r:
@@ -210,20 +260,25 @@ def main() -> None:
 
         rv = asyncio.run(current_rv())
         wq: mp.Queue = mp.Queue()  # type: ignore[type-arg]
-        wprocs = [mp.Process(target=_watchers_proc, args=(url, 25, n_events, rv, wq)) for _ in range(4)]
+        wprocs = [mp.Process(target=_watchers_proc, args=(url, n_watchers // 4, n_events, rv, wq)) for _ in range(4)]
         for p in wprocs:
             p.start()
         for _ in wprocs:
             assert wq.get(timeout=60) == "ready"
+        c0 = srv.cpu()
         asyncio.run(produce_events(url, n_events, rate=100))
         lat: list[float] = []
         for _ in wprocs:
             lat += wq.get(timeout=120)
+        watch_cpu = srv.cpu() - c0
         for p in wprocs:
             p.join()
         lat.sort()
         results["watch p50 ms"] = statistics.median(lat)
         results["watch p99 ms"] = lat[int(len(lat) * 0.99) - 1]
+        results[f"  server CPU µs per event delivered ({n_watchers} watchers)"] = (
+            watch_cpu / (n_events * n_watchers) * 1e6)
+        results[f"  server CPU µs per write ({n_watchers} watchers)"] = watch_cpu / n_events * 1e6
 
         listed = n1 + 8 * n8
         dt, count = asyncio.run(list_time(url, "bench"))
@@ -240,12 +295,25 @@ def main() -> None:
         dt, count = asyncio.run(list_time(srv.url, "big"))
         results[f"list {count} objects ms"] = dt * 1000
         srv.stop()
+    return results
 
-    print(f"\nisthmus apiserver benchmark (persistent mode, {os.cpu_count()} cores, Python {sys.version.split()[0]})")
-    print(f"{'measure':40} {'value':>12}  target")
-    for k, v in results.items():
-        target = next((t for name, t in TARGETS.items() if k.startswith(name)), "")
-        print(f"{k:40} {v:12.1f}  {target}")
+
+def main() -> None:
+    from isthmus.runtime.loop import loop_name
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="smaller counts (smoke run, < 30 s)")
+    ap.add_argument("--loop", action="append", choices=["auto", "uvloop", "asyncio"],
+                    help="the server's event loop (ISTHMUS_EVENT_LOOP); repeat to compare (default: auto)")
+    args = ap.parse_args()
+    for loop in args.loop or ["auto"]:
+        results = run_once(loop, args.quick)
+        print(f"\nisthmus apiserver benchmark (persistent mode, {os.cpu_count()} cores, Python "
+              f"{sys.version.split()[0]}, server event loop: {loop_name(loop)}{' --quick' if args.quick else ''})")
+        print(f"{'measure':58} {'value':>10}  target")
+        for k, v in results.items():
+            target = next((t for name, t in TARGETS.items() if k.startswith(name)), "")
+            print(f"{k:58} {v:10.1f}  {target}")
 
 
 if __name__ == "__main__":

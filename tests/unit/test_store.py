@@ -483,3 +483,20 @@ async def test_callback_writes_come_after_in_rv_order() -> None:
     w = s.watch(CM, None, 2)
     s.delete(CM, "default", "owner")
     assert summary(await take(w, 2)) == [("DELETED", "owner", 3), ("DELETED", "child", 4)]
+
+
+def test_drain_returns_ready_events_in_order_in_bounded_batches() -> None:
+    s = Store()
+    s.open()
+    for i in range(5):
+        s.create("/configmaps", obj(f"r{i}"))
+    w = s.watch("/configmaps", None, 0)  # replays the five
+    for i in range(5, 8):
+        s.create("/configmaps", obj(f"r{i}"))  # three live ones
+    batches = []
+    while not w.done and (batch := w.drain(limit=3)):
+        batches.append([ev.obj["metadata"]["name"] for ev in batch])
+    assert batches == [["r0", "r1", "r2"], ["r3", "r4", "r5"], ["r6", "r7"]]
+    assert w.drain() == []
+    w.close()
+    assert w.done and w.drain() == []

@@ -276,6 +276,29 @@ def _granular(value: Any, schema: dict[str, Any] | None) -> str:
     return ""
 
 
+def _add_all(value: Any, schema: dict[str, Any] | None, path: Path, added: set[Path]) -> None:
+    """_compare of a value against nothing: its path and every granular path below it are added
+    (the whole of a create goes through here, so it walks without building _children's dicts)."""
+    added.add(path)
+    if isinstance(value, dict):
+        if schema is None:
+            for key, child in value.items():
+                _add_all(child, None, (*path, "f:" + key), added)
+            return
+        if schema.get("x-kubernetes-map-type") == "atomic":
+            return
+        props = schema.get("properties")
+        if not isinstance(props, dict):
+            props = {}
+        for key, child in value.items():  # _field, inlined
+            sub = props.get(key) if key in props else schema.get("additionalProperties")
+            _add_all(child, _schema(sub), (*path, "f:" + key), added)
+    elif _granular_list(value, schema):
+        items_schema = _schema((schema or {}).get("items"))
+        for pe, item in _items(value, schema):
+            _add_all(item, items_schema if pe.startswith("k:") else None, (*path, pe), added)
+
+
 def _compare(old: Any, new: Any, schema: dict[str, Any] | None, path: Path, out: _Comparison) -> None:
     """What changed from old to new: a path absent before is added (containers included, which is what
     gives Update entries their "." markers), a leaf with another value is modified, a vanished path and
@@ -283,9 +306,7 @@ def _compare(old: Any, new: Any, schema: dict[str, Any] | None, path: Path, out:
     if isinstance(old, _Missing) and isinstance(new, _Missing):
         return
     if isinstance(old, _Missing):
-        out.added.add(path)
-        for pe, (child, sub) in _children(new, schema).items():
-            _compare(_MISSING, child, sub, (*path, pe), out)
+        _add_all(new, schema, path, out.added)
         return
     if isinstance(new, _Missing):
         out.removed.add(path)
@@ -331,10 +352,15 @@ def _compare_objects(old: dict[str, Any], new: dict[str, Any], schema: dict[str,
 # ================================================================ fieldsV1 encoding
 
 
+_ELEMENT_RANK: Final = {"f": 0, "k": 1, "v": 2, "i": 3}
+
+
 def _element_sort_key(pe: str) -> tuple[int, str, Any]:
     """structured-merge-diff orders path elements: fields, then keys, then values, then indexes."""
+    if pe.startswith("f:"):
+        return 0, pe[2:], 0  # a field, by far the most common element
     kind, _, rest = pe.partition(":")
-    rank = {"f": 0, "k": 1, "v": 2, "i": 3}.get(kind, 4)
+    rank = _ELEMENT_RANK.get(kind, 4)
     if kind == "i" and rest.isdigit():
         return rank, "", int(rest)
     if kind == "k":

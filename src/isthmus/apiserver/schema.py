@@ -399,8 +399,35 @@ def apply_defaults(obj: Any, schema: dict[str, Any]) -> None:
     _default(obj, schema)
 
 
+# Schemas (by identity, each kept alive with its answer so an id is never reused while cached)
+# → whether a `default` appears anywhere in them. Most built-in types declare none, or only in
+# a few subtrees: the defaulting walk skips every subtree without one.
+_DEFAULTS_CACHE: dict[int, tuple[dict[str, Any], bool]] = {}
+_DEFAULTS_CACHE_MAX = 20_000
+
+
+def _has_defaults(s: dict[str, Any]) -> bool:
+    hit = _DEFAULTS_CACHE.get(id(s))
+    if hit is not None and hit[0] is s:
+        return hit[1]
+    found = _mentions_default(s)
+    if len(_DEFAULTS_CACHE) >= _DEFAULTS_CACHE_MAX:
+        _DEFAULTS_CACHE.clear()  # CRD schemas replaced many times over: start again
+    _DEFAULTS_CACHE[id(s)] = (s, found)
+    return found
+
+
+def _mentions_default(v: Any) -> bool:
+    """A "default" key anywhere in a schema (also inside enum values or examples: then the walk just runs)."""
+    if isinstance(v, dict):
+        return "default" in v or any(_mentions_default(x) for x in v.values())
+    if isinstance(v, list):
+        return any(_mentions_default(x) for x in v)
+    return False
+
+
 def _default(v: Any, s: dict[str, Any]) -> None:
-    if not s:
+    if not s or not _has_defaults(s):
         return
     if isinstance(v, dict):
         props: dict[str, Any] = s.get("properties") or {}

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from isthmus.apiserver import authorization, datadir, errors, openapi_proto
 from isthmus.apiserver.admission import Admission
@@ -168,7 +168,7 @@ class ApiServer:
         self.admission.can = lambda user, verb, group, plural, ns, name: self.authorizer.authorize(
             Attributes(user=user, verb=verb, resource_request=True, api_group=group, resource=plural, namespace=ns,
                        name=name)).allowed
-        self._runner: web.AppRunner | None = None
+        self._runner: web.BaseRunner | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ctx = HandlerContext(self.store, self.generic_store, self.resources, max_body_bytes,
                                    bookmark_interval, authenticator=self.authenticator)
@@ -239,9 +239,10 @@ class ApiServer:
         gcol.resync()
         crds.resync()
 
-        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[])
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        # aiohttp's low-level server: every path comes to one handler, so an Application's router,
+        # match info and middleware chain would only add work to each request.
+        http = web.Server(self._serve, request_factory=self._make_request, access_log=None)
+        self._runner = web.ServerRunner(http, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         ssl_ctx = None
         if self.tls:
@@ -390,6 +391,23 @@ class ApiServer:
         task.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------------ HTTP entry
+
+    def _make_request(self, message: Any, payload: Any, protocol: Any, writer: Any,
+                      task: asyncio.Task[None]) -> web.Request:
+        """As an Application makes them: bodies over max_body_bytes raise HTTPRequestEntityTooLarge."""
+        return web.Request(message, payload, protocol, writer, task, asyncio.get_running_loop(),
+                           client_max_size=self.max_body_bytes)
+
+    async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The low-level server's handler: `Expect: 100-continue` as an Application answers it, then _handle."""
+        expect = request.headers.get("Expect")
+        if expect and request.version == HttpVersion11:
+            if expect.lower() != "100-continue":
+                raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the body has not started
+        assert isinstance(request, web.Request)
+        return await self._handle(request)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         """Authentication, then routing; every error becomes a kube Status response."""

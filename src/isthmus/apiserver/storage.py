@@ -228,6 +228,50 @@ class Watch:
             self._store = None
         self._wake()
 
+    def wake(self) -> None:
+        """Make a pending `wait()` return now (a consumer's own timer: timeouts, bookmarks)."""
+        self._wake()
+
+    def drain(self, limit: int = 1000) -> list[WatchEvent]:
+        """The events ready now, in order, at most `limit` ([] if none): replayed history first, then
+        live ones.
+
+        A consumer that writes a whole batch at once pays one socket write per wake-up instead
+        of one per event; the limit keeps a long replay from becoming one huge write."""
+        out: list[WatchEvent] = []
+        if self._closed:
+            return out
+        replay = self._replay
+        while replay and len(out) < limit:
+            ev = self._filter(replay.popleft())
+            if ev is not None:
+                out.append(ev)
+        buf = self._buf
+        if replay or not buf:
+            return out
+        if len(out) + len(buf) <= limit:
+            out.extend(buf)
+            buf.clear()
+        else:
+            while buf and len(out) < limit:
+                out.append(buf.popleft())
+        return out
+
+    @property
+    def done(self) -> bool:
+        """Nothing more will come: closed, or ended with nothing left to drain."""
+        return self._closed or (self._ended and not self._replay and not self._buf)
+
+    async def wait(self) -> None:
+        """Until an event is ready, the watch ends, or `wake()` is called (returns at once if one is ready)."""
+        if self._closed or self._ended or self._replay or self._buf:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
     def __aiter__(self) -> AsyncIterator[WatchEvent]:
         return self
 

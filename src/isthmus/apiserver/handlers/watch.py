@@ -25,6 +25,7 @@ from isthmus.apiserver.handlers.get import (
 )
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.resources import ResourceInfo
+from isthmus.apiserver.storage import Watch
 
 Obj = dict[str, Any]
 EVENT_CACHE_SIZE = 4096
@@ -53,6 +54,63 @@ def _bookmark(info: ResourceInfo, rv: int, initial_end: bool = False) -> bytes:
         m["annotations"] = {"k8s.io/initial-events-end": "true"}
     return orjson.dumps({"type": "BOOKMARK", "object": {"kind": info.kind, "apiVersion": info.api_version,
                                                          "metadata": m}}) + b"\n"
+
+
+async def _stream(ctx: HandlerContext, info: ResourceInfo, resp: web.StreamResponse, watch: Watch, start_rv: int,
+                  as_table: bool, bookmarks: bool, timeout_seconds: float) -> None:
+    """The live part of a watch until it ends, times out (timeoutSeconds) or the client goes.
+
+    Each wake-up sends every event ready by then in one write (one chunk, one send), so a
+    burst of writes costs one socket write per watcher, not one per event. Timeouts and
+    bookmarks come from one timer per watch, checked and re-armed only when it fires (a timer
+    or a task per event would cost more than the event itself): a bookmark goes out after
+    `bookmark_interval` without events, as before."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_seconds if timeout_seconds > 0 else None
+    interval = ctx.bookmark_interval if bookmarks else None
+    timed = deadline is not None or interval is not None
+    last_rv = start_rv
+    quiet_since = loop.time()  # when the last event or bookmark went out (kept only for bookmarks)
+    timer: asyncio.TimerHandle | None = None
+    fired = False
+
+    def fire() -> None:
+        nonlocal timer, fired
+        timer, fired = None, True
+        watch.wake()
+
+    try:
+        while True:
+            batch = watch.drain()
+            if batch:
+                lines = []
+                for ev in batch:
+                    if ev.rv <= start_rv:
+                        continue  # a resourceVersion not reached yet: only what comes after it (kube's cacheWatcher)
+                    last_rv = ev.rv
+                    lines.append(_encode_event(ctx, info, ev.type, ev.obj, as_table))
+                if lines:
+                    await resp.write(lines[0] if len(lines) == 1 else b"".join(lines))
+                if interval is not None:
+                    quiet_since = loop.time()
+            elif watch.done:
+                return
+            if fired or (timed and timer is None):
+                fired = False
+                now = loop.time()
+                if deadline is not None and now >= deadline:
+                    return
+                if interval is not None and now - quiet_since >= interval:
+                    last_rv = max(last_rv, ctx.storage.rv)
+                    await resp.write(_bookmark(info, last_rv))
+                    quiet_since = loop.time()
+                due = [t for t in (deadline, None if interval is None else quiet_since + interval) if t is not None]
+                if timer is None and due:
+                    timer = loop.call_at(min(due), fire)
+            await watch.wait()
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 async def watch_resource(ctx: HandlerContext, scope: RequestScope) -> web.StreamResponse:
@@ -101,34 +159,20 @@ async def watch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Stream
             await resp.write(error.watch_event())
             return resp
         assert watch is not None
-        for obj in initial:
-            await resp.write(_encode_event(ctx, info, "ADDED", obj, as_table))
+        pending: list[bytes] = []
+        size = 0
+        for obj in initial:  # written in chunks of about 64 KiB, not a write per object
+            line = _encode_event(ctx, info, "ADDED", obj, as_table)
+            pending.append(line)
+            size += len(line)
+            if size >= 65536:
+                await resp.write(b"".join(pending))
+                pending, size = [], 0
+        if pending:
+            await resp.write(b"".join(pending))
         if initial_events and bookmarks:
             await resp.write(_bookmark(info, start_rv, initial_end=True))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout if timeout > 0 else None
-        it = watch.__aiter__()
-        last_rv = start_rv
-        while True:
-            wait: float | None = ctx.bookmark_interval if bookmarks else None
-            if deadline is not None:
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                wait = left if wait is None else min(wait, left)
-            try:
-                ev = await asyncio.wait_for(it.__anext__(), wait)
-            except TimeoutError:
-                if bookmarks:
-                    last_rv = max(last_rv, ctx.storage.rv)
-                    await resp.write(_bookmark(info, last_rv))
-                continue
-            except StopAsyncIteration:
-                break
-            if ev.rv <= start_rv:
-                continue  # a resourceVersion not reached yet: only what comes after it (kube's cacheWatcher)
-            last_rv = ev.rv
-            await resp.write(_encode_event(ctx, info, ev.type, ev.obj, as_table))
+        await _stream(ctx, info, resp, watch, start_rv, as_table, bookmarks, timeout)
     except (ConnectionResetError, ConnectionError):
         pass
     finally:
