@@ -28,7 +28,7 @@ from isthmus.dns.mmsg import ADDR, SLOT, MmsgSocket
 from isthmus.dns.mmsg import load as load_mmsg
 from isthmus.dns.wire import WireCache
 
-__all__ = ["DnsServer", "TcpLimits", "parse_listen"]
+__all__ = ["DnsServer", "TcpLimits", "bind_pair", "parse_listen"]
 
 log = logging.getLogger(__name__)
 
@@ -333,6 +333,8 @@ class DnsServer:
         tcp: TcpLimits | None = None,
         udp_batch: int = UDP_MMSG_BATCH,
     ) -> None:
+        if udp_batch < 0:
+            raise ValueError("--udp-batch must be 0 (recvfrom/sendto) or more")
         self.cache = cache
         self.udp_batch = udp_batch if _MMSG is not None else 0
         self.addrs = list(addrs)
@@ -446,22 +448,15 @@ class DnsServer:
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Bind every address; OSError (address in use, not permitted) propagates after cleanup."""
+    async def start(self, sockets: Sequence[tuple[socket.socket, socket.socket]] | None = None) -> None:
+        """Bind every address, or serve `sockets` ((UDP, listening TCP) per address, bound by a
+        parent process: `--workers`); OSError (address in use, not permitted) propagates after
+        cleanup."""
         loop = asyncio.get_running_loop()
         try:
-            for host, port in self.addrs:
-                for attempt in range(20):
-                    udp = _udp_socket(host, port)
-                    actual = udp.getsockname()[1]
-                    try:
-                        tcp = _tcp_socket(host, actual)
-                    except OSError as e:
-                        udp.close()
-                        if port == 0 and e.errno == errno.EADDRINUSE and attempt < 19:
-                            continue  # the free UDP port is taken on TCP: try another
-                        raise
-                    break
+            for k, (host, port) in enumerate(self.addrs):
+                udp, tcp = sockets[k] if sockets is not None else bind_pair(host, port)
+                actual = udp.getsockname()[1]
                 mm = MmsgSocket(udp, _MMSG, self.udp_batch) if self.udp_batch and _MMSG is not None else None
                 self._udp.append(_Udp(loop, udp, self.cache, mm))
                 server = await loop.create_server(lambda: _TcpProtocol(self), sock=tcp)
@@ -496,10 +491,30 @@ def _fmt(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _udp_socket(host: str, port: int) -> socket.socket:
+def bind_pair(host: str, port: int, *, reuse_port: bool = False) -> tuple[socket.socket, socket.socket]:
+    """A bound UDP socket and a listening TCP socket on the same port (port 0: a free one for
+    both). `reuse_port`: SO_REUSEPORT on both, so several worker processes share the address and
+    the kernel spreads datagrams and connections over them."""
+    for attempt in range(20):
+        udp = _udp_socket(host, port, reuse_port)
+        actual = udp.getsockname()[1]
+        try:
+            tcp = _tcp_socket(host, actual, reuse_port)
+        except OSError as e:
+            udp.close()
+            if port == 0 and e.errno == errno.EADDRINUSE and attempt < 19:
+                continue  # the free UDP port is taken on TCP: try another
+            raise
+        return udp, tcp
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _udp_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     fam = _family(host)
     sock = socket.socket(fam, socket.SOCK_DGRAM)
     try:
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if fam == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
@@ -515,11 +530,13 @@ def _udp_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _tcp_socket(host: str, port: int) -> socket.socket:
+def _tcp_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     fam = _family(host)
     sock = socket.socket(fam, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if fam == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind((host, port))
