@@ -297,7 +297,9 @@ class WireCache:
         q4 = qend + 4
         question = data[12:q4]
         it = self._entries.get(question) if qend else None
-        if it is None:
+        if it is not None or (qend and q4 <= n and data[12:qend] in self._names):
+            key = question  # a known name (so a valid one), as cached: no need to walk it
+        else:
             # walk labels (no compression allowed in a query's question)
             i = 12
             ln = data[12]
@@ -314,8 +316,6 @@ class WireCache:
             key = data[12:qend].lower() + data[qend:q4]
             if key != question:
                 it = self._entries.get(key)
-        else:
-            key = question
         # EDNS0
         edns = False
         do = False
@@ -356,8 +356,25 @@ class WireCache:
         lname = key[:-4]
         qtype = (key[-4] << 8) | key[-3]
         qclass = (key[-2] << 8) | key[-1]
-        opt = self._opt[do] if edns else b""
         question = data[12:q4]
+        if qclass == CLASS_IN and self.ready and qtype not in (OPT, AXFR, IXFR):
+            # The common misses, NODATA and NXDOMAIN, from precomputed headers.
+            zone = self._names.get(lname)
+            if zone is not None:
+                rcode = NOERROR if lname + b"CNAME" not in self._entries else -1
+            else:
+                zone = self.zone_of(lname)
+                rcode = NXDOMAIN
+            if zone is not None and rcode >= 0:
+                x = (data[2] & 1) | (data[3] & 0x10) >> 3
+                if edns:
+                    out = data[:2] + _NEGATIVE_EDNS[rcode][x] + question + zone.soa_authority + self._opt[do]
+                else:
+                    out = data[:2] + _NEGATIVE[rcode][x] + question + zone.soa_authority
+                if len(out) <= limit:
+                    stats.queries[(qtype, rcode)] += 1
+                    return out
+        opt = self._opt[do] if edns else b""
 
         def reply(rcode: int, an: int = 0, ns: int = 0, body: bytes = b"") -> bytes:
             return _reply(data, question, stats, qtype, rcode, an, ns, body, opt, limit)
@@ -430,6 +447,15 @@ class WireCache:
         return name_to_wire(name) in self._names
 
 
+_NEGATIVE = {
+    rcode: tuple(bytes((0x84 | (x & 1), (x & 2) << 3 | rcode)) + _PACK_COUNTS(1, 0, 1, 0) for x in range(4))
+    for rcode in (NOERROR, NXDOMAIN)
+}
+"""Header after the ID of a NODATA (NOERROR) or NXDOMAIN answer with the SOA, by RD | CD >> 3."""
+_NEGATIVE_EDNS = {
+    rcode: tuple(bytes((0x84 | (x & 1), (x & 2) << 3 | rcode)) + _PACK_COUNTS(1, 0, 1, 1) for x in range(4))
+    for rcode in (NOERROR, NXDOMAIN)
+}
 _TC_PLAIN = _PACK_COUNTS(1, 0, 0, 0)
 _TC_EDNS = _PACK_COUNTS(1, 0, 0, 1)
 
