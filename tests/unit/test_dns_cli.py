@@ -12,7 +12,7 @@ from isthmus.cli.dns import dns as _dns  # registers the command
 from isthmus.cli.main import app
 from isthmus.dns.metrics import DnsStats, add_snapshots
 from isthmus.dns.server import TcpLimits, parse_listen
-from isthmus.dns.workers import default_count
+from isthmus.dns.workers import parse_workers
 
 
 @pytest.mark.parametrize(
@@ -62,8 +62,8 @@ def test_tcp_flag_defaults_are_the_servers() -> None:
 
 
 def test_workers_count() -> None:
-    assert default_count("1") == 1 and default_count("3") == 3
-    assert default_count("auto") == default_count("0") == (os.cpu_count() or 1)
+    assert parse_workers("1") == 1 and parse_workers("3") == 3
+    assert parse_workers("auto") == parse_workers("0") == (os.cpu_count() or 1)
 
 
 def test_snapshots_add_counters_and_keep_the_newest_gauges() -> None:

@@ -97,11 +97,11 @@ def dns(
     """Answer <svc>.<ns>.svc.clusterset.local from this cluster's ServiceImports and EndpointSlices."""
     from isthmus.dns.server import TcpLimits, parse_listen
     from isthmus.dns.service import DnsConfig, DnsService, validate_zone
-    from isthmus.dns.workers import DnsWorkers, WorkerSpec, default_count
+    from isthmus.dns.workers import DnsWorkers, WorkerSpec, parse_workers
     from isthmus.kube.client import make_client
 
     try:
-        count = default_count(workers)
+        count = parse_workers(workers)
         if udp_batch < 0:
             raise ValueError("--udp-batch must be 0 (recvfrom/sendto) or more")
         addrs = [parse_listen(a) for a in (listen or ["127.0.0.1:5353"])]

@@ -120,10 +120,9 @@ class MmsgSocket:
         u32 = ctypes.sizeof(ctypes.c_uint)
         step = ctypes.sizeof(_Mmsghdr)
         assert step % u32 == 0 and _Mmsghdr.msg_len.offset % u32 == 0
-        self._lens_view = memoryview(self._rhdr).cast("B").cast("I")
+        self.lens = memoryview(self._rhdr).cast("B").cast("I")
+        """The receive headers as uint32s: `lens[len_index[i]]` is datagram i's length."""
         self.len_index = [i * (step // u32) + _Mmsghdr.msg_len.offset // u32 for i in range(batch)]
-        """Index in `lens` of datagram i's length."""
-        self.lens = self._lens_view
         szt = ctypes.sizeof(ctypes.c_size_t)
         siov = memoryview(self._siov).cast("B")
         self.slens = siov.cast("Q") if szt == 8 else siov.cast("I")
@@ -162,8 +161,8 @@ class MmsgSocket:
 
     def close(self) -> None:
         """Release the buffers (the socket is the caller's)."""
-        self.lens = self._lens_view = memoryview(b"")
-        self.slens = memoryview(b"")
+        self.lens.release()
+        self.slens.release()
         del self._rbuf_c, self._sbuf_c, self._addrs_c
         self.rbuf.close()
         self.sbuf.close()

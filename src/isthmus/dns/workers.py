@@ -32,7 +32,7 @@ from typing import Any
 from isthmus.dns.metrics import DnsStats, add_snapshots
 from isthmus.dns.server import bind_pair
 
-__all__ = ["REPORT_INTERVAL", "DnsWorkers", "WorkerSpec", "default_count", "final_report", "report_to_parent"]
+__all__ = ["REPORT_INTERVAL", "DnsWorkers", "WorkerSpec", "final_report", "parse_workers", "report_to_parent"]
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class DnsWorkers:
     async def start(self) -> None:
         """Resolve the ports (port 0: a free one, the same for every worker), then start each worker."""
         for host, port in self.listen:
-            if port == 0:
+            if port == 0:  # a pair free right now; another process could take it before we rebind
                 udp, tcp = bind_pair(host, 0)
                 port = udp.getsockname()[1]
                 udp.close()
@@ -254,7 +254,7 @@ def final_report(status: socket.socket, snapshot: Callable[[], dict[str, Any] | 
         status.sendall(json.dumps(snap).encode() + b"\n")
 
 
-def default_count(value: str) -> int:
+def parse_workers(value: str) -> int:
     """`--workers` as given: a number, or 0 / "auto" for one per CPU."""
     v = value.strip().lower()
     if v in ("0", "auto"):
