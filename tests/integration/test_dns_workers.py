@@ -61,11 +61,12 @@ async def until(check: Any, within: float = 20.0) -> Any:
 
 
 def alive(pid: int) -> bool:
+    """Running (an exited orphan may stay a zombie if nothing reaps it: that counts as gone)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
         return False
-    return True
 
 
 def children(pid: int) -> list[int]:
@@ -140,3 +141,33 @@ async def test_two_workers_share_the_port_and_a_killed_one_is_restarted(apiserve
     assert proc.returncode == 0, text
     assert "dns worker died: restarting" in text
     assert workers_now and not any(alive(pid) for pid in workers_now)  # SIGTERM stopped the workers too
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_REUSEPORT spreading is Linux's")
+async def test_workers_stop_when_the_parent_is_killed(apiserver: Any) -> None:
+    """No orphan keeps the port: a worker whose parent is gone (SIGKILL, nothing cleaned up) stops."""
+    client = apiserver.client()
+    async with asyncio.timeout(20):
+        await install_crds(client)
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "isthmus", "dns", "--kubeconfig", apiserver.kubeconfig, "--cluster-id", "c1",
+        "--listen", f"127.0.0.1:{port}", "--workers", "2", "--log-level", "warning",
+    )  # fmt: skip
+    workers: list[int] = []
+    try:
+
+        async def serving() -> bool:
+            return await answered("127.0.0.1", port, 10) == 10
+
+        await until(serving)
+        workers = children(proc.pid)
+        assert len(workers) == 2
+    finally:
+        proc.kill()
+        await proc.wait()
+
+    async def all_gone() -> bool:
+        return not any(alive(pid) for pid in workers)
+
+    await until(all_gone)
