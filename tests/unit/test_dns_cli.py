@@ -36,6 +36,7 @@ from isthmus.dns.workers import parse_workers
         (["--cluster-id", "c1", "--workers", "many"], "--workers 'many': expected a number, 0 or auto"),
         (["--cluster-id", "c1", "--workers", "-2"], "--workers '-2'"),
         (["--cluster-id", "c1", "--udp-batch", "-1"], "--udp-batch must be 0"),
+        (["--cluster-id", "c1", "--workers", "2", "--kubeconfig", "/nonexistent/kubeconfig"], "error:"),
     ],
 )
 def test_bad_flags_exit_2(args: list[str], message: str) -> None:

@@ -98,7 +98,7 @@ def dns(
     from isthmus.dns.server import TcpLimits, parse_listen
     from isthmus.dns.service import DnsConfig, DnsService, validate_zone
     from isthmus.dns.workers import DnsWorkers, WorkerSpec, parse_workers
-    from isthmus.kube.client import make_client
+    from isthmus.kube.client import load_config, make_client
 
     try:
         count = parse_workers(workers)
@@ -157,6 +157,7 @@ def dns(
 
     async def build() -> DnsService | _AfterJoin | _Worker | DnsWorkers:
         if spec is None and count > 1:
+            load_config(kubeconfig, context)  # a bad kubeconfig ends the command here, as with one process
             return parent
         # The service serves its own /metrics (it adds the DNS counters), so run_component gets none.
         client = make_client(kubeconfig, context, field_manager="isthmus-dns")

@@ -126,7 +126,8 @@ class DnsWorkers:
                 await self._spawn(slot)
             loop = asyncio.get_running_loop()
             for slot in self._slots:
-                self._supervisors.append(loop.create_task(self._supervise(slot), name=f"dns worker {slot.index} supervisor"))
+                supervisor = loop.create_task(self._supervise(slot), name=f"dns worker {slot.index} supervisor")
+                self._supervisors.append(supervisor)
         except BaseException:
             await self.stop()
             raise
@@ -180,14 +181,16 @@ class DnsWorkers:
                 "dns worker died: restarting",
                 extra={"worker": slot.index, "pid": proc.pid, "code": code, "after_s": round(lived, 1)},
             )
+            if slot.tasks:  # its last report may still be in the socketpair: read to EOF (briefly)
+                await asyncio.wait(slot.tasks, timeout=1.0)
+            for t in slot.tasks:
+                t.cancel()
+            slot.tasks = []
             if slot.last is not None:
                 slot.base = add_snapshots(slot.base, slot.last) if slot.base else slot.last
             slot.stats.restarts += 1
             slot.stats.ready = False
             slot.stats.tcp_connections = 0
-            for t in slot.tasks:
-                t.cancel()
-            slot.tasks = []
             while True:
                 if slot.fast_deaths > 1:
                     await asyncio.sleep(min(30.0, 0.5 * 2 ** (slot.fast_deaths - 1)))
