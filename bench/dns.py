@@ -1,17 +1,25 @@
 """DNS benchmark: `isthmus dns` vs NSD with dnsperf, same records, same query mix, one run.
 
-    .venv/bin/python bench/dns.py [--services 1000] [--seconds 10] [--outstanding 100]
+    .venv/bin/python bench/dns.py [--quick] [--services 1000] [--seconds 10] [--rounds 3]
 
 1. An embedded apiserver (child process, core 0) gets 1,000 ServiceImports as the agent writes
    them: 70% ClusterSetIP with a VIP, 20% ClusterSetIP without VIP (ClusterIPs of two clusters in
    imported EndpointSlices, answered round-robin), 10% headless (3 endpoints with hostnames).
-2. `isthmus dns` (child, pinned to core 1 with taskset: the "one core" figure) serves them.
+2. One core: `isthmus dns` (1 worker) pinned to core 1 with taskset, in several variants: UDP
+   batched (recvmmsg/sendmmsg, `--udp-batch 64`) and one datagram at a time (`--udp-batch 0`, the
+   server before batching) on uvloop, and batched on asyncio's loop (ISTHMUS_EVENT_LOOP).
 3. Its answers are dumped into a zone file for NSD (child, core 1, `server-count: 1`,
    `rrl-ratelimit: 0`, its own config/pid/zone files in a temp dir), so both serve the same records.
-4. dnsperf (core 0) replays the same query file against each: 60% A, 15% SRV, 15% AAAA (NODATA),
-   10% NXDOMAIN. Reported: queries/s, latency, loss, and the Isthmus/NSD ratio.
+4. dnsperf (core 0) replays the same query file against each, rounds alternating between servers:
+   60% A, 15% SRV, 15% AAAA (NODATA), 10% NXDOMAIN. Reported: queries/s, latency, loss, the ratio
+   to NSD, and the server's CPU time per answered query (its process tree's schedstat), which
+   noisy neighbours disturb far less than q/s.
 5. Update latency: a ServiceImport's VIP is changed through the API; the time until `isthmus dns`
    answers the new VIP is measured (write sent → answer seen, and write acknowledged → answer seen).
+6. All cores: `isthmus dns --workers <cores>` and NSD `server-count: <cores>`, nothing pinned,
+   dnsperf with one thread per core.
+
+`--quick`: 100 services, one 1.5 s round per server, the first of `--loops` only (under 30 s).
 
 dnsperf and nsd come from Debian (`apt-get install -y dnsperf nsd`); when missing they are
 installed here if running as root, otherwise the benchmark stops and says so. Only processes this
@@ -33,6 +41,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,9 +104,9 @@ class Children:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    def start(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         out = open(log, "wb")  # kept open for the child's lifetime
-        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         self.procs.append(p)
         return p
 
@@ -109,9 +119,16 @@ class Children:
                 p.kill()
                 p.wait()
 
-    def stop_all(self) -> None:
-        for p in reversed(self.procs):
+    def stop_many(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        """SIGTERM them all, then wait for each (stopping one at a time adds up)."""
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
             self.stop(p)
+
+    def stop_all(self) -> None:
+        self.stop_many(list(reversed(self.procs)))
 
 
 # --- objects --------------------------------------------------------------------------------------
@@ -131,7 +148,7 @@ def plan(n: int) -> list[Svc]:
     return out
 
 
-async def populate(kubeconfig: Path, services: list[Svc]) -> None:
+async def populate(kubeconfig: Path, services: list[Svc], crds_installed: Callable[[], None] = lambda: None) -> None:
     from lightkube import AsyncClient, KubeConfig
     from lightkube.resources.core_v1 import Namespace
     from lightkube.resources.discovery_v1 import EndpointSlice
@@ -152,6 +169,7 @@ async def populate(kubeconfig: Path, services: list[Svc]) -> None:
     try:
         await install_crds(client)
         await client.create(Namespace.from_dict({"metadata": {"name": NS}}))
+        crds_installed()
         sem = asyncio.Semaphore(32)
         ports = [
             {"name": "http", "port": 80, "protocol": "TCP"},
@@ -268,8 +286,9 @@ def zone_file(path: Path, port: int, services: list[Svc]) -> int:
         ]
         if s.kind == "headless":
             names += [(f"pod-{j}.c2.{fqdn(s)}", "A") for j in range(3)]
-    for name, rdtype in names:
-        r = ask(port, name, rdtype)
+    with ThreadPoolExecutor(16) as pool:  # round trips, not CPU: overlap them
+        answers = list(pool.map(lambda q: ask(port, *q), names))
+    for (name, _), r in zip(names, answers, strict=True):
         for rrset in r.answer:
             for rr in rrset:
                 lines.append(f"{name}. 5 IN {dns.rdatatype.to_text(rrset.rdtype)} {rr.to_text()}")
@@ -310,14 +329,15 @@ class Perf:
     rcodes: str
 
 
-def dnsperf(port: int, qfile: Path, seconds: int, outstanding: int, tmp: Path, label: str) -> Perf:
-    argv = pinned(
-        CLIENT_CORE,
-        ["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", str(qfile), "-l", str(seconds),
-         "-q", str(outstanding), "-c", "4", "-t", "5"],
-    )  # fmt: skip
+def dnsperf(
+    port: int, qfile: Path, seconds: float, outstanding: int, tmp: Path, label: str, *, core: str | None, threads: int
+) -> Perf:
+    argv = ["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d", str(qfile), "-l", str(seconds),
+            "-q", str(outstanding), "-c", "4", "-t", "5", "-T", str(threads)]  # fmt: skip
+    argv = pinned(core, argv) if core else argv
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    (tmp / f"dnsperf-{label}.txt").write_text(out)
+    safe = re.sub(r"[^\w.-]+", "_", label)
+    (tmp / f"dnsperf-{safe}.txt").write_text(out)
 
     def num(pattern: str) -> float:
         m = re.search(pattern, out)
@@ -388,18 +408,57 @@ async def update_latency(
     return from_send, from_ack
 
 
+# --- CPU accounting -----------------------------------------------------------------------------
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants (NSD forks its servers; `isthmus dns --workers` its workers)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process tree so far (schedstat: nanoseconds, not 10 ms ticks)."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:  # exited meanwhile
+            pass
+    return total / 1e9
+
+
 # --- main -----------------------------------------------------------------------------------------
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--services", type=int, default=1000)
-    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--outstanding", type=int, default=100, help="dnsperf -q")
     ap.add_argument("--rounds", type=int, default=3, help="alternating dnsperf rounds per server")
     ap.add_argument("--update-samples", type=int, default=20)
+    ap.add_argument(
+        "--udp-batches", default="64,0", help="isthmus --udp-batch values to run on one core (0: recvfrom/sendto)"
+    )
+    ap.add_argument("--loops", default="uvloop,asyncio", help="event loops to run isthmus on (batch: the first)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="all-cores run: --workers and NSD server-count")
+    ap.add_argument("--quick", action="store_true", help="small and short (< 30 s in all)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, zone, dnsperf output)")
     args = ap.parse_args()
+    if args.quick:
+        args.services, args.seconds, args.rounds, args.update_samples = 100, 1.5, 1, 5
+        args.loops = args.loops.split(",")[0]
     ensure_tools()
     tmp = Path(tempfile.mkdtemp(prefix="isthmus-bench-dns-"))
     kids = Children()
@@ -413,7 +472,115 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+@dataclass
+class Server:
+    label: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    runs: list[Perf]
+    core: str | None = None
+    """Pinned to this core (once answering)."""
+    cpu: float = 0.0
+    """Server CPU seconds over the measured rounds."""
+
+
+def nsd_conf(tmp: Path, name: str, port: int, count: int, zone: Path) -> Path:
+    d = tmp / name
+    d.mkdir()
+    conf = d / "nsd.conf"
+    conf.write_text(
+        f"""server:
+    ip-address: 127.0.0.1@{port}
+    port: {port}
+    server-count: {count}
+    username: ""
+    chroot: ""
+    zonesdir: "{d}"
+    pidfile: "{d}/nsd.pid"
+    database: ""
+    zonelistfile: "{d}/zone.list"
+    xfrdfile: "{d}/xfrd.state"
+    xfrdir: "{d}"
+    logfile: "{d}/nsd.log"
+    verbosity: 0
+    do-ip6: no
+    hide-version: yes
+    rrl-ratelimit: 0
+remote-control:
+    control-enable: no
+zone:
+    name: {ZONE}
+    zonefile: "{zone}"
+"""
+    )
+    return conf
+
+
+def isthmus_dns(
+    kids: Children, tmp: Path, kubeconfig: Path, label: str, *, core: str | None, loop: str, batch: int, workers: int
+) -> Server:
+    port = free_port()
+    argv = [PY, "-m", "isthmus", "dns", "--kubeconfig", str(kubeconfig), "--cluster-id", "c1",
+            "--listen", f"127.0.0.1:{port}", "--log-level", "warning", "--udp-batch", str(batch),
+            "--workers", str(workers)]  # fmt: skip
+    env = {**os.environ, "ISTHMUS_EVENT_LOOP": loop}
+    safe = re.sub(r"[^\w.-]+", "_", label)
+    proc = kids.start(argv, tmp / f"{safe}.log", env=env)  # pinned once answering: start-up on all cores
+    return Server(label, port, proc, [], core)
+
+
+def pin(server: Server) -> None:
+    """Every thread of the server's process to its core (what taskset -a -p does)."""
+    if server.core is None or not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2:
+        return
+    for tid in os.listdir(f"/proc/{server.proc.pid}/task"):
+        os.sched_setaffinity(int(tid), {int(server.core)})
+
+
+def measure(
+    servers: list[Server], args: argparse.Namespace, qfile: Path, tmp: Path, *, core: str | None, threads: int
+) -> None:
+    """Alternate the servers over the rounds so a noisy neighbour hurts them alike; CPU per server."""
+    warm = 0.5 if args.quick else 2.0
+    for s in servers:
+        dnsperf(s.port, qfile, warm, args.outstanding, tmp, f"{s.label}-warmup", core=core, threads=threads)
+    for rnd in range(args.rounds):
+        for s in servers:
+            c0 = cpu_seconds(s.proc.pid)
+            s.runs.append(dnsperf(s.port, qfile, args.seconds, args.outstanding, tmp, f"{s.label}-{rnd}", core=core, threads=threads))
+            s.cpu += cpu_seconds(s.proc.pid) - c0
+
+
+def report(title: str, servers: list[Server], ref: Server, target: str) -> None:
+    print()
+    print(title)
+    print(
+        f"{'server':<34}{'q/s':>10}{'avg ms':>9}{'sd ms':>8}{'sent':>10}{'lost':>7}{'µs CPU/q':>10}{'ratio':>7}  rounds q/s"
+    )
+    for s in servers:
+        p = _median_run(s.runs)
+        done = sum(r.completed for r in s.runs)
+        us = s.cpu / done * 1e6 if done else float("nan")
+        ratio = p.qps / _median_run(ref.runs).qps if s is not ref else 1.0
+        rounds = ", ".join(f"{r.qps:,.0f}" for r in s.runs)
+        print(
+            f"{s.label:<34}{p.qps:>10,.0f}{p.avg_ms:>9.3f}{p.stddev_ms:>8.3f}{p.sent:>10}"
+            f"{sum(r.lost for r in s.runs):>7}{us:>10.2f}{ratio:>7.2f}  {rounds}"
+        )
+    print(f"  ratio = q/s / {ref.label}'s (median rounds); lost = all rounds; {target}")
+
+
 def run(args: argparse.Namespace, tmp: Path, kids: Children) -> None:
+    from isthmus.runtime.loop import loop_name
+
+    t_start = time.monotonic()
+    lap = [t_start]
+
+    def mark(what: str) -> None:
+        if os.environ.get("BENCH_LAPS"):
+            print(f"  [{what}: {time.monotonic() - lap[0]:.1f}s]", flush=True)
+        lap[0] = time.monotonic()
+
     services = plan(args.services)
     api_port = free_port()
     api = kids.start(
@@ -427,105 +594,86 @@ def run(args: argparse.Namespace, tmp: Path, kids: Children) -> None:
         if api.poll() is not None or time.monotonic() > end:
             sys.exit(f"apiserver did not start; see {tmp / 'apiserver.log'}")
         time.sleep(0.1)
+    mark("apiserver start")
+
+    # One core: every isthmus variant and NSD pinned to ISTHMUS_CORE, dnsperf to CLIENT_CORE.
+    batches = [int(b) for b in args.udp_batches.split(",") if b.strip()]
+    loops = [loop_name(x.strip()) for x in args.loops.split(",") if x.strip()]
+    n = args.workers
+    one: list[Server] = []
+    multi: list[Server] = []
+
+    def start_servers() -> None:
+        """Started once the CRDs exist, so their start-up overlaps the writes; idle until measured."""
+        for loop in loops:
+            for batch in batches if loop == loops[0] else batches[:1]:
+                io = f"mmsg x{batch}" if batch else "recvfrom/sendto"
+                one.append(isthmus_dns(kids, tmp, kubeconfig, f"isthmus {loop} {io}", core=ISTHMUS_CORE,
+                                       loop=loop, batch=batch, workers=1))  # fmt: skip
+        multi.append(isthmus_dns(kids, tmp, kubeconfig, f"isthmus {loops[0]} --workers {n}", core=None,
+                                 loop=loops[0], batch=batches[0], workers=n))  # fmt: skip
+
     t = time.monotonic()
-    asyncio.run(populate(kubeconfig, services))
+    asyncio.run(populate(kubeconfig, services, start_servers))
     print(f"apiserver: {len(services)} ServiceImports written in {time.monotonic() - t:.1f}s", flush=True)
-
-    dns_port = free_port()
-    isthmus = kids.start(
-        pinned(ISTHMUS_CORE, [PY, "-m", "isthmus", "dns", "--kubeconfig", str(kubeconfig), "--cluster-id", "c1",
-                              "--listen", f"127.0.0.1:{dns_port}", "--log-level", "warning"]),
-        tmp / "isthmus-dns.log",
-    )  # fmt: skip
     t = time.monotonic()
-    wait_answering(dns_port, fqdn(services[-1]), isthmus)
-    print(f"isthmus dns: answering after {time.monotonic() - t:.2f}s (start + informer sync)", flush=True)
+    for s in one:
+        wait_answering(s.port, fqdn(services[-1]), s.proc)
+        pin(s)
+    print(f"isthmus dns x{len(one)}: all answering {time.monotonic() - t:.2f}s after the writes", flush=True)
 
+    mark("isthmus start")
     qfile = tmp / "queries.txt"
     mix = query_file(qfile, services)
     zone = tmp / f"{ZONE}.zone"
-    records = zone_file(zone, dns_port, services)
-    nsd_port = free_port()
-    conf = tmp / "nsd.conf"
-    conf.write_text(
-        f"""server:
-    ip-address: 127.0.0.1@{nsd_port}
-    port: {nsd_port}
-    server-count: 1
-    username: ""
-    chroot: ""
-    zonesdir: "{tmp}"
-    pidfile: "{tmp}/nsd.pid"
-    database: ""
-    zonelistfile: "{tmp}/zone.list"
-    xfrdfile: "{tmp}/xfrd.state"
-    xfrdir: "{tmp}"
-    logfile: "{tmp}/nsd.log"
-    verbosity: 0
-    do-ip6: no
-    hide-version: yes
-    rrl-ratelimit: 0
-remote-control:
-    control-enable: no
-zone:
-    name: {ZONE}
-    zonefile: "{zone}"
-"""
-    )
+    records = zone_file(zone, one[0].port, services)
+    mark("zone file")
     nsd_bin = shutil.which("nsd") or "/usr/sbin/nsd"
-    nsd = kids.start(pinned(ISTHMUS_CORE, [nsd_bin, "-d", "-c", str(conf)]), tmp / "nsd.stdout")
-    wait_answering(nsd_port, fqdn(services[-1]), nsd)
-    print(
-        f"nsd: serving the same {records} records (+ SOA/NS) on core {ISTHMUS_CORE}, rrl-ratelimit 0",
-        flush=True,
-    )
+    nsd_port = free_port()
+    conf = nsd_conf(tmp, "nsd1", nsd_port, 1, zone)
+    nsd = Server("nsd (server-count 1)", nsd_port, kids.start(pinned(ISTHMUS_CORE, [nsd_bin, "-d", "-c", str(conf)]), tmp / "nsd1.out"), [])
+    nsd_n_port = free_port()  # started now, idle until measured (its start-up overlaps)
+    conf = nsd_conf(tmp, "nsdN", nsd_n_port, n, zone)
+    nsd_n = Server(f"nsd (server-count {n})", nsd_n_port, kids.start([nsd_bin, "-d", "-c", str(conf)], tmp / "nsdN.out"), [])
+    wait_answering(nsd_port, fqdn(services[-1]), nsd.proc)
+    print(f"nsd: serving the same {records} records (+ SOA/NS), rrl-ratelimit 0", flush=True)
     print(f"query mix ({sum(mix.values())} queries, looped): {mix}", flush=True)
-
-    # Alternate the servers over several rounds so a noisy neighbour hurts both alike; report medians.
-    runs: dict[str, list[Perf]] = {"isthmus": [], "nsd": []}
-    for label, port in (("isthmus", dns_port), ("nsd", nsd_port)):
-        dnsperf(port, qfile, 2, args.outstanding, tmp, f"{label}-warmup")
-    for rnd in range(args.rounds):
-        for label, port in (("isthmus", dns_port), ("nsd", nsd_port)):
-            runs[label].append(dnsperf(port, qfile, args.seconds, args.outstanding, tmp, f"{label}-{rnd}"))
-    results = {label: _median_run(rs) for label, rs in runs.items()}
-
+    mark("setup")
+    measure([*one, nsd], args, qfile, tmp, core=CLIENT_CORE, threads=1)
+    mark("one core")
     samples_send, samples_ack = asyncio.run(
-        update_latency(kubeconfig, dns_port, services[0].name, args.update_samples)
+        update_latency(kubeconfig, one[0].port, services[0].name, args.update_samples)
     )
-    try:
-        metrics_rss = _rss_mb(isthmus.pid)
-    except OSError:  # pragma: no cover
-        metrics_rss = float("nan")
+    rss = _rss_mb(one[0].proc.pid)
+
+    # All cores: --workers N and NSD server-count N, nothing pinned (dnsperf shares the cores).
+    wait_answering(multi[0].port, fqdn(services[-1]), multi[0].proc)
+    wait_answering(nsd_n.port, fqdn(services[-1]), nsd_n.proc)
+    mark("update latency")
+    measure([multi[0], nsd_n], args, qfile, tmp, core=None, threads=min(n, 4))
+    mark("all cores")
 
     print()
     print(
-        f"dnsperf: {args.rounds} alternating rounds of {args.seconds}s per server (median round shown), "
-        f"{args.outstanding} outstanding, 4 sockets, client on core {CLIENT_CORE}"
+        f"dnsperf: {args.rounds} alternating round(s) of {args.seconds}s per server (median shown), "
+        f"{args.outstanding} outstanding, 4 sockets; {len(services)} services; {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f}; isthmus event loop as labelled (ISTHMUS_EVENT_LOOP)"
     )
-    for label, rs in runs.items():
-        print(
-            f"  {label} rounds q/s: {', '.join(f'{p.qps:,.0f}' for p in rs)}; lost {sum(p.lost for p in rs)}"
-        )
-    print(
-        f"{'server':<10}{'q/s':>12}{'avg ms':>10}{'max ms':>10}{'sd ms':>9}{'sent':>10}{'lost':>8}{'lost %':>8}  rcodes"
+    report(
+        f"one core (servers on core {ISTHMUS_CORE}, dnsperf on core {CLIENT_CORE}, 1 worker):",
+        [*one, nsd], nsd, "target: isthmus >= 0.8 x NSD, 0 lost",
     )
-    for label, p in results.items():
-        lost_pct = 100.0 * p.lost / p.sent if p.sent else float("nan")
-        print(
-            f"{label:<10}{p.qps:>12,.0f}{p.avg_ms:>10.3f}{p.max_ms:>10.2f}{p.stddev_ms:>9.3f}"
-            f"{p.sent:>10}{p.lost:>8}{lost_pct:>7.3f}%  {p.rcodes}"
-        )
-    ratio = results["isthmus"].qps / results["nsd"].qps if results["nsd"].qps else float("nan")
-    print(
-        f"ratio isthmus/nsd: {ratio:.2f}   (targets: isthmus >= 40,000 q/s on one core, ratio >= 0.3, 0% lost)"
+    report(
+        f"all cores (isthmus --workers {n}, NSD server-count {n}, nothing pinned, dnsperf -T {min(n, 4)}):",
+        [multi[0], nsd_n], nsd_n, "the client shares the cores, so both are capped by it",
     )
-    print(f"isthmus dns RSS: {metrics_rss:.0f} MB")
+    print(f"isthmus dns RSS (1 worker): {rss:.0f} MB")
     print(
         f"update latency (ServiceImport VIP change → new answer, {len(samples_send)} samples): "
         f"from write sent median {statistics.median(samples_send):.1f} ms, p95 {_p95(samples_send):.1f} ms; "
         f"from write acknowledged median {statistics.median(samples_ack):.2f} ms, p95 {_p95(samples_ack):.2f} ms"
     )
+    print(f"(benchmark took {time.monotonic() - t_start:.0f}s)")
 
 
 def _median_run(runs: list[Perf]) -> Perf:

@@ -220,3 +220,42 @@ def test_mutated_queries_never_raise(junk: bytes, at: int) -> None:
     if resp is not None:
         assert resp[:2] == mutated[:2]
     assert struct.unpack(">H", (c.answer(bytes(wire)) or b"\0\0\0\0\0\0\0\0")[6:8])[0] == 1  # still answers
+
+
+@pytest.mark.parametrize("edns", [False, True])
+@pytest.mark.parametrize(("rd", "cd"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize(
+    ("name", "rdtype", "rcode", "answers"),
+    [
+        (BASE, "A", dns.rcode.NOERROR, 1),
+        (BASE, "AAAA", dns.rcode.NOERROR, 0),  # NODATA
+        (BASE.upper(), "AAAA", dns.rcode.NOERROR, 0),
+        ("nope.ns.svc.clusterset.local", "A", dns.rcode.NXDOMAIN, 0),
+        ("NoPe.ns.svc.clusterset.local", "A", dns.rcode.NXDOMAIN, 0),
+    ],
+)
+def test_flags_rcode_and_soa_on_cached_and_negative_answers(
+    rd: int, cd: int, edns: bool, name: str, rdtype: str, rcode: int, answers: int
+) -> None:
+    c = make_cache()
+    q = dns.message.make_query(name, rdtype, use_edns=0 if edns else False)
+    q.flags = (dns.flags.RD if rd else 0) | (dns.flags.CD if cd else 0)
+    r = dns.message.from_wire(c.answer(q.to_wire()) or b"")
+    assert q.is_response(r) and r.rcode() == rcode and len(r.answer) == answers
+    assert str(r.question[0].name) == name + "."
+    assert bool(r.flags & dns.flags.RD) == bool(rd) and bool(r.flags & dns.flags.CD) == bool(cd)
+    assert r.flags & dns.flags.AA and r.flags & dns.flags.QR and (r.edns == 0) == edns
+    if not answers:
+        (soa,) = r.authority
+        assert soa.rdtype == dns.rdatatype.SOA and str(soa.name) == "clusterset.local."
+
+
+def test_a_zero_byte_inside_a_label_is_not_the_end_of_the_name() -> None:
+    """The cached name's own wire form, as the content of one label: not an answer for it."""
+    c = make_cache()
+    inner = name_to_wire(BASE) + b"\x00\x01\x00\x01"
+    qname = bytes([len(inner)]) + inner + name_to_wire("shop.svc.clusterset.local")
+    wire = b"\x12\x34\x01\x00" + b"\x00\x01\x00\x00\x00\x00\x00\x00" + qname + b"\x00\x01\x00\x01"
+    resp = c.answer(wire) or b""
+    assert resp[:2] == b"\x12\x34" and resp[3] & 0x0F == dns.rcode.NXDOMAIN
+    assert struct.unpack(">H", resp[6:8])[0] == 0  # no answer records

@@ -11,13 +11,14 @@ import weakref
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from isthmus.runtime import REGISTRY
 
-__all__ = ["LATENCY_BUCKETS", "TCP_CLOSE_REASONS", "DnsStats", "qtype_name", "rcode_name"]
+__all__ = ["LATENCY_BUCKETS", "TCP_CLOSE_REASONS", "DnsStats", "add_snapshots", "qtype_name", "rcode_name"]
 
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.1,
@@ -47,9 +48,15 @@ def rcode_name(rcode: int) -> str:
 
 
 class DnsStats:
-    """Counters of one server; mutated only from the event loop thread."""
+    """Counters of one server; mutated only from the event loop thread.
 
-    def __init__(self) -> None:
+    With `--workers` the parent holds one per worker (`worker` is its index), kept up to date from
+    the snapshots the worker sends (`snapshot`, `load`)."""
+
+    def __init__(self, worker: int | None = None) -> None:
+        self.worker = worker
+        self.restarts = 0
+        """Times the parent restarted this worker."""
         self.queries: defaultdict[tuple[int, int], int] = defaultdict(int)
         """(qtype, rcode) → answered queries."""
         self.hits = 0
@@ -71,6 +78,51 @@ class DnsStats:
     def observe_ns(self, ns: int) -> None:
         self.latency[bisect_left(_BOUNDS_NS, ns)] += 1
         self.latency_sum_ns += ns
+
+    def observe_many(self, ns: int, count: int) -> None:
+        """`count` answers that each took `ns` (a batch answered together)."""
+        self.latency[bisect_left(_BOUNDS_NS, ns)] += count
+        self.latency_sum_ns += ns * count
+
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything as JSON-able values (a worker sends this to the parent)."""
+        return {
+            "queries": [[qt, rc, n] for (qt, rc), n in list(self.queries.items())],
+            "hits": self.hits,
+            "misses": self.misses,
+            "dropped": self.dropped,
+            "latency": list(self.latency),
+            "latency_sum_ns": self.latency_sum_ns,
+            "records": self.records,
+            "ready": self.ready,
+            "tcp_connections": self.tcp_connections,
+            "tcp_closed": dict(self.tcp_closed),
+        }
+
+    def load(self, snap: dict[str, Any]) -> None:
+        """Become a snapshot (the parent's copy of a worker's counters)."""
+        self.queries = defaultdict(int, {(qt, rc): n for qt, rc, n in snap["queries"]})
+        self.latency = list(snap["latency"])
+        self.tcp_closed = {r: snap["tcp_closed"].get(r, 0) for r in TCP_CLOSE_REASONS}
+        for attr in ("hits", "misses", "dropped", "latency_sum_ns", "records", "ready", "tcp_connections"):
+            setattr(self, attr, snap[attr])
+
+
+def add_snapshots(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """`b` with the counters of `a` added (gauges are `b`'s): a restarted worker's counters go on
+    from where its predecessor's stopped."""
+    queries: defaultdict[tuple[int, int], int] = defaultdict(int)
+    for src in (a["queries"], b["queries"]):
+        for qt, rc, n in src:
+            queries[(qt, rc)] += n
+    out = dict(b)
+    out["queries"] = [[qt, rc, n] for (qt, rc), n in queries.items()]
+    for attr in ("hits", "misses", "dropped", "latency_sum_ns"):
+        out[attr] = a[attr] + b[attr]
+    out["latency"] = [x + y for x, y in zip(a["latency"], b["latency"], strict=True)]
+    out["tcp_closed"] = {r: a["tcp_closed"].get(r, 0) + b["tcp_closed"].get(r, 0) for r in TCP_CLOSE_REASONS}
+    return out
 
 
 _LIVE: weakref.WeakSet[DnsStats] = weakref.WeakSet()
@@ -119,6 +171,21 @@ class _DnsCollector(Collector):
         ready = GaugeMetricFamily("isthmus_dns_ready", "1 once the informers synced and answers are served.")
         ready.add_metric([], 1 if live and all(s.ready for s in live) else 0)
         yield ready
+        workers = sorted((s for s in live if s.worker is not None), key=lambda s: s.worker or 0)
+        if workers:
+            answered = CounterMetricFamily(
+                "isthmus_dns_worker_queries",
+                "DNS queries answered by each --workers process (restarts included).",
+                labels=["worker"],
+            )
+            restarts = CounterMetricFamily(
+                "isthmus_dns_worker_restarts", "Times a --workers process died and was restarted.", labels=["worker"]
+            )
+            for s in workers:
+                answered.add_metric([str(s.worker)], sum(s.queries.values()))
+                restarts.add_metric([str(s.worker)], s.restarts)
+            yield answered
+            yield restarts
         hist = HistogramMetricFamily(
             "isthmus_dns_request_duration_seconds",
             "Time from receiving a query to handing its response to the kernel.",

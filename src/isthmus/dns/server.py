@@ -24,14 +24,19 @@ from itertools import chain, islice
 from time import perf_counter_ns
 from typing import cast
 
+from isthmus.dns.mmsg import ADDR, SLOT, MmsgSocket
+from isthmus.dns.mmsg import load as load_mmsg
 from isthmus.dns.wire import WireCache
 
-__all__ = ["DnsServer", "TcpLimits", "parse_listen"]
+__all__ = ["DnsServer", "TcpLimits", "bind_pair", "parse_listen"]
 
 log = logging.getLogger(__name__)
 
 UDP_BATCH = 256
 """Datagrams answered per readiness callback before yielding to the loop."""
+UDP_MMSG_BATCH = 64
+"""Datagrams per recvmmsg/sendmmsg call (0: recvfrom/sendto). See docs/dns.md for the measurements."""
+_MMSG = load_mmsg()
 SOCKET_BUFFER = 4 << 20
 TCP_LOG_INTERVAL = 60.0
 """At most one log line per this many seconds about connections closed for stalling or to make room."""
@@ -105,13 +110,17 @@ def _family(host: str) -> socket.AddressFamily:
 
 
 class _Udp:
-    """One UDP socket served by a reader callback on the loop."""
+    """One UDP socket served by a reader callback on the loop: batched (recvmmsg/sendmmsg) when
+    `mm` is given, else one recvfrom/sendto pair per datagram."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, cache: WireCache) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, cache: WireCache, mm: MmsgSocket | None
+    ) -> None:
         self.loop = loop
         self.sock = sock
         self.cache = cache
-        loop.add_reader(sock.fileno(), self._readable)
+        self.mm = mm
+        loop.add_reader(sock.fileno(), self._readable if mm is None else self._readable_batched)
 
     def _readable(self) -> None:
         recv = self.sock.recvfrom
@@ -137,8 +146,58 @@ class _Udp:
                 continue
             observe(perf_counter_ns() - t0)
 
+    def _readable_batched(self) -> None:
+        """Up to `mm.batch` queries in, their answers out in one sendmmsg, repeated while batches
+        come back full (bounded by UDP_BATCH). A short batch means the socket is drained: return
+        to the loop rather than pay a recvmmsg that finds nothing (epoll wakes us again)."""
+        mm = self.mm
+        assert mm is not None
+        recv = mm.recv
+        rbuf = mm.rbuf
+        sbuf = mm.sbuf
+        addrs = mm.addrs
+        lens = mm.lens
+        len_index = mm.len_index
+        slens = mm.slens
+        batch = mm.batch
+        answer = self.cache.answer
+        stats = self.cache.stats
+        done = 0
+        while done < UDP_BATCH:
+            try:
+                n = recv()
+            except OSError:  # e.g. a queued ICMP error: nothing to answer, keep draining
+                done += 1
+                continue
+            if not n:
+                return
+            t0 = perf_counter_ns()
+            j = 0
+            for i in range(n):
+                start = i * SLOT
+                resp = answer(rbuf[start : start + lens[len_index[i]]])
+                if resp is None:
+                    continue
+                out = j * SLOT
+                sbuf[out : out + len(resp)] = resp
+                slens[2 * j + 1] = len(resp)
+                if i != j:  # an earlier query got no answer: this peer's address moves to slot j
+                    addrs[j * ADDR : j * ADDR + ADDR] = addrs[i * ADDR : i * ADDR + ADDR]
+                j += 1
+            if j:
+                failed = mm.send(j)
+                if failed:
+                    stats.dropped += failed
+                # every answer of the batch waited for the whole batch: that is its latency
+                stats.observe_many(perf_counter_ns() - t0, j - failed)
+            done += n
+            if n < batch:
+                return
+
     def close(self) -> None:
         self.loop.remove_reader(self.sock.fileno())
+        if self.mm is not None:
+            self.mm.close()
         self.sock.close()
 
 
@@ -267,9 +326,17 @@ class DnsServer:
     """
 
     def __init__(
-        self, cache: WireCache, addrs: Sequence[tuple[str, int]], *, tcp: TcpLimits | None = None
+        self,
+        cache: WireCache,
+        addrs: Sequence[tuple[str, int]],
+        *,
+        tcp: TcpLimits | None = None,
+        udp_batch: int = UDP_MMSG_BATCH,
     ) -> None:
+        if udp_batch < 0:
+            raise ValueError("--udp-batch must be 0 (recvfrom/sendto) or more")
         self.cache = cache
+        self.udp_batch = udp_batch if _MMSG is not None else 0
         self.addrs = list(addrs)
         self.tcp = tcp if tcp is not None else TcpLimits()
         self.bound: list[tuple[str, int]] = []
@@ -282,6 +349,11 @@ class DnsServer:
         self._logged = dict(cache.stats.tcp_closed)
         self._log_at = 0.0
         self._log_later: asyncio.TimerHandle | None = None
+
+    @property
+    def udp_io(self) -> str:
+        """How UDP is read and written, for logs and benchmark output."""
+        return f"recvmmsg/sendmmsg x{self.udp_batch}" if self.udp_batch else "recvfrom/sendto"
 
     # ---- TCP connection bookkeeping (event loop thread only) ---------------------------------------
 
@@ -376,27 +448,23 @@ class DnsServer:
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Bind every address; OSError (address in use, not permitted) propagates after cleanup."""
+    async def start(self, sockets: Sequence[tuple[socket.socket, socket.socket]] | None = None) -> None:
+        """Bind every address, or serve `sockets` ((UDP, listening TCP) per address, bound by a
+        parent process: `--workers`); OSError (address in use, not permitted) propagates after
+        cleanup."""
         loop = asyncio.get_running_loop()
         try:
-            for host, port in self.addrs:
-                for attempt in range(20):
-                    udp = _udp_socket(host, port)
-                    actual = udp.getsockname()[1]
-                    try:
-                        tcp = _tcp_socket(host, actual)
-                    except OSError as e:
-                        udp.close()
-                        if port == 0 and e.errno == errno.EADDRINUSE and attempt < 19:
-                            continue  # the free UDP port is taken on TCP: try another
-                        raise
-                    break
-                self._udp.append(_Udp(loop, udp, self.cache))
+            for k, (host, port) in enumerate(self.addrs):
+                udp, tcp = sockets[k] if sockets is not None else bind_pair(host, port)
+                actual = udp.getsockname()[1]
+                mm = MmsgSocket(udp, _MMSG, self.udp_batch) if self.udp_batch and _MMSG is not None else None
+                self._udp.append(_Udp(loop, udp, self.cache, mm))
                 server = await loop.create_server(lambda: _TcpProtocol(self), sock=tcp)
                 self._tcp.append(server)
                 self.bound.append((host, actual))
-                log.info("dns listening", extra={"addr": _fmt(host, actual), "proto": "udp+tcp"})
+                log.info(
+                    "dns listening", extra={"addr": _fmt(host, actual), "proto": "udp+tcp", "udp_io": self.udp_io}
+                )
         except BaseException:
             await self.stop()
             raise
@@ -423,10 +491,30 @@ def _fmt(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _udp_socket(host: str, port: int) -> socket.socket:
+def bind_pair(host: str, port: int, *, reuse_port: bool = False) -> tuple[socket.socket, socket.socket]:
+    """A bound UDP socket and a listening TCP socket on the same port (port 0: a free one for
+    both). `reuse_port`: SO_REUSEPORT on both, so several worker processes share the address and
+    the kernel spreads datagrams and connections over them."""
+    for attempt in range(20):
+        udp = _udp_socket(host, port, reuse_port)
+        actual = udp.getsockname()[1]
+        try:
+            tcp = _tcp_socket(host, actual, reuse_port)
+        except OSError as e:
+            udp.close()
+            if port == 0 and e.errno == errno.EADDRINUSE and attempt < 19:
+                continue  # the free UDP port is taken on TCP: try another
+            raise
+        return udp, tcp
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _udp_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     fam = _family(host)
     sock = socket.socket(fam, socket.SOCK_DGRAM)
     try:
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if fam == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
@@ -442,11 +530,13 @@ def _udp_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _tcp_socket(host: str, port: int) -> socket.socket:
+def _tcp_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     fam = _family(host)
     sock = socket.socket(fam, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if fam == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind((host, port))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ from lightkube import AsyncClient
 
 from isthmus.api.mcs import CLUSTERSET_DOMAIN
 from isthmus.dns.metrics import DnsStats
-from isthmus.dns.server import DnsServer, TcpLimits
+from isthmus.dns.server import UDP_MMSG_BATCH, DnsServer, TcpLimits
 from isthmus.dns.source import CLUSTERSET_DNS_VERSION, KUBE_DNS_VERSION, DnsSource
 from isthmus.dns.wire import DEFAULT_MAX_UDP, WireCache, name_to_wire
 from isthmus.runtime import HealthServer, SharedInformerFactory
@@ -50,15 +51,25 @@ class DnsConfig:
     sync_timeout: float | None = None
     versions: dict[str, str] = field(default_factory=dict)
     tcp: TcpLimits = field(default_factory=TcpLimits)
+    udp_batch: int = UDP_MMSG_BATCH
+    """Datagrams per recvmmsg/sendmmsg; 0 reads and writes one at a time (recvfrom/sendto)."""
 
 
 class DnsService:
     """One cluster's authoritative DNS server."""
 
     def __init__(
-        self, client: AsyncClient, config: DnsConfig, factory: SharedInformerFactory | None = None
+        self,
+        client: AsyncClient,
+        config: DnsConfig,
+        factory: SharedInformerFactory | None = None,
+        *,
+        sockets: Sequence[tuple[socket.socket, socket.socket]] | None = None,
     ) -> None:
+        """`sockets`: (UDP, TCP) per `config.listen` address, already bound (a `--workers` process
+        gets them from its parent) instead of binding them here."""
         self.config = config
+        self._sockets = sockets
         zones = [validate_zone(z) for z in config.zones]
         local_zone = validate_zone(config.local_zone) if config.local_zone else None
         if local_zone in zones:
@@ -81,7 +92,7 @@ class DnsService:
             local_zone=local_zone,
             cluster_names=config.cluster_names,
         )
-        self.server = DnsServer(self.cache, config.listen, tcp=config.tcp)
+        self.server = DnsServer(self.cache, config.listen, tcp=config.tcp, udp_batch=config.udp_batch)
         self.health: HealthServer | None = None
         self._sync_task: asyncio.Task[bool] | None = None
 
@@ -100,7 +111,7 @@ class DnsService:
             self.health.add_readiness_check("dns-synced", lambda: self.cache.ready)
             await self.health.start(self.config.metrics_addr)
         try:
-            await self.server.start()
+            await self.server.start(self._sockets)
         except BaseException:
             if self.health is not None:
                 await self.health.stop()

@@ -63,8 +63,10 @@ _QUERY_COUNTS = b"\x00\x01\x00\x00\x00\x00"  # QD=1 AN=0 NS=0
 _PACK_RR = struct.Struct(">HHIH").pack
 _PACK_COUNTS = struct.Struct(">HHHH").pack
 
-# An answer ready to splice: (byte-3 flags, counts without OPT, counts with OPT, body, stat key).
-Entry = tuple[int, bytes, bytes, bytes, tuple[int, int]]
+# An answer ready to splice: (flags + counts without OPT, the same with OPT, body, stat key, counts).
+# The first two hold one header per combination of the query's RD and CD bits (index: RD | CD >> 3),
+# so a hit copies a header instead of building one.
+Entry = tuple[tuple[bytes, ...], tuple[bytes, ...], bytes, tuple[int, int], bytes]
 
 
 def name_to_wire(name: str) -> bytes:
@@ -103,12 +105,13 @@ def _answer_rr(rtype: int, ttl: int, rdata: bytes) -> bytes:
 
 def _entry(qtype: int, rrs: Sequence[bytes], ns: int = 0, authority: bytes = b"") -> Entry:
     an = len(rrs)
+    flags = [bytes((0x84 | (x & 1), (x & 2) << 3 | NOERROR)) for x in range(4)]
     return (
-        NOERROR,
-        _PACK_COUNTS(1, an, ns, 0),
-        _PACK_COUNTS(1, an, ns, 1),
+        tuple(f + _PACK_COUNTS(1, an, ns, 0) for f in flags),
+        tuple(f + _PACK_COUNTS(1, an, ns, 1) for f in flags),
         b"".join(rrs) + authority,
         (qtype, NOERROR),
+        _PACK_COUNTS(1, an, ns, 0),
     )
 
 
@@ -270,76 +273,81 @@ class WireCache:
     # ---- answering ---------------------------------------------------------------------------------
 
     def answer(self, data: bytes, tcp: bool = False) -> bytes | None:
-        """The response to one query message, or None to drop it. Never raises."""
+        """The response to one query message, or None to drop it. Never raises.
+
+        One function, not a guard around a parser: a Python call per query is measurable here."""
         try:
-            return self._answer(data, tcp)
+            n = len(data)
+            if n < 12:
+                self.stats.dropped += 1
+                return None
+            f0 = data[2]
+            if f0 & 0xF8 or data[4:10] != _QUERY_COUNTS:  # QR set, opcode != QUERY, or odd counts
+                return self._odd_header(data)
+            # The question as sent is the key when its name is lowercase (almost always): the name ends
+            # at the first zero byte. A zero inside a label cannot make a false hit, since every key is
+            # a whole valid name whose terminator would then sit where this query has a length byte.
+            qend = data.find(0, 12) + 1
+            q4 = qend + 4
+            question = data[12:q4]
+            it = self._entries.get(question) if qend else None
+            if it is not None or (qend and q4 <= n and data[12:qend] in self._names):
+                key = question  # a known name (so a valid one), as cached: no need to walk it
+            else:
+                # walk labels (no compression allowed in a query's question)
+                i = 12
+                ln = data[12]
+                while ln:
+                    if ln > 63:
+                        return _formerr(data, self.stats)
+                    i += ln + 1
+                    ln = data[i]
+                qend = i + 1
+                q4 = qend + 4
+                if q4 > n or qend > 267:
+                    return _formerr(data, self.stats)
+                question = data[12:q4]
+                key = data[12:qend].lower() + data[qend:q4]
+                if key != question:
+                    it = self._entries.get(key)
+            # EDNS0
+            edns = False
+            do = False
+            limit = 65535 if tcp else 512
+            if data[10] or data[11]:
+                if data[10] or data[11] > 1:
+                    return _formerr(data, self.stats)
+                if n >= q4 + 11 and data[q4] == 0 and data[q4 + 1] == 0 and data[q4 + 2] == OPT:
+                    if q4 + 11 + ((data[q4 + 9] << 8) | data[q4 + 10]) > n:
+                        return _formerr(data, self.stats)
+                    edns = True
+                    do = bool(data[q4 + 7] & 0x80)
+                    if data[q4 + 6]:  # EDNS version > 0
+                        return self._badvers(data, q4, do)
+                    if not tcp:
+                        limit = min(max(512, (data[q4 + 3] << 8) | data[q4 + 4]), self.max_udp)
+                elif n < q4 + 11:
+                    return _formerr(data, self.stats)
+                # else: some other additional record (e.g. TSIG we cannot verify): answer without EDNS
+            it = self._entries.get(key)
+            if it is None:
+                return self._miss(data, key, qend, q4, edns, do, limit)
+            headers, headers_edns, body, stat, _ = next(it)
+            stats = self.stats
+            stats.hits += 1
+            stats.queries[stat] += 1
+            if edns:
+                if q4 + len(body) + 11 > limit:
+                    return data[:2] + bytes((0x86 | (f0 & 1), (data[3] & 0x10))) + _TC_EDNS + question + self._opt[do]
+                return data[:2] + headers_edns[(f0 & 1) | (data[3] & 0x10) >> 3] + question + body + self._opt[do]
+            if q4 + len(body) > limit:
+                return data[:2] + bytes((0x86 | (f0 & 1), (data[3] & 0x10))) + _TC_PLAIN + question
+            return data[:2] + headers[(f0 & 1) | (data[3] & 0x10) >> 3] + question + body
         except IndexError:  # ran off the end while parsing
             return _formerr(data, self.stats)
         except Exception:  # pragma: no cover - a bug must cost one answer, not the server
             self.stats.dropped += 1
             return None
-
-    def _answer(self, data: bytes, tcp: bool) -> bytes | None:
-        n = len(data)
-        if n < 12:
-            self.stats.dropped += 1
-            return None
-        f0 = data[2]
-        if f0 & 0xF8 or data[4:10] != _QUERY_COUNTS:  # QR set, opcode != QUERY, or odd counts
-            return self._odd_header(data)
-        # question name: walk labels (no compression allowed in a query's question)
-        i = 12
-        ln = data[12]
-        while ln:
-            if ln > 63:
-                return _formerr(data, self.stats)
-            i += ln + 1
-            ln = data[i]
-        qend = i + 1
-        q4 = qend + 4
-        if q4 > n or qend > 267:
-            return _formerr(data, self.stats)
-        key = data[12:qend].lower() + data[qend:q4]
-        # EDNS0
-        edns = False
-        do = False
-        limit = 65535 if tcp else 512
-        if data[10] or data[11]:
-            if data[10] or data[11] > 1:
-                return _formerr(data, self.stats)
-            if n >= q4 + 11 and data[q4] == 0 and data[q4 + 1] == 0 and data[q4 + 2] == OPT:
-                if q4 + 11 + ((data[q4 + 9] << 8) | data[q4 + 10]) > n:
-                    return _formerr(data, self.stats)
-                edns = True
-                do = bool(data[q4 + 7] & 0x80)
-                if data[q4 + 6]:  # EDNS version > 0
-                    return self._badvers(data, q4, do)
-                if not tcp:
-                    limit = min(max(512, (data[q4 + 3] << 8) | data[q4 + 4]), self.max_udp)
-            elif n < q4 + 11:
-                return _formerr(data, self.stats)
-            # else: some other additional record (e.g. TSIG we cannot verify): answer without EDNS
-        it = self._entries.get(key)
-        if it is None:
-            return self._miss(data, key, qend, q4, edns, do, limit)
-        rcode, counts, counts_edns, body, stat = next(it)
-        stats = self.stats
-        stats.hits += 1
-        stats.queries[stat] += 1
-        flags = bytes((0x84 | (f0 & 0x01), (data[3] & 0x10) | rcode))
-        if edns:
-            if q4 + len(body) + 11 > limit:
-                return (
-                    data[:2]
-                    + bytes((0x86 | (f0 & 1), (data[3] & 0x10)))
-                    + _TC_EDNS
-                    + data[12:q4]
-                    + self._opt[do]
-                )
-            return data[:2] + flags + counts_edns + data[12:q4] + body + self._opt[do]
-        if q4 + len(body) > limit:
-            return data[:2] + bytes((0x86 | (f0 & 1), (data[3] & 0x10))) + _TC_PLAIN + data[12:q4]
-        return data[:2] + flags + counts + data[12:q4] + body
 
     def _miss(self, data: bytes, key: bytes, qend: int, q4: int, edns: bool, do: bool, limit: int) -> bytes:
         stats = self.stats
@@ -347,25 +355,35 @@ class WireCache:
         lname = key[:-4]
         qtype = (key[-4] << 8) | key[-3]
         qclass = (key[-2] << 8) | key[-1]
-        opt = self._opt[do] if edns else b""
         question = data[12:q4]
+        if qclass == CLASS_IN and self.ready and qtype not in (OPT, AXFR, IXFR):
+            # The common misses, NODATA and NXDOMAIN, from precomputed headers.
+            zone = self._names.get(lname)
+            if zone is not None:
+                rcode = NOERROR if lname + b"CNAME" not in self._entries else -1
+            else:
+                zone = self.zone_of(lname)
+                rcode = NXDOMAIN
+            if zone is not None and rcode >= 0:
+                x = (data[2] & 1) | (data[3] & 0x10) >> 3
+                if edns:
+                    out = data[:2] + _NEGATIVE_EDNS[rcode][x] + question + zone.soa_authority + self._opt[do]
+                else:
+                    out = data[:2] + _NEGATIVE[rcode][x] + question + zone.soa_authority
+                if len(out) <= limit:
+                    stats.queries[(qtype, rcode)] += 1
+                    return out
+        opt = self._opt[do] if edns else b""
 
         def reply(rcode: int, an: int = 0, ns: int = 0, body: bytes = b"") -> bytes:
-            stats.queries[(qtype, rcode)] += 1
-            f = bytes((0x84 | (data[2] & 0x01), (data[3] & 0x10) | rcode))
-            counts = _PACK_COUNTS(1, an, ns, 1 if edns else 0)
-            out = data[:2] + f + counts + question + body + opt
-            if len(out) > limit:  # only a huge SOA-less body could do this; keep the header valid
-                f = bytes((0x86 | (data[2] & 0x01), (data[3] & 0x10) | rcode))
-                out = data[:2] + f + _PACK_COUNTS(1, 0, 0, 1 if edns else 0) + question + opt
-            return out
+            return _reply(data, question, stats, qtype, rcode, an, ns, body, opt, limit)
 
         if qtype == OPT:
             return reply(FORMERR)
         if qclass == CLASS_ANY:  # class ANY: answer what class IN has
             it = self._entries.get(lname + key[-4:-2] + b"\x00\x01")
             if it is not None:
-                _, counts, _, body, _ = next(it)
+                _, _, body, _, counts = next(it)
                 return reply(NOERROR, (counts[2] << 8) | counts[3], (counts[4] << 8) | counts[5], body)
         elif qclass != CLASS_IN:
             return reply(REFUSED)
@@ -385,7 +403,7 @@ class WireCache:
             return reply(REFUSED)
         cname = self._entries.get(lname + b"CNAME")
         if cname is not None:
-            _, _, _, body, _ = next(cname)
+            _, _, body, _, _ = next(cname)
             return reply(NOERROR, 1, 0, body)
         return reply(NOERROR, 0, 1, zone.soa_authority)  # NODATA
 
@@ -428,8 +446,31 @@ class WireCache:
         return name_to_wire(name) in self._names
 
 
+_NEGATIVE = {
+    rcode: tuple(bytes((0x84 | (x & 1), (x & 2) << 3 | rcode)) + _PACK_COUNTS(1, 0, 1, 0) for x in range(4))
+    for rcode in (NOERROR, NXDOMAIN)
+}
+"""Header after the ID of a NODATA (NOERROR) or NXDOMAIN answer with the SOA, by RD | CD >> 3."""
+_NEGATIVE_EDNS = {
+    rcode: tuple(bytes((0x84 | (x & 1), (x & 2) << 3 | rcode)) + _PACK_COUNTS(1, 0, 1, 1) for x in range(4))
+    for rcode in (NOERROR, NXDOMAIN)
+}
 _TC_PLAIN = _PACK_COUNTS(1, 0, 0, 0)
 _TC_EDNS = _PACK_COUNTS(1, 0, 0, 1)
+
+
+def _reply(
+    data: bytes, question: bytes, stats: DnsStats, qtype: int, rcode: int, an: int, ns: int, body: bytes,
+    opt: bytes, limit: int,
+) -> bytes:
+    """A response built for a miss (not from the cache)."""
+    stats.queries[(qtype, rcode)] += 1
+    flags = bytes((0x84 | (data[2] & 0x01), (data[3] & 0x10) | rcode))
+    out = data[:2] + flags + _PACK_COUNTS(1, an, ns, 1 if opt else 0) + question + body + opt
+    if len(out) > limit:  # only a huge SOA-less body could do this; keep the header valid
+        flags = bytes((0x86 | (data[2] & 0x01), (data[3] & 0x10) | rcode))
+        out = data[:2] + flags + _PACK_COUNTS(1, 0, 0, 1 if opt else 0) + question + opt
+    return out
 
 
 def _iterate(variants: list[Entry]) -> Iterator[Entry]:
