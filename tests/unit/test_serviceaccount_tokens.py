@@ -75,3 +75,30 @@ def test_node_bound_token_names_the_node_and_needs_it(tmp_path: Path) -> None:
     del objects[("/nodes", "", "n1")]
     with pytest.raises(AuthenticationError, match="service account token has been invalidated"):
         tokens.authenticate_token(token, [])
+
+
+def test_a_remembered_signature_skips_only_the_crypto(tmp_path: Path) -> None:
+    """The second request with a token skips the RS256 check, never the validity checks: a deleted
+    ServiceAccount, an expired token or a rotated key still refuse it."""
+    now = [1_000_000.0]
+    objects: dict[tuple[str, str, str], Any] = {("/serviceaccounts", "ns", "bot"): SA}
+    key = load_or_create_key(tmp_path / "k.key")
+    tokens = ServiceAccountTokens(key, lookup(objects), clock=lambda: now[0])
+    token, _ = tokens.issue(SA, ["https://kubernetes.default.svc.cluster.local"], 3600)
+    assert tokens.authenticate_token(token, []) is not None
+    assert token in tokens._verified
+    assert tokens.authenticate_token(token, []) is not None
+    del objects[("/serviceaccounts", "ns", "bot")]
+    with pytest.raises(AuthenticationError, match="not found"):
+        tokens.authenticate_token(token, [])
+    objects[("/serviceaccounts", "ns", "bot")] = SA
+    now[0] += 7200
+    with pytest.raises(AuthenticationError, match="expired"):
+        tokens.authenticate_token(token, [])
+    now[0] -= 7200
+    tokens.use_keys(load_or_create_key(tmp_path / "other.key"))
+    with pytest.raises(AuthenticationError, match="error in cryptographic primitive"):
+        tokens.authenticate_token(token, [])
+    forged = token.rsplit(".", 1)[0] + ".c2ln"
+    with pytest.raises(AuthenticationError, match="error in cryptographic primitive"):
+        tokens.authenticate_token(forged, [])

@@ -70,6 +70,7 @@ CREDENTIAL_ID_KEY = "authentication.kubernetes.io/credential-id"
 # kube's --service-account-extend-token-expiration: a pod-bound token asked for exactly this many
 # seconds (what kubelets ask for) is valid for a year, with warnafter at the requested expiry.
 WARN_ONLY_EXPIRATION_SECONDS = 3607
+VERIFIED_CACHE_SIZE = 4096
 EXTENDED_EXPIRATION_SECONDS = 365 * 24 * 60 * 60
 LEEWAY = 60.0  # go-jose's jwt.DefaultLeeway, which kube validates with
 
@@ -147,12 +148,17 @@ class ServiceAccountTokens:
         self.api_audiences = tuple(api_audiences)
         self.clock = clock
         self._public_keys = list(public_keys)
+        self._verified: dict[str, None] = {}
+        """Tokens whose signature a current key verified: a JWT's RS256 check costs more than the
+        rest of a request's authentication, and a client sends the same token on every request.
+        Only the signature is remembered; expiry and the bound objects are checked every time."""
 
     def use_keys(self, key: rsa.RSAPrivateKey | None, public_keys: Iterable[rsa.RSAPublicKey] = ()) -> None:
         """Sign with `key` (None: keep the current one), verify with it and `public_keys`."""
         if key is not None:
             self._key = key
         self._public_keys = list(public_keys)
+        self._verified = {}  # keys changed: verify again
 
     @property
     def key(self) -> rsa.RSAPrivateKey:
@@ -225,15 +231,19 @@ class ServiceAccountTokens:
         if header.get("alg") != "RS256":
             raise AuthenticationError("go-jose/go-jose: unexpected signature algorithm "
                                       f"\"{header.get('alg')}\"; expected [\"RS256\"]")
-        signed = f"{parts[0]}.{parts[1]}".encode()
-        for key in self._keys:
-            try:
-                key.verify(signature, signed, padding.PKCS1v15(), hashes.SHA256())
-                break
-            except InvalidSignature:
-                continue
-        else:
-            raise AuthenticationError("go-jose/go-jose: error in cryptographic primitive")
+        if token not in self._verified:
+            signed = f"{parts[0]}.{parts[1]}".encode()
+            for key in self._keys:
+                try:
+                    key.verify(signature, signed, padding.PKCS1v15(), hashes.SHA256())
+                    break
+                except InvalidSignature:
+                    continue
+            else:
+                raise AuthenticationError("go-jose/go-jose: error in cryptographic primitive")
+            self._verified[token] = None
+            if len(self._verified) > VERIFIED_CACHE_SIZE:
+                self._verified.pop(next(iter(self._verified)))
         aud = claims.get("aud")
         token_auds = [aud] if isinstance(aud, str) else [str(a) for a in aud or []]
         if not token_auds:
