@@ -44,11 +44,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from proxy import (
     _Http,
     measure,
-    spawn,
-    wait_ready,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """A child whose first line says READY; its stderr goes to a file (a full pipe would stall it)."""
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=tempfile.TemporaryFile(), text=True, env=env)
+
+
+def wait_ready(p: subprocess.Popen[str], what: str) -> None:
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    if line.strip() != "READY":
+        raise SystemExit(f"{what} failed to start: {line!r} (exit {p.poll()})")
 PY = sys.executable
 NS = "bench"
 CLUSTER = "bench"
