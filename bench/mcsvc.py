@@ -35,11 +35,13 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mcs import CLUSTERS, SvcImport, cli, client, cpu_s, prepare, rss_mb, start
+from mcs import SvcImport, cli, client, cpu_s, prepare, rss_mb, start
 
 from isthmus.api.lb import LoadBalancerPool
 from isthmus.api.mcsvc import GROUP, VERSION, pool_name
 from isthmus.kube.resources import resource_for
+
+CLUSTERS = ("c1", "c2", "c3")
 
 MCS = create_namespaced_resource(GROUP, VERSION, "MultiClusterService", "multiclusterservices")
 POOL: Any = resource_for(LoadBalancerPool)
@@ -167,7 +169,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         kcs: dict[str, Path] = {}
         for name in ("broker", *CLUSTERS):
             data = tmp / name
-            procs[f"{name} apiserver"], _ = start(["apiserver", "--port", "0", "--data-dir", str(data),
+            procs[f"{name} apiserver"] = start(["apiserver", "--port", "0", "--data-dir", str(data),
                                                    "--log-level", "warning"], wait_for="listening on")
             kcs[name] = data / "kubeconfig"
         while not all(k.exists() for k in kcs.values()):  # noqa: ASYNC110 - files, not events
@@ -180,11 +182,11 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         broker = client(kcs["broker"])
         await broker.create(Namespace(metadata=ObjectMeta(name="isthmus-system")))
         for cid in CLUSTERS:
-            procs[f"{cid} agent"], _ = start(["agent", "--kubeconfig", str(kcs[cid]), "--cluster-id", cid,
+            procs[f"{cid} agent"] = start(["agent", "--kubeconfig", str(kcs[cid]), "--cluster-id", cid,
                                               "--log-level", "warning"])
-            procs[f"{cid} mcsvc"], _ = start(["mcsvc", "--kubeconfig", str(kcs[cid]), "--cluster-id", cid,
+            procs[f"{cid} mcsvc"] = start(["mcsvc", "--kubeconfig", str(kcs[cid]), "--cluster-id", cid,
                                               "--log-level", "warning"])
-        procs["mcsvc-broker"], _ = start(["mcsvc-broker", "--kubeconfig", str(kcs["broker"]), "--provider",
+        procs["mcsvc-broker"] = start(["mcsvc-broker", "--kubeconfig", str(kcs["broker"]), "--provider",
                                           "haproxy", "--log-level", "warning"])
         clients = [client(kcs[c]) for c in CLUSTERS]
         await asyncio.sleep(3.0)  # leaders elected, caches synced
