@@ -248,15 +248,15 @@ def test_cached_objects_are_compacted() -> None:
     from lightkube.generic_resource import create_namespaced_resource
     from lightkube.resources.discovery_v1 import EndpointSlice as Slice
 
-    from isthmus.runtime.informer import _strip_managed_fields
+    from isthmus.runtime.informer import _compact
 
     thing = create_namespaced_resource("x.io", "v1", "Thing", "things")
     raw = (b'{"apiVersion":"x.io/v1","kind":"Thing","metadata":{"name":"a","namespace":"ns-%d",'
            b'"labels":{"app.kubernetes.io/name":"long-enough-value"},"managedFields":[{"manager":"m"}]},'
            b'"spec":{"items":[{"protocol":"TCP-ish"}]}}')
     a, b = (decoders.decode_object(raw % 1, thing), decoders.decode_object(raw % 1, thing))
-    _strip_managed_fields(a)
-    _strip_managed_fields(b)
+    _compact(a)
+    _compact(b)
     assert "managedFields" not in a["metadata"]
     assert a["metadata"]["labels"]["app.kubernetes.io/name"] is b["metadata"]["labels"]["app.kubernetes.io/name"]
     assert a["spec"]["items"][0]["protocol"] is b["spec"]["items"][0]["protocol"]
@@ -265,8 +265,8 @@ def test_cached_objects_are_compacted() -> None:
            b'"metadata":{"name":"s","namespace":"some-namespace","labels":{"kubernetes.io/service-name":"svc-x"},'
            b'"managedFields":[{"manager":"m"}]},"ports":[{"name":"http-port-name","port":80,"protocol":"TCP"}]}')
     s1, s2 = decoders.decode_object(raw, Slice), decoders.decode_object(raw, Slice)
-    _strip_managed_fields(s1)
-    _strip_managed_fields(s2)
+    _compact(s1)
+    _compact(s2)
     assert s1.metadata.managedFields is None
     assert s1.metadata.labels == {"kubernetes.io/service-name": "svc-x"}
     assert s1.metadata.namespace is s2.metadata.namespace

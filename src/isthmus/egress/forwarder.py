@@ -153,7 +153,9 @@ class ForwarderRuntime:
                          f"{peer_ip} to port {key.port} is not a pod of a source service" if rule is None
                          else "no gateway address")
             return
-        client.transport.pause_reading()  # the kernel holds the client's bytes until the gateway said OK
+        # Until the gateway said OK: the kernel holds the client's bytes (uvloop still reads once;
+        # Pipe holds those, and an early EOF, until `link`).
+        client.transport.pause_reading()
         task = asyncio.get_running_loop().create_task(self._relay_egress(client, rule, self.gateway_address))
         self._relaying.add(task)
         task.add_done_callback(self._relaying.discard)

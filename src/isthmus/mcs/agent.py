@@ -21,7 +21,6 @@ import asyncio
 import base64
 import logging
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -243,13 +242,13 @@ class Agent:
         self._controller: Controller | None = None
         self._cluster_uid: str | None = None
         self._exists: set[str] = set()
+        """Aggregates this agent created or met on a 409 that its cache does not show yet."""
         self._spec_memo: dict[int, tuple[Any, ExportedServiceSpec]] = {}
         self._published: dict[str, Any] = {}
         """What this agent last wrote of its own broker objects ("es/<name>", "slice/<name>"): while the
         cache lags behind its own writes, the same write is not sent again. Forgotten as soon as the
         cache shows the object again (our write, or anyone else's), or it is withdrawn: at 10,000
         services nothing of it stays in memory once the broker's watch has caught up."""
-        """Aggregates this agent created or met on a 409 that its cache does not show yet."""
 
     # ------------------------------------------------------------------ construction
 
@@ -323,9 +322,11 @@ class Agent:
         self._published = {}
         # Whatever the cache shows of one of our broker objects, written by us or changed by anyone
         # else, replaces what we remember having written (see _published).
-        for kind, inf in (("es", self.b_exports), ("slice", self.b_slices)):
-            forget = self._forgetter(kind)
-            inf.add_handler(on_add=forget, on_update=_on_new(forget), on_delete=forget)
+        self.b_exports.add_handler(on_add=lambda o: self._forget("es", o), on_update=lambda _o, n: self._forget("es", n),
+                                   on_delete=lambda o: self._forget("es", o))
+        self.b_slices.add_handler(on_add=lambda o: self._forget("slice", o),
+                                  on_update=lambda _o, n: self._forget("slice", n),
+                                  on_delete=lambda o: self._forget("slice", o))
         self.b_clusters.add_handler(on_add=self._observe_cluster, on_update=lambda _o, n: self._observe_cluster(n),
                                     on_delete=self._forget_cluster)
         self.b_imports.add_handler(on_add=self._reserve_vips, on_update=lambda _o, n: self._reserve_vips(n),
@@ -543,10 +544,8 @@ class Agent:
             self.liveness.forget(name)
             self.liveness.observe(name, _annotations(raw).get(HEARTBEAT_ANNOTATION), marked_silent=True)
 
-    def _forgetter(self, kind: str) -> Callable[[Any], None]:
-        def forget(obj: Any) -> None:
-            self._published.pop(f"{kind}/{object_name(obj)}", None)
-        return forget
+    def _forget(self, kind: str, obj: Any) -> None:
+        self._published.pop(f"{kind}/{object_name(obj)}", None)
 
     def _export_spec(self, raw: Any) -> ExportedServiceSpec:
         """The spec of a cached ExportedService, parsed once per cached object: one reconcile reads
@@ -1015,11 +1014,6 @@ async def _write(client: AsyncClient, obj: ServiceImport, *, replace: bool) -> S
     lk = resource_for(ServiceImport).from_dict(obj.to_dict())
     call = cast(Any, client).replace if replace else cast(Any, client).create
     return ServiceImport.from_dict(await call(lk, field_manager=AGENT_FIELD_MANAGER))
-
-
-def _on_new(fn: Callable[[Any], None]) -> Callable[[Any, Any], None]:
-    """An update handler calling `fn` with the new object."""
-    return lambda _old, new: fn(new)
 
 
 def _slice_body(obj: Any) -> tuple[Any, ...]:

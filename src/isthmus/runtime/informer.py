@@ -200,8 +200,8 @@ class _Gone(Exception):
     """The watch's resourceVersion is too old (HTTP 410 or an ERROR event with code 410)."""
 
 
-def _strip_managed_fields(obj: Any) -> None:
-    """Drop metadata.managedFields from a cached object, as client-go's transform advice goes: no
+def _compact(obj: Any) -> None:
+    """Compact an object before it is cached (client-go's transform advice). Drop managedFields: no
     controller here reads them (an informer that does passes keep_managed_fields), and on objects
     written by server-side apply they are often the larger half of the object. Objects decoded as
     dicts (our CRDs) also get their strings interned: labels, kinds, namespaces, condition reasons
@@ -448,10 +448,8 @@ class Informer(Generic[T]):
             fields=self.fields,
         )
         fresh: dict[str, T] = {}
-        strip = not self.keep_managed_fields
         async for obj in it:
-            if strip:
-                _strip_managed_fields(obj)
+            self._transform(obj)
             fresh[object_key(obj)] = obj
         try:
             rv: str | None = it.resourceVersion
@@ -465,6 +463,10 @@ class Informer(Generic[T]):
         self.last_error = None
         log.debug("listed", extra={"resource": self.name, "count": len(fresh), "rv": rv, "reason": reason})
         self._synced.set()
+
+    def _transform(self, obj: Any) -> None:
+        if not self.keep_managed_fields:
+            _compact(obj)
 
     def _replace(self, fresh: dict[str, T]) -> None:
         cache = self.cache
@@ -535,8 +537,7 @@ class Informer(Generic[T]):
             log.warning("unknown watch event type ignored", extra={"resource": self.name, "type": kind})
             return
         obj: T = decoders.decode_object(ev.object, self.resource)
-        if not self.keep_managed_fields:
-            _strip_managed_fields(obj)
+        self._transform(obj)
         key = object_key(obj)
         rv = object_resource_version(obj)
         if rv:
@@ -629,7 +630,7 @@ class SharedInformerFactory:
         keep_managed_fields: bool = False,
     ) -> Informer[T]:
         """The shared informer for these arguments; `keep_managed_fields` (default: stripped, see
-        `_strip_managed_fields`) must agree among its users."""
+        `_compact`) must agree among its users."""
         key = (resource, namespace, _selector_key(labels), _selector_key(fields, True))
         inf = self._informers.get(key)
         if inf is not None and inf.keep_managed_fields != keep_managed_fields:

@@ -1,8 +1,9 @@
 """The event loop every long-running component runs on: uvloop where it is installed, else asyncio's.
 
-uvloop is a declared dependency (measured in bench/: it wins on the socket-heavy parts, the DNS
-server, the VIP proxy and the apiserver), but the standard loop stays a working fallback: a
-platform without a uvloop wheel, or `ISTHMUS_EVENT_LOOP=asyncio` to rule it out when debugging.
+uvloop is a declared dependency (measured in bench/: it takes less CPU per request in the VIP proxy
+and per watch event in the apiserver; the DNS server and apiserver writes are even either way), but
+the standard loop stays a working fallback: a platform without a uvloop wheel, or
+`ISTHMUS_EVENT_LOOP=asyncio` to rule it out when debugging. Code must run on both.
 """
 
 from __future__ import annotations
