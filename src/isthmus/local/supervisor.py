@@ -31,6 +31,8 @@ from typing import BinaryIO
 import aiohttp
 
 from isthmus.local.state import PartState, open_private
+from isthmus.local.zygote import Zygote, ZygoteProcess, forkable
+from isthmus.local.zygote import enabled as zygote_enabled
 
 log = logging.getLogger("isthmus.local")
 
@@ -38,6 +40,11 @@ BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
 HEALTHY_RESET = 60.0
 STOP_GRACE = 10.0
+PART_PRELOAD = (
+    "isthmus.cli.main", "isthmus.runtime.loop", "uvloop", "isthmus.kube.client", "isthmus.apiserver.server",
+    "isthmus.local.kubelite.run", "isthmus.proxy",
+)
+"""What the parts (apiservers, kube-lites, proxies) import: the supervisor's zygote loads it once."""
 
 
 # --- process identity ----------------------------------------------------------------------------
@@ -202,7 +209,7 @@ def last_error(path: Path, offset: int = 0, limit: int = 300) -> str | None:
 class _Child:
     """A part this supervisor started."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, root: Path) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process | ZygoteProcess, root: Path) -> None:
         self.proc, self.root, self.pid = proc, root, proc.pid
 
     @property
@@ -298,6 +305,9 @@ class Supervisor:
         self._procs: dict[str, _Child | _Adopted] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
+        self._zygote: Zygote | None = None
+        if zygote_enabled():  # parts are forked from it (local/zygote.py); it goes when we do, they stay
+            self._zygote = Zygote(PART_PRELOAD, title=["--for", "supervisor", str(root)], env=env)
 
     @property
     def stopping(self) -> bool:
@@ -339,10 +349,14 @@ class Supervisor:
     async def _spawn(self, spec: PartSpec) -> tuple[_Child, int]:
         with _open_log(spec.log, f"starting {spec.name}") as out:
             offset = out.tell()
-            proc = await asyncio.create_subprocess_exec(
-                *spec.argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True, env=self.env,
-            )
+            proc: asyncio.subprocess.Process | ZygoteProcess
+            if self._zygote is not None and forkable(spec.argv):
+                proc = await self._zygote.spawn(spec.argv, env=self.env or dict(os.environ), stdout=out.fileno())
+            else:
+                proc = await asyncio.create_subprocess_exec(
+                    *spec.argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True, env=self.env,
+                )
         return _Child(proc, self.root), offset
 
     async def _keep_running(self, spec: PartSpec, adopt: int | None) -> None:
@@ -444,6 +458,8 @@ class Supervisor:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._zygote is not None:
+            await self._zygote.close()
 
     @staticmethod
     async def _wait_procs(procs: list[_Child | _Adopted], deadline: float) -> None:

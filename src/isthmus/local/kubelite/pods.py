@@ -29,10 +29,13 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from isthmus.local.kubelite import ECHO_WORKLOAD, FIELD_MANAGER, WORKLOAD_ANNOTATION
+from isthmus.local.kubelite.containers import base_environment
 from isthmus.local.kubelite.echo import EchoIdentity, EchoServer
 from isthmus.local.kubelite.ipam import IPPool, PoolFull
 from isthmus.local.kubelite.logs import PodLogs
-from isthmus.local.kubelite.processes import ProcessOptions, ProcessPod
+from isthmus.local.kubelite.processes import POD_PRELOAD, ProcessOptions, ProcessPod
+from isthmus.local.zygote import Zygote
+from isthmus.local.zygote import enabled as zygote_enabled
 from isthmus.runtime import Controller, EventRecorder, Informer, Result, split_key
 
 __all__ = [
@@ -196,6 +199,7 @@ class PodRuntime:
         self._process_options = processes
         self.workers: dict[str, ProcessPod] = {}
         """Process pods by key."""
+        self._zygote: Zygote | None = None
         self._retiring: set[asyncio.Task[None]] = set()
         self.controller = Controller("kubelite-pods", self.reconcile, workers=workers)
         self.controller.watch(pods)
@@ -232,6 +236,8 @@ class PodRuntime:
         await asyncio.gather(*(w.stop(min(float(w._grace()), cap)) for w in workers), return_exceptions=True)
         if self._retiring:
             await asyncio.wait(list(self._retiring), timeout=cap + 1)
+        if self._zygote is not None:
+            await self._zygote.close()
         self.logs.close()
 
     @property
@@ -242,6 +248,16 @@ class PodRuntime:
             port = url.port or (443 if url.scheme == "https" else 80)
             self._process_options = ProcessOptions(root_dir=root, api_host=url.host or "127.0.0.1", api_port=port)
         return self._process_options
+
+    @property
+    def zygote(self) -> Zygote | None:
+        """The fork server of this node's process pods (started with the first one), or None when
+        ISTHMUS_ZYGOTE=0. It dies with kube-lite, and the pods with it, as they would by exec."""
+        if self._zygote is None and zygote_enabled():
+            root = self.process_options.root_dir
+            self._zygote = Zygote(POD_PRELOAD, title=["--for", f"kube-lite {self.cluster}", str(root)],
+                                  pdeathsig=True, env=base_environment(str(root)))
+        return self._zygote
 
     def _retire(self, key: str, worker: ProcessPod, *, delete_uid: str | None = None) -> None:
         """Stop a Pod's processes in the background (its grace period may be long); then release
@@ -374,7 +390,7 @@ class PodRuntime:
         if worker is None:
             worker = ProcessPod(
                 self.client, self.recorder, self.logs, self.process_options, key=key, pod=data, node=self.node,
-                changed=lambda: self.controller.enqueue(key),
+                changed=lambda: self.controller.enqueue(key), zygote=self.zygote,
             )
             self.workers[key] = worker
             worker.start()

@@ -61,15 +61,24 @@ from isthmus.local.kubelite.containers import (
 from isthmus.local.kubelite.credentials import Credentials, automount
 from isthmus.local.kubelite.logs import PodLogs
 from isthmus.local.kubelite.probes import Prober, probe_once
+from isthmus.local.zygote import Zygote, ZygoteProcess, forkable
 from isthmus.runtime import EventRecorder
 
-__all__ = ["ProcessOptions", "ProcessPod", "is_process_pod", "pod_phase"]
+__all__ = ["POD_PRELOAD", "ProcessOptions", "ProcessPod", "is_process_pod", "pod_phase"]
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
 CONFIG_RETRY_SECONDS = 2.0
+POD_PRELOAD = (
+    "isthmus.cli.main", "isthmus.runtime.loop", "uvloop", "isthmus.kube.client", "isthmus.mcs.membership",
+    "isthmus.mcs.agent", "isthmus.dns.service", "isthmus.dns.server", "isthmus.dns.workers", "isthmus.lb.controller",
+    "isthmus.haproxy.manager", "isthmus.mcsvc.member", "isthmus.mcsvc.broker", "isthmus.mcsvc.haproxy",
+    "isthmus.runtime.webhook", "isthmus.lb.admission", "isthmus.mcsvc.admission", "isthmus.egress.admission",
+    "isthmus.egress.operator", "isthmus.egress.gateway", "isthmus.egress.forwarder",
+)
+"""What the Isthmus image's components import: a pod's zygote loads it once for all of them."""
 IMAGE_ID = f"{IMAGE_REPOSITORY}@sha256:{hashlib.sha256(f'{sys.executable} {IMAGE_TAG}'.encode()).hexdigest()}"
 """This interpreter and version are the image: its ID changes when either does."""
 
@@ -172,7 +181,7 @@ class _Container:
         self.ready = False
         self.started = False
         self.container_id: str | None = None
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: asyncio.subprocess.Process | ZygoteProcess | None = None
         self.ran = False
         self.killing: str | None = None
         self.lost: Obj | None = None
@@ -228,8 +237,11 @@ class ProcessPod:
         pod: Obj,
         node: str,
         changed: Callable[[], None],
+        zygote: Zygote | None = None,
     ) -> None:
+        """zygote: forks the containers that run `isthmus` (see local/zygote.py); None: exec them."""
         self.client = client
+        self.zygote = zygote
         self.recorder = recorder
         self.logs = logs
         self.options = options
@@ -476,12 +488,16 @@ class ProcessPod:
         clog = pod_log.restart(c.name, str(log_dir / f"{c.restart_count}.log"), keep_previous=c.ran)
         self.recorder.normal(self.pod, "Pulled", f'Container image "{c.image}" already present on machine')
         started_at = _now()
+        proc: asyncio.subprocess.Process | ZygoteProcess
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, env=env, cwd=str(self.dir), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_pdeathsig if _prctl is not None else None,
-            )
+            if self.zygote is not None and forkable(argv):
+                proc = await self.zygote.spawn(argv, env=env, cwd=str(self.dir), pipe_stdout=True, pdeathsig=True)
+            else:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, env=env, cwd=str(self.dir), stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True, preexec_fn=_pdeathsig if _prctl is not None else None,
+                )
         except OSError as e:
             reason = "executable file not found in $PATH" if isinstance(e, FileNotFoundError) else (e.strerror or str(e))
             message = (f"failed to create containerd task: failed to create shim task: OCI runtime create failed: "

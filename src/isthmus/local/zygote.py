@@ -1,0 +1,543 @@
+"""A fork server for the local clusterset's `isthmus` processes.
+
+Every part of a local clusterset is a Python process that imports the same libraries (aiohttp,
+lightkube, pydantic, the API models): about 45 MB of private memory and half a second of CPU each
+before it does anything, thirty-odd times over on a machine that also runs the user's work. The
+local clusterset therefore starts them the way Android starts apps and `multiprocessing` its
+forkserver workers: one process (the zygote) imports everything once, freezes it out of the
+garbage collector's reach (`gc.freeze`), and forks a child per process to run; the children share
+the imported pages copy-on-write and start in milliseconds.
+
+A forked child is indistinguishable from one started with `python -m isthmus ...` where it
+matters: its own session and process group, stdin/stdout/stderr from the caller, the caller's
+environment (``os.environ`` replaced), working directory and ``sys.argv``, and its
+``/proc/<pid>/cmdline`` and ``/proc/<pid>/environ`` are the ones it would have had
+(``PR_SET_MM_MAP``, no privilege needed), so ``ps``, ``isthmus down`` and the supervisor's
+identity checks see the same command. Its exit status reaches the caller through the zygote,
+which reaps it.
+
+The protocol runs over one ``SOCK_SEQPACKET`` socket pair (one message per datagram): the caller
+sends a JSON request with the descriptors for fds 0-2 attached (``SCM_RIGHTS``); the zygote answers
+``{"seq", "pid"}`` (or ``{"seq", "error"}``) before anything else can happen to that child, then
+``{"exit": pid, "code"}`` when it ends (``code`` as asyncio reports it: negative for a signal).
+When the caller goes away (EOF) the zygote exits; children started with ``pdeathsig`` (kube-lite's
+pods) then get SIGTERM, the others (the supervisor's parts, which outlive a crashed supervisor)
+keep running.
+
+Only argv of the form ``[sys.executable, "-m", "isthmus", ...]`` is forked (`forkable`); anything
+else is exec'ed as before. ``ISTHMUS_ZYGOTE=0`` turns the zygote off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import gc
+import importlib
+import io
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["Zygote", "ZygoteProcess", "enabled", "forkable"]
+
+log = logging.getLogger(__name__)
+
+ENV = "ISTHMUS_ZYGOTE"
+MAX_MESSAGE = 1 << 20
+READY_TIMEOUT = 30.0
+UNKNOWN_EXIT = -int(signal.SIGKILL)
+"""The exit code of a child whose zygote died before reporting it (kube reports 137 for those)."""
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_MM = 35
+_PR_SET_MM_MAP = 14
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def forkable(argv: Sequence[str]) -> bool:
+    """True for `python -m isthmus ...` run by this very interpreter (what the zygote can become)."""
+    return len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2] == "isthmus"
+
+
+# --- the caller's side -------------------------------------------------------------------------
+
+
+class ZygoteProcess:
+    """What `asyncio.subprocess.Process` offers the local clusterset: pid, returncode, wait(),
+    and stdout when a pipe was asked for."""
+
+    def __init__(self, pid: int, stdout: asyncio.StreamReader | None) -> None:
+        self.pid = pid
+        self.stdout = stdout
+        self.returncode: int | None = None
+        self._done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def _exited(self, code: int) -> None:
+        if not self._done.done():
+            self.returncode = code
+            self._done.set_result(code)
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._done)
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _stop_unwanted(reply: asyncio.Future[dict[str, Any]]) -> None:
+    if not reply.cancelled() and reply.exception() is None and "pid" in reply.result():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(reply.result()["pid"]), signal.SIGTERM)
+
+
+class Zygote:
+    """One fork server, started on first use. `preload`: modules to import before forking (what
+    the children will run); `title`: extra arguments naming the zygote in ``ps`` (and the state
+    dir, so identity checks that look for it find it); `pdeathsig`: the zygote dies with its
+    caller and every child with the zygote (kube-lite's pods)."""
+
+    def __init__(self, preload: Sequence[str], *, title: Sequence[str] = (), pdeathsig: bool = False,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.preload = tuple(preload)
+        self.title = tuple(title)
+        self.pdeathsig = pdeathsig
+        self.env = dict(env) if env is not None else None
+        self._sock: socket.socket | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._seq = 0
+        self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._children: dict[int, ZygoteProcess] = {}
+        self._early: dict[int, int] = {}
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+
+    async def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "isthmus.local.zygote", "--fd", str(theirs.fileno()),
+                "--preload", ",".join(self.preload), *(["--pdeathsig"] if self.pdeathsig else []), *self.title,
+                pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
+                env=self.env, preexec_fn=_set_pdeathsig if self.pdeathsig else None,
+            )
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(READY_TIMEOUT):
+                hello = json.loads(await loop.sock_recv(ours, MAX_MESSAGE) or b"{}")
+        except (TimeoutError, ValueError):
+            hello = {}
+        if "ready" not in hello:
+            await self._discard()
+            raise OSError(f"the zygote did not start ({hello.get('error') or 'no answer'})")
+        self._reader = asyncio.create_task(self._read(ours), name="zygote reader")
+        log.info("zygote ready (pid %d, %d module(s) preloaded)", self._proc.pid, len(self.preload))
+
+    async def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
+                    stdout: int | None = None, pipe_stdout: bool = False, pdeathsig: bool = False) -> ZygoteProcess:
+        """Fork a child running `argv` (see `forkable`): stdin /dev/null, stdout and stderr to the
+        `stdout` fd, or to a pipe read through the returned process's ``stdout`` (`pipe_stdout`)."""
+        if not forkable(argv):
+            raise ValueError(f"not an isthmus command of this interpreter: {argv[:3]}")
+        read_end = write_end = -1
+        if pipe_stdout:
+            read_end, write_end = os.pipe()
+            out_fd = write_end
+        elif stdout is not None:
+            out_fd = stdout
+        else:
+            raise ValueError("stdout: an fd or pipe_stdout")
+        try:
+            async with self._lock:  # one request at a time: a reply answers the request before it
+                if self._sock is None:
+                    await self._start()
+                assert self._sock is not None
+                self._seq += 1
+                seq = self._seq
+                reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+                self._replies[seq] = reply
+                request = {"seq": seq, "argv": list(argv), "env": dict(env), "cwd": cwd, "pdeathsig": pdeathsig}
+                try:
+                    socket.send_fds(self._sock, [json.dumps(request).encode()], [out_fd])
+                except OSError:
+                    self._replies.pop(seq, None)
+                    await self._discard()
+                    raise
+                try:
+                    answer = await asyncio.shield(reply)
+                except asyncio.CancelledError:
+                    reply.add_done_callback(_stop_unwanted)  # forked after all: nobody will wait for it
+                    raise
+        except BaseException:
+            if read_end >= 0:
+                os.close(read_end)
+            raise
+        finally:
+            if write_end >= 0:
+                os.close(write_end)
+        if "error" in answer:
+            if read_end >= 0:
+                os.close(read_end)
+            raise OSError(int(answer.get("errno") or 0), str(answer["error"]))
+        reader = None
+        if read_end >= 0:
+            loop = asyncio.get_running_loop()
+            reader = asyncio.StreamReader(limit=2**16, loop=loop)
+            pipe = os.fdopen(read_end, "rb", 0)
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+        proc = ZygoteProcess(int(answer["pid"]), reader)
+        self._children[proc.pid] = proc
+        if proc.pid in self._early:
+            self._exit(proc.pid, self._early.pop(proc.pid))
+        return proc
+
+    def _exit(self, pid: int, code: int) -> None:
+        proc = self._children.pop(pid, None)
+        if proc is None:
+            self._early[pid] = code
+        else:
+            proc._exited(code)
+
+    async def _read(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                data = await loop.sock_recv(sock, MAX_MESSAGE)
+                if not data:
+                    break
+                msg = json.loads(data)
+                if "exit" in msg:
+                    self._exit(int(msg["exit"]), int(msg["code"]))
+                elif "seq" in msg:
+                    fut = self._replies.pop(int(msg["seq"]), None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg)
+        except (OSError, ValueError) as e:
+            log.warning("zygote connection lost: %s", e)
+        finally:
+            if self._sock is sock:
+                self._lost()
+
+    def _lost(self) -> None:
+        """The zygote is gone: pending requests fail; its children are watched by pidfd (their
+        exit status died with it); the next spawn starts a new zygote."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        for fut in self._replies.values():
+            if not fut.done():
+                fut.set_exception(OSError("the zygote exited"))
+        self._replies.clear()
+        loop = asyncio.get_running_loop()
+        for pid, proc in list(self._children.items()):
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:  # already gone (and reaped by init)
+                self._children.pop(pid, None)
+                proc._exited(UNKNOWN_EXIT)
+                continue
+
+            def gone(fd: int = fd, pid: int = pid, proc: ZygoteProcess = proc) -> None:
+                loop.remove_reader(fd)
+                os.close(fd)
+                self._children.pop(pid, None)
+                proc._exited(UNKNOWN_EXIT)
+
+            loop.add_reader(fd, gone)
+
+    async def _discard(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    async def close(self) -> None:
+        """Let the zygote go (EOF: it exits). Children keep running unless they were started with
+        `pdeathsig`."""
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                async with asyncio.timeout(5.0):
+                    await proc.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+
+
+# --- the zygote's side -------------------------------------------------------------------------
+
+
+_libc: Any = None
+with contextlib.suppress(OSError, AttributeError):
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.sbrk.restype = ctypes.c_void_p
+
+
+def _set_pdeathsig() -> None:  # pragma: no cover - runs between fork and exec
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+class _MMMap(ctypes.Structure):
+    _fields_ = [
+        *((name, ctypes.c_uint64) for name in (
+            "start_code", "end_code", "start_data", "end_data", "start_brk", "brk", "start_stack",
+            "arg_start", "arg_end", "env_start", "env_end")),
+        ("auxv", ctypes.c_void_p), ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32),
+    ]
+
+
+_kept: list[Any] = []
+
+
+def set_cmdline(argv: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Point the kernel's view of this process's arguments and environment (what
+    ``/proc/self/cmdline`` and ``environ`` read) at new NUL-separated copies. PR_SET_MM_MAP needs
+    no privilege; False where the kernel refuses it (then ``ps`` shows the zygote's command)."""
+    if _libc is None:
+        return False
+    args = b"".join(a.encode() + b"\0" for a in argv)
+    envs = b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()) or b"\0"
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        with open("/proc/self/auxv", "rb") as f:
+            auxv = f.read()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(b")") + 2:].split()
+
+    def field(n: int) -> int:  # proc(5) numbering: the first field after the name is number 3
+        return int(fields[n - 3])
+
+    arg_buf = ctypes.create_string_buffer(args, len(args))
+    env_buf = ctypes.create_string_buffer(envs, len(envs))
+    aux_buf = ctypes.create_string_buffer(auxv, len(auxv))
+    mm = _MMMap(
+        field(26), field(27), field(45), field(46), field(47), _libc.sbrk(0), field(28),
+        ctypes.addressof(arg_buf), ctypes.addressof(arg_buf) + len(args),
+        ctypes.addressof(env_buf), ctypes.addressof(env_buf) + len(envs),
+        ctypes.addressof(aux_buf), len(auxv), 0xFFFFFFFF,
+    )
+    if _libc.prctl(_PR_SET_MM, _PR_SET_MM_MAP, ctypes.byref(mm), ctypes.sizeof(mm), 0) != 0:
+        return False
+    _kept[:] = [arg_buf, env_buf]  # the kernel reads them from here for the process's lifetime
+    return True
+
+
+def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # the caller is gone: the loop ends on EOF
+        sock.send(json.dumps(msg).encode())
+
+
+def _child(request: dict[str, Any], out_fd: int, zygote_pid: int, started: int) -> None:  # pragma: no cover
+    """Become the requested process (forked); never returns. Its identity (session, cmdline,
+    parent-death signal) is settled before `started` is closed, so the pid the caller gets can be
+    signalled by process group and recognised by its cmdline at once."""
+    code = 1
+    try:
+        os.setsid()
+        if request.get("pdeathsig") and _libc is not None:
+            _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+            if os.getppid() != zygote_pid:  # the zygote died before the line above
+                os._exit(1)
+        argv, env = list(request["argv"]), {str(k): str(v) for k, v in request["env"].items()}
+        set_cmdline(argv, env)
+        os.close(started)
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.closerange(3, 65536)
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(env)
+        unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=unbuffered,
+                                      line_buffering=not unbuffered and os.isatty(1))
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), errors="backslashreplace",
+                                      write_through=True)
+        import random
+        import tempfile
+
+        gc.enable()
+        random.seed()  # every child would otherwise draw the zygote's sequence
+        tempfile.tempdir = None
+        import isthmus
+        from isthmus.cli.main import app
+
+        sys.argv = [os.path.join(os.path.dirname(isthmus.__file__), "__main__.py"), *argv[3:]]  # as -m sets it
+
+        try:
+            app(prog_name="python -m isthmus")
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if e.code is not None and not isinstance(e.code, int):
+                print(e.code, file=sys.stderr)
+        except KeyboardInterrupt:
+            code = 130
+    except BaseException:
+        import traceback
+
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            import atexit
+
+            atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        os._exit(code)
+
+
+def serve(sock: socket.socket, preload: Sequence[str]) -> None:
+    """The zygote's loop: import, freeze, then fork on request and report exits until EOF."""
+    gc.disable()  # no collections while importing: freed holes in shared pages would be reused, and copied
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # a child importing it would fail the same way, and say so itself
+            print(f"zygote: cannot preload {name}: {e}", file=sys.stderr)
+    # Children must not inherit a loop, threads or logging handlers: the preload only imports.
+    gc.collect()
+    gc.freeze()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    me = os.getpid()
+    _send(sock, {"ready": me})
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj == wake_r:
+                with contextlib.suppress(BlockingIOError, InterruptedError):
+                    os.read(wake_r, 512)
+                _reap(sock)
+                continue
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
+            except InterruptedError:
+                continue
+            if not data:
+                return  # the caller is gone
+            try:
+                request = json.loads(data)
+            except ValueError:
+                for fd in fds:
+                    os.close(fd)
+                continue
+            seq = request.get("seq")
+            try:
+                cwd = request.get("cwd")
+                if cwd and not os.path.isdir(cwd):
+                    raise FileNotFoundError(2, f"no such directory: {cwd}")
+                if not fds or not forkable(request.get("argv") or []):
+                    raise ValueError("a request needs an isthmus argv and an output fd")
+                started_r, started_w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(started_r)
+                    _child(request, fds[0], me, started_w)
+                os.close(started_w)
+                with contextlib.suppress(OSError):
+                    os.read(started_r, 1)  # EOF once the child settled who it is (or died)
+                os.close(started_r)
+            except OSError as e:
+                _send(sock, {"seq": seq, "error": e.strerror or str(e), "errno": e.errno or 0})
+            except ValueError as e:
+                _send(sock, {"seq": seq, "error": str(e), "errno": 22})
+            else:
+                _send(sock, {"seq": seq, "pid": pid})
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def main(argv: Sequence[str]) -> int:
+    fd, preload, pdeathsig = -1, "", False
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--fd":
+            fd = int(rest.pop(0))
+        elif arg == "--preload":
+            preload = rest.pop(0)
+        elif arg == "--pdeathsig":
+            pdeathsig = True
+        # anything else only names the zygote in `ps`
+    if fd < 0:
+        print("usage: python -m isthmus.local.zygote --fd N [--preload a,b] [--pdeathsig] [title...]",
+              file=sys.stderr)
+        return 2
+    if pdeathsig and _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    serve(sock, [m for m in preload.split(",") if m])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
