@@ -1,7 +1,8 @@
 """Benchmark of the local clusterset: `isthmus up --detach` to ready, and what it costs in memory.
 
 Prints: wall time of `isthmus up --clusters N --detach` (it returns once every part answers
-/readyz), the RSS of the whole clusterset (supervisor + every recorded part) idle, then after
+/readyz), the RSS and PSS of the whole clusterset (the supervisor and every process below it:
+parts, zygotes, pods) idle, then after
 exporting S services from c1 (with a ClusterSet IP) once every other cluster has imported them
 (bounded wait), and the time `isthmus down` takes. A fresh temp state dir; 127.0.0.1 only.
 
@@ -56,17 +57,45 @@ def status(root: Path) -> dict[str, Any]:
     return doc
 
 
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (the parts, the zygotes they were forked from, the pods)."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children[int(stat[stat.rindex(")") + 2:].split()[1])].append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
 def memory(root: Path) -> tuple[int, float, float, dict[str, float]]:
-    """Processes, total RSS and PSS (MB) over the supervisor and every part, and RSS per kind of part."""
+    """Processes, total RSS and PSS (MB) over the supervisor and everything below it (parts,
+    zygotes, pods), and RSS per kind of part."""
     doc = status(root)
-    by_kind: dict[str, list[float]] = collections.defaultdict(list)
-    pids = [doc["supervisor"]["pid"]] if doc["supervisor"]["pid"] else []
+    kinds: dict[int, str] = {}
     for owner in [doc["broker"], *doc["clusters"]]:
         for kind, proc in owner["processes"].items():
             if proc["pid"]:
-                pids.append(proc["pid"])
-                by_kind[kind].append(rss_pss_mb(proc["pid"])[0])
-    sizes = [rss_pss_mb(p) for p in pids]
+                kinds[proc["pid"]] = kind
+    pids = descendants(doc["supervisor"]["pid"]) if doc["supervisor"]["pid"] else list(kinds)
+    by_kind: dict[str, list[float]] = collections.defaultdict(list)
+    sizes = []
+    for pid in pids:
+        size = rss_pss_mb(pid)
+        sizes.append(size)
+        try:
+            zygote = b"isthmus.local.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            zygote = False
+        by_kind[kinds.get(pid) or ("zygote" if zygote else "supervisor" if pid == doc["supervisor"]["pid"]
+                                   else "other")].append(size[0])
     return (len(pids), sum(r for r, _ in sizes), sum(p for _, p in sizes),
             {k: sum(v) / len(v) for k, v in by_kind.items()})
 

@@ -346,6 +346,10 @@ class Supervisor:
             out[name] = f"{how}: {said}"
         return out
 
+    async def run_command(self, argv: list[str], log_path: Path, within: float) -> int:
+        """`run_command` with this supervisor's environment and zygote."""
+        return await run_command(argv, log_path, within, env=self.env, zygote=self._zygote)
+
     async def _spawn(self, spec: PartSpec) -> tuple[_Child, int]:
         with _open_log(spec.log, f"starting {spec.name}") as out:
             offset = out.tell()
@@ -468,13 +472,19 @@ class Supervisor:
             await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), left)
 
 
-async def run_command(argv: list[str], log_path: Path, within: float, env: dict[str, str] | None = None) -> int:
-    """Run a one-shot command (deploy-broker, join) with output appended to `log_path`."""
+async def run_command(argv: list[str], log_path: Path, within: float, env: dict[str, str] | None = None,
+                      zygote: Zygote | None = None) -> int:
+    """Run a one-shot command (deploy-broker, join) with output appended to `log_path` (forked from
+    `zygote` when it is an isthmus command)."""
     with _open_log(log_path, " ".join(argv[1:])) as out:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True, env=env,
-        )
+        proc: asyncio.subprocess.Process | ZygoteProcess
+        if zygote is not None and forkable(argv):
+            proc = await zygote.spawn(argv, env=env or dict(os.environ), stdout=out.fileno())
+        else:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True, env=env,
+            )
     try:
         async with asyncio.timeout(within):
             return await proc.wait()
@@ -482,7 +492,8 @@ async def run_command(argv: list[str], log_path: Path, within: float, env: dict[
         return -1
     finally:
         if proc.returncode is None:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
 
 

@@ -62,7 +62,6 @@ from isthmus.local.supervisor import (
     is_ours,
     open_log,
     probe,
-    run_command,
     terminate,
 )
 
@@ -396,10 +395,10 @@ class Bringup:
             if late:
                 raise SetupFailed(f"apiserver(s) not ready within {APISERVER_READY_TIMEOUT:.0f}s: {', '.join(late)}")
             self._phase(PHASE_SETUP)
-            await self._setup()
-            for p in all_parts:
+            for p in all_parts:  # they need only their apiserver: they start while the setup runs
                 if p.kind != APISERVER:
                     self._start(p, previous)
+            await self._setup()
             self._phase(PHASE_RUNNING)
             late = await self.sup.wait_ready([p.name for p in all_parts], PARTS_READY_TIMEOUT)
             late += await self._wait_components()
@@ -415,7 +414,7 @@ class Bringup:
 
     async def _one_shot(self, what: str, argv: list[str], log_name: str) -> None:
         for attempt in range(1, SETUP_ATTEMPTS + 1):
-            rc = await run_command(argv, self.layout.log(log_name), SETUP_COMMAND_TIMEOUT, env=child_env())
+            rc = await self.sup.run_command(argv, self.layout.log(log_name), SETUP_COMMAND_TIMEOUT)
             if rc == 0:
                 return
             log.warning("%s failed (exit %d, attempt %d/%d)", what, rc, attempt, SETUP_ATTEMPTS)

@@ -123,6 +123,7 @@ class Zygote:
         self._sock: socket.socket | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._starting: asyncio.Future[None] | None = None
         self._lock = asyncio.Lock()
         self._seq = 0
         self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
@@ -132,6 +133,15 @@ class Zygote:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+
+    async def _ensure_started(self) -> None:
+        """Start the zygote unless it runs. A caller cancelled meanwhile (a Pod deleted while its
+        first container starts) must not leave a half-started zygote: the start runs on its own."""
+        if self._sock is not None:
+            return
+        if self._starting is None or self._starting.done():
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
 
     async def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -145,16 +155,17 @@ class Zygote:
         finally:
             theirs.close()
         ours.setblocking(False)
-        self._sock = ours
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(READY_TIMEOUT):
                 hello = json.loads(await loop.sock_recv(ours, MAX_MESSAGE) or b"{}")
-        except (TimeoutError, ValueError):
+        except (TimeoutError, ValueError, OSError):
             hello = {}
         if "ready" not in hello:
-            await self._discard()
-            raise OSError(f"the zygote did not start ({hello.get('error') or 'no answer'})")
+            ours.close()
+            await self._discard()  # nothing was forked: no child to watch
+            raise OSError("the zygote did not start (see the log above)")
+        self._sock = ours
         self._reader = asyncio.create_task(self._read(ours), name="zygote reader")
         log.info("zygote ready (pid %d, %d module(s) preloaded)", self._proc.pid, len(self.preload))
 
@@ -174,8 +185,7 @@ class Zygote:
             raise ValueError("stdout: an fd or pipe_stdout")
         try:
             async with self._lock:  # one request at a time: a reply answers the request before it
-                if self._sock is None:
-                    await self._start()
+                await self._ensure_started()
                 assert self._sock is not None
                 self._seq += 1
                 seq = self._seq
@@ -271,9 +281,8 @@ class Zygote:
             loop.add_reader(fd, gone)
 
     async def _discard(self) -> None:
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            sock.close()
+        """Give up on this zygote (it failed to start or to take a request): kill it."""
+        self._lost()
         proc, self._proc = self._proc, None
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -283,6 +292,9 @@ class Zygote:
     async def close(self) -> None:
         """Let the zygote go (EOF: it exits). Children keep running unless they were started with
         `pdeathsig`."""
+        if self._starting is not None and not self._starting.done():
+            with contextlib.suppress(Exception):
+                await self._starting
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,0 +1,176 @@
+"""The local clusterset's fork server: a forked `isthmus` process is the process `python -m isthmus`
+would have started (argv, environment, cwd, session, output, exit code, /proc identity), and the
+zygote's own failures (a caller cancelled mid-start, the zygote killed, the caller gone) never
+strand a child or a caller."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from isthmus.local.zygote import UNKNOWN_EXIT, Zygote, forkable
+
+pytestmark = pytest.mark.timeout(60)
+
+ISTHMUS = [sys.executable, "-m", "isthmus"]
+
+
+def env_of(tmp: Path, **extra: str) -> dict[str, str]:
+    env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH", "LANG") if k in os.environ}
+    return {**env, "HOME": str(tmp), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def apiserver_argv(tmp: Path) -> list[str]:
+    """A long-running isthmus command that needs nothing else."""
+    return [*ISTHMUS, "apiserver", "--host", "127.0.0.1", "--port", str(free_port()), "--no-tls",
+            "--data-dir", str(tmp / "data")]
+
+
+def proc_file(pid: int, name: str) -> bytes:
+    return Path(f"/proc/{pid}/{name}").read_bytes()
+
+
+def dead(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return proc_file(pid, "stat").split(b") ")[1].startswith(b"Z")
+    except (ProcessLookupError, FileNotFoundError):
+        return True
+
+
+async def gone(pid: int, within: float = 10.0) -> bool:
+    for _ in range(int(within / 0.05)):
+        if dead(pid):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+async def zygote() -> AsyncIterator[Zygote]:
+    z = Zygote(["isthmus.cli.main"], title=["--for", "test"], pdeathsig=True)
+    try:
+        yield z
+    finally:
+        await z.close()
+
+
+def test_only_isthmus_commands_of_this_interpreter_are_forked() -> None:
+    assert forkable([sys.executable, "-m", "isthmus", "dns"])
+    assert not forkable(["isthmus", "dns"])
+    assert not forkable(["/usr/bin/python3-other", "-m", "isthmus"])
+    assert not forkable([sys.executable, "-m", "isthmus.local.zygote"])
+    assert not forkable(["sh", "-c", "true"])
+
+
+async def test_a_forked_command_has_its_argv_env_cwd_output_and_exit_code(zygote: Zygote, tmp_path: Path) -> None:
+    argv = [*ISTHMUS, "agent", "--no-such-flag"]
+    proc = await zygote.spawn(argv, env=env_of(tmp_path, MARK="zygote-test"), cwd=str(tmp_path), pipe_stdout=True)
+    # its identity is settled before spawn returns: /proc shows the command, not the zygote's
+    assert proc_file(proc.pid, "cmdline").split(b"\0")[:-1] == [a.encode() for a in argv]
+    environ = proc_file(proc.pid, "environ").split(b"\0")
+    assert b"MARK=zygote-test" in environ and f"HOME={tmp_path}".encode() in environ
+    assert os.getpgid(proc.pid) == proc.pid  # its own session and process group
+    assert proc.stdout is not None
+    out = (await proc.stdout.read()).decode()
+    assert await proc.wait() == 2 and proc.returncode == 2
+    assert "error: no such option: --no-such-flag" in out
+
+
+async def test_a_command_sees_the_environment_and_directory_it_was_given(zygote: Zygote, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kc.yaml"
+    kubeconfig.write_text("not: [a kubeconfig")
+    # `show clusters` reads $KUBECONFIG from os.environ: the caller's environment, not the zygote's
+    proc = await zygote.spawn([*ISTHMUS, "show", "clusters"], env=env_of(tmp_path, KUBECONFIG="kc.yaml"),
+                              cwd=str(tmp_path), pipe_stdout=True)
+    assert proc.stdout is not None
+    out = (await proc.stdout.read()).decode()
+    assert await proc.wait() == 2
+    assert "kc.yaml" in out, out
+
+
+async def test_output_to_a_file_descriptor(zygote: Zygote, tmp_path: Path) -> None:
+    log = tmp_path / "out.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        proc = await zygote.spawn([*ISTHMUS, "--help"], env=env_of(tmp_path), stdout=fd)
+    finally:
+        os.close(fd)
+    assert await proc.wait() == 0
+    assert "Multi-cluster service networking" in log.read_text()
+
+
+async def test_a_missing_working_directory_is_an_os_error(zygote: Zygote, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        await zygote.spawn([*ISTHMUS, "--help"], env=env_of(tmp_path), cwd=str(tmp_path / "nope"), pipe_stdout=True)
+    proc = await zygote.spawn([*ISTHMUS, "--help"], env=env_of(tmp_path), pipe_stdout=True)  # still serving
+    assert await proc.wait() == 0
+
+
+async def test_a_caller_cancelled_while_the_zygote_starts_leaves_it_usable(zygote: Zygote, tmp_path: Path) -> None:
+    first = asyncio.create_task(zygote.spawn([*ISTHMUS, "--help"], env=env_of(tmp_path), pipe_stdout=True))
+    await asyncio.sleep(0.05)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    proc = await asyncio.wait_for(zygote.spawn([*ISTHMUS, "--help"], env=env_of(tmp_path), pipe_stdout=True), 30)
+    assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+async def test_signals_reach_the_child_and_its_exit_is_reported(zygote: Zygote, tmp_path: Path) -> None:
+    proc = await zygote.spawn(apiserver_argv(tmp_path), env=env_of(tmp_path), pipe_stdout=True, pdeathsig=True)
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 30)  # it runs (and logs)
+    assert line
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert await asyncio.wait_for(proc.wait(), 10) == -signal.SIGKILL
+
+
+async def test_children_die_with_the_zygote_only_when_asked(tmp_path: Path) -> None:
+    z = Zygote(["isthmus.cli.main"], title=["--for", "test"])
+    bound = await z.spawn(apiserver_argv(tmp_path / "a"), env=env_of(tmp_path), pipe_stdout=True, pdeathsig=True)
+    free = await z.spawn(apiserver_argv(tmp_path / "b"), env=env_of(tmp_path), pipe_stdout=True)
+    try:
+        await z.close()  # EOF: the zygote exits
+        assert await gone(bound.pid), "a pdeathsig child outlived its zygote"
+        assert await asyncio.wait_for(bound.wait(), 10) == UNKNOWN_EXIT  # seen through a pidfd
+        assert not await gone(free.pid, within=1.0), "a child without pdeathsig died with the zygote"
+    finally:
+        for pid in (bound.pid, free.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+async def test_a_killed_zygote_is_replaced_and_its_children_still_watched(zygote: Zygote, tmp_path: Path) -> None:
+    child = await zygote.spawn(apiserver_argv(tmp_path), env=env_of(tmp_path), pipe_stdout=True)
+    first = zygote.pid
+    assert first is not None
+    try:
+        os.kill(first, signal.SIGKILL)
+        await asyncio.sleep(0.5)
+        assert not await gone(child.pid, within=0.5)  # no pdeathsig: it runs on, unreported
+        os.kill(child.pid, signal.SIGTERM)
+        assert await asyncio.wait_for(child.wait(), 15) == UNKNOWN_EXIT  # its exit status went with the zygote
+        proc = await zygote.spawn([*ISTHMUS, "--help"], env=env_of(tmp_path), pipe_stdout=True)
+        assert await proc.wait() == 0
+        assert zygote.pid not in (None, first)
+    finally:
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
