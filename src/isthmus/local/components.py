@@ -1,6 +1,6 @@
 """Isthmus's own components in the local clusterset: installed from deploy/member, run as pods.
 
-`isthmus up` installs them as a cluster admin would on a real cluster — `kubectl apply -k` of an
+`isthmus up` installs them as a cluster admin would on a real cluster — `kubectl apply --server-side -k` of an
 overlay of deploy/member rendered for the local plan (the DNS Service gets a fixed NodePort, the DNS
 server also answers the cluster's own zone, as there is no CoreDNS here; the translator gets the
 cluster's name and the pool manager the cluster's edge addresses) — and kube-lite runs their
@@ -159,12 +159,17 @@ def _write(into: Path, kustomization: dict[str, Any]) -> Path:
 
 
 def apply_argv(kubeconfig: Path, directory: Path) -> list[str] | None:
-    """`kubectl apply -k` of the overlay, or None when there is no kubectl (then the same rendered
-    objects are applied server-side from Python: see `isthmus.kube.manifests`)."""
+    """`kubectl apply --server-side -k` of the overlay, or None when there is no kubectl (then the
+    same rendered objects are applied server-side from Python: see `isthmus.kube.manifests`).
+
+    Server-side: client-side apply computes three-way merges against the OpenAPI schema in kubectl,
+    3.3 s of CPU per cluster against 1.3 s, and four of them ran at once on every `up`. The
+    manifests' fields are up's to set (a new version rolls out), hence --force-conflicts."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         return None
-    return [kubectl, "--kubeconfig", str(kubeconfig), "apply", "-k", str(directory)]
+    return [kubectl, "--kubeconfig", str(kubeconfig), "apply", "--server-side", "--force-conflicts",
+            "-k", str(directory)]
 
 
 @dataclass

@@ -466,7 +466,7 @@ class Bringup:
         kubeconfig = self.layout.kubeconfig_of(name)
         argv = components.apply_argv(kubeconfig, directory)
         if argv is not None:
-            await self._one_shot(f"install {name} (kubectl apply -k {directory})", argv, f"{name}-install")
+            await self._one_shot(f"install {name} (kubectl apply --server-side -k {directory})", argv, f"{name}-install")
         else:
             log.warning("kubectl not found: applying %s's manifests server-side from Python", name)
             await components.apply_rendered(kubeconfig, directory)
