@@ -338,6 +338,9 @@ class _MMMap(ctypes.Structure):
 
 
 _kept: list[Any] = []
+_command: Any = None
+"""The `isthmus` click command, built before forking (typer builds it on each call, from every
+command's signature: about 7 MB of pages each child would otherwise copy)."""
 
 
 def set_cmdline(argv: Sequence[str], env: Mapping[str, str]) -> bool:
@@ -420,12 +423,15 @@ def _child(request: dict[str, Any], out_fd: int, zygote_pid: int, started: int) 
         random.seed()  # every child would otherwise draw the zygote's sequence
         tempfile.tempdir = None
         import isthmus
-        from isthmus.cli.main import app
 
         sys.argv = [os.path.join(os.path.dirname(isthmus.__file__), "__main__.py"), *argv[3:]]  # as -m sets it
-
         try:
-            app(prog_name="python -m isthmus")
+            if _command is not None:
+                _command.main(args=argv[3:], prog_name="python -m isthmus")
+            else:
+                from isthmus.cli.main import app
+
+                app(prog_name="python -m isthmus")
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -457,6 +463,12 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
             importlib.import_module(name)
         except Exception as e:  # a child importing it would fail the same way, and say so itself
             print(f"zygote: cannot preload {name}: {e}", file=sys.stderr)
+    global _command
+    if "isthmus.cli.main" in sys.modules:  # typer builds the click command tree on every call: once, here
+        with contextlib.suppress(Exception):
+            import typer.main
+
+            _command = typer.main.get_command(sys.modules["isthmus.cli.main"].app)
     # Children must not inherit a loop, threads or logging handlers: the preload only imports.
     gc.collect()
     gc.freeze()
