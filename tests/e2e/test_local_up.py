@@ -733,7 +733,7 @@ def test_up_after_a_supervisor_crash_adopts_healthy_parts_without_an_outage(cs: 
         settled = loop.ok["http"] + 20
         wait_for("traffic after `up`", lambda: loop.ok["http"] >= settled)
     print(f"during re-up: ok {dict(loop.ok)}, failed {dict(loop.failed)}")
-    assert after["ready"] is True and after["supervisor"]["pid"] not in (None, supervisor)
+    assert after["ready"] is True and after["supervisor"]["pid"] not in (None, supervisor), json.dumps(after)[:3000]
     assert _pids(after) == pids  # every part adopted, none restarted
     assert sum(loop.failed.values()) == 0, loop.errors[:10]
 
