@@ -552,6 +552,8 @@ def check_cidrs(targets: list[Target], env: Env) -> Check:
     for t in targets:
         if t.cluster_id is not None:
             triples += [(t.cluster_id, kind, c) for kind, c in t.cidrs]
+    if not triples:
+        return Check("cidrs", Status.SKIP, "no address ranges to compare (no broker, no member reachable)")
     overlaps = find_overlaps(triples)
     if overlaps:
         return failed("cidrs", f"{len(overlaps)} overlapping address ranges",
@@ -565,7 +567,9 @@ def check_members(targets: list[Target], env: Env) -> Check:
     """Every joined cluster is among the contexts checked (else its own checks did not run)."""
     b = env.broker
     if b is None:
-        return failed("members", "no broker found: no context is a broker or a member of a clusterset",
+        unreachable = [t.context for t in targets if t.api is None]
+        among = f" among the reachable contexts ({', '.join(unreachable)} unreachable)" if unreachable else ""
+        return failed("members", f"no broker found{among}: no context is a broker or a member of a clusterset",
                       "isthmus diagnose --context <member context>")
     if b.error is not None:
         return failed("members", f"cannot read the broker ({b.server}, via {b.via}): {b.error}",
