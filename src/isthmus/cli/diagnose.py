@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 ContextsOpt = Annotated[
     list[str] | None,
-    typer.Option("--context", help="A kubeconfig context to check; repeat for several (default: every context).",
+    typer.Option("--context", metavar="CONTEXT",
+                 help="A kubeconfig context to check; repeat for several (default: every context).",
                  show_default=False),
 ]
 _COLOURS = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: "bright_black"}
@@ -75,8 +76,8 @@ def diagnose(
     """Check every cluster of the clusterset and the broker: API, join state and heartbeat, CRD
     versions, DNS, VIPs, clocks, CIDR overlaps, and each capability's own health.
 
-    Prints ✔/⚠/✘ per check with the reason and the next command to run. Exit code 1 when a
-    check fails (✘), 0 otherwise; 2 on bad input.
+    Prints one line per check (passed, warning or failed) with the reason and the next command
+    to run. Exit code: 1 when a check fails, 0 otherwise, 2 on bad input.
     """
     from isthmus.diagnose.run import diagnose as run_diagnose
     from isthmus.diagnose.run import diagnose_until
