@@ -28,13 +28,17 @@ from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
 from isthmus.api.base import format_time, now
+from isthmus.api.egress import SourceIPClaim
+from isthmus.api.lb import LoadBalancerPool
 from isthmus.api.mcs import AGENT_NAMESPACE, DNS_SERVICE_NAME, HEARTBEAT_ANNOTATION
+from isthmus.api.mcsvc import MultiClusterService
 from isthmus.diagnose.gather import gather
 from isthmus.diagnose.model import Diagnosis, Status
 from isthmus.diagnose.run import diagnose as run_diagnose
 from isthmus.diagnose.run import select_contexts
 from isthmus.dns.service import DnsConfig, DnsService
 from isthmus.kube.helpers import install_crds
+from isthmus.kube.resources import resource_for
 from tests.integration.mcs_harness import BROKER_NS, CLUSTER, ClusterSet, eventually, service
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
@@ -346,7 +350,7 @@ async def test_gather_archive_has_objects_and_no_secret_data(env: Env, tmp_path:
 
 
 async def test_stopped_agent_makes_heartbeat_stale(env: Env) -> None:
-    """Last: the agent of c2 is stopped, then its last heartbeat aged as the minutes without one
+    """The agent of c2 is stopped, then its last heartbeat aged as the minutes without one
     would (the check reads the broker's annotation), and started again at the end."""
     cs = env.cs
     await cs.stop_agent(1)
@@ -365,3 +369,42 @@ async def test_stopped_agent_makes_heartbeat_stale(env: Env) -> None:
     finally:
         await cs.start_agent(1)
     await eventually(lambda: _ok(env), timeout=30, what="c2's agent heartbeats again")
+
+
+async def test_capability_checks_name_what_is_broken(env: Env) -> None:
+    """A pool with a failed HAProxy instance (status as its pool manager writes it), a
+    MultiClusterService no controller made Ready, a Bound claim whose address has no SourceIP."""
+    client = env.cs.c(0)
+    pool_res, mcs_res, claim_res = resource_for(LoadBalancerPool), resource_for(MultiClusterService), \
+        resource_for(SourceIPClaim)
+    ns = "diag-caps"
+    await env.cs.ensure_namespace(0, ns)
+    await client.create(pool_res.from_dict({"apiVersion": "isthmus.io/v1alpha1", "kind": "LoadBalancerPool",
+                                            "metadata": {"name": "diag-pool"}, "spec": {"count": 2}}))
+    await client.patch(pool_res.Status, "diag-pool", {"status": {
+        "readyInstances": 1, "ready": "1/2",
+        "instances": [{"slot": 0, "state": "Running", "holder": "edge-a"},
+                      {"slot": 1, "state": "Failed", "holder": "edge-b", "message": "haproxy exited 1"}]}},
+        patch_type=PatchType.MERGE)
+    await client.create(mcs_res.from_dict({"apiVersion": "networking.karmada.io/v1alpha1",
+                                           "kind": "MultiClusterService",
+                                           "metadata": {"name": "shop", "namespace": ns},
+                                           "spec": {"types": ["CrossCluster"]}}))
+    await client.create(claim_res.from_dict({"apiVersion": "egress.isthmus.io/v1alpha1", "kind": "SourceIPClaim",
+                                             "metadata": {"name": "db", "namespace": ns},
+                                             "spec": {"sourceIPClassName": "none"}}))
+    await client.patch(claim_res.Status, "db", {"status": {"phase": "Bound", "sourceIP": "127.32.9.9"}},
+                       namespace=ns, patch_type=PatchType.MERGE)
+    try:
+        d = await env.diagnose("c1")
+        pools = check(d, "c1", "pools")
+        assert pools.status is Status.FAIL and pools.message == "1 of 1 LoadBalancerPools not fully ready"
+        assert pools.details == ["diag-pool: 1/2 HAProxy instances ready", "  slot 1 on edge-b: Failed: haproxy exited 1"]
+        mcs = check(d, "c1", "multiclusterservices")
+        assert mcs.status is Status.FAIL and mcs.details == [f"{ns}/shop: no Ready condition yet"]
+        egress = check(d, "c1", "egress")
+        assert egress.status is Status.FAIL and egress.details == [f"claim {ns}/db: 127.32.9.9 has no SourceIP bound to it"]
+    finally:
+        await client.delete(pool_res, "diag-pool")
+        await client.delete(mcs_res, "shop", namespace=ns)
+        await client.delete(claim_res, "db", namespace=ns)

@@ -83,8 +83,9 @@ async def _read_cidrs(t: c.Target) -> None:
     1.33+; absent elsewhere, and then unknown)."""
     with contextlib.suppress(ApiError):
         for node in await list_all(t.client, Node):
-            for cidr in (node.spec.podCIDRs or [node.spec.podCIDR] if node.spec and node.spec.podCIDR else []):
-                t.cidrs.append(("pod", cidr))
+            spec = node.spec
+            cidrs = (spec.podCIDRs or ([spec.podCIDR] if spec.podCIDR else [])) if spec is not None else []
+            t.cidrs += [("pod", cidr) for cidr in cidrs]
     with contextlib.suppress(Exception):
         resp = await raw_get(t.client, "/apis/networking.k8s.io/v1/servicecidrs")
         if resp.status_code == 200:
