@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-ALL = ("agent", "apiserver", "crds", "demo", "discovery", "dns", "egress", "kubelite", "lb", "local", "mcsvc",
+ALL = ("agent", "apiserver", "crds", "demo", "diagnose", "discovery", "dns", "egress", "kubelite", "lb", "local", "mcsvc",
        "pools", "proxy", "webhook")
 COMPONENTS = {
     "agent": "agent", "apiserver": "apiserver", "dns": "dns", "proxy": "proxy", "kube-lite": "kubelite",

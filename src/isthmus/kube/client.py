@@ -74,6 +74,24 @@ def load_config(kubeconfig: str | os.PathLike[str] | None = None, context: str |
     return _select(_merge([(p, _read(p)) for p in existing]), context, where)
 
 
+def context_names(kubeconfig: str | os.PathLike[str] | None = None) -> list[str]:
+    """Every context of the kubeconfig `load_config` would read (the merged `$KUBECONFIG` files),
+    current one first; empty in a pod (the in-cluster account has none)."""
+    if kubeconfig is not None:
+        path = Path(kubeconfig).expanduser()
+        if not path.is_file():
+            raise KubeConfigError(f"kubeconfig {path} not found")
+        merged = _merge([(path, _read(path))])
+    else:
+        env = os.environ.get("KUBECONFIG", "")
+        paths = list(dict.fromkeys(Path(p).expanduser() for p in env.split(os.pathsep) if p))
+        existing = [p for p in paths or [Path(DEFAULT_KUBECONFIG).expanduser()] if p.is_file()]
+        merged = _merge([(p, _read(p)) for p in existing])
+    names = sorted(merged.entries["contexts"])
+    current = merged.current_context
+    return [current, *(n for n in names if n != current)] if current in names else names
+
+
 def _service_account() -> SingleConfig | None:
     """client-go's InClusterConfig: ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``, the
     token and CA of the ServiceAccount dir — ``$ISTHMUS_SERVICEACCOUNT_DIR`` when set (kube-lite's

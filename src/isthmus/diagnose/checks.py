@@ -1,0 +1,583 @@
+"""The checks of `isthmus diagnose`, one coroutine each, reading what the clusters and the broker
+report (conditions, status, heartbeats) and probing what can be probed from here (the API, DNS,
+VIPs). Each returns one `Check` with its reason and the next command to run; none writes.
+
+Which checks run where, and the order they print in, is decided in `isthmus.diagnose.run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from lightkube import ALL_NS, AsyncClient
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Node, Pod, Service
+
+from isthmus.api import CRD_MODELS
+from isthmus.api.base import find_condition
+from isthmus.api.egress import ClaimPhase, ExternalService, Gateway, SourceIP, SourceIPClaim
+from isthmus.api.lb import LoadBalancerPool
+from isthmus.api.mcs import (
+    AGENT_NAMESPACE,
+    CLUSTERSET_DOMAIN,
+    DNS_SERVICE_NAME,
+    HEARTBEAT_ANNOTATION,
+    STALE_HEARTBEAT_SECONDS,
+    Broker,
+    Cluster,
+    ServiceImport,
+)
+from isthmus.api.mcsvc import MultiClusterService
+from isthmus.diagnose.model import Check, Status, failed, passed, warned
+from isthmus.diagnose.net import ApiProbe, answer_addresses, dns_query, tcp_connect
+from isthmus.kube.helpers import describe_error, list_all
+from isthmus.mcs import views
+from isthmus.mcs.brokerinfo import BrokerInfo
+from isthmus.mcs.control import get_if_kind, list_if_kind
+
+AGENT_DEPLOYMENT = "isthmus-agent"
+CLOCK_WARN_SECONDS = 5.0
+"""The Date header has a one-second resolution: below this, skew is noise."""
+CLOCK_FAIL_SECONDS = STALE_HEARTBEAT_SECONDS / 2
+"""Beyond this, heartbeat ages (and so dead-cluster detection) are judged wrong."""
+DNS_TIMEOUT = 1.5
+VIP_TIMEOUT = 1.0
+MAX_VIP_PROBES = 64
+"""Per cluster: beyond this many VIP ports, the rest are counted, not probed (one diagnosis must
+stay quick on a clusterset with thousands of services)."""
+VIP_CONCURRENCY = 16
+MAX_DETAILS = 20
+
+
+# --- what the checks read -----------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """One kubeconfig context and what its first requests found out."""
+
+    context: str
+    config: SingleConfig
+    client: AsyncClient
+    explicit: bool
+    """Named with --context: a context that is not part of the clusterset is then a failure."""
+    api: ApiProbe | None = None
+    api_error: str | None = None
+    cluster_id: str | None = None
+    """Set when the context is a member (ServiceDiscovery isthmus-system/isthmus)."""
+    broker_info: BrokerInfo | None = None
+    membership_error: str | None = None
+    broker_namespaces: list[str] = field(default_factory=list)
+    """Namespaces holding a Broker object: the context is (also) the broker."""
+    cidrs: list[tuple[str, str]] = field(default_factory=list)
+    """(kind, CIDR) this cluster's API publishes: Nodes' pod CIDRs, ServiceCIDRs."""
+
+    @property
+    def server(self) -> str:
+        return str(self.config.cluster.server)
+
+    @property
+    def roles(self) -> list[str]:
+        return [r for r, on in (("broker", bool(self.broker_namespaces)), ("member", self.cluster_id is not None)) if on]
+
+
+@dataclass
+class BrokerView:
+    """The broker's Clusters, read once for every member's checks."""
+
+    namespace: str
+    server: str
+    via: str
+    """The context it was read through, or `broker-info of <context>` (a member's own credentials)."""
+    clusters: dict[str, Cluster] = field(default_factory=dict)
+    broker: Broker | None = None
+    skew: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class Env:
+    """What every check shares: how to spell the next commands, the broker, the reference time."""
+
+    kubeconfig: str | None
+    broker: BrokerView | None
+    now: datetime
+
+    def kubectl(self, target: Target | str, *args: str) -> str:
+        context = target if isinstance(target, str) else target.context
+        head = ["kubectl"] + (["--kubeconfig", self.kubeconfig] if self.kubeconfig else []) + ["--context", context]
+        return shlex.join([*head, *args])
+
+    def isthmus(self, target: Target | str, *args: str) -> str:
+        context = target if isinstance(target, str) else target.context
+        tail = ["--context", context] + (["--kubeconfig", self.kubeconfig] if self.kubeconfig else [])
+        return shlex.join(["isthmus", *args, *tail])
+
+
+def _more(lines: list[str]) -> list[str]:
+    if len(lines) <= MAX_DETAILS:
+        return lines
+    return [*lines[:MAX_DETAILS], f"... and {len(lines) - MAX_DETAILS} more"]
+
+
+def _everywhere(model: Any) -> str | None:
+    """The LIST scope that covers every object of a kind: all namespaces, or none (cluster-scoped)."""
+    return ALL_NS if model.crd.namespaced else None
+
+
+def _key(obj: Any) -> str:
+    return f"{obj.namespace}/{obj.name}" if getattr(obj, "namespace", None) else str(obj.name)
+
+
+# --- every cluster ------------------------------------------------------------------------------
+
+
+def check_api(t: Target, env: Env) -> Check:
+    if t.api is None:
+        return failed("api", f"cannot reach the API server at {t.server}: {t.api_error}",
+                      f"{env.kubectl(t, 'cluster-info')}  # check the server address, network and credentials")
+    return passed("api", f"reachable at {t.server}, {t.api.version} ({t.api.elapsed * 1000:.0f} ms)")
+
+
+def check_clock(t: Target, env: Env) -> Check:
+    if t.api is None or t.api.skew is None:
+        return warned("clock", "the API server sent no Date header: clock skew unknown")
+    skew = t.api.skew
+    text = f"API server clock {abs(skew):.0f}s {'ahead of' if skew > 0 else 'behind'} this machine's"
+    if abs(skew) < CLOCK_WARN_SECONDS:
+        return passed("clock", f"in step with this machine's (within {CLOCK_WARN_SECONDS:g}s)")
+    fix = "synchronise the clocks (NTP, e.g. `timedatectl set-ntp true` on the hosts)"
+    if abs(skew) >= CLOCK_FAIL_SECONDS:
+        return failed("clock", f"{text}: heartbeat ages are judged wrong beyond {CLOCK_FAIL_SECONDS:g}s", fix)
+    return warned("clock", text, fix)
+
+
+async def check_crds(t: Target, env: Env) -> Check:
+    """Every kind this client knows, served at the version it speaks and Established."""
+    crds = {c.metadata.name: c for c in await list_all(t.client, CustomResourceDefinition) if c.metadata}
+    problems = []
+    for model in CRD_MODELS:
+        info = model.crd
+        name = f"{info.plural}.{info.group}"
+        crd = crds.get(name)
+        if crd is None:
+            problems.append(f"{name}: not installed (expected {info.version})")
+            continue
+        served = [v.name for v in crd.spec.versions if v.served]
+        if info.version not in served:
+            problems.append(f"{name}: serves {', '.join(served) or 'no version'}, this client speaks {info.version}")
+        elif not any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []
+                                                                              if crd.status else [])):
+            problems.append(f"{name}: not Established yet")
+    if problems:
+        return failed("crds", f"{len(problems)} of {len(CRD_MODELS)} CRDs missing or at another version",
+                      f"isthmus crds | {env.kubectl(t, 'apply', '--server-side', '-f', '-')}", _more(problems))
+    versions = sorted({m.crd.version for m in CRD_MODELS})
+    return passed("crds", f"all {len(CRD_MODELS)} CRDs installed at the versions this client expects "
+                          f"({', '.join(versions)})")
+
+
+async def _deployments(client: AsyncClient) -> list[Deployment]:
+    return await list_all(client, Deployment, namespace=AGENT_NAMESPACE)
+
+
+def _deployment_problem(d: Deployment) -> str | None:
+    want = d.spec.replicas if d.spec and d.spec.replicas is not None else 1
+    ready = (d.status.readyReplicas if d.status else None) or 0
+    if ready >= want:
+        return None
+    return f"{d.metadata.name if d.metadata else '?'}: {ready}/{want} ready"
+
+
+async def _pod_problems(client: AsyncClient, deployment: Deployment) -> list[str]:
+    """Why a Deployment's pods are not ready, as kubectl get pods would show it."""
+    selector = deployment.spec.selector.matchLabels if deployment.spec and deployment.spec.selector else None
+    if not selector:
+        return []
+    out = []
+    for pod in await list_all(client, Pod, namespace=AGENT_NAMESPACE, labels=selector):
+        status = pod.status
+        for cs in (status.containerStatuses or []) if status else []:
+            if cs.ready:
+                continue
+            waiting = cs.state.waiting if cs.state else None
+            why = waiting.reason if waiting and waiting.reason else (status.phase if status else None) or "not ready"
+            out.append(f"pod {pod.metadata.name if pod.metadata else '?'}: {why}, {cs.restartCount} restarts")
+    return out
+
+
+async def check_components(t: Target, env: Env) -> Check:
+    """Every Isthmus Deployment of isthmus-system ready (the agent has a check of its own)."""
+    deployments = [d for d in await _deployments(t.client) if d.metadata and d.metadata.name != AGENT_DEPLOYMENT]
+    if not deployments:
+        return warned("components", f"no Deployments in {AGENT_NAMESPACE}",
+                      f"{env.kubectl(t, 'apply', '-k', 'deploy/' + ('member' if t.cluster_id else 'broker'))}")
+    bad = [(d, p) for d in deployments if (p := _deployment_problem(d)) is not None]
+    if not bad:
+        names = ", ".join(sorted(d.metadata.name for d in deployments if d.metadata and d.metadata.name))
+        return passed("components", f"{len(deployments)} Deployments ready ({names})")
+    details = []
+    for d, problem in bad:
+        details.append(problem)
+        details += [f"  {p}" for p in await _pod_problems(t.client, d)]
+    first = bad[0][0].metadata.name if bad[0][0].metadata else ""
+    return failed("components", f"{len(bad)} of {len(deployments)} Deployments in {AGENT_NAMESPACE} not ready",
+                  env.kubectl(t, "-n", AGENT_NAMESPACE, "logs", f"deploy/{first}"), _more(details))
+
+
+# --- members: discovery -------------------------------------------------------------------------
+
+
+def check_join(t: Target, env: Env) -> Check:
+    join = f"isthmus join broker-info.subm --broker-kubeconfig <broker kubeconfig> --cluster-id <id> --context {t.context}"
+    if t.cluster_id is None:
+        why = t.membership_error or "no ServiceDiscovery isthmus-system/isthmus"
+        return failed("join", f"not part of a clusterset: {why}", join)
+    b = env.broker
+    if b is None or b.error is not None:
+        why = (b.error if b is not None else None) or "no broker known"
+        return failed("join", f"joined as {t.cluster_id}, but the broker cannot be read: {why}",
+                      f"check the broker at {t.broker_info.server if t.broker_info else '?'} "
+                      f"(`isthmus diagnose` with its context shows why)")
+    info = t.broker_info
+    if info is not None and (info.server.rstrip("/") != b.server.rstrip("/") or info.namespace != b.namespace):
+        return failed("join", f"joined as {t.cluster_id} to the broker {info.server} (namespace {info.namespace}), "
+                              f"not to {b.server} (namespace {b.namespace}) as the other clusters",
+                      join.replace("<id>", t.cluster_id) + " --force")
+    if t.cluster_id not in b.clusters:
+        return failed("join", f"joined as {t.cluster_id} here, but the broker ({b.server}, namespace {b.namespace}) "
+                              f"has no Cluster {t.cluster_id}: it was removed or this cluster joined another broker",
+                      join.replace("<id>", t.cluster_id) + " --force")
+    return passed("join", f"joined as {t.cluster_id} (broker {b.server}, namespace {b.namespace})")
+
+
+def check_heartbeat(t: Target, env: Env) -> Check:
+    b = env.broker
+    cluster = b.clusters.get(t.cluster_id or "") if b is not None else None
+    if cluster is None:
+        return Check("heartbeat", Status.SKIP, "no Cluster on the broker (see join)")
+    logs = env.kubectl(t, "-n", AGENT_NAMESPACE, "logs", f"deploy/{AGENT_DEPLOYMENT}")
+    raw = (cluster.metadata.annotations or {}).get(HEARTBEAT_ANNOTATION)
+    beat = views._parse_time(raw)
+    if beat is None:
+        return failed("heartbeat", f"cluster {t.cluster_id} never sent a heartbeat: its agent has not run", logs)
+    # Ages on the broker's clock, as the agents judge each other.
+    ref = env.now + timedelta(seconds=b.skew or 0.0) if b is not None else env.now
+    age = (ref - beat).total_seconds()
+    ready = find_condition(cluster.status.conditions, "Ready")
+    if age > STALE_HEARTBEAT_SECONDS:
+        return failed("heartbeat", f"last heartbeat {age:.0f}s ago, stale after {STALE_HEARTBEAT_SECONDS:g}s: "
+                                   f"the agent of {t.cluster_id} is down or cannot reach the broker", logs)
+    if ready is not None and str(ready.status) != "True":
+        return failed("heartbeat", f"Cluster {t.cluster_id} is not Ready: {ready.message or ready.reason}", logs)
+    if age < -CLOCK_WARN_SECONDS:
+        return warned("heartbeat", f"heartbeat {-age:.0f}s in the future: the agent's clock runs ahead of the "
+                                   f"broker's", "synchronise the clocks (NTP)")
+    return passed("heartbeat", f"heartbeat {max(age, 0):.0f}s ago, Ready")
+
+
+async def check_agent(t: Target, env: Env) -> Check:
+    deployment = await get_if_kind(t.client, Deployment, AGENT_DEPLOYMENT, AGENT_NAMESPACE)
+    if deployment is None:
+        return failed("agent", f"Deployment {AGENT_NAMESPACE}/{AGENT_DEPLOYMENT} not found: discovery is not installed",
+                      env.kubectl(t, "apply", "-k", "deploy/member"))
+    problem = _deployment_problem(deployment)
+    if problem is None:
+        return passed("agent", f"Deployment {AGENT_NAMESPACE}/{AGENT_DEPLOYMENT} ready")
+    return failed("agent", f"Deployment {AGENT_NAMESPACE}/{problem}",
+                  env.kubectl(t, "-n", AGENT_NAMESPACE, "logs", f"deploy/{AGENT_DEPLOYMENT}"),
+                  _more(await _pod_problems(t.client, deployment)))
+
+
+async def check_exports(t: Target, env: Env) -> Check:
+    rows = await views.export_rows(t.client, None)
+    bad = [(r, r.problems()) for r in rows if r.problems()]
+    if not bad:
+        return passed("exports", f"{len(rows)} ServiceExports, all valid, no conflicts")
+    details = [f"{r.namespace}/{r.name}: {p}" for r, problems in bad for p in problems]
+    conflicts = sum(1 for r, _ in bad if r.conflict_reasons())
+    return failed("exports", f"{len(bad)} of {len(rows)} ServiceExports invalid or in conflict ({conflicts} in conflict)",
+                  env.isthmus(t, "show", "exports", "-A"), _more(details))
+
+
+async def _imports(client: AsyncClient) -> list[ServiceImport]:
+    return cast(list[ServiceImport], await list_if_kind(client, ServiceImport, ALL_NS))
+
+
+async def _dns_addresses(t: Target) -> list[tuple[str, int]]:
+    """Where to ask the cluster's DNS from here: the NodePort on the first Node's InternalIP (the
+    local clusterset's way, and a cluster's nodes are often reachable), then ClusterIP:port."""
+    svc = await get_if_kind(t.client, Service, DNS_SERVICE_NAME, AGENT_NAMESPACE)
+    if svc is None or svc.spec is None:
+        return []
+    ports = [p for p in svc.spec.ports or [] if (p.protocol or "TCP") == "UDP"]
+    out: list[tuple[str, int]] = []
+    if any(p.nodePort for p in ports):
+        nodes = await list_all(t.client, Node)
+        addrs = [a.address for n in nodes[:1] for a in (n.status.addresses or [] if n.status else [])
+                 if a.type == "InternalIP"]
+        out += [(addrs[0], p.nodePort) for p in ports if p.nodePort and addrs]
+    ip = svc.spec.clusterIP
+    if ip and ip != "None":
+        out += [(ip, p.port) for p in ports]
+    return out
+
+
+async def check_dns(t: Target, env: Env) -> Check:
+    addresses = await _dns_addresses(t)
+    if not addresses:
+        return failed("dns", f"no UDP port on Service {AGENT_NAMESPACE}/{DNS_SERVICE_NAME}: clusterset.local is not "
+                             f"served", env.kubectl(t, "apply", "-k", "deploy/member"))
+    imports = [i for i in await _imports(t.client)]
+    with_vip = [i for i in imports if i.spec.ips]
+    if with_vip:
+        known = with_vip[0]
+        name, qtype, expect = f"{known.name}.{known.namespace}.svc.{CLUSTERSET_DOMAIN}", "A", sorted(known.spec.ips or [])
+    elif imports:
+        known = imports[0]
+        name, qtype, expect = f"{known.name}.{known.namespace}.svc.{CLUSTERSET_DOMAIN}", "A", None
+    else:
+        name, qtype, expect = CLUSTERSET_DOMAIN, "SOA", None
+    errors = []
+    for host, port in addresses:
+        try:
+            answer = await dns_query(host, port, name, qtype, DNS_TIMEOUT)
+        except (TimeoutError, OSError) as err:
+            why = (f"no answer within {DNS_TIMEOUT:g}s" if isinstance(err, TimeoutError)
+                   else (err.strerror or describe_error(err)).lower())
+            errors.append(f"{host}:{port}: {why}")
+            continue
+        rcode = answer.header.rcode
+        got = answer_addresses(answer)
+        where = f"{host}:{port}"
+        logs = env.kubectl(t, "-n", AGENT_NAMESPACE, "logs", f"deploy/{DNS_SERVICE_NAME}")
+        if rcode != 0:
+            return failed("dns", f"{where} answered {name} {qtype} with rcode {rcode} (expected NOERROR)", logs)
+        if expect is not None and got != expect:
+            return failed("dns", f"{where} answered {name} with {', '.join(got) or 'no address'}, the ServiceImport "
+                                 f"says {', '.join(expect)}", logs)
+        if qtype == "A" and expect is None and not got:
+            return warned("dns", f"{where} knows {name} but has no address for it (no ready endpoints?)",
+                          env.isthmus(t, "show", "imports", "-A"))
+        shown = f" -> {', '.join(got)}" if got else ""
+        return passed("dns", f"{where} answers {name} {qtype}{shown}")
+    return failed("dns", f"the DNS Service {AGENT_NAMESPACE}/{DNS_SERVICE_NAME} did not answer",
+                  env.kubectl(t, "-n", AGENT_NAMESPACE, "get", "pods,svc", "-l", "app.kubernetes.io/name=isthmus-dns"),
+                  errors)
+
+
+async def check_vips(t: Target, env: Env) -> Check:
+    """A TCP connect to each ClusterSet IP and TCP port this cluster imports (UDP cannot be probed
+    without a service-specific question)."""
+    probes: list[tuple[str, str, int]] = []
+    udp_only = 0
+    for i in await _imports(t.client):
+        for ip in i.spec.ips or []:
+            tcp = [p.port for p in i.spec.ports if p.protocol == "TCP"]
+            udp_only += 0 if tcp else 1
+            probes += [(f"{i.namespace}/{i.name}", ip, port) for port in tcp]
+    if not probes:
+        note = f" ({udp_only} UDP-only, not probed)" if udp_only else ""
+        return passed("vips", f"no ClusterSet IP with a TCP port imported{note}")
+    skipped = max(0, len(probes) - MAX_VIP_PROBES)
+    probes = probes[:MAX_VIP_PROBES]
+    gate = asyncio.Semaphore(VIP_CONCURRENCY)
+
+    async def one(ip: str, port: int) -> str | None:
+        async with gate:
+            return await tcp_connect(ip, port, VIP_TIMEOUT)
+
+    results = await asyncio.gather(*(one(ip, port) for _, ip, port in probes))
+    bad = [f"{key} {ip}:{port}: {why}" for (key, ip, port), why in zip(probes, results, strict=True) if why]
+    more = f"; {skipped} more not probed" if skipped else ""
+    if bad:
+        first = probes[next(i for i, r in enumerate(results) if r)][0]
+        ns, name = first.split("/", 1)
+        return failed("vips", f"{len(bad)} of {len(probes)} VIP ports do not answer{more}",
+                      env.kubectl(t, "-n", ns, "get", "endpointslices", "-l",
+                                  f"multicluster.kubernetes.io/service-name={name}"), _more(bad))
+    return passed("vips", f"{len(probes)} VIP ports answer{more}")
+
+
+# --- the broker ---------------------------------------------------------------------------------
+
+
+def check_broker(t: Target, env: Env) -> Check:
+    b = env.broker
+    if b is None or b.error is not None or b.broker is None:
+        why = b.error if b is not None and b.error else "no Broker object"
+        return failed("broker", f"broker not readable: {why}",
+                      f"isthmus deploy-broker --context {t.context}")
+    spec = b.broker.spec
+    return passed("broker", f"namespace {b.namespace}: {len(b.clusters)} clusters joined, ClusterSet IPs "
+                            f"{'on' if spec.clusterset_ip_enabled else 'off'} by default, range "
+                            f"{', '.join(spec.clusterset_ip_cidr_range)}")
+
+
+# --- capabilities -------------------------------------------------------------------------------
+
+
+async def check_pools(t: Target, env: Env) -> Check:
+    """Load balancing: each pool's HAProxy instances running and serving its generation."""
+    pools = cast(list[LoadBalancerPool], await list_if_kind(t.client, LoadBalancerPool, _everywhere(LoadBalancerPool)))
+    if not pools:
+        return passed("pools", "no LoadBalancerPools")
+    details = []
+    bad = 0
+    for pool in pools:
+        want = pool.spec.count
+        ready = pool.status.ready_instances
+        if ready >= want:
+            continue
+        bad += 1
+        details.append(f"{_key(pool)}: {ready}/{want} HAProxy instances ready")
+        for inst in pool.status.instances:
+            if str(inst.state) != "Running" or inst.message:
+                holder = f" on {inst.holder}" if inst.holder else ""
+                details.append(f"  slot {inst.slot}{holder}: {inst.state}{': ' + inst.message if inst.message else ''}")
+    if bad:
+        return failed("pools", f"{bad} of {len(pools)} LoadBalancerPools not fully ready",
+                      env.isthmus(t, "show", "pools", "-A"), _more(details))
+    total = sum(p.spec.count for p in pools)
+    return passed("pools", f"{len(pools)} LoadBalancerPools, {total} HAProxy instances running")
+
+
+async def check_mcs(t: Target, env: Env) -> Check:
+    """Exposure: every MultiClusterService Ready, or why not."""
+    items = cast(list[MultiClusterService], await list_if_kind(t.client, MultiClusterService, _everywhere(MultiClusterService)))
+    if not items:
+        return passed("multiclusterservices", "no MultiClusterServices")
+    bad = []
+    for m in items:
+        ready = find_condition(m.status.conditions, "Ready")
+        if ready is None or str(ready.status) != "True":
+            why = ready.message or ready.reason if ready is not None else "no Ready condition yet"
+            bad.append(f"{_key(m)}: {why}")
+    if bad:
+        return failed("multiclusterservices", f"{len(bad)} of {len(items)} MultiClusterServices not Ready",
+                      env.isthmus(t, "show", "mcs", "-A"), _more(bad))
+    return passed("multiclusterservices", f"{len(items)} MultiClusterServices Ready")
+
+
+def _rule_ips(gateway: Gateway) -> set[str]:
+    return {r.source_ip for r in [*gateway.spec.egress_rules, *gateway.spec.ingress_rules]}
+
+
+async def check_egress(t: Target, env: Env) -> Check:
+    """Egress: each bound claim's address is a Bound SourceIP, and the gateway that uses it has
+    programmed it (Gateway Ready with a holder); every ExternalService Ready."""
+    claims = cast(list[SourceIPClaim], await list_if_kind(t.client, SourceIPClaim, _everywhere(SourceIPClaim)))
+    services = cast(list[ExternalService], await list_if_kind(t.client, ExternalService, _everywhere(ExternalService)))
+    if not claims and not services:
+        return passed("egress", "no SourceIPClaims or ExternalServices")
+    ips = {s.name: s for s in cast(list[SourceIP], await list_if_kind(t.client, SourceIP, _everywhere(SourceIP)))}
+    gateways = cast(list[Gateway], await list_if_kind(t.client, Gateway, _everywhere(Gateway)))
+    bad = []
+    bound = 0
+    for c in claims:
+        if c.status.phase != ClaimPhase.BOUND or not c.status.source_ip:
+            ready = find_condition(c.status.conditions, "Ready")
+            bad.append(f"claim {_key(c)}: {c.status.phase or 'Pending'}"
+                       f"{': ' + (ready.message or str(ready.reason)) if ready is not None and ready.message else ''}")
+            continue
+        bound += 1
+        ip = c.status.source_ip
+        sip = ips.get(str(ipaddress.ip_address(ip))) if _is_ip(ip) else None
+        if sip is None or sip.spec.claim_ref is None or sip.spec.claim_ref.name != c.name:
+            bad.append(f"claim {_key(c)}: {ip} has no SourceIP bound to it")
+            continue
+        for g in gateways:
+            if ip in _rule_ips(g):
+                ready = find_condition(g.status.conditions, "Ready")
+                if ready is None or str(ready.status) != "True" or not g.status.holder:
+                    why = (ready.message or str(ready.reason)) if ready is not None else "not programmed yet"
+                    bad.append(f"claim {_key(c)}: {ip} not owned by a gateway (Gateway {_key(g)}: {why})")
+    for s in services:
+        ready = find_condition(s.status.conditions, "Ready")
+        if ready is None or str(ready.status) != "True":
+            why = (ready.message or str(ready.reason)) if ready is not None else "no Ready condition yet"
+            bad.append(f"externalservice {_key(s)}: {why}")
+    if bad:
+        return failed("egress", f"{len(bad)} egress problems ({len(claims)} claims, {len(services)} ExternalServices)",
+                      env.kubectl(t, "get", "sourceipclaims,sourceips,externalservices,gateways", "-A"), _more(bad))
+    return passed("egress", f"{bound} source IPs bound and owned by a gateway, {len(services)} ExternalServices Ready")
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+# --- the clusterset -----------------------------------------------------------------------------
+
+
+def find_overlaps(cidrs: Iterable[tuple[str, str, str]]) -> list[str]:
+    """(owner, kind, CIDR) triples → one line per overlapping pair of different owners or kinds.
+
+    Clusters of a clusterset route to each other's pods and VIPs: no two of their pod, service
+    and ClusterSet IP ranges may overlap (one cluster's two ranges neither)."""
+    seen: dict[tuple[str, str, str], ipaddress.IPv4Network | ipaddress.IPv6Network] = {}
+    for owner, kind, cidr in cidrs:
+        try:
+            seen.setdefault((owner, kind, cidr), ipaddress.ip_network(cidr, strict=False))
+        except ValueError:
+            continue
+    items = sorted(seen.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[1].version, int(kv[1].network_address)))
+    out = []
+    for i, ((owner_a, kind_a, cidr_a), net_a) in enumerate(items):
+        for (owner_b, kind_b, cidr_b), net_b in items[i + 1:]:
+            if (owner_a, kind_a) == (owner_b, kind_b) or net_a.version != net_b.version:
+                continue
+            if net_a.overlaps(net_b):
+                out.append(f"{owner_a} {kind_a} {cidr_a} overlaps {owner_b} {kind_b} {cidr_b}")
+    return out
+
+
+def check_cidrs(targets: list[Target], env: Env) -> Check:
+    triples: list[tuple[str, str, str]] = []
+    if env.broker is not None:
+        for cid, cluster in env.broker.clusters.items():
+            triples += [(cid, "clusterset-ip", c) for c in cluster.spec.clusterset_ip_cidr]
+    for t in targets:
+        if t.cluster_id is not None:
+            triples += [(t.cluster_id, kind, c) for kind, c in t.cidrs]
+    if not triples:
+        return Check("cidrs", Status.SKIP, "no address ranges to compare (no broker, no member reachable)")
+    overlaps = find_overlaps(triples)
+    if overlaps:
+        return failed("cidrs", f"{len(overlaps)} overlapping address ranges",
+                      "give each cluster its own ranges: `isthmus join --clusterset-ip-cidr <free /16> --force` "
+                      "for a ClusterSet IP block", _more(overlaps))
+    kinds = sorted({k for _, k, _ in triples})
+    return passed("cidrs", f"{len(triples)} ranges, no overlap ({', '.join(kinds) or 'none published'})")
+
+
+def check_members(targets: list[Target], env: Env) -> Check:
+    """Every joined cluster is among the contexts checked (else its own checks did not run)."""
+    b = env.broker
+    if b is None:
+        unreachable = [t.context for t in targets if t.api is None]
+        among = f" among the reachable contexts ({', '.join(unreachable)} unreachable)" if unreachable else ""
+        return failed("members", f"no broker found{among}: no context is a broker or a member of a clusterset",
+                      "isthmus diagnose --context <member context>")
+    if b.error is not None:
+        return failed("members", f"cannot read the broker ({b.server}, via {b.via}): {b.error}",
+                      env.kubectl(b.via, "cluster-info") if not b.via.startswith("broker-info") else
+                      f"check that {b.server} is reachable from here")
+    checked = {t.cluster_id for t in targets if t.cluster_id}
+    missing = sorted(set(b.clusters) - checked)
+    if missing:
+        return warned("members", f"{len(b.clusters)} clusters joined; no context checked here for "
+                                 f"{', '.join(missing)}", "add their contexts to the kubeconfig (or pass --context)")
+    return passed("members", f"{len(b.clusters)} clusters joined, all checked")
