@@ -108,3 +108,31 @@ def test_compile_errors(expression: str, needle: str) -> None:
     with pytest.raises(CompileError) as e:
         compile_expression(expression, ROOTS, [])
     assert needle in str(e.value) and str(e.value).startswith("ERROR: <input>:")
+
+
+LAZY_CORPUS = [
+    "object == oldObject", "object.metadata == oldObject.metadata", "object.spec != oldObject.spec",
+    "object.metadata.labels == {'app': 'web', 'tier': 'front'}", "object.metadata.labels.size()",
+    "size(object.spec)", "object.metadata.labels.all(k, k != '')", "object.spec.ports.map(p, p.port)",
+    "object.spec.ports[0] == {'port': 80, 'name': 'http'}", "'spec' in object", "has(object.spec.ratio)",
+    "object.metadata.labels.exists(k, object.metadata.labels[k] == 'front')", "object.spec.nothing == null",
+]
+
+
+@pytest.mark.parametrize("expression", LAZY_CORPUS)
+@pytest.mark.parametrize("fast", [True, False])
+def test_objects_converted_lazily_answer_as_converted_eagerly(expression: str, fast: bool) -> None:
+    from celpy.adapter import json_to_cel
+
+    p = compile_expression(expression, ROOTS)
+    lazy = {**_activation(), "oldObject": to_cel(OBJECT)}
+    eager = {**lazy, "object": json_to_cel(OBJECT), "oldObject": json_to_cel(OBJECT)}
+    assert _outcome(p, lazy, fast) == _outcome(p, eager, fast)
+
+
+def test_only_what_an_expression_reads_is_converted() -> None:
+    obj = to_cel(OBJECT)
+    p = compile_expression("object.metadata.labels['app'] == 'web'", ROOTS)
+    assert bool(p.evaluate({**_activation(), "object": obj}))
+    assert dict.__getitem__(obj, "spec") is OBJECT["spec"]  # never read: still the JSON it was given
+    assert dict.__getitem__(obj, "metadata") is not OBJECT["metadata"]
