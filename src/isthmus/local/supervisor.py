@@ -42,9 +42,10 @@ HEALTHY_RESET = 60.0
 STOP_GRACE = 10.0
 PART_PRELOAD = (
     "isthmus.cli.main", "isthmus.runtime.loop", "uvloop", "isthmus.kube.client", "isthmus.apiserver.server",
-    "isthmus.local.kubelite.run", "isthmus.proxy",
+    "isthmus.apiserver.builtins:builtin_resources", "isthmus.local.kubelite.run", "isthmus.proxy",
 )
-"""What the parts (apiservers, kube-lites, proxies) import: the supervisor's zygote loads it once."""
+"""What the parts (apiservers, kube-lites, proxies) import: the supervisor's zygote loads it once,
+and builds the built-in kinds' schemas every apiserver would build at start (cached per process)."""
 
 
 # --- process identity ----------------------------------------------------------------------------

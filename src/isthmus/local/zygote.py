@@ -110,7 +110,8 @@ def _stop_unwanted(reply: asyncio.Future[dict[str, Any]]) -> None:
 
 class Zygote:
     """One fork server, started on first use. `preload`: modules to import before forking (what
-    the children will run); `title`: extra arguments naming the zygote in ``ps`` (and the state
+    the children will run), ``module:function`` to also call a function of no arguments whose
+    result the module caches; `title`: extra arguments naming the zygote in ``ps`` (and the state
     dir, so identity checks that look for it find it); `pdeathsig`: the zygote dies with its
     caller and every child with the zygote (kube-lite's pods)."""
 
@@ -459,8 +460,11 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
     """The zygote's loop: import, freeze, then fork on request and report exits until EOF."""
     gc.disable()  # no collections while importing: freed holes in shared pages would be reused, and copied
     for name in preload:
+        module, _, warm = name.partition(":")
         try:
-            importlib.import_module(name)
+            loaded = importlib.import_module(module)
+            if warm:  # a cached computation every child would repeat (the apiserver's schemas)
+                getattr(loaded, warm)()
         except Exception as e:  # a child importing it would fail the same way, and say so itself
             print(f"zygote: cannot preload {name}: {e}", file=sys.stderr)
     global _command
