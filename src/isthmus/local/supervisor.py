@@ -347,6 +347,11 @@ class Supervisor:
             out[name] = f"{how}: {said}"
         return out
 
+    def prestart(self) -> None:
+        """Start the zygote now (before the first part needs it)."""
+        if self._zygote is not None:
+            self._zygote.prestart()
+
     async def run_command(self, argv: list[str], log_path: Path, within: float) -> int:
         """`run_command` with this supervisor's environment and zygote."""
         return await run_command(argv, log_path, within, env=self.env, zygote=self._zygote)

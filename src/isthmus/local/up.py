@@ -382,6 +382,7 @@ class Bringup:
         return code
 
     async def _bring_up(self) -> None:
+        self.sup.prestart()
         try:
             all_parts = plan.parts(self.state.clusters)
             previous = dict(self.state.parts)

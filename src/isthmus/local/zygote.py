@@ -102,6 +102,11 @@ class ZygoteProcess:
         self.send_signal(signal.SIGKILL)
 
 
+def _log_failure(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("zygote not started: %s", task.exception())
+
+
 def _stop_unwanted(reply: asyncio.Future[dict[str, Any]]) -> None:
     if not reply.cancelled() and reply.exception() is None and "pid" in reply.result():
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -134,6 +139,13 @@ class Zygote:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+
+    def prestart(self) -> None:
+        """Start the zygote now, in the background, so the first spawn does not wait for its
+        imports (a failure is logged; the next spawn tries again)."""
+        if self._sock is None and (self._starting is None or self._starting.done()):
+            self._starting = asyncio.ensure_future(self._start())
+            self._starting.add_done_callback(_log_failure)
 
     async def _ensure_started(self) -> None:
         """Start the zygote unless it runs. A caller cancelled meanwhile (a Pod deleted while its

@@ -224,6 +224,8 @@ class PodRuntime:
                     log.info("orphaned pod dir removed", extra={"dir": str(d)})
 
     async def run(self) -> None:
+        if self._process_options is not None and self.zygote is not None:  # a node that runs process pods:
+            self.zygote.prestart()  # the zygote's imports take seconds, not on the first Pod's path
         await self.controller.run()
 
     async def close(self) -> None:
