@@ -6,7 +6,12 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from isthmus.api.mcs import HEARTBEAT_ANNOTATION, KUBE_SERVICE_NAME_LABEL, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL
+from isthmus.api.mcs import (
+    HEARTBEAT_ANNOTATION,
+    KUBE_SERVICE_NAME_LABEL,
+    SERVICE_NAME_LABEL,
+    SOURCE_CLUSTER_LABEL,
+)
 from isthmus.ui.kinds import BROKER_ROLE, MEMBER_ROLE
 from isthmus.ui.model import (
     HEALTHY,
