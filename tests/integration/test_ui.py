@@ -17,15 +17,16 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
+import yaml
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
 
-from isthmus.kube.client import load_config
+from isthmus.kube.client import KubeConfigError, load_config
 from isthmus.ui.kinds import BROKER_ROLE, MEMBER_ROLE
 from isthmus.ui.model import UNREACHABLE, apply_delta, cluster_health, parse_time
 from isthmus.ui.server import UiServer
-from isthmus.ui.watch import Source
+from isthmus.ui.watch import Source, discover
 from tests.integration.mcs_harness import ClusterSet, eventually, service, service_export
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -182,6 +183,35 @@ async def test_the_server_is_read_only_and_answers_only_loopback_names(ui: UiSer
             assert "default-src 'self'" in r.headers["Content-Security-Policy"]
         async with session.get(f"{ui.url}static/app.js") as r:
             assert r.status == 200
+
+
+def _kubeconfig(path: Any, servers: dict[str, Any]) -> str:
+    """One kubeconfig file with a context per embedded apiserver."""
+    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [], "users": [], "contexts": []}
+    for name, srv in servers.items():
+        one = srv.server.kubeconfig(name)
+        for key in ("clusters", "users", "contexts"):
+            merged[key] += one[key]
+    merged["current-context"] = next(iter(servers))
+    path.write_text(yaml.safe_dump(merged))
+    return str(path)
+
+
+async def test_the_broker_is_found_by_its_broker_object_else_by_a_members_broker_info(
+    cs: ClusterSet, tmp_path: Any
+) -> None:
+    assert cs.broker is not None
+    members = {m.id: m.server for m in cs.clusters}
+    everything = _kubeconfig(tmp_path / "all", {"c1": members["c1"], "broker": cs.broker, "c2": members["c2"]})
+    found = await discover(everything, None)
+    assert [(s.name, s.role) for s in found] == [("broker", BROKER_ROLE), ("c1", MEMBER_ROLE), ("c2", MEMBER_ROLE)]
+    assert [s.name for s in await discover(everything, ["c2"])] == ["broker", "c2"]
+    only_members = _kubeconfig(tmp_path / "members", members)
+    found = await discover(only_members, None)
+    assert [(s.name, s.role) for s in found] == [("broker", BROKER_ROLE), ("c1", MEMBER_ROLE), ("c2", MEMBER_ROLE)]
+    assert found[0].server == cs.broker.url  # from the broker-info join stored in the members
+    with pytest.raises(KubeConfigError, match="nope"):
+        await discover(everything, ["nope"])
 
 
 # --- the page in a real browser -----------------------------------------------------------------

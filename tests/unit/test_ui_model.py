@@ -192,3 +192,12 @@ def test_diff_sends_only_what_changed_and_rebuilds_the_new_view() -> None:
     rebuilt = copy.deepcopy(before)
     apply_delta(rebuilt, delta)
     assert rebuilt == after
+
+
+def test_without_a_broker_heartbeats_are_unknown_not_missing() -> None:
+    s = Store()
+    s.add_cluster("c1", MEMBER_ROLE)
+    s.connections["c1"].synced = True
+    c1 = build_view(s)["clusters"]["c1"]
+    assert c1["brokerWatched"] is False and c1["problems"] == []
+    assert cluster_health(c1, NOW) == HEALTHY

@@ -197,7 +197,7 @@ def cluster_health(item: Mapping[str, Any], now: datetime) -> str:
         return UNKNOWN
     if item.get("problems"):
         return UNHEALTHY
-    if item.get("role") != BROKER_ROLE:
+    if item.get("role") != BROKER_ROLE and item.get("brokerWatched"):
         age = heartbeat_age(item.get("heartbeat"), now)
         if age is None or age > float(item.get("staleAfter") or STALE_HEARTBEAT_SECONDS):
             return UNHEALTHY
@@ -222,6 +222,7 @@ def _clusters(store: Store) -> dict[str, dict[str, Any]]:
             "error": conn.error if conn else None, "synced": conn.synced if conn else True,
             "kindErrors": dict(conn.kind_errors) if conn else {},
             "parts": parts, "staleAfter": STALE_HEARTBEAT_SECONDS,
+            "brokerWatched": bool(store.brokers()),
         }
         if role != BROKER_ROLE:
             found = registered.get(name)

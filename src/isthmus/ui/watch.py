@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
+from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.config.kubeconfig import SingleConfig
 
 from isthmus.api.mcs import Broker
@@ -79,7 +79,8 @@ async def discover(
 ) -> list[Source]:
     """The clusters to watch. Members: `contexts`, else every context of the kubeconfig. The broker:
     `broker_context` (of `broker_kubeconfig`, else of the kubeconfig), else the first context of the
-    kubeconfig whose cluster holds a Broker object; it is not also a member."""
+    kubeconfig whose cluster holds a Broker object (it is not also a member), else the broker-info a
+    member stored when it joined."""
     names = sorted(context_names(kubeconfig))
     chosen = list(dict.fromkeys(contexts)) if contexts else names
     if not chosen:  # no kubeconfig file: the in-cluster account (or a precise error) as kubectl does
@@ -98,7 +99,34 @@ async def discover(
                 broker = Source(name, BROKER_ROLE, candidates[name])
                 break
     members = [Source(n, MEMBER_ROLE, c) for n, c in configs.items() if broker is None or n != broker.name]
+    if broker is None:
+        broker = await _broker_of_members(members, taken=set(names))
     return ([broker] if broker is not None else []) + members
+
+
+async def _broker_of_members(members: list[Source], taken: set[str]) -> Source | None:
+    """The broker as a joined member knows it (the broker-info `isthmus join` stored there, with that
+    cluster's own broker token), as `show clusters` finds it; None when no member answers."""
+    from isthmus.mcs.membership import membership
+
+    async def one(source: Source) -> SingleConfig | None:
+        client = client_for(source.config, timeout=PROBE_TIMEOUT)
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                _, info = await membership(client)
+            name = "broker" if "broker" not in taken else "broker (broker-info)"
+            config: SingleConfig | None = KubeConfig.from_dict(info.to_kubeconfig(name)).get()
+            return config
+        except Exception as err:  # not joined, unreachable, or no right to read the Secret
+            log.debug("no broker-info", extra={"cluster": source.name, "error": describe_error(err)})
+            return None
+        finally:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    found = await asyncio.gather(*(one(m) for m in members))
+    config = next((c for c in found if c is not None), None)
+    return Source(str(config.context_name), BROKER_ROLE, config) if config is not None else None
 
 
 class _ReportingInformer(Informer[Any]):

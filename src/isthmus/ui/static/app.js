@@ -62,7 +62,7 @@ function health(c) {
   if (c.error) return "unreachable";
   if (!c.synced) return "unknown";
   if (c.problems && c.problems.length) return "unhealthy";
-  if (c.role !== "broker") {
+  if (c.role !== "broker" && c.brokerWatched) {
     if (!c.heartbeat) return "unhealthy";
     if ((now() - Date.parse(c.heartbeat)) / 1000 > (c.staleAfter || 30)) return "unhealthy";
   }
@@ -73,7 +73,7 @@ function healthReasons(c) {
   const out = [];
   if (c.error) out.push(c.error);
   out.push(...(c.problems || []));
-  if (c.role !== "broker" && !c.error) {
+  if (c.role !== "broker" && c.brokerWatched && !c.error) {
     if (!c.heartbeat) out.push("no heartbeat from its agent on the broker");
     else if ((now() - Date.parse(c.heartbeat)) / 1000 > (c.staleAfter || 30))
       out.push(`last heartbeat ${age(c.heartbeat)} ago (stale after ${c.staleAfter}s)`);
@@ -151,7 +151,8 @@ function clusterCard(c) {
     h("h4", {}, h("span", {}, c.name, c.role === "broker" ? " (broker)" : ""),
       h("span", { class: `badge ${hl}`, "data-health": hl }, hl)),
     c.server ? h("div", { class: "kv mono" }, c.server) : null,
-    c.role !== "broker" ? [
+    c.role !== "broker" && !c.brokerWatched ? h("div", { class: "kv" }, "no broker watched: membership and heartbeat unknown") : null,
+    c.role !== "broker" && c.brokerWatched ? [
       h("div", { class: "kv" }, "joined ", h("b", {}, c.joined ? "yes" : "no"),
         " · heartbeat ", h("b", { class: "age", "data-since": c.heartbeat || "" }, c.heartbeat ? `${age(c.heartbeat)} ago` : "never")),
       h("div", { class: "kv" }, "CIDR ", h("b", { class: "mono" }, (c.cidrs || []).join(", ") || "-")),
