@@ -60,6 +60,7 @@ def ui(
     their exporters, importers and conflicts, MultiClusterServices, pools and egress, updated from
     watches. Reads every cluster with the kubeconfig's credentials (list, watch and get only)."""
     import asyncio
+    import logging
 
     from isthmus.runtime import parse_addr
     from isthmus.ui.server import UiServer
@@ -69,6 +70,9 @@ def ui(
     sources = asyncio.run(discover(kubeconfig, context, broker_kubeconfig, broker_context))
 
     async def build() -> UiServer:
+        # The view says once per cluster when it cannot be reached; each informer would say it per
+        # kind and per retry.
+        logging.getLogger("isthmus.runtime.informer").setLevel(logging.ERROR)
         return _Announced(sources, host, port)
 
     class _Announced(UiServer):

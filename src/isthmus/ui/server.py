@@ -79,8 +79,6 @@ class UiServer:
         for s in self.sources:
             self.store.add_cluster(s.name, s.role, s.server)
         self.view = build_view(self.store)
-        for w in self.watches:
-            w.start()
         app = web.Application(middlewares=[self._guard])
         app.router.add_get("/", self._index)
         app.router.add_get("/api/snapshot", self._snapshot)
@@ -92,10 +90,17 @@ class UiServer:
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError:
+            await self._runner.cleanup()
+            self._runner = None
+            raise
         server = getattr(site, "_server", None)
         if self.port == 0 and server is not None and server.sockets:
             self.port = server.sockets[0].getsockname()[1]
+        for w in self.watches:  # only once the port is ours: a taken port starts nothing
+            w.start()
         self._started = True
         log.info("serving the clusterset view", extra={"url": self.url,
                                                       "clusters": [s.name for s in self.sources]})

@@ -217,7 +217,13 @@ class ClusterWatch:
             else:
                 conn.kind_errors[name] = problem
         self._pending.discard(name)
-        conn.error = next(iter(self._transport_errors.values()), None)
+        error = next(iter(self._transport_errors.values()), None)
+        if error != conn.error and (error is None) != (conn.error is None):  # once per outage, not per kind
+            if error is None:
+                log.info("cluster reachable again", extra={"cluster": self.name})
+            else:
+                log.warning("cluster unreachable", extra={"cluster": self.name, "error": error})
+        conn.error = error
         conn.synced = not self._pending
         self.changed()
 
