@@ -201,3 +201,13 @@ def test_without_a_broker_heartbeats_are_unknown_not_missing() -> None:
     c1 = build_view(s)["clusters"]["c1"]
     assert c1["brokerWatched"] is False and c1["problems"] == []
     assert cluster_health(c1, NOW) == HEALTHY
+
+
+def test_a_registered_cluster_without_a_context_is_shown_from_the_brokers_view() -> None:
+    s = clusterset()
+    s.put("broker", "Cluster", obj("Cluster", "c9", "isthmus-broker",
+                                   metadata={"annotations": {HEARTBEAT_ANNOTATION: _ts(NOW)}},
+                                   spec={"clusterID": "c9"}))
+    c9 = build_view(s)["clusters"]["c9"]
+    assert c9["watched"] is False and c9["joined"] is True and c9["problems"] == []
+    assert cluster_health(c9, NOW) == HEALTHY

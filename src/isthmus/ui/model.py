@@ -238,8 +238,6 @@ def _clusters(store: Store) -> dict[str, dict[str, Any]]:
                 problems.append("not registered on the broker (not joined, or left)")
             if ready is not None and ready["status"] != "True":
                 problems.append(f"Ready {ready['status']} {ready['reason']}: {ready['message']}".rstrip(": "))
-            if conn is None:
-                problems.append("no kubeconfig context for this cluster: only the broker's view is shown")
         item["problems"] = problems
         out[name] = item
     return out

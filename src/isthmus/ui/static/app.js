@@ -151,6 +151,7 @@ function clusterCard(c) {
     h("h4", {}, h("span", {}, c.name, c.role === "broker" ? " (broker)" : ""),
       h("span", { class: `badge ${hl}`, "data-health": hl }, hl)),
     c.server ? h("div", { class: "kv mono" }, c.server) : null,
+    c.watched ? null : h("div", { class: "kv" }, "not watched (no context for it): the broker's view only"),
     c.role !== "broker" && !c.brokerWatched ? h("div", { class: "kv" }, "no broker watched: membership and heartbeat unknown") : null,
     c.role !== "broker" && c.brokerWatched ? [
       h("div", { class: "kv" }, "joined ", h("b", {}, c.joined ? "yes" : "no"),
