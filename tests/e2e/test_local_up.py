@@ -152,6 +152,7 @@ def cs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusterset]:
         out = cs.up("--clusters", "3", "--enable-clusterset-ip")
         print(f"isthmus up --clusters 3 --detach: ready in {time.monotonic() - started:.1f}s")
         assert "export KUBECONFIG=" in out.stdout
+        assert "/  # the live web view" in out.stdout or "Web view: http://127.0.0.1:" in out.stdout
         yield cs
     finally:
         cs.isthmus("down", "--state-dir", str(cs.root), check=False, timeout=60)
@@ -221,7 +222,8 @@ def test_up_reports_every_part_ready(cs: Clusterset) -> None:
         assert c["joined"] is True and 0 <= c["heartbeatAge"] <= 30 and c["problems"] == []
         assert c["restarts"] == 0
     assert doc["broker"]["reachable"] is True and doc["problems"] == []
-    assert doc["broker"]["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "mcsvc-broker", "pools")}
+    assert doc["broker"]["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "mcsvc-broker", "pools", "ui")}
+    assert doc["ui"]["ready"] is True and doc["ui"]["url"].startswith("http://127.0.0.1:")
     assert (doc["broker"]["podCIDR"], doc["broker"]["poolPublicAddress"]) == ("127.100.0.0/16", "127.30.0.1")
     table = cs.isthmus("status", "--state-dir", str(cs.root)).stdout
     assert "ready" in table and "127.102.0.0/16" in table and "JOINED / HEARTBEAT" in table

@@ -54,8 +54,9 @@ def test_parts_start_with_the_apiservers_and_ports_cover_every_part() -> None:
     parts = plan.parts(2)
     names = [p.name for p in parts]
     assert names[:3] == ["broker-apiserver", "c1-apiserver", "c2-apiserver"]
-    # The agent and DNS server are pods (deploy/member), not supervised processes.
-    assert names[3:] == ["broker-kube-lite", "c1-kube-lite", "c1-proxy", "c2-kube-lite", "c2-proxy"]
+    # The agent and DNS server are pods (deploy/member), not supervised processes; the web view
+    # watches every cluster, so it starts last.
+    assert names[3:] == ["broker-kube-lite", "c1-kube-lite", "c1-proxy", "c2-kube-lite", "c2-proxy", "broker-ui"]
     assert [p.name for p in plan.pod_parts(2)] == ["broker-mcsvc-broker", "broker-pools"] + [
         f"{c}-{k}" for c in ("c1", "c2")
         for k in ("agent", "dns", "lb", "mcsvc", "pools", "webhook", "egress-operator", "egress-gateway")
@@ -65,6 +66,7 @@ def test_parts_start_with_the_apiservers_and_ports_cover_every_part() -> None:
     for p in parts:
         assert plan.metrics_port_name(p) in ports
     assert not any(any(k in p for k in plan.POD_KINDS) for p in ports)
+    assert "broker-ui" in ports and plan.metrics_port_name(plan.PartId("broker", plan.UI)) == "broker-ui"
 
 
 def test_pool_addresses_are_per_cluster_and_outside_every_other_range() -> None:

@@ -90,6 +90,13 @@ def test_every_part_command_names_the_state_dir(tmp_path: Path) -> None:
     assert join[join.index("--broker-kubeconfig") + 1] == str(layout.kubeconfig_of(plan.BROKER))
     state.enable_clusterset_ip = True
     assert "--enable-clusterset-ip" in up.deploy_broker_argv(layout, state)
+    ui = up.part_argv(layout, state, plan.PartId(plan.BROKER, plan.UI))
+    port = state.ports["broker-ui"]
+    assert ui[ui.index("--kubeconfig") + 1] == str(layout.kubeconfig)  # every context: broker and members
+    assert ui[ui.index("--broker-context") + 1] == plan.BROKER
+    assert ui[ui.index("--listen") + 1] == f"127.0.0.1:{port}"
+    assert up.ui_url(state) == f"http://127.0.0.1:{port}/"
+    assert up.ready_url(state, plan.PartId(plan.BROKER, plan.UI)) == f"http://127.0.0.1:{port}/readyz"
 
 
 def test_the_local_overlay_patches_dns_for_the_plan(tmp_path: Path) -> None:

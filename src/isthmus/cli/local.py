@@ -243,6 +243,8 @@ def _part_rows(doc: dict[str, Any]) -> list[_Row]:
                 addr = f'{c["dns"]} (pod {procs[kind].get("pod") or "-"})'
             elif kind in pod_kinds:
                 addr = f'pod {procs[kind].get("pod") or "-"}'
+            elif kind == plan.UI:
+                addr = (doc.get("ui") or {}).get("url") or "-"
             else:
                 addr = procs[kind]["readyz"].removeprefix("http://").removesuffix("/readyz")
             rows.append(_Row(f"{c['name']} {kind}", c["parts"][kind], addr, procs[kind]))
@@ -310,6 +312,7 @@ def _print_ready(console: Console, doc: dict[str, Any], elapsed: float) -> None:
         f"kubectl --context {c1['name']} get namespaces",
         f"isthmus export <service> -n <namespace> --context {c1['name']}",
         f"dig @{dns_host} -p {dns_port} <service>.<namespace>.svc.clusterset.local",
+        *([f"open {url}    # the live web view (isthmus ui)"] if (url := (doc.get("ui") or {}).get("url")) else []),
         f"isthmus status --state-dir {doc['stateDir']}    isthmus down --state-dir {doc['stateDir']}",
     ):
         console.print(f"  [cyan]{line}[/cyan]", highlight=False, soft_wrap=True)
@@ -429,6 +432,10 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
                   f"DNS zones clusterset.local and {plan.LOCAL_ZONE}.", highlight=False)
     console.print(f"KUBECONFIG={doc['kubeconfig']}  (contexts: broker, "
                   f"{', '.join(c['context'] for c in doc['clusters'])})", highlight=False, soft_wrap=True)
+    ui = doc.get("ui") or {}
+    if ui.get("url"):
+        console.print(f"Web view: {ui['url']}" + ("" if ui.get("ready") else " (not ready)"), highlight=False,
+                      soft_wrap=True)
 
 
 @command("status")

@@ -11,12 +11,13 @@ from __future__ import annotations
 import importlib
 import sys
 
-ALL = ("agent", "apiserver", "crds", "demo", "diagnose", "discovery", "dns", "egress", "kubelite", "lb", "local", "mcsvc",
-       "pools", "proxy", "webhook")
+ALL = ("agent", "apiserver", "crds", "demo", "diagnose", "discovery", "dns", "egress", "kubelite", "lb", "local",
+       "mcsvc", "pools", "proxy", "ui", "webhook")
 COMPONENTS = {
     "agent": "agent", "apiserver": "apiserver", "dns": "dns", "proxy": "proxy", "kube-lite": "kubelite",
     "lb": "lb", "pools": "pools", "webhook": "webhook", "mcsvc": "mcsvc", "mcsvc-broker": "mcsvc",
     "egress-operator": "egress", "egress-forwarder": "egress", "egress-gateway": "egress",
+    "ui": "ui",
 }
 """Command → the one module that registers it (tests/unit/test_cli_main.py checks the table)."""
 

@@ -51,6 +51,8 @@ WEBHOOK = "webhook"
 MCSVC_BROKER = "mcsvc-broker"
 EGRESS_OPERATOR = "egress-operator"
 EGRESS_GATEWAY = "egress-gateway"
+UI = "ui"
+"""`isthmus ui`, the web view of the whole clusterset: a supervised process filed under the broker."""
 CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, LB, MCSVC, POOLS, WEBHOOK, EGRESS_OPERATOR,
                       EGRESS_GATEWAY)
 """Every part of a cluster, in the order tables show them."""
@@ -63,8 +65,11 @@ DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns", LB: "isthmus-lb", MCS
                POOLS: "isthmus-pools", WEBHOOK: "isthmus-webhook", EGRESS_OPERATOR: "isthmus-egress-operator",
                EGRESS_GATEWAY: "isthmus-egress-gateway"}
 """The Deployment of each pod part (deploy/member)."""
-BROKER_PART_KINDS = (APISERVER, KUBE_LITE, MCSVC_BROKER, POOLS)
+BROKER_PART_KINDS = (APISERVER, KUBE_LITE, MCSVC_BROKER, POOLS, UI)
 """Every part of the broker, in the order tables show them."""
+BROKER_SUPERVISED_KINDS = (APISERVER, KUBE_LITE, UI)
+"""The broker's processes run by the supervisor (the web view watches every cluster, so it is
+started last, once they all exist)."""
 BROKER_POD_KINDS = (MCSVC_BROKER, POOLS)
 """The broker's workloads: installed from deploy/broker/controllers, run by the broker's kube-lite."""
 BROKER_DEPLOYMENTS = {MCSVC_BROKER: "isthmus-mcsvc-broker", POOLS: "isthmus-pools"}
@@ -173,11 +178,13 @@ def address_plan(n: int) -> list[ClusterPlan]:
 
 def parts(n: int) -> list[PartId]:
     """Every supervised process in start order: the broker, every apiserver, the broker's kube-lite,
-    then kube-lite and the proxy of each cluster (the agent and DNS server are pods: see `pod_parts`)."""
+    then kube-lite and the proxy of each cluster, then the web view (the agent and DNS server are
+    pods: see `pod_parts`)."""
     validate_count(n)
     names = [cluster_name(i) for i in range(1, n + 1)]
     out = [PartId(BROKER, APISERVER)] + [PartId(c, APISERVER) for c in names] + [PartId(BROKER, KUBE_LITE)]
     out += [PartId(c, kind) for c in names for kind in SUPERVISED_KINDS if kind != APISERVER]
+    out.append(PartId(BROKER, UI))
     return out
 
 
@@ -196,10 +203,10 @@ def dns_node_port(cluster: ClusterPlan) -> int:
 
 def port_names(n: int) -> list[str]:
     """The ports picked at first `up` and kept: API ports, kubelet endpoints, one metrics port per
-    supervised part."""
+    supervised part, the web view's port."""
     out: list[str] = []
     for part in parts(n):
-        if part.kind == APISERVER:
+        if part.kind in (APISERVER, UI):
             out.append(part.name)
         else:
             if part.kind == KUBE_LITE:
@@ -214,8 +221,8 @@ def kubelet_port_name(cluster: str) -> str:
 
 
 def metrics_port_name(part: PartId) -> str:
-    """The apiserver serves /readyz on its own port; the others on a metrics port."""
-    return part.name if part.kind == APISERVER else f"{part.name}-metrics"
+    """The apiserver and the web view serve /readyz on their own port; the others on a metrics port."""
+    return part.name if part.kind in (APISERVER, UI) else f"{part.name}-metrics"
 
 
 def udp_too(port_name: str) -> bool:

@@ -221,7 +221,16 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
                 "--root-dir", str(layout.root / "kubelet" / cp.name), *metrics]
     if part.kind == PROXY:
         return [*base, "proxy", *kc, "--cluster-id", cp.name, "--node-address", plan.NODE_ADDRESS, *metrics]
+    if part.kind == plan.UI:  # every context of the merged kubeconfig; the broker named, not probed
+        return [*base, "ui", "--kubeconfig", str(layout.kubeconfig), "--broker-context", BROKER,
+                "--listen", f"{HOST}:{state.ports[part.name]}"]
     raise ValueError(f"unknown part kind {part.kind!r}")
+
+
+def ui_url(state: State) -> str | None:
+    """The web view's URL, or None in a state written before it was a part."""
+    port = state.ports.get(PartId(BROKER, plan.UI).name)
+    return f"http://{HOST}:{port}/" if port else None
 
 
 def part_spec(layout: Layout, state: State, part: PartId) -> PartSpec:
@@ -729,12 +738,13 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
     state = load_state(layout)
     if state is None:
         raise FileNotFoundError(str(layout.state_file))
-    missing = [n for n in plan.port_names(state.clusters) if n not in state.ports]
+    ui_part = PartId(BROKER, plan.UI)
+    missing = [n for n in plan.port_names(state.clusters) if n not in state.ports and n != ui_part.name]
     if missing:
         raise StateError(f"{layout.state_file} is damaged: ports.{missing[0]} is missing; fix or restore that "
                          f"value (`isthmus up --state-dir {layout.root}` picks missing ports)")
     sup_pid = running_supervisor(layout)
-    parts = plan.parts(state.clusters)
+    parts = [p for p in plan.parts(state.clusters) if plan.metrics_port_name(p) in state.ports]
     alive = {p.name: is_ours(state.parts.get(p.name, PartState()).pid, layout.root) for p in parts}
     async with aiohttp.ClientSession(trust_env=False) as session:
         probes = await asyncio.gather(*(
@@ -803,7 +813,8 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
         problems.append(f"phase is {state.phase}, not {PHASE_RUNNING}")
     broker_plan = plan.broker_plan()
     broker_pods = pod_parts[BROKER]
-    broker_parts = [PartId(BROKER, APISERVER), PartId(BROKER, KUBE_LITE)]
+    broker_parts = [PartId(BROKER, kind) for kind in plan.BROKER_SUPERVISED_KINDS
+                    if PartId(BROKER, kind).name in ready]
     problems += [pp for p in broker_parts if (pp := part_problem(p)) is not None]
 
     def pod_detail(cp: plan.ClusterPlan, kind: str, part: components.PodPart) -> dict[str, Any]:
@@ -899,12 +910,15 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": broker_plan.node_port_range,
             "poolPublicAddress": broker_plan.pool_public_address,
             "poolPrivateAddress": broker_plan.pool_private_address,
-            "parts": {kind: health(PartId(BROKER, kind)) if kind in (APISERVER, KUBE_LITE)
+            "parts": {kind: health(PartId(BROKER, kind)) if kind in plan.BROKER_SUPERVISED_KINDS
                       else broker_pods[kind].health if sup_pid or broker_pods[kind].health == HEALTH_READY
-                      else HEALTH_DOWN for kind in plan.BROKER_PART_KINDS},
-            "processes": {kind: detail(PartId(BROKER, kind)) if kind in (APISERVER, KUBE_LITE)
-                          else pod_detail(broker_plan, kind, broker_pods[kind]) for kind in plan.BROKER_PART_KINDS},
+                      else HEALTH_DOWN for kind in plan.BROKER_PART_KINDS
+                      if kind not in plan.BROKER_SUPERVISED_KINDS or PartId(BROKER, kind).name in ready},
+            "processes": {kind: detail(PartId(BROKER, kind)) if kind in plan.BROKER_SUPERVISED_KINDS
+                          else pod_detail(broker_plan, kind, broker_pods[kind]) for kind in plan.BROKER_PART_KINDS
+                          if kind not in plan.BROKER_SUPERVISED_KINDS or PartId(BROKER, kind).name in ready},
         },
+        "ui": {"url": ui_url(state), "ready": ready.get(ui_part.name, False)},
         "clusters": clusters,
     }
 
