@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Any
 
+import promql_parser
+import pytest
 import yaml
 from prometheus_client.registry import CollectorRegistry
 
@@ -77,13 +79,24 @@ def registry_names() -> set[str]:
     return exported_names(REGISTRY)
 
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
-_IDENT = re.compile(r"\b[a-zA-Z_:][a-zA-Z0-9_:]*\b")
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$cluster": ".*"}
+"""What Grafana substitutes before Prometheus sees an expression."""
 
 
 def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression reads (label values and strings left out)."""
-    return {t for t in _IDENT.findall(_STRING.sub('""', expr)) if t.startswith("isthmus_")}
+    """The metric names a dashboard expression reads, from the AST Prometheus's own grammar gives
+    (promql-parser): a typo'd function, a bad matcher or a missing bracket fails here, as it would
+    fail the panel."""
+    for var, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(var, value)
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            names.add(node.name)
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return names
 
 
 def dashboard() -> dict[str, Any]:
@@ -104,13 +117,17 @@ def expressions(dash: dict[str, Any]) -> list[str]:
         if isinstance(query, dict):
             query = query.get("query")
         if var.get("type") == "query" and query:
-            out.append(re.sub(r"^label_values\((.*)\)$", r"\1", str(query)))
+            # label_values(<series selector>, <label>): the selector is the PromQL part
+            out.append(re.sub(r"^label_values\((.*),\s*\w+\)$", r"\1", str(query)))
     return out
 
 
-def test_metric_names_reads_only_metric_identifiers() -> None:
-    expr = 'sum by (cluster) (rate(isthmus_dns_answers_total{cluster=~"isthmus_x", job="a"}[$__rate_interval])) / on() isthmus_b'
+def test_metric_names_reads_only_metric_selectors() -> None:
+    expr = ('sum by (cluster) (rate(isthmus_dns_answers_total{cluster=~"$cluster", job="isthmus_x"}'
+            '[$__rate_interval])) / on() group_left isthmus_b or vector(0)')
     assert metric_names(expr) == {"isthmus_dns_answers_total", "isthmus_b"}
+    with pytest.raises(ValueError):
+        metric_names("sum(rate(isthmus_x[5m])")
 
 
 def test_exported_names_take_suffixes_into_account() -> None:
