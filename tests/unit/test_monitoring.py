@@ -12,6 +12,7 @@ import importlib
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import promql_parser
@@ -25,6 +26,7 @@ MONITORING = deploy_dir() / "monitoring"
 DASHBOARD = MONITORING / "grafana-dashboard.json"
 CONFIGMAP = MONITORING / "grafana-dashboard.yaml"
 DASHBOARD_KEY = "isthmus-clusterset.json"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 COMPONENT_MODULES = (
     "isthmus.mcs.agent",
@@ -186,6 +188,26 @@ def test_clusterset_metrics_have_help_and_follow_prometheus_naming() -> None:
         if family.type == "gauge":
             assert not family.name.endswith(("_count", "_sum", "_bucket")), family.name
     assert seen == ours
+
+
+def test_every_exported_family_is_documented() -> None:
+    """docs/metrics.md has a row for every family a component exports (counters under their _total name)."""
+    registry_names()
+    from isthmus.dns.metrics import DnsStats
+    from isthmus.runtime import REGISTRY
+
+    worker = DnsStats(worker=0)  # the --workers families appear only with a worker
+    rows = set(re.findall(r"^\| `([a-z_:]+)`", DOCS.read_text(), flags=re.MULTILINE))
+    missing = []
+    for family in REGISTRY.collect():
+        if family.name.startswith(("process_", "python_")):
+            continue
+        name = family.name + ("_total" if family.type == "counter" else "")
+        if name not in rows:
+            missing.append(name)
+    del worker
+    assert not missing, f"not documented in docs/metrics.md: {missing}"
+    assert {"isthmus_exports", "isthmus_dns_answers_total", "isthmus_dns_worker_queries_total"} <= rows
 
 
 def test_dashboard_is_grafana_shaped() -> None:
