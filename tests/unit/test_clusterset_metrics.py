@@ -14,6 +14,7 @@ from isthmus.dns.metrics import DnsStats, add_snapshots
 from isthmus.egress.gateway import GatewayRuntime
 from isthmus.haproxy.metrics import pool_health
 from isthmus.mcs.metrics import EXPORT_STATES, conflict_types, export_state, heartbeat_ages
+from isthmus.mcsvc.metrics import exposure_summary
 from isthmus.runtime import REGISTRY
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -99,3 +100,10 @@ def test_gateway_source_ips_count_distinct_addresses_while_ready() -> None:
     assert REGISTRY.get_sample_value("isthmus_egress_gateway_source_ips") == before, "not leading: owns nothing"
     gw.ready = True
     assert REGISTRY.get_sample_value("isthmus_egress_gateway_source_ips") == before + 3
+
+
+def test_exposure_summary() -> None:
+    obj = {"spec": {"types": ["CrossCluster", "LoadBalancer"]},
+           "status": {"conditions": [{"type": "LoadBalancerReady", "status": "True"}, {"type": "Ready", "status": "False"}]}}
+    assert exposure_summary(obj) == (["CrossCluster", "LoadBalancer"], "false")
+    assert exposure_summary({"spec": {"types": ["CrossCluster"]}}) == (["CrossCluster"], "unknown")
