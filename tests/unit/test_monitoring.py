@@ -227,6 +227,13 @@ def test_dashboard_is_grafana_shaped() -> None:
         assert len(refs) == len(set(refs)), p["title"]
         g = p["gridPos"]
         assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+    cells: dict[tuple[int, int], str] = {}
+    for p in dash["panels"]:
+        g = p["gridPos"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"panels {cells[(x, y)]!r} and {p['title']!r} overlap"
+                cells[(x, y)] = p["title"]
 
 
 def test_configmap_carries_the_dashboard_for_the_grafana_sidecar() -> None:
