@@ -288,10 +288,24 @@ def test_service_monitor_reaches_every_component_metrics_port() -> None:
                 f"{name}/{c['name']}: port {target!r} is {named[target]}, --metrics-addr says {addr}")
 
 
-def test_service_monitor_labels_jobs_by_component() -> None:
+def test_service_monitor_labels_jobs_by_component_and_renames_no_metric_label() -> None:
     sm = next(o for o in render(MONITORING) if o["kind"] == "ServiceMonitor")
     relabel = {r["targetLabel"]: r["sourceLabels"] for r in sm["spec"]["endpoints"][0]["relabelings"]}
     assert relabel["job"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_name"]
+    # A target label named like a metric's own label makes Prometheus rename the metric's label to
+    # exported_<name> (without honorLabels), which would break the dashboard's `by (...)`.
+    registry_names()
+    from isthmus.runtime import REGISTRY
+
+    labels: set[str] = set()
+    for collector in list(REGISTRY._collector_to_names):  # the registry has no public walk of label names
+        for family in collector.collect():
+            labels.update(getattr(family, "_labelnames", ()))
+            labels.update(k for s in family.samples for k in s.labels)
+        labels.update(getattr(collector, "_labelnames", ()))
+    assert "component" in labels and "cluster" in labels  # the walk sees labelled families without samples
+    assert not (set(relabel) - {"job"}) & labels
+    assert not sm["spec"]["endpoints"][0].get("honorLabels")
     for w in _workloads():
         assert w["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/name"), w["metadata"]["name"]
 
