@@ -211,6 +211,24 @@ def test_every_exported_family_is_documented() -> None:
     assert {"isthmus_exports", "isthmus_dns_answers_total", "isthmus_dns_worker_queries_total"} <= rows
 
 
+def test_the_queries_in_the_docs_parse_and_read_exported_metrics() -> None:
+    block = re.search(r"```promql\n(.*?)```", DOCS.read_text(), flags=re.DOTALL)
+    assert block is not None
+    queries: list[str] = []
+    for line in block.group(1).splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if line.startswith(" ") and queries:
+            queries[-1] += " " + line.strip()  # a query continued on the next line
+        else:
+            queries.append(line)
+    assert len(queries) >= 5
+    exported = registry_names()
+    for q in queries:
+        names = metric_names(q)
+        assert names and names <= exported, q
+
+
 def test_dashboard_is_grafana_shaped() -> None:
     dash = dashboard()
     assert dash["uid"] and dash["title"] and dash["schemaVersion"] >= 36
