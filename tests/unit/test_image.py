@@ -79,9 +79,10 @@ def test_make_image_without_an_engine_says_so(tmp_path: Path) -> None:
 
 def test_package_data_reaches_every_manifest() -> None:
     """The wheel maps deploy/ to isthmus/_deploy through the src/isthmus/_deploy symlink and the
-    package-data glob `_deploy/**/*.yaml`: every file of deploy/ must be reached by it."""
+    package-data globs `_deploy/**/*.yaml` and `_deploy/**/*.json` (the Grafana dashboard): every file
+    of deploy/ must be reached by them."""
     package = REPO / "src" / "isthmus"
     assert (package / "_deploy").resolve() == (REPO / "deploy").resolve()
-    globbed = {p.relative_to(package / "_deploy") for p in package.glob("_deploy/**/*.yaml")}
+    globbed = {p.relative_to(package / "_deploy") for ext in ("yaml", "json") for p in package.glob(f"_deploy/**/*.{ext}")}
     on_disk = {p.relative_to(REPO / "deploy") for p in (REPO / "deploy").rglob("*") if p.is_file()}
     assert on_disk and globbed == on_disk

@@ -18,7 +18,18 @@ from prometheus_client.registry import Collector
 
 from isthmus.runtime import REGISTRY
 
-__all__ = ["LATENCY_BUCKETS", "TCP_CLOSE_REASONS", "DnsStats", "add_snapshots", "qtype_name", "rcode_name"]
+__all__ = [
+    "CLUSTERSET_METRICS",
+    "LATENCY_BUCKETS",
+    "TCP_CLOSE_REASONS",
+    "DnsStats",
+    "add_snapshots",
+    "qtype_name",
+    "rcode_name",
+]
+
+CLUSTERSET_METRICS = ("isthmus_dns_answers",)
+"""The families of the clusterset view (labelled by cluster; the dashboard test checks each is drawn)."""
 
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.1,
@@ -53,8 +64,10 @@ class DnsStats:
     With `--workers` the parent holds one per worker (`worker` is its index), kept up to date from
     the snapshots the worker sends (`snapshot`, `load`)."""
 
-    def __init__(self, worker: int | None = None) -> None:
+    def __init__(self, worker: int | None = None, cluster: str = "") -> None:
         self.worker = worker
+        self.cluster = cluster
+        """The cluster this server answers for (label of the clusterset-level families)."""
         self.restarts = 0
         """Times the parent restarted this worker."""
         self.queries: defaultdict[tuple[int, int], int] = defaultdict(int)
@@ -98,6 +111,7 @@ class DnsStats:
             "ready": self.ready,
             "tcp_connections": self.tcp_connections,
             "tcp_closed": dict(self.tcp_closed),
+            "cluster": self.cluster,
         }
 
     def load(self, snap: dict[str, Any]) -> None:
@@ -107,6 +121,7 @@ class DnsStats:
         self.tcp_closed = {r: snap["tcp_closed"].get(r, 0) for r in TCP_CLOSE_REASONS}
         for attr in ("hits", "misses", "dropped", "latency_sum_ns", "records", "ready", "tcp_connections"):
             setattr(self, attr, snap[attr])
+        self.cluster = snap.get("cluster") or self.cluster
 
 
 def add_snapshots(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -143,6 +158,19 @@ class _DnsCollector(Collector):
         for (qt_name, rc_name), n in sorted(totals.items()):
             queries.add_metric([qt_name, rc_name], n)
         yield queries
+        answers = CounterMetricFamily(
+            "isthmus_dns_answers",
+            "DNS responses this cluster's server sent, by response code (NOERROR, NXDOMAIN, SERVFAIL, ...): "
+            "the clusterset view of isthmus_dns_queries_total.",
+            labels=["cluster", "rcode"],
+        )
+        by_rcode: defaultdict[tuple[str, str], int] = defaultdict(int)
+        for s in live:
+            for (_qt, rc), n in list(s.queries.items()):
+                by_rcode[(s.cluster, rcode_name(rc))] += n
+        for (cluster, rc_name), n in sorted(by_rcode.items()):
+            answers.add_metric([cluster, rc_name], n)
+        yield answers
         yield _counter(
             "isthmus_dns_cache_hits", "Queries answered from the precomputed wire cache.", live, "hits"
         )

@@ -79,7 +79,7 @@ class DnsService:
         if local_zone:
             versions.setdefault(local_zone, KUBE_DNS_VERSION)
         versions.update(config.versions)
-        self.stats = DnsStats()
+        self.stats = DnsStats(cluster=config.cluster_id)
         self.cache = WireCache(
             all_zones, ttl=config.ttl, max_udp=config.max_udp, stats=self.stats, versions=versions
         )

@@ -57,6 +57,7 @@ from isthmus.api.egress import (
     forwarder_workload_name,
 )
 from isthmus.api.image import IMAGE
+from isthmus.egress import metrics
 from isthmus.egress.binder import BY_USED_CLAIM, Binder, as_dict, set_finalizers
 from isthmus.egress.rules import ServiceView, plan, relay_address, source_service
 from isthmus.kube import helpers
@@ -126,6 +127,7 @@ class EgressOperator:
                                      retry_period=retry_period)
         self.ready = False
         self._said: dict[str, str] = {}
+        metrics.track_operator(self)
 
     async def run(self) -> None:
         try:

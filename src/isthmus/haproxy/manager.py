@@ -48,6 +48,7 @@ from isthmus.api.lb import (
     is_public,
     summarize_status,
 )
+from isthmus.haproxy import metrics
 from isthmus.haproxy.config import (
     Layout,
     PoolConfigError,
@@ -187,6 +188,7 @@ class PoolManager:
         self._seen: dict[str, _LeaseSeen] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.ready = False
+        metrics.track(self)
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -82,6 +82,7 @@ from isthmus.api.mcs import (
 )
 from isthmus.kube import helpers, keys
 from isthmus.kube.resources import resource_for
+from isthmus.mcs import metrics
 from isthmus.mcs.aggregate import Aggregate, aggregate
 from isthmus.mcs.allocator import AllocatorFull, VipAllocator
 from isthmus.mcs.brokerinfo import BrokerInfo
@@ -249,6 +250,7 @@ class Agent:
         cache lags behind its own writes, the same write is not sent again. Forgotten as soon as the
         cache shows the object again (our write, or anyone else's), or it is withdrawn: at 10,000
         services nothing of it stays in memory once the broker's watch has caught up."""
+        metrics.track(self)
 
     # ------------------------------------------------------------------ construction
 
@@ -286,6 +288,11 @@ class Agent:
     @property
     def ready(self) -> bool:
         return self._ready.is_set()
+
+    @property
+    def silent_peers(self) -> frozenset[str]:
+        """The peers whose endpoints this agent withholds now (mcs/metrics.py reports them)."""
+        return self._silent
 
     async def run(self) -> None:
         """Campaign for the Lease; while leading, run the controller. Never returns on its own."""

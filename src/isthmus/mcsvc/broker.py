@@ -46,6 +46,7 @@ from isthmus.api.mcsvc import (
 )
 from isthmus.kube import helpers, keys
 from isthmus.kube.resources import resource_for
+from isthmus.mcsvc import metrics
 from isthmus.mcsvc.plan import backends, made_for, show_clusters, summarize
 from isthmus.mcsvc.provider import MCSLoadBalancer, ProviderError
 from isthmus.runtime import (
@@ -116,6 +117,7 @@ class BrokerController:
         """UIDs this controller gave its finalizer (until the object is gone)."""
         self._beats: dict[str, tuple[str, float]] = {}
         """cluster → (last heartbeat value seen, monotonic time it changed)."""
+        metrics.track(self)
 
     async def run(self) -> None:
         try:
