@@ -42,9 +42,9 @@ HEALTHY_RESET = 60.0
 STOP_GRACE = 10.0
 PART_PRELOAD = (
     "isthmus.cli.main", "isthmus.runtime.loop", "uvloop", "isthmus.kube.client", "isthmus.apiserver.server",
-    "isthmus.apiserver.builtins:builtin_resources", "isthmus.local.kubelite.run", "isthmus.proxy",
+    "isthmus.apiserver.builtins:builtin_resources", "isthmus.local.kubelite.run", "isthmus.proxy", "isthmus.ui.server",
 )
-"""What the parts (apiservers, kube-lites, proxies) import: the supervisor's zygote loads it once,
+"""What the parts (apiservers, kube-lites, proxies, the web view) import: the supervisor's zygote loads it once,
 and builds the built-in kinds' schemas every apiserver would build at start (cached per process)."""
 
 
