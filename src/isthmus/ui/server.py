@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 from datetime import UTC, datetime
@@ -29,6 +28,7 @@ import yaml
 from aiohttp import web
 from lightkube.resources.core_v1 import Event
 
+from isthmus.kube.client import is_loopback_host
 from isthmus.kube.helpers import describe_error
 from isthmus.ui.kinds import BY_KIND
 from isthmus.ui.model import Store, build_view, conditions, diff
@@ -148,7 +148,7 @@ class UiServer:
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if request.method not in ("GET", "HEAD"):
             raise web.HTTPMethodNotAllowed(request.method, ["GET"])
-        if _is_loopback(self.host) and not _loopback_host_header(request.host):
+        if is_loopback_host(self.host) and not _loopback_host_header(request.host):
             raise web.HTTPMisdirectedRequest(text="this server answers only requests to a loopback address\n")
         response: web.StreamResponse = await handler(request)
         response.headers.setdefault(
@@ -238,15 +238,6 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _loopback_host_header(host: str) -> bool:
     name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    return _is_loopback(name)
+    return is_loopback_host(name)
