@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from lightkube import AsyncClient
 from lightkube.models.core_v1 import ServicePort, ServiceSpec
 from lightkube.models.meta_v1 import ObjectMeta
@@ -151,9 +152,12 @@ def test_1_deploy_broker(cs: Clusterset) -> None:
     # No credentials in it: join gives each cluster its own broker token.
     assert info.server == cs.broker.url and info.ca_pem and info.token is None
     assert "no credentials in it" in out
-    cs.run("deploy-broker", "--kubeconfig", bk, "-o", "again.subm")  # idempotent
+    cs.run("deploy-broker", "--kubeconfig", bk, "--broker-info", "again.subm")  # idempotent
     assert BrokerInfo.decode((cs.tmp / "again.subm").read_text()) == info
-    assert cs.error("deploy-broker", "--kubeconfig", bk, "--enable-clusterset-ip", "-o", "x.subm").startswith(
+    old = cs.run("deploy-broker", "--kubeconfig", bk, "-o", "old.subm")  # the spelling of before: still works
+    assert BrokerInfo.decode((cs.tmp / "old.subm").read_text()) == info
+    assert old.stderr.strip() == "warning: deploy-broker --output/-o is deprecated: use --broker-info"
+    assert cs.error("deploy-broker", "--kubeconfig", bk, "--enable-clusterset-ip", "--broker-info", "x.subm").startswith(
         "the broker in namespace isthmus-broker is already deployed with clustersetIPEnabled=false, "
         "clustersetIPCIDRRange=243.0.0.0/8"
     )
@@ -256,7 +260,7 @@ def test_4_export_show_unexport(cs: Clusterset) -> None:
         "--use-clusterset-ip must be true or false, not 'yes'"
     )
     data = json.loads(cs.run("show", "exports", "-A", "-o", "json", "--kubeconfig", k1).stdout)
-    assert data == {"items": [{
+    assert data == {"kind": "List", "items": [{
         "namespace": "shop", "name": "web", "useClustersetIP": "true", "clusterClustersetIPEnabled": False,
         "serviceIPs": None, "valid": None, "ready": None, "conflict": None,
         "creationTimestamp": data["items"][0]["creationTimestamp"],
@@ -264,9 +268,13 @@ def test_4_export_show_unexport(cs: Clusterset) -> None:
     table = cs.run("show", "exports", "-n", "shop", "--kubeconfig", k1).stdout.splitlines()
     assert table[0].split() == ["NAMESPACE", "NAME", "VIP", "WANTS", "VIP", "VALID", "READY", "CONFLICT", "AGE", "MESSAGE"]
     assert table[1].split()[:4] == ["shop", "web", "-", "true"]  # no VIP known yet: not imported
-    assert json.loads(cs.run("show", "imports", "-A", "-o", "json", "--kubeconfig", k1).stdout) == {"items": []}
+    assert json.loads(cs.run("show", "imports", "-A", "-o", "json", "--kubeconfig", k1).stdout) == {"kind": "List", "items": []}
     assert cs.error("show", "exports", "-n", "shop", "-A", "--kubeconfig", k1) == "use either --namespace or --all-namespaces"
-    assert cs.error("show", "exports", "-o", "yaml", "--kubeconfig", k1) == "--output must be table or json, not 'yaml'"
+    assert yaml.safe_load(cs.run("show", "exports", "-A", "-o", "yaml", "--kubeconfig", k1).stdout) == data
+    wide = cs.run("show", "exports", "-n", "shop", "-o", "wide", "--kubeconfig", k1).stdout.splitlines()
+    assert wide[0].split()[-2:] == ["SERVICE", "IPS"] and wide[1].split()[-1] == "-"  # the Service has no IPs yet
+    assert cs.error("show", "exports", "-o", "xml", "--kubeconfig", k1) == (
+        "--output must be table, wide, json or yaml, not 'xml'")
     assert cs.run("unexport", "web", "-n", "shop", "--kubeconfig", k1).stdout.strip() == "serviceexport shop/web deleted"
     assert cs.error("unexport", "web", "-n", "shop", "--kubeconfig", k1) == "serviceexport shop/web not found"
 
@@ -361,4 +369,4 @@ def test_6_leave(cs: Clusterset) -> None:
     assert "cluster c1 removed from the broker" in out
     data = json.loads(cs.run("show", "clusters", "--broker-info", "broker-info.subm", "--broker-kubeconfig", cs.bk,
                              "-o", "json").stdout)
-    assert data == {"items": []}
+    assert data == {"kind": "List", "items": []}

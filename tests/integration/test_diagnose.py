@@ -175,8 +175,10 @@ async def test_cli_exit_code_and_json_shape(env: Env) -> None:
     headers = [line for line in out.splitlines() if line and not line.startswith(" ")]
     assert headers[:2] == ["c1 (member)", "clusterset"] and headers[2].endswith("0 failed")
     assert "⚠ members" in out and "no context checked here for c2" in out
-    code, _, err = await env.cli("diagnose", "-o", "yaml")
-    assert code == 2 and err.startswith("error: --output must be table or json")
+    code, out, _ = await env.cli("diagnose", "-o", "yaml")
+    assert code == 0 and yaml.safe_load(out)["kind"] == "Diagnosis"
+    code, _, err = await env.cli("diagnose", "-o", "wide")
+    assert code == 2 and err.startswith("error: ") and "wide" in err
     code, _, err = await env.cli("diagnose", "--context", "nope")
     assert code == 2 and "context 'nope' not found" in err
 

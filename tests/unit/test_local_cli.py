@@ -36,8 +36,8 @@ def test_up_refuses_to_resize_an_existing_clusterset(tmp_path: Path) -> None:
 def test_status_and_down_without_a_clusterset(tmp_path: Path) -> None:
     r = runner.invoke(app, ["status", "--state-dir", str(tmp_path / "none")])
     assert r.exit_code == 2 and "no local clusterset" in r.output
-    r = runner.invoke(app, ["status", "--state-dir", str(tmp_path), "-o", "yaml"])
-    assert r.exit_code == 2 and "table or json" in r.output
+    r = runner.invoke(app, ["status", "--state-dir", str(tmp_path), "-o", "xml"])
+    assert r.exit_code == 2 and "table, wide, json or yaml" in r.output
     r = runner.invoke(app, ["down", "--state-dir", str(tmp_path / "none")])
     assert r.exit_code == 0 and "Nothing is running" in r.output
 

@@ -17,3 +17,17 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     IMAGE_TAG = "0.1.0"
 
 IMAGE = f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"
+
+NAMESPACE = "isthmus-system"
+"""Where deploy/ installs the components of every cluster and of the broker (`isthmus version` reads them there)."""
+
+
+def image_version(image: str) -> str:
+    """The Isthmus version an image runs: its tag (or digest) when it is the Isthmus image, else the image."""
+    repository, sep, tag = image.rpartition(":")
+    if "@" in image:
+        repository, _, digest = image.partition("@")
+        return digest[:19] if repository.split(":")[0] == IMAGE_REPOSITORY else image
+    if sep and "/" not in tag and repository == IMAGE_REPOSITORY:
+        return tag
+    return image

@@ -14,8 +14,8 @@ import typer
 from isthmus.api.mcs import DEFAULT_DEAD_CLUSTER_GRACE
 from isthmus.cli.app import (
     Background,
+    ComponentKubeconfigOpt,
     ContextOpt,
-    KubeconfigOpt,
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
@@ -53,7 +53,7 @@ def default_identity() -> str:
 @command("agent")
 def agent(
     cluster_id: OptionalClusterIdOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     identity: Annotated[
         str | None,

@@ -6,9 +6,18 @@
   click's usage box. The application group does the same for what it parses itself and for
   commands registered with a bare `app.command`.
 - Shared option types (`KubeconfigOpt`, `ContextOpt`, `ClusterIdOpt`, `LogFormatOpt`, `LogLevelOpt`,
-  `MetricsAddrOpt`) validate their values the same way everywhere.
+  `MetricsAddrOpt`, `StateDirOpt`) validate their values the same way everywhere.
+- Where things are found, flag > environment > default: `--state-dir` > `$ISTHMUS_STATE_DIR` >
+  `./.isthmus`; a command a user runs (`KubeconfigOpt`) reads `--kubeconfig` > `$KUBECONFIG` > the
+  local clusterset's kubeconfig (in that state dir, when it has one) > `~/.kube/config` > the
+  in-cluster account, and `--context` > the kubeconfig's current-context. Components run in pods
+  (`ComponentKubeconfigOpt`) keep kubectl's order exactly: a state dir in their environment
+  must never outrank their own ServiceAccount.
 - `run_component` runs a long-running component: logging, SIGTERM/SIGINT, the optional
   `/metrics` `/healthz` `/readyz` server; the component owns start, stop and readiness.
+- Help reads like kubectl's: `-h` and `--help`, flags shown with a plain placeholder (`--context
+  CONTEXT`, `--timeout NUMBER`, none for a flag) instead of typer's `<str>`/`<bool>`; shell
+  completion (`--install-completion`, `--show-completion`) completes commands, flags and choices.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -23,7 +33,7 @@ from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
 
 import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -98,10 +108,11 @@ def _usage_exit(err: UsageError, where: Any) -> typer.Exit:
     names: list[str] = []
     if ctx is not None and ctx.parent is None and ctx.invoked_subcommand:  # the group, running a command
         names.append(ctx.invoked_subcommand)
-    while ctx is not None and ctx.parent is not None:  # the root's name may be `python -m isthmus`
+    while ctx is not None and ctx.parent is not None:
         names.insert(0, ctx.info_name or "")
         ctx = ctx.parent
-    return fail(f"{message} (see {' '.join(['isthmus', *names])} --help)")
+    root = ctx.info_name if ctx is not None and ctx.info_name else "isthmus"  # `kubectl isthmus` as a plugin
+    return fail(f"{message} (see {' '.join([root, *names])} --help)")
 
 
 def _one_line(run: Callable[[], Any], ctx: Any) -> Any:
@@ -121,8 +132,62 @@ def _one_line(run: Callable[[], Any], ctx: Any) -> Any:
         raise fail(message) from None
 
 
+# --- help without type placeholders -------------------------------------------------------------
+
+_PLACEHOLDERS = {"int": "INTEGER", "float": "NUMBER", "path": "PATH", "file": "FILE", "dir": "DIR",
+                 "bool": "true|false"}
+
+
+class _Option(TyperOption):
+    """An option shown as kubectl shows it: a flag alone, a value by its metavar or a plain word."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        if self.is_flag or self.count:
+            return None
+        if self.metavar is not None:
+            return self.metavar
+        label = (self.display_type(ctx) or "").strip("<>")
+        many = label.startswith("list[")
+        label = label.removeprefix("list[").removesuffix("]").removesuffix(" range")  # the range is said apart
+        if label == "str":  # the flag's own last word says more than "TEXT": --broker-context CONTEXT
+            word = max(self.opts, key=len).lstrip("-").rsplit("-", 1)[-1].upper()
+        else:
+            word = _PLACEHOLDERS.get(label.lower(), label)
+        return f"{word}..." if many and self.nargs != 1 else word
+
+
+class _Argument(TyperArgument):
+    """An argument shown by its name alone, upper-case (`BROKER_INFO`), never `<str>`; in the usage
+    line as kubectl writes it: `NAME` when required, `[NAME]` when not."""
+
+    @property
+    def display_name_raw(self) -> str:
+        return self.metavar if self.metavar is not None else (self.name or "").upper()
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        return f"{name}..." if self.nargs != 1 else name
+
+
+def _plain_placeholders(params: list[Any]) -> None:
+    """Typer builds its own parameter classes; give them ours, which only change how help reads."""
+    for param in params:
+        if type(param) is TyperOption:
+            param.__class__ = _Option
+        elif type(param) is TyperArgument:
+            param.__class__ = _Argument
+
+
 class IsthmusCommand(TyperCommand):
     """A command whose usage and user errors are one `error:` line, exit 2."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = list(super().get_params(ctx))  # with --help and completion's options, made on demand
+        _plain_placeholders(params)
+        return params
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return list(_one_line(lambda: super(IsthmusCommand, self).parse_args(ctx, args), ctx))
@@ -134,6 +199,11 @@ class IsthmusCommand(TyperCommand):
 class IsthmusGroup(TyperGroup):
     """The application: unknown commands and options are one `error:` line, exit 2, as are the
     errors of every subcommand (it parses and runs them inside its own `invoke`)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = list(super().get_params(ctx))  # with --help and completion's options, made on demand
+        _plain_placeholders(params)
+        return params
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return list(_one_line(lambda: super(IsthmusGroup, self).parse_args(ctx, args), ctx))
@@ -147,7 +217,8 @@ app = typer.Typer(
     help="Multi-cluster service networking for Kubernetes.",
     cls=IsthmusGroup,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion; `_ISTHMUS_COMPLETE` drives it
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
     pretty_exceptions_enable=False,
 )
 
@@ -199,15 +270,52 @@ def _metrics_addr(value: str | None) -> str | None:
     return value
 
 
+STATE_DIR_ENV = "ISTHMUS_STATE_DIR"
+DEFAULT_STATE_DIR = Path(".isthmus")
+
+
+def default_state_dir() -> Path:
+    """The local clusterset's state dir when no --state-dir is given: $ISTHMUS_STATE_DIR, else ./.isthmus."""
+    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+def local_kubeconfig() -> Path | None:
+    """The local clusterset's kubeconfig, when $KUBECONFIG is unset and the default state dir has one."""
+    if os.environ.get("KUBECONFIG"):
+        return None
+    path = default_state_dir() / "kubeconfig"  # local.state.Layout.kubeconfig (not imported: components are lean)
+    return path if path.is_file() else None
+
+
+def _kubeconfig(value: Path | None) -> Path | None:
+    return value if value is not None else local_kubeconfig()
+
+
 KubeconfigOpt = Annotated[
     Path | None,
     typer.Option(
         "--kubeconfig",
-        help="Kubeconfig of the cluster (default: $KUBECONFIG's files merged as kubectl does, else ~/.kube/config).",
+        help="Kubeconfig of the cluster (default: $KUBECONFIG's files merged as kubectl does, else the local "
+             "clusterset's in $ISTHMUS_STATE_DIR or ./.isthmus, else ~/.kube/config).",
+        show_default=False,
+        callback=_kubeconfig,
+    ),
+]
+ComponentKubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        help="Kubeconfig of the cluster (default: $KUBECONFIG's files merged as kubectl does, else ~/.kube/config, "
+             "else the pod's ServiceAccount).",
         show_default=False,
     ),
 ]
 ContextOpt = Annotated[str | None, typer.Option("--context", help="Kubeconfig context (default: the current one).")]
+StateDirOpt = Annotated[
+    Path,
+    typer.Option("--state-dir", envvar=STATE_DIR_ENV, show_envvar=True,
+                 help="Where the local clusterset keeps its state, logs and kubeconfigs."),
+]
 ClusterIdOpt = Annotated[
     str, typer.Option("--cluster-id", help="This cluster's ID in the clusterset (as given to join).", callback=_cluster_id)
 ]

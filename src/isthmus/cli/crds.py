@@ -9,24 +9,38 @@ import typer
 
 from isthmus.api.crdgen import all_crds, crd_file_name, to_yaml
 from isthmus.cli.app import command, fail
+from isthmus.cli.output import FORMATS, JSON, YAML, print_document
 
 
 @command("crds")
 def crds(
+    output: Annotated[str, typer.Option(
+        "--output", "-o", metavar="yaml|json", autocompletion=lambda incomplete: [
+            f for f in (YAML, JSON) if f.startswith(incomplete)],
+        help="Output format: yaml or json.")] = YAML,
     output_dir: Annotated[
         Path | None,
         typer.Option(
             "--output-dir",
-            "-o",
-            help="Write one <group>_<plural>.yaml per CRD here instead of multi-document YAML on stdout.",
+            help="Write one GROUP_PLURAL.yaml per CRD here instead of printing them.",
             file_okay=False,
         ),
     ] = None,
 ) -> None:
-    """Print the CRDs of every Isthmus resource (apply them with `kubectl apply -f -`)."""
+    """Print the CRDs of every Isthmus resource (apply them with `kubectl apply -f -`): YAML
+    documents, or with -o json one List."""
+    if output not in (YAML, JSON):
+        if output in FORMATS or output_dir is not None:
+            raise fail(f"--output must be yaml or json, not {output!r}")
+        # `crds -o DIR` was --output-dir's short spelling: -o is a format now, but such scripts still work.
+        typer.echo(f"warning: crds -o DIR is deprecated: use --output-dir {output}", err=True)
+        output_dir = Path(output)
     manifests = all_crds()
     if output_dir is None:
-        typer.echo(to_yaml(manifests), nl=False)
+        if output == JSON:
+            print_document({"apiVersion": "v1", "kind": "List", "items": manifests}, JSON)
+        else:
+            typer.echo(to_yaml(manifests), nl=False)
         return
     try:
         output_dir.mkdir(parents=True, exist_ok=True)

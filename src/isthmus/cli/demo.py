@@ -7,14 +7,15 @@ from typing import Annotated
 
 import typer
 
-from isthmus.cli.app import command
+from isthmus.cli.app import STATE_DIR_ENV, command
 
 
 @command("demo")
 def demo(
     state_dir: Annotated[
         Path | None,
-        typer.Option("--state-dir", help="A fresh (absent or empty) state dir. Default: a temporary one."),
+        typer.Option("--state-dir", envvar=STATE_DIR_ENV, show_envvar=True, show_default=False,
+                     help="A fresh (absent or empty) state dir. Default: a temporary one."),
     ] = None,
     clusters: Annotated[int, typer.Option("--clusters", min=2, help="How many clusters to start.")] = 3,
     keep: Annotated[

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -13,6 +12,7 @@ import typer
 
 from isthmus.api.base import now
 from isthmus.cli.app import KubeconfigOpt, command, fail
+from isthmus.cli.output import JSON, TABLE, YAML, output_option, print_document
 from isthmus.diagnose.model import MARKS, Diagnosis, Status
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def render(result: Diagnosis, colour: bool) -> str:
 def diagnose(
     kubeconfig: KubeconfigOpt = None,
     context: ContextsOpt = None,
-    output: Annotated[str, typer.Option("--output", "-o", metavar="table|json", help="Output format.")] = "table",
+    output: Annotated[str, output_option((TABLE, JSON, YAML))] = TABLE,
     wait: Annotated[bool, typer.Option("--wait", help="Check again every 2 s until everything passes (or --timeout).")]
     = False,
     timeout: Annotated[
@@ -82,8 +82,6 @@ def diagnose(
     from isthmus.diagnose.run import diagnose as run_diagnose
     from isthmus.diagnose.run import diagnose_until
 
-    if output not in ("table", "json"):
-        raise fail(f"--output must be table or json, not {output!r}")
     if timeout <= 0:
         raise fail(f"--timeout must be more than 0 seconds, not {timeout:g}")
     refs = _refs(kubeconfig, context)
@@ -99,8 +97,8 @@ def diagnose(
                                             on_round=progress))
     else:
         result = asyncio.run(run_diagnose(refs, kubeconfig=hint, explicit=explicit))
-    if output == "json":
-        typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    if output != TABLE:
+        print_document(result.to_dict(), output)
     else:
         typer.echo(render(result, colour=sys.stdout.isatty()))
     if not result.ok:

@@ -9,7 +9,6 @@ a few seconds (`COMMAND_TIMEOUT`), so a server that accepts and never answers fa
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
@@ -18,13 +17,13 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from lightkube import AsyncClient
-from rich.console import Console
-from rich.table import Table
+from typer._click.core import ParameterSource
 
 from isthmus.api.base import now
 from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, STALE_HEARTBEAT_SECONDS, cluster_service_account
 from isthmus.cli.app import ContextOpt, KubeconfigOpt, command, fail
-from isthmus.cli.show import SHOWS, ShowRequest
+from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_list
+from isthmus.cli.show import SHOWS, ShowRequest, age
 from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client
 from isthmus.mcs import broker as mcs_broker
 from isthmus.mcs import coredns, views
@@ -147,18 +146,25 @@ def deploy_broker(
     cidr_range: Annotated[
         list[str] | None,
         typer.Option(
-            "--clusterset-ip-cidr-range",
+            "--clusterset-ip-cidr-range", metavar="CIDR",
             help="ClusterSet IP range(s); repeat or comma-separate. Default 243.0.0.0/8.",
         ),
     ] = None,
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Where to write the broker-info document.")
+    broker_info: Annotated[
+        Path, typer.Option("--broker-info", help="Where to write the broker-info document for `isthmus join`.")
     ] = Path("broker-info.subm"),
+    old_output: Annotated[
+        Path | None, typer.Option("--output", "-o", hidden=True, help="Deprecated spelling of --broker-info.")
+    ] = None,
     globalnet: GlobalnetOpt = False,
 ) -> None:
     """Set up the broker on the API of --kubeconfig and write broker-info.subm for `isthmus join`."""
     if globalnet:
         raise fail(mcs_broker.GLOBALNET_UNSUPPORTED)
+    output = broker_info
+    if old_output is not None:  # -o means an output format everywhere else; scripts of before still work
+        typer.echo("warning: deploy-broker --output/-o is deprecated: use --broker-info", err=True)
+        output = old_output
     try:
         server, ca_pem, _ = access_from_config(load_config(kubeconfig, context))
     except ValueError as err:
@@ -210,7 +216,7 @@ def join(
     ] = None,
     clusterset_ip_cidr: Annotated[
         str | None,
-        typer.Option("--clusterset-ip-cidr", help="This cluster's VIP block (default: the first free /16 of the range)."),
+        typer.Option("--clusterset-ip-cidr", metavar="CIDR", help="This cluster's VIP block (default: the first free /16 of the range)."),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing registration (other CIDR, taken ID, other ID).")
@@ -277,6 +283,7 @@ def join(
 
 @command("leave")
 def leave(
+    ctx: typer.Context,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     broker_info: Annotated[
@@ -295,7 +302,7 @@ def leave(
     if broker_info is not None:
         if not cluster_id:
             raise fail("--broker-info needs --cluster-id: the cluster to remove from the broker")
-        if kubeconfig is not None:
+        if ctx.get_parameter_source("kubeconfig") is ParameterSource.COMMANDLINE:  # not a default found
             raise fail("use either --kubeconfig (this cluster leaves) or --broker-info (remove a dead cluster)")
         _needs_terminal(yes, f"leave would remove cluster {cluster_id} from the broker")
         _leave_broker_only(_read_broker_info(broker_info), cluster_id, yes, broker_kubeconfig, broker_context)
@@ -390,18 +397,23 @@ def export(
     allow_missing: Annotated[
         bool, typer.Option("--allow-missing", help="Export even if the Service does not exist (yet).")
     ] = False,
+    output: OutputOpt = TABLE,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Export a Service to the clusterset (creates its ServiceExport)."""
+    """Export a Service to the clusterset (creates its ServiceExport).
+
+    Prints what changed (created, configured, unchanged); with -o json or yaml, the ServiceExport."""
     use = _parse_bool(use_clusterset_ip, "--use-clusterset-ip")
     ns = _namespace(kubeconfig, context, namespace)
 
-    async def body(client: AsyncClient) -> str:
-        _, change = await mcs_exports.export(client, name, ns, use, allow_missing=allow_missing)
-        return change
+    async def body(client: AsyncClient) -> tuple[Any, str]:
+        return await mcs_exports.export(client, name, ns, use, allow_missing=allow_missing)
 
-    change = _run(_with_clients([_cluster_factory(kubeconfig, context)], body))
+    obj, change = _run(_with_clients([_cluster_factory(kubeconfig, context)], body))
+    if output in (JSON, YAML):
+        print_document(obj.to_dict(), output)
+        return
     typer.echo(f"serviceexport {ns}/{name} {change}")
 
 
@@ -429,17 +441,6 @@ SHOW_WHAT = ("clusters", "exports", "imports")
 """What this module shows itself; capabilities add theirs through `isthmus.cli.show`."""
 
 
-def _age(at: datetime | None, ref: datetime) -> str:
-    """kubectl-style age: 45s, 12m, 3h, 5d."""
-    if at is None:
-        return "-"
-    secs = max(0, int((ref - at).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
-
-
 def _cond(view: views.ConditionView | None) -> str:
     """`Status Reason`; several comma-joined reasons (Conflict) one per line."""
     if view is None:
@@ -448,27 +449,22 @@ def _cond(view: views.ConditionView | None) -> str:
     return "\n".join([f"{view.status} {first}".strip(), *more])
 
 
-def _print_table(table: Table) -> None:
-    console = Console()
-    if not console.is_terminal:  # pipes and files: never squeeze or wrap columns
-        console = Console(width=1000)
-    console.print(table)
+SHOW_CHOICES = ("clusters", "exports", "imports", "egress", "pools", "loadbalancers", "mcs")
+"""For help and shell completion; what `show` accepts is SHOW_WHAT and the registered plug-ins."""
 
 
-def _new_table(*columns: str) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    return table
+def _complete_what(incomplete: str) -> list[str]:
+    return [w for w in (*SHOW_WHAT, *SHOWS) if w.startswith(incomplete)]
 
 
 @command("show")
 def show(
-    what: Annotated[str, typer.Argument(metavar="clusters|exports|imports|pools|loadbalancers|mcs",
-                                        help="What to list.")],
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace (exports, imports).")] = None,
+    what: Annotated[str, typer.Argument(metavar="WHAT", autocompletion=_complete_what, show_default=False,
+                                        help=f"What to list: {', '.join(SHOW_CHOICES[:-1])} or {SHOW_CHOICES[-1]}.")],
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")
+                         ] = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")] = False,
-    output: Annotated[str, typer.Option("--output", "-o", metavar="table|json", help="Output format.")] = "table",
+    output: OutputOpt = TABLE,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     broker_info: Annotated[
@@ -477,17 +473,17 @@ def show(
     broker_kubeconfig: BrokerKubeconfigOpt = None,
     broker_context: BrokerContextOpt = None,
 ) -> None:
-    """List the clusterset's clusters, this cluster's exports or imports, its load-balancer pools
-    (with their frontends, backends and owners) or its load balancers (Services of type
-    LoadBalancer and Ingresses of class edgelb, with pool, addresses and the last problem).
+    """List the clusterset's clusters, this cluster's exports or imports, its egress (ExternalServices
+    and SourceIPClaims), load-balancer pools (with their frontends, backends and owners), load
+    balancers (Services of type LoadBalancer and Ingresses of class edgelb, with pool, addresses and
+    the last problem) or MultiClusterServices.
 
     Exports show their conditions (each conflict on its own line), the VIP their service has and
-    this cluster's wish; imports mark the services this cluster exports in conflict.
+    this cluster's wish; imports mark the services this cluster exports in conflict. -o wide adds
+    columns; -o json and -o yaml print a List of every row with all its fields.
     """
     if what not in SHOW_WHAT and what not in SHOWS:
         raise fail(f"cannot show {what!r}: choose one of {', '.join([*SHOW_WHAT, *SHOWS])}")
-    if output not in ("table", "json"):
-        raise fail(f"--output must be table or json, not {output!r}")
     if namespace and all_namespaces:
         raise fail("use either --namespace or --all-namespaces")
     plugin = SHOWS.get(what)
@@ -510,23 +506,27 @@ def show(
         return list(await views.import_rows(client, ns))
 
     rows = _run(_with_clients([_cluster_factory(kubeconfig, context)], body))
-    if output == "json":
-        typer.echo(json.dumps({"items": [r.to_dict() for r in rows]}, indent=2))
-        return
-    if not rows:
-        typer.echo(f"no {what} {'in any namespace' if ns is None else 'in namespace ' + ns}", err=True)
-        return
+    empty = f"no {what} {'in any namespace' if ns is None else 'in namespace ' + ns}"
     if what == "exports":
-        table = _new_table("NAMESPACE", "NAME", "VIP", "WANTS VIP", "VALID", "READY", "CONFLICT", "AGE", "MESSAGE")
-        for r in rows:
-            table.add_row(r.namespace, r.name, r.vip(), r.wants_vip(), _cond(r.valid), _cond(r.ready),
-                          _cond(r.conflict), _age(r.created, ref), "\n".join(r.problems()) or "-")
-    else:
-        table = _new_table("NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "CONFLICT")
-        for r in rows:
-            table.add_row(r.namespace, r.name, r.type, ", ".join(r.ips) or "-", ", ".join(r.clusters) or "-",
-                          r.port_text() or "-", "\n".join(r.conflicts) or "-")
-    _print_table(table)
+        columns: list[Column | str] = ["NAMESPACE", "NAME", "VIP", "WANTS VIP", "VALID", "READY", "CONFLICT", "AGE", "MESSAGE",
+                   Column("SERVICE IPS", wide=True)]
+
+        def export_row(r: views.ExportRow) -> list[list[str]]:
+            return [[r.namespace, r.name, r.vip(), r.wants_vip(), _cond(r.valid), _cond(r.ready), _cond(r.conflict),
+                     age(r.created, ref), "\n".join(r.problems()) or "-",
+                     "-" if r.service_ips is None else ",".join(r.service_ips) or "none"]]
+
+        print_list([r.to_dict() for r in rows] if output in (JSON, YAML) else rows, output, columns, export_row,
+                   empty=empty)
+        return
+    columns = ["NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "CONFLICT"]
+
+    def import_row(r: views.ImportRow) -> list[list[str]]:
+        return [[r.namespace, r.name, r.type, ", ".join(r.ips) or "-", ", ".join(r.clusters) or "-",
+                 r.port_text() or "-", "\n".join(r.conflicts) or "-"]]
+
+    print_list([r.to_dict() for r in rows] if output in (JSON, YAML) else rows, output, columns, import_row,
+               empty=empty)
 
 
 def _show_clusters(
@@ -551,19 +551,15 @@ def _show_clusters(
                 await broker.close()
 
         rows = _run(_with_clients([_cluster_factory(kubeconfig, context)], via_cluster))
-    if output == "json":
-        typer.echo(json.dumps({"items": [r.to_dict(ref) for r in rows]}, indent=2))
-        return
-    if not rows:
-        typer.echo("no clusters have joined", err=True)
-        return
-    table = _new_table("CLUSTER", "CIDR", "VIP DEFAULT", "JOINED", "HEARTBEAT", "READY")
-    for r in rows:
-        beat = "never" if r.heartbeat is None else f"{_age(r.heartbeat, ref)} ago"
+    columns: list[Column | str] = ["CLUSTER", "CIDR", "VIP DEFAULT", "JOINED", "HEARTBEAT", "READY", Column("HEARTBEAT AT", wide=True)]
+
+    def cluster_row(r: views.ClusterRow) -> list[list[str]]:
+        beat = "never" if r.heartbeat is None else f"{age(r.heartbeat, ref)} ago"
         if r.heartbeat is not None and (ref - r.heartbeat).total_seconds() > STALE_HEARTBEAT_SECONDS:
             beat += " (stale)"
-        table.add_row(r.cluster_id, ", ".join(r.cidrs) or "-",
-                      f"{_on_off(r.clusterset_ip_enabled)} ({r.enabled_source})",
-                      _age(r.joined_at, ref), beat, r.ready or "-")
-    _print_table(table)
+        return [[r.cluster_id, ", ".join(r.cidrs) or "-", f"{_on_off(r.clusterset_ip_enabled)} ({r.enabled_source})",
+                 age(r.joined_at, ref), beat, r.ready or "-",
+                 r.heartbeat.isoformat() if r.heartbeat is not None else "-"]]
 
+    print_list([r.to_dict(ref) for r in rows] if output in (JSON, YAML) else rows, output, columns, cluster_row,
+               empty="no clusters have joined")

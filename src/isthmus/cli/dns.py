@@ -15,8 +15,8 @@ import typer
 from isthmus.api.mcs import CLUSTERSET_DOMAIN
 from isthmus.cli.agent import OptionalClusterIdOpt
 from isthmus.cli.app import (
+    ComponentKubeconfigOpt,
     ContextOpt,
-    KubeconfigOpt,
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
@@ -34,7 +34,7 @@ log = logging.getLogger("isthmus.dns")
 @command("dns")
 def dns(
     cluster_id: OptionalClusterIdOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     listen: Annotated[
         list[str] | None,

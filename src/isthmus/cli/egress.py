@@ -15,8 +15,8 @@ from lightkube import ApiError
 from isthmus.cli.agent import default_identity
 from isthmus.cli.app import (
     Background,
+    ComponentKubeconfigOpt,
     ContextOpt,
-    KubeconfigOpt,
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
@@ -24,6 +24,7 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
+from isthmus.cli.output import JSON, YAML, Column, list_document, print_document, print_table
 from isthmus.cli.show import ShowRequest, register_show
 
 RELEASE_TIMEOUT = 3.0
@@ -55,7 +56,7 @@ def _ip(value: str, flag: str) -> str:
 
 @command("egress-operator")
 def egress_operator(
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     identity: IdentityOpt = None,
     image: Annotated[str | None, typer.Option("--forwarder-image", metavar="IMAGE", help="Image of the forwarder pods (default: "
@@ -88,7 +89,7 @@ def egress_forwarder(
                                         "leave from it.")],
     namespace: Annotated[str, typer.Option("--namespace", metavar="NS", help="Namespace of the Forwarder objects.")]
     = "isthmus-system",
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
@@ -122,7 +123,7 @@ def egress_gateway(
     lease_duration: Annotated[float, typer.Option("--lease-duration", min=1.0, metavar="SECONDS", help="Seconds a leader holds the "
                                                   "source IPs without renewing (failover takes about this long).")]
     = 15.0,
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
@@ -151,11 +152,6 @@ def egress_gateway(
 
 def show_egress(req: ShowRequest) -> None:
     """`isthmus show egress`: each ExternalService with its sources' claims and addresses, then the claims."""
-    import json
-
-    from rich.console import Console
-    from rich.table import Table
-
     from isthmus.api.egress import ExternalService, SourceIPClaim
     from isthmus.egress.views import claim_rows, external_service_rows
     from isthmus.kube.client import make_client
@@ -177,34 +173,31 @@ def show_egress(req: ShowRequest) -> None:
         services, claims = asyncio.run(gather())
     except ApiError as err:
         raise fail(err.status.message or str(err)) from None
-    if req.output == "json":
-        typer.echo(json.dumps({"externalServices": services, "claims": claims}, indent=2))
+    if req.output in (JSON, YAML):  # one List: the ExternalServices, then the claims, told apart by kind
+        print_document(list_document([{"kind": "ExternalService", **r} for r in services]
+                                     + [{"kind": "SourceIPClaim", **c} for c in claims]), req.output)
         return
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=1000)
     if not services and not claims:
         typer.echo("no ExternalServices or SourceIPClaims" + (f" in namespace {req.namespace}" if req.namespace
                                                                else ""), err=True)
         return
-    table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
-    for col in ("NAMESPACE", "NAME", "TARGET", "PORTS", "SOURCE SERVICE", "CLAIM", "SOURCE IP", "PODS", "READY",
-                "PROBLEM"):
-        table.add_column(col, no_wrap=col != "PROBLEM")
+    rows: list[list[str]] = []
     for r in services:
-        table.add_row(r["namespace"], r["name"], r["target"], ",".join(r["ports"]), "", "", "", "", r["ready"],
-                      r["problem"] or "-")
-        for s in r["sources"]:
-            table.add_row("", "", "", "", s["service"], s["claim"], s["sourceIP"] or "-",
-                          "-" if s["endpoints"] is None else str(s["endpoints"]), "", "")
-    console.print(table)
-    claims_table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
-    for col in ("NAMESPACE", "CLAIM", "CLASS", "PHASE", "SOURCE IP", "REASON"):
-        claims_table.add_column(col, no_wrap=col != "REASON")
-    for c in claims:
-        claims_table.add_row(c["namespace"], c["name"], c["class"], c["phase"], c["sourceIP"] or "-",
-                             f'{c["reason"]}: {c["message"]}' if c["message"] else c["reason"])
-    console.print(claims_table)
+        rows.append([r["namespace"], r["name"], r["target"], ",".join(r["ports"]), "", "", "", "", r["ready"],
+                     r["problem"] or "-", r["address"] or "-", r["forwarder"] or "-"])
+        for src in r["sources"]:
+            rows.append(["", "", "", "", src["service"], src["claim"], src["sourceIP"] or "-",
+                         "-" if src["endpoints"] is None else str(src["endpoints"]), "", "", "", ""])
+    if rows:
+        print_table(["NAMESPACE", "NAME", "TARGET", "PORTS", "SOURCE SERVICE", "CLAIM", "SOURCE IP", "PODS", "READY",
+                     "PROBLEM", Column("ADDRESS", wide=True), Column("FORWARDER", wide=True)], rows, req.output)
+    if claims:
+        if rows:
+            typer.echo()  # two tables, as kubectl prints two kinds
+        print_table(["NAMESPACE", "CLAIM", "CLASS", "PHASE", "SOURCE IP", "REASON"],
+                    [[c["namespace"], c["name"], c["class"], c["phase"], c["sourceIP"] or "-",
+                      f'{c["reason"]}: {c["message"]}' if c["message"] else c["reason"]] for c in claims],
+                    req.output)
 
 
 register_show("egress", show_egress)  # ExternalServices and SourceIPClaims

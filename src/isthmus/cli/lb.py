@@ -12,8 +12,8 @@ import typer
 
 from isthmus.cli.app import (
     Background,
+    ComponentKubeconfigOpt,
     ContextOpt,
-    KubeconfigOpt,
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
@@ -21,7 +21,8 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
-from isthmus.cli.show import ShowRequest, register_show
+from isthmus.cli.output import Column, print_list
+from isthmus.cli.show import ShowRequest, age, register_show
 
 RELEASE_TIMEOUT = 3.0
 
@@ -32,7 +33,7 @@ def lb(
         str, typer.Option("--cluster-name", help="This cluster's name: the first part of every pool, frontend and "
                           "backend name it makes (slashes become dots).")
     ],
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     identity: Annotated[
         str | None,
@@ -68,28 +69,11 @@ def lb(
     run_component("lb", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 
 
-def _age(created: str | None) -> str:
-    """kubectl-style age (45s, 12m, 3h, 5d) of an RFC 3339 time."""
-    from datetime import UTC, datetime
-
-    if not created:
-        return "-"
-    secs = max(0, int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
-
-
 def show_lb(req: ShowRequest) -> None:
     """`isthmus show pools|loadbalancers` (namespace None: every namespace)."""
     what, namespace, output, kubeconfig, context = req.what, req.namespace, req.output, req.kubeconfig, req.context
-    import json
-
     from lightkube.resources.core_v1 import Event, Service
     from lightkube.resources.networking_v1 import Ingress, IngressClass
-    from rich.console import Console
-    from rich.table import Table
 
     from isthmus.api.lb import LoadBalancerPool
     from isthmus.kube.client import make_client
@@ -124,37 +108,36 @@ def show_lb(req: ShowRequest) -> None:
             await client.close()
 
     rows = asyncio.run(gather())
-    if output == "json":
-        typer.echo(json.dumps({"items": rows}, indent=2))
-        return
-    if not rows:
-        typer.echo(f"no {what}" + (f" in namespace {namespace}" if namespace else ""), err=True)
-        return
-    table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
+    empty = f"no {what}" + (f" in namespace {namespace}" if namespace else "")
     if what == "pools":
-        for col in ("POOL", "ROLE", "READY", "ADDRESSES", "STATS", "PART", "PORT / SERVERS", "OWNER", "AGE", "MESSAGE"):
-            table.add_column(col, no_wrap=col not in ("MESSAGE",))
-        for r in rows:
-            table.add_row(r["name"], r["role"], r["ready"], ",".join(r["addresses"]) or "-",
-                          ",".join(map(str, r["statsPorts"])) or "-", "", "", "",
-                          _age(r["created"]), "" if r["healthy"] else r["message"])
+        columns: list[Column | str] = ["POOL", "ROLE", "READY", "ADDRESSES", "STATS", "PART", "PORT / SERVERS", "OWNER", "AGE", "MESSAGE",
+                   Column("INSTANCES", wide=True)]
+
+        def pool(r: dict[str, Any]) -> list[list[str]]:
+            instances = ", ".join(f"{i['slot']}:{i['state']}" + (f" pid {i['pid']}" if i["pid"] else "")
+                                  for i in r["instances"]) or "-"
+            out = [[r["name"], r["role"], r["ready"], ",".join(r["addresses"]) or "-",
+                    ",".join(map(str, r["statsPorts"])) or "-", "", "", "", age(r["created"]),
+                    "" if r["healthy"] else r["message"], instances]]
             for f in r["frontends"]:
                 routing = f" ({f['rules']} rules)" if f["rules"] else ""
-                table.add_row("", "", "", "", "", f"  frontend {f['name']}", f"{f['protocol']} :{f['port']}{routing}",
-                              f["owner"], "", "")
+                out.append(["", "", "", "", "", f"  frontend {f['name']}", f"{f['protocol']} :{f['port']}{routing}",
+                            f["owner"], "", "", ""])
             for b in r["backends"]:
-                table.add_row("", "", "", "", "", f"  backend {b['name']}",
-                              ", ".join(b["servers"]) or "none (503)", b["owner"], "", "")
-    else:
-        for col in ("KIND", "NAMESPACE", "NAME", "POOL", "READY", "ADDRESSES", "PROBLEM"):
-            table.add_column(col, no_wrap=col != "PROBLEM")
-        for r in rows:
-            table.add_row(r["kind"], r["namespace"], r["name"], r["pool"] or "-", r["poolReady"] or "-",
-                          " ".join(r["addresses"]) or "<pending>", r["problem"] or r["lastWarning"] or "-")
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=1000)
-    console.print(table)
+                out.append(["", "", "", "", "", f"  backend {b['name']}", ", ".join(b["servers"]) or "none (503)",
+                            b["owner"], "", "", ""])
+            return out
+
+        print_list(rows, output, columns, pool, empty=empty)
+        return
+    columns = ["KIND", "NAMESPACE", "NAME", "POOL", "READY", "ADDRESSES", "PROBLEM", Column("CONFIGURED", wide=True)]
+
+    def balancer(r: dict[str, Any]) -> list[list[str]]:
+        return [[r["kind"], r["namespace"], r["name"], r["pool"] or "-", r["poolReady"] or "-",
+                 " ".join(r["addresses"]) or "<pending>", r["problem"] or r["lastWarning"] or "-",
+                 "yes" if r["configured"] else "no"]]
+
+    print_list(rows, output, columns, balancer, empty=empty)
 
 
 register_show("pools", show_lb, default_all_namespaces=True)  # pools are cluster-scoped

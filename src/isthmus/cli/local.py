@@ -7,7 +7,6 @@ Flags, progress and printing only; the work is in `isthmus.local.up` (bring-up, 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -25,7 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
-from isthmus.cli.app import command, fail
+from isthmus.cli.app import DEFAULT_STATE_DIR, StateDirOpt, command, fail
+from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_table
 from isthmus.local import plan
 from isthmus.local.state import (
     PHASE_FAILED,
@@ -59,10 +59,6 @@ READY_TIMEOUT = 90.0
 STOP_TIMEOUT = 25.0
 DOWN_TIMEOUT = 20.0
 
-StateDirOpt = Annotated[
-    Path, typer.Option("--state-dir", help="Where the clusterset keeps its state, logs and kubeconfigs.")
-]
-DEFAULT_STATE_DIR = Path(".isthmus")
 
 _ICON = {HEALTH_READY: ("✔", "green"), HEALTH_STARTING: ("…", "yellow"), HEALTH_RESTARTING: ("↻", "yellow"),
          HEALTH_FAILED: ("✘", "red"), "down": ("✘", "red")}
@@ -364,13 +360,13 @@ def _print_tail(console: Console, path: Path, lines: int = 15) -> None:
 # --- status --------------------------------------------------------------------------------------
 
 
-def _health(parts: dict[str, str], procs: dict[str, dict[str, Any]]) -> Text:
-    out = Text()
+def _health(parts: dict[str, str], procs: dict[str, dict[str, Any]]) -> str:
+    out = []
     for kind, health in parts.items():
-        icon, style = _ICON.get(health, ("?", "red"))
+        icon, _ = _ICON.get(health, ("?", "red"))
         restarts = procs[kind]["restarts"]
-        out.append(f"{icon} {kind}" + (f" ↻{restarts}" if restarts else "") + "  ", style=style)
-    return out
+        out.append(f"{icon} {kind}" + (f" ↻{restarts}" if restarts else ""))
+    return "  ".join(out)
 
 
 def _short_range(value: str | None) -> str:
@@ -382,18 +378,23 @@ def _short_range(value: str | None) -> str:
     return f"{first}-{last[len(common):]}" if last.startswith(common) else value
 
 
-def _membership(c: dict[str, Any]) -> Text:
+def _membership(c: dict[str, Any]) -> str:
     if c["joined"] is None:
-        return Text("unknown", style="yellow")
+        return "unknown"
     if not c["joined"]:
-        return Text("no", style="red")
+        return "no"
     age = c["heartbeatAge"]
     if age is None:
-        return Text("yes, no heartbeat", style="yellow")
-    return Text(f"yes, {age}s ago", style="red" if age > STALE_HEARTBEAT_SECONDS else "green")
+        return "yes, no heartbeat"
+    return f"yes, {age}s ago" + (" (stale)" if age > STALE_HEARTBEAT_SECONDS else "")
 
 
-def _print_table(console: Console, doc: dict[str, Any]) -> None:
+_CLUSTER_COLUMNS: list[Column | str] = ["NAME", "API SERVER", "DNS", "KUBELET", "POD CIDR", "SERVICE CIDR", "CLUSTERSET IP CIDR",
+                    "NODEPORTS", "LB PUBLIC / PRIVATE", "EGRESS IPS", "JOINED / HEARTBEAT", Column("CONTEXT", wide=True),
+                    Column("KUBECONFIG", wide=True)]
+
+
+def _print_table(console: Console, doc: dict[str, Any], output: str = TABLE) -> None:
     verdict = Text("ready", style="bold green") if doc["ready"] else Text(f"not ready ({doc['phase']})", style="bold red")
     console.print(Text.assemble("Local clusterset in ", (doc["stateDir"], "bold"), ": ", verdict))
     if doc.get("error"):
@@ -402,27 +403,21 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
         console.print("  [yellow]the supervisor is gone: nothing restarts a part that exits. "
                       "`isthmus up` keeps the healthy parts and restarts the others; "
                       "`isthmus down` stops them.[/yellow]")
-    table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
-    for col in ("NAME", "API SERVER", "DNS", "KUBELET", "POD CIDR", "SERVICE CIDR", "CLUSTERSET IP CIDR", "NODEPORTS",
-                "LB PUBLIC / PRIVATE", "EGRESS IPS", "JOINED / HEARTBEAT"):
-        table.add_column(col, no_wrap=True)
     b = doc["broker"]
-    table.add_row("broker", b["server"], "-", b.get("kubelet", "-"), b.get("podCIDR", "-"), b.get("serviceCIDR", "-"),
-                  b["clustersetIPCIDRRange"], b.get("nodePortRange", "-"),
-                  f'{b.get("poolPublicAddress", "-")} / {b.get("poolPrivateAddress", "-")}', "-", "-")
+    rows = [["broker", b["server"], "-", b.get("kubelet", "-"), b.get("podCIDR", "-"), b.get("serviceCIDR", "-"),
+             b["clustersetIPCIDRRange"], b.get("nodePortRange", "-"),
+             f'{b.get("poolPublicAddress", "-")} / {b.get("poolPrivateAddress", "-")}', "-", "-", "broker",
+             b.get("kubeconfig", "-")]]
     for c in doc["clusters"]:
-        table.add_row(c["name"], c["server"], c["dns"], c.get("kubelet", "-"), c["podCIDR"], c["serviceCIDR"], c["clustersetIPCIDR"],
-                      c["nodePortRange"], f'{c["poolPublicAddress"]} / {c["poolPrivateAddress"]}',
-                      _short_range(c.get("egressSourceIPs")), _membership(c))
-    console.print(table)
+        rows.append([c["name"], c["server"], c["dns"], c.get("kubelet", "-"), c["podCIDR"], c["serviceCIDR"],
+                     c["clustersetIPCIDR"], c["nodePortRange"], f'{c["poolPublicAddress"]} / {c["poolPrivateAddress"]}',
+                     _short_range(c.get("egressSourceIPs")), _membership(c), c.get("context", "-"),
+                     c.get("kubeconfig", "-")])
+    print_table(_CLUSTER_COLUMNS, rows, output, file=console.file)
     # The parts get a table of their own: a cluster has eleven, and beside the addresses they wrapped.
-    parts = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
-    parts.add_column("NAME", no_wrap=True)
-    parts.add_column("PARTS")
-    parts.add_row("broker", _health(b["parts"], b["processes"]))
-    for c in doc["clusters"]:
-        parts.add_row(c["name"], _health(c["parts"], c["processes"]))
-    console.print(parts)
+    parts = [["broker", _health(b["parts"], b["processes"])]]
+    parts += [[c["name"], _health(c["parts"], c["processes"])] for c in doc["clusters"]]
+    print_table(["NAME", "PARTS"], parts, output, file=console.file)
     if doc["problems"] and doc["phase"] not in (PHASE_STOPPED, PHASE_FAILED):
         console.print("Not ready:", style="bold red")
         for problem in doc["problems"]:
@@ -441,7 +436,7 @@ def _print_table(console: Console, doc: dict[str, Any]) -> None:
 @command("status")
 def status(
     state_dir: StateDirOpt = DEFAULT_STATE_DIR,
-    output: Annotated[str, typer.Option("--output", "-o", metavar="table|json", help="Output format.")] = "table",
+    output: OutputOpt = TABLE,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the clusterset is ready (or --timeout).")] = False,
     timeout: Annotated[
         float, typer.Option("--timeout", metavar="SECONDS", help="With --wait: how long to wait.")
@@ -449,8 +444,6 @@ def status(
 ) -> None:
     """Show the clusters, API URLs, kubeconfigs, DNS addresses, address plan, each part's health and
     restarts, and membership and heartbeats as the broker has them. Exit code 0 only when ready."""
-    if output not in ("table", "json"):
-        raise fail(f"--output must be table or json, not {output!r}")
     if not timeout > 0:
         raise fail(f"--timeout must be more than 0 seconds, not {timeout:g}")
     layout = Layout.at(state_dir)
@@ -465,10 +458,10 @@ def status(
                 doc = _checked_status(layout)
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
-    if output == "json":
-        typer.echo(json.dumps(doc, indent=2))
+    if output in (JSON, YAML):
+        print_document(doc, output)
     else:
-        _print_table(_console(), doc)
+        _print_table(_console(), doc, output)
     if not doc["ready"]:
         waited = f"after {timeout:g}s " if wait else ""
         raise fail(f"not ready {waited}({doc['phase']}): {'; '.join(doc['problems']) or 'unknown'}", code=1)

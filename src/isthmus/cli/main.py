@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 ALL = ("agent", "apiserver", "crds", "demo", "diagnose", "discovery", "dns", "egress", "kubelite", "lb", "local",
-       "mcsvc", "pools", "proxy", "ui", "webhook")
+       "mcsvc", "pools", "proxy", "ui", "version", "webhook")
 COMPONENTS = {
     "agent": "agent", "apiserver": "apiserver", "dns": "dns", "proxy": "proxy", "kube-lite": "kubelite",
     "lb": "lb", "pools": "pools", "webhook": "webhook", "mcsvc": "mcsvc", "mcsvc-broker": "mcsvc",
@@ -34,4 +35,45 @@ for _name in modules_for(sys.argv):
 
 from isthmus.cli.app import app  # noqa: E402 - after the commands registered on it
 
-__all__ = ["app"]
+
+def kubectl_plugin() -> None:
+    """`kubectl isthmus ...`: kubectl runs the `kubectl-isthmus` it finds on PATH. Usage lines and
+    errors then name the command as the user typed it."""
+    if {"--install-completion", "--show-completion"} & set(sys.argv[1:2]):
+        # typer's scripts would name a program `kubectl isthmus`; kubectl's own completion asks
+        # kubectl_complete-isthmus instead.
+        from isthmus.cli.app import fail
+
+        raise SystemExit(fail("kubectl completes `kubectl isthmus` through kubectl_complete-isthmus (installed "
+                              "with it); `isthmus --install-completion` completes `isthmus`").exit_code)
+    app(prog_name="kubectl isthmus", complete_var="_KUBECTL_ISTHMUS_COMPLETE")
+
+
+def kubectl_plugin_complete() -> None:
+    """`kubectl isthmus <TAB>`: kubectl (1.26+) runs `kubectl_complete-isthmus WORD... INCOMPLETE` and
+    reads cobra's answer: one candidate a line, then `:4` (no file completion)."""
+    import typer
+    from typer._click.shell_completion import CompletionItem, ShellComplete
+
+    class _Kubectl(ShellComplete):
+        name = "kubectl"
+        source_template = ""
+
+        def source_vars(self) -> dict[str, Any]:
+            return {}
+
+        def get_completion_args(self) -> tuple[list[str], str]:
+            return [], ""
+
+        def format_completion(self, item: CompletionItem) -> str:
+            return str(item.value)
+
+    words = sys.argv[1:]
+    incomplete = words.pop() if words else ""
+    complete = _Kubectl(typer.main.get_command(app), {}, "kubectl isthmus", "_KUBECTL_ISTHMUS_COMPLETE")
+    for item in complete.get_completions(words, incomplete):
+        print(item.value)
+    print(":4")
+
+
+__all__ = ["app", "kubectl_plugin", "kubectl_plugin_complete"]

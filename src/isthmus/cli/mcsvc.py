@@ -13,6 +13,7 @@ import typer
 from isthmus.cli.agent import OptionalClusterIdOpt, default_identity
 from isthmus.cli.app import (
     Background,
+    ComponentKubeconfigOpt,
     ContextOpt,
     KubeconfigOpt,
     LogFormatOpt,
@@ -22,6 +23,7 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
+from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_list
 from isthmus.cli.show import ShowRequest, register_show
 
 log = logging.getLogger(__name__)
@@ -37,7 +39,7 @@ IdentityOpt = Annotated[
 @command("mcsvc")
 def mcsvc(
     cluster_id: OptionalClusterIdOpt = None,
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     identity: IdentityOpt = None,
     workers: Annotated[int, typer.Option(min=1, help="Concurrent reconciles.")] = 8,
@@ -95,7 +97,7 @@ def mcsvc(
 
 @command("mcsvc-broker")
 def mcsvc_broker(
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     provider: Annotated[str, typer.Option("--provider", metavar="haproxy|fake",
                                           help="The multi-cluster load-balancer provider.")] = "haproxy",
@@ -164,10 +166,13 @@ def expose(
     affinity: Annotated[str | None, typer.Option("--affinity", metavar="local|remote|none",
                                                  help="Prefer endpoints of the asking cluster (local) or of "
                                                  "the others (remote).")] = None,
+    output: OutputOpt = TABLE,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Write a MultiClusterService on the broker (pass the broker's kubeconfig or context)."""
+    """Write a MultiClusterService on the broker (pass the broker's kubeconfig or context).
+
+    Prints what changed (created, configured, unchanged); with -o json or yaml, the object."""
     from lightkube import ApiError
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import Namespace
@@ -195,7 +200,7 @@ def expose(
     body = {"apiVersion": MultiClusterService.crd.api_version, "kind": MultiClusterService.crd.kind,
             "metadata": meta, "spec": spec}
 
-    async def write() -> str:
+    async def write() -> tuple[str, Any]:
         client = make_client(kubeconfig, context, timeout=10.0)
         try:
             res: Any = resource_for(MultiClusterService)
@@ -205,25 +210,24 @@ def expose(
             after = await client.patch(res, name, body, namespace=namespace, patch_type=PatchType.APPLY,
                                        field_manager="isthmus-expose", force=True)
             if before is None:
-                return "created"
-            return "unchanged" if before.metadata.resourceVersion == after.metadata.resourceVersion else "configured"
+                return "created", after
+            same = before.metadata.resourceVersion == after.metadata.resourceVersion
+            return "unchanged" if same else "configured", after
         finally:
             await client.close()
 
     try:
-        change = asyncio.run(write())
+        change, obj = asyncio.run(write())
     except ApiError as err:
         raise fail(err.status.message or str(err)) from None
+    if output in (JSON, YAML):
+        print_document(obj.to_dict(), output)
+        return
     typer.echo(f"multiclusterservice {namespace}/{name} {change}")
 
 
 def show_mcs(req: ShowRequest) -> None:
     """`isthmus show mcs`: each MultiClusterService, its clusters, conditions and address."""
-    import json
-
-    from rich.console import Console
-    from rich.table import Table
-
     from isthmus.api.mcsvc import MultiClusterService
     from isthmus.kube.client import make_client
     from isthmus.kube.resources import resource_for
@@ -238,24 +242,18 @@ def show_mcs(req: ShowRequest) -> None:
             await client.close()
 
     rows = asyncio.run(gather())
-    if req.output == "json":
-        typer.echo(json.dumps({"items": rows}, indent=2))
-        return
-    if not rows:
-        typer.echo("no multiclusterservices" + (f" in namespace {req.namespace}" if req.namespace else ""), err=True)
-        return
-    table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
-    for col in ("NAMESPACE", "NAME", "TYPES", "CLUSTER", "ROLE", "STATE", "READY", "ADDRESS", "PROBLEM"):
-        table.add_column(col, no_wrap=col != "PROBLEM")
-    for r in rows:
-        table.add_row(r["namespace"], r["name"], ",".join(r["types"]), "", "", "", r["ready"], r["address"] or "-",
-                      r["problem"] or "-")
-        for c in r["clusters"]:
-            table.add_row("", "", "", c["name"], c["role"], c["state"], "", "", c["problem"] or "")
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=1000)
-    console.print(table)
+    columns: list[Column | str] = ["NAMESPACE", "NAME", "TYPES", "CLUSTER", "ROLE", "STATE", "READY", "ADDRESS", "PROBLEM",
+               Column("PROVIDERS", wide=True), Column("CONSUMERS", wide=True)]
+
+    def mcs(r: dict[str, Any]) -> list[list[str]]:
+        out = [[r["namespace"], r["name"], ",".join(r["types"]), "", "", "", r["ready"], r["address"] or "-",
+                r["problem"] or "-", r["providers"] or "-", r["consumers"] or "-"]]
+        out += [["", "", "", c["name"], c["role"], c["state"], "", "", c["problem"] or "", "", ""]
+                for c in r["clusters"]]
+        return out
+
+    print_list(rows, req.output, columns, mcs,
+               empty="no multiclusterservices" + (f" in namespace {req.namespace}" if req.namespace else ""))
 
 
 register_show("mcs", show_mcs)  # MultiClusterServices (on the broker)

@@ -15,8 +15,8 @@ import typer
 
 from isthmus.cli.app import (
     Background,
+    ComponentKubeconfigOpt,
     ContextOpt,
-    KubeconfigOpt,
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
@@ -43,7 +43,7 @@ def pools(
         str, typer.Option("--private-address", help="This edge host's private address: every pool listens here.",
                           callback=_address)
     ],
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     haproxy: Annotated[str, typer.Option("--haproxy", help="The HAProxy 2.6+ binary.")] = "haproxy",
     state_dir: Annotated[

@@ -9,8 +9,8 @@ import typer
 
 from isthmus.cli.app import (
     ClusterIdOpt,
+    ComponentKubeconfigOpt,
     ContextOpt,
-    KubeconfigOpt,
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
@@ -23,7 +23,7 @@ from isthmus.cli.app import (
 @command("proxy")
 def proxy(
     cluster_id: ClusterIdOpt,
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     node_address: Annotated[
         str, typer.Option(help="IP address NodePorts listen on; empty for no NodePort listeners.")

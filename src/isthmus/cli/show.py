@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -16,6 +17,7 @@ class ShowRequest:
     what: str
     namespace: str | None
     output: str
+    """table, wide, json or yaml (cli/output.py)."""
     kubeconfig: Path | None
     context: str | None
 
@@ -35,3 +37,15 @@ def register_show(
 ) -> None:
     """Make `isthmus show <what>` call `run`."""
     SHOWS[what] = Show(run, default_all_namespaces)
+
+
+def age(at: datetime | str | None, ref: datetime | None = None) -> str:
+    """kubectl-style age of a time (or an RFC 3339 string): 45s, 12m, 3h, 5d; `-` when unknown."""
+    if not at:
+        return "-"
+    when = datetime.fromisoformat(at) if isinstance(at, str) else at
+    secs = max(0, int(((ref or datetime.now(UTC)) - when).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"

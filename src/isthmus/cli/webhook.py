@@ -23,8 +23,8 @@ import typer
 from isthmus.api.lb import LB_NAMESPACE, WEBHOOK_NAME
 from isthmus.cli.app import (
     Background,
+    ComponentKubeconfigOpt,
     ContextOpt,
-    KubeconfigOpt,
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
@@ -129,7 +129,7 @@ async def patch_ca_bundle(client: Any, configuration: str, ca: bytes) -> list[st
 
 @command("webhook")
 def webhook(
-    kubeconfig: KubeconfigOpt = None,
+    kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     listen: Annotated[str, typer.Option("--listen", metavar="HOST:PORT", help="Where to serve HTTPS.")] = "0.0.0.0:8443",
     tls_secret: Annotated[str | None, typer.Option(

@@ -92,6 +92,15 @@ def context_names(kubeconfig: str | os.PathLike[str] | None = None) -> list[str]
     return [current, *(n for n in names if n != current)] if current in names else names
 
 
+async def server_version(client: AsyncClient) -> dict[str, Any]:
+    """The API server's `/version` document (gitVersion, platform, ...), through the client's own
+    connection, credentials and timeout (lightkube has no call for it)."""
+    response = await client._client._client.get("/version")
+    response.raise_for_status()
+    doc: dict[str, Any] = response.json()
+    return doc
+
+
 def _service_account() -> SingleConfig | None:
     """client-go's InClusterConfig: ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``, the
     token and CA of the ServiceAccount dir — ``$ISTHMUS_SERVICEACCOUNT_DIR`` when set (kube-lite's

@@ -241,7 +241,7 @@ def part_spec(layout: Layout, state: State, part: PartId) -> PartSpec:
 def deploy_broker_argv(layout: Layout, state: State) -> list[str]:
     vip = ["--enable-clusterset-ip"] if state.enable_clusterset_ip else []
     return [*isthmus_argv(), "deploy-broker", "--kubeconfig", str(layout.kubeconfig_of(BROKER)), *vip,
-            "--clusterset-ip-cidr-range", plan.CLUSTERSET_IP_RANGE, "--output", str(layout.broker_info)]
+            "--clusterset-ip-cidr-range", plan.CLUSTERSET_IP_RANGE, "--broker-info", str(layout.broker_info)]
 
 
 def join_argv(layout: Layout, state: State, cluster: plan.ClusterPlan) -> list[str]:
