@@ -198,6 +198,10 @@ def test_2_join(cs: Clusterset) -> None:
     out = cs.run("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2", "--enable-clusterset-ip",
                  "--clusterset-ip-cidr", "243.7.0.0/20").stdout
     assert "243.7.0.0/20" in out and "on (this cluster's setting)" in out
+    # Re-running join renews; -o json prints the cluster's Cluster on the broker instead of the report.
+    doc = json.loads(cs.run("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k1, "--cluster-id", "c1",
+                            "-o", "json").stdout)
+    assert doc["kind"] == "Cluster" and doc["metadata"]["name"] == "c1" and "243.0.0.0/16" in json.dumps(doc["spec"])
     # Re-join is idempotent; changing the CIDR needs --force.
     cs.run("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2", "--enable-clusterset-ip")
     assert "pass --force" in cs.error("join", "broker-info.subm", "--broker-kubeconfig", cs.bk, "--kubeconfig", k2, "--cluster-id", "c2",
@@ -309,9 +313,14 @@ def test_4b_show_conflicts_one_per_line_and_the_vip(cs: Clusterset) -> None:
     assert lines[2].split()[0] == "LabelsConflict" and lines[2].rstrip().endswith(f"Conflict: {labels}")
     assert len(lines) == 3
     imports = cs.run("show", "imports", "-n", "shop", "--kubeconfig", k1).stdout.splitlines()
-    assert imports[0].split() == ["NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "CONFLICT"]
-    assert imports[1].split() == ["shop", "web", "ClusterSetIP", "243.0.0.7", "-", "-", "PortConflict"]
+    assert imports[0].split() == ["NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "CONFLICT", "AGE"]
+    assert imports[1].split()[:7] == ["shop", "web", "ClusterSetIP", "243.0.0.7", "-", "-", "PortConflict"]
     assert imports[2].split() == ["LabelsConflict"]
+    wide = cs.run("show", "imports", "-n", "shop", "-o", "wide", "--kubeconfig", k1).stdout.splitlines()
+    assert wide[0].split()[-4:] == ["AGE", "AFFINITY", "DNS", "NAME"]
+    assert wide[1].split()[-2:] == ["None", "web.shop.svc.clusterset.local"]
+    doc = json.loads(cs.run("show", "imports", "-n", "shop", "-o", "json", "--kubeconfig", k1).stdout)
+    assert doc["items"][0]["dnsName"] == "web.shop.svc.clusterset.local" and doc["items"][0]["creationTimestamp"]
     cs.run("unexport", "web", "-n", "shop", "--kubeconfig", k1)
 
 

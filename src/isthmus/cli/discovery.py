@@ -227,13 +227,14 @@ def join(
         bool, typer.Option("--no-coredns", help="Leave CoreDNS alone (no clusterset.local stub zone).")
     ] = False,
     globalnet: GlobalnetOpt = False,
+    output: OutputOpt = TABLE,
 ) -> None:
     """Join this cluster to the clusterset described by BROKER_INFO.
 
     With --broker-kubeconfig the cluster gets its own broker ServiceAccount and a one-year token
     (re-run join to renew it); without, it reaches the broker with BROKER_INFO's own token (an old
     broker-info that carries one). Adds the clusterset.local stub zone to the cluster's CoreDNS
-    unless --no-coredns.
+    unless --no-coredns. With -o json or yaml, prints the cluster's Cluster object on the broker.
     """
     if globalnet:
         raise fail(mcs_broker.GLOBALNET_UNSUPPORTED)
@@ -263,6 +264,11 @@ def join(
 
     factories = [_broker_factory(info, broker_kubeconfig, broker_context), _cluster_factory(kubeconfig, context)]
     cluster, broker_default = _run(_with_clients(factories, body))
+    if output in (JSON, YAML):
+        print_document(cluster.to_dict(), output)
+        for note in notes:
+            typer.echo(note, err=True)
+        return
     own = cluster.spec.clusterset_ip_enabled
     default = f"{_on_off(own)} (this cluster's setting)" if own is not None else f"{_on_off(broker_default)} (broker's setting)"
     typer.echo(f"cluster {cluster.name} joined the clusterset at {info.server}")
@@ -519,11 +525,13 @@ def show(
         print_list([r.to_dict() for r in rows] if output in (JSON, YAML) else rows, output, columns, export_row,
                    empty=empty)
         return
-    columns = ["NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "CONFLICT"]
+    columns = ["NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "CONFLICT", "AGE",
+               Column("AFFINITY", wide=True), Column("DNS NAME", wide=True)]
 
     def import_row(r: views.ImportRow) -> list[list[str]]:
         return [[r.namespace, r.name, r.type, ", ".join(r.ips) or "-", ", ".join(r.clusters) or "-",
-                 r.port_text() or "-", "\n".join(r.conflicts) or "-"]]
+                 r.port_text() or "-", "\n".join(r.conflicts) or "-", age(r.created, ref), r.session_affinity,
+                 r.dns_name()]]
 
     print_list([r.to_dict() for r in rows] if output in (JSON, YAML) else rows, output, columns, import_row,
                empty=empty)

@@ -211,6 +211,11 @@ class ImportRow:
     conflicts: list[str]
     """Conflict reasons when this cluster's own export of the service is in conflict (else empty):
     the service then behaves as the oldest export says, maybe not as this cluster's Service."""
+    session_affinity: str = "None"
+    created: datetime | None = None
+
+    def dns_name(self) -> str:
+        return f"{self.name}.{self.namespace}.svc.clusterset.local"
 
     def port_text(self) -> str:
         parts = []
@@ -228,6 +233,9 @@ class ImportRow:
             "clusters": self.clusters,
             "ports": self.ports,
             "conflicts": self.conflicts,
+            "sessionAffinity": self.session_affinity,
+            "dnsName": self.dns_name(),
+            "creationTimestamp": format_time(self.created) if self.created else None,
         }
 
 
@@ -249,5 +257,7 @@ async def import_rows(client: AsyncClient, namespace: str | None) -> list[Import
             clusters=sorted(c.cluster for c in i.status.clusters),
             ports=[p.to_dict() for p in i.spec.ports],
             conflicts=conflicts.get((i.namespace or "", i.name), []),
+            session_affinity=str(i.spec.session_affinity or "None"),
+            created=i.metadata.creation_timestamp,
         ))
     return rows

@@ -196,7 +196,7 @@ class Handlers:
     on_delete: Callable[[Any], None] | None = None
 
 
-class _Gone(Exception):
+class WatchGone(Exception):
     """The watch's resourceVersion is too old (HTTP 410 or an ERROR event with code 410)."""
 
 
@@ -410,7 +410,7 @@ class Informer(Generic[T]):
                     delay = self._backoff()
             except asyncio.CancelledError:
                 raise
-            except _Gone:
+            except WatchGone:
                 log.info("watch expired (410); relisting", extra={"resource": self.name, "rv": self._rv})
                 reason, need_list = "expired", True
                 gone_in_a_row += 1
@@ -504,7 +504,7 @@ class Informer(Generic[T]):
         resp = await gc.send(gc.build_adapter_request(br), stream=True)
         try:
             if resp.status_code == 410:
-                raise _Gone()
+                raise WatchGone()
             if resp.status_code >= 400:
                 body = await resp.aread()
                 raise WatchError(f"watch answered HTTP {resp.status_code}: {body[:300]!r}")
@@ -525,7 +525,7 @@ class Informer(Generic[T]):
         if kind == "ERROR":
             status = decoders.decode_status(ev.object)
             if status.code == 410:
-                raise _Gone()
+                raise WatchGone()
             raise WatchError(f"watch ERROR event: {status.code} {status.reason}: {status.message}")
         if kind == "BOOKMARK":
             bm = msgspec.json.decode(ev.object, type=_Bookmark)

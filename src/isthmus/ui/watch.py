@@ -23,7 +23,7 @@ from isthmus.api.mcs import Broker
 from isthmus.kube.client import client_for, context_names, load_config
 from isthmus.kube.helpers import describe_error
 from isthmus.kube.resources import resource_for
-from isthmus.runtime.informer import Informer, WatchError, _Gone
+from isthmus.runtime.informer import Informer, WatchError, WatchGone
 from isthmus.ui.kinds import BROKER_ROLE, MEMBER_ROLE, Kind, kinds_for
 from isthmus.ui.model import Store
 
@@ -147,7 +147,7 @@ class _ReportingInformer(Informer[Any]):
     async def _watch(self) -> bool:
         try:
             return await super()._watch()
-        except _Gone:
+        except WatchGone:
             raise  # history compacted: relisted at once, nothing wrong
         except Exception as err:
             self._report(err)
