@@ -744,6 +744,9 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
         raise StateError(f"{layout.state_file} is damaged: ports.{missing[0]} is missing; fix or restore that "
                          f"value (`isthmus up --state-dir {layout.root}` picks missing ports)")
     sup_pid = running_supervisor(layout)
+    # A new supervisor holds the PID file a moment before it claims state.json: until then the
+    # phase there is its crashed predecessor's (maybe `running`), not this one's.
+    sup_phase = PHASE_STARTING if state.supervisor_pid not in (None, sup_pid) else state.phase
     parts = [p for p in plan.parts(state.clusters) if plan.metrics_port_name(p) in state.ports]
     alive = {p.name: is_ours(state.parts.get(p.name, PartState()).pid, layout.root) for p in parts}
     async with aiohttp.ClientSession(trust_env=False) as session:
@@ -809,8 +812,8 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
 
     if not sup_pid:
         problems.append("the supervisor is not running")
-    elif state.phase != PHASE_RUNNING:
-        problems.append(f"phase is {state.phase}, not {PHASE_RUNNING}")
+    elif sup_phase != PHASE_RUNNING:
+        problems.append(f"phase is {sup_phase}, not {PHASE_RUNNING}")
     broker_plan = plan.broker_plan()
     broker_pods = pod_parts[BROKER]
     broker_parts = [PartId(BROKER, kind) for kind in plan.BROKER_SUPERVISED_KINDS
@@ -879,7 +882,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
                           else pod_detail(cp, kind, pods[kind]) for kind in plan.CLUSTER_PART_KINDS},
         })
     if sup_pid:
-        phase = state.phase
+        phase = sup_phase
     elif any(alive.values()):
         phase = PHASE_UNSUPERVISED  # the supervisor crashed: nothing restarts parts; `down` stops them
     else:
