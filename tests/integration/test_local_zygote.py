@@ -6,6 +6,7 @@ strand a child or a caller."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -174,3 +175,62 @@ async def test_a_killed_zygote_is_replaced_and_its_children_still_watched(zygote
             os.kill(child.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+FORK_NOW = """
+import asyncio, json, os, sys, threading
+from isthmus.local.zygote import Zygote
+
+z = Zygote(["isthmus.cli.main"], title=["--for", "fork-now"], pdeathsig=True, env=json.loads(sys.argv[1]))
+assert z.fork_now(), "no thread runs yet: fork_now forks"
+assert not z.fork_now(), "one zygote per Zygote"
+unused = Zygote(["isthmus.cli.main"], title=["--for", "unused"])
+assert unused.fork_now()
+
+
+async def main():
+    proc = await z.spawn([sys.executable, "-m", "isthmus", "--help"], env=json.loads(sys.argv[1]), pipe_stdout=True)
+    out = (await proc.stdout.read()).decode()
+    code = await proc.wait()
+    zygote_pid = z.pid
+    cmdline = open(f"/proc/{zygote_pid}/cmdline", "rb").read().split(b"\\0")
+    print(json.dumps({"code": code, "help": "Multi-cluster service networking" in out, "zygote": zygote_pid,
+                      "session": os.getsid(zygote_pid) == zygote_pid, "ppid": open(f"/proc/{zygote_pid}/stat").read().split(") ")[1].split()[1],
+                      "cmdline": [a.decode() for a in cmdline[:-1]]}), flush=True)
+    await z.close()
+    await unused.close()
+    print(json.dumps({"closed": z.pid is None}), flush=True)
+
+
+asyncio.run(main())
+"""
+
+
+async def test_a_zygote_forked_from_its_caller_serves_like_an_exec_one(tmp_path: Path) -> None:
+    """kube-lite forks its pods' zygote from itself before its loop starts (Zygote.fork_now), so
+    the zygote shares what kube-lite imported: it must look and behave as the exec'ed one."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", FORK_NOW, json.dumps(env_of(tmp_path, MARK="fork-now")),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    first, second = (json.loads(line) for line in out.decode().splitlines())
+    assert first["code"] == 0 and first["help"] and first["session"]
+    assert int(first["ppid"]) == proc.pid  # the caller's child: pdeathsig ties it to the caller
+    assert first["cmdline"][:3] == [sys.executable, "-m", "isthmus.local.zygote"]
+    assert first["cmdline"][-3:] == ["--pdeathsig", "--for", "fork-now"]
+    assert second == {"closed": True}
+    assert await gone(first["zygote"])
+
+
+async def test_fork_now_declines_once_a_thread_runs() -> None:
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert not Zygote(["isthmus.cli.main"]).fork_now()  # forking a threaded process is unsafe
+    finally:
+        stop.set()
+        t.join()

@@ -66,8 +66,10 @@ def kube_lite(
     from isthmus.kube.client import KubeConfigError, client_for, load_config
     from isthmus.local.kubelite import FIELD_MANAGER
     from isthmus.local.kubelite.ipam import parse_port_range
+    from isthmus.local.kubelite.pods import node_zygote
     from isthmus.local.kubelite.processes import ProcessOptions
     from isthmus.local.kubelite.run import KubeLite, validate_config
+    from isthmus.local.zygote import enabled as zygote_enabled
 
     try:
         node_ports = parse_port_range(node_port_range)
@@ -106,6 +108,9 @@ def kube_lite(
         root_dir=root, api_host=server.host, api_port=server.port or (443 if server.scheme == "https" else 80),
         api_ca=ca,
     )
+    if zygote_enabled():  # forked now, while this process has no loop or thread: see Zygote.fork_now
+        processes.zygote = node_zygote(cluster_name, processes)
+        processes.zygote.fork_now()
 
     async def build() -> Background:
         lite = KubeLite(

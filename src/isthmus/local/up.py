@@ -439,16 +439,17 @@ class Bringup:
             save_state(layout, st)
         limit = asyncio.Semaphore(4)
 
-        async def join(cluster: plan.ClusterPlan) -> None:
-            async with limit:
-                await self._one_shot(f"join {cluster.name}", join_argv(layout, st, cluster), f"{cluster.name}-join")
-            st.joined[cluster.name] = await read_clusterset_cidr(layout, cluster)
-            save_state(layout, st)
+        async def join_and_install(cluster: plan.ClusterPlan) -> None:
+            """A pipeline per cluster: its install waits for its own join only, not every cluster's."""
+            joined = cluster.name in st.joined
+            if not joined:
+                async with limit:
+                    await self._one_shot(f"join {cluster.name}", join_argv(layout, st, cluster), f"{cluster.name}-join")
+                st.joined[cluster.name] = await read_clusterset_cidr(layout, cluster)
+                save_state(layout, st)
+            await self._install(cluster, restart_agent=not joined)
 
-        todo = [c for c in plan.address_plan(st.clusters) if c.name not in st.joined]
-        await asyncio.gather(*(join(c) for c in todo))
-        await asyncio.gather(self._install_broker(),
-                             *(self._install(c, restart_agent=c in todo) for c in plan.address_plan(st.clusters)))
+        await asyncio.gather(self._install_broker(), *(join_and_install(c) for c in plan.address_plan(st.clusters)))
 
     async def _install_broker(self) -> None:
         """The broker's workloads from deploy/broker/controllers, as an admin installs them on a real
@@ -462,14 +463,16 @@ class Bringup:
     async def _install(self, cluster: plan.ClusterPlan, restart_agent: bool) -> None:
         """Install Isthmus's components into one cluster from deploy/member, as a cluster admin would
         (`kubectl apply -k`, idempotent: every `up` applies the manifests of this version). After a
-        new join the agent restarts, to read the broker credentials join just stored."""
+        new join an agent that ran before restarts, to read the broker credentials join just stored
+        (a first install's agent starts with them: no second rollout)."""
         from isthmus.kube.manifests import deploy_dir
 
         directory = components.overlay(cluster, deploy_dir(), self.layout.root / "manifests" / cluster.name,
                                        self.layout.root / "pools" / cluster.name)
-        await self._apply(cluster.name, directory)
         kubeconfig = self.layout.kubeconfig_of(cluster.name)
-        if restart_agent:
+        restart = restart_agent and await components.deployment_exists(kubeconfig, plan.DEPLOYMENTS[AGENT])
+        await self._apply(cluster.name, directory)
+        if restart:
             await components.restart(kubeconfig, plan.DEPLOYMENTS[AGENT])
 
     async def _apply(self, name: str, directory: Path) -> None:

@@ -43,6 +43,7 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -113,6 +114,45 @@ def _stop_unwanted(reply: asyncio.Future[dict[str, Any]]) -> None:
             os.killpg(int(reply.result()["pid"]), signal.SIGTERM)
 
 
+class _ForkedZygote:
+    """The part of `asyncio.subprocess.Process` a Zygote uses, for a zygote this process forked
+    itself (`Zygote.fork_now`): no event loop's child watcher knows it, so it is reaped here."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._code: int | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        if self._code is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self._code = UNKNOWN_EXIT
+            else:
+                if pid:
+                    self._code = os.waitstatus_to_exitcode(status)
+        return self._code
+
+    async def wait(self) -> int:
+        if self.returncode is None:  # a pidfd turns readable when the process exits
+            loop, gone = asyncio.get_running_loop(), asyncio.Event()
+            fd = os.pidfd_open(self.pid)
+            loop.add_reader(fd, gone.set)
+            try:
+                if self.returncode is None:
+                    await gone.wait()
+            finally:
+                loop.remove_reader(fd)
+                os.close(fd)
+        code = self.returncode
+        return UNKNOWN_EXIT if code is None else code
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
 class Zygote:
     """One fork server, started on first use. `preload`: modules to import before forking (what
     the children will run), ``module:function`` to also call a function of no arguments whose
@@ -127,7 +167,8 @@ class Zygote:
         self.pdeathsig = pdeathsig
         self.env = dict(env) if env is not None else None
         self._sock: socket.socket | None = None
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: asyncio.subprocess.Process | _ForkedZygote | None = None
+        self._forked: tuple[int, socket.socket] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._starting: asyncio.Future[None] | None = None
         self._lock = asyncio.Lock()
@@ -139,6 +180,58 @@ class Zygote:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+
+    def argv(self, fd: int) -> list[str]:
+        """The zygote's command line: what `ps` and the identity checks see, however it started."""
+        return [sys.executable, "-m", "isthmus.local.zygote", "--fd", str(fd), "--preload", ",".join(self.preload),
+                *(["--pdeathsig"] if self.pdeathsig else []), *self.title]
+
+    def fork_now(self) -> bool:
+        """Fork the zygote from this very process, before it starts an event loop or a thread.
+
+        A process that was itself forked from a zygote (kube-lite) already holds most of what its
+        own zygote would import; forked rather than exec'ed, its zygote (and every child of it)
+        shares those pages with the first zygote instead of importing a private copy: a second
+        or so of CPU and tens of MB per node. False when this process runs threads (forking
+        then is unsafe): the zygote then starts by exec on first use, as without this call."""
+        if self._forked is not None or self._sock is not None or threading.active_count() > 1:
+            return False
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the forked zygote
+            code = 1
+            try:
+                ours.close()
+                os.setsid()
+                if self.pdeathsig and _libc is not None:
+                    _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+                    if os.getppid() != parent:
+                        os._exit(1)
+                keep = theirs.fileno()
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.closerange(3, keep)
+                os.closerange(keep + 1, 65536)
+                for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+                    signal.signal(sig, signal.SIG_DFL)
+                env = dict(self.env) if self.env is not None else dict(os.environ)
+                set_cmdline(self.argv(keep), env)
+                os.environ.clear()
+                os.environ.update(env)
+                theirs.setblocking(True)
+                serve(theirs, self.preload)
+                code = 0
+            except BaseException:
+                import traceback
+
+                with contextlib.suppress(BaseException):
+                    traceback.print_exc()
+            finally:
+                os._exit(code)
+        theirs.close()
+        self._forked = (pid, ours)
+        return True
 
     def prestart(self) -> None:
         """Start the zygote now, in the background, so the first spawn does not wait for its
@@ -157,16 +250,19 @@ class Zygote:
         await asyncio.shield(self._starting)
 
     async def _start(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "isthmus.local.zygote", "--fd", str(theirs.fileno()),
-                "--preload", ",".join(self.preload), *(["--pdeathsig"] if self.pdeathsig else []), *self.title,
-                pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
-                env=self.env, preexec_fn=_set_pdeathsig if self.pdeathsig else None,
-            )
-        finally:
-            theirs.close()
+        if self._forked is not None:  # fork_now ran: that zygote is importing already
+            (pid, ours), self._forked = self._forked, None
+            self._proc = _ForkedZygote(pid)
+        else:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                self._proc = await asyncio.create_subprocess_exec(
+                    *self.argv(theirs.fileno()),
+                    pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
+                    env=self.env, preexec_fn=_set_pdeathsig if self.pdeathsig else None,
+                )
+            finally:
+                theirs.close()
         ours.setblocking(False)
         loop = asyncio.get_running_loop()
         try:
@@ -316,6 +412,10 @@ class Zygote:
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
+        if self._forked is not None:  # forked early, never used: EOF lets it go too
+            (pid, unused), self._forked = self._forked, None
+            unused.close()
+            self._proc = _ForkedZygote(pid)
         proc, self._proc = self._proc, None
         if proc is not None:
             try:
@@ -484,7 +584,10 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
         with contextlib.suppress(Exception):
             import typer.main
 
-            _command = typer.main.get_command(sys.modules["isthmus.cli.main"].app)
+            cli = sys.modules["isthmus.cli.main"]
+            for name in cli.ALL:  # a zygote forked from a component holds only that component's command
+                importlib.import_module(f"isthmus.cli.{name}")
+            _command = typer.main.get_command(cli.app)
     # Children must not inherit a loop, threads or logging handlers: the preload only imports.
     gc.collect()
     gc.freeze()

@@ -171,6 +171,13 @@ def status_up_to_date(current: Mapping[str, Any], desired: Mapping[str, Any]) ->
     return all(norm(current.get(k)) == norm(v) for k, v in desired.items())
 
 
+def node_zygote(cluster: str, options: ProcessOptions) -> Zygote:
+    """The fork server of a node's process pods: it dies with kube-lite, and the pods with it."""
+    root = options.root_dir
+    return Zygote(POD_PRELOAD, title=["--for", f"kube-lite {cluster}", str(root)], pdeathsig=True,
+                  env=base_environment(str(root)))
+
+
 class PodRuntime:
     """Keyed by Pod. The address pool and the running echo servers live here."""
 
@@ -256,9 +263,7 @@ class PodRuntime:
         """The fork server of this node's process pods (started with the first one), or None when
         ISTHMUS_ZYGOTE=0. It dies with kube-lite, and the pods with it, as they would by exec."""
         if self._zygote is None and zygote_enabled():
-            root = self.process_options.root_dir
-            self._zygote = Zygote(POD_PRELOAD, title=["--for", f"kube-lite {self.cluster}", str(root)],
-                                  pdeathsig=True, env=base_environment(str(root)))
+            self._zygote = self.process_options.zygote or node_zygote(self.cluster, self.process_options)
         return self._zygote
 
     def _retire(self, key: str, worker: ProcessPod, *, delete_uid: str | None = None) -> None:

@@ -108,6 +108,9 @@ class ProcessOptions:
     """When kube-lite itself stops, no Pod's grace period holds it up longer than this."""
     allocatable: dict[str, Decimal] = field(default_factory=lambda: machine_allocatable())
     """What ``resourceFieldRef`` limits left unset resolve to (the Node's allocatable)."""
+    zygote: Zygote | None = None
+    """The node's fork server when it was made before the event loop (`node_zygote`, forked early);
+    None: the pod runtime makes its own."""
 
 
 def machine_allocatable() -> dict[str, Decimal]:
