@@ -77,42 +77,46 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time of `pids` and of the children they reaped (one-shot commands, kubectl, exits)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return total / tick
+def cpu_of(pid: int) -> float:
+    """CPU time of `pid` and of the children it reaped (one-shot commands, kubectl, exits)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
 
 
-def memory(root: Path) -> tuple[int, float, float, dict[str, float]]:
-    """Processes, total RSS and PSS (MB) over the supervisor and everything below it (parts,
-    zygotes, pods), and RSS per kind of part."""
-    doc = status(root)
+def kinds_of(doc: dict[str, Any]) -> dict[int, str]:
+    """Every process of the clusterset (the supervisor and everything below it) → its kind of part
+    ("zygote", "supervisor", "other" for the rest)."""
     kinds: dict[int, str] = {}
     for owner in [doc["broker"], *doc["clusters"]]:
         for kind, proc in owner["processes"].items():
             if proc["pid"]:
                 kinds[proc["pid"]] = kind
-    pids = descendants(doc["supervisor"]["pid"]) if doc["supervisor"]["pid"] else list(kinds)
-    by_kind: dict[str, list[float]] = collections.defaultdict(list)
-    sizes = []
-    for pid in pids:
-        size = rss_pss_mb(pid)
-        sizes.append(size)
+    sup = doc["supervisor"]["pid"]
+    out = {}
+    for pid in descendants(sup) if sup else list(kinds):
         try:
             zygote = b"isthmus.local.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             zygote = False
-        by_kind[kinds.get(pid) or ("zygote" if zygote else "supervisor" if pid == doc["supervisor"]["pid"]
-                                   else "other")].append(size[0])
-    return (len(pids), sum(r for r, _ in sizes), sum(p for _, p in sizes),
+        out[pid] = kinds.get(pid) or ("zygote" if zygote else "supervisor" if pid == sup else "other")
+    return out
+
+
+def memory(root: Path) -> tuple[int, float, float, dict[str, float]]:
+    """Processes, total RSS and PSS (MB) over the supervisor and everything below it (parts,
+    zygotes, pods), and RSS per kind of part."""
+    kinds = kinds_of(status(root))
+    by_kind: dict[str, list[float]] = collections.defaultdict(list)
+    sizes = []
+    for pid, kind in kinds.items():
+        size = rss_pss_mb(pid)
+        sizes.append(size)
+        by_kind[kind].append(size[0])
+    return (len(kinds), sum(r for r, _ in sizes), sum(p for _, p in sizes),
             {k: sum(v) / len(v) for k, v in by_kind.items()})
 
 
@@ -175,10 +179,15 @@ def main() -> None:
                         "--enable-clusterset-ip"], check=True, timeout=180, stdout=subprocess.DEVNULL)
         took = time.monotonic() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        supervisor = status(root)["supervisor"]["pid"]
-        cpu = cpu_seconds(descendants(supervisor)) + (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        cpu_by_kind: dict[str, float] = collections.defaultdict(float)
+        for pid, kind in kinds_of(status(root)).items():
+            cpu_by_kind[kind] += cpu_of(pid)
+        cpu_by_kind["up command"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        cpu = sum(cpu_by_kind.values())
         print(f"isthmus up --clusters {args.clusters} --detach: ready in {took:.1f}s (target ≤ 10 s for 3 clusters), "
               f"{cpu:.1f} CPU-s spent getting there (every process of the clusterset and the up command)")
+        print("  CPU-s by part (all clusters; the supervisor counts its one-shot commands and kubectl): "
+              + ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu_by_kind.items(), key=lambda kv: -kv[1])))
         time.sleep(3 if args.quick else 10)
         show_memory("idle", root)
         clusters = [c["name"] for c in status(root)["clusters"]]

@@ -48,6 +48,11 @@ PART_PRELOAD = (
 and builds the built-in kinds' schemas every apiserver would build at start (cached per process)."""
 
 
+def part_zygote(root: Path, env: dict[str, str] | None) -> Zygote:
+    """The fork server of a clusterset's parts (named for `root`, so `down` finds it)."""
+    return Zygote(PART_PRELOAD, title=["--for", "supervisor", str(root)], env=env)
+
+
 # --- process identity ----------------------------------------------------------------------------
 
 
@@ -295,7 +300,8 @@ class Supervisor:
     change of a part's state to `on_change`."""
 
     def __init__(
-        self, root: Path, on_change: Callable[[str, PartState], None], env: dict[str, str] | None = None
+        self, root: Path, on_change: Callable[[str, PartState], None], env: dict[str, str] | None = None,
+        zygote: Zygote | None = None,
     ) -> None:
         self.root = root
         self.on_change = on_change
@@ -306,9 +312,9 @@ class Supervisor:
         self._procs: dict[str, _Child | _Adopted] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
-        self._zygote: Zygote | None = None
-        if zygote_enabled():  # parts are forked from it (local/zygote.py); it goes when we do, they stay
-            self._zygote = Zygote(PART_PRELOAD, title=["--for", "supervisor", str(root)], env=env)
+        self._zygote: Zygote | None = zygote
+        if zygote is None and zygote_enabled():  # parts are forked from it (local/zygote.py); it goes when we do, they stay
+            self._zygote = part_zygote(root, env)
 
     @property
     def stopping(self) -> bool:

@@ -61,9 +61,12 @@ from isthmus.local.supervisor import (
     cmdline,
     is_ours,
     open_log,
+    part_zygote,
     probe,
     terminate,
 )
+from isthmus.local.zygote import Zygote
+from isthmus.local.zygote import enabled as zygote_enabled
 
 log = logging.getLogger("isthmus.local")
 
@@ -337,12 +340,13 @@ def running_supervisor(layout: Layout) -> int | None:
 class Bringup:
     """The supervisor's work: bring everything up, keep it up, take it down on a signal."""
 
-    def __init__(self, layout: Layout, state: State, adopt: dict[str, int] | None = None) -> None:
+    def __init__(self, layout: Layout, state: State, adopt: dict[str, int] | None = None,
+                 zygote: Zygote | None = None) -> None:
         self.layout = layout
         self.state = state
         self.adopt = adopt or {}
         """Parts a crashed supervisor left running and healthy (name → PID), kept instead of restarted."""
-        self.sup = Supervisor(layout.root, self._on_change, env=child_env())
+        self.sup = Supervisor(layout.root, self._on_change, env=child_env(), zygote=zygote)
         self.stop = asyncio.Event()
 
     def _on_change(self, name: str, part: PartState) -> None:
@@ -639,9 +643,13 @@ def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool)
             layout.supervisor_pid.unlink()
         os.close(lock)
         return 2
+    zygote = None
+    if zygote_enabled():  # forked before the loop, sharing this process's imports; its own run beside prepare()
+        zygote = part_zygote(layout.root, child_env())
+        zygote.fork_now()
     try:
         state, adopt = prepare(layout, requested, enable_clusterset_ip)
-        return asyncio.run(Bringup(layout, state, adopt).run())
+        return asyncio.run(Bringup(layout, state, adopt, zygote).run())
     finally:
         with contextlib.suppress(OSError):
             layout.supervisor_pid.unlink()
