@@ -234,3 +234,44 @@ async def test_fork_now_declines_once_a_thread_runs() -> None:
     finally:
         stop.set()
         t.join()
+
+
+FORK_COMMAND = """
+import json, os, subprocess, sys
+from isthmus.local.zygote import fork_command
+
+env = json.loads(sys.argv[1])
+out = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+quick = fork_command([sys.executable, "-m", "isthmus", "--help"], env=env, out_fd=out)
+assert quick is not None and quick.wait(30) == 0 and quick.poll() == 0
+port = sys.argv[3]
+slow = fork_command([sys.executable, "-m", "isthmus", "apiserver", "--host", "127.0.0.1", "--port", port, "--no-tls",
+                     "--data-dir", sys.argv[4]], env=env, out_fd=out)
+cmdline = open(f"/proc/{slow.pid}/cmdline", "rb").read().split(b"\\0")[:-1]
+try:
+    slow.wait(0.3)
+    timed_out = False
+except subprocess.TimeoutExpired:
+    timed_out = True
+session = os.getsid(slow.pid) == slow.pid
+slow.send_signal(15)
+code = slow.wait(30)
+print(json.dumps({"cmdline": [a.decode() for a in cmdline], "timed_out": timed_out, "session": session, "code": code,
+                  "not_forkable": fork_command(["sh", "-c", "true"], env=env, out_fd=out) is None}))
+"""
+
+
+async def test_fork_command_runs_an_isthmus_command_as_popen_would(tmp_path: Path) -> None:
+    """`isthmus up` forks its supervisor from itself (it imported everything already): the child is
+    the command, in its own session, with Popen's poll/wait/send_signal semantics."""
+    log = tmp_path / "out.log"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", FORK_COMMAND, json.dumps(env_of(tmp_path)), str(log), str(free_port()),
+        str(tmp_path / "data"), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    doc = json.loads(out)
+    assert doc["cmdline"][:4] == [sys.executable, "-m", "isthmus", "apiserver"]
+    assert doc["timed_out"] and doc["session"] and doc["not_forkable"]
+    assert doc["code"] in (0, -signal.SIGTERM)  # stopped by the signal (cleanly or by it)
+    assert "Multi-cluster service networking" in log.read_text()

@@ -65,7 +65,7 @@ from isthmus.local.supervisor import (
     probe,
     terminate,
 )
-from isthmus.local.zygote import Zygote
+from isthmus.local.zygote import ForkedCommand, Zygote, fork_command
 from isthmus.local.zygote import enabled as zygote_enabled
 
 log = logging.getLogger("isthmus.local")
@@ -667,8 +667,9 @@ def _die_with_parent() -> None:
 
 
 def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip: bool,
-                     foreground: bool) -> subprocess.Popen[bytes]:
-    """Start `up --supervise` in its own session, output to logs/supervisor.log."""
+                     foreground: bool) -> subprocess.Popen[bytes] | ForkedCommand:
+    """Start `up --supervise` in its own session, output to logs/supervisor.log: forked from this
+    process, which imported all it needs (see zygote.fork_command), else exec'ed."""
     private_dir(layout.logs)
     argv = [*isthmus_argv(), "up", "--state-dir", str(layout.root), SUPERVISE_FLAG]
     if clusters is not None:
@@ -676,6 +677,9 @@ def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip:
     if enable_clusterset_ip:
         argv.append("--enable-clusterset-ip")
     with open_log(layout.log("supervisor")) as out:
+        forked = fork_command(argv, env=child_env(), out_fd=out.fileno(), pdeathsig=foreground)
+        if forked is not None:
+            return forked
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             env=child_env(), preexec_fn=_die_with_parent if foreground else None,

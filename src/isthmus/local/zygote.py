@@ -47,7 +47,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Zygote", "ZygoteProcess", "enabled", "forkable"]
+__all__ = ["ForkedCommand", "Zygote", "ZygoteProcess", "enabled", "fork_command", "forkable"]
 
 log = logging.getLogger(__name__)
 
@@ -425,6 +425,66 @@ class Zygote:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
+
+
+class ForkedCommand:
+    """What `subprocess.Popen` offers for a command `fork_command` started: pid, poll(), wait(),
+    send_signal(), returncode."""
+
+    def __init__(self, pid: int, argv: Sequence[str]) -> None:
+        self.pid = pid
+        self.args = list(argv)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = UNKNOWN_EXIT
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import subprocess
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.05)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+
+def fork_command(argv: Sequence[str], *, env: Mapping[str, str], out_fd: int,
+                 pdeathsig: bool = False) -> ForkedCommand | None:
+    """Run `python -m isthmus ...` (`argv`) in a child forked from this process, as a zygote's
+    child runs (own session, /proc identity, stdin /dev/null, stdout and stderr to `out_fd`).
+
+    For a process that has imported what the command needs already (`isthmus up` starting its
+    supervisor): the child skips the interpreter's start and the imports. None when it cannot
+    (the zygote is off, `argv` is not forkable, or a thread runs: forking then is unsafe); the
+    caller then execs."""
+    if not enabled() or not forkable(argv) or threading.active_count() > 1:
+        return None
+    started_r, started_w = os.pipe()
+    me = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(started_r)
+        _child({"argv": list(argv), "env": dict(env), "pdeathsig": pdeathsig}, out_fd, me, started_w)
+    os.close(started_w)
+    with contextlib.suppress(OSError):
+        os.read(started_r, 1)  # EOF once the child settled who it is (or died)
+    os.close(started_r)
+    return ForkedCommand(pid, argv)
 
 
 # --- the zygote's side -------------------------------------------------------------------------
