@@ -860,6 +860,47 @@ def server_side_apply(
     return _with_managed_fields(result, [*others, me])
 
 
+def _created_fields(value: Any, schema: dict[str, Any] | None, path: Path | None) -> dict[str, Any]:
+    """The fieldsV1 of every granular path below `value`, as encode_fields(_strip(paths)) writes the
+    paths _add_all finds, built in one walk: a create owns all of its object, so it needs no
+    comparison, no path set and no tree. path: where value is, while it is shallow enough (depth < 2)
+    for _strip to concern its children; None below."""
+    if isinstance(value, dict):
+        # Fields sort by name (_element_sort_key).
+        if schema is None:
+            children = [("f:" + k, value[k], None) for k in sorted(value)]
+        elif schema.get("x-kubernetes-map-type") == "atomic":
+            return {}
+        else:
+            props = schema.get("properties")
+            if not isinstance(props, dict):
+                props = {}
+            addl = schema.get("additionalProperties")
+            children = [("f:" + k, value[k], _schema(props.get(k) if k in props else addl)) for k in sorted(value)]
+    elif _granular_list(value, schema):
+        items_schema = _schema((schema or {}).get("items"))
+        children = [(pe, item, items_schema if pe.startswith("k:") else None) for pe, item in _items(value, schema)]
+        children.sort(key=lambda c: _element_sort_key(c[0]))
+    else:
+        return {}
+    out: dict[str, Any] = {}
+    for pe, child, sub in children:
+        member = True
+        below: Path | None = None
+        if path is not None:
+            child_path = (*path, pe)
+            if child_path == _STRIPPED_TREE:
+                continue
+            member = child_path not in _STRIPPED_EXACT
+            below = child_path if len(child_path) < 2 else None
+        inner = _created_fields(child, sub, below) if isinstance(child, (dict, list)) else None  # else a leaf
+        if inner:
+            out[pe] = {".": {}, **inner} if member else inner
+        elif member:
+            out[pe] = {}
+    return out
+
+
 def track_update(
     old: dict[str, Any] | None,
     new: dict[str, Any],
@@ -877,6 +918,23 @@ def track_update(
     # A client may rewrite managedFields on the main resource; an empty list (or none) means "keep what
     # the server has", so clients unaware of managedFields never wipe them (kube's rule). [{}] resets.
     given = _managed_fields(new)
+    if old is None and not (isinstance(given, list) and given and not subresource):
+        # A create with no entries to keep: the manager gets the whole object, in one walk.
+        created = _without_managed_fields(new, deep=False)
+        fields = _created_fields(created, schema, ())
+        if fields:
+            entry: dict[str, Any] = {"manager": manager, "operation": UPDATE, "apiVersion": api_version}
+            if now:
+                entry["time"] = now
+            entry["fieldsType"] = "FieldsV1"
+            entry["fieldsV1"] = fields
+            if subresource:
+                entry["subresource"] = subresource
+            meta = created.get("metadata")
+            if not isinstance(meta, dict):
+                meta = created["metadata"] = {}
+            meta["managedFields"] = [entry]
+        return created
     source = given if isinstance(given, list) and given and not subresource else _managed_fields(old)
     entries = _decode_entries(source)
 
