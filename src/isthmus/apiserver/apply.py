@@ -866,21 +866,20 @@ def _created_fields(value: Any, schema: dict[str, Any] | None, path: Path | None
     comparison, no path set and no tree. path: where value is, while it is shallow enough (depth < 2)
     for _strip to concern its children; None below."""
     if isinstance(value, dict):
-        # Fields sort by name (_element_sort_key).
-        if schema is None:
-            children = [("f:" + k, value[k], None) for k in sorted(value)]
-        elif schema.get("x-kubernetes-map-type") == "atomic":
+        if schema is not None and schema.get("x-kubernetes-map-type") == "atomic":
             return {}
-        else:
-            props = schema.get("properties")
-            if not isinstance(props, dict):
-                props = {}
-            addl = schema.get("additionalProperties")
-            children = [("f:" + k, value[k], _schema(props.get(k) if k in props else addl)) for k in sorted(value)]
+        props = schema.get("properties") if schema is not None else None
+        if not isinstance(props, dict):
+            props = {}
+        addl = schema.get("additionalProperties") if schema is not None else None
+        # Fields sort by name (_element_sort_key); a child's schema matters only if it has children.
+        children: Iterable[tuple[str, Any, Any]] = (
+            ("f:" + k, value[k], props.get(k) if k in props else addl) for k in sorted(value))
     elif _granular_list(value, schema):
         items_schema = _schema((schema or {}).get("items"))
-        children = [(pe, item, items_schema if pe.startswith("k:") else None) for pe, item in _items(value, schema)]
-        children.sort(key=lambda c: _element_sort_key(c[0]))
+        items = [(pe, item, items_schema if pe.startswith("k:") else None) for pe, item in _items(value, schema)]
+        items.sort(key=lambda c: _element_sort_key(c[0]))
+        children = items
     else:
         return {}
     out: dict[str, Any] = {}
@@ -893,7 +892,8 @@ def _created_fields(value: Any, schema: dict[str, Any] | None, path: Path | None
                 continue
             member = child_path not in _STRIPPED_EXACT
             below = child_path if len(child_path) < 2 else None
-        inner = _created_fields(child, sub, below) if isinstance(child, (dict, list)) else None  # else a leaf
+        inner = _created_fields(child, _schema(sub) if schema is not None else None, below) \
+            if isinstance(child, (dict, list)) else None  # else a leaf
         if inner:
             out[pe] = {".": {}, **inner} if member else inner
         elif member:
