@@ -865,40 +865,45 @@ def _created_fields(value: Any, schema: dict[str, Any] | None, path: Path | None
     paths _add_all finds, built in one walk: a create owns all of its object, so it needs no
     comparison, no path set and no tree. path: where value is, while it is shallow enough (depth < 2)
     for _strip to concern its children; None below."""
+    out: dict[str, Any] = {}
     if isinstance(value, dict):
         if schema is not None and schema.get("x-kubernetes-map-type") == "atomic":
-            return {}
+            return out
         props = schema.get("properties") if schema is not None else None
         if not isinstance(props, dict):
             props = {}
         addl = schema.get("additionalProperties") if schema is not None else None
-        # Fields sort by name (_element_sort_key); a child's schema matters only if it has children.
-        children: Iterable[tuple[str, Any, Any]] = (
-            ("f:" + k, value[k], props.get(k) if k in props else addl) for k in sorted(value))
+        for k in sorted(value):  # fields sort by name (_element_sort_key)
+            child = value[k]
+            if path is None and not isinstance(child, (dict, list)):
+                out["f:" + k] = {}  # a leaf, the most common child
+                continue
+            sub = _schema(props.get(k) if k in props else addl) if schema is not None else None
+            _created_child(out, "f:" + k, child, sub, path)
     elif _granular_list(value, schema):
         items_schema = _schema((schema or {}).get("items"))
-        items = [(pe, item, items_schema if pe.startswith("k:") else None) for pe, item in _items(value, schema)]
+        items = _items(value, schema)
         items.sort(key=lambda c: _element_sort_key(c[0]))
-        children = items
-    else:
-        return {}
-    out: dict[str, Any] = {}
-    for pe, child, sub in children:
-        member = True
-        below: Path | None = None
-        if path is not None:
-            child_path = (*path, pe)
-            if child_path == _STRIPPED_TREE:
-                continue
-            member = child_path not in _STRIPPED_EXACT
-            below = child_path if len(child_path) < 2 else None
-        inner = _created_fields(child, _schema(sub) if schema is not None else None, below) \
-            if isinstance(child, (dict, list)) else None  # else a leaf
-        if inner:
-            out[pe] = {".": {}, **inner} if member else inner
-        elif member:
-            out[pe] = {}
+        for pe, item in items:
+            _created_child(out, pe, item, items_schema if pe.startswith("k:") else None, path)
     return out
+
+
+def _created_child(out: dict[str, Any], pe: str, child: Any, sub: dict[str, Any] | None, path: Path | None) -> None:
+    """_created_fields of one child, entered in its parent's fieldsV1 (`out`) under `pe`."""
+    member = True
+    below: Path | None = None
+    if path is not None:
+        child_path = (*path, pe)
+        if child_path == _STRIPPED_TREE:
+            return
+        member = child_path not in _STRIPPED_EXACT
+        below = child_path if len(child_path) < 2 else None
+    inner = _created_fields(child, sub, below) if isinstance(child, (dict, list)) else None  # else a leaf
+    if inner:
+        out[pe] = {".": {}, **inner} if member else inner
+    elif member:
+        out[pe] = {}
 
 
 def track_update(
