@@ -501,11 +501,14 @@ def _prune(v: Any, s: dict[str, Any], path: str, dropped: list[str], keep_meta: 
         preserve = bool(s.get(PRESERVE)) or addl is True
         if preserve and not props and not isinstance(addl, dict):
             return
+        addl_schema = addl if isinstance(addl, dict) else None
         for key in list(v):
             val = v[key]
             sub = props.get(key)
-            if sub is None and isinstance(addl, dict):
-                sub = addl
+            if sub is None:
+                sub = addl_schema
+            if sub is not None and val is not None and not isinstance(val, (dict, list)):
+                continue  # a declared scalar: kept, nothing below it
             if keep_meta and key in _ROOT_KEPT and not (isinstance(sub, dict) and sub.get("properties")):
                 continue
             if sub is None:
