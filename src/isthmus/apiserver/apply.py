@@ -928,17 +928,17 @@ def track_update(
         created = _without_managed_fields(new, deep=False)
         fields = _created_fields(created, schema, ())
         if fields:
-            entry: dict[str, Any] = {"manager": manager, "operation": UPDATE, "apiVersion": api_version}
+            encoded: dict[str, Any] = {"manager": manager, "operation": UPDATE, "apiVersion": api_version}
             if now:
-                entry["time"] = now
-            entry["fieldsType"] = "FieldsV1"
-            entry["fieldsV1"] = fields
+                encoded["time"] = now
+            encoded["fieldsType"] = "FieldsV1"
+            encoded["fieldsV1"] = fields  # as _Entry.encode writes it
             if subresource:
-                entry["subresource"] = subresource
+                encoded["subresource"] = subresource
             meta = created.get("metadata")
             if not isinstance(meta, dict):
                 meta = created["metadata"] = {}
-            meta["managedFields"] = [entry]
+            meta["managedFields"] = [encoded]
         return created
     source = given if isinstance(given, list) and given and not subresource else _managed_fields(old)
     entries = _decode_entries(source)
