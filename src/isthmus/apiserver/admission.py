@@ -56,6 +56,8 @@ class Admission:
     # cluster-scoped), `can(user, verb, group, plural, namespace, name)` → whether RBAC allows it.
     reader: Callable[[str, str, str, str], dict[str, Any] | None] | None = None
     can: Callable[[UserInfo, str, str, str, str, str], bool] | None = None
+    _hooked: dict[tuple[str, str], bool] = field(default_factory=dict, repr=False)
+    _hook_counts: tuple[int, int] = (0, 0)
 
     def add_mutating(self, group: str, plural: str, hook: Hook) -> None:
         self.mutating.append((group, plural, hook))
@@ -64,7 +66,17 @@ class Admission:
         self.validating.append((group, plural, hook))
 
     def active(self, info: ResourceInfo) -> bool:
-        if any(self._match(g, p, info) for g, p, _ in (*self.mutating, *self.validating)):
+        # Whether a registered hook matches, per (group, plural); hooks are only ever added, so the
+        # answers hold while the number of hooks stays the same.
+        counts = (len(self.mutating), len(self.validating))
+        if counts != self._hook_counts:
+            self._hooked.clear()
+            self._hook_counts = counts
+        hooked = self._hooked.get((info.group, info.plural))
+        if hooked is None:
+            hooked = any(self._match(g, p, info) for g, p, _ in (*self.mutating, *self.validating))
+            self._hooked[(info.group, info.plural)] = hooked
+        if hooked:
             return True
         if self.webhooks is not None and self.webhooks.covers(info):
             return True

@@ -860,6 +860,52 @@ def server_side_apply(
     return _with_managed_fields(result, [*others, me])
 
 
+def _created_fields(value: Any, schema: dict[str, Any] | None, path: Path | None) -> dict[str, Any]:
+    """The fieldsV1 of every granular path below `value`, as encode_fields(_strip(paths)) writes the
+    paths _add_all finds, built in one walk: a create owns all of its object, so it needs no
+    comparison, no path set and no tree. path: where value is, while it is shallow enough (depth < 2)
+    for _strip to concern its children; None below."""
+    out: dict[str, Any] = {}
+    if isinstance(value, dict):
+        if schema is not None and schema.get("x-kubernetes-map-type") == "atomic":
+            return out
+        props = schema.get("properties") if schema is not None else None
+        if not isinstance(props, dict):
+            props = {}
+        addl = schema.get("additionalProperties") if schema is not None else None
+        for k in sorted(value):  # fields sort by name (_element_sort_key)
+            child = value[k]
+            if path is None and not isinstance(child, (dict, list)):
+                out["f:" + k] = {}  # a leaf, the most common child
+                continue
+            sub = _schema(props.get(k) if k in props else addl) if schema is not None else None
+            _created_child(out, "f:" + k, child, sub, path)
+    elif _granular_list(value, schema):
+        items_schema = _schema((schema or {}).get("items"))
+        items = _items(value, schema)
+        items.sort(key=lambda c: _element_sort_key(c[0]))
+        for pe, item in items:
+            _created_child(out, pe, item, items_schema if pe.startswith("k:") else None, path)
+    return out
+
+
+def _created_child(out: dict[str, Any], pe: str, child: Any, sub: dict[str, Any] | None, path: Path | None) -> None:
+    """_created_fields of one child, entered in its parent's fieldsV1 (`out`) under `pe`."""
+    member = True
+    below: Path | None = None
+    if path is not None:
+        child_path = (*path, pe)
+        if child_path == _STRIPPED_TREE:
+            return
+        member = child_path not in _STRIPPED_EXACT
+        below = child_path if len(child_path) < 2 else None
+    inner = _created_fields(child, sub, below) if isinstance(child, (dict, list)) else None  # else a leaf
+    if inner:
+        out[pe] = {".": {}, **inner} if member else inner
+    elif member:
+        out[pe] = {}
+
+
 def track_update(
     old: dict[str, Any] | None,
     new: dict[str, Any],
@@ -877,6 +923,23 @@ def track_update(
     # A client may rewrite managedFields on the main resource; an empty list (or none) means "keep what
     # the server has", so clients unaware of managedFields never wipe them (kube's rule). [{}] resets.
     given = _managed_fields(new)
+    if old is None and not (isinstance(given, list) and given and not subresource):
+        # A create with no entries to keep: the manager gets the whole object, in one walk.
+        created = _without_managed_fields(new, deep=False)
+        fields = _created_fields(created, schema, ())
+        if fields:
+            encoded: dict[str, Any] = {"manager": manager, "operation": UPDATE, "apiVersion": api_version}
+            if now:
+                encoded["time"] = now
+            encoded["fieldsType"] = "FieldsV1"
+            encoded["fieldsV1"] = fields  # as _Entry.encode writes it
+            if subresource:
+                encoded["subresource"] = subresource
+            meta = created.get("metadata")
+            if not isinstance(meta, dict):
+                meta = created["metadata"] = {}
+            meta["managedFields"] = [encoded]
+        return created
     source = given if isinstance(given, list) and given and not subresource else _managed_fields(old)
     entries = _decode_entries(source)
 

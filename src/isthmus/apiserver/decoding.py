@@ -108,8 +108,61 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# orjson decodes an integer past 64 bits as a float (json keeps the int): a float this large in
+# the quick decode sends the body to the full one.
+_BIG = 2.0**63
+
+
+def _count_keys(value: Any) -> int:
+    """The keys of every object in a decoded value; -1 if it holds a float of integer size."""
+    n = 0
+    children = value.values() if isinstance(value, dict) else value
+    if isinstance(value, dict):
+        n = len(value)
+    for v in children:
+        if isinstance(v, (dict, list)):
+            k = _count_keys(v)
+            if k < 0:
+                return -1
+            n += k
+        elif type(v) is float and not -_BIG < v < _BIG:
+            return -1
+    return n
+
+
+def _without_duplicates(raw: bytes) -> Any:
+    """The value of raw when it certainly repeats no key, else _UNSURE (the full decode decides).
+
+    Every key ends in `":` unless whitespace comes before its colon (then a quote is followed by
+    whitespace: left to the full decode); any other `":` in the text is an escaped quote inside a
+    string. So `":` counts the keys at least, plus such quotes; when the count equals the keys of
+    the decoded value, no key was repeated: a repeat would make the decoded value have fewer keys
+    than the text. orjson is strict JSON: what it refuses (NaN, lone surrogates, UTF-16) the full
+    decode judges as before."""
+    if b'" ' in raw or b'"\n' in raw or b'"\t' in raw or b'"\r' in raw:
+        return _UNSURE
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _UNSURE
+    if not isinstance(value, (dict, list)) or raw.count(b'":') != _count_keys(value):
+        return _UNSURE
+    return value
+
+
+_UNSURE = object()
+
+
 def json_duplicates(raw: bytes) -> tuple[Any, list[str]] | None:
     """(decoded value, paths of duplicate keys) or None when raw is not valid JSON."""
+    value = _without_duplicates(raw)
+    if value is not _UNSURE:
+        return value, []
+    return _decode_with_duplicates(raw)
+
+
+def _decode_with_duplicates(raw: bytes) -> tuple[Any, list[str]] | None:
+    """json_duplicates the long way: every object's pairs seen by a hook."""
     found = False
 
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

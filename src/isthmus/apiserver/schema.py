@@ -192,6 +192,26 @@ def validate(obj: Any, schema: dict[str, Any], path: str = "") -> list[dict[str,
     return errs
 
 
+# Keys that never make _validate report anything on a value of the schema's type.
+_PROSE = frozenset({"type", "description", "title", "example", "externalDocs"})
+# Schemas (by identity, kept alive with the answer) → the scalar type they only check, or "".
+_TYPE_ONLY_CACHE: dict[int, tuple[dict[str, Any], str]] = {}
+_SCALARS: dict[str, type | tuple[type, ...]] = {"string": str, "boolean": bool}
+
+
+def _type_only(s: dict[str, Any]) -> str:
+    """"string"/"boolean" when s checks nothing but that type (most leaves of built-in schemas), else ""."""
+    hit = _TYPE_ONLY_CACHE.get(id(s))
+    if hit is not None and hit[0] is s:
+        return hit[1]
+    t = s.get("type")
+    found = t if isinstance(t, str) and t in _SCALARS and s.keys() <= _PROSE else ""
+    if len(_TYPE_ONLY_CACHE) >= _DEFAULTS_CACHE_MAX:
+        _TYPE_ONLY_CACHE.clear()
+    _TYPE_ONLY_CACHE[id(s)] = (s, found)
+    return found
+
+
 def _validate(v: Any, s: dict[str, Any], path: str, errs: list[dict[str, str]], root: bool = False) -> None:
     if not s:
         return
@@ -321,6 +341,9 @@ def _validate_object(
         if sub is None and isinstance(addl, dict):
             sub = addl
         if isinstance(sub, dict):
+            t = _type_only(sub) if isinstance(val, (str, bool)) else ""
+            if t and type(val) is _SCALARS[t]:
+                continue  # the value has the only thing the schema checks
             _validate(val, sub, _child(path, key), errs)
 
 
@@ -478,11 +501,14 @@ def _prune(v: Any, s: dict[str, Any], path: str, dropped: list[str], keep_meta: 
         preserve = bool(s.get(PRESERVE)) or addl is True
         if preserve and not props and not isinstance(addl, dict):
             return
+        addl_schema = addl if isinstance(addl, dict) else None
         for key in list(v):
             val = v[key]
             sub = props.get(key)
-            if sub is None and isinstance(addl, dict):
-                sub = addl
+            if sub is None:
+                sub = addl_schema
+            if sub is not None and val is not None and not isinstance(val, (dict, list)):
+                continue  # a declared scalar: kept, nothing below it
             if keep_meta and key in _ROOT_KEPT and not (isinstance(sub, dict) and sub.get("properties")):
                 continue
             if sub is None:
@@ -495,9 +521,11 @@ def _prune(v: Any, s: dict[str, Any], path: str, dropped: list[str], keep_meta: 
             if val is None and not sub.get("nullable") and not preserve:
                 del v[key]
                 continue
-            _prune(val, sub, _child(path, key), dropped, keep_meta=bool(sub.get(EMBEDDED)))
+            if isinstance(val, (dict, list)):  # a scalar has nothing to prune
+                _prune(val, sub, _child(path, key), dropped, keep_meta=bool(sub.get(EMBEDDED)))
     elif isinstance(v, list):
         items = s.get("items")
         if isinstance(items, dict):
             for i, item in enumerate(v):
-                _prune(item, items, f"{path}[{i}]", dropped, keep_meta=bool(items.get(EMBEDDED)))
+                if isinstance(item, (dict, list)):
+                    _prune(item, items, f"{path}[{i}]", dropped, keep_meta=bool(items.get(EMBEDDED)))
