@@ -131,7 +131,7 @@ class _QuietUnclosed(logging.Filter):
 logging.getLogger("asyncio").addFilter(_QuietUnclosed())
 
 
-_PLAIN_PATH = re.compile(r"/[A-Za-z0-9._~/-]*")
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._~/-]*")  # relative, as lightkube makes them ("api/v1/...")
 _PLAIN_QUERY = re.compile(r"[A-Za-z0-9._~%+=&-]*")
 
 
@@ -152,7 +152,7 @@ def fast_build_request(inner: httpx2.AsyncClient) -> Callable[..., httpx2.Reques
                       timeout: Any = use_default, **other: Any) -> httpx2.Request:
         query = str(httpx2.QueryParams(params)) if params else None
         if (other or type(url) is not str or inner.params or inner.cookies or not _PLAIN_PATH.fullmatch(url)
-                or "/." in url or (query is not None and not _PLAIN_QUERY.fullmatch(query))):
+                or "/." in f"/{url}" or (query is not None and not _PLAIN_QUERY.fullmatch(query))):
             return slow(method, url, params=params, content=content, headers=headers, timeout=timeout, **other)
         base = inner.base_url._uri_reference
         target = httpx2.URL.__new__(httpx2.URL)
