@@ -12,7 +12,7 @@ CPU are measured per process. Prints:
   synced, every key reconciled, queue empty) and how many objects it rewrote (should be none);
 - the VIP allocator's speed.
 
-Usage: python bench/mcs.py [--clusters 3] [--services 1000] [--samples 100] [--quick]
+Usage: python bench/mcs.py [--clusters 3] [--services 1000] [--samples 100] [--quick] [--profile DIR]
 Everything stays on 127.0.0.1. Only processes this script started are stopped, by PID.
 """
 
@@ -69,9 +69,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(argv: list[str], wait_for: str | None = None) -> subprocess.Popen[str]:
+def start(argv: list[str], wait_for: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     p = subprocess.Popen([sys.executable, "-m", "isthmus", *argv], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
+                         stderr=subprocess.DEVNULL, text=True, env=env)
     if wait_for:
         assert p.stdout
         for line in p.stdout:
@@ -101,14 +101,15 @@ def client(kubeconfig: Path) -> AsyncClient:
 class Agent:
     """One `isthmus agent` process with its metrics endpoint."""
 
-    def __init__(self, cid: str, kubeconfig: Path) -> None:
-        self.cid, self.kubeconfig = cid, kubeconfig
+    def __init__(self, cid: str, kubeconfig: Path, profile: str | None = None) -> None:
+        self.cid, self.kubeconfig, self.profile = cid, kubeconfig, profile
         self.port = free_port()
         self.proc = self._start()
 
     def _start(self) -> subprocess.Popen[str]:
+        env = {**os.environ, "ISTHMUS_PROFILE": f"{self.profile}/{self.cid}"} if self.profile else None
         return start(["agent", "--kubeconfig", str(self.kubeconfig), "--cluster-id", self.cid,
-                      "--log-level", "warning", "--metrics-addr", f"127.0.0.1:{self.port}"])
+                      "--log-level", "warning", "--metrics-addr", f"127.0.0.1:{self.port}"], env=env)
 
     def restart(self) -> None:
         stop(self.proc)
@@ -259,7 +260,7 @@ async def run_bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         for cid in names:
             cli("join", str(info), "--kubeconfig", str(kcs[cid]), "--cluster-id", cid,
                 "--broker-kubeconfig", str(kcs["broker"]))
-        agents = [Agent(cid, kcs[cid]) for cid in names]
+        agents = [Agent(cid, kcs[cid], args.profile) for cid in names]
         clients = [client(kcs[c]) for c in names]
         while not all([await a.ready(http) for a in agents]):  # noqa: ASYNC110 - polling a process
             await asyncio.sleep(0.1)
@@ -367,6 +368,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds convergence may take")
     ap.add_argument("--no-restart", action="store_true", help="skip the agent restart measurement")
     ap.add_argument("--quick", action="store_true", help="200 services, 20 samples")
+    ap.add_argument("--profile", metavar="DIR", help="run the agents under cProfile: DIR/<cluster>.agent.<pid>.prof")
     args = ap.parse_args()
     if args.quick:
         args.services, args.samples = min(args.services, 200), min(args.samples, 20)

@@ -401,7 +401,18 @@ def run_component(
     from isthmus.runtime.loop import run
 
     setup_logging(log_format, log_level)
-    run(_serve(name, build, metrics_addr))
+    profile = os.environ.get("ISTHMUS_PROFILE")
+    if not profile:
+        run(_serve(name, build, metrics_addr))
+        return
+    # A developer's switch (bench/mcs.py --profile): the whole run under cProfile, one file per process.
+    import cProfile
+
+    with cProfile.Profile() as prof:
+        try:
+            run(_serve(name, build, metrics_addr))
+        finally:
+            prof.dump_stats(f"{profile}.{name}.{os.getpid()}.prof")
 
 
 async def _serve(name: str, build: Callable[[], Awaitable[Component]], metrics_addr: str | None) -> None:

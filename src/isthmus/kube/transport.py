@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -130,11 +131,46 @@ class _QuietUnclosed(logging.Filter):
 logging.getLogger("asyncio").addFilter(_QuietUnclosed())
 
 
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._~/-]*")  # relative, as lightkube makes them ("api/v1/...")
+_PLAIN_QUERY = re.compile(r"[A-Za-z0-9._~%+=&-]*")
+
+
+def fast_build_request(inner: httpx2.AsyncClient) -> Callable[..., httpx2.Request]:
+    """`inner.build_request` without parsing the URL three times over.
+
+    httpx parses the relative path, then the path merged with the base URL (host and IP address
+    included), then that URL again with the query: about a sixth of the discovery agent's CPU
+    (bench/mcs.py, py-spy). lightkube's paths are made of Kubernetes names and its queries are
+    urlencoded, so they need no quoting or normalising: such a request gets the base URL's parsed
+    form with its path and query put in. Anything else (other characters, dot segments, client-wide
+    params or cookies, other arguments) takes httpx's own way; the result is the same Request.
+    """
+    slow = inner.build_request
+    use_default = httpx2.USE_CLIENT_DEFAULT
+
+    def build_request(method: str, url: Any, *, params: Any = None, content: Any = None, headers: Any = None,
+                      timeout: Any = use_default, **other: Any) -> httpx2.Request:
+        query = str(httpx2.QueryParams(params)) if params else None
+        if (other or type(url) is not str or inner.params or inner.cookies or not _PLAIN_PATH.fullmatch(url)
+                or "/." in f"/{url}" or (query is not None and not _PLAIN_QUERY.fullmatch(query))):
+            return slow(method, url, params=params, content=content, headers=headers, timeout=timeout, **other)
+        base = inner.base_url._uri_reference
+        target = httpx2.URL.__new__(httpx2.URL)
+        target._uri_reference = base._replace(path=(base.path or "/") + url.lstrip("/"), query=query)
+        t = inner.timeout if timeout is use_default else httpx2.Timeout(timeout)
+        return httpx2.Request(method, target, content=content, headers=inner._merge_headers(headers),
+                              extensions={"timeout": t.as_dict()})
+
+    return build_request
+
+
 def install(client: Any) -> None:
-    """Put an AiohttpTransport under a lightkube AsyncClient, with the TLS settings lightkube chose."""
+    """Put an AiohttpTransport under a lightkube AsyncClient, with the TLS settings lightkube chose,
+    and the quicker request building of `fast_build_request`."""
     inner: httpx2.AsyncClient = client._client._client  # lightkube internals: its httpx client
     old = inner._transport
     if isinstance(old, AiohttpTransport):
         return
     ctx = getattr(getattr(old, "_pool", None), "_ssl_context", None)
     inner._transport = AiohttpTransport(ctx if isinstance(ctx, ssl.SSLContext) else True)
+    inner.build_request = fast_build_request(inner)  # type: ignore[method-assign]

@@ -1007,9 +1007,12 @@ class Agent:
             if why is not None:
                 self._note_ignored(b, why)
                 continue
+            copy_name = imported_slice_name(name, cluster)
+            wanted.add(copy_name)
+            existing = copies.get(copy_name)
+            if existing is not None and _copy_current(existing, b, uid, name, cluster):
+                continue
             copy = local_slice_copy(b, ns, name, cluster, uid, name)
-            wanted.add(imported_slice_name(name, cluster))
-            existing = copies.get(imported_slice_name(name, cluster))
             if existing is None or _slice_body(existing) != _slice_body(copy) or _owner_uids(existing) != {uid}:
                 await helpers.apply(self.cluster, copy, field_manager=AGENT_FIELD_MANAGER, force=True)
         for slice_name in copies.keys() - wanted:
@@ -1027,6 +1030,18 @@ def _slice_body(obj: Any) -> tuple[Any, ...]:
     d = _dump(obj)
     return (d.get("addressType"), d.get("endpoints") or [], d.get("ports") or [],
             (d.get("metadata") or {}).get("labels") or {})
+
+
+def _copy_current(existing: Any, broker: Any, uid: str, service: str, cluster: str) -> bool:
+    """A cheap check that a local slice copy already matches its broker slice (owner, labels and
+    body), on the cached structs without building the copy: true only when the full comparison
+    (_slice_body of `local_slice_copy`) would find nothing to write either."""
+    meta = existing.metadata
+    refs = meta.ownerReferences or []
+    return (len(refs) == 1 and refs[0].uid == uid and existing.endpoints == broker.endpoints
+            and existing.ports == broker.ports and existing.addressType == (broker.addressType or "IPv4")
+            and meta.labels == {SERVICE_NAME_LABEL: service, SOURCE_CLUSTER_LABEL: cluster,
+                                MANAGED_BY_LABEL: MANAGED_BY_VALUE})
 
 
 _IGNORED_WHY = {
