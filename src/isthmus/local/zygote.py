@@ -114,6 +114,15 @@ def _stop_unwanted(reply: asyncio.Future[dict[str, Any]]) -> None:
             os.killpg(int(reply.result()["pid"]), signal.SIGTERM)
 
 
+def _exit_code(pid: int) -> int | None:
+    """The exit code of our child `pid` once it has ended (reaping it), None while it runs."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere: its code is lost
+        return UNKNOWN_EXIT
+    return os.waitstatus_to_exitcode(status) if done else None
+
+
 class _ForkedZygote:
     """The part of `asyncio.subprocess.Process` a Zygote uses, for a zygote this process forked
     itself (`Zygote.fork_now`): no event loop's child watcher knows it, so it is reaped here."""
@@ -125,13 +134,7 @@ class _ForkedZygote:
     @property
     def returncode(self) -> int | None:
         if self._code is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                self._code = UNKNOWN_EXIT
-            else:
-                if pid:
-                    self._code = os.waitstatus_to_exitcode(status)
+            self._code = _exit_code(self.pid)
         return self._code
 
     async def wait(self) -> int:
@@ -438,13 +441,7 @@ class ForkedCommand:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                self.returncode = UNKNOWN_EXIT
-            else:
-                if pid:
-                    self.returncode = os.waitstatus_to_exitcode(status)
+            self.returncode = _exit_code(self.pid)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
