@@ -4,6 +4,7 @@ embedded apiserver, queried over real sockets; one /metrics and /readyz served b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -26,9 +27,18 @@ NAME = "dns-version.clusterset.local"
 
 
 def free_port(fam: socket.AddressFamily = socket.AF_INET, host: str = "127.0.0.1") -> int:
-    with socket.socket(fam, socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port free for TCP and UDP both (the server listens on both; metrics over TCP): a port only
+    UDP found free was once another test's TCP listener, and the server exited at start."""
+    for _ in range(100):
+        with socket.socket(fam, socket.SOCK_STREAM) as t, socket.socket(fam, socket.SOCK_DGRAM) as u:
+            t.bind((host, 0))
+            port = int(t.getsockname()[1])
+            try:
+                u.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no port free for both TCP and UDP")
 
 
 async def answered(host: str, port: int, n: int) -> int:
@@ -135,8 +145,10 @@ async def test_two_workers_share_the_port_and_a_killed_one_is_restarted(apiserve
             assert m['isthmus_dns_queries_total{qtype="TXT",rcode="NOERROR"}'] >= total
     finally:
         workers_now = children(proc.pid) if proc.returncode is None else []
-        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # it may have exited already
+            proc.send_signal(signal.SIGTERM)
         output, _ = await asyncio.wait_for(proc.communicate(), 20)
+        print(output.decode())  # shown with a failure above: why the server went
     text = output.decode()
     assert proc.returncode == 0, text
     assert "dns worker died: restarting" in text
