@@ -372,3 +372,30 @@ def test_relist_replace_emits_differences() -> None:
     late: list[str] = []
     inf.add_handler(on_add=lambda o: late.append(o.metadata.name))
     assert sorted(late) == ["b", "c"]
+
+
+async def test_a_source_marked_not_initial_is_not_mapped_at_start_but_its_events_count() -> None:
+    own, related = fed_informer(), fed_informer()
+    own._replace({"default/a": ConfigMap(metadata=ObjectMeta(name="a", namespace="default", resourceVersion="1"))})
+    related._replace({"default/r": ConfigMap(metadata=ObjectMeta(name="r", namespace="default", resourceVersion="1"))})
+    mapped: list[str] = []
+    seen: list[str] = []
+
+    def to_everything(obj: Any) -> list[str]:
+        mapped.append(obj.metadata.name)
+        return ["default/a"]
+
+    async def reconcile(key: str) -> Result | None:
+        seen.append(key)
+        return None
+
+    c = Controller("t-initial", reconcile)
+    c.watch(own)
+    c.watch(related, to_everything, initial=False)
+    t = await run_in_background(c)
+    await eventually(lambda: seen == ["default/a"])
+    assert mapped == []  # the start maps only the sources whose keys are needed
+    feed(related, "MODIFIED", cm("r", rv="2"))
+    await eventually(lambda: seen == ["default/a", "default/a"])
+    assert mapped == ["r", "r"]  # old and new
+    await stop(t)

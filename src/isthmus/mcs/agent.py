@@ -347,14 +347,16 @@ class Agent:
         c.watch(self.slices, lambda o: keys.kube_slice_keys(o) + (
             keys.mcs_keys(o) if object_labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE else ()))
         c.watch(self.imports, keys.own_keys)
-        c.watch(self.namespaces, self._keys_in_namespace)
+        # At start every key comes from the imports and exports themselves: mapping each Namespace
+        # to its keys (a scan of every cache per namespace) would only repeat them.
+        c.watch(self.namespaces, self._keys_in_namespace, initial=False)
         c.watch(self.b_exports, keys.mcs_keys)
         c.watch(self.b_imports, keys.mcs_keys)
         c.watch(self.b_slices, keys.mcs_keys)
         # Only our own Cluster object gates publishing (others leaving cascade through the broker's
         # GC of their ExportedServices); heartbeats touch only annotations, so spec changes, adds
         # and deletes are what count.
-        c.watch(self.b_clusters, self._own_cluster_keys,
+        c.watch(self.b_clusters, self._own_cluster_keys, initial=False,
                 predicate=lambda old, new: old is None or _dump(old).get("spec") != _dump(new).get("spec"))
         # A cluster registering or leaving changes whose slices may be imported.
         c.watch(self.b_clusters, self._cluster_slice_keys,

@@ -81,6 +81,7 @@ class _Source:
     informer: Informer[Any]
     mapper: KeyMapper
     predicate: Callable[[Any | None, Any], bool] | None
+    initial: bool = True
 
 
 class Controller:
@@ -143,14 +144,17 @@ class Controller:
         mapper: KeyMapper = enqueue_self,
         *,
         predicate: Callable[[Any | None, Any], bool] | None = None,
+        initial: bool = True,
     ) -> None:
         """Enqueue ``mapper(obj)`` on every add, update (old and new object) and delete.
 
         ``predicate(old, new)`` (``old`` is None for adds and deletes) can drop events, e.g.
         updates that only touched status. The mapper must not raise; if it does, the event
-        is logged and skipped.
+        is logged and skipped. ``initial=False``: when the controller starts, this source's
+        cached objects are not mapped (its keys are a subset of other sources' keys, and mapping
+        them all at once is costly, e.g. every key of a Namespace); its events still count.
         """
-        src = _Source(informer, mapper, predicate)
+        src = _Source(informer, mapper, predicate, initial)
         self._sources.append(src)
 
         def on_add(obj: Any) -> None:
@@ -213,8 +217,9 @@ class Controller:
         )
         self._queue = queue
         for src in self._sources:
-            for obj in src.informer.cache.list():
-                self._enqueue_mapped(src, obj)
+            if src.initial:
+                for obj in src.informer.cache.list():
+                    self._enqueue_mapped(src, obj)
         log.info("controller started", extra={"controller": self.name, "workers": self.workers})
         tasks = [
             asyncio.create_task(self._worker(queue), name=f"{self.name} worker {i}")
