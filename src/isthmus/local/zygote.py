@@ -471,17 +471,7 @@ def fork_command(argv: Sequence[str], *, env: Mapping[str, str], out_fd: int,
     caller then execs."""
     if not enabled() or not forkable(argv) or threading.active_count() > 1:
         return None
-    started_r, started_w = os.pipe()
-    me = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(started_r)
-        _child({"argv": list(argv), "env": dict(env), "pdeathsig": pdeathsig}, out_fd, me, started_w)
-    os.close(started_w)
-    with contextlib.suppress(OSError):
-        os.read(started_r, 1)  # EOF once the child settled who it is (or died)
-    os.close(started_r)
-    return ForkedCommand(pid, argv)
+    return ForkedCommand(_fork_child({"argv": list(argv), "env": dict(env), "pdeathsig": pdeathsig}, out_fd), argv)
 
 
 # --- the zygote's side -------------------------------------------------------------------------
@@ -551,6 +541,21 @@ def set_cmdline(argv: Sequence[str], env: Mapping[str, str]) -> bool:
 def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):  # the caller is gone: the loop ends on EOF
         sock.send(json.dumps(msg).encode())
+
+
+def _fork_child(request: dict[str, Any], out_fd: int) -> int:
+    """Fork the requested process (`_child`); returns its pid once it has settled who it is."""
+    started_r, started_w = os.pipe()
+    me = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(started_r)
+        _child(request, out_fd, me, started_w)
+    os.close(started_w)
+    with contextlib.suppress(OSError):
+        os.read(started_r, 1)  # EOF once the child settled who it is (or died)
+    os.close(started_r)
+    return pid
 
 
 def _child(request: dict[str, Any], out_fd: int, zygote_pid: int, started: int) -> None:  # pragma: no cover
@@ -684,15 +689,7 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
                     raise FileNotFoundError(2, f"no such directory: {cwd}")
                 if not fds or not forkable(request.get("argv") or []):
                     raise ValueError("a request needs an isthmus argv and an output fd")
-                started_r, started_w = os.pipe()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(started_r)
-                    _child(request, fds[0], me, started_w)
-                os.close(started_w)
-                with contextlib.suppress(OSError):
-                    os.read(started_r, 1)  # EOF once the child settled who it is (or died)
-                os.close(started_r)
+                pid = _fork_child(request, fds[0])
             except OSError as e:
                 _send(sock, {"seq": seq, "error": e.strerror or str(e), "errno": e.errno or 0})
             except ValueError as e:
