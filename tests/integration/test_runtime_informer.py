@@ -271,3 +271,80 @@ def test_cached_objects_are_compacted() -> None:
     assert s1.metadata.labels == {"kubernetes.io/service-name": "svc-x"}
     assert s1.metadata.namespace is s2.metadata.namespace
     assert s1.ports[0].name is s2.ports[0].name
+
+
+def test_cached_objects_drop_the_metadata_their_readers_never_need() -> None:
+    """`drop_metadata`: gone from dict and typed objects alike; what is kept is untouched, and one
+    owner's uid is shared by every object it owns."""
+    from lightkube.core import decoders
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.resources.discovery_v1 import EndpointSlice as Slice
+
+    from isthmus.runtime.informer import _compact
+
+    drop = frozenset({"uid", "creationTimestamp", "generation", "ownerReferences"})
+    thing = create_namespaced_resource("x.io", "v1", "Thing", "things")
+    raw = (b'{"apiVersion":"x.io/v1","kind":"Thing","metadata":{"name":"a","namespace":"ns","uid":"u-1",'
+           b'"creationTimestamp":"2026-11-28T00:00:00Z","generation":3,"resourceVersion":"42",'
+           b'"labels":{"k":"v"},"ownerReferences":[{"kind":"Cluster","name":"c1","uid":"c-1"}]},"spec":{"x":1}}')
+    t = decoders.decode_object(raw, thing)
+    _compact(t, drop)
+    assert t["metadata"] == {"name": "a", "namespace": "ns", "resourceVersion": "42", "labels": {"k": "v"}}
+    assert t["spec"] == {"x": 1}
+
+    raw = (b'{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","addressType":"IPv4","endpoints":[],'
+           b'"metadata":{"name":"s","namespace":"ns","uid":"u-%d","creationTimestamp":"2026-11-28T00:00:00Z",'
+           b'"generation":1,"resourceVersion":"7","ownerReferences":[{"apiVersion":"isthmus.io/v1alpha1",'
+           b'"kind":"Cluster","name":"c1","uid":"d263a99d-e5b8-4fd2-aa71-065a59054caf"}]}}')
+    s1, s2 = decoders.decode_object(raw % 1, Slice), decoders.decode_object(raw % 2, Slice)
+    _compact(s1, frozenset({"uid", "creationTimestamp", "generation"}))
+    _compact(s2, frozenset({"uid", "creationTimestamp", "generation"}))
+    assert (s1.metadata.uid, s1.metadata.creationTimestamp, s1.metadata.generation) == (None, None, None)
+    assert (s1.metadata.name, s1.metadata.resourceVersion) == ("s", "7")
+    assert s1.metadata.ownerReferences is not None and s2.metadata.ownerReferences is not None
+    assert s1.metadata.ownerReferences[0].uid == "d263a99d-e5b8-4fd2-aa71-065a59054caf"
+    assert s1.metadata.ownerReferences[0].uid is s2.metadata.ownerReferences[0].uid
+
+
+async def test_a_shared_informer_must_drop_the_same_metadata_for_every_user(apiserver: Any) -> None:
+    f = SharedInformerFactory(apiserver.client())
+    f.informer(ConfigMap, "default", drop_metadata={"uid"})
+    assert f.informer(ConfigMap, "default", drop_metadata=("uid",)) is f.informer(ConfigMap, "default",
+                                                                                  drop_metadata={"uid"})
+    with pytest.raises(ValueError, match="drop_metadata"):
+        f.informer(ConfigMap, "default")
+
+
+def test_cached_objects_share_the_small_values_they_repeat() -> None:
+    """Ports, endpoint conditions and lists of flat records are one instance across cached objects,
+    equal by value and kind (a JSON `true` never stands in for a `1`); larger or varied lists are not."""
+    from lightkube.core import decoders
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.resources.discovery_v1 import EndpointSlice as Slice
+
+    from isthmus.runtime.informer import _compact
+
+    thing = create_namespaced_resource("x.io", "v1", "Thing", "things")
+    raw = (b'{"apiVersion":"x.io/v1","kind":"Thing","metadata":{"name":"t%d","namespace":"ns"},'
+           b'"spec":{"ports":[{"name":"http","protocol":"TCP","port":80}],"flags":[{"on":%s}],'
+           b'"conditions":[{"type":"Ready","status":"True","reason":"Ok","message":"m","lastTransitionTime":"%s"}]},'
+           b'"status":{"clusters":[{"cluster":"c1"},{"cluster":"c2"}]}}')
+    a = decoders.decode_object(raw % (1, b"true", b"2026-11-28T00:00:01Z"), thing)
+    b = decoders.decode_object(raw % (2, b"1", b"2026-11-28T00:00:02Z"), thing)
+    _compact(a)
+    _compact(b)
+    assert a["spec"]["ports"] is b["spec"]["ports"] and a["spec"]["ports"] == [{"name": "http", "protocol": "TCP", "port": 80}]
+    assert a["status"]["clusters"] is b["status"]["clusters"]
+    assert a["spec"]["flags"] == [{"on": True}] and b["spec"]["flags"] == [{"on": 1}]
+    assert a["spec"]["flags"] is not b["spec"]["flags"] and type(b["spec"]["flags"][0]["on"]) is int
+    assert a["spec"]["conditions"] is not b["spec"]["conditions"]
+
+    raw = (b'{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","addressType":"IPv4","metadata":{"name":"s%d"},'
+           b'"endpoints":[{"addresses":["127.0.0.%d"],"conditions":{"ready":true,"serving":true}}],'
+           b'"ports":[{"name":"http","port":%d,"protocol":"TCP"}]}')
+    s1, s2, s3 = (decoders.decode_object(raw % (i, i, port), Slice) for i, port in ((1, 80), (2, 80), (3, 81)))
+    for s in (s1, s2, s3):
+        _compact(s)
+    assert s1.ports is s2.ports and s1.ports is not s3.ports and s3.ports[0].port == 81
+    assert s1.endpoints[0].conditions is s2.endpoints[0].conditions
+    assert s1.endpoints[0].addresses == ["127.0.0.1"] and s2.endpoints[0].addresses == ["127.0.0.2"]

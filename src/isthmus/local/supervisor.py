@@ -30,6 +30,7 @@ from typing import BinaryIO
 
 import aiohttp
 
+from isthmus.local.kubelite.processes import POD_PRELOAD
 from isthmus.local.state import PartState, open_private
 from isthmus.local.zygote import Zygote, ZygoteProcess, forkable
 from isthmus.local.zygote import enabled as zygote_enabled
@@ -43,9 +44,11 @@ STOP_GRACE = 10.0
 PART_PRELOAD = (
     "isthmus.cli.main", "isthmus.runtime.loop", "uvloop", "isthmus.kube.client", "isthmus.apiserver.server",
     "isthmus.apiserver.builtins:builtin_resources", "isthmus.local.kubelite.run", "isthmus.proxy", "isthmus.ui.server",
+    *POD_PRELOAD,
 )
 """What the parts (apiservers, kube-lites, proxies, the web view) import: the supervisor's zygote loads it once,
-and builds the built-in kinds' schemas every apiserver would build at start (cached per process)."""
+and builds the built-in kinds' schemas every apiserver would build at start (cached per process). The pods'
+modules too: each kube-lite forks its pods' zygote from itself, and all four then share one copy."""
 
 
 def part_zygote(root: Path, env: dict[str, str] | None) -> Zygote:

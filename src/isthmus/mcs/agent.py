@@ -136,6 +136,8 @@ IGNORED_SLICES = Counter(
 BY_SERVICE = "service"  # "<ns>/<svc>" from the MCS labels (broker objects, our local slice copies)
 BY_KUBE_SERVICE = "kube-service"  # "<ns>/<svc>" from kubernetes.io/service-name (kube's own slices)
 BY_SOURCE_CLUSTER = "source-cluster"  # broker slices by the cluster they claim to come from
+UNREAD_METADATA = frozenset({"uid", "creationTimestamp", "generation"})
+"""Metadata the agent never reads from most of its caches (see `_lead`)."""
 
 
 class AgentConfigError(Exception):
@@ -312,14 +314,18 @@ class Agent:
         broker = SharedInformerFactory(self.broker)
         self._local = local
         self._broker = broker
+        # At 10,000 services these caches hold 150,000 objects: they keep only the metadata the agent
+        # reads (an export's uid, for its Events, and creation time, for conflicts; an import's uid,
+        # owner of its slices; slices' owners, checked before import).
         self.exports = local.informer(resource_for(ServiceExport))
-        self.services = local.informer(Service)
-        self.slices = local.informer(EndpointSlice)
-        self.imports = local.informer(resource_for(ServiceImport))
+        self.services = local.informer(Service, drop_metadata=UNREAD_METADATA)
+        self.slices = local.informer(EndpointSlice, drop_metadata=UNREAD_METADATA)
+        self.imports = local.informer(resource_for(ServiceImport), drop_metadata=UNREAD_METADATA - {"uid"})
         self.namespaces = local.informer(Namespace)
-        self.b_exports = broker.informer(resource_for(ExportedService), self.broker_ns)
-        self.b_imports = broker.informer(resource_for(ServiceImport), self.broker_ns)
-        self.b_slices = broker.informer(EndpointSlice, self.broker_ns)
+        self.b_exports = broker.informer(resource_for(ExportedService), self.broker_ns,
+                                         drop_metadata=UNREAD_METADATA | {"ownerReferences"})
+        self.b_imports = broker.informer(resource_for(ServiceImport), self.broker_ns, drop_metadata=UNREAD_METADATA)
+        self.b_slices = broker.informer(EndpointSlice, self.broker_ns, drop_metadata=UNREAD_METADATA)
         # Peers' heartbeat times are read in the broker's clock, from managedFields (_heartbeat_written_at).
         self.b_clusters = broker.informer(resource_for(Cluster), self.broker_ns, keep_managed_fields=True)
         for inf in (self.slices, self.b_exports, self.b_imports, self.b_slices):

@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import httpx2
 import msgspec
@@ -200,16 +200,18 @@ class WatchGone(Exception):
     """The watch's resourceVersion is too old (HTTP 410 or an ERROR event with code 410)."""
 
 
-def _compact(obj: Any) -> None:
+def _compact(obj: Any, drop: frozenset[str] = frozenset()) -> None:
     """Compact an object before it is cached (client-go's transform advice). Drop managedFields: no
     controller here reads them (an informer that does passes keep_managed_fields), and on objects
-    written by server-side apply they are often the larger half of the object. Objects decoded as
+    written by server-side apply they are often the larger half of the object. `drop`: further
+    metadata fields no reader of this informer needs (`drop_metadata`). Objects decoded as
     dicts (our CRDs) also get their strings interned: labels, kinds, namespaces, condition reasons
     repeat across thousands of objects (an ExportedService: 3.1 KB cached, 1.8 KB interned)."""
     if isinstance(obj, dict):
         meta = obj.get("metadata")
         if isinstance(meta, dict):
-            meta.pop("managedFields", None)
+            # Rebuilt rather than popped: a dict keeps its table size when keys leave it.
+            obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields" and k not in drop}
         _intern_strings(obj)
         return
     meta = getattr(obj, "metadata", None)
@@ -217,6 +219,8 @@ def _compact(obj: Any) -> None:
         return
     if getattr(meta, "managedFields", None) is not None:
         meta.managedFields = None
+    for field in drop:
+        setattr(meta, field, None)
     # Typed objects (msgspec structs): a walk of every field would cost more than it saves; intern
     # what repeats: metadata, and an EndpointSlice's addressType and ports (2.4 -> 1.6 KB a slice).
     if meta.labels:
@@ -225,19 +229,38 @@ def _compact(obj: Any) -> None:
         meta.annotations = {_intern(k): _intern(v) for k, v in meta.annotations.items()}
     if meta.namespace:
         meta.namespace = _intern(meta.namespace)
-    for ref in meta.ownerReferences or ():
+    for ref in meta.ownerReferences or ():  # one owner (a Cluster, an import) owns many objects
         if ref.apiVersion and ref.kind:
             ref.apiVersion, ref.kind = _intern(ref.apiVersion), _intern(ref.kind)
+        if ref.uid:
+            ref.uid = _intern(ref.uid)
     if isinstance(getattr(obj, "addressType", None), str):
         obj.addressType = _intern(obj.addressType)
-        for port in obj.ports or ():
-            if port.name:
-                port.name = _intern(port.name)
-            if port.protocol:
-                port.protocol = _intern(port.protocol)
+        if obj.ports:
+            obj.ports = _share(("slice-ports", *((p.name, p.port, p.protocol, p.appProtocol) for p in obj.ports)),
+                               obj.ports)
+        for ep in obj.endpoints or ():
+            if (c := ep.conditions) is not None:
+                ep.conditions = _share(("conditions", c.ready, c.serving, c.terminating), c)
 
 
 _intern = sys.intern
+
+_SHARED: dict[tuple[Any, ...], Any] = {}
+_SHARED_MAX = 4096
+
+
+def _share(key: tuple[Any, ...], value: T) -> T:
+    """One instance of a small value that thousands of cached objects repeat (a service's ports, an
+    endpoint's conditions, an import's cluster list): cached objects are read-only, so they may share
+    it. Bounded: values that do not repeat only cost a table that is emptied when full."""
+    hit = _SHARED.get(key)
+    if hit is not None:
+        return cast(T, hit)
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
+    _SHARED[key] = value
+    return value
 
 
 def _intern_strings(node: dict[str, Any] | list[Any]) -> None:
@@ -245,8 +268,29 @@ def _intern_strings(node: dict[str, Any] | list[Any]) -> None:
     for k, v in items:
         if type(v) is str:
             node[k] = _intern(v)  # type: ignore[index]  # a str key for dicts, an int for lists
-        elif type(v) is dict or type(v) is list:
+        elif type(v) is dict:
             _intern_strings(v)
+        elif type(v) is list:
+            _intern_strings(v)
+            if (key := _small_records_key(v)) is not None:
+                node[k] = _share(key, v)  # type: ignore[index]
+
+
+def _small_records_key(items: list[Any]) -> tuple[Any, ...] | None:
+    """A key for a list of small flat records (ports, `{"cluster": …}` entries), None for anything
+    else: conditions carry their own transition times and rarely repeat."""
+    if len(items) > 8:
+        return None
+    key: list[Any] = ["records"]
+    for item in items:
+        if type(item) is not dict or len(item) > 4:
+            return None
+        for k, v in item.items():
+            if type(v) not in (str, int, bool):
+                return None
+            key.append((k, type(v), v))  # True == 1, but not as JSON
+        key.append(None)
+    return tuple(key)
 
 
 class WatchError(Exception):
@@ -283,9 +327,13 @@ class Informer(Generic[T]):
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         keep_managed_fields: bool = False,
+        drop_metadata: Iterable[str] = (),
     ) -> None:
         self.client = client
         self.keep_managed_fields = keep_managed_fields
+        self.drop_metadata = frozenset(drop_metadata)
+        """Metadata fields (as the API spells them: `uid`, `ownerReferences`) dropped before caching:
+        at 10,000 services an agent caches 150,000 objects, and most never need them."""
         self.resource = resource
         self.namespaced = issubclass(resource, lkr.NamespacedResource)
         if namespace is not None and not self.namespaced:
@@ -466,7 +514,7 @@ class Informer(Generic[T]):
 
     def _transform(self, obj: Any) -> None:
         if not self.keep_managed_fields:
-            _compact(obj)
+            _compact(obj, self.drop_metadata)
 
     def _replace(self, fresh: dict[str, T]) -> None:
         cache = self.cache
@@ -628,13 +676,16 @@ class SharedInformerFactory:
         labels: dict[str, Any] | None = None,
         fields: dict[str, Any] | None = None,
         keep_managed_fields: bool = False,
+        drop_metadata: Iterable[str] = (),
     ) -> Informer[T]:
         """The shared informer for these arguments; `keep_managed_fields` (default: stripped, see
-        `_compact`) must agree among its users."""
+        `_compact`) and `drop_metadata` must agree among its users."""
         key = (resource, namespace, _selector_key(labels), _selector_key(fields, True))
         inf = self._informers.get(key)
         if inf is not None and inf.keep_managed_fields != keep_managed_fields:
             raise ValueError(f"informer {inf.name} is already shared with keep_managed_fields={inf.keep_managed_fields}")
+        if inf is not None and inf.drop_metadata != frozenset(drop_metadata):
+            raise ValueError(f"informer {inf.name} is already shared with drop_metadata={sorted(inf.drop_metadata)}")
         if inf is None:
             inf = Informer(
                 self.client,
@@ -643,6 +694,7 @@ class SharedInformerFactory:
                 labels=labels,
                 fields=fields,
                 keep_managed_fields=keep_managed_fields,
+                drop_metadata=drop_metadata,
                 page_size=self.page_size,
                 watch_timeout=self.watch_timeout,
                 resync_period=self.resync_period,
