@@ -206,13 +206,29 @@ def _compact(obj: Any, drop: frozenset[str] = frozenset()) -> None:
     written by server-side apply they are often the larger half of the object. `drop`: further
     metadata fields no reader of this informer needs (`drop_metadata`). Objects decoded as
     dicts (our CRDs) also get their strings interned: labels, kinds, namespaces, condition reasons
-    repeat across thousands of objects (an ExportedService: 3.1 KB cached, 1.8 KB interned)."""
+    repeat across thousands of objects (an ExportedService: 3.1 KB cached, 1.8 KB interned); an
+    object's own name, uid, resourceVersion and times do not, and would only grow the interpreter's
+    table of interned strings."""
     if isinstance(obj, dict):
         meta = obj.get("metadata")
         if isinstance(meta, dict):
             # Rebuilt rather than popped: a dict keeps its table size when keys leave it.
-            obj["metadata"] = {k: v for k, v in meta.items() if k != "managedFields" and k not in drop}
-        _intern_strings(obj)
+            kept: dict[str, Any] = {}
+            for k, v in meta.items():
+                if k == "managedFields" or k in drop:
+                    continue
+                if k not in _OWN_METADATA:
+                    if type(v) is str:
+                        v = _intern(v)
+                    elif type(v) is dict or type(v) is list:
+                        _intern_strings(v)
+                kept[k] = v
+            obj["metadata"] = kept
+        for k, v in obj.items():
+            if type(v) is str:
+                obj[k] = _intern(v)
+            elif k != "metadata" and (type(v) is dict or type(v) is list):
+                _intern_strings(v)
         return
     meta = getattr(obj, "metadata", None)
     if meta is None:
@@ -245,6 +261,8 @@ def _compact(obj: Any, drop: frozenset[str] = frozenset()) -> None:
 
 
 _intern = sys.intern
+_OWN_METADATA = frozenset({"name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation"})
+"""Metadata that is each object's own: never worth interning."""
 
 _SHARED: dict[tuple[Any, ...], Any] = {}
 _SHARED_MAX = 4096
