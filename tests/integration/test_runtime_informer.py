@@ -348,3 +348,54 @@ def test_cached_objects_share_the_small_values_they_repeat() -> None:
     assert s1.ports is s2.ports and s1.ports is not s3.ports and s3.ports[0].port == 81
     assert s1.endpoints[0].conditions is s2.endpoints[0].conditions
     assert s1.endpoints[0].addresses == ["127.0.0.1"] and s2.endpoints[0].addresses == ["127.0.0.2"]
+
+
+def test_cache_index_files_one_or_many_keys_under_a_value() -> None:
+    """An index value holds one key or several as objects come, change and go; lookups see the
+    same either way, and a value with no key left is gone."""
+    from isthmus.runtime.informer import Cache
+
+    cache: Cache[dict[str, Any]] = Cache()
+    cache.add_indexer("app", lambda o: [o["app"]] if o.get("app") else [])
+
+    def put(name: str, app: str | None) -> None:
+        cache._put(f"ns/{name}", {"metadata": {"name": name, "namespace": "ns"}, "app": app})
+
+    put("a", "web")
+    assert cache.index_keys("app", "web") == ["ns/a"]
+    put("a", "web")  # re-filed under the same value
+    assert cache.index_keys("app", "web") == ["ns/a"]
+    put("b", "web")
+    put("c", "db")
+    assert cache.index_keys("app", "web") == ["ns/a", "ns/b"] and cache.index_values("app") == ["db", "web"]
+    put("a", "db")  # moves
+    assert cache.index_keys("app", "web") == ["ns/b"] and cache.index_keys("app", "db") == ["ns/a", "ns/c"]
+    cache._remove("ns/b")
+    assert cache.index_keys("app", "web") == [] and cache.index_values("app") == ["db"]
+    put("d", None)
+    assert [o["metadata"]["name"] for o in cache.by_index("app", "db")] == ["a", "c"]
+    assert cache.list_namespace("ns") == [cache.get(k) for k in ("ns/a", "ns/c", "ns/d")]
+    cache.add_indexer("late", lambda o: ["all"])  # built over what is there
+    assert cache.index_keys("late", "all") == ["ns/a", "ns/c", "ns/d"]
+    for k in ("ns/a", "ns/c", "ns/d"):
+        cache._remove(k)
+    assert cache.index_values("app") == [] and cache.index_values("namespace") == []
+
+
+def test_cached_services_share_ports_families_and_an_empty_status() -> None:
+    from lightkube.core import decoders
+    from lightkube.resources.core_v1 import Service
+
+    from isthmus.runtime.informer import _compact
+
+    raw = (b'{"apiVersion":"v1","kind":"Service","metadata":{"name":"s%d","namespace":"ns"},'
+           b'"spec":{"clusterIP":"10.0.0.%d","ipFamilies":["IPv4"],'
+           b'"ports":[{"name":"http","port":80,"protocol":"TCP","targetPort":%s}]},"status":%s}')
+    a, b = (decoders.decode_object(raw % (i, i, b"8080", b'{"loadBalancer":{}}'), Service) for i in (1, 2))
+    c = decoders.decode_object(raw % (3, 3, b'"8080"', b'{"loadBalancer":{"ingress":[{"ip":"127.0.0.9"}]}}'), Service)
+    for s in (a, b, c):
+        _compact(s)
+    assert a.spec.ports is b.spec.ports and a.spec.ipFamilies is b.spec.ipFamilies and a.status is b.status
+    assert (a.spec.clusterIP, b.spec.clusterIP) == ("10.0.0.1", "10.0.0.2")
+    assert c.spec.ports is not a.spec.ports and c.spec.ports[0].targetPort == "8080"  # a name, not the number
+    assert c.status is not a.status and c.status.loadBalancer.ingress[0].ip == "127.0.0.9"
