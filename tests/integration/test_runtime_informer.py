@@ -399,3 +399,20 @@ def test_cached_services_share_ports_families_and_an_empty_status() -> None:
     assert (a.spec.clusterIP, b.spec.clusterIP) == ("10.0.0.1", "10.0.0.2")
     assert c.spec.ports is not a.spec.ports and c.spec.ports[0].targetPort == "8080"  # a name, not the number
     assert c.status is not a.status and c.status.loadBalancer.ingress[0].ip == "127.0.0.9"
+
+
+def test_cached_services_share_an_empty_status_only_with_the_same_shape() -> None:
+    """`ingress: []` and no ingress at all read the same, but are not the same object on the wire."""
+    from lightkube.core import decoders
+    from lightkube.resources.core_v1 import Service
+
+    from isthmus.runtime.informer import _compact
+
+    raw = b'{"apiVersion":"v1","kind":"Service","metadata":{"name":"s%d","namespace":"ns"},"status":%s}'
+    shapes = [b'{"loadBalancer":{}}', b'{"loadBalancer":{"ingress":[]}}', b"{}", b'{"loadBalancer":{}}']
+    got = [decoders.decode_object(raw % (i, shape), Service) for i, shape in enumerate(shapes)]
+    for s in got:
+        _compact(s)
+    assert got[0].status is got[3].status
+    assert len({id(s.status) for s in got[:3]}) == 3
+    assert got[1].status.loadBalancer.ingress == [] and got[2].status.loadBalancer is None

@@ -98,7 +98,7 @@ class Cache(Generic[T]):
         self._items: dict[str, T] = {}
         self._indexers: dict[str, IndexFunc] = {}
         # An index value filed under one key holds that key itself, a set only from the second on:
-        # most values (a service's import, its kube slice) name one object, and an empty set is
+        # most values (a service's import, its kube slice) name one object, and a one-key set is
         # 216 bytes (4 MB of the discovery agent's at 10,000 services).
         self._indices: dict[str, dict[str, str | set[str]]] = {}
         self.add_indexer(NAMESPACE_INDEX, _namespace_index)
@@ -290,9 +290,10 @@ def _compact(obj: Any, drop: frozenset[str] = frozenset()) -> None:
                                                           p.appProtocol) for p in spec.ports)), spec.ports)
             if spec.ipFamilies:
                 spec.ipFamilies = _share(("ip-families", *spec.ipFamilies), spec.ipFamilies)
-        status = obj.status
-        if status is not None and not status.conditions and not (status.loadBalancer and status.loadBalancer.ingress):
-            obj.status = _share(("service-status", status.conditions is None, status.loadBalancer is None), status)
+        status, lb = obj.status, obj.status.loadBalancer if obj.status is not None else None
+        if status is not None and not status.conditions and not (lb and lb.ingress):  # no address: most Services
+            obj.status = _share(("service-status", status.conditions is None, lb is None,
+                                 lb is not None and lb.ingress is None), status)
 
 
 _intern = sys.intern
