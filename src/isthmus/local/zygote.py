@@ -206,11 +206,7 @@ class Zygote:
             code = 1
             try:
                 ours.close()
-                os.setsid()
-                if self.pdeathsig and _libc is not None:
-                    _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
-                    if os.getppid() != parent:
-                        os._exit(1)
+                _own_session(self.pdeathsig, parent)
                 keep = theirs.fileno()
                 null = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(null, 0)
@@ -488,6 +484,16 @@ def _set_pdeathsig() -> None:  # pragma: no cover - runs between fork and exec
         _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
+def _own_session(pdeathsig: bool, parent: int) -> None:  # pragma: no cover - runs in a forked child
+    """A forked child's own session, and with `pdeathsig` a SIGTERM when `parent` dies (it exits at
+    once if `parent` died before that was set)."""
+    os.setsid()
+    if pdeathsig and _libc is not None:
+        _set_pdeathsig()
+        if os.getppid() != parent:
+            os._exit(1)
+
+
 class _MMMap(ctypes.Structure):
     _fields_ = [
         *((name, ctypes.c_uint64) for name in (
@@ -564,11 +570,7 @@ def _child(request: dict[str, Any], out_fd: int, zygote_pid: int, started: int) 
     signalled by process group and recognised by its cmdline at once."""
     code = 1
     try:
-        os.setsid()
-        if request.get("pdeathsig") and _libc is not None:
-            _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
-            if os.getppid() != zygote_pid:  # the zygote died before the line above
-                os._exit(1)
+        _own_session(bool(request.get("pdeathsig")), zygote_pid)
         argv, env = list(request["argv"]), {str(k): str(v) for k, v in request["env"].items()}
         set_cmdline(argv, env)
         os.close(started)
