@@ -81,17 +81,10 @@ def ensure_tools() -> None:
 
 
 def free_port() -> int:
-    """A port free on both UDP and TCP at 127.0.0.1."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port = u.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return int(port)
+    """A port outside the ephemeral range (see isthmus.local.up.PORT_POOL), free on both UDP and TCP."""
+    from isthmus.local.up import pick_port
+
+    return pick_port(set(), udp=True)
 
 
 def pinned(core: str, argv: list[str]) -> list[str]:

@@ -23,7 +23,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.api.mcs import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MCS_GROUP, MCS_VERSION
 from isthmus.kube.client import client_for
+from isthmus.local.up import pick_port
 from isthmus.mcs.allocator import VipAllocator
 from isthmus.runtime.loop import loop_name, run
 
@@ -64,9 +64,8 @@ def cpu_s(pid: int) -> float:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port outside the ephemeral range (see isthmus.local.up.PORT_POOL)."""
+    return pick_port(set())
 
 
 def start(argv: list[str], wait_for: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,16 +19,11 @@ from lightkube.resources.coordination_v1 import Lease
 
 from isthmus.api.mcs import AGENT_LEASE_NAME, AGENT_NAMESPACE
 from tests.integration.mcs_harness import ClusterSet
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(90)]
 
 ISTHMUS = str(Path(sys.executable).with_name("isthmus"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -64,7 +58,7 @@ async def _ready(port: int, proc: subprocess.Popen[bytes], within: float = 30.0)
 async def test_an_agent_restarted_after_kill_9_takes_its_own_lease_back_at_once(
     cs: ClusterSet, tmp_path: Path
 ) -> None:
-    port, log = _free_port(), tmp_path / "agent.log"
+    port, log = free_port(), tmp_path / "agent.log"
     first = _start(cs, port, log)
     try:
         await _ready(port, first)
@@ -97,7 +91,7 @@ async def test_an_agent_without_cluster_id_waits_for_join_then_runs_as_the_joine
     from isthmus.mcs import membership
 
     srv, client = await cs.spare_server("late")
-    port, log = _free_port(), tmp_path / "late.log"
+    port, log = free_port(), tmp_path / "late.log"
     proc = _start_unjoined(srv.kubeconfig, port, log)
     try:
         async with httpx.AsyncClient(trust_env=False) as http:

@@ -19,6 +19,7 @@ import pytest_asyncio
 
 from isthmus.mcs import membership
 from tests.integration.mcs_harness import ClusterSet
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(90)]
 
@@ -29,20 +30,6 @@ ISTHMUS = str(Path(sys.executable).with_name("isthmus"))
 async def cs(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ClusterSet]:
     async with ClusterSet(tmp_path_factory.mktemp("dns-cli"), n=1, start_agents=False) as cs:
         yield cs
-
-
-def _free_udp_port() -> int:
-    """A port free for both UDP and TCP (the server listens on both)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            udp.bind(("127.0.0.1", 0))
-            port = int(udp.getsockname()[1])
-            with socket.socket() as tcp:
-                try:
-                    tcp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
 
 
 def _query(port: int) -> bytes | None:
@@ -65,7 +52,7 @@ def _start(kubeconfig: str, port: int, log: Path) -> subprocess.Popen[bytes]:
 
 async def test_dns_waits_for_join_then_serves(cs: ClusterSet, tmp_path: Path) -> None:
     srv, client = await cs.spare_server("late")
-    port, log = _free_udp_port(), tmp_path / "dns.log"
+    port, log = free_port(udp=True), tmp_path / "dns.log"
     early = _start(srv.kubeconfig, port, log)
     try:
         for _ in range(100):  # a loaded machine may take seconds to start Python

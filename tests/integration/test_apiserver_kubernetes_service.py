@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from isthmus.apiserver.server import ApiServer
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.ports import free_port
 
 
 def endpoints(srv: ApiServer) -> tuple[object, object, object]:

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from isthmus.apiserver.server import ApiServer
 from isthmus.apiserver.tls import ensure_certs
+from tests.ports import free_port
 
 TOKEN = "admin-token"
 NS = "default"
@@ -179,15 +180,6 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     finally:
         await srv.stop()
         await runner.cleanup()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # ---------------------------------------------------------------------------------- denials
@@ -458,7 +450,6 @@ async def test_writes_skip_admission_unless_some_webhook_names_their_resource(en
     assert admission.active(configmaps) and not admission.active(secrets)
     await env.call("DELETE", VWC + "/checks")
     assert not admission.active(configmaps)
-
 
 
 async def test_subresource_rules_see_status_writes(env: Env) -> None:

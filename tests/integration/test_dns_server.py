@@ -40,6 +40,7 @@ from isthmus.api.mcs import (
 from isthmus.dns.service import DnsConfig, DnsService
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.resources import resource_for
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -437,9 +438,7 @@ async def test_cli_process_logs_sync_and_answers(apiserver: Any) -> None:
 
     client = await _prepare(apiserver)
     await create_import(client, service_import("vip", ips=["243.0.0.7"]))
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port(udp=True)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "isthmus", "dns", "--kubeconfig", apiserver.kubeconfig, "--cluster-id", "c1",
         "--listen", f"127.0.0.1:{port}", "--log-format", "json",

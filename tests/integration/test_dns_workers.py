@@ -20,25 +20,11 @@ import dns.message
 import pytest
 
 from isthmus.kube.helpers import install_crds
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(90)
 
 NAME = "dns-version.clusterset.local"
-
-
-def free_port(fam: socket.AddressFamily = socket.AF_INET, host: str = "127.0.0.1") -> int:
-    """A port free for TCP and UDP both (the server listens on both; metrics over TCP): a port only
-    UDP found free was once another test's TCP listener, and the server exited at start."""
-    for _ in range(100):
-        with socket.socket(fam, socket.SOCK_STREAM) as t, socket.socket(fam, socket.SOCK_DGRAM) as u:
-            t.bind((host, 0))
-            port = int(t.getsockname()[1])
-            try:
-                u.bind((host, port))
-            except OSError:
-                continue
-            return port
-    raise OSError("no port free for both TCP and UDP")
 
 
 async def answered(host: str, port: int, n: int) -> int:
@@ -89,10 +75,10 @@ async def test_two_workers_share_the_port_and_a_killed_one_is_restarted(apiserve
     client = apiserver.client()
     async with asyncio.timeout(20):
         await install_crds(client)
-    port, mport = free_port(), free_port(socket.AF_INET)
+    port, mport = free_port(udp=True), free_port()
     v6 = socket.has_ipv6
     try:
-        port6 = free_port(socket.AF_INET6, "::1") if v6 else 0
+        port6 = free_port(udp=True, family=socket.AF_INET6, host="::1") if v6 else 0
     except OSError:
         v6 = False
     listen = ["--listen", f"127.0.0.1:{port}"] + (["--listen", f"[::1]:{port6}"] if v6 else [])
@@ -161,7 +147,7 @@ async def test_workers_stop_when_the_parent_is_killed(apiserver: Any) -> None:
     client = apiserver.client()
     async with asyncio.timeout(20):
         await install_crds(client)
-    port = free_port()
+    port = free_port(udp=True)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "isthmus", "dns", "--kubeconfig", apiserver.kubeconfig, "--cluster-id", "c1",
         "--listen", f"127.0.0.1:{port}", "--workers", "2", "--log-level", "warning",

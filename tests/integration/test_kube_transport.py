@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import httpx2
 import pytest
 from aiohttp import web
 
 from isthmus.kube.transport import AiohttpTransport
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port
 
 
 async def test_refused_connection_is_httpx_connect_error() -> None:
     client = httpx2.AsyncClient(transport=AiohttpTransport(True))
     with pytest.raises(httpx2.ConnectError, match=r"\[Errno 111\] Connection refused"):
-        await client.get(f"http://127.0.0.1:{_free_port()}/")
+        await client.get(f"http://127.0.0.1:{free_port()}/")
     await client.aclose()
 
 
@@ -49,7 +43,7 @@ async def test_bodies_stream_headers_and_errors_pass_through() -> None:
     app.router.add_get("/slow", slow)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     client = httpx2.AsyncClient(transport=AiohttpTransport(True), base_url=f"http://127.0.0.1:{port}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,8 @@ from typing import Any
 import httpx2
 import pytest
 from lightkube.resources.core_v1 import Service
+
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,12 +27,6 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_kube_lite_process(apiserver: Any, tmp_path: Path) -> None:

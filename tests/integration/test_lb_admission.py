@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 import ssl
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from isthmus.cli.webhook import ensure_secret, patch_ca_bundle
 from isthmus.lb.admission import HANDLERS, MUTATE_PATH, VALIDATE_PATH
 from isthmus.runtime.webhook import WebhookServer, self_signed
 from tests.conftest import RunningApiServer
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -189,12 +189,6 @@ async def test_the_certificate_secret_is_minted_once(apiserver: Any) -> None:
     assert first == again
     secret = await client.get(Secret, "tls", namespace="default")
     assert secret.type == "kubernetes.io/tls" and set(secret.data or {}) == {"ca.crt", "tls.crt", "tls.key"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_isthmus_webhook_bootstraps_its_certificate_and_serves_kubectl(

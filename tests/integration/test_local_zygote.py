@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from isthmus.local.zygote import UNKNOWN_EXIT, Zygote, forkable
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,12 +26,6 @@ ISTHMUS = [sys.executable, "-m", "isthmus"]
 def env_of(tmp: Path, **extra: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH", "LANG") if k in os.environ}
     return {**env, "HOME": str(tmp), "PYTHONUNBUFFERED": "1", **extra}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def apiserver_argv(tmp: Path) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from isthmus.local.kubelite.probes import Prober, ProbeResult, probe_once, resolve_port
+from tests.ports import free_port
 
 CONTAINER = {"name": "main", "ports": [{"name": "metrics", "containerPort": 0}]}
 
@@ -36,12 +36,6 @@ async def server() -> AsyncIterator[tuple[int, list[dict[str, str]]]]:
         await runner.cleanup()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_http_probe(server: tuple[int, list[dict[str, str]]]) -> None:
     port, seen = server
     container = {"name": "main", "ports": [{"name": "metrics", "containerPort": port}]}
@@ -54,7 +48,7 @@ async def test_http_probe(server: tuple[int, list[dict[str, str]]]) -> None:
     bad = await probe_once({"httpGet": {"path": "/?status=503", "port": port}}, host="127.0.0.1",
                            container=container, env={})
     assert bad == ProbeResult(False, "HTTP probe failed with statuscode: 503")
-    closed = _free_port()
+    closed = free_port()
     refused = await probe_once({"httpGet": {"path": "/healthz", "port": closed}}, host="127.0.0.1",
                                container=container, env={})
     assert not refused.ok and refused.message.startswith(f'Get "http://127.0.0.1:{closed}/healthz": dial tcp ')
@@ -63,7 +57,7 @@ async def test_http_probe(server: tuple[int, list[dict[str, str]]]) -> None:
 async def test_tcp_and_exec_probes(server: tuple[int, list[dict[str, str]]]) -> None:
     port, _ = server
     assert (await probe_once({"tcpSocket": {"port": port}}, host="127.0.0.1", container=CONTAINER, env={})).ok
-    closed = _free_port()
+    closed = free_port()
     refused = await probe_once({"tcpSocket": {"port": closed}}, host="127.0.0.1", container=CONTAINER, env={})
     assert refused == ProbeResult(False, f"dial tcp 127.0.0.1:{closed}: connect: connection refused")
     env = {"PATH": "/usr/bin:/bin", "WANT": "yes"}

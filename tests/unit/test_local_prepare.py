@@ -4,7 +4,6 @@ parts a crashed supervisor left running it adopts instead of restarting."""
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 from isthmus.local import plan, up
 from isthmus.local.state import Layout, PartState, State, load_state, save_state
 from isthmus.local.supervisor import is_ours, open_log
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,12 +82,6 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[2])), H).serve_forever()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class StandIns:
     """Processes standing in for the parts a crashed supervisor left: our command line (naming
     the state dir), their own session, and a /readyz answering 200 or 500."""
@@ -102,7 +96,7 @@ class StandIns:
         return [sys.executable, "-c", SERVER, str(self.layout.root / "c1"), str(self.ports[name]), str(answer)]
 
     def run(self, name: str, answer: int = 200) -> int:
-        self.ports[name] = _free_port()
+        self.ports[name] = free_port()
         self.answers[name] = answer
         self.procs[name] = subprocess.Popen(self.argv(name, answer), start_new_session=True)
         return self.procs[name].pid

@@ -5,26 +5,20 @@ make the clusterset look ready: `up` would return before the new supervisor's se
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
 
 from isthmus.local import plan, up
 from isthmus.local.state import PHASE_RUNNING, PHASE_STARTING, Layout, State, private_dir, save_state
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port
 
 
 def _status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recorded_pid: int | None, live_pid: int | None,
             phase: str) -> dict[str, object]:
     layout = Layout.at(tmp_path / "state")
     private_dir(layout.root)
-    state = State(clusters=1, ports={name: _free_port() for name in plan.port_names(1)},
+    state = State(clusters=1, ports={name: free_port() for name in plan.port_names(1)},
                   supervisor_pid=recorded_pid, phase=phase)
     save_state(layout, state)
     monkeypatch.setattr(up, "running_supervisor", lambda _layout: live_pid)
