@@ -455,7 +455,10 @@ async def test_cli_process_logs_sync_and_answers(apiserver: Any) -> None:
                     break
             except (dns.exception.Timeout, OSError):
                 pass
-            assert time.monotonic() < end and proc.returncode is None, "isthmus dns did not answer"
+            if proc.returncode is not None:
+                output, _ = await proc.communicate()
+                raise AssertionError(f"isthmus dns exited {proc.returncode}: {output.decode()}")
+            assert time.monotonic() < end, "isthmus dns did not answer"
             await asyncio.sleep(0.1)
         assert [rr.address for rr in r.answer[0]] == ["243.0.0.7"]
         # the TCP flags reach the server: one connection per address, so a second closes the first
@@ -472,7 +475,8 @@ async def test_cli_process_logs_sync_and_answers(apiserver: Any) -> None:
         assert dns.message.from_wire(await reader.readexactly(size)).answer
         writer.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
         output, _ = await asyncio.wait_for(proc.communicate(), 10)
     text = output.decode()
     assert proc.returncode == 0, text
