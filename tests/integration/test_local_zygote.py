@@ -72,13 +72,20 @@ def test_only_isthmus_commands_of_this_interpreter_are_forked() -> None:
 
 
 async def test_a_forked_command_has_its_argv_env_cwd_output_and_exit_code(zygote: Zygote, tmp_path: Path) -> None:
-    argv = [*ISTHMUS, "agent", "--no-such-flag"]
+    # its identity is settled before spawn returns: /proc shows the command, not the zygote's (read
+    # from one that keeps running: a command that fails at once may be a zombie, cmdline empty, by then)
+    argv = apiserver_argv(tmp_path)
     proc = await zygote.spawn(argv, env=env_of(tmp_path, MARK="zygote-test"), cwd=str(tmp_path), pipe_stdout=True)
-    # its identity is settled before spawn returns: /proc shows the command, not the zygote's
-    assert proc_file(proc.pid, "cmdline").split(b"\0")[:-1] == [a.encode() for a in argv]
-    environ = proc_file(proc.pid, "environ").split(b"\0")
-    assert b"MARK=zygote-test" in environ and f"HOME={tmp_path}".encode() in environ
-    assert os.getpgid(proc.pid) == proc.pid  # its own session and process group
+    try:
+        assert proc_file(proc.pid, "cmdline").split(b"\0")[:-1] == [a.encode() for a in argv]
+        environ = proc_file(proc.pid, "environ").split(b"\0")
+        assert b"MARK=zygote-test" in environ and f"HOME={tmp_path}".encode() in environ
+        assert os.getpgid(proc.pid) == proc.pid  # its own session and process group
+        assert os.readlink(f"/proc/{proc.pid}/cwd") == str(tmp_path)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+    assert await asyncio.wait_for(proc.wait(), 30) in (0, -signal.SIGTERM)
+    proc = await zygote.spawn([*ISTHMUS, "agent", "--no-such-flag"], env=env_of(tmp_path), pipe_stdout=True)
     assert proc.stdout is not None
     out = (await proc.stdout.read()).decode()
     assert await proc.wait() == 2 and proc.returncode == 2
