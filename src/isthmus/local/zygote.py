@@ -566,13 +566,15 @@ def _fork_child(request: dict[str, Any], out_fd: int) -> int:
 
 def _child(request: dict[str, Any], out_fd: int, zygote_pid: int, started: int) -> None:  # pragma: no cover
     """Become the requested process (forked); never returns. Its identity (session, cmdline,
-    parent-death signal) is settled before `started` is closed, so the pid the caller gets can be
-    signalled by process group and recognised by its cmdline at once."""
+    working directory, parent-death signal) is settled before `started` is closed, so the pid the
+    caller gets can be signalled by process group and recognised by its cmdline at once."""
     code = 1
     try:
         _own_session(bool(request.get("pdeathsig")), zygote_pid)
         argv, env = list(request["argv"]), {str(k): str(v) for k, v in request["env"].items()}
         set_cmdline(argv, env)
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
         os.close(started)
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
@@ -583,8 +585,6 @@ def _child(request: dict[str, Any], out_fd: int, zygote_pid: int, started: int) 
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
         os.closerange(3, 65536)
-        if request.get("cwd"):
-            os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(env)
         unbuffered = bool(env.get("PYTHONUNBUFFERED"))
