@@ -322,6 +322,7 @@ async def run_bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             await asyncio.sleep(2.0)  # let status writes settle before the snapshot
             first = agents[0]
             snap = await versions(clients[0], "bulk")
+            restart_cpu0 = {name: cpu_s(apiservers[name].pid) for name in ("broker", names[0])}
             first.restart()
             t0 = time.perf_counter()
             keys = n + 1  # every bulk service, plus the latency namespace's
@@ -335,6 +336,9 @@ async def run_bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 if time.perf_counter() - t0 > 300:
                     raise TimeoutError("the restarted agent did not resync in 300 s")
             results[f"agent restart → resynced ({n + args.samples} imports) s"] = time.perf_counter() - t0
+            results["  CPU s meanwhile: the agent (start-up included) / broker / its apiserver"] = (
+                f"{cpu_s(first.proc.pid):.2f} / {cpu_s(apiservers['broker'].pid) - restart_cpu0['broker']:.2f}"
+                f" / {cpu_s(apiservers[names[0]].pid) - restart_cpu0[names[0]]:.2f}")
             m = await first.metrics(http)
             results["  objects it rewrote / API writes it sent (lease and heartbeat included)"] = (
                 f"{sum(1 for key, rv in (await versions(clients[0], 'bulk')).items() if snap.get(key) != rv)}"
