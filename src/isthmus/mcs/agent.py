@@ -89,12 +89,14 @@ from isthmus.mcs.brokerinfo import BrokerInfo
 from isthmus.mcs.endpoints import (
     InvalidAnnotation,
     PortSelector,
+    broker_import_metadata,
     broker_service_import,
     broker_slice,
     consumer_clusters,
     export_view,
     exported_ports,
     imported_slice_name,
+    local_import_metadata,
     local_service_import,
     local_slice_copy,
     port_selected,
@@ -698,19 +700,20 @@ class Agent:
                            export.spec.exported_annotations, vip, selectors=state.selectors,
                            consumers=state.consumers)
         state.spec = spec
-        desired = ExportedService(
-            metadata=ObjectMeta(
-                name=broker_object_name(name, ns, self.cluster_id), namespace=self.broker_ns,
-                labels={SERVICE_NAME_LABEL: name, SOURCE_NAMESPACE_LABEL: ns, SOURCE_CLUSTER_LABEL: self.cluster_id},
-                owner_references=[OwnerReference.from_dict(owner.to_dict())],
-            ),
-            spec=spec,
-        )
-        current = self.b_exports.cache.get(f"{self.broker_ns}/{desired.metadata.name}")
+        bname = broker_object_name(name, ns, self.cluster_id)
+        current = self.b_exports.cache.get(f"{self.broker_ns}/{bname}")
         if current is None or self._export_spec(current) != spec:
-            key = f"es/{desired.metadata.name}"
+            key = f"es/{bname}"
             if self._published.get(key) == spec:
                 return  # written already; the cache has not shown it yet (a busy broker's watch lags)
+            desired = ExportedService(
+                metadata=ObjectMeta(
+                    name=bname, namespace=self.broker_ns,
+                    labels={SERVICE_NAME_LABEL: name, SOURCE_NAMESPACE_LABEL: ns, SOURCE_CLUSTER_LABEL: self.cluster_id},
+                    owner_references=[OwnerReference.from_dict(owner.to_dict())],
+                ),
+                spec=spec,
+            )
             await helpers.apply(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
             self._published[key] = spec
 
@@ -790,10 +793,13 @@ class Agent:
         result = aggregate(exporters, ips=current.spec.ips, vip_enabled=vip_enabled)
         if state.spec is None:
             return AggregateState(current=current, result=result)  # only exporters maintain it
-        desired = self._aggregate_object(
-            ns, name, result, vip_enabled, (current.metadata.annotations or {}).get(CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION))
-        if (desired.spec != current.spec or desired.metadata.labels != (current.metadata.labels or {})
-                or desired.metadata.annotations != (current.metadata.annotations or {})):
+        allocated_by = (current.metadata.annotations or {}).get(CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION)
+        labels, annotations = broker_import_metadata(result, service=name, namespace=ns, vip_enabled=vip_enabled,
+                                                     allocated_by=allocated_by)
+        # Compared before an object is built: at a restart, every service is reconciled and nearly all are current.
+        if (result.spec != current.spec or labels != (current.metadata.labels or {})
+                or annotations != (current.metadata.annotations or {})):
+            desired = self._aggregate_object(ns, name, result, vip_enabled, allocated_by)
             desired.metadata.resource_version = current.metadata.resource_version
             current = await _write(self.broker, desired, replace=True)
         current = await self._sync_aggregate_status(current, result)
@@ -992,11 +998,12 @@ class Agent:
             if local is not None:
                 await helpers.ensure_deleted(self.cluster, ServiceImport, name, namespace=ns)
             return
-        desired = local_service_import(agg, namespace=ns, service=name)
+        labels, annotations = local_import_metadata(agg)
         if local is None:
-            local = await _write(self.cluster, desired, replace=False)
-        elif (local.spec != desired.spec or (local.metadata.labels or None) != desired.metadata.labels
-              or (local.metadata.annotations or None) != desired.metadata.annotations):
+            local = await _write(self.cluster, local_service_import(agg, namespace=ns, service=name), replace=False)
+        elif (local.spec != agg.spec or (local.metadata.labels or None) != labels
+              or (local.metadata.annotations or None) != annotations):
+            desired = local_service_import(agg, namespace=ns, service=name)
             desired.metadata.resource_version = local.metadata.resource_version
             local = await _write(self.cluster, desired, replace=True)
         if local.status.clusters != agg.status.clusters:

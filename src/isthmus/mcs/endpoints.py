@@ -59,12 +59,14 @@ from isthmus.mcs.aggregate import Aggregate
 __all__ = [
     "BROKER_ONLY_LABELS",
     "InvalidAnnotation",
+    "broker_import_metadata",
     "broker_service_import",
     "broker_slice",
     "consumer_clusters",
     "export_view",
     "exported_ports",
     "imported_slice_name",
+    "local_import_metadata",
     "local_service_import",
     "local_slice_copy",
     "validate_export",
@@ -358,6 +360,19 @@ def local_slice_copy(
 # --- ServiceImports ----------------------------------------------------------------------------
 
 
+def broker_import_metadata(agg: Aggregate, *, service: str, namespace: str, vip_enabled: bool,
+                           allocated_by: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """The labels and annotations of `broker_service_import` (compared before building one)."""
+    labels = dict(agg.labels)
+    labels.update({SERVICE_NAME_LABEL: service, SOURCE_NAMESPACE_LABEL: namespace})
+    annotations = dict(agg.annotations)
+    annotations[USE_CLUSTERSET_IP_ANNOTATION] = "true" if vip_enabled else "false"
+    annotations.pop(CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION, None)
+    if allocated_by and agg.spec.ips:
+        annotations[CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION] = allocated_by
+    return labels, annotations
+
+
 def broker_service_import(
     agg: Aggregate,
     *,
@@ -371,13 +386,8 @@ def broker_service_import(
     Exported labels/annotations go on its metadata (bookkeeping labels win a clash); the
     use-clusterset-ip annotation records the fixed VIP setting, allocated-by the VIP's cluster.
     """
-    labels = dict(agg.labels)
-    labels.update({SERVICE_NAME_LABEL: service, SOURCE_NAMESPACE_LABEL: namespace})
-    annotations = dict(agg.annotations)
-    annotations[USE_CLUSTERSET_IP_ANNOTATION] = "true" if vip_enabled else "false"
-    annotations.pop(CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION, None)
-    if allocated_by and agg.spec.ips:
-        annotations[CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION] = allocated_by
+    labels, annotations = broker_import_metadata(agg, service=service, namespace=namespace,
+                                                 vip_enabled=vip_enabled, allocated_by=allocated_by)
     return ServiceImport(
         metadata=ObjectMeta(
             name=broker_object_name(service, namespace), labels=labels, annotations=annotations
@@ -387,6 +397,13 @@ def broker_service_import(
     )
 
 
+def local_import_metadata(broker_import: ServiceImport) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """The labels and annotations of `local_service_import` (None when empty; compared before building one)."""
+    labels = {k: v for k, v in (broker_import.metadata.labels or {}).items() if k not in BROKER_ONLY_LABELS}
+    annotations = dict(broker_import.metadata.annotations or {})
+    return labels or None, annotations or None
+
+
 def local_service_import(broker_import: ServiceImport, *, namespace: str, service: str) -> ServiceImport:
     """The member-cluster copy `<namespace>/<service>` of a broker aggregate.
 
@@ -394,12 +411,9 @@ def local_service_import(broker_import: ServiceImport, *, namespace: str, servic
     annotations and the exported labels/annotations become its metadata; the broker bookkeeping
     labels are dropped. No uid/resourceVersion: the caller applies it.
     """
-    labels = {k: v for k, v in (broker_import.metadata.labels or {}).items() if k not in BROKER_ONLY_LABELS}
-    annotations = dict(broker_import.metadata.annotations or {})
+    labels, annotations = local_import_metadata(broker_import)
     return ServiceImport(
-        metadata=ObjectMeta(
-            name=service, namespace=namespace, labels=labels or None, annotations=annotations or None
-        ),
+        metadata=ObjectMeta(name=service, namespace=namespace, labels=labels, annotations=annotations),
         spec=broker_import.spec.model_copy(deep=True),
         status=ServiceImportStatus(
             clusters=[c.model_copy() for c in broker_import.status.clusters],
