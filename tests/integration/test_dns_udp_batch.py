@@ -134,7 +134,8 @@ HOSTS = ["127.0.0.1", pytest.param("::1", marks=pytest.mark.skipif(not HAS_V6, r
 @pytest.mark.parametrize("host", HOSTS)
 async def test_batched_answers_equal_one_at_a_time_each_to_its_client(host: str) -> None:
     qs = queries()
-    async with serving(host, 64) as batched, serving(host, 0) as plain:
+    c = cache()  # one cache for both: two made a second apart have different SOA serials (time-based)
+    async with serving(host, 64, c) as batched, serving(host, 0, c) as plain:
         assert batched.udp_io == "recvmmsg/sendmmsg x64" and plain.udp_io == "recvfrom/sendto"
         assert plain._udp[0].mm is None
         sizes = batch_sizes(batched)
