@@ -175,6 +175,30 @@ async def test_slices_from_every_exporting_cluster_next_to_the_import(cs: Cluste
     assert kube is not None and labels_of(kube)[MANAGED_BY_LABEL] == "endpointslice-controller.k8s.io"
 
 
+async def test_an_imported_slice_and_its_broker_slice_share_their_endpoints_in_the_agents_cache(
+        cs: ClusterSet) -> None:
+    """The agent caches each imported slice twice (the broker's and the local copy): whichever came
+    second holds the first's endpoints list itself, not an equal copy."""
+    ns = "i-share"
+    await _ns_everywhere(cs, ns, [0, 1])
+    await cs.export(0, "web", ns, svc=service("web", ns, cluster_ip="127.10.3.3"))
+    await cs.wait_import(1, "web", ns, ["c1"])
+    await _slices_from(cs, 1, "web", ns, ["c1"])
+    agent = cs.clusters[1].agent
+
+    async def shared() -> tuple[Any, Any]:
+        local = agent.slices.cache.get(f"{ns}/{imported_slice_name('web', 'c1')}")
+        broker = agent.b_slices.cache.get(f"{BROKER_NS}/{broker_object_name('web', ns, 'c1')}")
+        assert local is not None and broker is not None
+        assert local.endpoints and local.endpoints[0].addresses == ["127.10.3.3"]
+        assert local.endpoints is broker.endpoints
+        return local, broker
+
+    local, broker = await eventually(shared, what="one endpoints list for both cached slices")
+    assert local.metadata.labels[SOURCE_CLUSTER_LABEL] == "c1"  # each keeps its own metadata
+    assert SOURCE_NAMESPACE_LABEL in broker.metadata.labels and SOURCE_NAMESPACE_LABEL not in local.metadata.labels
+
+
 async def test_clusterip_endpoint_ready_means_the_cluster_has_ready_endpoints(cs: ClusterSet) -> None:
     ns = "i-ready"
     await _ns_everywhere(cs, ns)

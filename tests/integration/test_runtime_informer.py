@@ -315,6 +315,39 @@ async def test_a_shared_informer_must_drop_the_same_metadata_for_every_user(apis
         f.informer(ConfigMap, "default")
 
 
+async def test_a_transform_changes_listed_and_watched_objects_before_they_are_cached(apiserver: Any) -> None:
+    """`set_transform`: applied after compaction to what a list and a watch bring, before handlers
+    see it; one per informer, set before it starts."""
+    c = apiserver.client()
+    await c.create(cm("t-listed", x="1"))
+    f = SharedInformerFactory(c)
+    inf = f.informer(ConfigMap, "default")
+    seen: list[tuple[str, dict[str, str] | None, bool]] = []
+
+    def mark(obj: Any) -> None:
+        seen.append((obj.metadata.name, dict(obj.data or {}), obj.metadata.managedFields is None))
+        obj.data = {**(obj.data or {}), "marked": "yes"}
+
+    inf.set_transform(mark)
+    inf.set_transform(mark)  # the same one again (a second user of the shared informer): fine
+    with pytest.raises(ValueError, match="already has a transform"):
+        inf.set_transform(lambda obj: None)
+    rec = Recorder(inf)
+    f.start()
+    try:
+        assert await f.wait_synced(10)
+        with pytest.raises(RuntimeError, match="before"):
+            inf.set_transform(mark)
+        await c.create(cm("t-watched", x="2"))
+        await eventually(lambda: rec.has("add", "t-watched"))
+        for name in ("t-listed", "t-watched"):
+            cached = inf.cache.get(f"default/{name}")
+            assert cached is not None and cached.data is not None and cached.data["marked"] == "yes"
+        assert ("t-listed", {"x": "1"}, True) in seen and ("t-watched", {"x": "2"}, True) in seen  # after compaction
+    finally:
+        await f.stop()
+
+
 def test_cached_objects_share_the_small_values_they_repeat() -> None:
     """Ports, endpoint conditions and lists of flat records are one instance across cached objects,
     equal by value and kind (a JSON `true` never stands in for a `1`); larger or varied lists are not."""

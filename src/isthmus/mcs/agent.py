@@ -333,6 +333,10 @@ class Agent:
         for inf in (self.slices, self.b_exports, self.b_imports, self.b_slices):
             inf.add_indexer(BY_SERVICE, keys.mcs_keys)
         self.slices.add_indexer(BY_KUBE_SERVICE, keys.kube_slice_keys)
+        # Each imported slice is cached twice, on the broker and as its local copy (30,000 pairs at
+        # 10,000 services x 3 clusters): whichever arrives second takes the first's equal endpoints.
+        self.slices.set_transform(self._share_with_broker_slice)
+        self.b_slices.set_transform(self._share_with_local_copy)
         self.b_slices.add_indexer(BY_SOURCE_CLUSTER, _source_cluster_key)
         self._published = {}
         # Whatever the cache shows of one of our broker objects, written by us or changed by anyone
@@ -560,6 +564,22 @@ class Agent:
                 continue
             self.liveness.forget(name)
             self.liveness.observe(name, _annotations(raw).get(HEARTBEAT_ANNOTATION), marked_silent=True)
+
+    def _share_with_broker_slice(self, obj: Any) -> None:
+        labels = obj.metadata.labels or {}
+        service, cluster = labels.get(SERVICE_NAME_LABEL), labels.get(SOURCE_CLUSTER_LABEL)
+        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE or not service or not cluster:
+            return
+        name = broker_object_name(service, obj.metadata.namespace or "", cluster)
+        if (b := self.b_slices.cache.get(f"{self.broker_ns}/{name}")) is not None:
+            _share_lists(obj, b)
+
+    def _share_with_local_copy(self, b: Any) -> None:
+        labels = b.metadata.labels or {}
+        service, ns, cluster = (labels.get(SERVICE_NAME_LABEL), labels.get(SOURCE_NAMESPACE_LABEL),
+                                labels.get(SOURCE_CLUSTER_LABEL))
+        if service and ns and cluster and (local := self.slices.cache.get(f"{ns}/{imported_slice_name(service, cluster)}")):
+            _share_lists(b, local)
 
     def _forget(self, kind: str, obj: Any) -> None:
         self._published.pop(f"{kind}/{object_name(obj)}", None)
@@ -1045,6 +1065,15 @@ def _slice_body(obj: Any) -> tuple[Any, ...]:
     d = _dump(obj)
     return (d.get("addressType"), d.get("endpoints") or [], d.get("ports") or [],
             (d.get("metadata") or {}).get("labels") or {})
+
+
+def _share_lists(obj: Any, cached: Any) -> None:
+    """`obj`, about to be cached, takes `cached`'s endpoints and ports where they are equal:
+    cached objects are read-only, so one instance may serve both."""
+    if obj.endpoints and obj.endpoints is not cached.endpoints and obj.endpoints == cached.endpoints:
+        obj.endpoints = cached.endpoints
+    if obj.ports and obj.ports is not cached.ports and obj.ports == cached.ports:
+        obj.ports = cached.ports
 
 
 def _copy_current(existing: Any, broker: Any, uid: str, service: str, cluster: str) -> bool:

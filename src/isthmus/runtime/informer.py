@@ -407,6 +407,7 @@ class Informer(Generic[T]):
         self._synced = asyncio.Event()
         self._rv: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self._extra_transform: Callable[[Any], None] | None = None
         self._failures = 0
         self.last_error: str | None = None
         """Why the last list or watch failed (None once a list succeeds): for status reporting."""
@@ -566,9 +567,21 @@ class Informer(Generic[T]):
         log.debug("listed", extra={"resource": self.name, "count": len(fresh), "rv": rv, "reason": reason})
         self._synced.set()
 
+    def set_transform(self, fn: Callable[[Any], None]) -> None:
+        """Change each object in place once more before it is cached, after compaction (client-go's
+        SetTransform). The informer is shared: one transform, set before it starts, that changes
+        nothing its readers see (the agent makes equal values of two caches one instance)."""
+        if self._extra_transform is not None and self._extra_transform != fn:
+            raise ValueError(f"informer {self.name} already has a transform")
+        if self._task is not None:
+            raise RuntimeError(f"informer {self.name} has started: set its transform before")
+        self._extra_transform = fn
+
     def _transform(self, obj: Any) -> None:
         if not self.keep_managed_fields:
             _compact(obj, self.drop_metadata)
+        if self._extra_transform is not None:
+            self._extra_transform(obj)
 
     def _replace(self, fresh: dict[str, T]) -> None:
         cache = self.cache
