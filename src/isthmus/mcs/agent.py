@@ -566,20 +566,24 @@ class Agent:
             self.liveness.observe(name, _annotations(raw).get(HEARTBEAT_ANNOTATION), marked_silent=True)
 
     def _share_with_broker_slice(self, obj: Any) -> None:
+        """Transform of local slices: an MCS copy takes its broker slice's equal lists."""
         labels = obj.metadata.labels or {}
         service, cluster = labels.get(SERVICE_NAME_LABEL), labels.get(SOURCE_CLUSTER_LABEL)
         if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE or not service or not cluster:
             return
         name = broker_object_name(service, obj.metadata.namespace or "", cluster)
-        if (b := self.b_slices.cache.get(f"{self.broker_ns}/{name}")) is not None:
-            _share_lists(obj, b)
+        if (broker := self.b_slices.cache.get(f"{self.broker_ns}/{name}")) is not None:
+            _share_lists(obj, broker)
 
-    def _share_with_local_copy(self, b: Any) -> None:
-        labels = b.metadata.labels or {}
+    def _share_with_local_copy(self, obj: Any) -> None:
+        """Transform of broker slices: one takes its local copy's equal lists."""
+        labels = obj.metadata.labels or {}
         service, ns, cluster = (labels.get(SERVICE_NAME_LABEL), labels.get(SOURCE_NAMESPACE_LABEL),
                                 labels.get(SOURCE_CLUSTER_LABEL))
-        if service and ns and cluster and (local := self.slices.cache.get(f"{ns}/{imported_slice_name(service, cluster)}")):
-            _share_lists(b, local)
+        if not service or not ns or not cluster:
+            return
+        if (local := self.slices.cache.get(f"{ns}/{imported_slice_name(service, cluster)}")) is not None:
+            _share_lists(obj, local)
 
     def _forget(self, kind: str, obj: Any) -> None:
         self._published.pop(f"{kind}/{object_name(obj)}", None)
