@@ -7,27 +7,14 @@ server binds it; a server then exits at start (CI saw `isthmus dns` exit 2 that 
 the server listens on both) UDP."""
 
 import random
-import socket
 
-from isthmus.local.up import PORT_POOL, ephemeral_ports
+from isthmus.local.up import PORT_POOL, ephemeral_ports, port_free
 
 
-def free_port(udp: bool = False, family: socket.AddressFamily = socket.AF_INET, host: str = "127.0.0.1") -> int:
+def free_port(udp: bool = False, host: str = "127.0.0.1") -> int:
     ephemeral = ephemeral_ports()
     pool = [p for p in PORT_POOL if p not in ephemeral]
     for port in random.sample(pool, min(len(pool), 200)):
-        if _bindable(port, udp, family, host):
+        if port_free(port, udp, host):
             return port
     raise OSError(f"no free port on {host} outside the ephemeral range")
-
-
-def _bindable(port: int, udp: bool, family: socket.AddressFamily, host: str) -> bool:
-    for kind in [socket.SOCK_STREAM] + ([socket.SOCK_DGRAM] if udp else []):
-        with socket.socket(family, kind) as s:
-            if kind == socket.SOCK_STREAM:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((host, port))
-            except OSError:
-                return False
-    return True

@@ -78,7 +78,7 @@ async def test_two_workers_share_the_port_and_a_killed_one_is_restarted(apiserve
     port, mport = free_port(udp=True), free_port()
     v6 = socket.has_ipv6
     try:
-        port6 = free_port(udp=True, family=socket.AF_INET6, host="::1") if v6 else 0
+        port6 = free_port(udp=True, host="::1") if v6 else 0
     except OSError:
         v6 = False
     listen = ["--listen", f"127.0.0.1:{port}"] + (["--listen", f"[::1]:{port6}"] if v6 else [])

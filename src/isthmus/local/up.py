@@ -98,15 +98,16 @@ def child_env() -> dict[str, str]:
 # --- ports and kubeconfigs -----------------------------------------------------------------------
 
 
-def port_free(port: int, udp: bool = False) -> bool:
-    """Can a server bind 127.0.0.1:port now (TCP with SO_REUSEADDR, like our servers; UDP too)?"""
+def port_free(port: int, udp: bool = False, host: str = HOST) -> bool:
+    """Can a server bind host:port now (TCP with SO_REUSEADDR, like our servers; UDP too)?"""
     kinds = [socket.SOCK_STREAM] + ([socket.SOCK_DGRAM] if udp else [])
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     for kind in kinds:
-        with socket.socket(socket.AF_INET, kind) as s:
+        with socket.socket(family, kind) as s:
             if kind == socket.SOCK_STREAM:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                s.bind((HOST, port))
+                s.bind((host, port))
             except OSError:
                 return False
     return True
