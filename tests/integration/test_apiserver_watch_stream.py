@@ -84,3 +84,36 @@ async def test_timeout_seconds_ends_the_stream_after_its_events(apiserver: Runni
     events = [json.loads(line) for line in body.splitlines()]
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "before-timeout")]
     assert apiserver.store.watcher_count("/configmaps") == 0
+
+
+async def test_a_watcher_that_stops_reading_gets_every_event_once_it_reads_again(apiserver: RunningApiServer) -> None:
+    """Backpressure: a watcher that reads nothing while 6 MiB of events are written makes the
+    server wait for its socket to drain (not buffer without bound, not drop the stream); once it
+    reads, every event arrives in order in valid HTTP/1.1 chunks."""
+    rv = apiserver.store.rv
+    host, port = apiserver.url.split("://", 1)[1].rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"GET {CMS}?watch=true&resourceVersion={rv}&timeoutSeconds=60 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+        info = apiserver.server.resources.get("", "v1", "configmaps")
+        names = [f"big{i:03d}" for i in range(200)]
+        for n in names:
+            await apiserver.server.create_object(info, "default", {"metadata": {"name": n}, "data": {"k": n * 8192}},
+                                                 manager="test")
+            await asyncio.sleep(0)  # let the watcher run: it writes until its socket is full, then waits
+        await asyncio.sleep(0.5)
+        assert apiserver.store.watcher_count("/configmaps") == 1  # waiting, not dropped
+        body, events = b"", []
+        async with asyncio.timeout(30):
+            while len(events) < len(names):
+                size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
+                assert size > 0, "the stream ended early"
+                body += (await reader.readexactly(size + 2))[:-2]
+                *lines, body = body.split(b"\n")
+                events += [json.loads(line) for line in lines]
+    finally:
+        writer.close()
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", n) for n in names]
+    assert all(e["object"]["data"]["k"] == e["object"]["metadata"]["name"] * 8192 for e in events)
