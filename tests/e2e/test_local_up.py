@@ -571,6 +571,21 @@ def _through(src: str, ip: str, port: int) -> str | None:
         return s.recv(100).decode().strip() or None
 
 
+def _egress_state(cs: Clusterset, ns: str, forwarder: str) -> str:
+    """The egress parts' recent logs and the objects failover goes through, for a failure message."""
+    out = []
+    for what in (["get", "pods,endpointslices,leases", "-n", "isthmus-system", "-o", "wide"],
+                 ["get", "forwarders.egress.isthmus.io", "-A", "-o", "yaml"],
+                 ["logs", "--tail=30", "--prefix", "-n", "isthmus-system", "-l", "app.kubernetes.io/name=isthmus-egress-gateway"],
+                 ["logs", "--tail=30", "--prefix", "-n", "isthmus-system", "-l", "app.kubernetes.io/name=isthmus-egress-operator"],
+                 ["logs", "--tail=30", "--prefix", "-n", ns, "-l", f"egress.isthmus.io/forwarder={forwarder}"]):
+        try:
+            out.append(f"$ kubectl {' '.join(what)}\n{cs.kubectl('c2', *what)}")
+        except (AssertionError, subprocess.TimeoutExpired) as e:
+            out.append(f"$ kubectl {' '.join(what)}: {e}")
+    return "\n".join(out)
+
+
 def test_egress_through_kubectl_with_its_failure_scenarios(cs: Clusterset) -> None:
     cs.kubectl("c2", "apply", "-f", "-", stdin=ECHO)  # as the discovery test left it (idempotent)
     cs.kubectl("c2", "-n", "demo", "rollout", "status", "deployment/echo", "--timeout=60s")
@@ -618,7 +633,10 @@ def test_egress_through_kubectl_with_its_failure_scenarios(cs: Clusterset) -> No
         # The gateway pod is killed: a new one takes the lease; traffic resumes from the same address.
         cs.kubectl("c2", "-n", "isthmus-system", "delete", "pod", "-l", "app.kubernetes.io/name=isthmus-egress-gateway",
                    "--wait=false")
-        wait_for("traffic after the gateway's restart", lambda: _through(src, fip, 7100) == address, timeout=60)
+        try:
+            wait_for("traffic after the gateway's restart", lambda: _through(src, fip, 7100) == address, timeout=60)
+        except AssertionError as e:  # rare (twice so far): keep what the next occurrence needs to be understood
+            raise AssertionError(f"{e}\n{_egress_state(cs, ns, name)}") from None
         assert set(outside.peers) == {address}  # nothing ever left from another address
         # Deleting the ExternalService removes its forwarder; the claim then goes and frees the address.
         cs.kubectl("c2", "-n", "demo", "delete", "externalservice", "e2e-out", "--timeout=60s")
