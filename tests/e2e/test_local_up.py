@@ -8,6 +8,7 @@ always runs `isthmus down` and checks that no process naming the state dir survi
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import json
 import os
@@ -554,7 +555,9 @@ class _PeerServer:
             except TimeoutError:
                 continue
             self.peers.append(peer[0])
-            with conn:
+            # A flow the gateway aborts (failover fails closed) may be reset before the answer:
+            # that must not end the server, or every later connection waits in its backlog.
+            with conn, contextlib.suppress(OSError):
                 conn.sendall(peer[0].encode() + b"\n")
 
     def close(self) -> None:
