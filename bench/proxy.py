@@ -1,7 +1,7 @@
 """Proxy benchmark: small HTTP requests through `isthmus proxy` (ClusterIP and VIP) vs straight to the backend.
 
-    .venv/bin/python bench/proxy.py [--quick] [--loop both|uvloop|asyncio] [--requests 20000]
-        [--new-conn-requests 4000] [--concurrency 8] [--rounds 3] [--bulk-mib 256] [--no-haproxy]
+    .venv/bin/python bench/proxy.py [--quick] [--loop both|uvloop|asyncio] [--mode both|userspace|nftables]
+        [--requests 20000] [--new-conn-requests 4000] [--concurrency 8] [--rounds 3] [--bulk-mib 256] [--no-haproxy]
 
 1. A fast backend (child process: a bare asyncio Protocol answering every GET with a fixed 2-byte
    body) listens on 127.210.0.1:18080.
@@ -19,6 +19,11 @@
    MiB/s and CPU per MiB.
 5. Steps 3-4 run once per event loop the proxy is asked to use (`ISTHMUS_EVENT_LOOP` in its
    environment); the backend and the client stay on asyncio's loop, so only the proxy changes.
+   With `--mode nftables` (or `both`, the default when this runs as root with `nft` installed)
+   they also run once with `isthmus proxy --mode nftables`: the kernel translates, so the proxy
+   process itself spends nothing per request and the NAT's cost lands in the client's and the
+   backend's CPU (softirq). Then the whole benchmark runs in a network namespace of its own
+   (`unshare --net`), so the rules never touch the host's and vanish with it.
 6. Where `haproxy` is installed, it relays the same hop as a reference (TCP mode, one thread, on
    127.213.0.1:8000): what a userspace proxy written in C costs on this machine, measured in the
    same rounds. `--no-haproxy` leaves it out.
@@ -48,6 +53,8 @@ BACKEND = ("127.210.0.1", 18080)
 CLUSTER_IP = ("127.211.0.10", 8000)
 VIP = ("127.212.0.5", 8000)
 HAPROXY = ("127.213.0.1", 8000)
+SOURCES = {"direct": "127.214.0.1", "ClusterIP": "127.214.0.2", "VIP": "127.214.0.3", "HAProxy": "127.214.0.4"}
+"""The client's address toward each target (see `new_connections`)."""
 BULK_PORT = 8001
 """Each address above also serves a bulk port: the backend streams the bytes a client asks for."""
 BULK_BACKEND_PORT = 18081
@@ -226,14 +233,14 @@ class _KeepAlive(asyncio.Protocol):
         await self.waiter
 
 
-async def keep_alive(addr: tuple[str, int], n: int, concurrency: int) -> list[int]:
+async def keep_alive(addr: tuple[str, int], n: int, concurrency: int, source: str | None = None) -> list[int]:
     loop = asyncio.get_running_loop()
     latencies: list[int] = []
     left = n
 
     async def worker() -> None:
         nonlocal left
-        transport, proto = await loop.create_connection(_KeepAlive, *addr)
+        transport, proto = await loop.create_connection(_KeepAlive, *addr, local_addr=(source, 0) if source else None)
         try:
             while left > 0:
                 left -= 1
@@ -247,8 +254,12 @@ async def keep_alive(addr: tuple[str, int], n: int, concurrency: int) -> list[in
     return latencies
 
 
-async def new_connections(addr: tuple[str, int], n: int, concurrency: int) -> list[int]:
+async def new_connections(addr: tuple[str, int], n: int, concurrency: int, source: str | None = None) -> list[int]:
+    """`source`: the client address (each target gets its own: a backend still holding TIME_WAIT for a
+    direct connection from client:port would otherwise meet a translated SYN from the same client:port
+    to a virtual address — a collision of this benchmark's alternation, not of the dataplane)."""
     latencies: list[int] = []
+    local = (source, 0) if source else None
     left = n
 
     async def worker() -> None:
@@ -256,7 +267,7 @@ async def new_connections(addr: tuple[str, int], n: int, concurrency: int) -> li
         while left > 0:
             left -= 1
             t0 = time.perf_counter_ns()
-            reader, writer = await asyncio.open_connection(*addr)
+            reader, writer = await asyncio.open_connection(*addr, local_addr=local)
             writer.write(CLOSE_REQUEST)
             body = await reader.read()
             writer.close()
@@ -392,7 +403,10 @@ def main() -> None:
     ap.add_argument(
         "--loop", choices=["both", "uvloop", "asyncio"], default="both", help="the proxy's event loop"
     )
+    ap.add_argument("--mode", choices=["both", "userspace", "nftables"], default=None,
+                    help="the proxy's dataplane (default: both where root and nft allow it, else userspace)")
     ap.add_argument("--quick", action="store_true", help="small sizes, VIP only (< 30 s)")
+    ap.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-haproxy", action="store_true", help="no HAProxy reference figure")
     ap.add_argument("--role", choices=["backend", "cluster"], help=argparse.SUPPRESS)
     ap.add_argument("--state", help=argparse.SUPPRESS)
@@ -406,7 +420,22 @@ def main() -> None:
     if a.quick:
         a.requests, a.new_conn_requests, a.rounds = min(a.requests, 3000), min(a.new_conn_requests, 600), 1
         a.bulk_mib = min(a.bulk_mib, 32)
+    kernel_ok = os.geteuid() == 0 and shutil.which("nft") is not None and shutil.which("unshare") is not None
+    if a.mode is None:
+        a.mode = "both" if kernel_ok else "userspace"
+        if not kernel_ok:
+            print("note: not root or no nft/unshare: the nftables mode is not measured")
+    if a.mode != "userspace" and not a.in_netns:
+        if not kernel_ok:
+            raise SystemExit("--mode nftables needs root, nft and unshare")
+        # A network namespace of our own: the proxy's rules are programmed there and go with it.
+        argv = [PY, __file__, *sys.argv[1:], "--in-netns"]
+        raise SystemExit(subprocess.call(["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"',
+                                          "sh", *argv]))
     loops = ["uvloop", "asyncio"] if a.loop == "both" else [a.loop]
+    variants = [(loop, loop, "userspace") for loop in loops] if a.mode != "nftables" else []
+    if a.mode != "userspace":
+        variants.append(("nftables", "uvloop", "nftables"))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the children too (finally below)
 
     # This checkout's source unless PYTHONPATH names one (to compare two versions of the proxy).
@@ -433,20 +462,20 @@ def main() -> None:
                 f"in {a.rounds} round(s); backend and client on asyncio"
             )
             summary: list[str] = []
-            for loop in loops:
+            for label, loop, mode in variants:
                 cli = "import isthmus.cli.main, isthmus.cli.proxy; from isthmus.cli.app import app; app(prog_name='isthmus')"
                 proxy = Child(
-                    f"proxy-{loop}",
+                    f"proxy-{label}",
                     [PY, "-c", cli, "proxy", "--kubeconfig", f"{tmp}/kubeconfig", "--cluster-id", "c1",
-                     "--log-level", "warning"],
+                     "--log-level", "warning", "--mode", mode],
                     {**env, "ISTHMUS_EVENT_LOOP": loop},
                     Path(tmp),
                 )  # fmt: skip
                 children.append(proxy)
                 try:
-                    summary += asyncio.run(_bench(a, loop, proxy.pid, backend.pid, haproxy_pid))
+                    summary += asyncio.run(_bench(a, label, proxy.pid, backend.pid, haproxy_pid))
                 except BaseException:
-                    print(f"proxy ({loop}) log:\n{proxy.tail()}", file=sys.stderr)
+                    print(f"proxy ({label}) log:\n{proxy.tail()}", file=sys.stderr)
                     raise
                 finally:
                     proxy.stop()
@@ -470,7 +499,7 @@ async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int, haproxy_pi
     if haproxy_pid is not None:
         await wait_http(HAPROXY)
         targets["HAProxy"] = (HAPROXY, haproxy_pid)
-    print(f"\nproxy event loop: {loop}")
+    print(f"\nproxy: {loop if loop == 'nftables' else f'userspace, event loop {loop}'}")
     summary = []
     for kind, n in (("keep-alive", a.requests), ("new-conn", a.new_conn_requests)):
         run = keep_alive if kind == "keep-alive" else new_connections
@@ -478,13 +507,13 @@ async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int, haproxy_pi
         lat: dict[str, list[int]] = {name: [] for name in targets}
         secs = dict.fromkeys(targets, 0.0)
         cpu = {name: {"proxy": 0, "backend": 0, "client": 0} for name in targets}
-        for addr, _ in targets.values():
-            await run(addr, max(200, per_round // 10), a.concurrency)  # warm-up
+        for name, (addr, _) in targets.items():
+            await run(addr, max(200, per_round // 10), a.concurrency, SOURCES[name])  # warm-up
         for _ in range(a.rounds):
             for name, (addr, pid) in targets.items():
                 before = (cpu_ns(pid) if pid else 0, cpu_ns(backend_pid), time.process_time_ns())
                 t0 = time.perf_counter()
-                lat[name] += await run(addr, per_round, a.concurrency)
+                lat[name] += await run(addr, per_round, a.concurrency, SOURCES[name])
                 secs[name] += time.perf_counter() - t0
                 after = (cpu_ns(pid) if pid else 0, cpu_ns(backend_pid), time.process_time_ns())
                 for who, b, e in zip(("proxy", "backend", "client"), before, after, strict=True):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated
+import shutil
+from typing import Annotated, Literal
 
 import typer
 
@@ -34,11 +35,18 @@ def proxy(
     udp_idle_timeout: Annotated[
         float, typer.Option(help="Seconds before an idle UDP flow is closed.")
     ] = 30.0,
+    mode: Annotated[
+        Literal["userspace", "nftables"],
+        typer.Option(help="userspace: listen and relay every byte; nftables: the kernel DNATs each new "
+                          "connection to an endpoint (kube-proxy's nftables mode; needs root or NET_ADMIN, and "
+                          "programs the network namespace the proxy runs in)."),
+    ] = "userspace",
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
-    """Listen on ClusterIP:port, node-address:NodePort and VIP:port; relay TCP and UDP to ready endpoints."""
+    """Serve ClusterIP:port, node-address:NodePort and VIP:port: relay TCP and UDP to ready endpoints, or
+    have the kernel translate them (--mode nftables)."""
     from isthmus.kube.client import make_client
     from isthmus.proxy import ProxyConfig, ProxyService
 
@@ -52,10 +60,13 @@ def proxy(
         raise fail("--connect-timeout must be between 0 and 300 seconds")
     if not 0 < udp_idle_timeout <= 86400:
         raise fail("--udp-idle-timeout must be between 0 and 86400 seconds")
+    if mode == "nftables" and shutil.which("nft") is None:
+        raise fail("--mode nftables needs the nft command (Debian: apt-get install nftables)")
     client = make_client(kubeconfig, context, field_manager="isthmus-proxy")
     # run_component serves /metrics and the health checks, with the service's readiness.
     config = ProxyConfig(
-        cluster_id=cluster_id, node_address=node, connect_timeout=connect_timeout, udp_idle_timeout=udp_idle_timeout
+        cluster_id=cluster_id, node_address=node, connect_timeout=connect_timeout, udp_idle_timeout=udp_idle_timeout,
+        mode=mode,
     )
 
     async def build() -> ProxyService:

@@ -4,6 +4,7 @@ Like kube-proxy's old userspace mode: it listens on each ClusterIP:port, NodePor
 IP (VIP):port itself and relays TCP connections and UDP flows to ready endpoints, round-robin with
 optional ClientIP affinity. `table` and `balancer` are pure; `tcp`/`udp` move bytes; `proxy`
 keeps listeners in step with the cluster's Services, EndpointSlices and ServiceImports.
+`--mode nftables` serves the same table with kernel NAT instead (`nftables`, kube-proxy's mode).
 """
 
 from isthmus.proxy.balancer import Balancer

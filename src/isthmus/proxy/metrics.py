@@ -73,6 +73,11 @@ class ProxyStats:
         self.rebuilds = 0
         self.conflicts = 0
         self.ready = False
+        self.syncs = 0
+        """nftables mode: transactions applied."""
+        self.sync_failures = 0
+        self.sync_seconds = 0.0
+        """nftables mode: how long the last transaction took (nft and conntrack included)."""
         _LIVE.add(self)
 
     def for_listener(self, service: str, port: str, protocol: str, kind: str) -> ListenerStats:
@@ -143,6 +148,16 @@ class _ProxyCollector(Collector):
             fam = CounterMetricFamily(name, doc)
             fam.add_metric([], sum(getattr(p, attr) for p in live))
             yield fam
+        syncs = CounterMetricFamily("isthmus_proxy_nftables_syncs",
+                                    "nftables mode: rule transactions, by result (failed ones are retried).",
+                                    labels=["result"])
+        syncs.add_metric(["ok"], sum(p.syncs for p in live))
+        syncs.add_metric(["failed"], sum(p.sync_failures for p in live))
+        yield syncs
+        last = GaugeMetricFamily("isthmus_proxy_nftables_sync_seconds",
+                                 "nftables mode: seconds the last rule transaction took.")
+        last.add_metric([], max((p.sync_seconds for p in live), default=0.0))
+        yield last
         conflicts = GaugeMetricFamily(
             "isthmus_proxy_conflicts", "Listeners claimed by more than one service port."
         )

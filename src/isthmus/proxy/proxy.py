@@ -1,4 +1,4 @@
-"""The proxy as a component: informers → table → listeners, reconciled live.
+"""The proxy as a component: informers → table → listeners (or nftables rules), reconciled live.
 
 Any change to a Service, EndpointSlice or ServiceImport marks its `ns/name` dirty; dirty services
 are rebuilt on the next loop iteration (coalescing bursts) from what the caches hold *now* and the
@@ -6,6 +6,9 @@ merged table is applied: new listeners start binding, gone ones stop accepting (
 connections keep their backend until they end), kept ones get the new endpoint set in place so
 ClientIP pins to surviving backends hold. Binding retries with backoff forever — an address held
 by something else, or one not local yet, must not take the proxy down.
+
+In the nftables mode the merged table goes to `NftablesDataplane` instead of listeners: one task
+applies the latest table as one transaction, retrying with the same backoff.
 
 The CLI, `isthmus up` and the tests all start the proxy through `ProxyService`.
 """
@@ -19,7 +22,7 @@ import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Service
@@ -36,6 +39,7 @@ from isthmus.kube import keys
 from isthmus.kube.resources import resource_for
 from isthmus.proxy.balancer import Balancer
 from isthmus.proxy.metrics import ListenerStats, ProxyStats
+from isthmus.proxy.nftables import NftablesDataplane, NftablesError
 from isthmus.proxy.table import (
     DEFAULT_AFFINITY_TIMEOUT,
     Backend,
@@ -292,15 +296,25 @@ class ProxyConfig:
     sync_timeout: float | None = None
     bind_backoff_base: float = 0.5
     bind_backoff_cap: float = 30.0
+    mode: Literal["userspace", "nftables"] = "userspace"
+    """userspace: listen and relay; nftables: the kernel DNATs (`nftables.py`, kube-proxy's mode)."""
 
 
 class ProxyService:
     """One cluster's service proxy."""
 
     def __init__(
-        self, client: AsyncClient, config: ProxyConfig, factory: SharedInformerFactory | None = None
+        self, client: AsyncClient, config: ProxyConfig, factory: SharedInformerFactory | None = None,
+        dataplane: NftablesDataplane | None = None,
     ) -> None:
+        """`dataplane`: the nftables mode's (default: the host's `isthmus_proxy` tables)."""
         self.config = config
+        self.dataplane = (dataplane or NftablesDataplane()) if config.mode == "nftables" else None
+        self._wanted: dict[ListenerKey, Target] = {}
+        """nftables mode: the table the next sync applies."""
+        self._synced = asyncio.Event()
+        """nftables mode: set once the kernel serves the last table wanted."""
+        self._kernel_task: asyncio.Task[None] | None = None
         self.stats = ProxyStats()
         self.factory = factory or SharedInformerFactory(client)
         self.imports: Informer[Any] = self.factory.informer(resource_for(ServiceImport))
@@ -357,6 +371,14 @@ class ProxyService:
         await self.factory.stop()
         listeners, self.listeners = self.listeners, {}
         await asyncio.gather(*(lis.close(abort=True) for lis in listeners.values()))
+        if self._kernel_task is not None:
+            self._kernel_task.cancel()
+            await asyncio.gather(self._kernel_task, return_exceptions=True)
+        if self.dataplane is not None:
+            try:
+                await self.dataplane.cleanup()
+            except NftablesError as e:
+                log.warning("removing the nftables rules failed", extra={"error": str(e)})
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
         self.stats.ready = False
@@ -387,6 +409,8 @@ class ProxyService:
             await self.imports.wait_synced()
         self._dirty.add(self.imports.cache.keys())
         self.flush()
+        if self.dataplane is not None:
+            await self._synced.wait()  # ready means served: the kernel has the first table
         self.stats.ready = True
         log.info(
             "informers synced; proxying",
@@ -403,14 +427,19 @@ class ProxyService:
     # ---- inspection (tests, status) -------------------------------------------------------------
 
     def is_listening(self, key: ListenerKey) -> bool:
+        """Whether `key` is served: bound (userspace), or in the kernel's rules (nftables)."""
+        if self.dataplane is not None:
+            return key in self.dataplane.applied
         lis = self.listeners.get(key)
         return lis is not None and lis.bound
 
     def backends(self, key: ListenerKey) -> tuple[Backend, ...] | None:
-        lis = self.listeners.get(key)
-        return lis.balancer.backends if lis is not None else None
+        target = self.target(key)
+        return target.backends if target is not None else None
 
     def target(self, key: ListenerKey) -> Target | None:
+        if self.dataplane is not None:
+            return self._wanted.get(key)
         lis = self.listeners.get(key)
         return lis.target if lis is not None else None
 
@@ -468,12 +497,45 @@ class ProxyService:
                 self._per_service.pop(key, None)
         self.stats.rebuilds += len(dirty)
         # What is served now is held on to: a newcomer claiming a held address or listener waits.
-        table = merge_targets(self._per_service, {k: lis.target for k, lis in self.listeners.items()})
+        held = self._wanted if self.dataplane is not None else {k: lis.target for k, lis in self.listeners.items()}
+        table = merge_targets(self._per_service, held)
         for c in sorted(set(table.conflicts) - set(self.conflicts)):  # once, not on every rebuild
             log.warning("listener conflict", extra={"conflict": c})
         self.conflicts = table.conflicts
         self.stats.conflicts = len(table.conflicts)
-        self._apply(table.listeners)
+        if self.dataplane is not None:
+            self._program(table.listeners)
+        else:
+            self._apply(table.listeners)
+
+    def _program(self, wanted: dict[ListenerKey, Target]) -> None:
+        """nftables mode: hand the table to the one task that syncs the kernel (bursts coalesce)."""
+        self._wanted = wanted
+        self._synced.clear()
+        if self._kernel_task is None or self._kernel_task.done():
+            self._kernel_task = asyncio.get_running_loop().create_task(self._sync_kernel(), name="proxy nftables")
+
+    async def _sync_kernel(self) -> None:
+        assert self.dataplane is not None
+        delay = self.config.bind_backoff_base
+        while not self._synced.is_set():
+            wanted = self._wanted
+            started = time.monotonic()
+            try:
+                await self.dataplane.sync(wanted)
+            except (NftablesError, ValueError) as e:
+                self.stats.sync_failures += 1
+                log.warning("applying the nftables rules failed; retrying", extra={"error": str(e),
+                                                                                 "retry_in": delay})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.bind_backoff_cap)
+                continue
+            self.stats.syncs += 1
+            self.stats.sync_seconds = time.monotonic() - started
+            self.stats.bound = len(wanted)
+            delay = self.config.bind_backoff_base
+            if wanted is self._wanted:
+                self._synced.set()
 
     def _apply(self, wanted: dict[ListenerKey, Target]) -> None:
         for key, lis in list(self.listeners.items()):

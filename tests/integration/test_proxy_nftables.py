@@ -1,0 +1,316 @@
+"""`isthmus proxy --mode nftables` with real packets, in a network namespace made here.
+
+The proxy runs in the test process against an embedded apiserver and programs its tables inside
+the namespace (`ip netns exec`); the backends and the clients are small Python processes in that
+namespace, so every rule the test writes lives and dies with it. Backends answer with their own
+address and the client address they see: with the kernel translating, they see the client itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.types import PatchType
+from prometheus_client import generate_latest
+
+from isthmus.kube.helpers import install_crds
+from isthmus.proxy import Backend, ListenerKey, ProxyConfig, ProxyService, Target
+from isthmus.proxy.nftables import TABLE, NftablesDataplane, render
+from isthmus.runtime import REGISTRY
+from tests.conftest import RunningApiServer
+from tests.integration.proxy_backends import eventually
+from tests.integration.test_proxy_service import (
+    NS,
+    SVC_PORT,
+    TARGET,
+    create_import,
+    imported_slice,
+    kube_slice,
+    service,
+)
+
+ROOTLESS = os.geteuid() != 0 or shutil.which("nft") is None or shutil.which("ip") is None
+TIMEOUT = 20
+CIP, VIP = "127.201.9.1", "127.205.9.1"
+POD_A, POD_B, CLIENT_1, CLIENT_2 = "127.202.9.1", "127.202.9.2", "127.203.9.1", "127.203.9.2"
+
+SERVERS = r"""
+import socket, sys, threading, time
+port = int(sys.argv[1])
+def tcp(addr):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((addr, port)); s.listen(64)
+    while True:
+        c, peer = s.accept()
+        try:
+            c.sendall(f"{addr}|{peer[0]}".encode())
+        except OSError:
+            pass
+        c.close()
+def udp(addr):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((addr, port))
+    while True:
+        _, peer = s.recvfrom(100)
+        s.sendto(f"{addr}|{peer[0]}".encode(), peer)
+for a in sys.argv[2:]:
+    for f in (tcp, udp):
+        threading.Thread(target=f, args=(a,), daemon=True).start()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+CLIENT = r"""
+import json, socket, sys
+# Commands on stdin, one answer line each: "tcp SRC HOST PORT N" (N connections), "udp HOST PORT"
+# (a datagram from this process's one UDP socket, so every one is the same flow).
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((sys.argv[1], 0)); u.settimeout(2)
+for line in sys.stdin:
+    cmd = line.split()
+    out = []
+    if cmd[0] == "tcp":
+        for _ in range(int(cmd[4])):
+            s = socket.socket(); s.settimeout(2); s.bind((cmd[1], 0))
+            try:
+                s.connect((cmd[2], int(cmd[3]))); out.append(s.recv(100).decode())
+            except OSError as e:
+                out.append(type(e).__name__)
+            s.close()
+    else:
+        try:
+            u.sendto(b"?", (cmd[1], int(cmd[2]))); out.append(u.recv(100).decode())
+        except OSError as e:
+            out.append(type(e).__name__)
+    print(json.dumps(out), flush=True)
+"""
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(ROOTLESS, reason="needs root (a network namespace) and nft/ip installed")]
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, check=check)
+
+
+@dataclass
+class Netns:
+    name: str
+    procs: list[subprocess.Popen[str]]
+
+    def start(self, script: str, *args: str) -> subprocess.Popen[str]:
+        p = subprocess.Popen(["ip", "netns", "exec", self.name, sys.executable, "-c", script, *args],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        return p
+
+    def nft(self) -> str:
+        return sh("ip", "netns", "exec", self.name, "nft", "list", "ruleset").stdout
+
+
+class Client:
+    def __init__(self, ns: Netns, udp_source: str) -> None:
+        self.proc = ns.start(CLIENT, udp_source)
+
+    def ask(self, command: str) -> list[str]:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        answer: list[str] = json.loads(self.proc.stdout.readline())
+        return answer
+
+    def tcp(self, source: str, host: str, port: int, n: int) -> list[str]:
+        return self.ask(f"tcp {source} {host} {port} {n}")
+
+    def udp(self, host: str, port: int) -> str:
+        return self.ask(f"udp {host} {port}")[0]
+
+
+@pytest.fixture
+def netns() -> Iterator[Netns]:
+    ns = Netns(f"isthmus-px-{uuid.uuid4().hex[:8]}", [])
+    sh("ip", "netns", "add", ns.name)
+    try:
+        sh("ip", "-n", ns.name, "link", "set", "lo", "up")
+        servers = ns.start(SERVERS, str(TARGET), POD_A, POD_B)
+        assert servers.stdout and servers.stdout.readline().strip() == "ready"
+        yield ns
+    finally:
+        for p in ns.procs:
+            p.kill()  # by PID: `ip netns exec` execs python in place
+            p.wait(5)
+        sh("ip", "netns", "del", ns.name, check=False)
+
+
+@dataclass
+class Env:
+    client: AsyncClient
+    proxy: ProxyService
+    ns: Netns
+
+
+async def start_proxy(client: AsyncClient, ns: Netns) -> ProxyService:
+    proxy = ProxyService(client, ProxyConfig(cluster_id="c1", node_address="127.0.0.1", mode="nftables",
+                                             bind_backoff_base=0.05),
+                         dataplane=NftablesDataplane(netns=ns.name))
+    await proxy.start()
+    assert await proxy.wait_ready(20)
+    return proxy
+
+
+@pytest.fixture
+async def env(apiserver: RunningApiServer, netns: Netns) -> AsyncIterator[Env]:
+    client = apiserver.client()
+    async with asyncio.timeout(30):
+        await install_crds(client)
+    await client.create(Namespace.from_dict({"metadata": {"name": NS}}))
+    proxy = await start_proxy(client, netns)
+    try:
+        yield Env(client, proxy, netns)
+    finally:
+        await proxy.stop()
+
+
+async def served(env: Env, key: ListenerKey, backends: int) -> None:
+    def ok() -> bool:
+        got = env.proxy.backends(key)
+        return env.proxy.is_listening(key) and got is not None and len(got) == backends
+    await eventually(ok)
+
+
+def servers(answers: list[str]) -> Counter[str]:
+    return Counter(a.split("|")[0] for a in answers)
+
+
+async def test_cluster_ip_and_node_port_are_translated_in_the_kernel(env: Env) -> None:
+    await env.client.create(service("web", CIP, type="NodePort", ports=[
+        {"name": "http", "port": SVC_PORT, "targetPort": TARGET, "protocol": "TCP", "nodePort": 30780}]))
+    await env.client.create(kube_slice("web", [POD_A, POD_B]))
+    key = ListenerKey("TCP", CIP, SVC_PORT)
+    await served(env, key, 2)
+    client = Client(env.ns, CLIENT_1)
+    answers = await asyncio.to_thread(client.tcp, CLIENT_1, CIP, SVC_PORT, 40)
+    # Both endpoints serve, and each sees the client's own address: nothing relays in between.
+    assert set(servers(answers)) == {POD_A, POD_B}, answers
+    assert {a.split("|")[1] for a in answers} == {CLIENT_1}
+    nodeport = await asyncio.to_thread(client.tcp, CLIENT_1, "127.0.0.1", 30780, 10)
+    assert set(servers(nodeport)) <= {POD_A, POD_B} and len(nodeport) == 10 and "|" in nodeport[0], nodeport
+    # An endpoint that leaves gets no new connection; with none left, connections are refused.
+    await env.client.patch(EndpointSlice, "web-abcde", {"endpoints": [
+        {"addresses": [POD_B], "conditions": {"ready": True}}]}, namespace=NS, patch_type=PatchType.MERGE)
+    await served(env, key, 1)
+    assert set(servers(await asyncio.to_thread(client.tcp, CLIENT_1, CIP, SVC_PORT, 10))) == {POD_B}
+    await env.client.patch(EndpointSlice, "web-abcde", {"endpoints": [
+        {"addresses": [POD_B], "conditions": {"ready": False}}]}, namespace=NS, patch_type=PatchType.MERGE)
+    await served(env, key, 0)
+    assert await asyncio.to_thread(client.tcp, CLIENT_1, CIP, SVC_PORT, 2) == ["ConnectionRefusedError"] * 2
+    assert env.proxy.stats.syncs >= 3 and env.proxy.stats.sync_failures == 0
+    scraped = generate_latest(REGISTRY).decode()
+    assert 'isthmus_proxy_nftables_syncs_total{result="ok"}' in scraped
+
+
+async def test_client_ip_affinity_pins_each_client(env: Env) -> None:
+    await env.client.create(service("sticky", CIP, sessionAffinity="ClientIP",
+                                    sessionAffinityConfig={"clientIP": {"timeoutSeconds": 600}}))
+    await env.client.create(kube_slice("sticky", [POD_A, POD_B]))
+    await served(env, ListenerKey("TCP", CIP, SVC_PORT), 2)
+    client = Client(env.ns, CLIENT_1)
+    pinned = set()
+    for source in (CLIENT_1, CLIENT_2, "127.203.9.3", "127.203.9.4", "127.203.9.5", "127.203.9.6"):
+        got = servers(await asyncio.to_thread(client.tcp, source, CIP, SVC_PORT, 8))
+        assert len(got) == 1, got  # every connection of one client reaches one endpoint
+        pinned |= set(got)
+    assert pinned == {POD_A, POD_B}  # six clients at random: both endpoints (1 in 32 they'd all match)
+    # A later sync (another service) keeps the pins: affinity sets survive a transaction.
+    first = servers(await asyncio.to_thread(client.tcp, CLIENT_1, CIP, SVC_PORT, 1))
+    await env.client.create(service("other", "127.201.9.2"))
+    await env.client.create(kube_slice("other", [POD_A]))
+    await served(env, ListenerKey("TCP", "127.201.9.2", SVC_PORT), 1)
+    assert servers(await asyncio.to_thread(client.tcp, CLIENT_1, CIP, SVC_PORT, 8)) == Counter(
+        {next(iter(first)): 8})
+
+
+async def test_a_udp_flow_moves_when_its_endpoint_leaves(env: Env) -> None:
+    await env.client.create(service("dns", CIP, ports=[{"name": "dns", "port": 53, "targetPort": TARGET,
+                                                         "protocol": "UDP"}]))
+    await env.client.create(kube_slice("dns", [POD_A, POD_B], ports=[{"name": "dns", "port": TARGET,
+                                                                       "protocol": "UDP"}]))
+    key = ListenerKey("UDP", CIP, 53)
+    await served(env, key, 2)
+    client = Client(env.ns, CLIENT_1)
+    first = await asyncio.to_thread(client.udp, CIP, 53)
+    endpoint, seen_as = first.split("|")
+    assert endpoint in (POD_A, POD_B) and seen_as == CLIENT_1
+    assert {await asyncio.to_thread(client.udp, CIP, 53) for _ in range(5)} == {first}  # one flow, one endpoint
+    other = POD_B if endpoint == POD_A else POD_A
+    await env.client.patch(EndpointSlice, "dns-abcde", {"endpoints": [
+        {"addresses": [other], "conditions": {"ready": True}}]}, namespace=NS, patch_type=PatchType.MERGE)
+    await served(env, key, 1)
+    # The same socket (the same conntrack entry, had it not been deleted) now reaches the other one.
+    assert (await asyncio.to_thread(client.udp, CIP, 53)).split("|")[0] == other
+
+
+async def test_a_vip_balances_over_the_imported_clusters(env: Env) -> None:
+    await create_import(env.client, "cart", VIP, ["c2", "c3"])
+    await env.client.create(imported_slice("cart", "c2", [POD_A]))
+    await env.client.create(imported_slice("cart", "c3", [POD_B]))
+    await served(env, ListenerKey("TCP", VIP, SVC_PORT), 2)
+    client = Client(env.ns, CLIENT_1)
+    assert set(servers(await asyncio.to_thread(client.tcp, CLIENT_1, VIP, SVC_PORT, 40))) == {POD_A, POD_B}
+
+
+async def test_restart_replaces_leftovers_and_stop_removes_the_tables(apiserver: RunningApiServer,
+                                                                      netns: Netns) -> None:
+    client = apiserver.client()
+    async with asyncio.timeout(30):
+        await install_crds(client)
+    await client.create(Namespace.from_dict({"metadata": {"name": NS}}))
+    await client.create(service("web", CIP))
+    await client.create(kube_slice("web", [POD_A]))
+    # A previous run's table with a rule that would send the ClusterIP elsewhere.
+    stale = render({ListenerKey("TCP", CIP, SVC_PORT): Target("x/y", "http", "ClusterIP", (Backend(POD_B, TARGET),))},
+                   previous=None).script
+    await asyncio.to_thread(subprocess.run, ["ip", "netns", "exec", netns.name, "nft", "-f", "-"], input=stale,
+                            text=True, check=True, timeout=TIMEOUT)
+    proxy = await start_proxy(client, netns)
+    try:
+        await eventually(lambda: proxy.is_listening(ListenerKey("TCP", CIP, SVC_PORT)))
+        c = Client(netns, CLIENT_1)
+        assert set(servers(await asyncio.to_thread(c.tcp, CLIENT_1, CIP, SVC_PORT, 10))) == {POD_A}
+        assert netns.nft().count("dnat to") == 1
+    finally:
+        await proxy.stop()
+    assert TABLE not in netns.nft()
+
+
+def test_render_keeps_names_and_deletes_what_left() -> None:
+    a, b = Backend(POD_A, TARGET), Backend(POD_B, TARGET)
+    key = ListenerKey("TCP", CIP, SVC_PORT)
+    one = render({key: Target("shop/web", "http", "ClusterIP", (a, b), affinity_timeout=60)}, previous=None)
+    assert "delete table ip isthmus_proxy" in one.script  # unknown previous state: replaced whole
+    two = render({key: Target("shop/web", "http", "ClusterIP", (a,), affinity_timeout=60)}, previous=one.names)
+    assert "delete table" not in two.script
+    assert two.names["ip"] < one.names["ip"]  # the same names for what stayed
+    gone = one.names["ip"] - two.names["ip"]
+    assert {n.split("-")[0] for n in gone} == {"ep", "aff"}
+    for name in gone:
+        assert f" {name}\n" in two.script and "delete" in two.script
+    v6 = render({ListenerKey("UDP", "fd00::1", 53): Target("shop/dns", "dns", "ClusterIP",
+                                                           (Backend("fd00::2", 5353),))}, previous=None)
+    assert "dnat to [fd00::2]:5353" in v6.script and "fd00::1 . udp . 53 : goto" in v6.script
+    mixed = render({key: Target("shop/web", "http", "ClusterIP", (Backend("fd00::2", 80), a))}, previous=None)
+    assert "fd00::2" not in mixed.script and f"dnat to {POD_A}:{TARGET}" in mixed.script  # one family per table
+    only_v6 = render({key: Target("shop/web", "http", "ClusterIP", (Backend("fd00::2", 80),))}, previous=None)
+    assert f"add element ip isthmus_proxy no-endpoints {{ {CIP} . tcp . {SVC_PORT} }}" in only_v6.script
+    with pytest.raises(ValueError, match="TCP or UDP"):
+        render({ListenerKey("SCTP", CIP, 9): Target("shop/web", "x", "ClusterIP", (a,))})
