@@ -24,6 +24,7 @@ from isthmus.cli.app import app
         (["--cluster-id", "c1", "--udp-idle-timeout", "-1"], "--udp-idle-timeout"),
         (["--cluster-id", "c1", "--metrics-addr", "nope"], "not host:port"),
         (["--cluster-id", "c1", "--kubeconfig", "/nonexistent/kubeconfig"], "kubeconfig"),
+        (["--cluster-id", "c1", "--mode", "ebpf"], "'--mode'"),
     ],
 )
 def test_bad_flags_exit_2(args: list[str], message: str) -> None:
@@ -38,3 +39,10 @@ def test_help_lists_the_command() -> None:
     assert "proxy" in result.output
     result = CliRunner().invoke(app, ["proxy", "--help"])
     assert result.exit_code == 0 and "--node-address" in result.output
+
+
+def test_nftables_mode_without_nft_exits_2(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nft on it
+    result = CliRunner().invoke(app, ["proxy", "--cluster-id", "c1", "--mode", "nftables"])
+    assert result.exit_code == 2, result.output
+    assert "--mode nftables needs the nft command" in result.stderr
