@@ -278,8 +278,7 @@ async def test_restart_replaces_leftovers_and_stop_removes_the_tables(apiserver:
     await client.create(service("web", CIP))
     await client.create(kube_slice("web", [POD_A]))
     # A previous run's table with a rule that would send the ClusterIP elsewhere.
-    stale = render({ListenerKey("TCP", CIP, SVC_PORT): Target("x/y", "http", "ClusterIP", (Backend(POD_B, TARGET),))},
-                   previous=None).script
+    stale = render({ListenerKey("TCP", CIP, SVC_PORT): Target("x/y", "http", "ClusterIP", (Backend(POD_B, TARGET),))}).script
     await asyncio.to_thread(subprocess.run, ["ip", "netns", "exec", netns.name, "nft", "-f", "-"], input=stale,
                             text=True, check=True, timeout=TIMEOUT)
     proxy = await start_proxy(client, netns)
@@ -293,24 +292,63 @@ async def test_restart_replaces_leftovers_and_stop_removes_the_tables(apiserver:
     assert TABLE not in netns.nft()
 
 
-def test_render_keeps_names_and_deletes_what_left() -> None:
+def test_render_writes_only_what_changed() -> None:
     a, b = Backend(POD_A, TARGET), Backend(POD_B, TARGET)
-    key = ListenerKey("TCP", CIP, SVC_PORT)
-    one = render({key: Target("shop/web", "http", "ClusterIP", (a, b), affinity_timeout=60)}, previous=None)
-    assert "delete table ip isthmus_proxy" in one.script  # unknown previous state: replaced whole
-    two = render({key: Target("shop/web", "http", "ClusterIP", (a,), affinity_timeout=60)}, previous=one.names)
-    assert "delete table" not in two.script
-    assert two.names["ip"] < one.names["ip"]  # the same names for what stayed
-    gone = one.names["ip"] - two.names["ip"]
-    assert {n.split("-")[0] for n in gone} == {"ep", "aff"}
-    for name in gone:
-        assert f" {name}\n" in two.script and "delete" in two.script
+    key, other = ListenerKey("TCP", CIP, SVC_PORT), ListenerKey("TCP", "127.201.9.2", SVC_PORT)
+    sticky = {key: Target("shop/web", "http", "ClusterIP", (a, b), affinity_timeout=60),
+              other: Target("shop/api", "http", "ClusterIP", (a, b))}
+    one = render(sticky)
+    assert "delete table ip isthmus_proxy" in one.script  # nothing known: replaced whole
+    assert render(sticky, programmed=one.programmed).script == ""  # nothing changed, nothing written
+    # One endpoint of the sticky service leaves: only its chains and sets are written or deleted.
+    two = render({**sticky, key: Target("shop/web", "http", "ClusterIP", (a,), affinity_timeout=60)},
+                 programmed=one.programmed)
+    assert "delete table" not in two.script and "127.201.9.2" not in two.script
+    before, after = one.programmed[key], two.programmed[key]
+    assert after.svc == before.svc and set(after.eps) < set(before.eps) and set(after.sets) < set(before.sets)
+    for gone in (set(before.eps) - set(after.eps)) | (set(before.sets) - set(after.sets)):
+        assert f" {gone}\n" in two.script and "delete" in two.script.split(gone)[0].rsplit("\n", 1)[-1]
+    # A port left with no endpoint moves from the services map to the reject set.
+    three = render({**sticky, other: Target("shop/api", "http", "ClusterIP", ())}, programmed=one.programmed)
+    assert f"delete element ip isthmus_proxy services {{ 127.201.9.2 . tcp . {SVC_PORT} }}" in three.script
+    assert f"add element ip isthmus_proxy no-endpoints {{ 127.201.9.2 . tcp . {SVC_PORT} }}" in three.script
+    # IPv6 goes to the ip6 table; an endpoint of the other family is left out.
     v6 = render({ListenerKey("UDP", "fd00::1", 53): Target("shop/dns", "dns", "ClusterIP",
-                                                           (Backend("fd00::2", 5353),))}, previous=None)
-    assert "dnat to [fd00::2]:5353" in v6.script and "fd00::1 . udp . 53 : goto" in v6.script
-    mixed = render({key: Target("shop/web", "http", "ClusterIP", (Backend("fd00::2", 80), a))}, previous=None)
-    assert "fd00::2" not in mixed.script and f"dnat to {POD_A}:{TARGET}" in mixed.script  # one family per table
-    only_v6 = render({key: Target("shop/web", "http", "ClusterIP", (Backend("fd00::2", 80),))}, previous=None)
+                                                           (Backend("fd00::2", 5353),))})
+    assert "dnat to [fd00::2]:5353" in v6.script and "add element ip6 isthmus_proxy services { fd00::1 . udp . 53" in v6.script
+    mixed = render({key: Target("shop/web", "http", "ClusterIP", (Backend("fd00::2", 80), a))})
+    assert "fd00::2" not in mixed.script and f"dnat to {POD_A}:{TARGET}" in mixed.script
+    only_v6 = render({key: Target("shop/web", "http", "ClusterIP", (Backend("fd00::2", 80),))})
     assert f"add element ip isthmus_proxy no-endpoints {{ {CIP} . tcp . {SVC_PORT} }}" in only_v6.script
     with pytest.raises(ValueError, match="TCP or UDP"):
         render({ListenerKey("SCTP", CIP, 9): Target("shop/web", "x", "ClusterIP", (a,))})
+
+
+def test_thousands_of_services_sync_in_one_transaction_then_by_change() -> None:
+    """No anonymous set or map per service (nft names each by scanning the others): the script
+    for 3,000 service ports carries none, and a later change writes only its own lines."""
+    many = {ListenerKey("TCP", f"127.201.{i // 250}.{i % 250 + 1}", 80):
+            Target(f"shop/s{i}", "http", "ClusterIP", (Backend(POD_A, TARGET), Backend(POD_B, TARGET)))
+            for i in range(3000)}
+    first = render(many)
+    assert " map {" not in first.script and " vmap {" not in first.script and "saddr {" not in first.script
+    key = next(iter(many))
+    changed = render({**many, key: Target("shop/s0", "http", "ClusterIP", (Backend(POD_A, TARGET),))},
+                     programmed=first.programmed)
+    assert changed.script.count("\n") < 10
+
+
+async def test_a_refused_transaction_is_retried_and_the_proxy_is_not_ready(apiserver: RunningApiServer,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    client = apiserver.client()
+    async with asyncio.timeout(30):
+        await install_crds(client)
+    proxy = ProxyService(client, ProxyConfig(cluster_id="c1", mode="nftables", bind_backoff_base=0.05),
+                         dataplane=NftablesDataplane(nft="false"))  # an nft that refuses every script
+    await proxy.start()
+    try:
+        assert not await proxy.wait_ready(1.5)
+        assert proxy.stats.sync_failures >= 2 and proxy.stats.syncs == 0 and not proxy.ready
+        assert "applying the nftables rules failed; retrying" in caplog.text
+    finally:
+        await proxy.stop()
