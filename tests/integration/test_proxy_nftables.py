@@ -161,7 +161,7 @@ class Env:
 
 async def start_proxy(client: AsyncClient, ns: Netns) -> ProxyService:
     proxy = ProxyService(client, ProxyConfig(cluster_id="c1", node_address="127.0.0.1", mode="nftables",
-                                             bind_backoff_base=0.05),
+                                             bind_backoff_base=0.05, check_every=0.2),
                          dataplane=NftablesDataplane(netns=ns.name))
     await proxy.start()
     assert await proxy.wait_ready(20)
@@ -217,6 +217,19 @@ async def test_cluster_ip_and_node_port_are_translated_in_the_kernel(env: Env) -
     assert env.proxy.stats.syncs >= 3 and env.proxy.stats.sync_failures == 0
     scraped = generate_latest(REGISTRY).decode()
     assert 'isthmus_proxy_nftables_syncs_total{result="ok"}' in scraped
+
+
+async def test_rules_flushed_by_someone_else_are_written_again(env: Env) -> None:
+    await env.client.create(service("web", CIP))
+    await env.client.create(kube_slice("web", [POD_A]))
+    await served(env, ListenerKey("TCP", CIP, SVC_PORT), 1)
+    client = Client(env.ns, CLIENT_1)
+    assert servers(await asyncio.to_thread(client.tcp, CLIENT_1, CIP, SVC_PORT, 1)) == {POD_A: 1}
+    syncs = env.proxy.stats.syncs
+    await asyncio.to_thread(sh, "ip", "netns", "exec", env.ns.name, "nft", "flush", "ruleset")
+    assert await asyncio.to_thread(client.tcp, CLIENT_1, CIP, SVC_PORT, 1) != [f"{POD_A}|{CLIENT_1}"]
+    await eventually(lambda: env.proxy.stats.syncs > syncs and TABLE in env.ns.nft(), timeout=10)
+    assert servers(await asyncio.to_thread(client.tcp, CLIENT_1, CIP, SVC_PORT, 3)) == {POD_A: 3}
 
 
 async def test_client_ip_affinity_pins_each_client(env: Env) -> None:

@@ -296,6 +296,21 @@ class NftablesDataplane:
             previous, self.applied = self.applied, wanted
             await self._forget_flows(previous, wanted)
 
+    async def intact(self) -> bool:
+        """Whether the tables the last sync left are still there (someone may have flushed the
+        ruleset: kube-proxy watches canary chains for the same reason). Unknown state counts as intact:
+        the next sync replaces the tables anyway."""
+        if not self._programmed:
+            return True
+        families = {p.family for p in self._programmed.values()}
+        for family in sorted(families):
+            rc, _ = await self._run(self.nft, "list", "chain", family, self.table, "nat-output")
+            if rc != 0:
+                async with self._lock:
+                    self._programmed = None  # the next sync writes everything again
+                return False
+        return True
+
     async def _forget_flows(self, before: Mapping[ListenerKey, Target], after: Mapping[ListenerKey, Target]) -> None:
         """Delete UDP conntrack entries that would keep a flow on an endpoint that left, or on a
         port that had no endpoint (its first packets were not translated)."""

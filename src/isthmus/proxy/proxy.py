@@ -298,6 +298,8 @@ class ProxyConfig:
     bind_backoff_cap: float = 30.0
     mode: Literal["userspace", "nftables"] = "userspace"
     """userspace: listen and relay; nftables: the kernel DNATs (`nftables.py`, kube-proxy's mode)."""
+    check_every: float = 30.0
+    """nftables mode: how often the tables are checked for still being there (rewritten if not)."""
 
 
 class ProxyService:
@@ -315,6 +317,7 @@ class ProxyService:
         self._synced = asyncio.Event()
         """nftables mode: set once the kernel serves the last table wanted."""
         self._kernel_task: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
         self.stats = ProxyStats()
         self.factory = factory or SharedInformerFactory(client)
         self.imports: Informer[Any] = self.factory.informer(resource_for(ServiceImport))
@@ -371,9 +374,10 @@ class ProxyService:
         await self.factory.stop()
         listeners, self.listeners = self.listeners, {}
         await asyncio.gather(*(lis.close(abort=True) for lis in listeners.values()))
-        if self._kernel_task is not None:
-            self._kernel_task.cancel()
-            await asyncio.gather(self._kernel_task, return_exceptions=True)
+        for task in (self._watchdog, self._kernel_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.dataplane is not None:
             try:
                 await self.dataplane.cleanup()
@@ -411,6 +415,7 @@ class ProxyService:
         self.flush()
         if self.dataplane is not None:
             await self._synced.wait()  # ready means served: the kernel has the first table
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch_tables(), name="proxy nftables check")
         self.stats.ready = True
         log.info(
             "informers synced; proxying",
@@ -514,6 +519,20 @@ class ProxyService:
         self._synced.clear()
         if self._kernel_task is None or self._kernel_task.done():
             self._kernel_task = asyncio.get_running_loop().create_task(self._sync_kernel(), name="proxy nftables")
+
+    async def _watch_tables(self) -> None:
+        """Rewrite the tables when they vanished (`nft flush ruleset`, another tool) though nothing changed."""
+        assert self.dataplane is not None
+        while True:
+            await asyncio.sleep(self.config.check_every)
+            try:
+                intact = await self.dataplane.intact()
+            except NftablesError as e:
+                log.warning("checking the nftables rules failed", extra={"error": str(e)})
+                continue
+            if not intact:
+                log.warning("the nftables rules are gone; writing them again")
+                self._program(self._wanted)
 
     async def _sync_kernel(self) -> None:
         assert self.dataplane is not None
