@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from isthmus.runtime.commands import CommandError, run_command
+
 TABLE = "isthmus_egress"
 RELEASED_SUFFIX = "_released"
 """`<table>_released`: what a gateway that lost the lease leaves behind (see `render_released`)."""
@@ -307,24 +309,14 @@ class KernelGateway:
         return frozenset(self._owned)
 
     async def _run(self, *argv: str, stdin: str | None = None, check: bool = True) -> tuple[int, str, str]:
-        cmd = [*((self.ip, "netns", "exec", self.netns) if self.netns else ()), *argv]
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        except OSError as err:
-            raise KernelError(f"{' '.join(cmd)}: {err}") from err
-        try:
-            out, err_ = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin is not None else None),
-                                               TIMEOUT)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise KernelError(f"{' '.join(cmd)}: no answer in {TIMEOUT:.0f}s") from None
-        rc = proc.returncode if proc.returncode is not None else -1
+            rc, out, err = await run_command(*argv, stdin=stdin, timeout=TIMEOUT, netns=self.netns, ip=self.ip)
+        except CommandError as e:
+            raise KernelError(str(e)) from e
         if check and rc != 0:
-            raise KernelError(f"{' '.join(cmd)} failed ({rc}): {err_.decode(errors='replace').strip()}")
-        return rc, out.decode(errors="replace"), err_.decode(errors="replace")
+            cmd = [*((self.ip, "netns", "exec", self.netns) if self.netns else ()), *argv]
+            raise KernelError(f"{' '.join(cmd)} failed ({rc}): {err.strip()}")
+        return rc, out, err
 
     async def _present(self) -> set[str]:
         _, out, _ = await self._run(self.ip, "-j", "addr", "show", "dev", self.interface)

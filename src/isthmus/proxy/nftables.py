@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from isthmus.proxy.table import Backend, ListenerKey, Target
+from isthmus.runtime.commands import CommandError, run_command
 
 __all__ = ["MASQUERADE_MARK", "TABLE", "NftablesDataplane", "NftablesError", "Programmed", "Rendered", "render"]
 
@@ -267,20 +268,12 @@ class NftablesDataplane:
         self._warned_conntrack = False
 
     async def _run(self, *argv: str, stdin: str | None = None) -> tuple[int, str]:
-        cmd = [*((self.ip, "netns", "exec", self.netns) if self.netns else ()), *argv]
+        """(exit code, stderr); NftablesError when the command cannot run or hangs."""
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-        except OSError as err:
-            raise NftablesError(f"{' '.join(cmd)}: {err}") from err
-        try:
-            _, err_ = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin is not None else None), TIMEOUT)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise NftablesError(f"{' '.join(cmd)}: no answer in {TIMEOUT:.0f}s") from None
-        return (proc.returncode if proc.returncode is not None else -1), err_.decode(errors="replace").strip()
+            rc, _, err = await run_command(*argv, stdin=stdin, timeout=TIMEOUT, netns=self.netns, ip=self.ip)
+        except CommandError as e:
+            raise NftablesError(str(e)) from e
+        return rc, err.strip()
 
     async def sync(self, listeners: Mapping[ListenerKey, Target]) -> None:
         """Make the kernel serve exactly `listeners`; raises NftablesError (the previous rules stay)."""
