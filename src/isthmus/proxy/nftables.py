@@ -261,7 +261,7 @@ class NftablesDataplane:
         self.netns = netns
         self.ip = ip
         self.applied: dict[ListenerKey, Target] = {}
-        """What the kernel serves now (after the last successful sync)."""
+        """What the kernel serves, once the last successful sync also deleted the stale UDP flows."""
         self._programmed: dict[ListenerKey, Programmed] | None = None
         """What the kernel's tables hold, per service port; None: unknown (the next sync replaces them)."""
         self._lock = asyncio.Lock()
@@ -286,8 +286,8 @@ class NftablesDataplane:
                     self._programmed = None  # unknown now: the next sync replaces the tables whole
                     raise NftablesError(f"nft -f failed ({rc}): {err}")
             self._programmed = rendered.programmed
-            previous, self.applied = self.applied, wanted
-            await self._forget_flows(previous, wanted)
+            await self._forget_flows(self.applied, wanted)
+            self.applied = wanted
 
     async def intact(self) -> bool:
         """Whether the tables the last sync left are still there (someone may have flushed the

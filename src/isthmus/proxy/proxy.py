@@ -375,9 +375,9 @@ class ProxyService:
         listeners, self.listeners = self.listeners, {}
         await asyncio.gather(*(lis.close(abort=True) for lis in listeners.values()))
         for task in (self._watchdog, self._kernel_task):
-            if task is not None:
+            while task is not None and not task.done():  # again if something swallowed the cancellation
                 task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await asyncio.wait({task}, timeout=1.0)
         if self.dataplane is not None:
             try:
                 await self.dataplane.cleanup()
@@ -443,8 +443,10 @@ class ProxyService:
         return target.backends if target is not None else None
 
     def target(self, key: ListenerKey) -> Target | None:
+        """What `key` serves now: in the nftables mode, what the kernel was given (and its stale UDP
+        flows deleted), not merely what the next sync will write."""
         if self.dataplane is not None:
-            return self._wanted.get(key)
+            return self.dataplane.applied.get(key)
         lis = self.listeners.get(key)
         return lis.target if lis is not None else None
 

@@ -24,7 +24,10 @@ async def run_command(*argv: str, stdin: str | None = None, timeout: float = 15.
     except OSError as err:
         raise CommandError(f"{' '.join(cmd)}: {err}") from err
     try:
-        out, err_ = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin is not None else None), timeout)
+        # asyncio.timeout, not wait_for: 3.11's wait_for swallows a cancellation that arrives as the
+        # command ends, and a loop calling this (the proxy's table check) then never stops.
+        async with asyncio.timeout(timeout):
+            out, err_ = await proc.communicate(stdin.encode() if stdin is not None else None)
     except TimeoutError:
         proc.kill()
         await proc.wait()
