@@ -437,8 +437,9 @@ class Supervisor:
             state.restarts += 1
             log.warning("%s %s; restarting in %.1fs (restart %d)%s", spec.name, what, backoff, state.restarts, said)
             _note(spec.log, f"{spec.name} {what}; restarting in {backoff:.1f}s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), backoff)
+            with contextlib.suppress(TimeoutError):  # asyncio.timeout: 3.11's wait_for can swallow a cancel
+                async with asyncio.timeout(backoff):
+                    await self._stopping.wait()
             backoff = min(backoff * 2, BACKOFF_MAX)
 
     async def wait_ready(self, names: Iterable[str], within: float, fail_fast: bool = False) -> list[str]:
@@ -454,7 +455,8 @@ class Supervisor:
                 pending = {n: u for (n, u), ok in zip(pending.items(), results, strict=True) if not ok}
                 if pending:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), 0.2)
+                        async with asyncio.timeout(0.2):
+                            await self._stopping.wait()
         return sorted(pending)
 
     async def stop(self, grace: float = STOP_GRACE) -> None:
@@ -484,7 +486,8 @@ class Supervisor:
     async def _wait_procs(procs: list[_Child | _Adopted], deadline: float) -> None:
         left = max(0.0, deadline - time.monotonic())
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), left)
+            async with asyncio.timeout(left):
+                await asyncio.gather(*(p.wait() for p in procs))
 
 
 async def run_command(argv: list[str], log_path: Path, within: float, env: dict[str, str] | None = None,

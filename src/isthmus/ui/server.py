@@ -177,7 +177,8 @@ class UiServer:
             await response.write(first.encode())
             while True:
                 try:
-                    message = await asyncio.wait_for(queue.get(), KEEPALIVE)
+                    async with asyncio.timeout(KEEPALIVE):  # not wait_for: 3.11's can swallow a cancel
+                        message = await queue.get()
                 except TimeoutError:
                     message = ": keep-alive\n\n"
                 if message is None:
