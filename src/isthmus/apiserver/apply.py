@@ -14,13 +14,13 @@ Modelled on sigs.k8s.io/structured-merge-diff as kube-apiserver uses it:
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from isthmus.apiserver.errors import ApiError, bad_request
+from isthmus.apiserver.jsoncopy import clone, deep_copy
 from isthmus.apiserver.schema import resolve_all_of
 
 Path = tuple[str, ...]
@@ -577,11 +577,13 @@ def _encode_entries(entries: list[_Entry]) -> list[dict[str, Any]]:
     return [e.encode() for e in live]
 
 
-def _without_managed_fields(obj: dict[str, Any], *, deep: bool = True) -> dict[str, Any]:
+def _without_managed_fields(obj: dict[str, Any], *, deep: bool = True, stored: bool = False) -> dict[str, Any]:
     """A copy without metadata.managedFields. deep=False copies only the top level and metadata: enough
-    when the caller only reads the rest (track_update), and it is the hot path of every write."""
+    when the caller only reads the rest (track_update), and it is the hot path of every write.
+    stored: obj is what storage holds, so an orjson round trip copies it (six times quicker)."""
+    out: dict[str, Any]
     if deep:
-        out = copy.deepcopy(obj)
+        out = clone(obj) if stored else deep_copy(obj)
     else:
         out = dict(obj)
         if isinstance(out.get("metadata"), dict):
@@ -808,7 +810,7 @@ def server_side_apply(
     config = _without_managed_fields(applied)
     filled: set[Path] = set()
     if default is not None:
-        defaulted = copy.deepcopy(config)
+        defaulted = deep_copy(config)
         default(defaulted)
         _fill_keys(config, defaulted, schema, (), filled)
     duplicate = _duplicates(config, schema)
@@ -817,7 +819,7 @@ def server_side_apply(
         gvk = f"{gv if '/' in gv else '/' + gv}, Kind={applied.get('kind', '')}"
         raise bad_request(f"failed to create typed patch object ({gvk}): {duplicate}")
 
-    base = _without_managed_fields(live) if live is not None else {}
+    base = _without_managed_fields(live, stored=True) if live is not None else {}
     entries = _decode_entries(_managed_fields(live))
     if live is not None and not entries:
         # An object nobody tracked yet: its current fields belong to "before-first-apply", so the first

@@ -13,11 +13,11 @@ k8s.io/apimachinery strategicpatch):
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any, Final
 
 from isthmus.apiserver.errors import ApiError, bad_request
+from isthmus.apiserver.jsoncopy import deep_copy
 from isthmus.apiserver.schema import resolve_all_of
 
 # kube-apiserver refuses bigger JSON patches (maxJSONPatchOperations).
@@ -167,13 +167,13 @@ def _replace(doc: Any, tokens: list[str], value: Any, path: str) -> Any:
 def _value(op: dict[str, Any], kind: str) -> Any:
     if "value" not in op:
         raise _unprocessable(f"{kind} operation has no value: missing value")
-    return copy.deepcopy(op["value"])
+    return deep_copy(op["value"])
 
 
 def apply_json_patch(doc: Any, ops: Any) -> Any:
     """Apply RFC 6902 operations to a deep copy of doc. Errors → errors.ApiError (kube: 422/400 wording)."""
     if ops is None:  # Go decodes `null` into an empty patch
-        return copy.deepcopy(doc)
+        return deep_copy(doc)
     if not isinstance(ops, list):
         raise bad_request(f"json: cannot unmarshal {_go_type(ops)} into Go value of type jsonpatch.Patch")
     for op in ops:
@@ -186,7 +186,7 @@ def apply_json_patch(doc: Any, ops: Any) -> Any:
             f"Request entity too large: The allowed maximum operations in a JSON patch is "
             f"{MAX_JSON_PATCH_OPERATIONS}, got {len(ops)}",
         )
-    result = copy.deepcopy(doc)
+    result = deep_copy(doc)
     for op in ops:
         result = _apply_op(result, op)
     return result
@@ -229,7 +229,7 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
     except _Missing:
         raise _unprocessable(f"{kind} operation does not apply: doc is missing from path: {frm}: missing value") from None
     if kind == "copy":
-        return _add(doc, tokens, copy.deepcopy(value), path)
+        return _add(doc, tokens, deep_copy(value), path)
     if from_tokens == tokens:
         return doc
     if tokens[: len(from_tokens)] == from_tokens:
@@ -243,7 +243,7 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
 
 def _merge(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return deep_copy(patch)
     result = target if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -258,7 +258,7 @@ def apply_merge_patch(doc: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
         # evanphx/json-patch (kube) refuses a non-object merge patch for an object document.
         raise bad_request("Invalid JSON Patch")
-    return _merge(copy.deepcopy(doc), patch)
+    return _merge(deep_copy(doc), patch)
 
 
 # ================================================================ strategic merge patch
@@ -345,8 +345,8 @@ def apply_strategic_merge_patch(doc: Any, patch: Any, schema: dict[str, Any] | N
     $patch (replace/merge/delete), $retainKeys, $deleteFromPrimitiveList/<field>, $setElementOrder/<field>."""
     if not isinstance(patch, dict):
         raise bad_request(f"json: cannot unmarshal {_go_type(patch)} into Go value of type map[string]interface {{}}")
-    original = copy.deepcopy(doc) if isinstance(doc, dict) else {}
-    result = _smp_map(original, copy.deepcopy(patch), _schema(schema))
+    original = deep_copy(doc) if isinstance(doc, dict) else {}
+    result = _smp_map(original, deep_copy(patch), _schema(schema))
     return {} if isinstance(result, _Deleted) else result
 
 

@@ -61,9 +61,10 @@ from isthmus.apiserver.handlers import (
 )
 from isthmus.apiserver.handlers.common import USER, HandlerContext, not_found, status_response
 from isthmus.apiserver.handlers.scope import resolve
+from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.registry.customresourcedefinition import KEY as CRD_KEY
-from isthmus.apiserver.registry.store import GenericStore, clone
+from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.serviceaccounts import (
     DEFAULT_ISSUER,

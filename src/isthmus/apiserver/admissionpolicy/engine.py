@@ -36,7 +36,7 @@ from isthmus.apiserver.admissionpolicy.spec import (
     Expression,
     compile_policy,
 )
-from isthmus.apiserver.registry.strategy import clone
+from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store, WatchEvent
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from isthmus.apiserver.authorization.rbac import GROUP, PolicyRule, covers, rules_of
 from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.registry.store import GenericStore, clone
+from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceRegistry
 from isthmus.apiserver.storage import Store
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from isthmus.apiserver.controllers.base import QueueController
 from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.registry.store import GenericStore, clone
+from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store, WatchEvent
 

@@ -20,7 +20,8 @@ import logging
 from typing import Any
 
 from isthmus.apiserver.controllers.base import QueueController
-from isthmus.apiserver.registry.store import GenericStore, clone
+from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceRegistry
 from isthmus.apiserver.serviceaccounts import ServiceAccountTokens
 from isthmus.apiserver.storage import Store, WatchEvent

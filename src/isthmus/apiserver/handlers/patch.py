@@ -17,8 +17,8 @@ from isthmus.apiserver.decoding import StrictIssues, decode_strict, yaml_duplica
 from isthmus.apiserver.handlers import scale
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, truthy, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
+from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
-from isthmus.apiserver.registry.store import clone
 
 Obj = dict[str, Any]
 

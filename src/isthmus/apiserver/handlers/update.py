@@ -8,7 +8,7 @@ from isthmus.apiserver.decoding import read_body_strict
 from isthmus.apiserver.handlers import scale
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
-from isthmus.apiserver.registry.store import clone
+from isthmus.apiserver.jsoncopy import clone
 
 
 async def update_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:

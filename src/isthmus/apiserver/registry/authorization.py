@@ -16,7 +16,8 @@ from isthmus.apiserver import authorization, errors
 from isthmus.apiserver.authentication import UserInfo
 from isthmus.apiserver.authorization import Attributes, Authorizer, RulesReview
 from isthmus.apiserver.authorization.rbac import PolicyRule
-from isthmus.apiserver.registry.strategy import Cause, Strategy, VirtualRequest, clone
+from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.registry.strategy import Cause, Strategy, VirtualRequest
 
 Obj = dict[str, Any]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
+from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.registry import printers
-from isthmus.apiserver.registry.strategy import clone
 from isthmus.apiserver.registry.workloads import HorizontalPodAutoscalerV1Strategy as _V1Base
 from isthmus.apiserver.table import Column
 

@@ -24,8 +24,8 @@ from isthmus.apiserver.admissionpolicy import ValidatingAdmissionPolicies
 from isthmus.apiserver.apply import server_side_apply, track_update
 from isthmus.apiserver.authentication import UserInfo
 from isthmus.apiserver.decoding import StrictIssues
+from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.registry import namespace
-from isthmus.apiserver.registry.strategy import clone
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store
 from isthmus.apiserver.webhooks import Webhooks

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
-import orjson
-
 from isthmus.apiserver.authentication import Authenticator, UserInfo
+from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.selectors import FieldGetter, field_path
 from isthmus.apiserver.table import Column, JSONPathPrinter
 
@@ -32,9 +31,6 @@ Obj = dict[str, Any]
 Cause = dict[str, str]
 
 
-def clone(obj: Any) -> Any:
-    """Deep copy of JSON data (orjson round trip beats copy.deepcopy by ~10x)."""
-    return orjson.loads(orjson.dumps(obj))
 
 
 def fields(*paths: str) -> dict[str, FieldGetter]:

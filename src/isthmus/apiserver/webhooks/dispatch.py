@@ -39,8 +39,8 @@ from isthmus.apiserver.admissionpolicy.engine import (
     _labels,
     _rule_matches,
 )
+from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.patch import apply_json_patch
-from isthmus.apiserver.registry.strategy import clone
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store, WatchEvent
 
