@@ -1,13 +1,24 @@
-"""The aiohttp transport under lightkube: errors as httpx's, streamed bodies, timeouts (kube/transport.py)."""
+"""The aiohttp transport under lightkube: errors as httpx's, streamed bodies, timeouts, and the requests
+that skip httpx (kube/transport.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+from pathlib import Path
 
 import httpx2
 import pytest
+import yaml
 from aiohttp import web
+from lightkube import ApiError
+from lightkube.models.discovery_v1 import Endpoint
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.discovery_v1 import EndpointSlice
 
+from isthmus.kube.client import make_client
 from isthmus.kube.transport import AiohttpTransport
 from tests.ports import free_port
 
@@ -60,4 +71,159 @@ async def test_bodies_stream_headers_and_errors_pass_through() -> None:
             await client.get("/slow", timeout=httpx2.Timeout(0.3))
     finally:
         await client.aclose()
+        await runner.cleanup()
+
+
+# ---------------------------------------------------------------- fast_request (lightkube without httpx)
+
+
+class _Api:
+    """An API server stand-in that records what arrives and answers as it is told."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, object]] = []
+        self.answers: list[tuple[int, dict[str, object]]] = []
+        self.delay = 0.0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.seen.append({"method": request.method, "path": request.path, "query": dict(request.query),
+                          "type": request.headers.get("Content-Type"),
+                          "auth": request.headers.get("Authorization"), "body": await request.read()})
+        await asyncio.sleep(self.delay)
+        status, body = self.answers.pop(0) if self.answers else (200, _NS)
+        # As kube-apiserver labels it (aiohttp's json_response adds a charset lightkube does not expect).
+        return web.Response(body=json.dumps(body).encode(), status=status, headers={"Content-Type": "application/json"})
+
+
+_NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "resourceVersion": "7"}}
+
+
+async def _serve(api: _Api) -> tuple[web.AppRunner, int]:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", api.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, port
+
+
+def _kubeconfig(tmp_path: Path, port: int, user: dict[str, str]) -> Path:
+    conf = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+            "users": [{"name": "u", "user": user}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(conf))
+    return path
+
+
+async def test_fast_requests_send_what_lightkube_prepares_without_httpx(tmp_path: Path) -> None:
+    api = _Api()
+    runner, port = await _serve(api)
+    client = make_client(_kubeconfig(tmp_path, port, {"token": "t0"}), field_manager="tester")
+
+    async def no_httpx(*_a: object, **_k: object) -> None:
+        raise AssertionError("httpx's send was used")
+
+    client._client._client.send = no_httpx  # type: ignore[method-assign,assignment]
+    try:
+        slice_ = EndpointSlice(metadata=ObjectMeta(name="s1", namespace="n1", labels={"a": "b"}),
+                               addressType="IPv4", endpoints=[Endpoint(addresses=["10.1.0.1"])])
+        api.answers.append((201, {**slice_.to_dict(), "metadata": {"name": "s1", "namespace": "n1", "uid": "u1"}}))
+        got = await client.apply(slice_, force=True)
+        assert got.metadata is not None and got.metadata.uid == "u1"
+        sent = api.seen[-1]
+        assert (sent["method"], sent["path"], sent["query"], sent["type"], sent["auth"]) == (
+            "PATCH", "/apis/discovery.k8s.io/v1/namespaces/n1/endpointslices/s1",
+            {"fieldManager": "tester", "force": "true"}, "application/apply-patch+yaml", "Bearer t0")
+        assert json.loads(sent["body"]) == slice_.to_dict()  # type: ignore[arg-type]
+
+        ns = await client.get(Namespace, "default")
+        assert ns.metadata is not None and ns.metadata.resourceVersion == "7"
+        assert api.seen[-1]["method"] == "GET" and api.seen[-1]["query"] == {}
+
+        await client.create(Namespace(metadata=ObjectMeta(name="x")))
+        assert (api.seen[-1]["method"], api.seen[-1]["path"], api.seen[-1]["type"]) == (
+            "POST", "/api/v1/namespaces", "application/json")
+
+        api.answers.append((200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}))
+        await client.delete(Namespace, "x")
+        assert (api.seen[-1]["method"], api.seen[-1]["path"]) == ("DELETE", "/api/v1/namespaces/x")
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+async def test_fast_request_errors_are_lightkube_and_httpx_errors(tmp_path: Path) -> None:
+    api = _Api()
+    runner, port = await _serve(api)
+    client = make_client(_kubeconfig(tmp_path, port, {"token": "t0"}), timeout=0.5)
+    try:
+        api.answers.append((404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                                  "message": 'namespaces "nope" not found', "code": 404}))
+        with pytest.raises(ApiError) as err:
+            await client.get(Namespace, "nope")
+        assert (err.value.status.code, err.value.status.message) == (404, 'namespaces "nope" not found')
+
+        api.delay = 2.0
+        with pytest.raises(httpx2.ReadTimeout):
+            await client.get(Namespace, "default")
+    finally:
+        await client.close()
+        await runner.cleanup()
+    gone = make_client(_kubeconfig(tmp_path, free_port(), {"token": "t0"}))
+    try:
+        with pytest.raises(httpx2.ConnectError, match="Connection refused"):
+            await gone.get(Namespace, "default")
+    finally:
+        await gone.close()
+
+
+async def test_fast_request_reads_a_rotated_token_file_after_a_401(tmp_path: Path) -> None:
+    api = _Api()
+    runner, port = await _serve(api)
+    token = tmp_path / "token"
+    token.write_text("old")
+    client = make_client(_kubeconfig(tmp_path, port, {"tokenFile": str(token)}))
+    try:
+        await client.get(Namespace, "default")
+        # Rotated within the same second, same inode: only the 401 makes the client read it again.
+        stat = token.stat()
+        token.write_text("new")
+        os.utime(token, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        api.answers.append((401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
+                                  "reason": "Unauthorized", "message": "Unauthorized"}))
+        ns = await client.get(Namespace, "default")
+        assert ns.metadata is not None and ns.metadata.name == "default"
+        assert [s["auth"] for s in api.seen] == ["Bearer old", "Bearer old", "Bearer new"]
+        api.answers.append((401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
+                                  "reason": "Unauthorized", "message": "Unauthorized"}))
+        with pytest.raises(ApiError) as err:  # the file did not change: no second try
+            await client.get(Namespace, "default")
+        assert err.value.status.code == 401 and len(api.seen) == 4
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+async def test_hooks_and_other_auth_keep_httpx(tmp_path: Path) -> None:
+    api = _Api()
+    runner, port = await _serve(api)
+    client = make_client(_kubeconfig(tmp_path, port, {"username": "u", "password": "p"}))
+    hooked = make_client(_kubeconfig(tmp_path, port, {"token": "t0"}))
+    recorded: list[str] = []
+
+    async def record(request: httpx2.Request) -> None:
+        recorded.append(request.url.path)
+
+    hooked._client._client.event_hooks = {"request": [record], "response": []}
+    try:
+        await client.get(Namespace, "default")
+        assert str(api.seen[-1]["auth"]).startswith("Basic ")
+        await hooked.get(Namespace, "default")
+        assert recorded == ["/api/v1/namespaces/default"]
+    finally:
+        await client.close()
+        await hooked.close()
         await runner.cleanup()

@@ -153,6 +153,10 @@ class TokenFileAuth(httpx2.Auth):
                 raise ConfigError(f"token file {self.token_file} cannot be read") from None
         return self._header
 
+    def bearer_header(self, force: bool = False) -> str:
+        """The Authorization header to send now (force: read the file again, after a 401)."""
+        return self._read(force)
+
     def auth_flow(self, request: httpx2.Request) -> Any:
         request.headers["Authorization"] = self._read()
         response = yield request

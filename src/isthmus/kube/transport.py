@@ -6,6 +6,12 @@ of its time (bench/mcs.py, py-spy). aiohttp does the same HTTP/1.1 keep-alive ex
 parser and asyncio's own TLS: the request still goes through lightkube and httpx (auth, token
 refresh, response model), only the bytes move through aiohttp.
 
+Since 2026-11-28 a request that is not a watch skips httpx altogether (`fast_request`): lightkube
+still prepares it and decodes the answer, but the bytes go from its prepared request to aiohttp
+and back without httpx's Request, auth flow, redirect and cookie handling and Response stream,
+which cost about as much CPU as the HTTP exchange itself. Auth it cannot apply by itself (exec
+plugins, basic auth) and clients with event hooks keep httpx's way.
+
 Errors are raised as the httpx exceptions the rest of the code already handles (all are
 `httpx2.TransportError`). Sessions are per event loop, made on first use, because a CLI may run
 several `asyncio.run`s with one client.
@@ -23,6 +29,9 @@ from typing import Any
 
 import aiohttp
 import httpx2
+import msgspec
+import yarl
+from lightkube.config.client_adapter import BearerAuth
 from prometheus_client import Counter
 
 from isthmus.runtime.metrics import REGISTRY
@@ -164,13 +173,115 @@ def fast_build_request(inner: httpx2.AsyncClient) -> Callable[..., httpx2.Reques
     return build_request
 
 
+def _bearer(auth: Any) -> tuple[bool, str | None]:
+    """(whether fast_request can authenticate like `auth`, the Authorization header it sends now)."""
+    if auth is None:
+        return True, None
+    if isinstance(auth, BearerAuth):
+        return True, auth._bearer
+    header = getattr(auth, "bearer_header", None)  # kube/client.py's TokenFileAuth
+    if callable(header):
+        return True, header()
+    return False, None
+
+
+class _Ok:
+    """What lightkube's handle_response reads of a successful response (it raises for the others)."""
+
+    __slots__ = ("content",)
+
+    def __init__(self, content: bytes) -> None:
+        self.content = content
+
+    def raise_for_status(self) -> None:
+        pass
+
+
+_json_encode = msgspec.json.encode  # what lightkube encodes request bodies with
+
+
+def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any]:
+    """lightkube's GenericAsyncClient.request without httpx between its prepared request and aiohttp.
+
+    The same request goes out (path, query, body, headers, timeout) and the same result or
+    exception comes back: an answer of 400 and above is handed to lightkube as an httpx Response,
+    so it raises its ApiError; a 401 makes a token-file auth read its file again and retry once,
+    as its httpx auth flow does. Watches, auth it cannot apply and clients with event hooks (tests
+    record requests that way) take lightkube's own way.
+    """
+    slow = generic.request
+    inner: httpx2.AsyncClient = generic._client
+    base = str(inner.base_url).rstrip("/") + "/"
+    defaults = [(k, v) for k, v in inner.headers.items() if k.lower() not in ("accept-encoding", "connection")]
+    counters: dict[tuple[str, int], Any] = {}
+
+    def timeout_of(t: httpx2.Timeout) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=t.read)
+
+    default_timeout = timeout_of(inner.timeout)
+
+    async def request(method: str, res: Any = None, obj: Any = None, name: Any = None, namespace: Any = None,
+                      watch: bool = False, headers: dict[str, Any] | None = None,
+                      params: dict[str, Any] | None = None) -> Any:
+        can, auth = _bearer(inner.auth)
+        if watch or not can or any(inner.event_hooks.values()) or inner.params or inner.cookies:
+            return await slow(method, res, obj, name, namespace, watch, headers=headers, params=params)
+        br = generic.prepare_request(method, res, obj, name, namespace, watch, headers=headers, params=params)
+        path = br.url.lstrip("/")
+        query = str(httpx2.QueryParams(br.params)) if br.params else ""
+        if not _PLAIN_PATH.fullmatch(path) or "/." in f"/{path}" or not _PLAIN_QUERY.fullmatch(query):
+            return await slow(method, res, obj, name, namespace, watch, headers=headers, params=params)
+        sent = dict(defaults)
+        body = None
+        if br.data is not None:
+            body = _json_encode(br.data)
+            sent["Content-Type"] = "application/json"
+        if br.headers:
+            sent.update(br.headers)
+        url = yarl.URL(base + path + ("?" + query if query else ""), encoded=True)
+        timeout = default_timeout if br.timeout is None else timeout_of(httpx2.Timeout(br.timeout))
+        session = transport._session_for_loop()
+        retried = False
+        while True:
+            if auth is not None:
+                sent["Authorization"] = auth
+            try:
+                async with session.request(br.method, url, headers=sent, data=body, timeout=timeout,
+                                           allow_redirects=False, compress=None) as response:
+                    content = await response.read()
+                    status, raw_headers = response.status, response.raw_headers
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                REQUESTS.labels(br.method, "<error>").inc()
+                raise _mapped(e, httpx2.Request(br.method, str(url))) from e
+            counter = counters.get((br.method, status))
+            if counter is None:
+                counter = counters[(br.method, status)] = REQUESTS.labels(br.method, str(status))
+            counter.inc()
+            if status == 401 and not retried and auth is not None:
+                refresh = getattr(inner.auth, "bearer_header", None)
+                fresh = refresh(force=True) if callable(refresh) else auth
+                if fresh != auth:
+                    auth, retried = fresh, True
+                    continue
+            if status < 400:
+                return generic.handle_response(method, _Ok(content), br)
+            answer = httpx2.Response(status_code=status, headers=list(raw_headers), content=content,
+                                     request=httpx2.Request(br.method, str(url)))
+            return generic.handle_response(method, answer, br)
+
+    return request
+
+
 def install(client: Any) -> None:
     """Put an AiohttpTransport under a lightkube AsyncClient, with the TLS settings lightkube chose,
-    and the quicker request building of `fast_build_request`."""
-    inner: httpx2.AsyncClient = client._client._client  # lightkube internals: its httpx client
+    the quicker request building of `fast_build_request` and the httpx-free `fast_request`."""
+    generic = client._client  # lightkube internals: its GenericAsyncClient
+    inner: httpx2.AsyncClient = generic._client  # and that one's httpx client
     old = inner._transport
     if isinstance(old, AiohttpTransport):
         return
     ctx = getattr(getattr(old, "_pool", None), "_ssl_context", None)
-    inner._transport = AiohttpTransport(ctx if isinstance(ctx, ssl.SSLContext) else True)
+    transport = AiohttpTransport(ctx if isinstance(ctx, ssl.SSLContext) else True)
+    inner._transport = transport
     inner.build_request = fast_build_request(inner)  # type: ignore[method-assign]
+    generic.request = fast_request(generic, transport)
