@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import orjson
 
 TARGETS = {"creates/s (1 client)": "≥ 1500", "creates/s (8 clients)": "≥ 3000", "watch p99 ms": "≤ 20",
            "restart": "≤ 10 s (100k)"}
@@ -135,6 +136,32 @@ async def updates(url: str, n: int) -> None:
                 if r.status != 200:
                     raise RuntimeError(await r.text())
                 objs[j] = await r.json()
+
+
+def endpoint_slice(i: int, generation: int) -> dict:  # type: ignore[type-arg]
+    """An MCS EndpointSlice as the discovery agent applies it: three endpoints, one port."""
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": f"svc-{i}-c1", "namespace": "bench",
+                         "labels": {"multicluster.kubernetes.io/service-name": f"svc-{i}",
+                                    "multicluster.kubernetes.io/source-cluster": "c1",
+                                    "endpointslice.kubernetes.io/managed-by": "isthmus-mcs-agent"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [f"10.{generation}.{j}.{i % 250}"],
+                           "conditions": {"ready": True, "serving": True, "terminating": False}}
+                          for j in range(3)],
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
+
+
+async def applies(url: str, n: int, generation: int) -> None:
+    async with aiohttp.ClientSession(headers=HEADERS) as s:
+        for i in range(n):
+            async with s.patch(f"{url}/apis/discovery.k8s.io/v1/namespaces/bench/endpointslices/svc-{i}-c1",
+                               params={"fieldManager": "bench", "force": "true"},
+                               data=orjson.dumps(endpoint_slice(i, generation)),
+                               headers={"Content-Type": "application/apply-patch+yaml"}) as r:
+                if r.status not in (200, 201):
+                    raise RuntimeError(await r.text())
+                await r.read()
 
 
 async def list_time(url: str, ns: str) -> tuple[float, int]:
@@ -285,10 +312,20 @@ def run_once(loop: str, quick: bool) -> dict[str, float]:
         results[f"list {count} objects ms"] = dt * 1000
         loaded_rss = rss_mb(srv.proc.pid)  # type: ignore[union-attr]
         results["RSS MB per 10k objects (live)"] = (loaded_rss - base_rss) / (listed / 10_000)
+
+        # server-side apply, the discovery agents' write: an EndpointSlice created, applied again
+        # unchanged (a resync), then with new endpoints
+        n_apply = int(2000 * scale)
+        for phase, generation in (("create", 0), ("unchanged", 0), ("changed", 1)):
+            c0 = srv.cpu()
+            t0 = time.perf_counter()
+            asyncio.run(applies(url, n_apply, generation))
+            results[f"applies/s, {phase} (1 client)"] = n_apply / (time.perf_counter() - t0)
+            results[f"  server CPU µs per apply, {phase}"] = (srv.cpu() - c0) / n_apply * 1e6
         srv.stop()
 
         results[f"populate {big} via store s"] = populate_direct(data, big)
-        total = big + listed
+        total = big + listed + n_apply
         restart = srv.start()
         results[f"restart {total // 1000}k objects s"] = restart
         results["RSS MB at restart"] = rss_mb(srv.proc.pid)  # type: ignore[union-attr]
