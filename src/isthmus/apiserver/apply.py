@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import orjson
+
 from isthmus.apiserver.errors import ApiError, bad_request
 from isthmus.apiserver.jsoncopy import clone, deep_copy
 from isthmus.apiserver.schema import resolve_all_of
@@ -499,7 +501,7 @@ class _Entry:
         if self.time:
             out["time"] = self.time
         out["fieldsType"] = "FieldsV1"
-        out["fieldsV1"] = encode_fields(self.fields)
+        out["fieldsV1"] = _encoded(self.fields)
         if self.subresource:
             out["subresource"] = self.subresource
         return out
@@ -532,7 +534,7 @@ def _decode_entries(raw: Any) -> list[_Entry]:
             api_version=str(item.get("apiVersion") or ""),
             time=item.get("time") if isinstance(item.get("time"), str) else None,
             subresource=str(item.get("subresource") or ""),
-            fields=_strip(decode_fields(item.get("fieldsV1"))),
+            fields=_decoded(item.get("fieldsV1")),
         )
         prev = entries.get(entry.ident)
         if prev is not None:
@@ -541,6 +543,45 @@ def _decode_entries(raw: Any) -> list[_Entry]:
         else:
             entries[entry.ident] = entry
     return list(entries.values())
+
+
+# Every write decodes each manager's fieldsV1 and encodes it again, and nearly always to the same
+# tree, which the object's previous write encoded: remembering the recent trees both ways saves
+# about 15 µs per manager per write. The encoded trees are shared between stored objects, which
+# nothing modifies in place.
+_FIELDS_CACHE_SIZE = 2048
+_decoded_cache: dict[bytes, frozenset[Path]] = {}
+_encoded_cache: dict[frozenset[Path], dict[str, Any]] = {}
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(cache) >= _FIELDS_CACHE_SIZE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+
+
+def _decoded(fields: Any) -> set[Path]:
+    """_strip(decode_fields(fields)), a set of its own for the caller to change."""
+    try:
+        key = orjson.dumps(fields)
+    except TypeError:
+        return _strip(decode_fields(fields))
+    paths = _decoded_cache.get(key)
+    if paths is None:
+        paths = frozenset(_strip(decode_fields(fields)))
+        _remember(_decoded_cache, key, paths)
+    return set(paths)
+
+
+def _encoded(paths: set[Path]) -> dict[str, Any]:
+    """encode_fields(paths), shared with every other object holding the same field set."""
+    key = frozenset(paths)
+    out = _encoded_cache.get(key)
+    if out is None:
+        out = encode_fields(key)
+        _remember(_encoded_cache, key, out)
+        _remember(_decoded_cache, orjson.dumps(out), key)  # what the next write of the object decodes
+    return out
 
 
 def _cap_updaters(entries: list[_Entry]) -> list[_Entry]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import lark
 from celpy import celtypes
-from celpy.evaluation import CELEvalError, base_functions, operator_in
+from celpy.evaluation import CELEvalError, base_functions, boolean, operator_in
 
 Ctx = Mapping[str, Any]
 Fn = Callable[[Ctx], Any]
@@ -96,7 +96,12 @@ class Compiler:
     """Compile a celpy parse tree (lark.Tree) into a function of the activation."""
 
     def __init__(self, functions: Mapping[str, Callable[..., Any]], literal: Callable[[lark.Tree[Any]], Any]) -> None:
-        self.functions = {**base_functions, **functions}
+        # celpy's comparison functions wrap their operator anew (functools.wraps) on every call: the
+        # same wrappers, made once.
+        relations = {name: boolean(op) for name, op in (("_<_", operator.lt), ("_<=_", operator.le),
+                                                         ("_>_", operator.gt), ("_>=_", operator.ge),
+                                                         ("_==_", operator.eq), ("_!=_", operator.ne))}
+        self.functions = {**base_functions, **relations, **functions}
         self.literal = literal  # celpy's own literal parsing, run once per literal
 
     def compile(self, tree: lark.Tree[Any]) -> Fn:

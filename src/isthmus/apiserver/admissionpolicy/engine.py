@@ -17,7 +17,6 @@ admission configuration resources themselves, as kube exempts them (no admin loc
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +36,7 @@ from isthmus.apiserver.admissionpolicy.spec import (
     compile_policy,
 )
 from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.meta import new_uid
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store, WatchEvent
 
@@ -270,7 +270,7 @@ class ValidatingAdmissionPolicies:
         namespace = a.name if a.resource.group == "" and a.resource.plural == "namespaces" else a.namespace
         options = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}.get(a.operation)
         return {
-            "uid": str(uuid.uuid4()),
+            "uid": new_uid(),
             "kind": kind(matched), "resource": gvr(matched), "subResource": a.subresource,
             "requestKind": kind(a.resource), "requestResource": gvr(a.resource), "requestSubResource": a.subresource,
             "name": a.name, "namespace": namespace, "operation": a.operation,
