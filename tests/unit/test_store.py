@@ -327,6 +327,30 @@ async def test_history_cap_and_410() -> None:
     assert [ev.rv for ev in await take(w, 5)] == [4, 5, 6, 7, 8]
 
 
+async def test_history_keeps_five_minutes_of_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As etcd compacted every five minutes: an idle cluster's steady writes (leases, heartbeats) do
+    not pile up in memory until the count cap, and a watch from before the window gets 410."""
+    now = [1000.0]
+    monkeypatch.setattr("isthmus.apiserver.storage.time.monotonic", lambda: now[0])
+    s = Store()
+    for i in range(400):  # one write a second for 400 s
+        s.create(CM, obj(f"o{i}"))
+        now[0] += 1.0
+    s.create(CM, obj("last"))  # rv 401, at 1400 s: everything before 1100 s is gone
+    assert 95 <= s.oldest_rv <= 101
+    with pytest.raises(ApiError) as e:
+        s.watch(CM, None, 50)
+    assert e.value.code == 410
+    w = s.watch(CM, None, 300)
+    assert [ev.rv for ev in await take(w, 101)] == list(range(301, 402))
+    unbounded = Store(history_seconds=0)
+    now[0] = 0.0
+    for i in range(400):
+        unbounded.create(CM, obj(f"o{i}"))
+        now[0] += 1.0
+    assert unbounded.oldest_rv == 0
+
+
 async def test_history_is_per_resource() -> None:
     s = Store(history=3)
     s.create(CM, obj("a"))  # rv 1

@@ -72,7 +72,7 @@ from isthmus.apiserver.serviceaccounts import (
     load_or_create_key,
     load_public_keys,
 )
-from isthmus.apiserver.storage import Store, UnusableStore
+from isthmus.apiserver.storage import HISTORY_SECONDS, Store, UnusableStore
 from isthmus.apiserver.tls import ensure_admin_cert, ensure_certs, ensure_client_ca, server_context
 
 log = logging.getLogger("isthmus.apiserver")
@@ -96,6 +96,7 @@ class ApiServer:
         port: int = 0,
         max_body_bytes: int = 3 * 1024 * 1024,
         history: int = 200_000,
+        history_seconds: float = HISTORY_SECONDS,
         bookmark_interval: float = 5.0,
         preload_crds: list[Obj] | None = None,
         admission: Admission | None = None,
@@ -161,7 +162,8 @@ class ApiServer:
         # Issues TokenRequests and legacy tokens, and authenticates both; its key is set in start().
         self.sa_tokens = ServiceAccountTokens(None, self._lookup, issuer=service_account_issuer,
                                               api_audiences=api_audiences)
-        self.store = Store(str(self.data_dir / "state.db") if self.data_dir else None, history=history)
+        self.store = Store(str(self.data_dir / "state.db") if self.data_dir else None, history=history,
+                           history_seconds=history_seconds)
         self.resources = ResourceRegistry()
         self.generic_store = GenericStore(self.store, self.resources, self.admission)
         self.authorizer = authorization.Authorizer(modes, authorization.RuleResolver(self.store))

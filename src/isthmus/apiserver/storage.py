@@ -23,6 +23,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -345,16 +346,29 @@ class _Checkpointer:
         self._thread.join()
 
 
+HISTORY_SECONDS = 300.0
+"""How long events stay resumable: etcd's history lasts until kube-apiserver compacts it, every five
+minutes by default (--etcd-compaction-interval), and a watch from a compacted resourceVersion gets
+410 Gone. Without an age bound an idle clusterset's leases and heartbeats (about four writes a
+second per apiserver) filled the history for hours: +21 MB per apiserver in 30 minutes."""
+
+
 class Store:
     def __init__(
-        self, path: str | None = None, *, history: int = 200_000, watch_queue: int = WATCH_QUEUE_SIZE
+        self, path: str | None = None, *, history: int = 200_000, watch_queue: int = WATCH_QUEUE_SIZE,
+        history_seconds: float = HISTORY_SECONDS,
     ) -> None:
-        """path: SQLite file (created if absent) or None for memory only. history: events retained for watch resume.
+        """path: SQLite file (created if absent) or None for memory only. history: events retained for
+        watch resume, for at most history_seconds (0: no age bound).
 
         watch_queue: live events a watcher may have pending before it is closed as too slow.
         """
         self._path = path
         self._history_cap = history
+        self._history_seconds = history_seconds
+        # (monotonic time, newest rv then), one a second at most while writes come: events up to a
+        # mark's rv are at least as old as the mark.
+        self._history_marks: deque[tuple[float, int]] = deque()
         self._watch_queue = watch_queue
         self._db: sqlite3.Connection | None = None
         self._checkpointer: _Checkpointer | None = None
@@ -651,10 +665,9 @@ class Store:
             h.append(ev)
             self._history_all.append(ev)
             if len(self._history_all) > self._history_cap:
-                old = self._history_all.popleft()
-                self._history[old.key].popleft()
-                self._trimmed[old.key] = old.rv
-                self._trimmed_all = old.rv
+                self._drop_oldest()
+            if self._history_seconds:
+                self._age_history(ev.rv)
         else:
             self._trimmed[ev.key] = ev.rv
             self._trimmed_all = ev.rv
@@ -667,6 +680,27 @@ class Store:
                 cb(ev)
             except Exception:
                 log.exception("on_write callback %r failed for %s %s rv=%d", cb, ev.type, ev.key, ev.rv)
+
+    def _drop_oldest(self) -> None:
+        old = self._history_all.popleft()
+        self._history[old.key].popleft()
+        self._trimmed[old.key] = old.rv
+        self._trimmed_all = old.rv
+
+    def _age_history(self, rv: int) -> None:
+        """Drop the events older than history_seconds (checked once a second, to the second)."""
+        now = time.monotonic()
+        marks = self._history_marks
+        if marks and now - marks[-1][0] < 1.0:
+            return
+        marks.append((now, rv))
+        cutoff = now - self._history_seconds
+        upto = 0
+        while marks and marks[0][0] < cutoff:
+            upto = marks.popleft()[1]
+        hall = self._history_all
+        while hall and hall[0].rv <= upto:
+            self._drop_oldest()
 
     # ----- watches ---------------------------------------------------------------------
 
