@@ -22,6 +22,8 @@ from pydantic.alias_generators import to_camel
 
 def _utc_seconds(value: datetime) -> datetime:
     """metav1.Time has second precision and is UTC; normalise so read-back values compare equal."""
+    if value.tzinfo is UTC and not value.microsecond:
+        return value  # already normal (every value read back, every model dumped)
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).replace(microsecond=0)
@@ -29,7 +31,7 @@ def _utc_seconds(value: datetime) -> datetime:
 
 def format_time(value: datetime) -> str:
     """RFC 3339 in UTC with a `Z`, exactly as the apiserver writes metav1.Time."""
-    return _utc_seconds(value).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _utc_seconds(value).isoformat()[:-6] + "Z"  # whole seconds in UTC: "...T08:01:02+00:00"
 
 
 def now() -> datetime:
