@@ -153,6 +153,22 @@ def _json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and bool(a == b)
 
 
+def _same(a: Any, b: Any) -> bool:
+    """_json_equal, answered in C for nearly every pair: JSON-equal values are equal in Python, and
+    Python-equal values that serialize to the same bytes are JSON-equal; only a pair Python calls
+    equal and orjson writes differently (1 and 1.0, or true and 1) takes the walk."""
+    if a is b:
+        return True
+    if a != b:
+        return False
+    try:
+        if orjson.dumps(a) == orjson.dumps(b):
+            return True
+    except TypeError:
+        pass
+    return _json_equal(a, b)
+
+
 def _items(value: list[Any], schema: dict[str, Any] | None) -> list[tuple[str, Any]]:
     """(path element, item) of a granular list; the first of duplicate elements wins."""
     seen: set[str] = set()
@@ -317,6 +333,8 @@ def _compare(old: Any, new: Any, schema: dict[str, Any] | None, path: Path, out:
         return
     old_kind, new_kind = _granular(old, schema), _granular(new, schema)
     if old_kind and old_kind == new_kind:
+        if _same(old, new):
+            return  # an unchanged subtree (most of an object, and all of it on a no-op apply)
         old_children, new_children = _children(old, schema), _children(new, schema)
         for pe, (child, sub) in new_children.items():
             _compare(old_children[pe][0] if pe in old_children else _MISSING, child, sub, (*path, pe), out)
@@ -338,7 +356,7 @@ def _compare(old: Any, new: Any, schema: dict[str, Any] | None, path: Path, out:
         if path:
             out.modified.add(path)
         return
-    if not _json_equal(old, new):
+    if not _same(old, new):
         out.modified.add(path)
 
 
