@@ -278,3 +278,30 @@ async def test_events_kept_apart_by_an_older_data_dir_join_the_core_ones(apiserv
     assert (await _ok(apiserver, "GET", f"{V1}/web.core"))["note"] == "image pulled"  # the core one kept
     assert sorted(i["metadata"]["name"] for i in (await _ok(apiserver, "GET", V1))["items"]) == ["db.v1", "web.core"]
     assert apiserver.store.list("events.k8s.io/events") == []
+
+
+async def test_events_expire_event_ttl_after_their_last_write(tmp_path: Any) -> None:
+    """kube-apiserver's --event-ttl: an Event lasts that long after its last write, then is
+    deleted; a write renews it."""
+    srv = RunningApiServer(tmp_path / "apiserver", event_ttl=3.0)
+    await srv.start()
+
+    async def names() -> list[str]:
+        return [e["metadata"]["name"] for e in (await _ok(srv, "GET", CORE))["items"]]
+
+    try:
+        await _ok(srv, "POST", CORE, CORE_EVENT)
+        await _ok(srv, "POST", V1, V1_EVENT)
+        await asyncio.sleep(1.5)
+        await _ok(srv, "PATCH", f"{CORE}/web.core", {"message": "pulled again"},
+                  ctype="application/merge-patch+json")
+        async with asyncio.timeout(10):
+            while "db.v1" in await names():  # noqa: ASYNC110 - polling the API, not an event
+                await asyncio.sleep(0.1)
+        assert await names() == ["web.core"]  # renewed 1.5 s after the other was written
+        async with asyncio.timeout(10):
+            while await names():  # noqa: ASYNC110 - polling the API
+                await asyncio.sleep(0.1)
+        assert (await _ok(srv, "GET", V1))["items"] == []
+    finally:
+        await srv.close()

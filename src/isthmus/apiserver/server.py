@@ -38,6 +38,8 @@ from isthmus.apiserver.authorization.attributes import Attributes
 from isthmus.apiserver.authorization.bootstrap import ensure_bootstrap_policy
 from isthmus.apiserver.builtins import builtin_resources
 from isthmus.apiserver.controllers.crd import CRDController
+from isthmus.apiserver.controllers.eventttl import DEFAULT_TTL as DEFAULT_EVENT_TTL
+from isthmus.apiserver.controllers.eventttl import EventTTLController
 from isthmus.apiserver.controllers.garbagecollector import GarbageCollector
 from isthmus.apiserver.controllers.kubernetesservice import KubernetesServiceController, advertise_address
 from isthmus.apiserver.controllers.namespace import NamespaceController, create_system_namespaces
@@ -109,6 +111,7 @@ class ApiServer:
         service_account_signing_key_file: str | Path | None = None,
         service_account_key_files: tuple[str | Path, ...] = (),
         authorization_mode: str = "RBAC",
+        event_ttl: float = DEFAULT_EVENT_TTL,
     ) -> None:
         """token None serves everyone (for in-process use); `isthmus apiserver` always sets one.
 
@@ -141,6 +144,7 @@ class ApiServer:
         self.port = port
         self.max_body_bytes = max_body_bytes
         self.bookmark_interval = bookmark_interval
+        self.event_ttl = event_ttl  # seconds an Event lasts after its last write (kube's --event-ttl); 0: forever
         self.preload_crds = preload_crds or []
         self.admission = admission or Admission()
         self.ca_pem: bytes | None = None
@@ -237,6 +241,11 @@ class ApiServer:
         self._spawn(gcol.run())
         self._spawn(crds.run())
         self._spawn(NamespaceController(self.store, self.resources, self.generic_store).run())
+        if self.event_ttl > 0:
+            event_ttl = EventTTLController(self.store, self.event_ttl)
+            self.store.on_write(event_ttl.on_write)
+            event_ttl.resync()
+            self._spawn(event_ttl.run())
         self._setup_service_account_tokens()
         # Objects left mid-deletion by a previous run (foreground/orphan/CRD cleanup) resume here.
         gcol.resync()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -40,6 +41,31 @@ def _read_or_create_token(path: Path) -> str:
     if not token or " " in token:
         raise fail(f"token file {path} must hold one token on its first line")
     return token
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def go_duration_seconds(text: str) -> float:
+    """A Go duration (time.ParseDuration: "1h", "1h30m", "90s", "0") in seconds; ValueError as Go
+    words it when the text is not one, or is negative."""
+    t = text.strip()
+    if t == "0":
+        return 0.0
+    if t.startswith("-"):
+        raise ValueError("must not be negative")
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(t):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if t and pos == 0 and re.fullmatch(r"[\d.]+", t):
+        raise ValueError(f'time: missing unit in duration "{text}"')
+    if not t or pos != len(t):
+        raise ValueError(f'time: invalid duration "{text}"')
+    return total
 
 
 @command("apiserver")
@@ -79,6 +105,10 @@ def apiserver(
     authorization_mode: Annotated[str, typer.Option(
         help="kube's --authorization-mode: comma-separated RBAC, AlwaysAllow, AlwaysDeny "
              "(system:masters is always allowed).")] = "RBAC",
+    event_ttl: Annotated[str, typer.Option(
+        metavar="DURATION",
+        help="kube's flag: how long an Event is kept after its last write (Go duration: 1h, 30m, 90s; "
+             "0 keeps Events forever).")] = "1h",
     disable_admission_plugins: Annotated[str, typer.Option(
         "--disable-admission-plugins", metavar="NAMES",
         help="kube's flag: comma-separated in-process admission plugins to turn off (DklbConfig).")] = "",
@@ -101,6 +131,10 @@ def apiserver(
     if unknown:
         raise fail(f"--disable-admission-plugins: unknown plugin {unknown[0]!r} "
                    f"(plugins: {', '.join(admission_plugins.PLUGINS)})")
+    try:
+        event_ttl_seconds = go_duration_seconds(event_ttl)
+    except ValueError as e:
+        raise fail(f"--event-ttl {event_ttl}: {e}") from None
     modes = [m.strip() for m in authorization_mode.split(",")]
     if not all(m in ("RBAC", "AlwaysAllow", "AlwaysDeny") for m in modes):
         raise fail(f"--authorization-mode {authorization_mode}: each mode must be one of RBAC, AlwaysAllow, AlwaysDeny")
@@ -134,7 +168,8 @@ def apiserver(
                        service_account_issuer=service_account_issuer,
                        service_account_signing_key_file=service_account_signing_key_file,
                        service_account_key_files=tuple(service_account_key_file or ()),
-                       authorization_mode=",".join(modes), admission=admission_plugins.build(disabled))
+                       authorization_mode=",".join(modes), admission=admission_plugins.build(disabled),
+                       event_ttl=event_ttl_seconds)
     try:
         run(serve(server, str(kubeconfig_out.resolve()), kubeconfig_auth.value))
     except DataDirError as e:
