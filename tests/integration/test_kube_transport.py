@@ -88,7 +88,8 @@ class _Api:
     async def handle(self, request: web.Request) -> web.Response:
         self.seen.append({"method": request.method, "path": request.path, "query": dict(request.query),
                           "type": request.headers.get("Content-Type"),
-                          "auth": request.headers.get("Authorization"), "body": await request.read()})
+                          "auth": request.headers.getall("Authorization", []),
+                          "trace": request.headers.get("X-Trace"), "body": await request.read()})
         await asyncio.sleep(self.delay)
         status, body = self.answers.pop(0) if self.answers else (200, _NS)
         # As kube-apiserver labels it (aiohttp's json_response adds a charset lightkube does not expect).
@@ -136,12 +137,13 @@ async def test_fast_requests_send_what_lightkube_prepares_without_httpx(tmp_path
         sent = api.seen[-1]
         assert (sent["method"], sent["path"], sent["query"], sent["type"], sent["auth"]) == (
             "PATCH", "/apis/discovery.k8s.io/v1/namespaces/n1/endpointslices/s1",
-            {"fieldManager": "tester", "force": "true"}, "application/apply-patch+yaml", "Bearer t0")
+            {"fieldManager": "tester", "force": "true"}, "application/apply-patch+yaml", ["Bearer t0"])
         assert json.loads(sent["body"]) == slice_.to_dict()  # type: ignore[arg-type]
 
+        client._client._client.headers["X-Trace"] = "on"  # the client's headers as they are at each request
         ns = await client.get(Namespace, "default")
         assert ns.metadata is not None and ns.metadata.resourceVersion == "7"
-        assert api.seen[-1]["method"] == "GET" and api.seen[-1]["query"] == {}
+        assert api.seen[-1]["method"] == "GET" and api.seen[-1]["query"] == {} and api.seen[-1]["trace"] == "on"
 
         await client.create(Namespace(metadata=ObjectMeta(name="x")))
         assert (api.seen[-1]["method"], api.seen[-1]["path"], api.seen[-1]["type"]) == (
@@ -196,7 +198,7 @@ async def test_fast_request_reads_a_rotated_token_file_after_a_401(tmp_path: Pat
                                   "reason": "Unauthorized", "message": "Unauthorized"}))
         ns = await client.get(Namespace, "default")
         assert ns.metadata is not None and ns.metadata.name == "default"
-        assert [s["auth"] for s in api.seen] == ["Bearer old", "Bearer old", "Bearer new"]
+        assert [s["auth"] for s in api.seen] == [["Bearer old"], ["Bearer old"], ["Bearer new"]]
         api.answers.append((401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
                                   "reason": "Unauthorized", "message": "Unauthorized"}))
         with pytest.raises(ApiError) as err:  # the file did not change: no second try
@@ -220,7 +222,7 @@ async def test_hooks_and_other_auth_keep_httpx(tmp_path: Path) -> None:
     hooked._client._client.event_hooks = {"request": [record], "response": []}
     try:
         await client.get(Namespace, "default")
-        assert str(api.seen[-1]["auth"]).startswith("Basic ")
+        assert str(api.seen[-1]["auth"][0]).startswith("Basic ")  # type: ignore[index]
         await hooked.get(Namespace, "default")
         assert recorded == ["/api/v1/namespaces/default"]
     finally:

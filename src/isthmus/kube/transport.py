@@ -212,7 +212,6 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
     slow = generic.request
     inner: httpx2.AsyncClient = generic._client
     base = str(inner.base_url).rstrip("/") + "/"
-    defaults = [(k, v) for k, v in inner.headers.items() if k.lower() not in ("accept-encoding", "connection")]
     counters: dict[tuple[str, int], Any] = {}
 
     def timeout_of(t: httpx2.Timeout) -> aiohttp.ClientTimeout:
@@ -231,20 +230,22 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
         query = str(httpx2.QueryParams(br.params)) if br.params else ""
         if not _PLAIN_PATH.fullmatch(path) or "/." in f"/{path}" or not _PLAIN_QUERY.fullmatch(query):
             return await slow(method, res, obj, name, namespace, watch, headers=headers, params=params)
-        sent = dict(defaults)
+        # The client's headers as they are now (httpx gives their names in lower case); no
+        # Accept-Encoding: the body is read as sent.
+        sent = {k: v for k, v in inner.headers.items() if k not in ("accept-encoding", "connection")}
         body = None
         if br.data is not None:
             body = _json_encode(br.data)
-            sent["Content-Type"] = "application/json"
+            sent["content-type"] = "application/json"
         if br.headers:
-            sent.update(br.headers)
+            sent.update((k.lower(), v) for k, v in br.headers.items())
         url = yarl.URL(base + path + ("?" + query if query else ""), encoded=True)
         timeout = default_timeout if br.timeout is None else timeout_of(httpx2.Timeout(br.timeout))
         session = transport._session_for_loop()
         retried = False
         while True:
             if auth is not None:
-                sent["Authorization"] = auth
+                sent["authorization"] = auth
             try:
                 async with session.request(br.method, url, headers=sent, data=body, timeout=timeout,
                                            allow_redirects=False, compress=None) as response:
