@@ -23,5 +23,9 @@ def deep_copy(value: Any) -> Any:
 
 
 def clone(obj: Any) -> Any:
-    """A deep copy of stored data by an orjson round trip (what storage writes and reads back)."""
-    return orjson.loads(orjson.dumps(obj))
+    """A deep copy of stored data by an orjson round trip (what storage writes and reads back); the
+    walk for what orjson cannot write (an integer past 64 bits, kept by a store without a file)."""
+    try:
+        return orjson.loads(orjson.dumps(obj))
+    except TypeError:
+        return deep_copy(obj)

@@ -204,8 +204,8 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
     """lightkube's GenericAsyncClient.request without httpx between its prepared request and aiohttp.
 
     The same request goes out (path, query, body, headers, timeout) and the same result or
-    exception comes back: an answer of 400 and above is handed to lightkube as an httpx Response,
-    so it raises its ApiError; a 401 makes a token-file auth read its file again and retry once,
+    exception comes back: an answer other than 2xx is handed to lightkube as an httpx Response, so
+    it raises as before (its ApiError for a kube Status); a 401 makes a token-file auth read its file again and retry once,
     as its httpx auth flow does. Watches, auth it cannot apply and clients with event hooks (tests
     record requests that way) take lightkube's own way.
     """
@@ -264,7 +264,7 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
                 if fresh != auth:
                     auth, retried = fresh, True
                     continue
-            if status < 400:
+            if 200 <= status < 300:
                 return generic.handle_response(method, _Ok(content), br)
             answer = httpx2.Response(status_code=status, headers=list(raw_headers), content=content,
                                      request=httpx2.Request(br.method, str(url)))
