@@ -16,10 +16,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.table import parse_time
 
 log = logging.getLogger("isthmus.apiserver")
 
@@ -27,21 +27,12 @@ KEY = "/events"  # core/v1 and events.k8s.io/v1 Events, one resource (kube's /re
 DEFAULT_TTL = 3600.0
 
 
-def _epoch(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def last_written(obj: dict[str, Any]) -> float | None:
     """When an Event was last written, as far as the object says (epoch seconds)."""
     meta = obj.get("metadata") or {}
-    times = [_epoch(e.get("time")) for e in meta.get("managedFields") or [] if isinstance(e, dict)]
+    times = [parse_time(e.get("time")) for e in meta.get("managedFields") or [] if isinstance(e, dict)]
     known = [t for t in times if t is not None]
-    return max(known) if known else _epoch(meta.get("creationTimestamp"))
+    return max(known) if known else parse_time(meta.get("creationTimestamp"))
 
 
 class EventTTLController:
