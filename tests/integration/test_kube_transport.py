@@ -97,6 +97,8 @@ class _Api:
 
 
 _NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "resourceVersion": "7"}}
+_UNAUTHORIZED = (401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
+                       "reason": "Unauthorized", "message": "Unauthorized"})
 
 
 async def _serve(api: _Api) -> tuple[web.AppRunner, int]:
@@ -194,13 +196,11 @@ async def test_fast_request_reads_a_rotated_token_file_after_a_401(tmp_path: Pat
         stat = token.stat()
         token.write_text("new")
         os.utime(token, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-        api.answers.append((401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
-                                  "reason": "Unauthorized", "message": "Unauthorized"}))
+        api.answers.append(_UNAUTHORIZED)
         ns = await client.get(Namespace, "default")
         assert ns.metadata is not None and ns.metadata.name == "default"
         assert [s["auth"] for s in api.seen] == [["Bearer old"], ["Bearer old"], ["Bearer new"]]
-        api.answers.append((401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 401,
-                                  "reason": "Unauthorized", "message": "Unauthorized"}))
+        api.answers.append(_UNAUTHORIZED)
         with pytest.raises(ApiError) as err:  # the file did not change: no second try
             await client.get(Namespace, "default")
         assert err.value.status.code == 401 and len(api.seen) == 4

@@ -79,6 +79,11 @@ def _mapped(e: BaseException, request: httpx2.Request) -> httpx2.TransportError:
     return httpx2.ReadError(message, request=request)
 
 
+def _timeout(connect: float | None, read: float | None) -> aiohttp.ClientTimeout:
+    """httpx's connect and read timeouts as aiohttp's (no bound on the whole exchange: watches)."""
+    return aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
+
+
 class AiohttpTransport(httpx2.AsyncBaseTransport):
     """httpx's transport interface over an aiohttp session (keep-alive pool, TLS from `ssl_context`)."""
 
@@ -102,8 +107,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         session = self._session_for_loop()
         t: dict[str, Any] = request.extensions.get("timeout") or {}
-        timeout = aiohttp.ClientTimeout(total=None, connect=t.get("connect"), sock_connect=t.get("connect"),
-                                        sock_read=t.get("read"))
+        timeout = _timeout(t.get("connect"), t.get("read"))
         body = request.content if request.method not in ("GET", "HEAD") else None
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw
                    if k.lower() not in (b"host", b"content-length", b"transfer-encoding")]
@@ -214,10 +218,7 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
     base = str(inner.base_url).rstrip("/") + "/"
     counters: dict[tuple[str, int], Any] = {}
 
-    def timeout_of(t: httpx2.Timeout) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=t.read)
-
-    default_timeout = timeout_of(inner.timeout)
+    default_timeout = _timeout(inner.timeout.connect, inner.timeout.read)
 
     async def request(method: str, res: Any = None, obj: Any = None, name: Any = None, namespace: Any = None,
                       watch: bool = False, headers: dict[str, Any] | None = None,
@@ -240,7 +241,11 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
         if br.headers:
             sent.update((k.lower(), v) for k, v in br.headers.items())
         url = yarl.URL(base + path + ("?" + query if query else ""), encoded=True)
-        timeout = default_timeout if br.timeout is None else timeout_of(httpx2.Timeout(br.timeout))
+        if br.timeout is None:
+            timeout = default_timeout
+        else:
+            t = httpx2.Timeout(br.timeout)
+            timeout = _timeout(t.connect, t.read)
         session = transport._session_for_loop()
         retried = False
         while True:
