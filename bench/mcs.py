@@ -127,6 +127,10 @@ class Agent:
             name, labels, value = m.group(1), m.group(2), float(m.group(3))
             if name == "isthmus_rest_client_requests_total":
                 method = re.search(r'method="(\w+)"', labels)
+                code = re.search(r'code="([^"]*)"', labels)
+                if code and (code.group(1) == "<error>" or code.group(1) >= "400"):
+                    kind = "errors" if code.group(1) == "<error>" else "failed"
+                    out[f"requests {kind}"] = out.get(f"requests {kind}", 0.0) + value
                 name = f"requests {method.group(1) if method else '?'}"
             out[name] = out.get(name, 0.0) + value
         return out
@@ -317,6 +321,9 @@ async def run_bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         results["agent API writes per service (mean)"] = statistics.mean(
             sum(d.get(f"requests {m}", 0.0) for m in WRITES) for d in delta) / n
         results["agent API reads per service (mean)"] = statistics.mean(d.get("requests GET", 0.0) for d in delta) / n
+        results["agent API answers ≥ 400 / requests without an answer (sum)"] = (
+            f"{sum(d.get('requests failed', 0.0) for d in delta):.0f} / "
+            f"{sum(d.get('requests errors', 0.0) for d in delta):.0f}")
 
         if not args.no_restart:
             await asyncio.sleep(2.0)  # let status writes settle before the snapshot

@@ -7,10 +7,12 @@ parser and asyncio's own TLS: the request still goes through lightkube and httpx
 refresh, response model), only the bytes move through aiohttp.
 
 Since 2026-11-28 a request that is not a watch skips httpx altogether (`fast_request`): lightkube
-still prepares it and decodes the answer, but the bytes go from its prepared request to aiohttp
+still prepares it and decodes the answer, but the bytes go from its prepared request to the wire
 and back without httpx's Request, auth flow, redirect and cookie handling and Response stream,
-which cost about as much CPU as the HTTP exchange itself. Auth it cannot apply by itself (exec
-plugins, basic auth) and clients with event hooks keep httpx's way.
+which cost about as much CPU as the HTTP exchange itself; and not through aiohttp's client
+either, whose own objects cost more than the exchange, but through `kube/http1.py`'s keep-alive
+pool. Auth it cannot apply by itself (exec plugins, basic auth) and clients with event hooks keep
+httpx's way, over aiohttp; so do watches, whose bodies stream.
 
 Errors are raised as the httpx exceptions the rest of the code already handles (all are
 `httpx2.TransportError`). Sessions are per event loop, made on first use, because a CLI may run
@@ -30,10 +32,10 @@ from typing import Any
 import aiohttp
 import httpx2
 import msgspec
-import yarl
 from lightkube.config.client_adapter import BearerAuth
 from prometheus_client import Counter
 
+from isthmus.kube import http1
 from isthmus.runtime.metrics import REGISTRY
 
 __all__ = ["AiohttpTransport", "install"]
@@ -92,6 +94,8 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         self._limit = limit
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._pools: dict[tuple[str, int, bool], http1.Pool] = {}
+        self._pools_loop: asyncio.AbstractEventLoop | None = None
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -103,6 +107,23 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                                                   cookie_jar=aiohttp.DummyCookieJar())
             self._loop = loop
         return self._session
+
+    def _pool_for_loop(self, host: str, port: int, tls: bool) -> http1.Pool:
+        """The keep-alive pool of `fast_request` for one server (per event loop, as the session)."""
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get((host, port, tls))
+        if pool is None or self._pools_loop is not loop:
+            if self._pools_loop is not loop:
+                self._close_pools()
+                self._pools_loop = loop
+            ctx = http1.ssl_context_for(self._ssl) if tls else None
+            pool = self._pools[(host, port, tls)] = http1.Pool(host, port, ctx, limit=self._limit)
+        return pool
+
+    def _close_pools(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         session = self._session_for_loop()
@@ -124,6 +145,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                                            "reason_phrase": (response.reason or "").encode()})
 
     async def aclose(self) -> None:
+        self._close_pools()
         if self._session is not None and not self._session.closed:
             try:
                 await self._session.close()
@@ -204,8 +226,36 @@ class _Ok:
 _json_encode = msgspec.json.encode  # what lightkube encodes request bodies with
 
 
+_UNSAFE = re.compile(r"[\r\n\0]")
+
+
+def _head(method: str, target: str, netloc: str, headers: dict[str, str], body: bytes | None) -> bytes | None:
+    """The request line and headers as sent on the wire; None for a header httpx would refuse."""
+    fields = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    if _UNSAFE.search(fields.replace("\r\n", "")):
+        return None
+    length = f"content-length: {len(body)}\r\n" if body is not None else ""
+    try:
+        return f"{method} {target} HTTP/1.1\r\nhost: {netloc}\r\n{fields}{length}\r\n".encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+
+
+def _mapped_http1(e: http1.HTTPError, request: httpx2.Request) -> httpx2.TransportError:
+    """The httpx exception a caller of lightkube expects for a failed exchange (as `_mapped`)."""
+    if isinstance(e, http1.ConnectTimeout):
+        return httpx2.ConnectTimeout("", request=request)
+    if isinstance(e, http1.ReadTimeout):
+        return httpx2.ReadTimeout("", request=request)
+    if isinstance(e, http1.ConnectError):
+        return httpx2.ConnectError(str(e), request=request)
+    if isinstance(e, http1.Disconnected | http1.ProtocolError):
+        return httpx2.RemoteProtocolError(str(e), request=request)
+    return httpx2.ReadError(str(e), request=request)
+
+
 def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any]:
-    """lightkube's GenericAsyncClient.request without httpx between its prepared request and aiohttp.
+    """lightkube's GenericAsyncClient.request without httpx, over `http1.Pool` (one per server and loop).
 
     The same request goes out (path, query, body, headers, timeout) and the same result or
     exception comes back: an answer other than 2xx is handed to lightkube as an httpx Response, so
@@ -215,10 +265,14 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
     """
     slow = generic.request
     inner: httpx2.AsyncClient = generic._client
-    base = str(inner.base_url).rstrip("/") + "/"
+    base_url = inner.base_url
+    base = str(base_url).rstrip("/") + "/"
+    host, netloc = base_url.host, base_url.netloc.decode("ascii")
+    tls = base_url.scheme == "https"
+    port = base_url.port or (443 if tls else 80)
+    prefix = base_url.raw_path.decode("ascii").rstrip("/") + "/"
     counters: dict[tuple[str, int], Any] = {}
-
-    default_timeout = _timeout(inner.timeout.connect, inner.timeout.read)
+    default_timeout = (inner.timeout.connect, inner.timeout.read)
 
     async def request(method: str, res: Any = None, obj: Any = None, name: Any = None, namespace: Any = None,
                       watch: bool = False, headers: dict[str, Any] | None = None,
@@ -240,25 +294,27 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
             sent["content-type"] = "application/json"
         if br.headers:
             sent.update((k.lower(), v) for k, v in br.headers.items())
-        url = yarl.URL(base + path + ("?" + query if query else ""), encoded=True)
+        target = prefix + path + ("?" + query if query else "")
         if br.timeout is None:
-            timeout = default_timeout
+            connect, read = default_timeout
         else:
             t = httpx2.Timeout(br.timeout)
-            timeout = _timeout(t.connect, t.read)
-        session = transport._session_for_loop()
+            connect, read = t.connect, t.read
+        pool = transport._pool_for_loop(host, port, tls)
         retried = False
         while True:
             if auth is not None:
                 sent["authorization"] = auth
+            head = _head(br.method, target, netloc, sent, body)
+            if head is None:  # a header httpx would refuse (a line break, not latin-1): let it say so
+                return await slow(method, res, obj, name, namespace, watch, headers=headers, params=params)
             try:
-                async with session.request(br.method, url, headers=sent, data=body, timeout=timeout,
-                                           allow_redirects=False, compress=None) as response:
-                    content = await response.read()
-                    status, raw_headers = response.status, response.raw_headers
-            except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                response = await pool.request(br.method, head + body if body is not None else head,
+                                              connect_timeout=connect, read_timeout=read)
+            except http1.HTTPError as e:
                 REQUESTS.labels(br.method, "<error>").inc()
-                raise _mapped(e, httpx2.Request(br.method, str(url))) from e
+                raise _mapped_http1(e, httpx2.Request(br.method, base + target.lstrip("/"))) from e
+            status = response.status
             counter = counters.get((br.method, status))
             if counter is None:
                 counter = counters[(br.method, status)] = REQUESTS.labels(br.method, str(status))
@@ -270,9 +326,9 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
                     auth, retried = fresh, True
                     continue
             if 200 <= status < 300:
-                return generic.handle_response(method, _Ok(content), br)
-            answer = httpx2.Response(status_code=status, headers=list(raw_headers), content=content,
-                                     request=httpx2.Request(br.method, str(url)))
+                return generic.handle_response(method, _Ok(response.body), br)
+            answer = httpx2.Response(status_code=status, headers=response.headers, content=response.body,
+                                     request=httpx2.Request(br.method, base + target.lstrip("/")))
             return generic.handle_response(method, answer, br)
 
     return request
