@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import re
 import signal
@@ -129,7 +130,8 @@ class Agent:
                 method = re.search(r'method="(\w+)"', labels)
                 code = re.search(r'code="([^"]*)"', labels)
                 if code and (code.group(1) == "<error>" or code.group(1) >= "400"):
-                    kind = "errors" if code.group(1) == "<error>" else "failed"
+                    kind = f"errors {method.group(1) if method else '?'}" if code.group(1) == "<error>" \
+                        else f"failed {method.group(1) if method else '?'} {code.group(1)}"
                     out[f"requests {kind}"] = out.get(f"requests {kind}", 0.0) + value
                 name = f"requests {method.group(1) if method else '?'}"
             out[name] = out.get(name, 0.0) + value
@@ -321,9 +323,12 @@ async def run_bench(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         results["agent API writes per service (mean)"] = statistics.mean(
             sum(d.get(f"requests {m}", 0.0) for m in WRITES) for d in delta) / n
         results["agent API reads per service (mean)"] = statistics.mean(d.get("requests GET", 0.0) for d in delta) / n
-        results["agent API answers ≥ 400 / requests without an answer (sum)"] = (
-            f"{sum(d.get('requests failed', 0.0) for d in delta):.0f} / "
-            f"{sum(d.get('requests errors', 0.0) for d in delta):.0f}")
+        failed = collections.Counter[str]()
+        for d in delta:
+            failed.update({m[len("requests "):]: int(v) for m, v in d.items()
+                           if m.startswith(("requests failed", "requests errors")) and v})
+        results["agent API answers ≥ 400 and requests without one (sum)"] = (
+            ", ".join(f"{k}: {v}" for k, v in sorted(failed.items())) or "none")
 
         if not args.no_restart:
             await asyncio.sleep(2.0)  # let status writes settle before the snapshot

@@ -236,3 +236,15 @@ async def test_connect_failures_and_garbage() -> None:
     refused = http1.Pool("127.0.0.1", port, None)
     with pytest.raises(http1.ConnectError, match=r"\[Errno 111\] Connection refused"):
         await _request(refused, _get())
+
+
+def test_request_heads_refuse_what_would_split_a_header() -> None:
+    """A header value with a line break would smuggle a header of its own into the request: such a
+    request takes httpx's way, which refuses it (as any value outside latin-1)."""
+    from isthmus.kube.transport import _head
+
+    ok = _head("PATCH", "/api/v1/x?y=1", "127.0.0.1:6443", {"accept": "application/json"}, b"{}")
+    assert ok == (b"PATCH /api/v1/x?y=1 HTTP/1.1\r\nhost: 127.0.0.1:6443\r\naccept: application/json\r\n"
+                  b"content-length: 2\r\n\r\n")
+    for bad in ({"authorization": "Bearer t\r\nx-evil: 1"}, {"x\nevil": "1"}, {"a": "b\0"}, {"a": "ü€"}):
+        assert _head("GET", "/", "h", bad, None) is None

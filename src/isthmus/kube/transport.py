@@ -231,9 +231,9 @@ _UNSAFE = re.compile(r"[\r\n\0]")
 
 def _head(method: str, target: str, netloc: str, headers: dict[str, str], body: bytes | None) -> bytes | None:
     """The request line and headers as sent on the wire; None for a header httpx would refuse."""
-    fields = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    if _UNSAFE.search(fields.replace("\r\n", "")):
+    if _UNSAFE.search("".join(headers) + "".join(headers.values())):
         return None
+    fields = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     length = f"content-length: {len(body)}\r\n" if body is not None else ""
     try:
         return f"{method} {target} HTTP/1.1\r\nhost: {netloc}\r\n{fields}{length}\r\n".encode("latin-1")
