@@ -127,6 +127,29 @@ async def test_a_connection_the_server_closed_is_not_reused() -> None:
         pool.close()
 
 
+async def test_a_connection_idle_too_long_is_replaced_not_reused() -> None:
+    """A middlebox may forget an idle connection without a word to either end: one idle longer than
+    the pool's idle time is closed and a new one opened; one idle less is reused."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await _read_request(reader)
+            writer.write(_ok(b"x"))
+            await writer.drain()
+
+    async with _Server(handler) as server:
+        pool = http1.Pool("127.0.0.1", server.port, None, idle_seconds=0.3)
+        await _request(pool, _get())
+        await asyncio.sleep(0.1)
+        await _request(pool, _get())
+        assert server.connections == 1
+        await asyncio.sleep(0.5)
+        await _request(pool, _get())
+        assert server.connections == 2
+        await asyncio.sleep(0.05)
+        assert server.open == 1  # the idle one was closed, not left behind
+        pool.close()
+
+
 async def test_idempotent_requests_are_sent_again_when_a_reused_connection_drops_them() -> None:
     """The server takes the request on a kept-alive connection and closes it unanswered (it was
     closing as the request came): GET and PUT go again on a new connection, POST and PATCH fail."""

@@ -9,9 +9,9 @@ parser of Node.js and of aiohttp's C parser) for the answer, and a pool of keep-
 per server.
 
 What it keeps of aiohttp's behaviour: at most `limit` connections per pool; a read timeout counted
-between reads; a connection the server closed is never reused; an idempotent request (GET, PUT,
-DELETE…) that fails on a reused connection before any answer came is sent once more on a new one,
-as aiohttp and Go's net/http do (the server may have closed it as we wrote).
+between reads; a connection the server closed, or idle for 15 s, is never reused; an idempotent
+request (GET, PUT, DELETE…) that fails on a reused connection before any answer came is sent once
+more on a new one, as aiohttp and Go's net/http do (the server may have closed it as we wrote).
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ __all__ = ["ConnectError", "ConnectTimeout", "Disconnected", "HTTPError", "Pool"
            "ReadError", "ReadTimeout", "Response"]
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+IDLE_SECONDS = 15.0
+"""A connection idle longer than this is closed rather than reused (aiohttp's keep-alive timeout):
+a load balancer or NAT on the way may have forgotten it without telling either end, and a request
+sent on it would wait for its read timeout."""
 
 
 class HTTPError(Exception):
@@ -73,6 +77,7 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.answered = False  # a byte of an answer came during the current exchange
         self.keep_alive = True
+        self.idle_since = 0.0
         self._waiter: asyncio.Future[Response] | None = None
         self._reason = b""
         self._headers: list[tuple[bytes, bytes]] = []
@@ -185,8 +190,10 @@ class _Connection(asyncio.Protocol):
 class Pool:
     """Keep-alive connections to one server (`host`, `port`; TLS with `ssl_context` when given)."""
 
-    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, *, limit: int = 64) -> None:
+    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, *, limit: int = 64,
+                 idle_seconds: float = IDLE_SECONDS) -> None:
         self._host, self._port, self._ssl = host, port, ssl_context
+        self._idle_seconds = idle_seconds
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(limit)
         self._open: set[_Connection] = set()
@@ -217,9 +224,11 @@ class Pool:
         async with self._slots:
             while True:
                 conn = None
+                now = asyncio.get_running_loop().time()
                 while self._idle:
                     candidate = self._idle.pop()
-                    if candidate.closed or candidate.transport is None or candidate.transport.is_closing():
+                    if (candidate.closed or candidate.transport is None or candidate.transport.is_closing()
+                            or now - candidate.idle_since > self._idle_seconds):
                         self._drop(candidate)
                         continue
                     conn = candidate
@@ -239,6 +248,7 @@ class Pool:
                     self._drop(conn)
                     raise
                 if conn.keep_alive and not conn.closed:
+                    conn.idle_since = asyncio.get_running_loop().time()
                     self._idle.append(conn)
                 else:
                     self._drop(conn)
