@@ -8,18 +8,19 @@ import json
 import os
 from pathlib import Path
 
+import aiohttp
 import httpx2
 import pytest
 import yaml
 from aiohttp import web
-from lightkube import ApiError
+from lightkube import ApiError, AsyncClient
 from lightkube.models.discovery_v1 import Endpoint
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from isthmus.kube.client import make_client
-from isthmus.kube.transport import AiohttpTransport
+from isthmus.kube.client import load_config, make_client
+from isthmus.kube.transport import AiohttpTransport, install
 from tests.ports import free_port
 
 
@@ -228,4 +229,40 @@ async def test_hooks_and_other_auth_keep_httpx(tmp_path: Path) -> None:
     finally:
         await client.close()
         await hooked.close()
+        await runner.cleanup()
+
+
+async def test_a_server_behind_a_proxy_is_reached_through_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that trusts the environment (a server other than loopback) honours HTTP(S)_PROXY as
+    httpx does: its requests go through the proxy, not straight to the server."""
+    api = _Api()
+    runner, port = await _serve(api)
+    forwarded: list[str] = []
+
+    async def forward(request: web.BaseRequest) -> web.StreamResponse:  # a plain HTTP proxy: absolute-form targets
+        forwarded.append(f"{request.method} {request.url}")
+        async with aiohttp.ClientSession() as session, session.request(
+                request.method, request.url, headers={k: v for k, v in request.headers.items() if k != "Host"},
+                data=await request.read()) as upstream:
+            return web.Response(status=upstream.status, body=await upstream.read(),
+                                headers={"Content-Type": upstream.headers.get("Content-Type", "")})
+
+    proxy = web.Server(forward)
+    proxy_runner = web.ServerRunner(proxy)
+    await proxy_runner.setup()
+    proxy_port = free_port()
+    await web.TCPSite(proxy_runner, "127.0.0.1", proxy_port).start()
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy_port}")
+    client = AsyncClient(load_config(_kubeconfig(tmp_path, port, {"token": "t0"})), trust_env=True)
+    install(client)
+    try:
+        ns = await client.get(Namespace, "default")
+        assert ns.metadata is not None and ns.metadata.name == "default"
+        assert forwarded == [f"GET http://127.0.0.1:{port}/api/v1/namespaces/default"]
+        assert api.seen[-1]["auth"] == ["Bearer t0"]
+    finally:
+        await client.close()
+        await proxy_runner.cleanup()
         await runner.cleanup()

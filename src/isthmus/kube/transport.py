@@ -260,8 +260,8 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
     The same request goes out (path, query, body, headers, timeout) and the same result or
     exception comes back: an answer other than 2xx is handed to lightkube as an httpx Response, so
     it raises as before (its ApiError for a kube Status); a 401 makes a token-file auth read its file again and retry once,
-    as its httpx auth flow does. Watches, auth it cannot apply and clients with event hooks (tests
-    record requests that way) take lightkube's own way.
+    as its httpx auth flow does. Watches, servers behind a proxy, auth it cannot apply and clients
+    with event hooks (tests record requests that way) take lightkube's own way.
     """
     slow = generic.request
     inner: httpx2.AsyncClient = generic._client
@@ -273,12 +273,15 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
     prefix = base_url.raw_path.decode("ascii").rstrip("/") + "/"
     counters: dict[tuple[str, int], Any] = {}
     default_timeout = (inner.timeout.connect, inner.timeout.read)
+    # A server httpx would reach through a proxy (HTTPS_PROXY and the like, for a client that trusts
+    # the environment): httpx's own proxy transport carries its requests.
+    proxied = inner._transport_for_url(base_url) is not transport
 
     async def request(method: str, res: Any = None, obj: Any = None, name: Any = None, namespace: Any = None,
                       watch: bool = False, headers: dict[str, Any] | None = None,
                       params: dict[str, Any] | None = None) -> Any:
         can, auth = _bearer(inner.auth)
-        if watch or not can or any(inner.event_hooks.values()) or inner.params or inner.cookies:
+        if watch or proxied or not can or any(inner.event_hooks.values()) or inner.params or inner.cookies:
             return await slow(method, res, obj, name, namespace, watch, headers=headers, params=params)
         br = generic.prepare_request(method, res, obj, name, namespace, watch, headers=headers, params=params)
         path = br.url.lstrip("/")
