@@ -239,6 +239,52 @@ async def test_at_most_limit_connections_at_once() -> None:
         pool.close()
 
 
+async def test_a_request_waiting_on_a_slow_dial_takes_a_connection_released_meanwhile() -> None:
+    """Go's net/http way: a request whose own handshake is slow (a busy client or server) is served
+    by the first connection another request releases; its dial, when it comes, joins the pool, and
+    a dial that fails fails only a request nothing else served."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await _read_request(reader)
+            writer.write(_ok(b"ok"))
+            await writer.drain()
+
+    async with _Server(handler) as server:
+        pool = http1.Pool("127.0.0.1", server.port, None)
+        real_connect = pool._connect
+        plan: list[str] = []
+
+        async def connect(connect_timeout: float | None) -> http1._Connection:
+            how = plan.pop(0) if plan else "fast"
+            if how == "fail":
+                await asyncio.sleep(0.2)
+                raise http1.ConnectTimeout("")
+            if how == "slow":
+                await asyncio.sleep(1.0)
+            return await real_connect(connect_timeout)
+
+        pool._connect = connect  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        plan[:] = ["fast", "slow"]
+        start = loop.time()
+        first, second = await asyncio.gather(_request(pool, _get()), _request(pool, _get()))
+        assert (first.body, second.body) == (b"ok", b"ok")
+        assert loop.time() - start < 0.8  # the second did not wait for its own dial
+        await asyncio.sleep(1.2)
+        assert server.connections == 2  # the slow dial arrived and joined the pool
+
+        pool.close()
+        plan[:] = ["fail"]
+        with pytest.raises(http1.ConnectTimeout):  # nothing else to serve it: its dial's failure is its own
+            await _request(pool, _get())
+
+        plan[:] = ["fast", "fail"]  # the failing dial's request is served by the first one's connection
+        answers = await asyncio.gather(_request(pool, _get()), _request(pool, _get()))
+        assert [a.body for a in answers] == [b"ok", b"ok"]
+        await asyncio.sleep(0.3)
+        pool.close()
+
+
 async def test_connect_failures_and_garbage() -> None:
     async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)

@@ -11,12 +11,14 @@ per server.
 What it keeps of aiohttp's behaviour: at most `limit` connections per pool; a read timeout counted
 between reads; a connection the server closed, or idle for 15 s, is never reused; an idempotent
 request (GET, PUT, DELETE…) that fails on a reused connection before any answer came is sent once
-more on a new one, as aiohttp and Go's net/http do (the server may have closed it as we wrote).
+more on a new one, as aiohttp and Go's net/http do (the server may have closed it as we wrote). And
+one of Go's: a request dialling a new connection takes an older one released meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import ssl
 
@@ -197,6 +199,8 @@ class Pool:
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(limit)
         self._open: set[_Connection] = set()
+        self._waiters: collections.deque[asyncio.Future[tuple[_Connection, bool]]] = collections.deque()
+        self._dials: set[asyncio.Task[None]] = set()
 
     async def _connect(self, connect_timeout: float | None) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -217,25 +221,66 @@ class Pool:
         conn.close()
         self._open.discard(conn)
 
+    def _take_idle(self) -> _Connection | None:
+        now = asyncio.get_running_loop().time()
+        while self._idle:
+            conn = self._idle.pop()
+            if (conn.closed or conn.transport is None or conn.transport.is_closing()
+                    or now - conn.idle_since > self._idle_seconds):
+                self._drop(conn)
+                continue
+            return conn
+        return None
+
+    def _release(self, conn: _Connection, *, fresh: bool) -> None:
+        """Hand a usable connection to the request that has waited longest for one, else keep it idle."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result((conn, not fresh))
+                return
+        conn.idle_since = asyncio.get_running_loop().time()
+        self._idle.append(conn)
+
+    async def _dial_for(self, waiter: asyncio.Future[tuple[_Connection, bool]], connect_timeout: float | None) -> None:
+        try:
+            conn = await self._connect(connect_timeout)
+        except HTTPError as e:
+            if not waiter.done():  # its request still waits: this was its only way to a connection
+                waiter.set_exception(e)
+            return
+        self._release(conn, fresh=True)
+
+    async def _acquire(self, connect_timeout: float | None) -> tuple[_Connection, bool]:
+        """(a connection, whether it served a request before). Without an idle one, the request
+        dials a new one and takes whichever comes first: its dial, or a connection another request
+        releases meanwhile (Go's net/http does the same); a dial that comes second joins the pool.
+        Under a burst that keeps a slow handshake from failing a request an open connection serves."""
+        conn = self._take_idle()
+        if conn is not None:
+            return conn, True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[tuple[_Connection, bool]] = loop.create_future()
+        self._waiters.append(waiter)
+        dial = loop.create_task(self._dial_for(waiter, connect_timeout))
+        self._dials.add(dial)
+        dial.add_done_callback(self._dials.discard)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._release(waiter.result()[0], fresh=False)  # handed over as we were cancelled
+            else:
+                waiter.cancel()
+            raise
+
     async def request(self, method: str, data: bytes, *, connect_timeout: float | None,
                       read_timeout: float | None) -> Response:
         """Send `data` (the request head and body, already encoded) and read the whole answer."""
         retry = method in IDEMPOTENT
         async with self._slots:
             while True:
-                conn = None
-                now = asyncio.get_running_loop().time()
-                while self._idle:
-                    candidate = self._idle.pop()
-                    if (candidate.closed or candidate.transport is None or candidate.transport.is_closing()
-                            or now - candidate.idle_since > self._idle_seconds):
-                        self._drop(candidate)
-                        continue
-                    conn = candidate
-                    break
-                reused = conn is not None
-                if conn is None:
-                    conn = await self._connect(connect_timeout)
+                conn, reused = await self._acquire(connect_timeout)
                 try:
                     response = await conn.exchange(data, read_timeout)
                 except ReadError:
@@ -248,13 +293,14 @@ class Pool:
                     self._drop(conn)
                     raise
                 if conn.keep_alive and not conn.closed:
-                    conn.idle_since = asyncio.get_running_loop().time()
-                    self._idle.append(conn)
+                    self._release(conn, fresh=False)
                 else:
                     self._drop(conn)
                 return response
 
     def close(self) -> None:
+        for dial in list(self._dials):
+            dial.cancel()
         for conn in list(self._open):
             self._drop(conn)
         self._idle.clear()
