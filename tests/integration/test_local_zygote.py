@@ -288,6 +288,8 @@ before = sum(zygote._pymalloc_free_space()[0].values())
 if sys.argv[1] == "fill":
     zygote._fill_free_blocks()
 after = sum(zygote._pymalloc_free_space()[0].values())
+if sys.argv[2] == "chunks":
+    zygote._fill_free_chunks()
 gc.freeze()
 
 def private_kb():
@@ -300,6 +302,9 @@ pid = os.fork()
 if pid == 0:
     start = private_kb()
     keep = [(i, str(i), {"k": i}, [i] * (i % 7), b"x" * (i % 300)) for i in range(20000)]
+    if sys.argv[2] != "-":  # objects over 512 bytes: glibc's malloc holds them
+        big = [(list(range(i % 200)), b"y" * (600 + i % 4000), {str(j): j for j in range(i % 40)})
+               for i in range(3000)]
     os.write(w, str(private_kb() - start).encode())
     os._exit(0)
 os.waitpid(pid, 0)
@@ -310,16 +315,26 @@ print(before, after, os.read(r, 64).decode())
 def test_a_child_allocates_in_pages_of_its_own_not_in_the_zygotes_free_blocks() -> None:
     """The zygote takes its free pymalloc blocks before forking: a child's new objects then fill
     fresh pages instead of copying a shared page of the zygote's for each few bytes."""
-    import subprocess
-
-    def run(mode: str) -> tuple[int, int, int]:
-        out = subprocess.run([sys.executable, "-c", _FORK_MEMORY, mode], capture_output=True, text=True,
-                             check=True, timeout=60).stdout.split()
-        before, after, child_kb = map(int, out)
-        return before, after, child_kb
-
-    before, after, plain_kb = run("plain")
+    before, after, plain_kb = _fork_memory("plain", "-")
     assert before > 1000 and after >= before - 100  # the preload leaves free blocks behind
-    before, after, filled_kb = run("fill")
+    before, after, filled_kb = _fork_memory("fill", "-")
     assert after < before / 20
     assert filled_kb < plain_kb * 0.9, (filled_kb, plain_kb)
+
+
+def test_a_child_allocates_large_objects_in_pages_of_its_own_too() -> None:
+    """The same for glibc's free chunks in the middle of the zygote's heap (objects over 512 bytes)."""
+    *_, blocks_kb = _fork_memory("fill", "big")
+    *_, chunks_kb = _fork_memory("fill", "chunks")
+    assert chunks_kb < blocks_kb - 300, (chunks_kb, blocks_kb)
+
+
+def _fork_memory(blocks: str, chunks: str) -> tuple[int, int, int]:
+    """(free pymalloc blocks before, after the zygote's filling; KB of new private memory of a
+    child that allocates small objects, and large ones unless `chunks` is "-")."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _FORK_MEMORY, blocks, chunks], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    before, after, child_kb = map(int, out)
+    return before, after, child_kb
