@@ -62,6 +62,18 @@ def _ok(body: bytes, extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
 
 
+def _answering(body: bytes, delay: float = 0.0) -> Handler:
+    """A handler that answers every request on its connection with `body`, after `delay` seconds."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await _read_request(reader)
+            await asyncio.sleep(delay)
+            writer.write(_ok(body))
+            await writer.drain()
+
+    return handler
+
+
 def _get(path: str = "/", method: str = "GET", body: bytes = b"") -> bytes:
     length = b"content-length: %d\r\n" % len(body) if body else b""
     return f"{method} {path} HTTP/1.1\r\nhost: test\r\n".encode() + length + b"\r\n" + body
@@ -130,13 +142,7 @@ async def test_a_connection_the_server_closed_is_not_reused() -> None:
 async def test_a_connection_idle_too_long_is_replaced_not_reused() -> None:
     """A middlebox may forget an idle connection without a word to either end: one idle longer than
     the pool's idle time is closed and a new one opened; one idle less is reused."""
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await _read_request(reader)
-            writer.write(_ok(b"x"))
-            await writer.drain()
-
-    async with _Server(handler) as server:
+    async with _Server(_answering(b"x")) as server:
         pool = http1.Pool("127.0.0.1", server.port, None, idle_seconds=0.3)
         await _request(pool, _get())
         await asyncio.sleep(0.1)
@@ -224,14 +230,7 @@ async def test_a_cancelled_request_leaves_no_half_read_connection_behind() -> No
 
 
 async def test_at_most_limit_connections_at_once() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await _read_request(reader)
-            await asyncio.sleep(0.05)
-            writer.write(_ok(b"ok"))
-            await writer.drain()
-
-    async with _Server(handler) as server:
+    async with _Server(_answering(b"ok", delay=0.05)) as server:
         pool = http1.Pool("127.0.0.1", server.port, None, limit=2)
         answers = await asyncio.gather(*(_request(pool, _get()) for _ in range(8)))
         assert [a.body for a in answers] == [b"ok"] * 8
@@ -243,13 +242,7 @@ async def test_a_request_waiting_on_a_slow_dial_takes_a_connection_released_mean
     """Go's net/http way: a request whose own handshake is slow (a busy client or server) is served
     by the first connection another request releases; its dial, when it comes, joins the pool, and
     a dial that fails fails only a request nothing else served."""
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await _read_request(reader)
-            writer.write(_ok(b"ok"))
-            await writer.drain()
-
-    async with _Server(handler) as server:
+    async with _Server(_answering(b"ok")) as server:
         pool = http1.Pool("127.0.0.1", server.port, None)
         real_connect = pool._connect
         plan: list[str] = []
