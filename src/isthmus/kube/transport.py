@@ -81,11 +81,6 @@ def _mapped(e: BaseException, request: httpx2.Request) -> httpx2.TransportError:
     return httpx2.ReadError(message, request=request)
 
 
-def _timeout(connect: float | None, read: float | None) -> aiohttp.ClientTimeout:
-    """httpx's connect and read timeouts as aiohttp's (no bound on the whole exchange: watches)."""
-    return aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
-
-
 class AiohttpTransport(httpx2.AsyncBaseTransport):
     """httpx's transport interface over an aiohttp session (keep-alive pool, TLS from `ssl_context`)."""
 
@@ -111,11 +106,11 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
     def _pool_for_loop(self, host: str, port: int, tls: bool) -> http1.Pool:
         """The keep-alive pool of `fast_request` for one server (per event loop, as the session)."""
         loop = asyncio.get_running_loop()
+        if self._pools_loop is not loop:
+            self._close_pools()
+            self._pools_loop = loop
         pool = self._pools.get((host, port, tls))
-        if pool is None or self._pools_loop is not loop:
-            if self._pools_loop is not loop:
-                self._close_pools()
-                self._pools_loop = loop
+        if pool is None:
             ctx = http1.ssl_context_for(self._ssl) if tls else None
             pool = self._pools[(host, port, tls)] = http1.Pool(host, port, ctx, limit=self._limit)
         return pool
@@ -128,7 +123,9 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         session = self._session_for_loop()
         t: dict[str, Any] = request.extensions.get("timeout") or {}
-        timeout = _timeout(t.get("connect"), t.get("read"))
+        # httpx's connect and read timeouts as aiohttp's: no bound on the whole exchange (watches).
+        timeout = aiohttp.ClientTimeout(total=None, connect=t.get("connect"), sock_connect=t.get("connect"),
+                                        sock_read=t.get("read"))
         body = request.content if request.method not in ("GET", "HEAD") else None
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw
                    if k.lower() not in (b"host", b"content-length", b"transfer-encoding")]

@@ -707,15 +707,13 @@ def _fill_free_chunks() -> int:
     """The same for glibc's malloc, which holds the objects over 512 bytes: take the free chunks in
     the middle of the heap (a free chunk sits below the top chunk; a block carved from the top is
     handed back, and a smaller size tried). Returns how many chunks it took; 0 without glibc 2.33+."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallinfo2, malloc, free, sbrk = libc.mallinfo2, libc.malloc, libc.free, libc.sbrk
-    except (OSError, AttributeError):
+    mallinfo2 = getattr(_libc, "mallinfo2", None)
+    if mallinfo2 is None:
         return 0
+    malloc, free, sbrk = _libc.malloc, _libc.free, _libc.sbrk
     mallinfo2.restype = _MallInfo2
     malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     free.argtypes = [ctypes.c_void_p]
-    sbrk.restype, sbrk.argtypes = ctypes.c_void_p, [ctypes.c_ssize_t]
     taken, size = 0, 1 << 16
     while size >= 24:
         while True:
