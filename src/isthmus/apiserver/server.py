@@ -63,6 +63,7 @@ from isthmus.apiserver.handlers import (
 )
 from isthmus.apiserver.handlers.common import USER, HandlerContext, not_found, status_response
 from isthmus.apiserver.handlers.scope import resolve
+from isthmus.apiserver.httpserver import LeanServer
 from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.registry.customresourcedefinition import KEY as CRD_KEY
@@ -175,7 +176,7 @@ class ApiServer:
         self.admission.can = lambda user, verb, group, plural, ns, name: self.authorizer.authorize(
             Attributes(user=user, verb=verb, resource_request=True, api_group=group, resource=plural, namespace=ns,
                        name=name)).allowed
-        self._runner: web.BaseRunner | None = None
+        self._http: LeanServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ctx = HandlerContext(self.store, self.generic_store, self.resources, max_body_bytes,
                                    bookmark_interval, authenticator=self.authenticator)
@@ -251,11 +252,10 @@ class ApiServer:
         gcol.resync()
         crds.resync()
 
-        # aiohttp's low-level server: every path comes to one handler, so an Application's router,
-        # match info and middleware chain would only add work to each request.
+        # Plain requests on a lean HTTP/1.1 protocol (httpserver.py); the rest (watches, streams,
+        # upgrades) on aiohttp's low-level server: every path comes to one handler, so an
+        # Application's router, match info and middleware chain would only add work to each request.
         http = web.Server(self._serve, request_factory=self._make_request, access_log=None)
-        self._runner = web.ServerRunner(http, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
         ssl_ctx = None
         if self.tls:
             if self.data_dir is None and self._tls_tmp is None:
@@ -267,13 +267,8 @@ class ApiServer:
             self._certs = certs
             self.authenticator.x509 = X509Authenticator(client_ca.read_bytes())
             ssl_ctx = server_context(crt_path, key_path, client_ca)
-        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ssl_ctx, reuse_address=True,
-                           backlog=1024)
-        await site.start()
-        server = site._server
-        if self.port == 0 and server is not None:
-            socks = getattr(server, "sockets", None) or []
-            self.port = socks[0].getsockname()[1]
+        self._http = LeanServer(self._handle, http, self.max_body_bytes)
+        self.port = await self._http.listen(self.host, self.port, ssl_ctx)
         self._ctx.server_address = f"{self.host}:{self.port}"
         # Only now is the port known, which the kubernetes Service's endpoints name. Reconciled
         # before the server reports itself started, so clients find them from the first request.
@@ -323,9 +318,9 @@ class ApiServer:
         for t in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        if self._runner:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http:
+            await self._http.close()
+            self._http = None
         self.store.close()
         if self._tls_tmp:
             # Without a data dir the CA dies with the process; leave no private keys behind.

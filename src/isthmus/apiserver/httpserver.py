@@ -1,0 +1,416 @@
+"""The apiserver's HTTP/1.1 connections: plain requests on a lean protocol, the rest on aiohttp's.
+
+aiohttp's server costs about 115 µs of CPU per request (its request, payload stream, writer and
+response machinery) where the exchange itself needs about half: a tenth of a create's CPU and more
+of a status patch's. Nearly every request the components make is a plain one: a head, a body of
+known length, one answer. Those are parsed here (llhttp through httptools, the parser aiohttp
+uses), handed to the same handler as a `LeanRequest`, and answered with one write.
+
+Whatever is not plain goes to aiohttp before a byte of it is consumed: watches and the pods'
+streaming subresources (log, exec, attach, port-forward), connection upgrades, `Expect`,
+chunked bodies, bodies over the size limit, HTTP/1.0 and unusual request targets. The connection
+then stays with aiohttp (`transport.set_protocol`) with the bytes received so far, so every such
+request is served exactly as before; clients keep watches on connections of their own anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Any, cast
+
+import httptools
+from aiohttp import HttpVersion11, web
+from aiohttp.http import SERVER_SOFTWARE
+from multidict import CIMultiDict, CIMultiDictProxy, MultiMapping
+from yarl import URL
+
+log = logging.getLogger("isthmus.apiserver")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+MAX_HEAD_BYTES = 1 << 20  # Go's http.DefaultMaxHeaderBytes, which kube-apiserver keeps
+IDLE_SECONDS = 75.0  # aiohttp's keep-alive timeout: an idle connection is closed after it
+HIGH_WATER = 4 << 20  # unsent answer bytes past which the next request waits
+# The pods' subresources a node serves: streamed, sometimes upgraded (handlers/pods.py).
+_NODE_SUBRESOURCES = (b"/log", b"/exec", b"/attach", b"/portforward", b"/proxy")
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+
+
+def _plain(head: bytes, line_end: int) -> bool:
+    """Whether the request whose head this is can be served here (see the module docstring).
+    A false "no" only costs speed: aiohttp serves it."""
+    line = head[:line_end]
+    if not line.endswith(b" HTTP/1.1"):
+        return False
+    sp = line.find(b" ")
+    target = line[sp + 1:-9]
+    if not target.startswith(b"/") or b"watch" in target:
+        return False
+    if b"/pods/" in target:
+        path = target.partition(b"?")[0]
+        if path.endswith(_NODE_SUBRESOURCES):
+            return False
+    low = head.lower()
+    return b"\nupgrade:" not in low and b"\nexpect:" not in low and b"\ntransfer-encoding:" not in low
+
+
+class _Date:
+    """The Date header's value, formatted once a second."""
+
+    second = 0
+    value = ""
+
+    @classmethod
+    def now(cls) -> str:
+        t = int(time.time())
+        if t != cls.second:
+            cls.second, cls.value = t, formatdate(t, usegmt=True)
+        return cls.value
+
+
+class LeanRequest(web.Request):
+    """A plain request as handlers see it: the parts of aiohttp's Request they use, without its
+    stream and writer. aiohttp's own __init__ is skipped on purpose; `writer` is not available."""
+
+    ATTRS = web.Request.ATTRS | frozenset(["_method", "_target", "_body", "_lean_transport", "_url"])
+
+    def __init__(self, method: str, target: str, headers: CIMultiDictProxy[str], body: bytes,
+                 transport: asyncio.Transport) -> None:
+        self._method = method
+        self._target = target
+        self._headers = headers
+        self._body = body
+        self._lean_transport = transport
+        self._state = {}
+        self._cache = {}  # aiohttp's reified properties keep their values here
+        self._url: URL | None = None
+
+    def _rel(self) -> URL:
+        if self._url is None:
+            path, _, query = self._target.partition("?")
+            self._url = URL.build(path=path, query_string=query, encoded=True)
+        return self._url
+
+    @property
+    def method(self) -> str:
+        return self._method
+
+    @property
+    def version(self) -> Any:
+        return HttpVersion11
+
+    @property
+    def rel_url(self) -> URL:
+        return self._rel()
+
+    @property
+    def raw_path(self) -> str:
+        return self._target
+
+    @property
+    def path(self) -> str:
+        return self._rel().path
+
+    @property
+    def query(self) -> MultiMapping[str]:
+        return self._rel().query
+
+    @property
+    def query_string(self) -> str:
+        return self._rel().query_string
+
+    @property
+    def headers(self) -> CIMultiDictProxy[str]:
+        return self._headers
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._lean_transport
+
+    @property
+    def keep_alive(self) -> bool:
+        return True
+
+    @property
+    def remote(self) -> str | None:
+        peer = self._lean_transport.get_extra_info("peername")
+        return str(peer[0]) if isinstance(peer, (list, tuple)) and peer else None
+
+    @property
+    def can_read_body(self) -> bool:
+        return bool(self._body)
+
+    @property
+    def body_exists(self) -> bool:
+        return bool(self._body)
+
+    async def read(self) -> bytes:
+        return self._body
+
+    async def text(self) -> str:
+        return self._body.decode(self.charset or "utf-8")
+
+
+class LeanProtocol(asyncio.Protocol):
+    """One connection: requests one at a time, in order, until it is handed to aiohttp."""
+
+    def __init__(self, server: LeanServer) -> None:
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._parser: Any = None
+        self._head_len = -1  # the current request's head, once parsed: its length in _buf
+        self._need = 0  # ...and its body's
+        self._method = ""
+        self._target = ""
+        self._headers: list[tuple[str, str]] = []
+        self._keep_alive = True
+        self._busy = False  # a request is being answered
+        self._closing = False
+        self._writable: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._paused = False
+        self.last_active = time.monotonic()
+
+    # --- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's TLS transport is not a subclass
+        self._server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        self._closing = True
+        self._transport = None
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        self.last_active = time.monotonic()
+        if not self._busy:
+            self._advance()
+        elif len(self._buf) > HIGH_WATER and self._transport is not None:
+            self._transport.pause_reading()  # pipelined requests pile up faster than they are answered
+            self._paused = True
+
+    def eof_received(self) -> bool | None:
+        return None  # close: a half-closed client has nothing more to ask
+
+    # --- httptools callbacks
+
+    def on_url(self, url: bytes) -> None:
+        self._target += url.decode("utf-8", "surrogateescape")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.decode("latin-1"), value.decode("utf-8", "surrogateescape")))
+
+    def on_headers_complete(self) -> None:
+        self._keep_alive = self._parser.should_keep_alive()  # llhttp forgets it once the message completes
+
+    # --- requests
+
+    def _advance(self) -> None:
+        """Serve the next request _buf holds whole, hand the connection over, or wait for bytes."""
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        buf = self._buf
+        if self._head_len < 0:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    self._fail(431, "Request Header Fields Too Large")
+                return
+            head = bytes(buf[:end + 4])
+            line_end = head.find(b"\r\n")
+            if line_end <= 0 or not _plain(head, line_end):
+                self._hand_over()
+                return
+            self._method, self._target, self._headers = "", "", []
+            if self._parser is None:
+                self._parser = httptools.HttpRequestParser(self)
+            try:
+                self._parser.feed_data(head)
+            except httptools.HttpParserError as e:
+                self._fail(400, f"Bad Request: {e}")
+                return
+            self._method = self._parser.get_method().decode("ascii", "replace")
+            length = 0
+            for name, value in self._headers:
+                if len(name) == 14 and name.lower() == "content-length":
+                    length = int(value)  # llhttp accepted it: digits, and one value
+            if length > self._server.max_body_bytes:
+                self._hand_over()  # aiohttp answers 413 as before
+                return
+            self._head_len, self._need = end + 4, length
+        total = self._head_len + self._need
+        if len(buf) < total:
+            return
+        body = bytes(buf[self._head_len:total])
+        if body:
+            try:
+                self._parser.feed_data(body)
+            except httptools.HttpParserError as e:
+                self._fail(400, f"Bad Request: {e}")
+                return
+        del buf[:total]
+        self._head_len = -1
+        keep_alive = self._keep_alive
+        request = LeanRequest(self._method, self._target, CIMultiDictProxy(CIMultiDict(self._headers)), body,
+                              transport)
+        self._busy = True
+        self._task = asyncio.get_running_loop().create_task(self._answer(request, keep_alive))
+
+    async def _answer(self, request: LeanRequest, keep_alive: bool) -> None:
+        try:
+            resp = await self._server.handler(request)
+            keep_alive = keep_alive and resp.keep_alive is not False
+            out = _encode(request, resp, keep_alive)
+        except Exception:
+            log.exception("cannot answer %s %s", request.method, request.raw_path)
+            out, keep_alive = _simple(500, "Internal Server Error"), False
+        transport = self._transport
+        if transport is None:
+            return
+        transport.write(out)
+        self.last_active = time.monotonic()
+        if not keep_alive:
+            self._closing = True
+            transport.close()
+            return
+        if self._writable is not None and not self._writable.done():
+            await self._writable  # the client reads slower than we answer
+        self._busy = False
+        if self._paused:
+            self._paused = False
+            transport.resume_reading()
+        if self._buf:
+            self._advance()
+
+    def _fail(self, status: int, message: str) -> None:
+        """A request that cannot be parsed: answered and the connection closed, as aiohttp does."""
+        if self._transport is not None:
+            self._transport.write(_simple(status, message))
+            self._transport.close()
+        self._closing = True
+
+    def _hand_over(self) -> None:
+        """The rest of this connection to aiohttp, starting with the bytes not yet consumed."""
+        transport = self._transport
+        assert transport is not None
+        self._server.connections.discard(self)
+        self._transport = None
+        proto = self._server.aiohttp_server()
+        transport.set_protocol(proto)
+        proto.connection_made(transport)
+        pending, self._buf = bytes(self._buf), bytearray()
+        if pending:
+            proto.data_received(pending)
+
+    def close_if_idle(self, before: float) -> None:
+        if not self._busy and self.last_active < before and self._transport is not None:
+            self._closing = True
+            self._transport.close()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._closing = True
+            self._transport.close()
+
+
+def _simple(status: int, message: str) -> bytes:
+    body = message.encode()
+    return (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+
+def _encode(request: LeanRequest, resp: web.StreamResponse, keep_alive: bool) -> bytes:
+    """The answer as aiohttp would write it (headers included), in one buffer."""
+    if type(resp) is not web.Response or resp.compression or resp.chunked:
+        raise TypeError(f"a plain request got a {type(resp).__name__} answer")
+    body = resp.body
+    if body is None:
+        body = b""
+    elif not isinstance(body, (bytes, bytearray)):
+        raise TypeError(f"a plain request got a {type(body).__name__} body")
+    status = resp.status
+    headers = resp.headers
+    no_body = status < 200 or status in (204, 304)
+    lines = [f"HTTP/1.1 {status} {resp.reason}"]
+    for name, value in headers.items():
+        if name in ("Content-Length", "Transfer-Encoding", "Connection"):
+            continue
+        # Go's server turns line breaks in header values into spaces; a warning may quote user input.
+        if "\r" in value or "\n" in value:
+            value = value.replace("\r", " ").replace("\n", " ")
+        lines.append(f"{name}: {value}")
+    if not no_body:
+        if body and "Content-Type" not in headers:
+            lines.append("Content-Type: application/octet-stream")
+        lines.append(f"Content-Length: {len(body)}")
+    if "Date" not in headers:
+        lines.append(f"Date: {_Date.now()}")
+    if "Server" not in headers:
+        lines.append(f"Server: {SERVER_SOFTWARE}")
+    if not keep_alive:
+        lines.append("Connection: close")
+    lines.append("\r\n")
+    head = "\r\n".join(lines).encode("utf-8", "surrogateescape")
+    if no_body or request.method == "HEAD":
+        return head
+    return head + body
+
+
+class LeanServer:
+    """The listening side: a LeanProtocol per connection, aiohttp's server for what it hands over."""
+
+    def __init__(self, handler: Handler, aiohttp_server: web.Server, max_body_bytes: int) -> None:
+        self.handler = handler
+        self.aiohttp_server = aiohttp_server
+        self.max_body_bytes = max_body_bytes
+        self.connections: set[LeanProtocol] = set()
+        self._listener: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def listen(self, host: str, port: int, ssl: Any = None) -> int:
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(lambda: LeanProtocol(self), host, port, ssl=ssl,
+                                                  reuse_address=True, backlog=1024)
+        self._sweeper = loop.create_task(self._sweep())
+        return int(self._listener.sockets[0].getsockname()[1])
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(IDLE_SECONDS / 5)
+            before = time.monotonic() - IDLE_SECONDS
+            for conn in list(self.connections):
+                conn.close_if_idle(before)
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        if self._listener is not None:
+            self._listener.close()
+        for conn in list(self.connections):
+            conn.close()
+        await self.aiohttp_server.shutdown(1.0)
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._listener.wait_closed(), 1.0)

@@ -1,0 +1,214 @@
+"""The apiserver's HTTP/1.1 connections on the wire: plain requests on the lean protocol, the rest
+handed to aiohttp mid-connection, and the corner cases of both (httpserver.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from isthmus.apiserver import httpserver
+from tests.conftest import RunningApiServer
+
+CM_PATH = "/api/v1/namespaces/default/configmaps"
+
+
+def _cm(name: str) -> bytes:
+    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                       "data": {"k": "v"}}).encode()
+
+
+def _post(name: str, extra: str = "") -> bytes:
+    body = _cm(name)
+    return (f"POST {CM_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def _get(path: str, extra: str = "", method: str = "GET") -> bytes:
+    return f"{method} {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode()
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+async def _head(r: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    raw = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 10)
+    lines = raw.decode().split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        if line:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+    return int(lines[0].split()[1]), headers
+
+
+async def _answer(r: asyncio.StreamReader, head_only: bool = False) -> Answer:
+    status, headers = await _head(r)
+    if head_only:
+        return Answer(status, headers, b"")
+    if headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while True:
+            size = int((await r.readuntil(b"\r\n")).strip(), 16)
+            chunk = await r.readexactly(size + 2)
+            if size == 0:
+                break
+            body += chunk[:-2]
+        return Answer(status, headers, body)
+    return Answer(status, headers, await asyncio.wait_for(r.readexactly(int(headers.get("content-length", 0))), 10))
+
+
+async def _conn(srv: RunningApiServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", srv.server.port)
+
+
+async def _closed(r: asyncio.StreamReader) -> bool:
+    return await asyncio.wait_for(r.read(1), 10) == b""
+
+
+async def test_pipelined_requests_are_answered_in_order(apiserver: RunningApiServer) -> None:
+    r, w = await _conn(apiserver)
+    w.write(_post("one") + _get(f"{CM_PATH}/one") + _post("two") + _get(f"{CM_PATH}/missing") + _get(CM_PATH))
+    answers = [await _answer(r) for _ in range(5)]
+    assert [a.status for a in answers] == [201, 200, 201, 404, 200]
+    assert answers[1].json()["metadata"]["name"] == "one"
+    assert [i["metadata"]["name"] for i in answers[4].json()["items"]] == ["one", "two"]
+    w.close()
+
+
+async def test_a_request_arriving_a_byte_at_a_time(apiserver: RunningApiServer) -> None:
+    r, w = await _conn(apiserver)
+    for b in _post("slow"):
+        w.write(bytes([b]))
+        await w.drain()
+    a = await _answer(r)
+    assert (a.status, a.json()["metadata"]["name"]) == (201, "slow")
+    w.close()
+
+
+async def test_a_watch_after_plain_requests_on_one_connection(apiserver: RunningApiServer) -> None:
+    """client-go reuses an idle keep-alive connection for a watch: the connection moves to aiohttp
+    with the watch's bytes, and streams."""
+    r, w = await _conn(apiserver)
+    w.write(_post("before"))
+    created = await _answer(r)
+    assert created.status == 201
+    rv = created.json()["metadata"]["resourceVersion"]
+    w.write(_get(f"{CM_PATH}?watch=1&resourceVersion={rv}"))
+    status, headers = await _head(r)
+    assert (status, headers["transfer-encoding"]) == (200, "chunked")
+    r2, w2 = await _conn(apiserver)
+    w2.write(_post("after"))
+    assert (await _answer(r2)).status == 201
+    size = int((await asyncio.wait_for(r.readuntil(b"\r\n"), 10)).strip(), 16)
+    event = json.loads(await r.readexactly(size))
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "after")
+    w.close()
+    w2.close()
+
+
+async def test_lean_answers_match_aiohttps(apiserver: RunningApiServer) -> None:
+    """The same request served both ways (an unused `watch` word sends it to aiohttp) answers the
+    same status, headers and body."""
+    r, w = await _conn(apiserver)
+    w.write(_post("same"))
+    assert (await _answer(r)).status == 201
+    w.write(_get(f"{CM_PATH}/same"))
+    lean = await _answer(r)
+    w.write(_get(f"{CM_PATH}/same?nowatch=x"))  # an unknown parameter kube ignores; aiohttp serves it
+    other = await _answer(r)
+    w.write(_get(f"{CM_PATH}/same"))  # the connection stays aiohttp's, and keeps working
+    again = await _answer(r)
+    assert lean.status == other.status == again.status == 200
+    assert lean.body == other.body == again.body
+    assert lean.headers.keys() == other.headers.keys()
+    assert {k: v for k, v in lean.headers.items() if k != "date"} == \
+        {k: v for k, v in other.headers.items() if k != "date"}
+    w.close()
+
+
+async def test_malformed_requests_get_400_and_the_connection_closes(apiserver: RunningApiServer) -> None:
+    r, w = await _conn(apiserver)
+    w.write(b"GET /api HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
+    a = await _answer(r)
+    assert a.status == 400 and a.headers["connection"] == "close"
+    assert await _closed(r)
+    r, w = await _conn(apiserver)
+    w.write(b"GET /api HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd")
+    assert (await _answer(r)).status == 400
+    assert await _closed(r)
+
+
+async def test_connection_close_and_head(apiserver: RunningApiServer) -> None:
+    r, w = await _conn(apiserver)
+    w.write(_get("/version", method="HEAD"))
+    head = await _answer(r, head_only=True)
+    assert int(head.headers["content-length"]) > 0  # the length the body would have, and no body
+    w.write(_get("/version", "Connection: close\r\n"))
+    a = await _answer(r)
+    assert (a.status, a.headers["connection"]) == (200, "close")
+    assert "gitVersion" in a.json()
+    assert await _closed(r)
+
+
+async def test_bodies_aiohttp_still_serves(tmp_path: Path) -> None:
+    """Over the size limit (kube's 413), chunked, and `Expect: 100-continue`."""
+    srv = RunningApiServer(tmp_path / "apiserver", max_body_bytes=2000)
+    await srv.start()
+    try:
+        r, w = await _conn(srv)
+        big = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
+                          "data": {"k": "v" * 5000}}).encode()
+        w.write(f"POST {CM_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(big)}\r\n\r\n".encode() + big)
+        a = await _answer(r)
+        assert (a.status, a.json()["reason"]) == (413, "RequestEntityTooLarge")
+
+        r, w = await _conn(srv)
+        body = _cm("chunked")
+        w.write(f"POST {CM_PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+                + f"{len(body[:10]):x}\r\n".encode() + body[:10] + b"\r\n"
+                + f"{len(body[10:]):x}\r\n".encode() + body[10:] + b"\r\n0\r\n\r\n")
+        a = await _answer(r)
+        assert (a.status, a.json()["metadata"]["name"]) == (201, "chunked")
+
+        r, w = await _conn(srv)
+        body = _cm("expected")
+        w.write(f"POST {CM_PATH} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode())
+        assert await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 10) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        w.write(body)
+        a = await _answer(r)
+        assert (a.status, a.json()["metadata"]["name"]) == (201, "expected")
+    finally:
+        await srv.close()
+
+
+async def test_idle_connections_are_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(httpserver, "IDLE_SECONDS", 0.5)
+    srv = RunningApiServer(tmp_path / "apiserver")
+    await srv.start()
+    try:
+        r, w = await _conn(srv)
+        w.write(_get("/version"))
+        assert (await _answer(r)).status == 200
+        assert await _closed(r)
+    finally:
+        await srv.close()
+
+
+async def test_a_head_larger_than_the_limit_is_refused(apiserver: RunningApiServer,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(httpserver, "MAX_HEAD_BYTES", 1000)
+    r, w = await _conn(apiserver)
+    w.write(b"GET /api HTTP/1.1\r\nX-Big: " + b"a" * 1100)
+    a = await _answer(r)
+    assert a.status == 431
+    assert await _closed(r)
