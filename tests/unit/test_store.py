@@ -4,6 +4,7 @@ watch semantics, callbacks."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -164,6 +165,39 @@ def test_persistence_across_reopen(tmp_path: Path) -> None:
     assert s3.rv == 6 and s3.count(CM) == 0
     assert s3.create(CM, obj("c"))["metadata"]["resourceVersion"] == "7"
     s3.close()
+
+
+def test_a_data_dir_of_the_without_rowid_layout_is_converted_and_keeps_everything(tmp_path: Path) -> None:
+    """Data dirs written before the rowid layout: their objects, order and rv survive the conversion."""
+    path = str(tmp_path / "db.sqlite")
+    db = sqlite3.connect(path, isolation_level=None)
+    db.executescript("""
+        CREATE TABLE objects (key TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+            rv INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (key, namespace, name)) WITHOUT ROWID;
+        CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT ROWID;
+        INSERT INTO meta (k, v) VALUES ('rv', 9);""")
+    for rv, name in ((3, "b"), (5, "a"), (7, "ü")):
+        o = obj(name, data={"n": str(rv)})
+        o["metadata"]["resourceVersion"] = str(rv)
+        db.execute("INSERT INTO objects VALUES (?, ?, ?, ?, ?)", (CM, "default", name, rv, json.dumps(o)))
+    db.close()
+
+    s = Store(path)
+    s.open()
+    assert s.rv == 9
+    assert [(o["metadata"]["name"], o["data"]["n"]) for o in s.list(CM)] == [("a", "5"), ("b", "3"), ("ü", "7")]
+    s.update(CM, {**s.get(CM, "default", "a"), "data": {"n": "again"}})  # type: ignore[dict-item]
+    s.create(CM, obj("c"))
+    s.close()
+    layout = sqlite3.connect(path).execute("SELECT sql FROM sqlite_master WHERE name = 'objects'").fetchone()[0]
+    assert "WITHOUT ROWID" not in layout.upper()
+
+    s2 = Store(path)
+    s2.open()
+    assert s2.rv == 11
+    assert [(o["metadata"]["name"], o.get("data", {}).get("n")) for o in s2.list(CM)] == \
+        [("a", "again"), ("b", "3"), ("c", None), ("ü", "7")]
+    s2.close()
 
 
 def test_committed_writes_survive_without_close(tmp_path: Path) -> None:

@@ -114,7 +114,24 @@ def _granular_list(value: Any, schema: dict[str, Any] | None) -> bool:
     return isinstance(value, list) and _list_kind(schema).kind != "atomic"
 
 
+def _plain_json(value: Any) -> bool:
+    """Whether orjson writes value exactly as json.dumps below would: strings, booleans, null and
+    64-bit integers (floats differ in exponent form), in dicts with string keys and lists."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return True
+    if t is int:
+        return -(2**63) <= value < 2**64
+    if t is dict:
+        return all(type(k) is str and _plain_json(v) for k, v in value.items())
+    if t is list:
+        return all(_plain_json(v) for v in value)
+    return False
+
+
 def _compact(value: Any) -> str:
+    if _plain_json(value):  # list-map keys and set values nearly always: one C call
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 

@@ -115,7 +115,8 @@ class LeanRequest(web.Request):
 
     @property
     def path(self) -> str:
-        return self._rel().path
+        path = self._target.partition("?")[0]
+        return path if "%" not in path else self._rel().path  # only escapes need decoding
 
     @property
     def query(self) -> MultiMapping[str]:

@@ -194,47 +194,128 @@ def validate(obj: Any, schema: dict[str, Any], path: str = "") -> list[dict[str,
 
 # Keys that never make _validate report anything on a value of the schema's type.
 _PROSE = frozenset({"type", "description", "title", "example", "externalDocs"})
-# Schemas (by identity, kept alive with the answer) → the scalar type they only check, or "".
-_TYPE_ONLY_CACHE: dict[int, tuple[dict[str, Any], str]] = {}
-_SCALARS: dict[str, type | tuple[type, ...]] = {"string": str, "boolean": bool}
+# Keys _validate_value acts on: a schema without any has no value checks to run.
+_VALUE_KEYS = frozenset({"enum", "maxLength", "minLength", "pattern", "format", "maximum", "minimum", "multipleOf"})
+_EXACT_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "boolean": (bool,), "integer": (int,),
+                                             "number": (int, float)}
+_NO_SCHEMA: Any = object()
 
 
-def _type_only(s: dict[str, Any]) -> str:
-    """"string"/"boolean" when s checks nothing but that type (most leaves of built-in schemas), else ""."""
-    hit = _TYPE_ONLY_CACHE.get(id(s))
+class _Node:
+    """One schema, compiled for validation: what it checks, looked up once instead of on every value.
+    Children are compiled on first use (schemas may be deep, and are walked only where values are)."""
+
+    __slots__ = ("addl", "allof", "arr", "combined", "exact", "ios", "ios_only", "items", "kids", "list_type",
+                 "nullable", "obj", "props", "required", "s", "type", "values")
+
+    def __init__(self, s: dict[str, Any]) -> None:
+        self.s = s
+        self.nullable = bool(s.get("nullable"))
+        t = s.get("type")
+        self.type = t if isinstance(t, str) else None
+        self.ios = bool(s.get(INT_OR_STRING))
+        self.ios_only = self.ios and t is None
+        self.values = not _VALUE_KEYS.isdisjoint(s)
+        self.allof = [sub for sub in s.get("allOf") or []]
+        self.combined = bool(s.get("anyOf") or s.get("oneOf") or isinstance(s.get("not"), dict))
+        self.required = [k for k in s.get("required") or []]
+        # Anything an object's own check needs besides its properties.
+        self.obj = bool(self.required or "maxProperties" in s or "minProperties" in s)
+        self.arr = bool("maxItems" in s or "minItems" in s or s.get("uniqueItems"))
+        self.list_type = s.get(LIST_TYPE) in ("set", "map")
+        self.props: dict[str, Any] = s.get("properties") or {}
+        addl = s.get("additionalProperties")
+        self.addl = addl if isinstance(addl, dict) else None
+        self.kids: dict[str, _Node | None] = {}
+        items = s.get("items")
+        self.items = items if isinstance(items, dict) else None
+        # Values of these exact types pass this schema untouched: it checks their type and nothing else.
+        self.exact: tuple[type, ...] = ()
+        if self.type in _EXACT_TYPES and s.keys() <= _PROSE:
+            self.exact = _EXACT_TYPES[self.type]
+
+    def kid(self, key: str) -> _Node | None:
+        try:
+            return self.kids[key]
+        except KeyError:
+            pass
+        sub = self.props.get(key)
+        if sub is None:
+            sub = self.addl
+        node = _node(sub) if isinstance(sub, dict) and sub else None
+        if len(self.kids) < 256:  # a map's keys are data: keep only a schema's own properties' worth
+            self.kids[key] = node
+        return node
+
+    def check(self, v: Any, path: str, errs: list[dict[str, str]], root: bool = False) -> None:
+        if v is None:
+            if self.nullable:
+                return
+            if self.type is not None or self.ios or "type" in self.s:
+                errs.append(_type_error(path, "integer,string" if self.ios else self.s["type"], v))
+            return
+        t = self.type
+        if self.ios_only:
+            if not (_is_type(v, "integer") or isinstance(v, str)):
+                errs.append(_type_error(path, "integer,string", v))
+                return
+        elif t is not None and not _is_type(v, t):
+            errs.append(_type_error(path, t, v))
+            return
+        s = self.s
+        if self.values:
+            _validate_value(v, s, path, errs)
+        for sub in self.allof:
+            _validate(v, sub, path, errs)
+        if self.combined:
+            _validate_combined(v, s, path, errs)
+        if isinstance(v, dict):
+            if self.obj:
+                _validate_object(v, s, path, errs, root)
+            for key, val in v.items():
+                if root and key == "metadata":
+                    continue
+                node = self.kid(key)
+                if node is None or (node.exact and type(val) in node.exact):
+                    continue
+                node.check(val, f"{path}.{key}" if path else key, errs)
+        elif isinstance(v, list):
+            if self.arr:
+                _validate_array(v, s, path, errs)
+            items = self.items
+            if items is not None:
+                node = _node(items) if items else None
+                if node is not None:
+                    exact = node.exact
+                    for i, item in enumerate(v):
+                        if not (exact and type(item) in exact):
+                            node.check(item, f"{path}[{i}]", errs)
+            if self.list_type:
+                _validate_list_type(v, s, path, errs)
+
+
+_NODES: dict[int, tuple[dict[str, Any], _Node]] = {}
+
+
+def _node(s: dict[str, Any]) -> _Node:
+    """The compiled form of s (by identity; the entry keeps s alive, so its id is never reused meanwhile)."""
+    hit = _NODES.get(id(s))
     if hit is not None and hit[0] is s:
         return hit[1]
-    t = s.get("type")
-    found = t if isinstance(t, str) and t in _SCALARS and s.keys() <= _PROSE else ""
-    if len(_TYPE_ONLY_CACHE) >= _DEFAULTS_CACHE_MAX:
-        _TYPE_ONLY_CACHE.clear()
-    _TYPE_ONLY_CACHE[id(s)] = (s, found)
-    return found
+    node = _Node(s)
+    if len(_NODES) >= _DEFAULTS_CACHE_MAX:
+        _NODES.clear()  # CRD schemas replaced many times over: start again
+    _NODES[id(s)] = (s, node)
+    return node
 
 
 def _validate(v: Any, s: dict[str, Any], path: str, errs: list[dict[str, str]], root: bool = False) -> None:
-    if not s:
-        return
-    if v is None:
-        if s.get("nullable"):
-            return
-        if "type" in s or s.get(INT_OR_STRING):
-            want = "integer,string" if s.get(INT_OR_STRING) else s["type"]
-            errs.append(_type_error(path, want, v))
-        return
-    # type
-    t = s.get("type")
-    if s.get(INT_OR_STRING) and t is None:
-        if not (_is_type(v, "integer") or isinstance(v, str)):
-            errs.append(_type_error(path, "integer,string", v))
-            return
-    elif isinstance(t, str) and not _is_type(v, t):
-        errs.append(_type_error(path, t, v))
-        return
-    _validate_value(v, s, path, errs)
-    # combinators: value validations only (structural schemas forbid types inside them)
-    for sub in s.get("allOf") or []:
-        _validate(v, sub, path, errs)
+    if s:
+        _node(s).check(v, path, errs, root)
+
+
+def _validate_combined(v: Any, s: dict[str, Any], path: str, errs: list[dict[str, str]]) -> None:
+    """anyOf, oneOf and not: value validations only (structural schemas forbid types inside them)."""
     if s.get("anyOf"):
         if not any(not validate_sub(v, sub, path) for sub in s["anyOf"]):
             errs.append(_invalid(path, v, f'"{path}" must validate at least one schema (anyOf)'))
@@ -244,10 +325,6 @@ def _validate(v: Any, s: dict[str, Any], path: str, errs: list[dict[str, str]], 
             errs.append(_invalid(path, v, f'"{path}" must validate one and only one schema (oneOf)'))
     if isinstance(s.get("not"), dict) and not validate_sub(v, s["not"], path):
         errs.append(_invalid(path, v, f'"{path}" must not validate the schema (not)'))
-    if isinstance(v, dict):
-        _validate_object(v, s, path, errs, root)
-    elif isinstance(v, list):
-        _validate_array(v, s, path, errs)
 
 
 def validate_sub(v: Any, s: dict[str, Any], path: str) -> list[dict[str, str]]:
@@ -265,7 +342,8 @@ def _type_error(path: str, want: str, v: Any) -> dict[str, str]:
 
 def _validate_value(v: Any, s: dict[str, Any], path: str, errs: list[dict[str, str]]) -> None:
     enum = s.get("enum")
-    if enum is not None and not any(_json_equal(v, e) for e in enum):
+    # A string equals only an equal string in JSON: `in` decides it without encoding anything.
+    if enum is not None and not (v in enum if isinstance(v, str) else any(_json_equal(v, e) for e in enum)):
         values = [e if isinstance(e, str) else json.dumps(e) for e in enum]
         detail = "supported values: " + ", ".join(json.dumps(x, ensure_ascii=False) for x in values)
         errs.append(cause(path, _body("Unsupported value", v, detail), "FieldValueNotSupported"))
@@ -316,6 +394,7 @@ def _validate_number(v: float, s: dict[str, Any], path: str, errs: list[dict[str
 def _validate_object(
     v: dict[str, Any], s: dict[str, Any], path: str, errs: list[dict[str, str]], root: bool
 ) -> None:
+    """required, maxProperties, minProperties (the properties themselves: _Node.check)."""
     for key in s.get("required") or []:
         if key not in v or (v[key] is None and not _nullable(s, key)):
             if root and key == "metadata":
@@ -332,19 +411,6 @@ def _validate_object(
         )
     if "minProperties" in s and n < s["minProperties"]:
         errs.append(_invalid(path, n, f"{path} in body should have at least {s['minProperties']} properties"))
-    props: dict[str, Any] = s.get("properties") or {}
-    addl = s.get("additionalProperties")
-    for key, val in v.items():
-        if root and key == "metadata":
-            continue
-        sub = props.get(key)
-        if sub is None and isinstance(addl, dict):
-            sub = addl
-        if isinstance(sub, dict):
-            t = _type_only(sub) if isinstance(val, (str, bool)) else ""
-            if t and type(val) is _SCALARS[t]:
-                continue  # the value has the only thing the schema checks
-            _validate(val, sub, _child(path, key), errs)
 
 
 def _nullable(s: dict[str, Any], key: str) -> bool:
@@ -353,6 +419,7 @@ def _nullable(s: dict[str, Any], key: str) -> bool:
 
 
 def _validate_array(v: list[Any], s: dict[str, Any], path: str, errs: list[dict[str, str]]) -> None:
+    """maxItems, minItems, uniqueItems."""
     n = len(v)
     if "maxItems" in s and n > s["maxItems"]:
         errs.append(
@@ -362,10 +429,12 @@ def _validate_array(v: list[Any], s: dict[str, Any], path: str, errs: list[dict[
         errs.append(_invalid(path, v, f"{path} in body should have at least {s['minItems']} items"))
     if s.get("uniqueItems") and _has_duplicates(v):
         errs.append(_invalid(path, v, f"{path} in body shouldn't contain duplicates"))
+    # Then _Node.check checks each item, then _validate_list_type their uniqueness.
+
+
+def _validate_list_type(v: list[Any], s: dict[str, Any], path: str, errs: list[dict[str, str]]) -> None:
+    """x-kubernetes-list-type set and map: no duplicate items, no duplicate keys."""
     items = s.get("items")
-    if isinstance(items, dict):
-        for i, item in enumerate(v):
-            _validate(item, items, f"{path}[{i}]", errs)
     list_type = s.get(LIST_TYPE)
     if list_type == "set":
         seen: list[Any] = []

@@ -148,10 +148,11 @@ class ServiceAccountTokens:
         self.api_audiences = tuple(api_audiences)
         self.clock = clock
         self._public_keys = list(public_keys)
-        self._verified: dict[str, None] = {}
-        """Tokens whose signature a current key verified: a JWT's RS256 check costs more than the
-        rest of a request's authentication, and a client sends the same token on every request.
-        Only the signature is remembered; expiry and the bound objects are checked every time."""
+        self._verified: dict[str, tuple[Any, Obj]] = {}
+        """Tokens whose signature a current key verified, with their issuer and claims: a JWT's RS256
+        check costs more than the rest of a request's authentication, and a client sends the same
+        token on every request. Only the signature and decoding are remembered; audiences, expiry
+        and the bound objects are checked every time."""
 
     def use_keys(self, key: rsa.RSAPrivateKey | None, public_keys: Iterable[rsa.RSAPublicKey] = ()) -> None:
         """Sign with `key` (None: keep the current one), verify with it and `public_keys`."""
@@ -214,24 +215,27 @@ class ServiceAccountTokens:
     # ---------------------------------------------------------------- verifying
 
     def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
-        parts = token.split(".")
-        if len(parts) != 3:
-            return None
-        try:
-            header = orjson.loads(_unb64(parts[0]))
-            claims = orjson.loads(_unb64(parts[1]))
-            signature = _unb64(parts[2])
-        except (ValueError, binascii.Error, orjson.JSONDecodeError):
-            return None
-        if not isinstance(claims, dict) or not isinstance(header, dict):
-            return None
-        iss = claims.get("iss")
-        if iss not in (self.issuer, LEGACY_ISSUER):
-            return None  # another issuer's token: not ours to judge (kube's hasCorrectIssuer)
-        if header.get("alg") != "RS256":
-            raise AuthenticationError("go-jose/go-jose: unexpected signature algorithm "
-                                      f"\"{header.get('alg')}\"; expected [\"RS256\"]")
-        if token not in self._verified:
+        verified = self._verified.get(token)
+        if verified is not None:  # decoded and its signature checked before; what it claims is checked below
+            iss, claims = verified
+        else:
+            parts = token.split(".")
+            if len(parts) != 3:
+                return None
+            try:
+                header = orjson.loads(_unb64(parts[0]))
+                claims = orjson.loads(_unb64(parts[1]))
+                signature = _unb64(parts[2])
+            except (ValueError, binascii.Error, orjson.JSONDecodeError):
+                return None
+            if not isinstance(claims, dict) or not isinstance(header, dict):
+                return None
+            iss = claims.get("iss")
+            if iss not in (self.issuer, LEGACY_ISSUER):
+                return None  # another issuer's token: not ours to judge (kube's hasCorrectIssuer)
+            if header.get("alg") != "RS256":
+                raise AuthenticationError("go-jose/go-jose: unexpected signature algorithm "
+                                          f"\"{header.get('alg')}\"; expected [\"RS256\"]")
             signed = f"{parts[0]}.{parts[1]}".encode()
             for key in self._keys:
                 try:
@@ -241,7 +245,7 @@ class ServiceAccountTokens:
                     continue
             else:
                 raise AuthenticationError("go-jose/go-jose: error in cryptographic primitive")
-            self._verified[token] = None
+            self._verified[token] = (iss, claims)
             if len(self._verified) > VERIFIED_CACHE_SIZE:
                 self._verified.pop(next(iter(self._verified)))
         aud = claims.get("aud")

@@ -44,15 +44,21 @@ WATCH_QUEUE_SIZE = 10_000
 # of inserting into it (an insort is an O(n) memmove); the next list() re-sorts once.
 _INSORT_LIMIT = 20_000
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS objects (
+# A rowid table with a unique index, not WITHOUT ROWID: rows (whole objects, ~1 KB and more) are
+# far above the twentieth of a page where SQLite advises WITHOUT ROWID, and an upsert then
+# rewrites the index entry and the row in place instead of moving a large key through one tree
+# (measured: 55 -> 17 µs of CPU per update). Older data dirs are converted when opened (_load).
+_OBJECTS = """
+CREATE TABLE IF NOT EXISTS {name} (
     key TEXT NOT NULL,
     namespace TEXT NOT NULL,
     name TEXT NOT NULL,
     rv INTEGER NOT NULL,
     data BLOB NOT NULL,
-    PRIMARY KEY (key, namespace, name)
-) WITHOUT ROWID;
+    UNIQUE (key, namespace, name)
+);
+"""
+_SCHEMA = _OBJECTS.format(name="objects") + """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (k, v) VALUES ('rv', 0);
 """
@@ -81,6 +87,26 @@ def _check_header(path: str) -> None:
         raise UnusableStore(path, "is empty (0 bytes)")
     if head != _SQLITE_MAGIC:
         raise UnusableStore(path, "is not an SQLite database")
+
+
+def _convert_without_rowid(db: sqlite3.Connection) -> None:
+    """A data dir written before the rowid layout (see _OBJECTS) gets it, in one transaction."""
+    row = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'objects'").fetchone()
+    if row is None or "WITHOUT ROWID" not in (row[0] or "").upper():
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("DROP TABLE IF EXISTS objects_rowid")
+        db.execute(_OBJECTS.format(name="objects_rowid"))
+        db.execute("INSERT INTO objects_rowid (key, namespace, name, rv, data) "
+                   "SELECT key, namespace, name, rv, data FROM objects ORDER BY key, namespace, name")
+        db.execute("DROP TABLE objects")
+        db.execute("ALTER TABLE objects_rowid RENAME TO objects")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    log.info("storage: converted the objects table to the rowid layout")
 
 
 def _create(path: str) -> None:
@@ -428,6 +454,7 @@ class Store:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA wal_autocheckpoint=0")  # see _Checkpointer
+        _convert_without_rowid(db)
         db.executescript(_SCHEMA)
         # Puts carry their rv in the row; the counter row only moves on deletes (the one write that
         # can leave max(rv) behind), so the sequence resumes from whichever is higher.
@@ -574,7 +601,8 @@ class Store:
                 db.execute("COMMIT")
             else:
                 db.execute(
-                    "INSERT OR REPLACE INTO objects (key, namespace, name, rv, data) VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO objects (key, namespace, name, rv, data) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (key, namespace, name) DO UPDATE SET rv = excluded.rv, data = excluded.data",
                     (key, k[0], k[1], rv, orjson.dumps(stored)),
                 )
             if self._checkpointer is not None:
