@@ -121,7 +121,7 @@ def _plain_json(value: Any) -> bool:
     if t is str or t is bool or value is None:
         return True
     if t is int:
-        return -(2**63) <= value < 2**64
+        return bool(-(2**63) <= value < 2**64)
     if t is dict:
         return all(type(k) is str and _plain_json(v) for k, v in value.items())
     if t is list:
