@@ -17,6 +17,7 @@ from isthmus.api.mcs import ConditionType, ServiceExport, ServiceImport
 from isthmus.kube.client import make_client
 from isthmus.kube.helpers import (
     apply,
+    apply_quiet,
     create_or_update,
     ensure_deleted,
     get,
@@ -25,6 +26,7 @@ from isthmus.kube.helpers import (
     is_conflict,
     list_all,
     patch_status,
+    patch_status_quiet,
 )
 from isthmus.kube.resources import resource_for
 
@@ -116,6 +118,34 @@ async def test_patch_status_apply_merges_conditions_of_two_managers(apiserver: A
 
         fetched = await get(client, ServiceExport, "web", namespace=NS)
         assert find_condition(fetched.status.conditions, "Conflict") is not None
+    finally:
+        await client.close()
+
+
+async def test_quiet_writes_write_the_same_and_still_raise(apiserver: Any) -> None:
+    """apply_quiet / patch_status_quiet: the write a caller makes without reading its answer back."""
+    client = await _setup(apiserver)
+    try:
+        assert await apply_quiet(client, _import(), field_manager="agent-a") is None
+        stored = await get(client, ServiceImport, "web", namespace=NS)
+        assert stored.spec.ports[0].port == 80
+        with pytest.raises(ApiError) as err:  # errors are read: another manager's field
+            await apply_quiet(client, _import(port=82), field_manager="agent-b")
+        assert is_conflict(err.value)
+        await apply_quiet(client, _import(port=82), field_manager="agent-b", force=True)
+        lk_svc = Service(metadata=LkMeta(name="web", namespace=NS), spec=ServiceSpec(ports=[ServicePort(port=80)]))
+        assert await apply_quiet(client, lk_svc, field_manager="isthmus-test") is None
+
+        se = await apply(client, ServiceExport.model_validate({"metadata": {"name": "web", "namespace": NS}}),
+                         field_manager="user")
+        se.status.conditions = [new_condition(ConditionType.VALID, True, "Valid")]
+        assert await patch_status_quiet(client, se, field_manager="agent", patch_type=PatchType.MERGE) is None
+        fetched = await get(client, ServiceExport, "web", namespace=NS)
+        assert [c.type for c in fetched.status.conditions] == ["Valid"]
+        assert (await get(client, ServiceImport, "web", namespace=NS)).spec.ports[0].port == 82
+        # A later write in the same task reads its answer again.
+        out = await apply(client, _import(port=83), field_manager="agent-b", force=True)
+        assert isinstance(out, ServiceImport) and out.spec.ports[0].port == 83
     finally:
         await client.close()
 

@@ -278,6 +278,43 @@ async def test_a_request_waiting_on_a_slow_dial_takes_a_connection_released_mean
         pool.close()
 
 
+async def test_a_burst_waits_for_connections_instead_of_dialing_one_each() -> None:
+    """When a handshake takes longer than an answer, a burst is served by the few connections
+    MAX_DIALS opens at a time: not one connection (and handshake) per request, left idle after."""
+    async with _Server(_answering(b"ok")) as server:
+        pool = http1.Pool("127.0.0.1", server.port, None)
+        real_connect = pool._connect
+
+        async def slow_connect(connect_timeout: float | None) -> http1._Connection:
+            await asyncio.sleep(0.05)
+            return await real_connect(connect_timeout)
+
+        pool._connect = slow_connect  # type: ignore[method-assign]
+        answers = await asyncio.gather(*(_request(pool, _get()) for _ in range(40)))
+        assert [a.body for a in answers] == [b"ok"] * 40
+        await asyncio.sleep(0.2)  # any dial still under way has joined the pool
+        assert server.connections <= 2 * http1.MAX_DIALS
+        pool.close()
+
+
+async def test_without_any_connection_a_failed_dial_fails_every_waiting_request() -> None:
+    """Dials are limited, failures are not queued: with nothing open to free a connection, every
+    request waiting fails with the first dial's error instead of waiting for a dial of its own."""
+    pool = http1.Pool("127.0.0.1", 9, None)  # discard's port on loopback: nothing listens
+
+    async def failing(connect_timeout: float | None) -> http1._Connection:
+        await asyncio.sleep(0.2)
+        raise http1.ConnectTimeout("")
+
+    pool._connect = failing  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    results = await asyncio.gather(*(_request(pool, _get()) for _ in range(20)), return_exceptions=True)
+    assert all(isinstance(r, http1.ConnectTimeout) for r in results)
+    assert loop.time() - start < 0.5  # one round of dials, not 20 / MAX_DIALS of them
+    pool.close()
+
+
 async def test_connect_failures_and_garbage() -> None:
     async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)

@@ -36,7 +36,7 @@ def fed_informer(resource: Any = ConfigMap) -> Informer[Any]:
 
 
 def feed(inf: Informer[Any], type_: str, obj: dict[str, Any]) -> None:
-    inf._handle_event(orjson.dumps({"type": type_, "object": obj}).decode())
+    inf._handle_event(orjson.dumps({"type": type_, "object": obj}))
 
 
 def cm(name: str, ns: str = "default", rv: str = "1", **meta: Any) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import hmac
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -120,19 +119,19 @@ class StaticTokens:
     """
 
     def __init__(self, tokens: Mapping[str, UserInfo], api_audiences: Sequence[str] = API_AUDIENCES) -> None:
-        self._tokens = [(t.encode(), u) for t, u in tokens.items()]
         self.api_audiences = tuple(api_audiences)
+        # kube's token file authenticator looks tokens up in a map; the answer for the server's own
+        # audiences (what every API request asks) is made once per token, with the group the
+        # chain adds to every authenticated user already in it.
+        self._tokens = dict(tokens)
+        self._answers = {t: Response(u.with_group(AUTHENTICATED_GROUP), self.api_audiences) for t, u in tokens.items()}
 
     def authenticate_token(self, token: str, audiences: Sequence[str]) -> Response | None:
-        wanted = [a for a in self.api_audiences if a in audiences] if audiences else list(self.api_audiences)
-        if not wanted:
-            return None
-        raw = token.encode()
-        found = None
-        for known, user in self._tokens:  # compare with every token: no timing hint of which matched
-            if hmac.compare_digest(raw, known):
-                found = user
-        return Response(found, tuple(wanted)) if found is not None else None
+        if not audiences or audiences == self.api_audiences:
+            return self._answers.get(token)
+        wanted = tuple(a for a in self.api_audiences if a in audiences)
+        user = self._tokens.get(token) if wanted else None
+        return Response(user, wanted) if user is not None else None
 
 
 class X509Authenticator:
@@ -254,7 +253,8 @@ class Authenticator:
                 errors.append(str(e))
                 continue
             if resp is not None:
-                return Response(resp.user.with_group(AUTHENTICATED_GROUP), resp.audiences), ""
+                user = resp.user.with_group(AUTHENTICATED_GROUP)
+                return (resp if user is resp.user else Response(user, resp.audiences)), ""
         if not errors:
             return None, "invalid bearer token"
         return None, errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"

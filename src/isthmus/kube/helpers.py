@@ -18,6 +18,7 @@ from lightkube.types import PatchType
 
 from isthmus.api.base import Resource
 from isthmus.kube.resources import resource_for
+from isthmus.kube.transport import ANSWER_UNREAD
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Resource)
@@ -109,14 +110,25 @@ async def apply(client: AsyncClient, obj: T, *, field_manager: str, force: bool 
     a field another manager owns is a 409 unless `force` (controllers reconciling their own
     objects usually force). A resourceVersion in `obj` makes the apply conditional on it.
     """
+    return _back(type(obj), await _apply(client, obj, field_manager, force))
+
+
+async def apply_quiet(client: AsyncClient, obj: Any, *, field_manager: str, force: bool = False) -> None:
+    """`apply` for a caller that drops the answer: the stored object is not decoded into a model."""
+    token = ANSWER_UNREAD.set(True)
+    try:
+        await _apply(client, obj, field_manager, force)
+    finally:
+        ANSWER_UNREAD.reset(token)
+
+
+async def _apply(client: AsyncClient, obj: Any, field_manager: str, force: bool) -> Any:
     data = cast(Any, obj).to_dict()
     meta = data.setdefault("metadata", {})
     meta.pop("managedFields", None)  # kube rejects apply bodies carrying them (e.g. a re-applied read)
     lk_obj = _lk_class(type(obj)).from_dict(data)
-    lk = await cast(Any, client).apply(
-        lk_obj, field_manager=field_manager, force=force, namespace=meta.get("namespace")
-    )
-    return _back(type(obj), lk)
+    return await cast(Any, client).apply(lk_obj, field_manager=field_manager, force=force,
+                                         namespace=meta.get("namespace"))
 
 
 async def merge_patch(client: AsyncClient, res: Any, name: str, body: dict[str, Any], *, field_manager: str,
@@ -147,8 +159,23 @@ async def patch_status(
     a list keyed by type, merge with other managers' conditions. `PatchType.MERGE` replaces
     lists wholesale instead.
     """
+    return _back(type(obj), await _patch_status(client, obj, field_manager, force, patch_type))
+
+
+async def patch_status_quiet(client: AsyncClient, obj: Any, *, field_manager: str, force: bool = True,
+                             patch_type: PatchType = PatchType.APPLY) -> None:
+    """`patch_status` for a caller that drops the answer: the stored object is not decoded into a model."""
+    token = ANSWER_UNREAD.set(True)
+    try:
+        await _patch_status(client, obj, field_manager, force, patch_type)
+    finally:
+        ANSWER_UNREAD.reset(token)
+
+
+async def _patch_status(client: AsyncClient, obj: Any, field_manager: str, force: bool,
+                        patch_type: PatchType) -> Any:
     res = type(obj)
-    data = obj.to_dict()  # type: ignore[attr-defined]  # models and lightkube objects both have it
+    data = obj.to_dict()  # models and lightkube objects both have it
     name, namespace = _name_ns(obj)
     meta = {"name": name} | ({"namespace": namespace} if namespace else {})
     body: dict[str, Any]
@@ -160,16 +187,8 @@ async def patch_status(
         body["status"] = data.get("status") or {}
     else:
         body = {"status": data.get("status") or {}}
-    lk = await cast(Any, client).patch(
-        _lk_class(res).Status,
-        name,
-        body,
-        namespace=namespace,
-        patch_type=patch_type,
-        field_manager=field_manager,
-        force=force,
-    )
-    return _back(res, lk)
+    return await cast(Any, client).patch(_lk_class(res).Status, name, body, namespace=namespace,
+                                         patch_type=patch_type, field_manager=field_manager, force=force)
 
 
 @overload

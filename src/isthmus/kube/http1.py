@@ -29,6 +29,9 @@ __all__ = ["ConnectError", "ConnectTimeout", "Disconnected", "HTTPError", "Pool"
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 IDLE_SECONDS = 15.0
+# Dials in flight per server: a burst of requests waits for the connections these and the open
+# ones free, instead of each request opening (and handshaking) one that outlives the burst idle.
+MAX_DIALS = 4
 """A connection idle longer than this is closed rather than reused (aiohttp's keep-alive timeout):
 a load balancer or NAT on the way may have forgotten it without telling either end, and a request
 sent on it would wait for its read timeout."""
@@ -201,6 +204,7 @@ class Pool:
         self._open: set[_Connection] = set()
         self._waiters: collections.deque[asyncio.Future[tuple[_Connection, bool]]] = collections.deque()
         self._dials: set[asyncio.Task[None]] = set()
+        self._dialed: set[asyncio.Future[tuple[_Connection, bool]]] = set()  # waiters with a dial of their own
 
     async def _connect(self, connect_timeout: float | None) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -246,25 +250,52 @@ class Pool:
         try:
             conn = await self._connect(connect_timeout)
         except HTTPError as e:
-            if not waiter.done():  # its request still waits: this was its only way to a connection
-                waiter.set_exception(e)
+            self._dialed.discard(waiter)
+            self._dials.discard(asyncio.current_task())
+            # Its request fails, as would every waiting one when no connection is open to free.
+            for other in [waiter] if self._open else [waiter, *self._waiters]:
+                if not other.done():
+                    other.set_exception(e)
+            self._dial_next(connect_timeout)
             return
+        except BaseException:
+            self._dialed.discard(waiter)
+            raise
+        self._dialed.discard(waiter)
+        self._dials.discard(asyncio.current_task())
         self._release(conn, fresh=True)
+        self._dial_next(connect_timeout)
+
+    def _dial_next(self, connect_timeout: float | None) -> None:
+        """Start dials for the longest-waiting requests without one, up to MAX_DIALS in flight:
+        every waiting request gets a connection someone frees, or a dial of its own."""
+        if len(self._dials) >= MAX_DIALS:
+            return
+        loop = asyncio.get_running_loop()
+        for waiter in self._waiters:
+            if len(self._dials) >= MAX_DIALS:
+                return
+            if waiter.done() or waiter in self._dialed:
+                continue
+            self._dialed.add(waiter)
+            dial = loop.create_task(self._dial_for(waiter, connect_timeout))
+            self._dials.add(dial)
+            dial.add_done_callback(self._dials.discard)
 
     async def _acquire(self, connect_timeout: float | None) -> tuple[_Connection, bool]:
         """(a connection, whether it served a request before). Without an idle one, the request
-        dials a new one and takes whichever comes first: its dial, or a connection another request
-        releases meanwhile (Go's net/http does the same); a dial that comes second joins the pool.
-        Under a burst that keeps a slow handshake from failing a request an open connection serves."""
+        waits for whichever comes first: a connection another request releases, or a dial
+        (Go's net/http does the same); a dial that comes second joins the pool. At most
+        MAX_DIALS dials run at once; a request without one gets one as earlier ones finish.
+        Under a burst that keeps a slow handshake from failing a request an open connection serves,
+        and the burst from opening a connection per request."""
         conn = self._take_idle()
         if conn is not None:
             return conn, True
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[tuple[_Connection, bool]] = loop.create_future()
         self._waiters.append(waiter)
-        dial = loop.create_task(self._dial_for(waiter, connect_timeout))
-        self._dials.add(dial)
-        dial.add_done_callback(self._dials.discard)
+        self._dial_next(connect_timeout)
         try:
             return await waiter
         except asyncio.CancelledError:

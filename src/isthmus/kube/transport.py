@@ -22,6 +22,7 @@ several `asyncio.run`s with one client.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import re
@@ -162,6 +163,10 @@ class _QuietUnclosed(logging.Filter):
 
 logging.getLogger("asyncio").addFilter(_QuietUnclosed())
 
+
+# Set (helpers.apply_quiet and the like) when the caller drops a write's answer: the fast path then
+# skips decoding it into lightkube's model (client-go callers ignore the returned object the same way).
+ANSWER_UNREAD: contextvars.ContextVar[bool] = contextvars.ContextVar("isthmus_answer_unread", default=False)
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._~/-]*")  # relative, as lightkube makes them ("api/v1/...")
 _PLAIN_QUERY = re.compile(r"[A-Za-z0-9._~%+=&-]*")
@@ -326,6 +331,8 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
                     auth, retried = fresh, True
                     continue
             if 200 <= status < 300:
+                if method != "list" and ANSWER_UNREAD.get():
+                    return None
                 return generic.handle_response(method, _Ok(response.body), br)
             answer = httpx2.Response(status_code=status, headers=response.headers, content=response.body,
                                      request=httpx2.Request(br.method, base + target.lstrip("/")))

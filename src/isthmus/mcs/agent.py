@@ -447,8 +447,8 @@ class Agent:
                 merged = merge_conditions(cluster.status.conditions, [ready])
                 if _conditions_key(merged) != _conditions_key(cluster.status.conditions):
                     cluster.status.conditions = merged
-                    await helpers.patch_status(self.broker, cluster, field_manager=AGENT_FIELD_MANAGER,
-                                               patch_type=PatchType.MERGE)
+                    await helpers.patch_status_quiet(self.broker, cluster, field_manager=AGENT_FIELD_MANAGER,
+                                                     patch_type=PatchType.MERGE)
             except (httpx2.TransportError, OSError) as e:  # the broker may be briefly unreachable: keep beating
                 self.liveness.link_failed()
                 log.warning("heartbeat to broker failed: %s", helpers.describe_error(e))
@@ -738,7 +738,7 @@ class Agent:
                 ),
                 spec=spec,
             )
-            await helpers.apply(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
+            await helpers.apply_quiet(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
             self._published[key] = spec
 
     async def _withdraw(self, ns: str, name: str) -> None:
@@ -898,7 +898,7 @@ class Agent:
             key = f"slice/{desired.metadata.name}"
             if self._published.get(key) == _slice_body(desired):
                 return  # written already; the cache has not shown it yet
-            await helpers.apply(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
+            await helpers.apply_quiet(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
             self._published[key] = _slice_body(desired)
 
     # -- 3. conditions on the ServiceExport
@@ -936,8 +936,8 @@ class Agent:
             for kind, reason, message in _condition_events(previous, merged):
                 self.recorder.event(raw, kind, reason, message)
         try:
-            await helpers.patch_status(self.cluster, export, field_manager=AGENT_FIELD_MANAGER,
-                                       patch_type=PatchType.MERGE)
+            await helpers.patch_status_quiet(self.cluster, export, field_manager=AGENT_FIELD_MANAGER,
+                                             patch_type=PatchType.MERGE)
         except ApiError as e:
             if not helpers.is_not_found(e):  # deleted meanwhile: nothing to report on
                 raise
@@ -1053,7 +1053,7 @@ class Agent:
                 continue
             copy = local_slice_copy(b, ns, name, cluster, uid, name)
             if existing is None or _slice_body(existing) != _slice_body(copy) or _owner_uids(existing) != {uid}:
-                await helpers.apply(self.cluster, copy, field_manager=AGENT_FIELD_MANAGER, force=True)
+                await helpers.apply_quiet(self.cluster, copy, field_manager=AGENT_FIELD_MANAGER, force=True)
         for slice_name in copies.keys() - wanted:
             await helpers.ensure_deleted(self.cluster, EndpointSlice, slice_name, namespace=ns)
 

@@ -623,19 +623,25 @@ class Informer(Generic[T]):
             if resp.status_code >= 400:
                 body = await resp.aread()
                 raise WatchError(f"watch answered HTTP {resp.status_code}: {body[:300]!r}")
-            async for line in resp.aiter_lines():
-                if not line:
-                    continue
-                self._handle_event(line)
-                if not got_event:
-                    got_event = True
-                    self._failures = 0
+            # One JSON event per line; split as bytes (httpx's aiter_lines would decode to text, split
+            # in Python, and the decoder wants bytes again).
+            rest = b""
+            async for chunk in resp.aiter_bytes():
+                lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
+                rest = lines.pop()
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    self._handle_event(line)
+                    if not got_event:
+                        got_event = True
+                        self._failures = 0
         finally:
             await resp.aclose()
         return got_event or time.monotonic() - started >= 1.0
 
-    def _handle_event(self, line: str) -> None:
-        ev = decoders.decode_watch_event(line.encode())
+    def _handle_event(self, line: bytes) -> None:
+        ev = decoders.decode_watch_event(line)
         kind = ev.type
         if kind == "ERROR":
             status = decoders.decode_status(ev.object)
