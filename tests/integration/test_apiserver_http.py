@@ -212,3 +212,22 @@ async def test_a_head_larger_than_the_limit_is_refused(apiserver: RunningApiServ
     a = await _answer(r)
     assert a.status == 431
     assert await _closed(r)
+
+
+async def test_content_types_are_read_the_same_every_time(apiserver: RunningApiServer) -> None:
+    """Parsed Content-Type values are remembered: YAML stays YAML, parameters stay parameters."""
+    r, w = await _conn(apiserver)
+    yaml_body = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\ndata:\n  k: v\n"
+    for i in range(2):
+        for ctype, body in (("application/yaml", yaml_body % f"y{i}".encode()),
+                            ("application/json; charset=utf-8", _cm(f"j{i}")),
+                            ("Application/JSON", _cm(f"u{i}"))):
+            w.write(f"POST {CM_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: {ctype}\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            a = await _answer(r)
+            assert a.status == 201, (ctype, a.body)
+    body = yaml_body % b"t"
+    w.write(f"POST {CM_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    assert (await _answer(r)).status == 400  # not JSON, and not declared YAML
+    w.close()

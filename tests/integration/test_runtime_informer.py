@@ -69,6 +69,28 @@ async def test_sees_create_update_delete(apiserver: Any) -> None:
         await inf.stop()
 
 
+async def test_watched_events_large_and_small_arrive_whole(apiserver: Any) -> None:
+    """Events are lines of the watch stream: one larger than any read spans many chunks, small
+    ones share a chunk; each reaches the cache whole, in order."""
+    c = apiserver.client()
+    inf: Informer[ConfigMap] = Informer(c, ConfigMap)
+    rec = Recorder(inf)
+    inf.start()
+    try:
+        assert await inf.wait_synced(10)
+        big = "x" * 900_000 + "\u00e9\n{}"  # JSON escapes, a newline inside a string (kube: ≤ 1 MiB)
+        await c.create(cm("big", v=big))
+        await asyncio.gather(*(c.create(cm(f"small-{i}", v=str(i))) for i in range(20)))
+        await eventually(lambda: all(rec.has("add", f"small-{i}") for i in range(20)))
+        await eventually(lambda: rec.has("add", "big"))
+        cached = inf.cache.get("default/big")
+        assert cached is not None and cached.data == {"v": big}
+        assert [e for e in rec.events if e[1] == "big"] == [("add", "big")]
+        assert inf.relists == 0
+    finally:
+        await inf.stop()
+
+
 async def test_namespace_scope_and_indexes(apiserver: Any) -> None:
     c = apiserver.client()
     await c.create(Namespace(metadata=ObjectMeta(name="other")))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -399,3 +399,20 @@ async def test_a_source_marked_not_initial_is_not_mapped_at_start_but_its_events
     await eventually(lambda: seen == ["default/a", "default/a"])
     assert mapped == ["r", "r"]  # old and new
     await stop(t)
+
+
+async def test_watch_stream_lines_whatever_the_chunking() -> None:
+    """Events are whole lines however the stream is cut: within a line, at its end, many per chunk;
+    a line the connection cut short is no event."""
+    from isthmus.runtime.informer import _event_lines
+
+    events = [orjson.dumps({"type": "ADDED", "object": {"n": i, "s": "x" * (i * 37 % 500)}}) for i in range(40)]
+    stream = b"".join(e + b"\n" for e in events)
+
+    async def chunks(size: int) -> AsyncIterator[bytes]:
+        for i in range(0, len(stream), size):
+            yield stream[i:i + size]
+        yield b'{"type":"ADDED","obj'  # cut short
+
+    for size in (1, 7, 64, 1000, len(stream)):
+        assert [line async for line in _event_lines(chunks(size))] == events, size

@@ -27,7 +27,7 @@ from typing import Any, cast
 import httptools
 from aiohttp import HttpVersion11, web
 from aiohttp.http import SERVER_SOFTWARE
-from multidict import CIMultiDict, CIMultiDictProxy, MultiMapping
+from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy, MultiMapping
 from yarl import URL
 
 log = logging.getLogger("isthmus.apiserver")
@@ -40,6 +40,10 @@ HIGH_WATER = 4 << 20  # unsent answer bytes past which the next request waits
 # The pods' subresources a node serves: streamed, sometimes upgraded (handlers/pods.py).
 _NODE_SUBRESOURCES = (b"/log", b"/exec", b"/attach", b"/portforward", b"/proxy")
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
+_NO_QUERY: MultiMapping[str] = MultiDictProxy(MultiDict())
+# Content-Type values already parsed (aiohttp parses each with the email package): a few kinds
+# of clients send a few values. Bounded: values past it are parsed every time.
+_CONTENT_TYPES: dict[str, tuple[str, dict[str, str]]] = {}
 
 
 def _plain(head: bytes, line_end: int) -> bool:
@@ -120,7 +124,7 @@ class LeanRequest(web.Request):
 
     @property
     def query(self) -> MultiMapping[str]:
-        return self._rel().query
+        return self._rel().query if "?" in self._target else _NO_QUERY
 
     @property
     def query_string(self) -> str:
@@ -153,6 +157,17 @@ class LeanRequest(web.Request):
 
     async def read(self) -> bytes:
         return self._body
+
+    def _parse_content_type(self, raw: str | None) -> None:
+        hit = _CONTENT_TYPES.get(raw) if raw is not None else None
+        if hit is None:
+            super()._parse_content_type(raw)
+            if raw is not None and len(_CONTENT_TYPES) < 64:
+                _CONTENT_TYPES[raw] = (self._content_type or "", dict(self._content_dict or {}))
+            return
+        self._stored_content_type = raw
+        self._content_type, params = hit
+        self._content_dict = dict(params)  # aiohttp's is the request's own, and mutable
 
     async def text(self) -> str:
         return self._body.decode(self.charset or "utf-8")

@@ -35,8 +35,16 @@ DNS1035_MSG = (
     "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
 )
 
+_now_second, _now_text = -1, ""  # the second now_rfc3339 last formatted, and how
+
+
 def now_rfc3339() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    """Now, to the second, as kube's metav1.Time writes it (formatted once a second)."""
+    global _now_second, _now_text
+    t = int(time.time())
+    if t != _now_second:
+        _now_second, _now_text = t, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    return _now_text
 
 
 def rfc3339_after(seconds: int) -> str:

@@ -198,7 +198,6 @@ _PROSE = frozenset({"type", "description", "title", "example", "externalDocs"})
 _VALUE_KEYS = frozenset({"enum", "maxLength", "minLength", "pattern", "format", "maximum", "minimum", "multipleOf"})
 _EXACT_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "boolean": (bool,), "integer": (int,),
                                              "number": (int, float)}
-_NO_SCHEMA: Any = object()
 
 
 class _Node:
@@ -206,7 +205,7 @@ class _Node:
     Children are compiled on first use (schemas may be deep, and are walked only where values are)."""
 
     __slots__ = ("addl", "allof", "arr", "combined", "exact", "ios", "ios_only", "items", "kids", "list_type",
-                 "nullable", "obj", "props", "required", "s", "type", "values")
+                 "nullable", "obj", "props", "s", "type", "values")
 
     def __init__(self, s: dict[str, Any]) -> None:
         self.s = s
@@ -216,11 +215,10 @@ class _Node:
         self.ios = bool(s.get(INT_OR_STRING))
         self.ios_only = self.ios and t is None
         self.values = not _VALUE_KEYS.isdisjoint(s)
-        self.allof = [sub for sub in s.get("allOf") or []]
+        self.allof = list(s.get("allOf") or [])
         self.combined = bool(s.get("anyOf") or s.get("oneOf") or isinstance(s.get("not"), dict))
-        self.required = [k for k in s.get("required") or []]
         # Anything an object's own check needs besides its properties.
-        self.obj = bool(self.required or "maxProperties" in s or "minProperties" in s)
+        self.obj = bool(s.get("required") or "maxProperties" in s or "minProperties" in s)
         self.arr = bool("maxItems" in s or "minItems" in s or s.get("uniqueItems"))
         self.list_type = s.get(LIST_TYPE) in ("set", "map")
         self.props: dict[str, Any] = s.get("properties") or {}

@@ -29,12 +29,12 @@ __all__ = ["ConnectError", "ConnectTimeout", "Disconnected", "HTTPError", "Pool"
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 IDLE_SECONDS = 15.0
-# Dials in flight per server: a burst of requests waits for the connections these and the open
-# ones free, instead of each request opening (and handshaking) one that outlives the burst idle.
-MAX_DIALS = 4
 """A connection idle longer than this is closed rather than reused (aiohttp's keep-alive timeout):
 a load balancer or NAT on the way may have forgotten it without telling either end, and a request
 sent on it would wait for its read timeout."""
+MAX_DIALS = 4
+"""Dials in flight per server: a burst of requests waits for the connections these and the open
+ones free, instead of each request opening (and handshaking) one that outlives the burst idle."""
 
 
 class HTTPError(Exception):
@@ -293,8 +293,11 @@ class Pool:
         if conn is not None:
             return conn, True
         loop = asyncio.get_running_loop()
+        waiters = self._waiters
+        while waiters and waiters[0].done():  # failed or cancelled: nothing will pop them otherwise
+            waiters.popleft()
         waiter: asyncio.Future[tuple[_Connection, bool]] = loop.create_future()
-        self._waiters.append(waiter)
+        waiters.append(waiter)
         self._dial_next(connect_timeout)
         try:
             return await waiter

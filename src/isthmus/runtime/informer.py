@@ -28,7 +28,7 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -623,19 +623,11 @@ class Informer(Generic[T]):
             if resp.status_code >= 400:
                 body = await resp.aread()
                 raise WatchError(f"watch answered HTTP {resp.status_code}: {body[:300]!r}")
-            # One JSON event per line; split as bytes (httpx's aiter_lines would decode to text, split
-            # in Python, and the decoder wants bytes again).
-            rest = b""
-            async for chunk in resp.aiter_bytes():
-                lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
-                rest = lines.pop()
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    self._handle_event(line)
-                    if not got_event:
-                        got_event = True
-                        self._failures = 0
+            async for line in _event_lines(resp.aiter_bytes()):
+                self._handle_event(line)
+                if not got_event:
+                    got_event = True
+                    self._failures = 0
         finally:
             await resp.aclose()
         return got_event or time.monotonic() - started >= 1.0
@@ -701,6 +693,27 @@ class Informer(Generic[T]):
         for h in self._handlers:
             if h.on_delete is not None:
                 _call(h.on_delete, obj)
+
+
+async def _event_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A watch stream's events, one JSON document per line, as bytes: httpx's aiter_lines would
+    decode them to text and split in Python, and the decoder wants bytes again. An event larger
+    than a read spans chunks: they are joined once its line ends; an unfinished last line (the
+    connection dropped mid-event) is no event."""
+    pending: list[bytes] = []
+    async for chunk in chunks:
+        if b"\n" not in chunk:
+            pending.append(chunk)
+            continue
+        if pending:
+            pending.append(chunk)
+            chunk, pending = b"".join(pending), []
+        lines = chunk.split(b"\n")
+        if tail := lines.pop():
+            pending.append(tail)
+        for line in lines:
+            if line.strip():
+                yield line
 
 
 def _call(fn: Callable[..., None], *args: Any) -> None:
