@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,12 @@ def test_only_processes_naming_the_state_dir_are_ours(tmp_path: Path) -> None:
     mine = subprocess.Popen([sys.executable, "-c", code, "--data-dir", str(root / "c1")])
     other = subprocess.Popen([sys.executable, "-c", code, f"--data-dir={sibling}/c1"])
     try:
+        # Popen returns once exec has begun; /proc/<pid>/cmdline shows the new arguments a moment
+        # later (a loaded machine showed the gap). Until then a process is, rightly, not known as ours.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(code in (supervisor.cmdline(p.pid) or [])
+                                                      for p in (mine, other)):
+            time.sleep(0.01)
         assert supervisor.is_ours(mine.pid, root)
         assert not supervisor.is_ours(mine.pid, root, marker="--supervise")
         assert not supervisor.is_ours(other.pid, root)  # a prefix is not the dir
