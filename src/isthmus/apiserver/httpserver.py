@@ -20,12 +20,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, cast
 
 import httptools
 from aiohttp import HttpVersion11, web
+from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy, MultiMapping
 from yarl import URL
@@ -36,7 +36,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 MAX_HEAD_BYTES = 1 << 20  # Go's http.DefaultMaxHeaderBytes, which kube-apiserver keeps
 IDLE_SECONDS = 75.0  # aiohttp's keep-alive timeout: an idle connection is closed after it
-HIGH_WATER = 4 << 20  # unsent answer bytes past which the next request waits
+HIGH_WATER = 4 << 20  # request bytes buffered while an answer is pending, past which reading pauses
 # The pods' subresources a node serves: streamed, sometimes upgraded (handlers/pods.py).
 _NODE_SUBRESOURCES = (b"/log", b"/exec", b"/attach", b"/portforward", b"/proxy")
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
@@ -62,20 +62,6 @@ def _plain(head: bytes, line_end: int) -> bool:
             return False
     low = head.lower()
     return b"\nupgrade:" not in low and b"\nexpect:" not in low and b"\ntransfer-encoding:" not in low
-
-
-class _Date:
-    """The Date header's value, formatted once a second."""
-
-    second = 0
-    value = ""
-
-    @classmethod
-    def now(cls) -> str:
-        t = int(time.time())
-        if t != cls.second:
-            cls.second, cls.value = t, formatdate(t, usegmt=True)
-        return cls.value
 
 
 class LeanRequest(web.Request):
@@ -380,7 +366,7 @@ def _encode(request: LeanRequest, resp: web.StreamResponse, keep_alive: bool) ->
             lines.append("Content-Type: application/octet-stream")
         lines.append(f"Content-Length: {len(body)}")
     if "Date" not in headers:
-        lines.append(f"Date: {_Date.now()}")
+        lines.append(f"Date: {rfc822_formatted_time()}")  # aiohttp's, formatted once a second
     if "Server" not in headers:
         lines.append(f"Server: {SERVER_SOFTWARE}")
     if not keep_alive:

@@ -18,7 +18,7 @@ from lightkube.types import PatchType
 
 from isthmus.api.base import Resource
 from isthmus.kube.resources import resource_for
-from isthmus.kube.transport import ANSWER_UNREAD
+from isthmus.kube.transport import answer_unread
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Resource)
@@ -115,11 +115,8 @@ async def apply(client: AsyncClient, obj: T, *, field_manager: str, force: bool 
 
 async def apply_quiet(client: AsyncClient, obj: Any, *, field_manager: str, force: bool = False) -> None:
     """`apply` for a caller that drops the answer: the stored object is not decoded into a model."""
-    token = ANSWER_UNREAD.set(True)
-    try:
+    with answer_unread():
         await _apply(client, obj, field_manager, force)
-    finally:
-        ANSWER_UNREAD.reset(token)
 
 
 async def _apply(client: AsyncClient, obj: Any, field_manager: str, force: bool) -> Any:
@@ -165,11 +162,8 @@ async def patch_status(
 async def patch_status_quiet(client: AsyncClient, obj: Any, *, field_manager: str, force: bool = True,
                              patch_type: PatchType = PatchType.APPLY) -> None:
     """`patch_status` for a caller that drops the answer: the stored object is not decoded into a model."""
-    token = ANSWER_UNREAD.set(True)
-    try:
+    with answer_unread():
         await _patch_status(client, obj, field_manager, force, patch_type)
-    finally:
-        ANSWER_UNREAD.reset(token)
 
 
 async def _patch_status(client: AsyncClient, obj: Any, field_manager: str, force: bool,

@@ -22,12 +22,13 @@ several `asyncio.run`s with one client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import os
 import re
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -167,6 +168,16 @@ logging.getLogger("asyncio").addFilter(_QuietUnclosed())
 # Set (helpers.apply_quiet and the like) when the caller drops a write's answer: the fast path then
 # skips decoding it into lightkube's model (client-go callers ignore the returned object the same way).
 ANSWER_UNREAD: contextvars.ContextVar[bool] = contextvars.ContextVar("isthmus_answer_unread", default=False)
+
+
+@contextlib.contextmanager
+def answer_unread() -> Iterator[None]:
+    """Within it, requests on the fast path return None instead of the decoded answer (2xx only)."""
+    token = ANSWER_UNREAD.set(True)
+    try:
+        yield
+    finally:
+        ANSWER_UNREAD.reset(token)
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._~/-]*")  # relative, as lightkube makes them ("api/v1/...")
 _PLAIN_QUERY = re.compile(r"[A-Za-z0-9._~%+=&-]*")
