@@ -201,6 +201,10 @@ class Zygote:
             return False
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         parent = os.getpid()
+        # Frozen in both: the zygote's collection before it freezes would otherwise write the GC
+        # header of every object inherited from here, and copy most of this process's pages.
+        gc.collect()
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the forked zygote
             code = 1
