@@ -82,6 +82,9 @@ def make_app(hooks: Hooks) -> web.Application:
         if path == "/mutate":
             ops = [{"op": "add", "path": "/metadata/labels", "value": {**labels, "mutated": "yes"}}]
             return answer(review, **json_patch(ops))
+        if path == "/mutate-invalid":
+            ops = [{"op": "add", "path": "/metadata/labels", "value": {**labels, "mutated": "not a label value!"}}]
+            return answer(review, **json_patch(ops))
         if path == "/mutate-data":
             data = obj.get("data") or {}
             return answer(review, **json_patch([{"op": "add", "path": "/data", "value": {**data, "added": "1"}}]))
@@ -257,6 +260,22 @@ async def test_a_mutating_patch_is_stored_and_seen_by_validating_webhooks(env: E
     stored = (await env.call("GET", CONFIGMAPS.format(ns=NS) + "/c1")).body
     assert stored["metadata"]["labels"] == {"app": "x", "mutated": "yes"}
     assert env.hooks.reviews("/require-mutated")[-1]["request"]["object"]["metadata"]["labels"]["mutated"] == "yes"
+
+
+async def test_what_a_mutating_webhook_makes_is_validated_again(env: Env) -> None:
+    """kube validates the object after mutating admission: a webhook cannot store what a client
+    could not (on creates and updates alike)."""
+    assert (await env.create_cm("plain", {"app": "x"})).status == 201
+    await env.mutating(webhook("mutate.example.com", "/mutate-invalid", env.hooks))
+    r = await env.create_cm("c1", {"app": "x"})
+    assert r.status == 422 and r.body["reason"] == "Invalid", r.body
+    assert "metadata.labels" in r.body["message"]
+    r = await env.call("PUT", CONFIGMAPS.format(ns=NS) + "/plain",
+                       {**configmap("plain", {"app": "y"}), "metadata": {
+                           **(await env.call("GET", CONFIGMAPS.format(ns=NS) + "/plain")).body["metadata"],
+                           "labels": {"app": "y"}}})
+    assert r.status == 422 and "metadata.labels" in r.body["message"], r.body
+    assert (await env.call("GET", CONFIGMAPS.format(ns=NS) + "/plain")).body["metadata"]["labels"] == {"app": "x"}
 
 
 async def test_mutating_webhooks_run_in_configuration_name_order_and_reinvoke_if_needed(env: Env) -> None:

@@ -86,12 +86,16 @@ class Admission:
     def _match(group: str, plural: str, info: ResourceInfo) -> bool:
         return group == info.group and plural in ("*", info.plural)
 
-    async def run(self, req: AdmissionRequest) -> None:
+    async def run(self, req: AdmissionRequest) -> bool:
+        """Admit or raise; True when the object may have changed (a mutating hook ran, or a mutating
+        webhook patched it), so the caller validates it again; validating plugins never change it."""
+        mutated = False
         for g, p, hook in self.mutating:
             if self._match(g, p, req.resource):
                 await hook(req)
-        if self.webhooks is not None:
-            await self.webhooks.mutate(req)
+                mutated = True
+        if self.webhooks is not None and await self.webhooks.mutate(req):
+            mutated = True
         if self.policies is not None and self.policies.covers(req.resource):
             self.policies.validate(req)
         for g, p, hook in self.validating:
@@ -99,3 +103,4 @@ class Admission:
                 await hook(req)
         if self.webhooks is not None:
             await self.webhooks.validate(req)
+        return mutated

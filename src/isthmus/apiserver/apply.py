@@ -912,6 +912,9 @@ def server_side_apply(
     fields: set[Path] = set()
     _applied_fields(config, schema, (), fields)
     me.fields = _strip(fields) - filled
+    if live is None:  # a create: nothing to merge into, prune or compare with, nobody else's fields
+        me.time = now
+        return _with_managed_fields(_clean(config), [me])
 
     merged = _merge(base, config, schema)
     if not isinstance(merged, dict):

@@ -15,6 +15,7 @@ turns each into a warning, Ignore drops them). Unknown fields are the schema's t
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +131,9 @@ def _count_keys(value: Any) -> int:
     return n
 
 
+_QUOTE_SPACE = re.compile(rb'"[ \n\t\r]')  # one pass instead of four `in` scans (a third of the decode's time)
+
+
 def _without_duplicates(raw: bytes) -> Any:
     """The value of raw when it certainly repeats no key, else _UNSURE (the full decode decides).
 
@@ -139,7 +143,7 @@ def _without_duplicates(raw: bytes) -> Any:
     the decoded value, no key was repeated: a repeat would make the decoded value have fewer keys
     than the text. orjson is strict JSON: what it refuses (NaN, lone surrogates, UTF-16) the full
     decode judges as before."""
-    if b'" ' in raw or b'"\n' in raw or b'"\t' in raw or b'"\r' in raw:
+    if _QUOTE_SPACE.search(raw) is not None:
         return _UNSURE
     try:
         value = orjson.loads(raw)

@@ -41,6 +41,11 @@ HIGH_WATER = 4 << 20  # request bytes buffered while an answer is pending, past 
 _NODE_SUBRESOURCES = (b"/log", b"/exec", b"/attach", b"/portforward", b"/proxy")
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 _NO_QUERY: MultiMapping[str] = MultiDictProxy(MultiDict())
+_QUERIES: dict[str, MultiMapping[str]] = {}
+"""Decoded query strings, by their raw text: a client sends the same few over and over
+(`fieldManager=...&force=true`), and yarl's decoding cost more than the rest of reading a request.
+The values are read-only proxies, so requests can share them."""
+_QUERIES_MAX = 512
 # Content-Type values already parsed (aiohttp parses each with the email package): a few kinds
 # of clients send a few values. Bounded: values past it are parsed every time.
 _CONTENT_TYPES: dict[str, tuple[str, dict[str, str]]] = {}
@@ -110,7 +115,15 @@ class LeanRequest(web.Request):
 
     @property
     def query(self) -> MultiMapping[str]:
-        return self._rel().query if "?" in self._target else _NO_QUERY
+        raw = self._target.partition("?")[2]
+        if not raw:
+            return _NO_QUERY if "?" not in self._target else self._rel().query
+        query = _QUERIES.get(raw)
+        if query is None:
+            if len(_QUERIES) >= _QUERIES_MAX:
+                _QUERIES.clear()
+            query = _QUERIES[raw] = self._rel().query
+        return query
 
     @property
     def query_string(self) -> str:

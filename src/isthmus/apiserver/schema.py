@@ -443,15 +443,28 @@ def _validate_list_type(v: list[Any], s: dict[str, Any], path: str, errs: list[d
                 seen.append(item)
     elif list_type == "map":
         keys = [k for k in s.get(LIST_MAP_KEYS) or [] if isinstance(k, str)]
-        seen_keys: set[str] = set()
+        seen_keys: set[tuple[Any, ...]] = set()
         for i, item in enumerate(v):
             if not isinstance(item, dict):
                 continue
             kv = {k: _key_value(item, k, items) for k in keys}
-            token = json.dumps(kv, sort_keys=True)
+            token = tuple(map(_token, kv.values()))
             if token in seen_keys:
                 errs.append(cause(f"{path}[{i}]", _body("Duplicate value", kv, ""), "FieldValueDuplicate"))
             seen_keys.add(token)
+
+
+def _token(v: Any) -> Any:
+    """A value's identity as its JSON text would give it (1, 1.0, "1" and true all differ), without
+    writing the text for the scalars list-map keys almost always are."""
+    t = type(v)
+    if t is str or t is int or t is bool:
+        return t, v
+    if v is None:
+        return None
+    if t is float:
+        return t, repr(v)
+    return json.dumps(v, sort_keys=True)
 
 
 def _key_value(item: dict[str, Any], key: str, items: Any) -> Any:

@@ -221,10 +221,10 @@ class GenericStore:
         if self.admission.active(info):
             req = AdmissionRequest("CREATE", info, "", ns, obj["metadata"]["name"], obj, None, user_info(user),
                                    dry_run, warnings)
-            await self.admission.run(req)
-            obj = self.check_kind(info, req.object)
-            self._normalize(info, obj, "Ignore", warnings, None)
-            self._check_namespace(info, ns, "CREATE", obj["metadata"]["name"])
+            if await self.admission.run(req):  # changed: checked again, as kube validates after mutation
+                obj = self.check_kind(info, req.object)
+                self._normalize(info, obj, "Ignore", warnings, None)
+                self._check_namespace(info, ns, "CREATE", obj["metadata"]["name"])
         name = obj["metadata"]["name"]
         for _ in range(MAX_NAME_ATTEMPTS):
             if self.storage.get(info.key, ns, name) is None:
@@ -353,9 +353,9 @@ class GenericStore:
             if self.admission.active(info):
                 req = AdmissionRequest("UPDATE", info, subresource, ns, name, new, clone(live), user_info(user),
                                        dry_run, warnings)
-                await self.admission.run(req)
-                new = self.check_kind(info, req.object)
-                self._normalize(info, new, "Ignore", warnings, live)
+                if await self.admission.run(req):
+                    new = self.check_kind(info, req.object)
+                    self._normalize(info, new, "Ignore", warnings, live)
                 current = self.storage.get(info.key, ns, name)
                 if current is None or current["metadata"].get("resourceVersion") != rv_before:
                     continue  # raced with another writer while admitting: recompute

@@ -379,10 +379,11 @@ class Webhooks:
 
     # ------------------------------------------------------------------ the plugins
 
-    async def mutate(self, a: AdmissionRequest) -> None:
-        """The MutatingAdmissionWebhook plugin: patches applied to `a.object` in order."""
+    async def mutate(self, a: AdmissionRequest) -> bool:
+        """The MutatingAdmissionWebhook plugin: patches applied to `a.object` in order. True when
+        one changed it."""
         if not self.covers(a.resource) or not self._mutating:
-            return
+            return False
         mutations = 0
         seen: dict[int, int] = {}  # IfNeeded hook index → mutations counted when it was called
 
@@ -417,6 +418,7 @@ class Webhooks:
         again = [i for i, n in seen.items() if mutations > n]
         for i in sorted(again):
             await run(i, self._mutating[i])
+        return mutations > 0
 
     async def validate(self, a: AdmissionRequest) -> None:
         """The ValidatingAdmissionWebhook plugin: every matching webhook concurrently."""
