@@ -876,8 +876,11 @@ class Agent:
         if current.status.clusters == clusters:
             return current
         current.status = ServiceImportStatus(clusters=clusters, conditions=current.status.conditions)
-        return await helpers.patch_status(self.broker, current, field_manager=AGENT_FIELD_MANAGER,
-                                          patch_type=PatchType.MERGE)
+        # The answer would only repeat what we wrote (a merge patch replaces the list whole) and a new
+        # resourceVersion nothing in this reconcile writes with: not decoded.
+        await helpers.patch_status_quiet(self.broker, current, field_manager=AGENT_FIELD_MANAGER,
+                                         patch_type=PatchType.MERGE)
+        return current
 
     # -- this cluster's EndpointSlice on the broker
 
@@ -1032,8 +1035,8 @@ class Agent:
             local = await _write(self.cluster, desired, replace=True)
         if local.status.clusters != agg.status.clusters:
             local.status = ServiceImportStatus(clusters=agg.status.clusters, conditions=local.status.conditions)
-            local = await helpers.patch_status(self.cluster, local, field_manager=AGENT_FIELD_MANAGER,
-                                               patch_type=PatchType.MERGE)
+            await helpers.patch_status_quiet(self.cluster, local, field_manager=AGENT_FIELD_MANAGER,
+                                             patch_type=PatchType.MERGE)  # only its uid is read below
         uid = local.metadata.uid or ""
         wanted: set[str] = set()
         for b in self.b_slices.cache.by_index(BY_SERVICE, f"{ns}/{name}"):
