@@ -53,6 +53,29 @@ async def test_a_burst_of_writes_arrives_in_order_each_event_once(apiserver: Run
     assert rvs == sorted(rvs) and rvs[0] == rv + 1 and len(set(rvs)) == len(rvs)
 
 
+async def test_events_trickling_in_share_chunks_and_keep_their_order(apiserver: RunningApiServer) -> None:
+    """A watcher that has just written waits out a few milliseconds before its next write
+    (handlers/watch.py WRITE_SPACING): writes spread over several loop turns reach it in fewer
+    chunks than events, still in order, each once."""
+    rv = apiserver.store.rv
+    async with aiohttp.ClientSession() as s, s.get(
+            apiserver.url + CMS + f"?watch=true&resourceVersion={rv}&timeoutSeconds=30") as r:
+        names = [f"t{i:02d}" for i in range(12)]
+        for n in names:
+            await _create(apiserver, n)
+            await asyncio.sleep(0.0005)  # each write on a loop turn of its own
+        chunks, data = 0, b""
+        async with asyncio.timeout(10):
+            while data.count(b"\n") < len(names):
+                chunk, end = await r.content.readchunk()
+                assert chunk or end, "the stream ended"
+                data += chunk
+                chunks += end
+    events = [json.loads(line) for line in data.splitlines()]
+    assert [e["object"]["metadata"]["name"] for e in events] == names
+    assert chunks < len(names) / 2, chunks
+
+
 async def test_a_bookmark_follows_a_quiet_interval_at_the_latest_version(apiserver: RunningApiServer) -> None:
     rv = apiserver.store.rv
     async with aiohttp.ClientSession() as s, s.get(

@@ -285,6 +285,11 @@ class Watch:
         return out
 
     @property
+    def ready(self) -> bool:
+        """Events wait to be drained."""
+        return not self._closed and bool(self._replay or self._buf)
+
+    @property
     def done(self) -> bool:
         """Nothing more will come: closed, or ended with nothing left to drain."""
         return self._closed or (self._ended and not self._replay and not self._buf)

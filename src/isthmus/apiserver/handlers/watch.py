@@ -29,6 +29,11 @@ from isthmus.apiserver.storage import Watch
 
 Obj = dict[str, Any]
 EVENT_CACHE_SIZE = 4096
+WRITE_SPACING = 0.005
+"""A watcher that wrote less than this long ago waits out the rest before its next write, so a busy
+stream sends several events per write (each write is a TLS record and a send here, and a wake-up,
+a TLS record and a read at the client) while a quiet one still writes at once: at most 5 ms more
+latency, and only under load."""
 
 
 def _encode_event(ctx: HandlerContext, info: ResourceInfo, etype: str, obj: Obj, as_table: bool,
@@ -104,8 +109,11 @@ async def _stream(ctx: HandlerContext, info: ResourceInfo, resp: _Body | web.Str
         timer, fired = None, True
         watch.wake()
 
+    last_write = -WRITE_SPACING
     try:
         while True:
+            if watch.ready and (wait := last_write + WRITE_SPACING - loop.time()) > 0:
+                await asyncio.sleep(wait)
             batch = watch.drain()
             if batch:
                 lines = []
@@ -116,6 +124,7 @@ async def _stream(ctx: HandlerContext, info: ResourceInfo, resp: _Body | web.Str
                     lines.append(_encode_event(ctx, info, ev.type, ev.obj, as_table, ev.rv))
                 if lines:
                     await resp.write(lines[0] if len(lines) == 1 else b"".join(lines))
+                    last_write = loop.time()
                 if interval is not None:
                     quiet_since = loop.time()
             elif watch.done:
