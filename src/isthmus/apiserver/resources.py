@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ class ResourceInfo:
     def group_version(self) -> str:
         return self.api_version
 
-    @property
+    @functools.cached_property  # read several times per request; the fields it joins never change
     def key(self) -> str:
         """Storage key, version independent: '<group>/<plural>' ('/pods' for core) unless
         `storage_key` names the resource this one shares its objects with. Several infos (of one

@@ -45,7 +45,7 @@ _ITEM_VERBS = {"get", "update", "patch", "delete"}
 def _check_verb(info: ResourceInfo, method: str, name: str | None, watch: bool) -> None:
     """kube registers a route per verb the resource serves: an item path of a type with no item
     verbs (create-only reviews) does not exist (404); another method on a served path is 405."""
-    if name is not None and not _ITEM_VERBS & set(info.verbs):
+    if name is not None and _ITEM_VERBS.isdisjoint(info.verbs):
         raise not_found()
     if method == "GET":
         verb = "watch" if watch else ("list" if name is None else "get")
