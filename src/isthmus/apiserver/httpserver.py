@@ -116,8 +116,8 @@ class LeanRequest(web.Request):
     @property
     def query(self) -> MultiMapping[str]:
         raw = self._target.partition("?")[2]
-        if not raw:
-            return _NO_QUERY if "?" not in self._target else self._rel().query
+        if not raw:  # no query, or an empty one: nothing to decode
+            return _NO_QUERY
         query = _QUERIES.get(raw)
         if query is None:
             if len(_QUERIES) >= _QUERIES_MAX:
