@@ -122,6 +122,8 @@ def test_the_local_overlay_patches_dns_for_the_plan(tmp_path: Path) -> None:
     assert {p["protocol"] for p in svc["spec"]["ports"]} == {"UDP", "TCP"}
     dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.DNS])
     assert "--local-zone=cluster.local" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert dep["spec"]["replicas"] == 1  # two in deploy/: one machine gains no availability from a second
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
     lb = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.LB])
     assert lb["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--cluster-name=c2"
     pools = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.POOLS])

@@ -60,10 +60,13 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path)
                                         "value": f"--cluster-name={cluster.name}"}])},
             _pools_patch(cluster, pools_dir),
             FAST_READINESS,
-            # One webhook replica per cluster here (two on real clusters, for availability): every pod
-            # is a Python process on this one machine.
-            {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.WEBHOOK]},
-             "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": 1}])},
+            # One webhook and one DNS replica per cluster here (two on real clusters, for availability):
+            # every pod is a Python process on this one machine, so a second one adds memory (about
+            # 20 MB each) and no availability. A rollout still never leaves DNS without a ready pod
+            # (maxUnavailable 0, maxSurge 1).
+            *({"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[kind]},
+               "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": 1}])}
+              for kind in (plan.WEBHOOK, DNS)),
             # One gateway replica too: a restarted pod takes the Lease over as a standby would (the
             # two-replica failover is tested in tests/integration/test_egress_dataplane.py).
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]},
