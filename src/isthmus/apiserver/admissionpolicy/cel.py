@@ -26,7 +26,7 @@ from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, base_functions, boolean
 
-from isthmus.apiserver.admissionpolicy.celfast import Compiler
+from isthmus.apiserver.admissionpolicy.celfast import Compiler, StringKeyed
 
 # celpy's StringType defines __eq__, __ne__ and __hash__ in Python, each only calling str's: every
 # map lookup by a CEL string key paid a Python call for the hash and another for the comparison
@@ -174,7 +174,23 @@ def _lazy_cel(value: Any) -> Any:
     return json_to_cel(value)
 
 
-class LazyJsonMap(celtypes.MapType):
+_KEYS: dict[str, Any] = {}
+"""JSON keys as CEL strings, made once: objects repeat theirs (metadata, labels, name, ...)."""
+_RAW = frozenset({dict, list, str, int, float, bool, type(None)})
+"""The types of values JSON decodes to: such a value in a LazyJsonMap is not converted yet
+(CEL's own types are subclasses, never these)."""
+
+
+def _cel_key(key: str) -> Any:
+    cel = _KEYS.get(key)
+    if cel is None:
+        if len(_KEYS) >= 8192:  # bounded: label keys are the user's
+            _KEYS.clear()
+        cel = _KEYS[key] = _new_str(_String, key)
+    return cel
+
+
+class LazyJsonMap(StringKeyed):
     """A JSON object as a CEL map whose values are converted when first read.
 
     A policy usually reads a few fields (`object.metadata.labels`), and converting the whole
@@ -184,16 +200,15 @@ class LazyJsonMap(celtypes.MapType):
     """
 
     def __init__(self, raw: Mapping[str, Any]) -> None:
-        # dict's own constructor, keys made without StringType's Python __new__ (JSON keys are str)
-        dict.__init__(self, {_new_str(_String, k): v for k, v in raw.items()})  # type: ignore[misc]
-        self._pending = set(self.keys())
+        # dict's own constructor, with keys made once for all requests (`_cel_key`)
+        keys = _KEYS
+        dict.__init__(self, {keys.get(k) or _cel_key(k): v for k, v in raw.items()})  # type: ignore[misc]
 
     def __getitem__(self, key: Any) -> Any:
-        value = super().__getitem__(key)
-        if self._pending and key in self._pending:
+        value = dict.__getitem__(self, key)
+        if type(value) in _RAW:
             value = _lazy_cel(value)
             dict.__setitem__(self, key, value)
-            self._pending.discard(key)
         return value
 
     def get(self, key: Any, default: Any | None = None) -> Any:
@@ -202,7 +217,7 @@ class LazyJsonMap(celtypes.MapType):
         return super().get(key, default)
 
     def _convert_all(self) -> None:
-        for key in list(self._pending):
+        for key in list(dict.keys(self)):
             self[key]
 
     def values(self) -> Any:

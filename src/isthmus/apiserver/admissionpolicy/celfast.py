@@ -28,6 +28,10 @@ class Unsupported(Exception):
     """A construct left to celpy's interpreter."""
 
 
+class StringKeyed(celtypes.MapType):
+    """A CEL map whose keys are all strings (a JSON object's): `in` is a hash lookup."""
+
+
 def _err(message: str, exc: type[BaseException] = TypeError, args: Any = None) -> CELEvalError:
     return CELEvalError(message, exc, args)
 
@@ -52,12 +56,12 @@ def _call(func: Callable[..., Any], args: list[Any]) -> Any:
         return _err("no such overload" if isinstance(e, TypeError) else str(e), type(e), e.args)
 
 
-def _select(target: Any, name: str) -> Any:
+def _select(target: Any, name: celtypes.StringType) -> Any:
     if _is_err(target):
         return target
     if isinstance(target, celtypes.MapType):
         try:
-            return target[celtypes.StringType(name)]
+            return target[name]
         except KeyError:
             return _err("no such key", KeyError, (name,))
     return _err(f"type '{type(target).__name__}' does not support field selection")
@@ -167,7 +171,12 @@ class Compiler:
         right = self.compile(right_node)
         if op_node.data == "relation_in":
             def member_in(ctx: Ctx) -> Any:
-                return _call(operator_in, [left(ctx), right(ctx)])
+                item, container = left(ctx), right(ctx)
+                if isinstance(item, str) and isinstance(container, StringKeyed):
+                    # a JSON object: its keys are all strings, and a string equals only a string,
+                    # so celpy's key-by-key comparison comes to the hash lookup
+                    return celtypes.BoolType(item in container)
+                return _call(operator_in, [item, container])
             return member_in
         func = self.functions[_BINARY[str(op_node.data)]]
 
@@ -203,7 +212,7 @@ class Compiler:
         return self.compile(tree.children[0])
 
     def _member_dot(self, tree: lark.Tree[Any]) -> Fn:
-        target, name = self.compile(tree.children[0]), str(tree.children[1])
+        target, name = self.compile(tree.children[0]), celtypes.StringType(str(tree.children[1]))
 
         def select(ctx: Ctx) -> Any:
             return _select(target(ctx), name)
