@@ -202,7 +202,7 @@ class LazyJsonMap(StringKeyed):
     def __init__(self, raw: Mapping[str, Any]) -> None:
         # dict's own constructor, with keys made once for all requests (`_cel_key`)
         keys = _KEYS
-        dict.__init__(self, {keys.get(k) or _cel_key(k): v for k, v in raw.items()})  # type: ignore[misc]
+        dict.__init__(self, {keys.get(k) or _cel_key(k): v for k, v in raw.items()})
 
     def __getitem__(self, key: Any) -> Any:
         value = dict.__getitem__(self, key)
