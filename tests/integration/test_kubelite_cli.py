@@ -117,3 +117,66 @@ async def test_process_pods_die_with_a_killed_kube_lite(apiserver: Any, tmp_path
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_kube_lite_forks_its_pods_from_the_zygote_that_forked_it(apiserver: Any, tmp_path: Path) -> None:
+    """Started by a zygote with a connection of its own (as the local clusterset's supervisor starts
+    it), kube-lite forks its process pods there too: no zygote of its own. Killed, it takes its pods
+    along, and the zygote goes on serving its first caller."""
+    import os
+
+    from lightkube.resources.core_v1 import Pod
+
+    from isthmus.api.image import IMAGE
+    from isthmus.kube.helpers import install_crds
+    from isthmus.local.zygote import Zygote
+
+    a = random.randint(100, 199)
+    client = apiserver.client()
+    await install_crds(client)
+    env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH", "LANG") if k in os.environ}
+    zygote = Zygote(["isthmus.cli.main"], title=["--for", "test"])
+    lite = await zygote.spawn(
+        [sys.executable, "-m", "isthmus", "kube-lite",
+         "--kubeconfig", apiserver.kubeconfig, "--cluster-name", "c9",
+         "--pod-cidr", f"127.{a}.7.0/24", "--service-cidr", f"127.{a}.8.0/24",
+         "--node-port-range", "30000-30010", "--root-dir", str(tmp_path / "kubelet")],
+        env={**env, "HOME": str(tmp_path)}, stdout=2, client=True,
+    )  # fmt: skip
+    try:
+        await client.create(Pod.from_dict({
+            "metadata": {"name": "dns", "namespace": "default"},
+            "spec": {"automountServiceAccountToken": False, "containers": [{
+                "name": "dns", "image": IMAGE, "args": ["dns", "--cluster-id", "c9", "--listen", "$(IP):5353"],
+                "env": [{"name": "KUBECONFIG", "value": apiserver.kubeconfig},
+                        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            }]},
+        }))
+        async with asyncio.timeout(30):
+            while True:
+                pod = (await client.get(Pod, "dns", namespace="default")).to_dict()
+                statuses = (pod.get("status") or {}).get("containerStatuses") or []
+                if statuses and "running" in statuses[0]["state"]:
+                    break
+                await asyncio.sleep(0.2)
+        child = int(statuses[0]["containerID"].rsplit("/", 1)[1])
+
+        def parent(pid: int) -> int:
+            with open(f"/proc/{pid}/stat") as f:
+                return int(f.read().rsplit(")", 1)[1].split()[1])
+
+        assert parent(child) == parent(lite.pid) == zygote.pid  # one zygote: no zygote of kube-lite's own
+        lite.kill()
+        assert await asyncio.wait_for(lite.wait(), 10) == -signal.SIGKILL
+        async with asyncio.timeout(10):
+            while True:  # its connection closed: the zygote stopped its pods
+                if not _alive(child):
+                    break
+                await asyncio.sleep(0.1)
+        assert _alive(zygote.pid or 0)
+        helped = await zygote.spawn([sys.executable, "-m", "isthmus", "--help"], env=env, pipe_stdout=True)
+        assert await asyncio.wait_for(helped.wait(), 30) == 0
+    finally:
+        if lite.returncode is None:
+            lite.kill()
+        await zygote.close()

@@ -234,7 +234,9 @@ def kb(pid, field):
         if line.startswith(field + ":"):
             return int(line.split()[1])
 
-z = Zygote(["isthmus.cli.main", "isthmus.apiserver.server", "isthmus.mcs.agent"], title=["--for", "t"], pdeathsig=True)
+# Not warmed (_warm): running code writes pages of its own, which is not what this measures.
+z = Zygote(["isthmus.cli.main", "isthmus.apiserver.server", "isthmus.mcs.agent"], title=["--for", "t"], pdeathsig=True,
+           env={**os.environ, "ISTHMUS_ZYGOTE_WARM": "0"})
 assert z.fork_now()
 
 async def main():

@@ -108,9 +108,12 @@ def kube_lite(
         root_dir=root, api_host=server.host, api_port=server.port or (443 if server.scheme == "https" else 80),
         api_ca=ca,
     )
-    if zygote_enabled():  # forked now, while this process has no loop or thread: see Zygote.fork_now
+    if zygote_enabled():
         processes.zygote = node_zygote(cluster_name, processes)
-        processes.zygote.fork_now()
+        # The supervisor's zygote when it started us with a connection to it (one zygote for every
+        # node's pods); else one forked now, while this process has no loop or thread (fork_now).
+        if not processes.zygote.attach_inherited():
+            processes.zygote.fork_now()
 
     async def build() -> Background:
         lite = KubeLite(

@@ -48,7 +48,7 @@ PART_PRELOAD = (
 )
 """What the parts (apiservers, kube-lites, proxies, the web view) import: the supervisor's zygote loads it once,
 and builds the built-in kinds' schemas every apiserver would build at start (cached per process). The pods'
-modules too: each kube-lite forks its pods' zygote from itself, and all four then share one copy."""
+modules too: every kube-lite forks its pods from this zygote as well (a connection of its own to it)."""
 
 
 def part_zygote(root: Path, env: dict[str, str] | None) -> Zygote:
@@ -168,6 +168,8 @@ class PartSpec:
     log: Path
     ready_url: str
     tier: int
+    zygote_client: bool = False
+    """Give it a connection to the zygote that forks it (kube-lite forks its pods there)."""
 
 
 def _stamp() -> str:
@@ -370,7 +372,8 @@ class Supervisor:
             offset = out.tell()
             proc: asyncio.subprocess.Process | ZygoteProcess
             if self._zygote is not None and forkable(spec.argv):
-                proc = await self._zygote.spawn(spec.argv, env=self.env or dict(os.environ), stdout=out.fileno())
+                proc = await self._zygote.spawn(spec.argv, env=self.env or dict(os.environ), stdout=out.fileno(),
+                                                client=spec.zygote_client)
             else:
                 proc = await asyncio.create_subprocess_exec(
                     *spec.argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,

@@ -239,7 +239,8 @@ def ui_url(state: State) -> str | None:
 
 def part_spec(layout: Layout, state: State, part: PartId) -> PartSpec:
     tier = 0 if part.cluster == BROKER and part.kind == APISERVER else 1 if part.kind == APISERVER else 2
-    return PartSpec(part.name, part_argv(layout, state, part), layout.log(part.name), ready_url(state, part), tier)
+    return PartSpec(part.name, part_argv(layout, state, part), layout.log(part.name), ready_url(state, part), tier,
+                    zygote_client=part.kind == KUBE_LITE)
 
 
 def deploy_broker_argv(layout: Layout, state: State) -> list[str]:

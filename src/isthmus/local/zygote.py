@@ -20,9 +20,13 @@ The protocol runs over one ``SOCK_SEQPACKET`` socket pair (one message per datag
 sends a JSON request with the descriptors for fds 0-2 attached (``SCM_RIGHTS``); the zygote answers
 ``{"seq", "pid"}`` (or ``{"seq", "error"}``) before anything else can happen to that child, then
 ``{"exit": pid, "code"}`` when it ends (``code`` as asyncio reports it: negative for a signal).
-When the caller goes away (EOF) the zygote exits; children started with ``pdeathsig`` (kube-lite's
-pods) then get SIGTERM, the others (the supervisor's parts, which outlive a crashed supervisor)
-keep running.
+A child can be given a connection of its own (``client``: fd 3 and ``ISTHMUS_ZYGOTE_FD``): the
+supervisor gives one to each kube-lite, which forks its pods there, so every process of a local
+clusterset shares one zygote's pages. A caller that goes away (EOF) takes its ``pdeathsig``
+children (kube-lite's pods) along with SIGTERM, as their parent's death would; the others (the
+supervisor's parts, which outlive a crashed supervisor) keep running, and the zygote serves until
+its last caller is gone. Should the zygote itself die, its ``pdeathsig`` children die with it
+(their kube-lite starts them again).
 
 Only argv of the form ``[sys.executable, "-m", "isthmus", ...]`` is forked (`forkable`); anything
 else is exec'ed as before. ``ISTHMUS_ZYGOTE=0`` turns the zygote off.
@@ -52,6 +56,11 @@ __all__ = ["ForkedCommand", "Zygote", "ZygoteProcess", "enabled", "fork_command"
 log = logging.getLogger(__name__)
 
 ENV = "ISTHMUS_ZYGOTE"
+CLIENT_ENV = "ISTHMUS_ZYGOTE_FD"
+"""Set in a child given a connection of its own to the zygote (`Zygote.spawn(client=True)`)."""
+CLIENT_FD = 3
+WARM_ENV = "ISTHMUS_ZYGOTE_WARM"
+"""``0`` turns `_warm` off (to measure what it saves)."""
 MAX_MESSAGE = 1 << 20
 READY_TIMEOUT = 30.0
 UNKNOWN_EXIT = -int(signal.SIGKILL)
@@ -172,6 +181,8 @@ class Zygote:
         self._sock: socket.socket | None = None
         self._proc: asyncio.subprocess.Process | _ForkedZygote | None = None
         self._forked: tuple[int, socket.socket] | None = None
+        self._attached: socket.socket | None = None
+        self._shared_pid: int | None = None
         self._reader: asyncio.Task[None] | None = None
         self._starting: asyncio.Future[None] | None = None
         self._lock = asyncio.Lock()
@@ -182,7 +193,9 @@ class Zygote:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+        if self._proc is None:
+            return self._shared_pid if self._sock is not None else None
+        return self._proc.pid if self._proc.returncode is None else None
 
     def argv(self, fd: int) -> list[str]:
         """The zygote's command line: what `ps` and the identity checks see, however it started."""
@@ -236,6 +249,25 @@ class Zygote:
         self._forked = (pid, ours)
         return True
 
+    def attach_inherited(self) -> bool:
+        """Use the zygote connection this process was started with (`spawn(client=True)`: kube-lite
+        forked by the supervisor's zygote) instead of a zygote of its own: its children then share
+        that zygote's pages with every other caller's. False without one (the variable is consumed,
+        so nothing this process starts inherits it)."""
+        raw = os.environ.pop(CLIENT_ENV, None)
+        if raw is None or self._sock is not None or self._forked is not None or self._attached is not None:
+            return False
+        try:
+            sock = socket.socket(fileno=int(raw))
+        except (ValueError, OSError):
+            return False
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_SEQPACKET:
+            sock.detach()
+            return False
+        sock.set_inheritable(False)
+        self._attached = sock
+        return True
+
     def prestart(self) -> None:
         """Start the zygote now, in the background, so the first spawn does not wait for its
         imports (a failure is logged; the next spawn tries again)."""
@@ -253,7 +285,10 @@ class Zygote:
         await asyncio.shield(self._starting)
 
     async def _start(self) -> None:
-        if self._forked is not None:  # fork_now ran: that zygote is importing already
+        if self._attached is not None:  # another process's zygote: ours to use, not to stop
+            ours, self._attached = self._attached, None
+            self._proc = None
+        elif self._forked is not None:  # fork_now ran: that zygote is importing already
             (pid, ours), self._forked = self._forked, None
             self._proc = _ForkedZygote(pid)
         else:
@@ -279,12 +314,18 @@ class Zygote:
             raise OSError("the zygote did not start (see the log above)")
         self._sock = ours
         self._reader = asyncio.create_task(self._read(ours), name="zygote reader")
-        log.info("zygote ready (pid %d, %d module(s) preloaded)", self._proc.pid, len(self.preload))
+        if self._proc is None:
+            self._shared_pid = int(hello["ready"])
+            log.info("zygote ready (pid %d, shared)", self._shared_pid)
+        else:
+            log.info("zygote ready (pid %d, %d module(s) preloaded)", self._proc.pid, len(self.preload))
 
     async def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
-                    stdout: int | None = None, pipe_stdout: bool = False, pdeathsig: bool = False) -> ZygoteProcess:
+                    stdout: int | None = None, pipe_stdout: bool = False, pdeathsig: bool = False,
+                    client: bool = False) -> ZygoteProcess:
         """Fork a child running `argv` (see `forkable`): stdin /dev/null, stdout and stderr to the
-        `stdout` fd, or to a pipe read through the returned process's ``stdout`` (`pipe_stdout`)."""
+        `stdout` fd, or to a pipe read through the returned process's ``stdout`` (`pipe_stdout`).
+        `client`: the child gets a connection of its own to this zygote (`attach_inherited`)."""
         if not forkable(argv):
             raise ValueError(f"not an isthmus command of this interpreter: {argv[:3]}")
         read_end = write_end = -1
@@ -303,7 +344,8 @@ class Zygote:
                 seq = self._seq
                 reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
                 self._replies[seq] = reply
-                request = {"seq": seq, "argv": list(argv), "env": dict(env), "cwd": cwd, "pdeathsig": pdeathsig}
+                request = {"seq": seq, "argv": list(argv), "env": dict(env), "cwd": cwd, "pdeathsig": pdeathsig,
+                           "client": client}
                 try:
                     socket.send_fds(self._sock, [json.dumps(request).encode()], [out_fd])
                 except OSError:
@@ -415,6 +457,9 @@ class Zygote:
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
+        if self._attached is not None:  # a shared zygote's connection, never used
+            self._attached.close()
+            self._attached = None
         if self._forked is not None:  # forked early, never used: EOF lets it go too
             (pid, unused), self._forked = self._forked, None
             unused.close()
@@ -588,7 +633,12 @@ def _child(request: dict[str, Any], out_fd: int, zygote_pid: int, started: int) 
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
-        os.closerange(3, 65536)
+        first_closed = 3
+        if request.get("client_fd") is not None:  # its own connection to this zygote, as fd 3
+            os.dup2(int(request["client_fd"]), CLIENT_FD, inheritable=False)
+            env[CLIENT_ENV] = str(CLIENT_FD)
+            first_closed = CLIENT_FD + 1
+        os.closerange(first_closed, 65536)
         os.environ.clear()
         os.environ.update(env)
         unbuffered = bool(env.get("PYTHONUNBUFFERED"))
@@ -733,6 +783,32 @@ def _fill_free_chunks() -> int:
     return taken
 
 
+def _warm(command: Any, rounds: int = 10) -> None:
+    """Run, before forking, the start-up code every child runs: parsing a command line (click) and
+    building an API client (lightkube, httpx, the transport), a few times over.
+
+    Python 3.11 writes into the code it runs: a function's bytecode is rewritten for the types it
+    meets (quickening, then specialisation), and classes and module dictionaries get version tags
+    on first use. Done here, those pages stay shared; left to the children, each copies them. With
+    every pod forked from the supervisor's zygote, this took a pod's own memory from about 23 MB
+    back to 17 MB (a kube-lite's zygote, forked from a running kube-lite, had had it for free).
+    Nothing is left behind: no loop, thread or socket (a client connects on its first request),
+    and what was built is garbage before the collection that precedes the freeze."""
+    from lightkube import KubeConfig
+    from lightkube.config.models import Cluster, User
+
+    from isthmus.kube.client import client_for
+
+    for _ in range(rounds):
+        for name, sub in getattr(command, "commands", {}).items():
+            with contextlib.suppress(Exception):
+                sub.make_context(name, [], resilient_parsing=True)
+        config = KubeConfig.from_one(cluster=Cluster(server="https://127.0.0.1:9"), user=User(token="warm"),
+                                     namespace="default").get()
+        assert config is not None
+        client_for(config, field_manager="warm")
+
+
 def serve(sock: socket.socket, preload: Sequence[str]) -> None:
     """The zygote's loop: import, freeze, then fork on request and report exits until EOF."""
     gc.disable()  # no collections while importing: freed holes in shared pages would be reused, and copied
@@ -753,6 +829,9 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
             for name in cli.ALL:  # a zygote forked from a component holds only that component's command
                 importlib.import_module(f"isthmus.cli.{name}")
             _command = typer.main.get_command(cli.app)
+        if os.environ.get(WARM_ENV, "1").strip().lower() not in ("0", "false", "no", "off"):
+            with contextlib.suppress(Exception):  # an optimisation: a child that runs it cold works the same
+                _warm(_command)
     # Children must not inherit a loop, threads or logging handlers: the preload only imports.
     gc.collect()
     _fill_free_chunks()
@@ -768,19 +847,27 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
     selector.register(wake_r, selectors.EVENT_READ)
     me = os.getpid()
     _send(sock, {"ready": me})
+    callers = _Callers(sock)
     while True:
         for key, _ in selector.select():
             if key.fileobj == wake_r:
                 with contextlib.suppress(BlockingIOError, InterruptedError):
                     os.read(wake_r, 512)
-                _reap(sock)
+                callers.reap()
                 continue
+            caller = key.fileobj
+            assert isinstance(caller, socket.socket)
             try:
-                data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
+                data, fds, _, _ = socket.recv_fds(caller, MAX_MESSAGE, 4)
             except InterruptedError:
                 continue
-            if not data:
-                return  # the caller is gone
+            except OSError:
+                data, fds = b"", []
+            if not data:  # this caller is gone
+                selector.unregister(caller)
+                if not callers.gone(caller):
+                    return  # nobody is left to serve
+                continue
             try:
                 request = json.loads(data)
             except ValueError:
@@ -788,34 +875,82 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
                     os.close(fd)
                 continue
             seq = request.get("seq")
+            theirs: socket.socket | None = None
             try:
                 cwd = request.get("cwd")
                 if cwd and not os.path.isdir(cwd):
                     raise FileNotFoundError(2, f"no such directory: {cwd}")
                 if not fds or not forkable(request.get("argv") or []):
                     raise ValueError("a request needs an isthmus argv and an output fd")
+                if request.get("client"):  # a caller of its own for the child (kube-lite: its pods)
+                    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                    request["client_fd"] = theirs.fileno()
                 _fill_free_blocks(rounds=1, unused_pools=False)  # what serving requests freed since
                 pid = _fork_child(request, fds[0])
             except OSError as e:
-                _send(sock, {"seq": seq, "error": e.strerror or str(e), "errno": e.errno or 0})
+                _send(caller, {"seq": seq, "error": e.strerror or str(e), "errno": e.errno or 0})
             except ValueError as e:
-                _send(sock, {"seq": seq, "error": str(e), "errno": 22})
+                _send(caller, {"seq": seq, "error": str(e), "errno": 22})
             else:
-                _send(sock, {"seq": seq, "pid": pid})
+                callers.started(pid, caller, bool(request.get("pdeathsig")))
+                if theirs is not None:
+                    callers.add(ours)
+                    selector.register(ours, selectors.EVENT_READ)
+                    _send(ours, {"ready": me})
+                _send(caller, {"seq": seq, "pid": pid})
             finally:
+                if theirs is not None:
+                    theirs.close()
                 for fd in fds:
                     os.close(fd)
 
 
-def _reap(sock: socket.socket) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+class _Callers:
+    """The zygote's callers: the one that started it, and the children it gave a connection of
+    their own (`Zygote.spawn(client=True)`: each kube-lite forks its pods here, so all of them
+    share one zygote's pages). A child's exit goes to the caller that asked for it. A caller that
+    goes away takes its `pdeathsig` children along (SIGTERM, as their parent's death would); the
+    zygote serves until its last caller is gone, so the pods of a running kube-lite outlive a
+    supervisor that crashed (the parts do)."""
+
+    def __init__(self, first: socket.socket) -> None:
+        self.open: set[socket.socket] = {first}
+        self.owner: dict[int, socket.socket] = {}
+        self.bound: dict[socket.socket, set[int]] = {first: set()}
+
+    def add(self, sock: socket.socket) -> None:
+        self.open.add(sock)
+        self.bound[sock] = set()
+
+    def started(self, pid: int, caller: socket.socket, pdeathsig: bool) -> None:
+        self.owner[pid] = caller
+        if pdeathsig:
+            self.bound[caller].add(pid)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            caller = self.owner.pop(pid, None)
+            if caller is not None:
+                self.bound.get(caller, set()).discard(pid)
+                if caller in self.open:
+                    _send(caller, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def gone(self, caller: socket.socket) -> bool:
+        """Forget a caller that hung up; False when none is left."""
+        self.open.discard(caller)
+        for pid in self.bound.pop(caller, set()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in [p for p, c in self.owner.items() if c is caller]:
+            del self.owner[pid]  # still reaped (waitpid(-1)); nobody to tell
+        caller.close()
+        return bool(self.open)
 
 
 def main(argv: Sequence[str]) -> int:
