@@ -29,6 +29,29 @@ def _alive(pid: int) -> bool:
         return False
 
 
+async def _dns_pod_process(client: Any, kubeconfig: str) -> int:
+    """Run `isthmus dns` as a process pod; its pid once it runs."""
+    from lightkube.resources.core_v1 import Pod
+
+    from isthmus.api.image import IMAGE
+
+    await client.create(Pod.from_dict({
+        "metadata": {"name": "dns", "namespace": "default"},
+        "spec": {"automountServiceAccountToken": False, "containers": [{
+            "name": "dns", "image": IMAGE, "args": ["dns", "--cluster-id", "c9", "--listen", "$(IP):5353"],
+            "env": [{"name": "KUBECONFIG", "value": kubeconfig},
+                    {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        }]},
+    }))
+    async with asyncio.timeout(30):
+        while True:
+            pod = (await client.get(Pod, "dns", namespace="default")).to_dict()
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            if statuses and "running" in statuses[0]["state"]:
+                return int(statuses[0]["containerID"].rsplit("/", 1)[1])
+            await asyncio.sleep(0.2)
+
+
 async def test_kube_lite_process(apiserver: Any, tmp_path: Path) -> None:
     a = random.randint(100, 199)
     port = free_port()
@@ -74,9 +97,6 @@ async def test_kube_lite_process(apiserver: Any, tmp_path: Path) -> None:
 
 async def test_process_pods_die_with_a_killed_kube_lite(apiserver: Any, tmp_path: Path) -> None:
     """kube-lite SIGKILLed (no chance to stop them): its process pods get SIGTERM, no orphans."""
-    from lightkube.resources.core_v1 import Pod
-
-    from isthmus.api.image import IMAGE
     from isthmus.kube.helpers import install_crds
 
     a = random.randint(100, 199)
@@ -90,22 +110,7 @@ async def test_process_pods_die_with_a_killed_kube_lite(apiserver: Any, tmp_path
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        await client.create(Pod.from_dict({
-            "metadata": {"name": "dns", "namespace": "default"},
-            "spec": {"automountServiceAccountToken": False, "containers": [{
-                "name": "dns", "image": IMAGE, "args": ["dns", "--cluster-id", "c9", "--listen", "$(IP):5353"],
-                "env": [{"name": "KUBECONFIG", "value": apiserver.kubeconfig},
-                        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-            }]},
-        }))
-        async with asyncio.timeout(30):
-            while True:
-                pod = (await client.get(Pod, "dns", namespace="default")).to_dict()
-                statuses = (pod.get("status") or {}).get("containerStatuses") or []
-                if statuses and "running" in statuses[0]["state"]:
-                    break
-                await asyncio.sleep(0.2)
-        child = int(statuses[0]["containerID"].rsplit("/", 1)[1])
+        child = await _dns_pod_process(client, apiserver.kubeconfig)
         proc.kill()
         await proc.wait()
         async with asyncio.timeout(10):
@@ -125,9 +130,6 @@ async def test_kube_lite_forks_its_pods_from_the_zygote_that_forked_it(apiserver
     along, and the zygote goes on serving its first caller."""
     import os
 
-    from lightkube.resources.core_v1 import Pod
-
-    from isthmus.api.image import IMAGE
     from isthmus.kube.helpers import install_crds
     from isthmus.local.zygote import Zygote
 
@@ -144,22 +146,7 @@ async def test_kube_lite_forks_its_pods_from_the_zygote_that_forked_it(apiserver
         env={**env, "HOME": str(tmp_path)}, stdout=2, client=True,
     )  # fmt: skip
     try:
-        await client.create(Pod.from_dict({
-            "metadata": {"name": "dns", "namespace": "default"},
-            "spec": {"automountServiceAccountToken": False, "containers": [{
-                "name": "dns", "image": IMAGE, "args": ["dns", "--cluster-id", "c9", "--listen", "$(IP):5353"],
-                "env": [{"name": "KUBECONFIG", "value": apiserver.kubeconfig},
-                        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-            }]},
-        }))
-        async with asyncio.timeout(30):
-            while True:
-                pod = (await client.get(Pod, "dns", namespace="default")).to_dict()
-                statuses = (pod.get("status") or {}).get("containerStatuses") or []
-                if statuses and "running" in statuses[0]["state"]:
-                    break
-                await asyncio.sleep(0.2)
-        child = int(statuses[0]["containerID"].rsplit("/", 1)[1])
+        child = await _dns_pod_process(client, apiserver.kubeconfig)
 
         def parent(pid: int) -> int:
             with open(f"/proc/{pid}/stat") as f:
