@@ -810,7 +810,8 @@ def _warm(command: Any, rounds: int = 10) -> None:
 
 
 def serve(sock: socket.socket, preload: Sequence[str]) -> None:
-    """The zygote's loop: import, freeze, then fork on request and report exits until EOF."""
+    """The zygote's loop: import, warm, freeze, then fork on request and report exits until its
+    last caller hangs up."""
     gc.disable()  # no collections while importing: freed holes in shared pages would be reused, and copied
     for name in preload:
         module, _, warm = name.partition(":")
@@ -875,7 +876,7 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
                     os.close(fd)
                 continue
             seq = request.get("seq")
-            theirs: socket.socket | None = None
+            ours = theirs = None
             try:
                 cwd = request.get("cwd")
                 if cwd and not os.path.isdir(cwd):
@@ -888,12 +889,14 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
                 _fill_free_blocks(rounds=1, unused_pools=False)  # what serving requests freed since
                 pid = _fork_child(request, fds[0])
             except OSError as e:
+                if ours is not None:
+                    ours.close()
                 _send(caller, {"seq": seq, "error": e.strerror or str(e), "errno": e.errno or 0})
             except ValueError as e:
                 _send(caller, {"seq": seq, "error": str(e), "errno": 22})
             else:
                 callers.started(pid, caller, bool(request.get("pdeathsig")))
-                if theirs is not None:
+                if ours is not None:
                     callers.add(ours)
                     selector.register(ours, selectors.EVENT_READ)
                     _send(ours, {"ready": me})
