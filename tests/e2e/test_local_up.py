@@ -681,6 +681,32 @@ def test_killed_parts_are_restarted_and_converge(cs: Clusterset) -> None:
     assert set(wait_for("echo2 traffic", lambda: _http_clusters(f"http://{vip2}:8000/", 4))) == {"c2"}
 
 
+def test_a_killed_zygote_takes_the_pods_down_and_their_kube_lites_start_them_again(cs: Clusterset) -> None:
+    """Every process of the clusterset is forked from the supervisor's zygote (the pods through
+    their kube-lite's connection to it). Killed, it takes the pods with it (no orphans), and each
+    kube-lite starts them again from a zygote of its own; the parts run on untouched."""
+    before = wait_for("ready", lambda: (d := cs.status())["ready"] and d)
+    zygotes = [int(line.split(":")[0]) for line in cs.our_processes()
+               if "isthmus.local.zygote" in line and "--for supervisor" in line]
+    assert len(zygotes) == 1, cs.our_processes()  # one zygote for the whole clusterset
+    pods = {(c["name"], k): p["pid"] for c in before["clusters"] for k, p in c["processes"].items() if "pod" in p}
+    parts = {(c["name"], k): p["pid"] for c in before["clusters"] for k, p in c["processes"].items() if "pod" not in p}
+    os.kill(zygotes[0], signal.SIGKILL)
+    wait_for("the pods gone with their zygote", lambda: not any(_alive(pid) for pid in pods.values()), timeout=15)
+
+    def restarted() -> dict[str, Any] | None:
+        doc = cs.status()
+        now = {(c["name"], k): p["pid"] for c in doc["clusters"] for k, p in c["processes"].items() if "pod" in p}
+        return doc if doc["ready"] and all(now[k] not in (None, pid) for k, pid in pods.items()) else None
+
+    doc = wait_for("every pod started again", restarted, timeout=60, every=0.5)
+    assert {(c["name"], k): p["pid"] for c in doc["clusters"] for k, p in c["processes"].items()
+            if "pod" not in p} == parts
+    vip = _vip(cs, "c1", "echo")
+    assert vip is not None
+    assert wait_for("echo in c1's DNS", lambda: _resolve(doc["clusters"][0]["dns"], "echo.demo.svc.clusterset.local")) == [vip]
+
+
 class TrafficLoop:
     """DNS queries and HTTP requests through the VIP in a loop on a thread, counting failures."""
 
