@@ -63,7 +63,7 @@ def _select(target: Any, name: celtypes.StringType) -> Any:
         try:
             return target[name]
         except KeyError:
-            return _err("no such key", KeyError, (name,))
+            return _err("no such key", KeyError, (str(name),))
     return _err(f"type '{type(target).__name__}' does not support field selection")
 
 
