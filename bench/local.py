@@ -108,14 +108,15 @@ def kinds_of(doc: dict[str, Any]) -> dict[int, str]:
 
 def memory(root: Path) -> tuple[int, float, float, dict[str, float]]:
     """Processes, total RSS and PSS (MB) over the supervisor and everything below it (parts,
-    zygotes, pods), and RSS per kind of part."""
+    zygotes, pods), and PSS per kind of part (RSS counts the zygote's shared pages in full in every
+    forked process: about 100 MB each whatever the process does)."""
     kinds = kinds_of(status(root))
     by_kind: dict[str, list[float]] = collections.defaultdict(list)
     sizes = []
     for pid, kind in kinds.items():
         size = rss_pss_mb(pid)
         sizes.append(size)
-        by_kind[kind].append(size[0])
+        by_kind[kind].append(size[1])
     return (len(kinds), sum(r for r, _ in sizes), sum(p for _, p in sizes),
             {k: sum(v) / len(v) for k, v in by_kind.items()})
 
@@ -123,7 +124,7 @@ def memory(root: Path) -> tuple[int, float, float, dict[str, float]]:
 def show_memory(label: str, root: Path) -> None:
     n, rss, pss, kinds = memory(root)
     per = ", ".join(f"{k} {v:.0f}" for k, v in sorted(kinds.items()))
-    print(f"memory {label}: {n} processes, RSS {rss:.0f} MB, PSS {pss:.0f} MB (mean RSS per process, MB: {per})")
+    print(f"memory {label}: {n} processes, RSS {rss:.0f} MB, PSS {pss:.0f} MB (mean PSS per process, MB: {per})")
 
 
 async def export_services(root: Path, clusters: list[str], n: int, within: float) -> float:
