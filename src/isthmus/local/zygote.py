@@ -71,8 +71,13 @@ _PR_SET_MM = 35
 _PR_SET_MM_MAP = 14
 
 
+def _on(variable: str) -> bool:
+    """A switch that is on unless the variable says 0, false, no or off."""
+    return os.environ.get(variable, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return _on(ENV)
 
 
 def forkable(argv: Sequence[str]) -> bool:
@@ -830,7 +835,7 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
             for name in cli.ALL:  # a zygote forked from a component holds only that component's command
                 importlib.import_module(f"isthmus.cli.{name}")
             _command = typer.main.get_command(cli.app)
-        if os.environ.get(WARM_ENV, "1").strip().lower() not in ("0", "false", "no", "off"):
+        if _on(WARM_ENV):
             with contextlib.suppress(Exception):  # an optimisation: a child that runs it cold works the same
                 _warm(_command)
     # Children must not inherit a loop, threads or logging handlers: the preload only imports.
