@@ -11,6 +11,11 @@ service from its caches and converges four things, in order:
 3. the ServiceExport's Valid / Ready / Conflict conditions;
 4. the local ServiceImport and the EndpointSlices of every other cluster next to it.
 
+A pass that has just published this cluster's view of a service (step 1, a new export) stops after
+its slice: the watch event of that creation brings the service back, and by then the broker has
+usually shown the other exporters' views too, so steps 2-4 write the aggregate, its status and the
+local import once with every exporter in them instead of once per cluster as each arrives.
+
 The rules are in docs/discovery.md; the merge and translation logic is pure (aggregate.py,
 endpoints.py, allocator.py), so this module only reads caches and writes differences.
 """
@@ -197,6 +202,7 @@ class ExportState:
     service: Service | None = None
     selectors: list[PortSelector] | None = None  # exported-ports annotation (None: every port)
     consumers: list[str] | None = None  # consumer-clusters annotation (None: every cluster)
+    published: bool = False  # this pass created the export's view on the broker
 
 
 @dataclass
@@ -656,6 +662,12 @@ class Agent:
         state = ExportState()
         try:
             await self._sync_export(ns, name, state)
+            if state.published:
+                # Aggregate on the pass this creation brings back (see the module's docstring). Its
+                # event always comes: had the broker held the view already, the cache would lag it
+                # and the view's ADDED event would still be on its way.
+                await self._sync_slice(ns, name, state, AggregateState(current=self._cached_aggregate(ns, name)))
+                return None
             agg = await self._sync_aggregate(ns, name, state)
             await self._sync_slice(ns, name, state, agg)
         except (httpx2.TransportError, OSError) as e:
@@ -740,6 +752,7 @@ class Agent:
             )
             await helpers.apply_quiet(self.broker, desired, field_manager=AGENT_FIELD_MANAGER, force=True)
             self._published[key] = spec
+            state.published = current is None
 
     async def _withdraw(self, ns: str, name: str) -> None:
         bname = broker_object_name(name, ns, self.cluster_id)
@@ -777,6 +790,10 @@ class Agent:
         if state.spec is not None:
             out.append(state.spec)
         return out
+
+    def _cached_aggregate(self, ns: str, name: str) -> ServiceImport | None:
+        raw = self.b_imports.cache.get(f"{self.broker_ns}/{broker_object_name(name, ns)}")
+        return ServiceImport.from_dict(raw) if raw is not None else None
 
     async def _sync_aggregate(self, ns: str, name: str, state: ExportState,
                               fetched: ServiceImport | None = None) -> AggregateState:
