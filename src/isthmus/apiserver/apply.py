@@ -909,10 +909,23 @@ def server_side_apply(
     others = [e for e in entries if e.ident != me.ident]
     last = previous.fields if previous is not None else set()
 
+    if live is None and not filled:
+        # A create: nothing to merge into, prune or compare with, nobody else's fields; its one entry
+        # is encoded in one walk (no path set, no tree), as a plain create's is.
+        created: dict[str, Any] = _clean(config)
+        encoded = _applied_created_fields(config, schema, ())
+        if encoded:
+            meta = created.get("metadata")
+            if not isinstance(meta, dict):
+                meta = created["metadata"] = {}
+            meta["managedFields"] = [{"manager": manager, "operation": APPLY, "apiVersion": api_version,
+                                      "time": now, "fieldsType": "FieldsV1", "fieldsV1": encoded,
+                                      **({"subresource": subresource} if subresource else {})}]
+        return created
     fields: set[Path] = set()
     _applied_fields(config, schema, (), fields)
     me.fields = _strip(fields) - filled
-    if live is None:  # a create: nothing to merge into, prune or compare with, nobody else's fields
+    if live is None:
         me.time = now
         return _with_managed_fields(_clean(config), [me])
 
@@ -970,21 +983,45 @@ def _created_fields(value: Any, schema: dict[str, Any] | None, path: Path | None
     return out
 
 
-def _created_child(out: dict[str, Any], pe: str, child: Any, sub: dict[str, Any] | None, path: Path | None) -> None:
-    """_created_fields of one child, entered in its parent's fieldsV1 (`out`) under `pe`."""
-    member = True
+def _created_child(out: dict[str, Any], pe: str, child: Any, sub: dict[str, Any] | None, path: Path | None,
+                   walk: Callable[[Any, dict[str, Any] | None, Path | None], dict[str, Any]] | None = None,
+                   member: bool = True) -> None:
+    """walk's (default _created_fields) fieldsV1 of one child, entered in its parent's (`out`) under `pe`;
+    member: whether the child's own path is in the set."""
     below: Path | None = None
     if path is not None:
         child_path = (*path, pe)
         if child_path == _STRIPPED_TREE:
             return
-        member = child_path not in _STRIPPED_EXACT
+        member = member and child_path not in _STRIPPED_EXACT
         below = child_path if len(child_path) < 2 else None
-    inner = _created_fields(child, sub, below) if isinstance(child, (dict, list)) else None  # else a leaf
+    inner = (walk or _created_fields)(child, sub, below) if isinstance(child, (dict, list)) else None
     if inner:
         out[pe] = {".": {}, **inner} if member else inner
     elif member:
         out[pe] = {}
+
+
+def _applied_created_fields(value: Any, schema: dict[str, Any] | None, path: Path | None) -> dict[str, Any]:
+    """encode_fields(_strip(paths)) of the paths _applied_fields finds in `value`, built in one walk
+    for an apply that creates (its only entry). path: as for _created_fields."""
+    out: dict[str, Any] = {}
+    if _granular_map(value, schema):
+        for k in sorted(value):  # fields sort by name (_element_sort_key)
+            child = value[k]
+            sub, declared = _field(schema, k)
+            inner = _granular_map(child, sub) or _granular_list(child, sub)
+            member = not inner or child is None or child == {} or not declared
+            _created_child(out, "f:" + k, child if inner else None, sub, path, _applied_created_fields, member)
+    elif _granular_list(value, schema):
+        items_schema = _schema((schema or {}).get("items"))
+        items = _items(value, schema)
+        items.sort(key=lambda c: _element_sort_key(c[0]))
+        for pe, item in items:
+            keyed = pe.startswith("k:")
+            _created_child(out, pe, item if keyed else None, items_schema if keyed else None, path,
+                           _applied_created_fields)
+    return out
 
 
 def track_update(
