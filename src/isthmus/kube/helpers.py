@@ -62,8 +62,8 @@ def _back(res: type[T], lk_obj: Any) -> T:
     return cast(T, cast(Any, res).from_dict(lk_obj.to_dict()))
 
 
-def _name_ns(obj: Any) -> tuple[str, str | None]:
-    meta = obj.to_dict().get("metadata") or {}
+def _name_ns_of(data: dict[str, Any]) -> tuple[str, str | None]:
+    meta = data.get("metadata") or {}
     return meta.get("name") or "", meta.get("namespace")
 
 
@@ -170,7 +170,7 @@ async def _patch_status(client: AsyncClient, obj: Any, field_manager: str, force
                         patch_type: PatchType) -> Any:
     res = type(obj)
     data = obj.to_dict()  # models and lightkube objects both have it
-    name, namespace = _name_ns(obj)
+    name, namespace = _name_ns_of(data)
     meta = {"name": name} | ({"namespace": namespace} if namespace else {})
     body: dict[str, Any]
     if patch_type == PatchType.APPLY:
