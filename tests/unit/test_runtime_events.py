@@ -135,3 +135,25 @@ async def test_lru_bounds_memory() -> None:
         await rec.emit(obj(), "Normal", "R", m)
     await rec.emit(obj(), "Normal", "R", "a")  # forgotten: created anew
     assert len(client.created) == 4 and not client.patches
+
+
+async def test_a_full_buffer_drops_events_counts_them_and_warns_once_per_burst(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from isthmus.runtime import metrics
+
+    client = FakeClient()
+    rec = EventRecorder(client, "c", buffer=2)  # type: ignore[arg-type]
+    dropped = metrics.EVENTS_EMITTED.labels("dropped")
+    before = dropped._value.get()
+    with caplog.at_level("WARNING", logger="isthmus.runtime.events"):
+        for i in range(10):  # no await in between: the writer cannot take any yet
+            rec.normal(obj(), "R", f"m{i}")
+    assert dropped._value.get() - before == 8
+    warnings = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(warnings) == 1 and "1 event(s) dropped" in warnings[0].getMessage()
+    await rec.flush()
+    assert [e.message for e in client.created] == ["m0", "m1"]
+    rec.normal(obj(), "R", "later")  # room again: recorded
+    await rec.flush()
+    assert client.created[-1].message == "later"
+    await rec.aclose()

@@ -76,7 +76,7 @@ LEADER = Gauge(
 )
 EVENTS_EMITTED = Counter(
     "isthmus_events_total",
-    "Kubernetes Events written, by outcome (created, aggregated, failed).",
+    "Kubernetes Events written, by outcome (created, aggregated, failed; dropped: the recorder's buffer was full).",
     ["outcome"],
     registry=REGISTRY,
 )
