@@ -14,7 +14,6 @@ clash) and the two lighthouse annotations. `broker_service_import` writes that f
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import ipaddress
 from collections.abc import Sequence
@@ -334,6 +333,8 @@ def local_slice_copy(
 
     Same endpoints, ports and addressType; our labels but never kubernetes.io/service-name, so the
     local kube-proxy and EndpointSlice controller leave it alone; garbage-collected with the import.
+    The copy's lists are its own but their items are the broker slice's (the agent only serializes
+    it, and its cached objects are read-only): a deep copy per apply was 1.6 % of the agent's CPU.
     """
     return EndpointSlice(
         metadata=KubeObjectMeta(
@@ -352,8 +353,8 @@ def local_slice_copy(
             ],
         ),
         addressType=broker.addressType or "IPv4",
-        endpoints=copy.deepcopy(broker.endpoints) or [],
-        ports=copy.deepcopy(broker.ports) or [],
+        endpoints=list(broker.endpoints or []),
+        ports=list(broker.ports or []),
     )
 
 
