@@ -112,3 +112,46 @@ def test_cli_refuses_an_unknown_authorization_mode() -> None:
     assert result.exit_code == 2, result.output
     assert result.stderr == ("error: --authorization-mode RBAC,Webhook: each mode must be one of RBAC, AlwaysAllow, "
                              "AlwaysDeny\n")
+
+
+def _rbac_store() -> tuple[Store, Authorizer]:
+    store = Store(None)
+    store.open()
+    resolver = RuleResolver(store)
+    store.on_write(resolver.on_write)
+    return store, Authorizer(["RBAC"], resolver)
+
+
+def _role(name: str, rules: list[dict[str, object]]) -> dict[str, object]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name, "namespace": "ns", "uid": name}, "rules": rules}
+
+
+def _binding(name: str, role: str) -> dict[str, object]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": "ns", "uid": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "User", "name": "u"}]}
+
+
+def test_remembered_answers_hold_for_every_name_and_end_with_any_rbac_write() -> None:
+    store, authorizer = _rbac_store()
+
+    def allowed(verb: str, name: str) -> bool:
+        method = {"get": "GET", "delete": "DELETE", "patch": "PATCH"}[verb]
+        return authorizer.authorize(request_attributes(method, f"/api/v1/namespaces/ns/configmaps/{name}", {}, U)).allowed
+
+    assert not allowed("get", "a")  # nothing bound yet
+    store.create("rbac.authorization.k8s.io/roles", _role("read", [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]))
+    assert not allowed("get", "a")  # a role alone grants nothing: the denial was not kept past the write
+    store.create("rbac.authorization.k8s.io/rolebindings", _binding("read", "read"))
+    assert allowed("get", "a") and allowed("get", "b")
+    # A rule naming objects: its answer depends on the name, asked again each time.
+    store.create("rbac.authorization.k8s.io/roles", _role("one", [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["a"], "verbs": ["delete", "patch"]}]))
+    store.create("rbac.authorization.k8s.io/rolebindings", _binding("one", "one"))
+    assert allowed("delete", "a") and not allowed("delete", "b") and allowed("delete", "a")
+    assert not allowed("patch", "b") and allowed("patch", "a")
+    store.delete("rbac.authorization.k8s.io/rolebindings", "ns", "read")
+    assert not allowed("get", "a") and not allowed("get", "b")

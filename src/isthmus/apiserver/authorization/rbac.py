@@ -214,6 +214,9 @@ def role_not_found(kind: str, name: str, plural: bool) -> errors.ApiError:
     return errors.not_found(GROUP, resource, name)
 
 
+DECISIONS_KEPT = 4096
+
+
 class RuleResolver:
     """kube's DefaultRuleResolver over an index of the store's RBAC objects."""
 
@@ -223,8 +226,12 @@ class RuleResolver:
         self.roles: dict[tuple[str, str], tuple[PolicyRule, ...]] = {}
         self.cluster_bindings = _Bindings()
         self.bindings: dict[str, _Bindings] = {}
+        # authorize's answers for requests whose answer no object name could change, until the next
+        # RBAC write (see authorize).
+        self._decisions: dict[tuple[Any, ...], tuple[Source | None, str]] = {}
 
     def index_all(self) -> None:
+        self._decisions.clear()
         for key in (CLUSTER_ROLES, ROLES, CLUSTER_ROLE_BINDINGS, ROLE_BINDINGS):
             for obj in self.storage.list(key):
                 self._put(key, obj)
@@ -233,6 +240,7 @@ class RuleResolver:
         """The store's write hook: keep the index as the store is."""
         if not ev.key.startswith(GROUP):
             return
+        self._decisions.clear()
         if ev.type == "DELETED":
             self._drop(ev.key, ev.obj)
         else:
@@ -314,13 +322,33 @@ class RuleResolver:
         """RBACAuthorizer.Authorize: (the source that allowed it, else None; a denial's reason, naming
         the errors met). An allowance's reason is `RBAC: allowed by <source>`, formatted by whoever
         needs it: most requests never do."""
+        key: tuple[Any, ...] | None = None
+        if a.resource_request:
+            key = (a.user.username, a.user.groups, a.verb, a.api_group, a.resource, a.subresource, a.namespace)
+            hit = self._decisions.get(key)
+            if hit is not None:
+                return hit
         errs: list[str] = []
+        named = False  # a rule met on the way names objects: the answer may differ for another name
+        answer: tuple[Source | None, str] | None = None
         for source, rule, err in self.visit(a.user, a.namespace):
-            if rule is not None and source is not None and rule_allows(a, rule):
-                return source, ""
+            if rule is not None:
+                named = named or bool(rule.resource_names)
+                if source is not None and rule_allows(a, rule):
+                    answer = (source, "")
+                    break
             if err:
                 errs.append(err)
-        return None, ("RBAC: " + aggregate(errs)) if errs else ""
+        if answer is None:
+            answer = (None, ("RBAC: " + aggregate(errs)) if errs else "")
+        # The same rules in the same order give the same answer to a request that differs only in
+        # the object's name, unless a rule met names objects; an RBAC write clears them all. A
+        # member's agent asks the broker the same few questions for every object it writes.
+        if key is not None and not named:
+            if len(self._decisions) >= DECISIONS_KEPT:
+                self._decisions.clear()
+            self._decisions[key] = answer
+        return answer
 
 
 def aggregate(messages: list[str]) -> str:
