@@ -324,7 +324,7 @@ class RuleResolver:
         needs it: most requests never do."""
         key: tuple[Any, ...] | None = None
         if a.resource_request:
-            key = (a.user.username, a.user.groups, a.verb, a.api_group, a.resource, a.subresource, a.namespace)
+            key = (a.user.username, tuple(a.user.groups), a.verb, a.api_group, a.resource, a.subresource, a.namespace)
             hit = self._decisions.get(key)
             if hit is not None:
                 return hit
