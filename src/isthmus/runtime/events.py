@@ -39,8 +39,9 @@ __all__ = ["NORMAL", "WARNING", "EventRecorder", "object_reference"]
 log = logging.getLogger(__name__)
 
 NORMAL = "Normal"
-DROP_LOG_SECONDS = 10.0
 WARNING = "Warning"
+DROP_LOG_SECONDS = 10.0
+"""At most one warning this often about Events dropped because the buffer was full."""
 
 
 def object_reference(obj: Any) -> ObjectReference:
