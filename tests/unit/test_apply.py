@@ -592,7 +592,7 @@ def _applied_create_by_paths(obj: dict[str, Any], schema: dict[str, Any] | None)
 
     paths: set[tuple[str, ...]] = set()
     _applied_fields(obj, _schema(schema), (), paths)
-    out = _clean(copy.deepcopy(obj))
+    out: dict[str, Any] = _clean(copy.deepcopy(obj))
     fields = encode_fields(_strip(paths))
     if fields:
         out["metadata"]["managedFields"] = [{"manager": "m", "operation": "Apply", "apiVersion": "v1",
