@@ -922,12 +922,11 @@ class _Callers:
     supervisor that crashed (the parts do)."""
 
     def __init__(self, first: socket.socket) -> None:
-        self.open: set[socket.socket] = {first}
         self.owner: dict[int, socket.socket] = {}
         self.bound: dict[socket.socket, set[int]] = {first: set()}
+        """Every open caller, with its `pdeathsig` children."""
 
     def add(self, sock: socket.socket) -> None:
-        self.open.add(sock)
         self.bound[sock] = set()
 
     def started(self, pid: int, caller: socket.socket, pdeathsig: bool) -> None:
@@ -944,21 +943,19 @@ class _Callers:
             if pid == 0:
                 return
             caller = self.owner.pop(pid, None)
-            if caller is not None:
-                self.bound.get(caller, set()).discard(pid)
-                if caller in self.open:
-                    _send(caller, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+            if caller is not None and caller in self.bound:
+                self.bound[caller].discard(pid)
+                _send(caller, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
     def gone(self, caller: socket.socket) -> bool:
         """Forget a caller that hung up; False when none is left."""
-        self.open.discard(caller)
         for pid in self.bound.pop(caller, set()):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         for pid in [p for p, c in self.owner.items() if c is caller]:
             del self.owner[pid]  # still reaped (waitpid(-1)); nobody to tell
         caller.close()
-        return bool(self.open)
+        return bool(self.bound)
 
 
 def main(argv: Sequence[str]) -> int:
