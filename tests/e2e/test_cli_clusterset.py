@@ -64,7 +64,7 @@ def test_version_reads_every_cluster_from_the_state_dir(state: Path, bare: dict[
     for name, row in rows.items():
         assert row["error"] is None and row["serverVersion"], row
         versions = {c["name"]: c["version"] for c in row["components"]}
-        expected = {"mcsvc-broker", "pools"} if name == "broker" else {"agent", "dns", "lb", "mcsvc", "webhook"}
+        expected = {"mcsvc-broker", "pools"} if name == "broker" else {"agent", "dns", "controller-manager", "webhook"}
         assert expected <= set(versions), (name, versions)
         assert {versions[c] for c in expected} == {IMAGE_TAG}
     table = _run("version", "--context", "broker", env=bare, cwd=tmp_path).stdout.splitlines()

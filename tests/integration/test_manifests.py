@@ -135,8 +135,8 @@ def test_every_deployment_is_hardened_probed_and_has_its_own_account() -> None:
     objs = member()
     accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
     deployments = [o for o in objs if o["kind"] == "Deployment"]
-    components = {"isthmus-agent", "isthmus-dns", "isthmus-lb", "isthmus-mcsvc", "isthmus-pools", "isthmus-webhook",
-                  "isthmus-egress-operator", "isthmus-egress-gateway"}
+    components = {"isthmus-agent", "isthmus-dns", "isthmus-controller-manager", "isthmus-pools", "isthmus-webhook",
+                  "isthmus-egress-gateway"}
     assert {d["metadata"]["name"] for d in deployments} == components
     seen_accounts = set()
     for d in deployments:
@@ -170,6 +170,16 @@ def test_every_deployment_is_hardened_probed_and_has_its_own_account() -> None:
             assert f"--metrics-addr=$(POD_IP):{metrics_port}" in c["args"]
             assert not any(a.startswith("--cluster-id") for a in c["args"])
     assert seen_accounts == components
+    # The controllers inside the manager run as accounts of their own, which no pod mounts: the
+    # manager's own account may only ask for their tokens.
+    controllers = ["isthmus-lb", "isthmus-mcsvc", "isthmus-egress-operator"]
+    assert set(controllers) <= accounts
+    manager_rules = [r for o in objs if o["kind"] in ("Role", "ClusterRole")
+                     and o["metadata"]["name"] == "isthmus-controller-manager" for r in o["rules"]]
+    assert manager_rules == [{"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                              "resourceNames": controllers, "verbs": ["create"]}]
+    manager = next(d for d in deployments if d["metadata"]["name"] == "isthmus-controller-manager")
+    assert "--use-service-account-credentials" in manager["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_roles_are_bound_to_their_own_account_only() -> None:

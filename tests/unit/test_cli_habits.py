@@ -203,7 +203,7 @@ def test_components_never_take_the_state_dir_kubeconfig(tmp_path: Path) -> None:
     group: Any = typer.main.get_command(app)
     ctx = group.make_context("isthmus", ["agent", "--help"], resilient_parsing=True)
     for name in ("agent", "dns", "proxy", "lb", "pools", "webhook", "mcsvc", "mcsvc-broker", "egress-operator",
-                 "egress-forwarder", "egress-gateway"):
+                 "egress-forwarder", "egress-gateway", "controller-manager"):
         option = next(p for p in group.commands[name].get_params(ctx) if p.name == "kubeconfig")
         assert option.callback is None, name
     for name in ("show", "export", "unexport", "join", "leave", "deploy-broker", "expose", "version"):

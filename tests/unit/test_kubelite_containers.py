@@ -181,14 +181,15 @@ def test_pod_phase_as_kubelet(policy: str, statuses: list[dict[str, Any]], phase
 
 def test_token_refresh_as_the_kubelet(tmp_path: Any) -> None:
     """A new token once the current one is older than 80% of its lifetime, or 24 h."""
-    from isthmus.local.kubelite.credentials import Credentials, _Token, automount, write_atomic
+    from isthmus.kube.tokens import Lifetime
+    from isthmus.local.kubelite.credentials import Credentials, automount, write_atomic
 
     creds = Credentials(None, tmp_path, fallback_ca=None)  # type: ignore[arg-type]
     assert creds.needs_refresh(now=0.0)
-    creds._token = _Token(issued=1000.0, expires=1000.0 + 3607)
+    creds._token = Lifetime(issued=1000.0, expires=1000.0 + 3607)
     assert not creds.needs_refresh(now=1000.0 + 0.79 * 3607)
     assert creds.needs_refresh(now=1000.0 + 0.81 * 3607)
-    creds._token = _Token(issued=0.0, expires=365 * 86400.0)  # the apiserver extended it to a year
+    creds._token = Lifetime(issued=0.0, expires=365 * 86400.0)  # the apiserver extended it to a year
     assert not creds.needs_refresh(now=23 * 3600.0)
     assert creds.needs_refresh(now=24 * 3600.0 + 1)
 

@@ -59,7 +59,7 @@ def test_parts_start_with_the_apiservers_and_ports_cover_every_part() -> None:
     assert names[3:] == ["broker-kube-lite", "c1-kube-lite", "c1-proxy", "c2-kube-lite", "c2-proxy", "broker-ui"]
     assert [p.name for p in plan.pod_parts(2)] == ["broker-mcsvc-broker", "broker-pools"] + [
         f"{c}-{k}" for c in ("c1", "c2")
-        for k in ("agent", "dns", "lb", "mcsvc", "pools", "webhook", "egress-operator", "egress-gateway")
+        for k in ("agent", "dns", "controller-manager", "pools", "webhook", "egress-gateway")
     ]
     ports = plan.port_names(2)
     assert len(ports) == len(set(ports))

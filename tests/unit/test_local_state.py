@@ -124,14 +124,15 @@ def test_the_local_overlay_patches_dns_for_the_plan(tmp_path: Path) -> None:
     assert "--local-zone=cluster.local" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert dep["spec"]["replicas"] == 1  # two in deploy/: one machine gains no availability from a second
     assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
-    lb = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.LB])
-    assert lb["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--cluster-name=c2"
+    manager = next(o for o in objs if o["kind"] == "Deployment"
+                   and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.CONTROLLER_MANAGER])
+    assert manager["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--cluster-name=c2"
     pools = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.POOLS])
     assert pools["spec"]["template"]["spec"]["hostNetwork"] is False
     webhook = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == plan.DEPLOYMENTS[plan.WEBHOOK])
     assert webhook["spec"]["replicas"] == 1
     deployments = [o for o in objs if o["kind"] == "Deployment"]
-    assert len(deployments) >= 8
+    assert len(deployments) == len(plan.POD_KINDS)
     assert {d["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["periodSeconds"] for d in deployments} == {1}
     assert pools["spec"]["template"]["spec"]["containers"][0]["args"][-3:] == [
         "--public-address=127.30.2.1", "--private-address=127.31.2.1", f"--state-dir={tmp_path / 'pools' / 'c2'}"]

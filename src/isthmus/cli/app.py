@@ -27,7 +27,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
 
@@ -385,6 +385,35 @@ class Background:
                 await self._task
         if self._on_stop is not None:
             await self._on_stop()
+
+
+class Together:
+    """Several parts as one component (`isthmus controller-manager`): ready when every part is; the
+    first part to end ends the command (with its error); stop stops them all."""
+
+    def __init__(self, parts: Sequence[Background]) -> None:
+        self.parts = list(parts)
+
+    @property
+    def ready(self) -> bool:
+        return all(p.ready for p in self.parts)
+
+    async def start(self) -> None:
+        for part in self.parts:
+            await part.start()
+
+    async def wait(self) -> None:
+        waiters = [asyncio.ensure_future(p.wait()) for p in self.parts]
+        try:
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        for waiter in done:
+            waiter.result()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(p.stop() for p in self.parts))
 
 
 def run_component(

@@ -67,18 +67,23 @@ def egress_operator(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Bind SourceIPClaims and run each ExternalService's forwarder and data-plane objects (leader-elected)."""
-    from isthmus.api.image import IMAGE
-    from isthmus.egress.operator import EgressOperator
     from isthmus.kube.client import make_client
 
     holder = identity or default_identity()
 
     async def build() -> Background:
-        op = EgressOperator(make_client(kubeconfig, context), identity=holder, image=image or IMAGE,
-                            workers=workers)
-        return Background("egress-operator", op.run, lambda: op.ready, on_stop=_releaser(op.elector))
+        return egress_operator_part(make_client(kubeconfig, context), holder, image, workers)
 
     run_component("egress-operator", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+
+
+def egress_operator_part(client: Any, holder: str, image: str | None, workers: int) -> Background:
+    """The operator as a part of a command (`isthmus egress-operator`, `isthmus controller-manager`)."""
+    from isthmus.api.image import IMAGE
+    from isthmus.egress.operator import EgressOperator
+
+    op = EgressOperator(client, identity=holder, image=image or IMAGE, workers=workers)
+    return Background("egress-operator", op.run, lambda: op.ready, on_stop=_releaser(op.elector))
 
 
 @command("egress-forwarder")

@@ -50,23 +50,29 @@ def lb(
 ) -> None:
     """Turn Services of type LoadBalancer and Ingresses of class edgelb into LoadBalancerPools (leader-elected)."""
     from isthmus.kube.client import make_client
-    from isthmus.lb.controller import Translator
 
     if not cluster_name.strip() or ":" in cluster_name:
         raise fail("--cluster-name must be non-empty and contain no ':'")
     holder = identity or os.environ.get("POD_NAME") or socket.gethostname()
 
     async def build() -> Background:
-        translator = Translator(make_client(kubeconfig, context), cluster_name, identity=holder, grace=grace)
-
-        async def release() -> None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(RELEASE_TIMEOUT):
-                    await translator.elector.release()
-
-        return Background("lb", translator.run, lambda: translator.ready, on_stop=release)
+        return lb_part(make_client(kubeconfig, context), cluster_name, holder, grace)
 
     run_component("lb", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+
+
+def lb_part(client: Any, cluster_name: str, holder: str, grace: float) -> Background:
+    """The translator as a part of a command (`isthmus lb`, `isthmus controller-manager`)."""
+    from isthmus.lb.controller import Translator
+
+    translator = Translator(client, cluster_name, identity=holder, grace=grace)
+
+    async def release() -> None:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(RELEASE_TIMEOUT):
+                await translator.elector.release()
+
+    return Background("lb", translator.run, lambda: translator.ready, on_stop=release)
 
 
 def show_lb(req: ShowRequest) -> None:

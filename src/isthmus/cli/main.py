@@ -13,12 +13,12 @@ import sys
 from typing import Any
 
 ALL = ("agent", "apiserver", "crds", "demo", "diagnose", "discovery", "dns", "egress", "kubelite", "lb", "local",
-       "mcsvc", "pools", "proxy", "ui", "version", "webhook")
+       "manager", "mcsvc", "pools", "proxy", "ui", "version", "webhook")
 COMPONENTS = {
     "agent": "agent", "apiserver": "apiserver", "dns": "dns", "proxy": "proxy", "kube-lite": "kubelite",
     "lb": "lb", "pools": "pools", "webhook": "webhook", "mcsvc": "mcsvc", "mcsvc-broker": "mcsvc",
     "egress-operator": "egress", "egress-forwarder": "egress", "egress-gateway": "egress",
-    "ui": "ui",
+    "controller-manager": "manager", "ui": "ui",
 }
 """Command → the one module that registers it (tests/unit/test_cli_main.py checks the table)."""
 

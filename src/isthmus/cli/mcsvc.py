@@ -49,50 +49,56 @@ def mcsvc(
 ) -> None:
     """Apply the broker's MultiClusterServices in this member cluster (leader-elected)."""
     from isthmus.kube.client import make_client
+
+    holder = identity or default_identity()
+
+    async def build() -> Background:
+        return mcsvc_part(make_client(kubeconfig, context), cluster_id, holder, workers)
+
+    run_component("mcsvc", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+
+
+def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int) -> Background:
+    """The member controller as a part of a command (`isthmus mcsvc`, `isthmus controller-manager`):
+    it waits for the cluster to join (not ready meanwhile), then runs."""
     from isthmus.mcs.agent import BROKER_TIMEOUT
     from isthmus.mcs.control import DiscoveryError
     from isthmus.mcs.membership import JOIN_POLL_SECONDS, membership
     from isthmus.mcsvc.member import MemberController
 
-    holder = identity or default_identity()
+    found: list[MemberController] = []
+    said: list[str] = []
 
-    async def build() -> Background:
-        client = make_client(kubeconfig, context)
-        found: list[MemberController] = []
-        said: list[str] = []
+    async def attempt() -> MemberController | None:
+        try:
+            joined_id, info = await membership(client)
+        except DiscoveryError as err:
+            if not said:
+                log.warning("%s; waiting (not ready until then)", err)
+                said.append(str(err))
+            return None
+        if cluster_id is not None and cluster_id != joined_id:
+            raise fail(f"this cluster joined as {joined_id!r}, not {cluster_id!r}")
+        return MemberController(cluster=client, broker=info.client(timeout=BROKER_TIMEOUT),
+                                cluster_id=joined_id, broker_namespace=info.namespace,
+                                identity=holder, workers=workers)
 
-        async def attempt() -> MemberController | None:
-            try:
-                joined_id, info = await membership(client)
-            except DiscoveryError as err:
-                if not said:
-                    log.warning("%s; waiting (not ready until then)", err)
-                    said.append(str(err))
-                return None
-            if cluster_id is not None and cluster_id != joined_id:
-                raise fail(f"this cluster joined as {joined_id!r}, not {cluster_id!r}")
-            return MemberController(cluster=client, broker=info.client(timeout=BROKER_TIMEOUT),
-                                    cluster_id=joined_id, broker_namespace=info.namespace,
-                                    identity=holder, workers=workers)
+    async def run() -> None:
+        while not found:
+            made = await attempt()
+            if made is not None:
+                found.append(made)
+                break
+            await asyncio.sleep(JOIN_POLL_SECONDS)
+        await found[0].run()
 
-        async def run() -> None:
-            while not found:
-                made = await attempt()
-                if made is not None:
-                    found.append(made)
-                    break
-                await asyncio.sleep(JOIN_POLL_SECONDS)
-            await found[0].run()
+    async def release() -> None:
+        if found:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(RELEASE_TIMEOUT):
+                    await found[0].elector.release()
 
-        async def release() -> None:
-            if found:
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(RELEASE_TIMEOUT):
-                        await found[0].elector.release()
-
-        return Background("mcsvc", run, lambda: bool(found) and found[0].ready, on_stop=release)
-
-    run_component("mcsvc", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+    return Background("mcsvc", run, lambda: bool(found) and found[0].ready, on_stop=release)
 
 
 @command("mcsvc-broker")

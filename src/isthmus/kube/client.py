@@ -301,8 +301,14 @@ def client_for(
     namespace: str | None = None,
     field_manager: str | None = None,
     timeout: float | httpx2.Timeout = 30.0,
+    auth: httpx2.Auth | None = None,
 ) -> AsyncClient:
-    """The one way Isthmus builds a client from a selected configuration (kubeconfig, broker-info)."""
+    """The one way Isthmus builds a client from a selected configuration (kubeconfig, broker-info).
+
+    `auth` replaces the configuration's credentials (kube/tokens.py's ServiceAccountToken): the
+    server and CA stay, and no client certificate is presented."""
+    if auth is not None:
+        config = config._replace(user=User())
     client = AsyncClient(
         config,
         namespace=namespace,
@@ -311,7 +317,9 @@ def client_for(
         # Proxy variables must not route loopback apiservers (the embedded default) through a proxy.
         trust_env=not is_loopback_host(httpx2.URL(config.cluster.server).host),
     )
-    if config.user is not None and config.user.token_file:
+    if auth is not None:
+        client._client._client.auth = auth
+    elif config.user is not None and config.user.token_file:
         # lightkube offers no hook for its httpx client's auth; its own token-file auth reads once.
         client._client._client.auth = TokenFileAuth(config.user.token_file)
     if os.environ.get("ISTHMUS_KUBE_TRANSPORT", "aiohttp") != "httpx":

@@ -55,7 +55,7 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path)
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[DNS]},
              "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
                                         "value": f"--local-zone={plan.LOCAL_ZONE}"}])},
-            {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.LB]},
+            {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.CONTROLLER_MANAGER]},
              "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
                                         "value": f"--cluster-name={cluster.name}"}])},
             _pools_patch(cluster, pools_dir),
@@ -323,3 +323,27 @@ async def restart(kubeconfig: Path, deployment: str) -> None:
                            patch_type=PatchType.STRATEGIC)
     finally:
         await client.close()
+
+
+async def remove_superseded(kubeconfig: Path) -> list[str]:
+    """Delete the Deployments an earlier version installed and this one replaced (`apply -k` adds and
+    updates, it never removes); returns the names deleted. Their pods go with them (garbage collector)."""
+    from lightkube import ApiError
+    from lightkube.resources.apps_v1 import Deployment
+
+    from isthmus.kube.client import make_client
+    from isthmus.kube.helpers import is_not_found
+
+    client = make_client(kubeconfig, timeout=10.0)
+    deleted: list[str] = []
+    try:
+        for name in plan.SUPERSEDED_DEPLOYMENTS:
+            try:
+                await client.delete(Deployment, name, namespace=plan.COMPONENT_NAMESPACE)
+                deleted.append(name)
+            except ApiError as e:
+                if not is_not_found(e):
+                    raise
+    finally:
+        await client.close()
+    return deleted

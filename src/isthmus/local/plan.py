@@ -44,27 +44,27 @@ KUBE_LITE = "kube-lite"
 AGENT = "agent"
 DNS = "dns"
 PROXY = "proxy"
-LB = "lb"
-MCSVC = "mcsvc"
+CONTROLLER_MANAGER = "controller-manager"
+"""`isthmus controller-manager`: the member's lb, mcsvc and egress-operator controllers in one pod."""
 POOLS = "pools"
 WEBHOOK = "webhook"
 MCSVC_BROKER = "mcsvc-broker"
-EGRESS_OPERATOR = "egress-operator"
 EGRESS_GATEWAY = "egress-gateway"
 UI = "ui"
 """`isthmus ui`, the web view of the whole clusterset: a supervised process filed under the broker."""
-CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, LB, MCSVC, POOLS, WEBHOOK, EGRESS_OPERATOR,
-                      EGRESS_GATEWAY)
+CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, CONTROLLER_MANAGER, POOLS, WEBHOOK, EGRESS_GATEWAY)
 """Every part of a cluster, in the order tables show them."""
 SUPERVISED_KINDS = (APISERVER, KUBE_LITE, PROXY)
 """What a cloud gives and the supervisor runs as processes (start order; stop order is the reverse)."""
-POD_KINDS = (AGENT, DNS, LB, MCSVC, POOLS, WEBHOOK, EGRESS_OPERATOR, EGRESS_GATEWAY)
+POD_KINDS = (AGENT, DNS, CONTROLLER_MANAGER, POOLS, WEBHOOK, EGRESS_GATEWAY)
 """Isthmus's own components: installed from deploy/member with `kubectl apply -k`, run by kube-lite."""
 COMPONENT_NAMESPACE = "isthmus-system"
-DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns", LB: "isthmus-lb", MCSVC: "isthmus-mcsvc",
-               POOLS: "isthmus-pools", WEBHOOK: "isthmus-webhook", EGRESS_OPERATOR: "isthmus-egress-operator",
-               EGRESS_GATEWAY: "isthmus-egress-gateway"}
+DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns", CONTROLLER_MANAGER: "isthmus-controller-manager",
+               POOLS: "isthmus-pools", WEBHOOK: "isthmus-webhook", EGRESS_GATEWAY: "isthmus-egress-gateway"}
 """The Deployment of each pod part (deploy/member)."""
+SUPERSEDED_DEPLOYMENTS = ("isthmus-lb", "isthmus-mcsvc", "isthmus-egress-operator")
+"""Deployments of earlier versions, now controllers inside isthmus-controller-manager: `up` deletes
+them from a state dir made before."""
 BROKER_PART_KINDS = (APISERVER, KUBE_LITE, MCSVC_BROKER, POOLS, UI)
 """Every part of the broker, in the order tables show them."""
 BROKER_SUPERVISED_KINDS = (APISERVER, KUBE_LITE, UI)

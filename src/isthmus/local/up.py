@@ -478,6 +478,9 @@ class Bringup:
         kubeconfig = self.layout.kubeconfig_of(cluster.name)
         restart = restart_agent and await components.deployment_exists(kubeconfig, plan.DEPLOYMENTS[AGENT])
         await self._apply(cluster.name, directory)
+        gone = await components.remove_superseded(kubeconfig)
+        if gone:
+            log.info("%s: removed %s (now in %s)", cluster.name, ", ".join(gone), plan.DEPLOYMENTS[plan.CONTROLLER_MANAGER])
         if restart:
             await components.restart(kubeconfig, plan.DEPLOYMENTS[AGENT])
 

@@ -15,21 +15,17 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import ConfigMap, ServiceAccount
 
 from isthmus.kube.helpers import is_not_found
+from isthmus.kube.tokens import TOKEN_EXPIRATION_SECONDS, Lifetime, request_token
 
 __all__ = ["TOKEN_EXPIRATION_SECONDS", "Credentials", "automount", "write_atomic"]
 
-TOKEN_EXPIRATION_SECONDS = 3607
-"""What the kubelet asks for (an hour and 7 s: the apiserver may extend such tokens)."""
-MAX_TOKEN_AGE = 24 * 3600.0
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 
 
@@ -56,12 +52,6 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         raise
 
 
-@dataclass
-class _Token:
-    issued: float
-    expires: float
-
-
 class Credentials:
     """The ServiceAccount files of one Pod; :meth:`ensure` writes or refreshes them."""
 
@@ -69,24 +59,16 @@ class Credentials:
         self.client = client
         self.directory = directory
         self.fallback_ca = fallback_ca
-        self._token: _Token | None = None
+        self._token: Lifetime | None = None
 
     def needs_refresh(self, now: float | None = None) -> bool:
         t = self._token
-        if t is None:
-            return True
-        now = time.time() if now is None else now
-        ttl = t.expires - t.issued
-        return now > t.expires - 0.2 * ttl or now - t.issued > MAX_TOKEN_AGE
+        return t is None or (time.time() if now is None else now) > t.refresh_at
 
     @property
     def next_refresh(self) -> float:
         """Seconds until :meth:`needs_refresh` turns true."""
-        t = self._token
-        if t is None:
-            return 0.0
-        at = min(t.expires - 0.2 * (t.expires - t.issued), t.issued + MAX_TOKEN_AGE)
-        return max(0.0, at - time.time())
+        return 0.0 if self._token is None else max(0.0, self._token.refresh_at - time.time())
 
     async def service_account(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -104,28 +86,9 @@ class Credentials:
         sa = str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         if self.needs_refresh() or not (self.directory / "token").exists():
-            body = {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "metadata": {"name": sa, "namespace": ns},
-                "spec": {
-                    "audiences": [],
-                    "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
-                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
-                                       "uid": meta.get("uid")},
-                },
-            }
-            issued = time.time()
-            answer = await self.client.create(
-                cast(Any, ServiceAccount.Token).from_dict(body), name=sa, namespace=ns
-            )
-            status = answer.to_dict().get("status") or {}
-            expires = issued + TOKEN_EXPIRATION_SECONDS
-            stamp = status.get("expirationTimestamp")
-            if stamp:
-                expires = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-            write_atomic(self.directory / "token", str(status.get("token") or "").encode())
-            self._token = _Token(issued, expires)
+            bound = {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid")}
+            token, self._token = await request_token(self.client, ns, sa, bound=bound)
+            write_atomic(self.directory / "token", token.encode())
         ca = await self._root_ca(ns)
         for name, data in (("ca.crt", ca), ("namespace", ns.encode())):
             path = self.directory / name

@@ -1,0 +1,167 @@
+"""`isthmus controller-manager`: a member cluster's leader-elected controllers in one process.
+
+The load-balancing translator (`lb`), exposure's member controller (`mcsvc`) and the egress
+operator (`egress-operator`) are each a single-replica, leader-elected controller with little to do
+between changes. Run one process per controller and each pays the interpreter and its libraries again
+(about 20 MB apiece in the local clusterset); run them together, as kube-controller-manager and
+karmada-controller-manager do, and they pay once. Each keeps its own Lease, metrics and, with
+`--use-service-account-credentials`, its own ServiceAccount: the manager may only ask for those
+accounts' tokens (TokenRequest), and every controller's requests carry its own account's token, so
+its RBAC role, the webhooks and the audit trail see the same identity as when it ran alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Annotated, Any
+
+import typer
+
+from isthmus.cli.agent import OptionalClusterIdOpt, default_identity
+from isthmus.cli.app import (
+    Background,
+    ComponentKubeconfigOpt,
+    ContextOpt,
+    LogFormatOpt,
+    LogLevelOpt,
+    MetricsAddrOpt,
+    Together,
+    command,
+    fail,
+    run_component,
+)
+from isthmus.kube.helpers import describe_error
+
+log = logging.getLogger(__name__)
+
+CONTROLLERS = ("lb", "mcsvc", "egress-operator")
+"""What the manager runs, in start order."""
+ACCOUNTS = {"lb": "isthmus-lb", "mcsvc": "isthmus-mcsvc", "egress-operator": "isthmus-egress-operator"}
+"""Each controller's ServiceAccount (deploy/member/<component>/rbac.yaml)."""
+DEFAULT_NAMESPACE = "isthmus-system"
+RETRY_SECONDS = (1.0, 30.0)
+
+
+def parse_controllers(value: str) -> list[str]:
+    """`--controllers`: a comma-separated list, `*` for all; `-name` leaves one out (kube's syntax)."""
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise fail("--controllers names no controller")
+    unknown = sorted({n.lstrip("-") for n in names} - set(CONTROLLERS) - {"*"})
+    if unknown:
+        raise fail(f"--controllers: unknown controller {', '.join(unknown)} (known: {', '.join(CONTROLLERS)})")
+    wanted = set(CONTROLLERS) if "*" in names else {n for n in names if not n.startswith("-")}
+    wanted -= {n[1:] for n in names if n.startswith("-")}
+    if not wanted:
+        raise fail("--controllers leaves no controller to run")
+    return [c for c in CONTROLLERS if c in wanted]
+
+
+@command("controller-manager")
+def controller_manager(
+    controllers: Annotated[
+        str, typer.Option("--controllers", metavar="LIST",
+                          help="Controllers to run, comma-separated: lb, mcsvc, egress-operator; `*` for all, "
+                          "`-name` to leave one out.")
+    ] = "*",
+    use_service_account_credentials: Annotated[
+        bool, typer.Option("--use-service-account-credentials",
+                           help="Run each controller as its own ServiceAccount (isthmus-lb, isthmus-mcsvc, "
+                           "isthmus-egress-operator), with tokens from TokenRequest; the manager's own "
+                           "credentials only ask for them.")
+    ] = False,
+    service_account_namespace: Annotated[
+        str | None, typer.Option("--service-account-namespace", metavar="NS",
+                                 help="Namespace of those ServiceAccounts (default: $POD_NAMESPACE, else "
+                                 "isthmus-system).", show_default=False)
+    ] = None,
+    cluster_name: Annotated[
+        str | None, typer.Option("--cluster-name", help="lb: this cluster's name, the first part of every pool, "
+                                 "frontend and backend name it makes.", show_default=False)
+    ] = None,
+    grace: Annotated[
+        float, typer.Option("--unprovisioned-grace", min=1.0,
+                            help="lb: seconds a pool may go without a serving instance before its owners get a "
+                            "Warning.")
+    ] = 20.0,
+    cluster_id: OptionalClusterIdOpt = None,
+    mcsvc_workers: Annotated[int, typer.Option("--mcsvc-workers", min=1, help="mcsvc: concurrent reconciles.")] = 8,
+    forwarder_image: Annotated[
+        str | None, typer.Option("--forwarder-image", metavar="IMAGE", help="egress-operator: image of the "
+                                 "forwarder pods (default: this version's Isthmus image).", show_default=False)
+    ] = None,
+    egress_workers: Annotated[
+        int, typer.Option("--egress-operator-workers", min=1, help="egress-operator: concurrent reconciles.")
+    ] = 4,
+    kubeconfig: ComponentKubeconfigOpt = None,
+    context: ContextOpt = None,
+    identity: Annotated[
+        str | None,
+        typer.Option("--identity", help="Holder identity in every controller's leader-election Lease (default: "
+                     "$POD_NAME, else the host name).", show_default=False),
+    ] = None,
+    metrics_addr: MetricsAddrOpt = None,
+    log_format: LogFormatOpt = "text",
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Run the member's leader-elected controllers (lb, mcsvc, egress-operator) in one process."""
+    # Here, not at the top: cli/main.py's table has each command registered by one module.
+    from isthmus.cli.egress import egress_operator_part
+    from isthmus.cli.lb import lb_part
+    from isthmus.cli.mcsvc import mcsvc_part
+    from isthmus.kube.client import client_for, load_config
+
+    wanted = parse_controllers(controllers)
+    if "lb" in wanted and (cluster_name is None or not cluster_name.strip() or ":" in cluster_name):
+        raise fail("--cluster-name is needed by the lb controller: non-empty, with no ':'")
+    holder = identity or default_identity()
+    namespace = service_account_namespace or os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
+    config = load_config(kubeconfig, context)
+
+    def part(name: str, client: Any) -> Background:
+        if name == "lb":
+            assert cluster_name is not None
+            return lb_part(client, cluster_name, holder, grace)
+        if name == "mcsvc":
+            return mcsvc_part(client, cluster_id, holder, mcsvc_workers)
+        return egress_operator_part(client, holder, forwarder_image, egress_workers)
+
+    async def build() -> Together:
+        if not use_service_account_credentials:
+            shared = client_for(config)
+            return Together([part(name, shared) for name in wanted])
+        from isthmus.kube.tokens import ServiceAccountToken
+
+        issuer = client_for(config)
+        tokens = [ServiceAccountToken(issuer, namespace, ACCOUNTS[name]) for name in wanted]
+        await _first_tokens(tokens)
+        parts = [part(name, client_for(config, auth=token)) for name, token in zip(wanted, tokens, strict=True)]
+        parts += [Background(f"token {t.name}", t.keep_fresh, lambda: True) for t in tokens]
+        return Together(parts)
+
+    run_component("controller-manager", build, log_format=log_format, log_level=log_level,
+                  metrics_addr=metrics_addr)
+
+
+async def _first_tokens(tokens: list[Any]) -> None:
+    """Every controller's first token, retried (doubling up to 30 s) while the manager may not ask for
+    one yet: alive and not ready meanwhile, with the reason in the log once per account."""
+    pause = RETRY_SECONDS[0]
+    said: set[str] = set()
+    for token in tokens:
+        while True:
+            try:
+                await token.fetch()
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                if token.name not in said:
+                    log.warning("cannot get a token for %s: %s; retrying (not ready until then)", token.username,
+                                describe_error(err))
+                    said.add(token.name)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RETRY_SECONDS[1])
+
