@@ -223,8 +223,17 @@ def test_up_reports_every_part_ready(cs: Clusterset) -> None:
         assert c["joined"] is True and 0 <= c["heartbeatAge"] <= 30 and c["problems"] == []
         assert c["restarts"] == 0
     assert doc["broker"]["reachable"] is True and doc["problems"] == []
-    assert doc["broker"]["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "mcsvc-broker", "pools", "ui")}
-    assert doc["ui"]["ready"] is True and doc["ui"]["url"].startswith("http://127.0.0.1:")
+    # The web view starts on first use: on standby until then (ready: the first request starts it).
+    assert doc["broker"]["parts"] == {**{k: "ready" for k in ("apiserver", "kube-lite", "mcsvc-broker", "pools")},
+                                      "ui": "standby"}
+    assert doc["ui"]["ready"] is True and doc["ui"]["standby"] is True
+    assert doc["ui"]["url"].startswith("http://127.0.0.1:")
+    assert "(starts on first use)" in cs.isthmus("status", "--state-dir", str(cs.root)).stdout
+    with urllib.request.urlopen(doc["ui"]["url"], timeout=30) as page:  # the first request starts it
+        assert page.status == 200 and b"<html" in page.read().lower()
+    after = cs.status()
+    assert after["broker"]["parts"]["ui"] == "ready" and after["ui"]["standby"] is False, after["ui"]
+    assert after["broker"]["processes"]["ui"]["pid"]
     assert (doc["broker"]["podCIDR"], doc["broker"]["poolPublicAddress"]) == ("127.100.0.0/16", "127.30.0.1")
     table = cs.isthmus("status", "--state-dir", str(cs.root)).stdout
     assert "ready" in table and "127.102.0.0/16" in table and "JOINED / HEARTBEAT" in table

@@ -374,3 +374,39 @@ def _fork_memory(blocks: str, chunks: str) -> tuple[int, int, int]:
                          check=True, timeout=60).stdout.split()
     before, after, child_kb = map(int, out)
     return before, after, child_kb
+
+
+async def test_a_child_handed_a_listening_socket_serves_on_it(zygote: Zygote, tmp_path: Path) -> None:
+    """Socket activation: `isthmus ui` forked with the caller's listening socket serves there
+    (the local clusterset starts its web view on the first connection this way)."""
+    import socket
+
+    import aiohttp
+
+    from tests.conftest import RunningApiServer
+
+    run = RunningApiServer(tmp_path / "apiserver")
+    await run.start()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    try:
+        with pytest.raises(ValueError, match="not both"):
+            await zygote.spawn([*ISTHMUS, "ui"], env=env_of(tmp_path), pipe_stdout=True, client=True,
+                               listen_fd=listener.fileno())
+        proc = await zygote.spawn([*ISTHMUS, "ui", "--kubeconfig", run.kubeconfig, "--listen", "127.0.0.1:1"],
+                                  env=env_of(tmp_path), pipe_stdout=True, listen_fd=listener.fileno())
+        listener.close()  # the child holds its own copy
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.get(f"http://127.0.0.1:{port}/readyz", timeout=aiohttp.ClientTimeout(total=30)) as r:
+                    assert r.status == 200
+                async with s.get(f"http://127.0.0.1:{port}/") as r:
+                    assert r.status == 200 and "<html" in (await r.text()).lower()
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) in (0, -signal.SIGTERM)
+        assert proc.stdout is not None
+        assert f"isthmus ui: http://127.0.0.1:{port}/" in (await proc.stdout.read()).decode()
+    finally:
+        listener.close()
+        await run.close()

@@ -171,3 +171,64 @@ async def test_a_pid_that_is_not_ours_is_never_adopted(tmp_path: Path) -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+SERVE_ONCE = """
+import os, socket, sys
+listener = socket.socket(fileno=int(os.environ["ISTHMUS_LISTEN_FD"]))
+conn, _ = listener.accept()
+conn.sendall(f"hello from {os.getpid()}".encode())
+conn.close()
+"""
+
+
+def _ask(port: int) -> str:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.settimeout(10)
+        return s.recv(100).decode()
+
+
+async def test_a_part_started_on_first_use_waits_for_a_connection_and_serves_it(tmp_path: Path) -> None:
+    from tests.ports import free_port
+
+    port = free_port()
+    sup = Supervisor(tmp_path, lambda name, st: None)
+    spec = PartSpec("web", [sys.executable, "-c", SERVE_ONCE, str(tmp_path)], tmp_path / "logs" / "web.log",
+                    f"http://127.0.0.1:{port}/readyz", 0, listen=("127.0.0.1", port))
+    sup.start(spec)
+    try:
+        await _until(lambda: sup.states["web"].standby)
+        assert sup.states["web"].pid is None
+        await asyncio.sleep(0.3)
+        assert sup.states["web"].pid is None  # nobody asked yet: no process
+        assert await sup.wait_ready(["web"], within=1.0) == []  # on standby counts as ready, unprobed
+        first = await asyncio.to_thread(_ask, port)  # the connection that starts it is the one it serves
+        assert first.startswith("hello from ")
+        await _until(lambda: sup.states["web"].last_exit == 0 and sup.states["web"].standby)
+        second = await asyncio.to_thread(_ask, port)  # it exited: the next connection starts it again
+        assert second.startswith("hello from ") and second != first
+    finally:
+        await sup.stop()
+    import socket
+
+    with pytest.raises(ConnectionRefusedError):  # stopped: the supervisor no longer listens either
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+async def test_a_part_whose_address_is_taken_is_retried_and_says_why(tmp_path: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        sup = Supervisor(tmp_path, lambda name, st: None)
+        sup.start(PartSpec("web", [sys.executable, "-c", SERVE_ONCE, str(tmp_path)], tmp_path / "logs" / "web.log",
+                           f"http://127.0.0.1:{port}/readyz", 0, listen=("127.0.0.1", port)))
+        try:
+            await _until(lambda: sup.states["web"].restarts >= 1)
+            st = sup.states["web"]
+            assert not st.standby and st.pid is None
+            assert st.last_error is not None and f"cannot listen on 127.0.0.1:{port}" in st.last_error
+        finally:
+            await sup.stop()

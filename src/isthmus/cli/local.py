@@ -43,6 +43,7 @@ from isthmus.local.up import (
     HEALTH_FAILED,
     HEALTH_READY,
     HEALTH_RESTARTING,
+    HEALTH_STANDBY,
     HEALTH_STARTING,
     PHASE_UNSUPERVISED,
     RETRY_SIGNAL,
@@ -61,7 +62,7 @@ DOWN_TIMEOUT = 20.0
 
 
 _ICON = {HEALTH_READY: ("✔", "green"), HEALTH_STARTING: ("…", "yellow"), HEALTH_RESTARTING: ("↻", "yellow"),
-         HEALTH_FAILED: ("✘", "red"), "down": ("✘", "red")}
+         HEALTH_FAILED: ("✘", "red"), "down": ("✘", "red"), HEALTH_STANDBY: ("◌", "green")}
 
 
 def _console() -> Console:
@@ -257,6 +258,9 @@ def _progress(doc: dict[str, Any] | None, elapsed: float) -> Group:
         said = Text(row.proc.get("lastError") or "", style="red" if row.health == HEALTH_FAILED else "dim")
         if row.health == HEALTH_READY:
             grid.add_row(Text("✔", style="green"), Text(row.name, style="green"), Text(row.addr, style="dim"), "")
+        elif row.health == HEALTH_STANDBY:
+            grid.add_row(Text("◌", style="green"), Text(f"{row.name} (starts on first use)", style="green"),
+                         Text(row.addr, style="dim"), "")
         elif row.health == HEALTH_FAILED:
             grid.add_row(Text("✘", style="red"), Text(f"{row.name} (not restarted)", style="red"),
                          Text(row.addr, style="dim"), said)
@@ -340,7 +344,7 @@ def _explain_not_ready(console: Console, layout: Layout, doc: dict[str, Any] | N
     console.print("[red]error:[/red] the clusterset is not ready:")
     for problem in doc["problems"]:
         console.print(f"  {problem}", highlight=False, markup=False, soft_wrap=True)
-    late = [r for r in _part_rows(doc) if r.health != HEALTH_READY]
+    late = [r for r in _part_rows(doc) if r.health not in (HEALTH_READY, HEALTH_STANDBY)]
     late.sort(key=lambda r: r.health not in (HEALTH_FAILED, HEALTH_RESTARTING))
     for row in late[:3]:
         if "deployment" in row.proc:  # a pod: its log is the pod's (`kubectl logs`)
@@ -429,8 +433,8 @@ def _print_table(console: Console, doc: dict[str, Any], output: str = TABLE) -> 
                   f"{', '.join(c['context'] for c in doc['clusters'])})", highlight=False, soft_wrap=True)
     ui = doc.get("ui") or {}
     if ui.get("url"):
-        console.print(f"Web view: {ui['url']}" + ("" if ui.get("ready") else " (not ready)"), highlight=False,
-                      soft_wrap=True)
+        note = " (starts on first use)" if ui.get("standby") else "" if ui.get("ready") else " (not ready)"
+        console.print(f"Web view: {ui['url']}{note}", highlight=False, soft_wrap=True)
 
 
 @command("status")

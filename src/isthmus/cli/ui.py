@@ -58,22 +58,32 @@ def ui(
 ) -> None:
     """Serve a live, read-only web view of the clusterset: clusters and their health, services with
     their exporters, importers and conflicts, MultiClusterServices, pools and egress, updated from
-    watches. Reads every cluster with the kubeconfig's credentials (list, watch and get only)."""
+    watches. Reads every cluster with the kubeconfig's credentials (list, watch and get only).
+
+    Handed a listening socket (socket activation: ``ISTHMUS_LISTEN_FD``, as the local clusterset
+    starts it on first use), it serves there instead of binding --listen."""
     import asyncio
     import logging
+    import os
+    import socket
 
+    from isthmus.local.zygote import LISTEN_ENV
     from isthmus.runtime import parse_addr
     from isthmus.ui.server import UiServer
     from isthmus.ui.watch import discover
 
     host, port = parse_addr(listen)
+    inherited = os.environ.pop(LISTEN_ENV, None)
+    sock = socket.socket(fileno=int(inherited)) if inherited else None
+    if sock is not None:
+        host, port = sock.getsockname()[:2]
     sources = asyncio.run(discover(kubeconfig, context, broker_kubeconfig, broker_context))
 
     async def build() -> UiServer:
         # The view says once per cluster when it cannot be reached; each informer would say it per
         # kind and per retry.
         logging.getLogger("isthmus.runtime.informer").setLevel(logging.ERROR)
-        return _Announced(sources, host, port)
+        return _Announced(sources, host, port, sock=sock)
 
     class _Announced(UiServer):
         async def start(self) -> None:

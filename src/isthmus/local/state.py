@@ -159,6 +159,8 @@ class PartState:
     """The last line a run that ended printed (its `error: ...` line when it had one)."""
     failed: bool = False
     """The supervisor gave up on it: it kept refusing to start (see supervisor.GIVE_UP_AFTER)."""
+    standby: bool = False
+    """Started on first use (`PartSpec.listen`): the supervisor listens for it, no process runs."""
 
 
 @dataclass
@@ -193,7 +195,7 @@ class State:
             "error": d["error"],
             "parts": {
                 k: {"pid": v["pid"], "restarts": v["restarts"], "lastExit": v["last_exit"], "startedAt": v["started_at"],
-                    "lastError": v["last_error"], "failed": v["failed"]}
+                    "lastError": v["last_error"], "failed": v["failed"], "standby": v["standby"]}
                 for k, v in d["parts"].items()
             },
             "updatedAt": d["updated_at"],
@@ -218,7 +220,7 @@ class State:
             parts[str(name)] = PartState(
                 pid=p.pid("pid"), restarts=p.int_("restarts", low=0, default=0), last_exit=p.opt_int("lastExit"),
                 started_at=p.opt_num("startedAt"), last_error=p.opt_str("lastError"),
-                failed=p.bool_("failed", default=False),
+                failed=p.bool_("failed", default=False), standby=p.bool_("standby", default=False),
             )
         s = _Reader(setup, "setup")
         return cls(

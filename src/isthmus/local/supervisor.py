@@ -22,17 +22,18 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import aiohttp
 
 from isthmus.local.kubelite.processes import POD_PRELOAD
 from isthmus.local.state import PartState, open_private
-from isthmus.local.zygote import Zygote, ZygoteProcess, forkable
+from isthmus.local.zygote import LISTEN_ENV, Zygote, ZygoteProcess, forkable
 from isthmus.local.zygote import enabled as zygote_enabled
 
 log = logging.getLogger("isthmus.local")
@@ -170,6 +171,15 @@ class PartSpec:
     tier: int
     zygote_client: bool = False
     """Give it a connection to the zygote that forks it (kube-lite forks its pods there)."""
+    listen: tuple[str, int] | None = None
+    """Socket activation: the supervisor listens on this address itself and starts the part when the
+    first connection arrives, handing it the listening socket (``ISTHMUS_LISTEN_FD``). Until then
+    the part is on standby and costs no process; after it exits, the next connection starts it."""
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _stamp() -> str:
@@ -315,6 +325,7 @@ class Supervisor:
         self.states: dict[str, PartState] = {}
         self.quick_exits: dict[str, int] = {}
         self._procs: dict[str, _Child | _Adopted] = {}
+        self._listeners: dict[str, socket.socket] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
         self._zygote: Zygote | None = zygote
@@ -368,18 +379,49 @@ class Supervisor:
         return await run_command(argv, log_path, within, env=self.env, zygote=self._zygote)
 
     async def _spawn(self, spec: PartSpec) -> tuple[_Child, int]:
+        listener = self._listeners.get(spec.name)
+        listen_fd = listener.fileno() if listener is not None else None
         with _open_log(spec.log, f"starting {spec.name}") as out:
             offset = out.tell()
             proc: asyncio.subprocess.Process | ZygoteProcess
             if self._zygote is not None and forkable(spec.argv):
                 proc = await self._zygote.spawn(spec.argv, env=self.env or dict(os.environ), stdout=out.fileno(),
-                                                client=spec.zygote_client)
+                                                client=spec.zygote_client, listen_fd=listen_fd)
             else:
+                env = dict(self.env or os.environ)
+                if listen_fd is not None:
+                    env[LISTEN_ENV] = str(listen_fd)
                 proc = await asyncio.create_subprocess_exec(
                     *spec.argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True, env=self.env,
+                    start_new_session=True, env=env, pass_fds=() if listen_fd is None else (listen_fd,),
                 )
         return _Child(proc, self.root), offset
+
+    async def _first_connection(self, spec: PartSpec, state: PartState) -> bool:
+        """Socket activation: listen on `spec.listen` (on standby meanwhile) until a connection
+        waits; False when stopping first. Connections queue in the backlog until the part accepts them."""
+        assert spec.listen is not None
+        listener = self._listeners.get(spec.name)
+        if listener is None:
+            listener = socket.create_server(spec.listen, backlog=128)
+            listener.setblocking(False)
+            self._listeners[spec.name] = listener
+        state.standby = True
+        self.on_change(spec.name, state)
+        loop = asyncio.get_running_loop()
+        waiting: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(listener.fileno(), _settle, waiting)
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait([waiting, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            loop.remove_reader(listener.fileno())
+            stop.cancel()
+            waiting.cancel()
+        state.standby = False
+        if not self.stopping:
+            log.info("%s: first connection on %s:%d: starting it", spec.name, *spec.listen)
+        return not self.stopping
 
     async def _keep_running(self, spec: PartSpec, adopt: int | None) -> None:
         backoff = BACKOFF_START
@@ -395,7 +437,14 @@ class Supervisor:
                     offset = _size(spec.log)
                     _note(spec.log, f"{spec.name} (pid {handle.pid}) adopted by a new supervisor")
                     log.info("%s adopted (pid %d)", spec.name, handle.pid)
-            if handle is None:
+            if handle is None and spec.listen is not None:
+                try:
+                    if not await self._first_connection(spec, state):
+                        return
+                except OSError as e:  # the address is taken: retried as a failed start is
+                    log.error("%s: cannot listen on %s:%d: %s", spec.name, *spec.listen, e)
+                    state.standby, state.last_error = False, f"cannot listen on {spec.listen[0]}:{spec.listen[1]}: {e}"
+            if handle is None and (spec.listen is None or spec.name in self._listeners):
                 try:
                     handle, offset = await self._spawn(spec)
                 except OSError as e:
@@ -445,10 +494,15 @@ class Supervisor:
                     await self._stopping.wait()
             backoff = min(backoff * 2, BACKOFF_MAX)
 
+    def _on_standby(self, name: str) -> bool:
+        """Listening for its first connection: ready as it is (probing it would start it)."""
+        st = self.states.get(name)
+        return st is not None and st.standby
+
     async def wait_ready(self, names: Iterable[str], within: float, fail_fast: bool = False) -> list[str]:
         """Poll /readyz of `names` until all answer 200 or `within` seconds (with `fail_fast`, until
         one is in `trouble`); returns the ones not ready."""
-        pending = {n: self.specs[n].ready_url for n in names}
+        pending = {n: self.specs[n].ready_url for n in names if not self._on_standby(n)}
         deadline = time.monotonic() + within
         async with aiohttp.ClientSession(trust_env=False) as session:
             while pending and not self.stopping and time.monotonic() < deadline:
@@ -482,6 +536,9 @@ class Supervisor:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for listener in self._listeners.values():
+            listener.close()
+        self._listeners.clear()
         if self._zygote is not None:
             await self._zygote.close()
 

@@ -240,7 +240,10 @@ def ui_url(state: State) -> str | None:
 def part_spec(layout: Layout, state: State, part: PartId) -> PartSpec:
     tier = 0 if part.cluster == BROKER and part.kind == APISERVER else 1 if part.kind == APISERVER else 2
     return PartSpec(part.name, part_argv(layout, state, part), layout.log(part.name), ready_url(state, part), tier,
-                    zygote_client=part.kind == KUBE_LITE)
+                    zygote_client=part.kind == KUBE_LITE,
+                    # The web view starts on first use: it watches every cluster, and most of the time
+                    # nobody looks (about 25 MB saved while idle).
+                    listen=(HOST, state.ports[part.name]) if part.kind == plan.UI else None)
 
 
 def deploy_broker_argv(layout: Layout, state: State) -> list[str]:
@@ -700,6 +703,8 @@ HEALTH_STARTING = "starting"
 HEALTH_RESTARTING = "restarting"
 HEALTH_FAILED = "failed"
 HEALTH_DOWN = "down"
+HEALTH_STANDBY = "standby"
+"""Started on first use (the web view): the supervisor listens for it and no process runs yet."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -808,6 +813,8 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             return HEALTH_READY
         if st.failed:
             return HEALTH_FAILED
+        if st.standby and sup_pid:
+            return HEALTH_STANDBY
         if alive[p.name]:
             return HEALTH_STARTING
         if sup_pid:
@@ -822,7 +829,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
 
     def part_problem(p: PartId) -> str | None:
         h = health(p)
-        if h == HEALTH_READY:
+        if h in (HEALTH_READY, HEALTH_STANDBY):
             return None
         st = state.parts.get(p.name, PartState())
         said = f": {st.last_error}" if st.last_error and h in (HEALTH_FAILED, HEALTH_RESTARTING) else ""
@@ -836,6 +843,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
         problems.append(f"phase is {sup_phase}, not {PHASE_RUNNING}")
     broker_plan = plan.broker_plan()
     broker_pods = pod_parts[BROKER]
+    ui_standby = ui_part.name in ready and health(ui_part) == HEALTH_STANDBY
     broker_parts = [PartId(BROKER, kind) for kind in plan.BROKER_SUPERVISED_KINDS
                     if PartId(BROKER, kind).name in ready]
     problems += [pp for p in broker_parts if (pp := part_problem(p)) is not None]
@@ -941,7 +949,8 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
                           else pod_detail(broker_plan, kind, broker_pods[kind]) for kind in plan.BROKER_PART_KINDS
                           if kind not in plan.BROKER_SUPERVISED_KINDS or PartId(BROKER, kind).name in ready},
         },
-        "ui": {"url": ui_url(state), "ready": ready.get(ui_part.name, False)},
+        # Standby is ready: the first request starts it (and waits for it).
+        "ui": {"url": ui_url(state), "ready": ready.get(ui_part.name, False) or ui_standby, "standby": ui_standby},
         "clusters": clusters,
     }
 

@@ -22,7 +22,9 @@ sends a JSON request with the descriptors for fds 0-2 attached (``SCM_RIGHTS``);
 ``{"exit": pid, "code"}`` when it ends (``code`` as asyncio reports it: negative for a signal).
 A child can be given a connection of its own (``client``: fd 3 and ``ISTHMUS_ZYGOTE_FD``): the
 supervisor gives one to each kube-lite, which forks its pods there, so every process of a local
-clusterset shares one zygote's pages. A caller that goes away (EOF) takes its ``pdeathsig``
+clusterset shares one zygote's pages. A child can instead be handed a listening socket (``listen_fd``:
+fd 3 and ``ISTHMUS_LISTEN_FD``): the supervisor starts the web view that way on its first
+connection (socket activation). A caller that goes away (EOF) takes its ``pdeathsig``
 children (kube-lite's pods) along with SIGTERM, as their parent's death would; the others (the
 supervisor's parts, which outlive a crashed supervisor) keep running, and the zygote serves until
 its last caller is gone. Should the zygote itself die, its ``pdeathsig`` children die with it
@@ -59,6 +61,9 @@ ENV = "ISTHMUS_ZYGOTE"
 CLIENT_ENV = "ISTHMUS_ZYGOTE_FD"
 """Set in a child given a connection of its own to the zygote (`Zygote.spawn(client=True)`)."""
 CLIENT_FD = 3
+LISTEN_ENV = "ISTHMUS_LISTEN_FD"
+"""Set in a child given a listening socket (`Zygote.spawn(listen_fd=...)`, socket activation): its fd."""
+LISTEN_FD = 3
 WARM_ENV = "ISTHMUS_ZYGOTE_WARM"
 """``0`` turns `_warm` off (to measure what it saves)."""
 MAX_MESSAGE = 1 << 20
@@ -327,12 +332,15 @@ class Zygote:
 
     async def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
                     stdout: int | None = None, pipe_stdout: bool = False, pdeathsig: bool = False,
-                    client: bool = False) -> ZygoteProcess:
+                    client: bool = False, listen_fd: int | None = None) -> ZygoteProcess:
         """Fork a child running `argv` (see `forkable`): stdin /dev/null, stdout and stderr to the
         `stdout` fd, or to a pipe read through the returned process's ``stdout`` (`pipe_stdout`).
-        `client`: the child gets a connection of its own to this zygote (`attach_inherited`)."""
+        `client`: the child gets a connection of its own to this zygote (`attach_inherited`).
+        `listen_fd`: a listening socket the child serves on (fd 3, named by ``ISTHMUS_LISTEN_FD``)."""
         if not forkable(argv):
             raise ValueError(f"not an isthmus command of this interpreter: {argv[:3]}")
+        if client and listen_fd is not None:
+            raise ValueError("a child gets a zygote connection or a listening socket as fd 3, not both")
         read_end = write_end = -1
         if pipe_stdout:
             read_end, write_end = os.pipe()
@@ -352,7 +360,8 @@ class Zygote:
                 request = {"seq": seq, "argv": list(argv), "env": dict(env), "cwd": cwd, "pdeathsig": pdeathsig,
                            "client": client}
                 try:
-                    socket.send_fds(self._sock, [json.dumps(request).encode()], [out_fd])
+                    fds = [out_fd] if listen_fd is None else [out_fd, listen_fd]
+                    socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
                 except OSError:
                     self._replies.pop(seq, None)
                     await self._discard()
@@ -603,13 +612,15 @@ def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
         sock.send(json.dumps(msg).encode())
 
 
-def _fork_child(request: dict[str, Any], out_fd: int) -> int:
+def _fork_child(request: dict[str, Any], out_fd: int, listen_fd: int | None = None) -> int:
     """Fork the requested process (`_child`); returns its pid once it has settled who it is."""
     started_r, started_w = os.pipe()
     me = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         os.close(started_r)
+        if listen_fd is not None:
+            request["listen_fd"] = listen_fd
         _child(request, out_fd, me, started_w)
     os.close(started_w)
     with contextlib.suppress(OSError):
@@ -643,6 +654,10 @@ def _child(request: dict[str, Any], out_fd: int, zygote_pid: int, started: int) 
             os.dup2(int(request["client_fd"]), CLIENT_FD, inheritable=False)
             env[CLIENT_ENV] = str(CLIENT_FD)
             first_closed = CLIENT_FD + 1
+        elif request.get("listen_fd") is not None:  # a listening socket to serve on, as fd 3
+            os.dup2(int(request["listen_fd"]), LISTEN_FD, inheritable=False)
+            env[LISTEN_ENV] = str(LISTEN_FD)
+            first_closed = LISTEN_FD + 1
         os.closerange(first_closed, 65536)
         os.environ.clear()
         os.environ.update(env)
@@ -892,7 +907,7 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> None:
                     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                     request["client_fd"] = theirs.fileno()
                 _fill_free_blocks(rounds=1, unused_pools=False)  # what serving requests freed since
-                pid = _fork_child(request, fds[0])
+                pid = _fork_child(request, fds[0], fds[1] if len(fds) > 1 else None)
             except OSError as e:
                 if ours is not None:
                     ours.close()

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,13 +50,15 @@ MAX_EVENTS = 50
 
 
 class UiServer:
-    """Watches `sources`, keeps the view, serves it on `host:port` (port 0: any free port)."""
+    """Watches `sources`, keeps the view, serves it on `host:port` (port 0: any free port), or on
+    the listening socket `sock` it was handed (socket activation: `host`, `port` then name it)."""
 
     def __init__(self, sources: list[Source], host: str = "127.0.0.1", port: int = 0,
-                 clients: dict[str, Any] | None = None) -> None:
+                 clients: dict[str, Any] | None = None, sock: socket.socket | None = None) -> None:
         self.sources = sources
         self.host = host
         self.port = port
+        self.sock = sock
         self.store = Store()
         self.view: dict[str, dict[str, Any]] = build_view(self.store)
         self.watches = [ClusterWatch(s, self.store, self._changed, (clients or {}).get(s.name)) for s in sources]
@@ -89,7 +92,8 @@ class UiServer:
         app.router.add_static("/static/", STATIC, follow_symlinks=False)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site: web.BaseSite = (web.TCPSite(self._runner, self.host, self.port) if self.sock is None
+                              else web.SockSite(self._runner, self.sock))
         try:
             await site.start()
         except OSError:
