@@ -21,12 +21,14 @@ def test_state_round_trips_through_json(tmp_path: Path) -> None:
     assert load_state(layout) is None
     state = State(clusters=2, enable_clusterset_ip=True, ports={"broker-apiserver": 1234},
                   broker_server="https://127.0.0.1:1234", joined={"c1": "127.240.0.0/16"}, setup_vip=True,
-                  supervisor_pid=42, parts={"c1-agent": PartState(pid=7, restarts=2, last_exit=-9, started_at=1.5)})
+                  supervisor_pid=42, parts={"c1-agent": PartState(pid=7, restarts=2, last_exit=-9, started_at=1.5),
+                                            "broker-ui": PartState(restarts=1, standby=True)})
     save_state(layout, state)
     on_disk = json.loads(layout.state_file.read_text())
     assert on_disk["setup"]["joined"] == {"c1": "127.240.0.0/16"}
     assert on_disk["parts"]["c1-agent"] == {"pid": 7, "restarts": 2, "lastExit": -9, "startedAt": 1.5,
-                                            "lastError": None, "failed": False}
+                                            "lastError": None, "failed": False, "standby": False}
+    assert on_disk["parts"]["broker-ui"]["standby"] is True  # the web view waiting for its first use
     again = load_state(layout)
     assert again is not None
     assert again.to_json() == state.to_json()
