@@ -99,3 +99,31 @@ async def test_a_token_is_renewed_at_80_percent_of_its_life_and_failures_are_ret
 def test_the_refresh_rule_is_the_kubelets() -> None:
     assert Lifetime(1000.0, 1000.0 + 3600).refresh_at == pytest.approx(1000.0 + 0.8 * 3600)
     assert Lifetime(0.0, 365 * 86400.0).refresh_at == 24 * 3600.0  # an extended token: renewed daily
+
+
+async def test_a_refused_token_is_renewed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    issued: list[str] = []
+    renewed = asyncio.Event()
+
+    async def fake_request(issuer: Any, namespace: str, name: str, **_: Any) -> tuple[str, Lifetime]:
+        issued.append(f"t{len(issued) + 1}")
+        if len(issued) == 2:
+            renewed.set()
+        now = time.time()
+        return issued[-1], Lifetime(now, now + 3600)  # not due for 48 minutes
+
+    monkeypatch.setattr(tokens, "request_token", fake_request)
+    auth = ServiceAccountToken(None, "isthmus-system", "isthmus-lb")  # type: ignore[arg-type]
+    await auth.fetch()
+    renewing = asyncio.ensure_future(auth.keep_fresh())
+    try:
+        await asyncio.sleep(0.05)
+        assert issued == ["t1"]  # nothing due yet
+        assert auth.bearer_header(force=True) == "Bearer t1"  # the transport's word for a 401
+        await asyncio.wait_for(renewed.wait(), 2)
+        await asyncio.sleep(0)
+        assert auth.bearer_header() == "Bearer t2"
+    finally:
+        renewing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await renewing

@@ -36,6 +36,12 @@ IdentityOpt = Annotated[
 ]
 
 
+ForwarderImageOpt = Annotated[
+    str | None, typer.Option("--forwarder-image", metavar="IMAGE", help="Image of the forwarder pods (default: this "
+                             "version's Isthmus image).", show_default=False)
+]
+
+
 def _releaser(elector: Any) -> Callable[[], Awaitable[None]]:
     """On stop: give the Lease back at once, so a standby takes over without waiting for it to expire."""
 
@@ -59,8 +65,7 @@ def egress_operator(
     kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     identity: IdentityOpt = None,
-    image: Annotated[str | None, typer.Option("--forwarder-image", metavar="IMAGE", help="Image of the forwarder pods (default: "
-                                              "this version's Isthmus image).", show_default=False)] = None,
+    image: ForwarderImageOpt = None,
     workers: Annotated[int, typer.Option(min=1, help="Concurrent reconciles.")] = 4,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",

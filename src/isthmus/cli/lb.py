@@ -26,13 +26,18 @@ from isthmus.cli.show import ShowRequest, age, register_show
 
 RELEASE_TIMEOUT = 3.0
 
+CLUSTER_NAME = typer.Option("--cluster-name", help="This cluster's name: the first part of every pool, frontend "
+                            "and backend name it makes (slashes become dots).")
+ClusterNameOpt = Annotated[str, CLUSTER_NAME]
+GraceOpt = Annotated[
+    float, typer.Option("--unprovisioned-grace", min=1.0,
+                        help="Seconds a pool may go without a serving instance before its owners get a Warning.")
+]
+
 
 @command("lb")
 def lb(
-    cluster_name: Annotated[
-        str, typer.Option("--cluster-name", help="This cluster's name: the first part of every pool, frontend and "
-                          "backend name it makes (slashes become dots).")
-    ],
+    cluster_name: ClusterNameOpt,
     kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     identity: Annotated[
@@ -40,10 +45,7 @@ def lb(
         typer.Option("--identity", help="Holder identity in the translator's leader-election Lease (default: "
                      "$POD_NAME, else the host name).", show_default=False),
     ] = None,
-    grace: Annotated[
-        float, typer.Option("--unprovisioned-grace", min=1.0,
-                            help="Seconds a pool may go without a serving instance before its owners get a Warning.")
-    ] = 20.0,
+    grace: GraceOpt = 20.0,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",

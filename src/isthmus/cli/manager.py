@@ -32,7 +32,10 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
+from isthmus.cli.egress import ForwarderImageOpt
+from isthmus.cli.lb import CLUSTER_NAME, GraceOpt
 from isthmus.kube.helpers import describe_error
+from isthmus.kube.tokens import ServiceAccountToken
 
 log = logging.getLogger(__name__)
 
@@ -77,21 +80,11 @@ def controller_manager(
                                  help="Namespace of those ServiceAccounts (default: $POD_NAMESPACE, else "
                                  "isthmus-system).", show_default=False)
     ] = None,
-    cluster_name: Annotated[
-        str | None, typer.Option("--cluster-name", help="lb: this cluster's name, the first part of every pool, "
-                                 "frontend and backend name it makes.", show_default=False)
-    ] = None,
-    grace: Annotated[
-        float, typer.Option("--unprovisioned-grace", min=1.0,
-                            help="lb: seconds a pool may go without a serving instance before its owners get a "
-                            "Warning.")
-    ] = 20.0,
+    cluster_name: Annotated[str | None, CLUSTER_NAME] = None,
+    grace: GraceOpt = 20.0,
     cluster_id: OptionalClusterIdOpt = None,
     mcsvc_workers: Annotated[int, typer.Option("--mcsvc-workers", min=1, help="mcsvc: concurrent reconciles.")] = 8,
-    forwarder_image: Annotated[
-        str | None, typer.Option("--forwarder-image", metavar="IMAGE", help="egress-operator: image of the "
-                                 "forwarder pods (default: this version's Isthmus image).", show_default=False)
-    ] = None,
+    forwarder_image: ForwarderImageOpt = None,
     egress_workers: Annotated[
         int, typer.Option("--egress-operator-workers", min=1, help="egress-operator: concurrent reconciles.")
     ] = 4,
@@ -107,7 +100,8 @@ def controller_manager(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run the member's leader-elected controllers (lb, mcsvc, egress-operator) in one process."""
-    # Here, not at the top: cli/main.py's table has each command registered by one module.
+    # Here, not at the top: cli/main.py's table has each command registered by one module, and
+    # "manager" is imported before "mcsvc" (it is after "egress" and "lb").
     from isthmus.cli.egress import egress_operator_part
     from isthmus.cli.lb import lb_part
     from isthmus.cli.mcsvc import mcsvc_part
@@ -132,8 +126,6 @@ def controller_manager(
         if not use_service_account_credentials:
             shared = client_for(config)
             return Together([part(name, shared) for name in wanted])
-        from isthmus.kube.tokens import ServiceAccountToken
-
         issuer = client_for(config)
         tokens = [ServiceAccountToken(issuer, namespace, ACCOUNTS[name]) for name in wanted]
         await _first_tokens(tokens)
@@ -145,7 +137,7 @@ def controller_manager(
                   metrics_addr=metrics_addr)
 
 
-async def _first_tokens(tokens: list[Any]) -> None:
+async def _first_tokens(tokens: list[ServiceAccountToken]) -> None:
     """Every controller's first token, retried (doubling up to 30 s) while the manager may not ask for
     one yet: alive and not ready meanwhile, with the reason in the log once per account."""
     pause = RETRY_SECONDS[0]

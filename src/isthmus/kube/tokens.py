@@ -9,6 +9,7 @@ its account's token, so RBAC, audit and the webhooks see the same identity as wh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -63,8 +64,9 @@ async def request_token(issuer: AsyncClient, namespace: str, name: str, *,
 
 class ServiceAccountToken(httpx2.Auth):
     """Bearer auth as one ServiceAccount: `fetch` once, then `keep_fresh` renews the token before
-    80 % of its lifetime has passed. The token lives in memory only. `bearer_header` is what
-    kube/transport.py's fast path calls, as for kube/client.py's TokenFileAuth."""
+    80 % of its lifetime has passed, or at once after the apiserver refused it (a 401: the account
+    was recreated, or the token expired while renewals failed). The token lives in memory only.
+    `bearer_header` is what kube/transport.py's fast path calls, as for kube/client.py's TokenFileAuth."""
 
     def __init__(self, issuer: AsyncClient, namespace: str, name: str) -> None:
         self.issuer = issuer
@@ -72,6 +74,7 @@ class ServiceAccountToken(httpx2.Auth):
         self.name = name
         self.lifetime: Lifetime | None = None
         self._header = ""
+        self._refused = asyncio.Event()
 
     @property
     def username(self) -> str:
@@ -89,7 +92,10 @@ class ServiceAccountToken(httpx2.Auth):
         pause = RETRY_SECONDS[0]
         while True:
             due = self.lifetime.refresh_at if self.lifetime is not None else 0.0
-            await asyncio.sleep(max(0.0, due - time.time()))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, due - time.time())):
+                    await self._refused.wait()
+            self._refused.clear()
             try:
                 await self.fetch()
                 pause = RETRY_SECONDS[0]
@@ -101,10 +107,15 @@ class ServiceAccountToken(httpx2.Auth):
                 pause = min(pause * 2, RETRY_SECONDS[1])
 
     def bearer_header(self, force: bool = False) -> str:
+        """The Authorization header; `force` says the apiserver refused the last one (renewed soon)."""
+        if force:
+            self._refused.set()
         if not self._header:
             raise RuntimeError(f"no token for {self.username} yet (fetch first)")
         return self._header
 
     def auth_flow(self, request: httpx2.Request) -> Any:
         request.headers["Authorization"] = self.bearer_header()
-        yield request
+        response = yield request
+        if response.status_code == 401:
+            self._refused.set()
