@@ -202,3 +202,29 @@ async def test_bad_flags_exit_2_with_the_reason(tmp_path: Path) -> None:
             stderr=asyncio.subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
         out, _ = await proc.communicate()
         assert proc.returncode == 2 and message in out.decode(), (args, out)
+
+
+async def test_up_removes_the_deployments_the_controller_manager_replaced(installed: RunningApiServer) -> None:
+    """A state dir made by an older version holds isthmus-lb, isthmus-mcsvc and isthmus-egress-operator
+    Deployments; `up` applies this version's manifests (which only add) and then deletes those."""
+    from lightkube.resources.apps_v1 import Deployment
+
+    from isthmus.local import components, plan
+
+    config = load_config(installed.kubeconfig)
+    admin = client_for(config)
+    try:
+        template = {"metadata": {"labels": {"app": "old"}},
+                    "spec": {"containers": [{"name": "c", "image": "isthmus"}]}}
+        for name in ("isthmus-lb", "isthmus-egress-operator"):
+            await admin.create(Deployment.from_dict({
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"selector": {"matchLabels": {"app": "old"}}, "template": template}}))
+        assert await components.remove_superseded(Path(installed.kubeconfig)) == ["isthmus-lb",
+                                                                                  "isthmus-egress-operator"]
+        names = {d.metadata.name async for d in admin.list(Deployment, namespace=NS)}
+        assert not names & set(plan.SUPERSEDED_DEPLOYMENTS)
+        assert plan.DEPLOYMENTS[plan.CONTROLLER_MANAGER] in names  # this version's own stay
+        assert await components.remove_superseded(Path(installed.kubeconfig)) == []  # nothing left: no-op
+    finally:
+        await admin.close()
