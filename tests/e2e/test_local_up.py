@@ -212,8 +212,8 @@ def test_up_reports_every_part_ready(cs: Clusterset) -> None:
     assert [c["name"] for c in doc["clusters"]] == ["c1", "c2", "c3"]
     for i, c in enumerate(doc["clusters"], start=1):
         assert c["ready"] is True
-        assert c["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "agent", "dns", "proxy",
-                                                   "controller-manager", "pools", "webhook", "egress-gateway")}
+        assert c["parts"] == {k: "ready" for k in ("apiserver", "kube-lite", "agent", "dns", "controller-manager",
+                                                   "pools", "webhook", "egress-gateway")}
         assert c["podCIDR"] == f"127.{100 + i}.0.0/16" and c["serviceCIDR"] == f"127.{200 + i}.0.0/16"
         assert c["egressSourceIPs"] == f"127.32.{i}.1-127.32.{i}.254"
         assert c["clustersetIPCIDR"] == f"127.{239 + i}.0.0/16"

@@ -167,3 +167,78 @@ async def test_kube_lite_forks_its_pods_from_the_zygote_that_forked_it(apiserver
         if lite.returncode is None:
             lite.kill()
         await zygote.close()
+
+
+async def test_kube_lite_with_proxy_serves_cluster_ips_and_node_ports(apiserver: Any, tmp_path: Path) -> None:
+    """`kube-lite --proxy` is the node's service proxy too (as k3s's agent runs kube-proxy): a
+    Service's ClusterIP and NodePort reach its echo pod; the readiness waits for the proxy."""
+    import json
+
+    from lightkube.resources.core_v1 import Pod
+
+    from isthmus.kube.helpers import install_crds
+    from isthmus.local.kubelite import WORKLOAD_ANNOTATION
+
+    a = random.randint(100, 199)
+    port, node_port = free_port(), 30000 + random.randint(0, 10)
+    client = apiserver.client()
+    async with asyncio.timeout(30):
+        await install_crds(client)  # the proxy serves VIPs too: it lists ServiceImports
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", LAUNCH, "kube-lite",
+        "--kubeconfig", apiserver.kubeconfig, "--cluster-name", "c9",
+        "--pod-cidr", f"127.{a}.7.0/24", "--service-cidr", f"127.{a}.8.0/24",
+        "--node-port-range", "30000-30010", "--metrics-addr", f"127.0.0.1:{port}",
+        "--root-dir", str(tmp_path / "kubelet"), "--proxy", "--node-address", "127.0.0.1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        async with httpx2.AsyncClient(trust_env=False) as http:
+            async with asyncio.timeout(30):
+                while True:
+                    try:
+                        r = await http.get(f"http://127.0.0.1:{port}/readyz")
+                        if r.status_code == 200:
+                            break
+                    except httpx2.TransportError:
+                        pass
+                    await asyncio.sleep(0.2)
+            metrics = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            assert "isthmus_proxy_" in metrics  # one process, one /metrics: the proxy's figures are there
+        await client.create(Pod.from_dict({
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"},
+                         "annotations": {WORKLOAD_ANNOTATION: "echo"}},
+            "spec": {"containers": [{"name": "echo", "image": "echo", "ports": [{"containerPort": 8080}]}]},
+        }))
+        await client.create(Service.from_dict({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"type": "NodePort", "selector": {"app": "web"},
+                     "ports": [{"port": 80, "targetPort": 8080, "nodePort": node_port}]},
+        }))
+
+        async def ask(host: str, to: int) -> dict[str, Any]:
+            reader, writer = await asyncio.open_connection(host, to)
+            try:
+                writer.write(b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n")
+                raw = await reader.read()
+            finally:
+                writer.close()
+            return dict(json.loads(raw.split(b"\r\n\r\n", 1)[1]))
+
+        svc = await client.get(Service, "web", namespace="default")
+        assert svc.spec is not None and svc.spec.clusterIP
+        async with asyncio.timeout(20):
+            while True:
+                try:
+                    answer = await ask(svc.spec.clusterIP, 80)
+                    break
+                except (OSError, ValueError, IndexError):
+                    await asyncio.sleep(0.2)
+        assert answer["pod"] == "web" and answer["cluster"] == "c9"
+        assert (await ask("127.0.0.1", node_port))["pod"] == "web"
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(15):
+            out, _ = await proc.communicate()
+    assert proc.returncode == 0, out.decode()

@@ -54,9 +54,9 @@ def test_parts_start_with_the_apiservers_and_ports_cover_every_part() -> None:
     parts = plan.parts(2)
     names = [p.name for p in parts]
     assert names[:3] == ["broker-apiserver", "c1-apiserver", "c2-apiserver"]
-    # The agent and DNS server are pods (deploy/member), not supervised processes; the web view
-    # watches every cluster, so it starts last.
-    assert names[3:] == ["broker-kube-lite", "c1-kube-lite", "c1-proxy", "c2-kube-lite", "c2-proxy", "broker-ui"]
+    # The agent and DNS server are pods (deploy/member), not supervised processes; a member's
+    # kube-lite is its node's proxy too; the web view watches every cluster, so it starts last.
+    assert names[3:] == ["broker-kube-lite", "c1-kube-lite", "c2-kube-lite", "broker-ui"]
     assert [p.name for p in plan.pod_parts(2)] == ["broker-mcsvc-broker", "broker-pools"] + [
         f"{c}-{k}" for c in ("c1", "c2")
         for k in ("agent", "dns", "controller-manager", "pools", "webhook", "egress-gateway")

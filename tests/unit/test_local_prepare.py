@@ -114,7 +114,7 @@ def stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stand
     def part_argv(layout: Layout, state: State, part: plan.PartId) -> list[str]:
         if part.name not in s.ports:
             return [sys.executable, "-c", "pass", part.name]
-        expected = dict(s.answers, **{"c1-proxy": -1})  # the proxy's command line "changed" since
+        expected = dict(s.answers, **{"c1-proxy": -1})  # c1-proxy is no part any more (kube-lite proxies)
         return s.argv(part.name, expected[part.name])
 
     monkeypatch.setattr(up, "part_argv", part_argv)
@@ -144,7 +144,7 @@ def test_up_adopts_healthy_parts_whose_command_line_matches_and_stops_the_rest(s
     assert adopt == {"c1-kube-lite": pids["c1-kube-lite"]}
     assert is_ours(pids["c1-kube-lite"], layout.root)
     assert stand_ins.procs["c1-dns"].wait(10) is not None  # not ready: stopped, to be restarted
-    assert stand_ins.procs["c1-proxy"].wait(10) is not None  # another command line: stopped
+    assert stand_ins.procs["c1-proxy"].wait(10) is not None  # an older version's part, no longer one: stopped
     # No broker-info: deploy-broker and join run again, and the agent must start with their result.
     assert stand_ins.procs["c1-agent"].wait(10) is not None
     saved = load_state(layout)

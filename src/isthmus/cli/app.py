@@ -388,10 +388,11 @@ class Background:
 
 
 class Together:
-    """Several parts as one component (`isthmus controller-manager`): ready when every part is; the
-    first part to end ends the command (with its error); stop stops them all."""
+    """Several parts as one component (`isthmus controller-manager`, kube-lite with its proxy):
+    ready when every part is; the first part to end ends the command (with its error); stop stops
+    them all."""
 
-    def __init__(self, parts: Sequence[Background]) -> None:
+    def __init__(self, parts: Sequence[Component]) -> None:
         self.parts = list(parts)
 
     @property
@@ -403,7 +404,9 @@ class Together:
             await part.start()
 
     async def wait(self) -> None:
-        waiters = [asyncio.ensure_future(p.wait()) for p in self.parts]
+        waiters = [asyncio.ensure_future(p.wait()) for p in self.parts if isinstance(p, Finite)]
+        if not waiters:
+            await asyncio.Event().wait()  # nothing ends on its own: until stopped
         try:
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:

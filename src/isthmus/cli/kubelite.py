@@ -16,6 +16,7 @@ from isthmus.cli.app import (
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
+    Together,
     command,
     fail,
     run_component,
@@ -51,14 +52,26 @@ def kube_lite(
             "logs); default ~/.local/state/isthmus/kube-lite/<cluster-name>.",
         ),
     ] = None,
+    proxy: Annotated[
+        bool,
+        typer.Option(
+            "--proxy",
+            help="Also be the node's service proxy, as k3s's agent runs kube-proxy: `isthmus proxy` in "
+            "userspace mode (ClusterIPs, NodePorts on --node-address, ClusterSet IPs) in this process.",
+        ),
+    ] = False,
+    node_address: Annotated[
+        str, typer.Option("--node-address", help="With --proxy: the IP address NodePorts listen on.")
+    ] = "127.0.0.1",
     context: ContextOpt = None,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Allocate ClusterIPs and NodePorts, maintain EndpointSlices, run Deployments, StatefulSets and Pods,
-    and be the cluster's node (its Node object and kubelet endpoint)."""
+    and be the cluster's node (its Node object and kubelet endpoint; with --proxy, its service proxy)."""
     import base64
+    import ipaddress
     from pathlib import Path
 
     import httpx2
@@ -80,6 +93,10 @@ def kube_lite(
         raise fail(f"--cluster-name {cluster_name!r} is not a DNS-1123 label of at most 58 characters")
     if not 0 <= kubelet_port <= 65535:
         raise fail(f"--kubelet-port {kubelet_port} is not a port number (0-65535)")
+    try:
+        node_ip = str(ipaddress.ip_address(node_address))
+    except ValueError:
+        raise fail(f"--node-address {node_address!r} is not an IP address") from None
     try:
         config = load_config(kubeconfig, context)
     except KubeConfigError as e:
@@ -115,7 +132,7 @@ def kube_lite(
         if not processes.zygote.attach_inherited():
             processes.zygote.fork_now()
 
-    async def build() -> Background:
+    async def build() -> Background | Together:
         lite = KubeLite(
             client,
             cluster=cluster_name,
@@ -126,6 +143,14 @@ def kube_lite(
             kubelet_token=token,
             processes=processes,
         )
-        return Background("kube-lite", lite.run, lambda: lite.ready, on_stop=client.close)
+        part = Background("kube-lite", lite.run, lambda: lite.ready, on_stop=client.close)
+        if not proxy:
+            return part
+        from isthmus.proxy import ProxyConfig, ProxyService
+
+        # A client of its own: the proxy's watches and kube-lite's writes never queue behind each other.
+        service = ProxyService(client_for(config, field_manager="isthmus-proxy"),
+                               ProxyConfig(cluster_id=cluster_name, node_address=node_ip))
+        return Together([part, service])
 
     run_component("kube-lite", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)

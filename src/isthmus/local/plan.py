@@ -43,7 +43,6 @@ APISERVER = "apiserver"
 KUBE_LITE = "kube-lite"
 AGENT = "agent"
 DNS = "dns"
-PROXY = "proxy"
 CONTROLLER_MANAGER = "controller-manager"
 """`isthmus controller-manager`: the member's lb, mcsvc and egress-operator controllers in one pod."""
 POOLS = "pools"
@@ -52,10 +51,12 @@ MCSVC_BROKER = "mcsvc-broker"
 EGRESS_GATEWAY = "egress-gateway"
 UI = "ui"
 """`isthmus ui`, the web view of the whole clusterset: a supervised process filed under the broker."""
-CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, PROXY, CONTROLLER_MANAGER, POOLS, WEBHOOK, EGRESS_GATEWAY)
+CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, CONTROLLER_MANAGER, POOLS, WEBHOOK, EGRESS_GATEWAY)
 """Every part of a cluster, in the order tables show them."""
-SUPERVISED_KINDS = (APISERVER, KUBE_LITE, PROXY)
-"""What a cloud gives and the supervisor runs as processes (start order; stop order is the reverse)."""
+SUPERVISED_KINDS = (APISERVER, KUBE_LITE)
+"""What a cloud gives and the supervisor runs as processes (start order; stop order is the reverse).
+A member's kube-lite is its node's service proxy too (`kube-lite --proxy`, as k3s's agent runs
+kube-proxy): before the ninth session of 2026-11-28 the proxy was a process of its own."""
 POD_KINDS = (AGENT, DNS, CONTROLLER_MANAGER, POOLS, WEBHOOK, EGRESS_GATEWAY)
 """Isthmus's own components: installed from deploy/member with `kubectl apply -k`, run by kube-lite."""
 COMPONENT_NAMESPACE = "isthmus-system"
@@ -178,8 +179,8 @@ def address_plan(n: int) -> list[ClusterPlan]:
 
 def parts(n: int) -> list[PartId]:
     """Every supervised process in start order: the broker, every apiserver, the broker's kube-lite,
-    then kube-lite and the proxy of each cluster, then the web view (the agent and DNS server are
-    pods: see `pod_parts`)."""
+    then each cluster's kube-lite (its node's proxy too), then the web view (the agent and DNS
+    server are pods: see `pod_parts`)."""
     validate_count(n)
     names = [cluster_name(i) for i in range(1, n + 1)]
     out = [PartId(BROKER, APISERVER)] + [PartId(c, APISERVER) for c in names] + [PartId(BROKER, KUBE_LITE)]

@@ -36,7 +36,7 @@ from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.tls import ensure_certs
 from isthmus.local import components, plan
-from isthmus.local.plan import AGENT, APISERVER, BROKER, HOST, KUBE_LITE, PROXY, PartId
+from isthmus.local.plan import AGENT, APISERVER, BROKER, HOST, KUBE_LITE, PartId
 from isthmus.local.state import (
     PHASE_FAILED,
     PHASE_RUNNING,
@@ -219,12 +219,12 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
     kc = ["--kubeconfig", str(layout.kubeconfig_of(part.cluster))]
     metrics = ["--metrics-addr", metrics_addr(state, part)]
     if part.kind == KUBE_LITE:
+        # A member's node proxies its ClusterIPs, NodePorts and VIPs (nothing on the broker is reached so).
+        proxy = ["--proxy", "--node-address", plan.NODE_ADDRESS] if part.cluster != BROKER else []
         return [*base, "kube-lite", *kc, "--cluster-name", cp.name, "--pod-cidr", cp.pod_cidr,
                 "--service-cidr", cp.service_cidr, "--node-port-range", cp.node_port_range,
                 "--kubelet-port", str(state.ports[plan.kubelet_port_name(cp.name)]),
-                "--root-dir", str(layout.root / "kubelet" / cp.name), *metrics]
-    if part.kind == PROXY:
-        return [*base, "proxy", *kc, "--cluster-id", cp.name, "--node-address", plan.NODE_ADDRESS, *metrics]
+                "--root-dir", str(layout.root / "kubelet" / cp.name), *proxy, *metrics]
     if part.kind == plan.UI:  # every context of the merged kubeconfig; the broker named, not probed
         return [*base, "ui", "--kubeconfig", str(layout.kubeconfig), "--broker-context", BROKER,
                 "--listen", f"{HOST}:{state.ports[part.name]}"]
