@@ -225,14 +225,14 @@ async def test_kube_lite_with_proxy_serves_cluster_ips_and_node_ports(apiserver:
                 writer.close()
             return dict(json.loads(raw.split(b"\r\n\r\n", 1)[1]))
 
-        svc = await client.get(Service, "web", namespace="default")
-        assert svc.spec is not None and svc.spec.clusterIP
-        async with asyncio.timeout(20):
-            while True:
+        async with asyncio.timeout(30):
+            while True:  # kube-lite allocates the ClusterIP, then the proxy listens on it
+                svc = await client.get(Service, "web", namespace="default")
                 try:
+                    assert svc.spec is not None and svc.spec.clusterIP
                     answer = await ask(svc.spec.clusterIP, 80)
                     break
-                except (OSError, ValueError, IndexError):
+                except (AssertionError, OSError, ValueError, IndexError):
                     await asyncio.sleep(0.2)
         assert answer["pod"] == "web" and answer["cluster"] == "c9"
         assert (await ask("127.0.0.1", node_port))["pod"] == "web"
