@@ -52,7 +52,9 @@ async def _dns_pod_process(client: Any, kubeconfig: str) -> int:
             await asyncio.sleep(0.2)
 
 
-async def test_kube_lite_process(apiserver: Any, tmp_path: Path) -> None:
+async def _start(apiserver: Any, tmp_path: Path, *extra: str) -> tuple[asyncio.subprocess.Process, int, int]:
+    """`isthmus kube-lite` for cluster c9 as a process, once its /readyz says 200: (process, the
+    second octet of its random pod and service CIDRs, its metrics port)."""
     a = random.randint(100, 199)
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
@@ -60,20 +62,37 @@ async def test_kube_lite_process(apiserver: Any, tmp_path: Path) -> None:
         "--kubeconfig", apiserver.kubeconfig, "--cluster-name", "c9",
         "--pod-cidr", f"127.{a}.7.0/24", "--service-cidr", f"127.{a}.8.0/24",
         "--node-port-range", "30000-30010", "--metrics-addr", f"127.0.0.1:{port}",
-        "--root-dir", str(tmp_path / "kubelet"),
+        "--root-dir", str(tmp_path / "kubelet"), *extra,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     try:
-        async with httpx2.AsyncClient(trust_env=False) as http:
-            async with asyncio.timeout(30):
-                while True:
-                    try:
-                        r = await http.get(f"http://127.0.0.1:{port}/readyz")
-                        if r.status_code == 200:
-                            break
-                    except httpx2.TransportError:
-                        pass
-                    await asyncio.sleep(0.2)
+        async with httpx2.AsyncClient(trust_env=False) as http, asyncio.timeout(30):
+            while True:
+                try:
+                    r = await http.get(f"http://127.0.0.1:{port}/readyz")
+                    if r.status_code == 200:
+                        break
+                except httpx2.TransportError:
+                    pass
+                await asyncio.sleep(0.2)
+    except TimeoutError:  # never ready: stopped here, its output in the failure
+        proc.kill()
+        out, _ = await proc.communicate()
+        raise AssertionError(f"kube-lite never ready: {out.decode()[-2000:]}") from None
+    return proc, a, port
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(15):
+        out, _ = await proc.communicate()
+    assert proc.returncode == 0, out.decode()
+
+
+async def test_kube_lite_process(apiserver: Any, tmp_path: Path) -> None:
+    proc, a, _ = await _start(apiserver, tmp_path)
+    try:
         client = apiserver.client()
         await client.create(
             Service.from_dict(
@@ -88,11 +107,7 @@ async def test_kube_lite_process(apiserver: Any, tmp_path: Path) -> None:
                 await asyncio.sleep(0.1)
         assert svc.spec.clusterIP.startswith(f"127.{a}.8.")
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(15):
-            out, _ = await proc.communicate()
-    assert proc.returncode == 0, out.decode()
+        await _stop(proc)
 
 
 async def test_process_pods_die_with_a_killed_kube_lite(apiserver: Any, tmp_path: Path) -> None:
@@ -179,30 +194,13 @@ async def test_kube_lite_with_proxy_serves_cluster_ips_and_node_ports(apiserver:
     from isthmus.kube.helpers import install_crds
     from isthmus.local.kubelite import WORKLOAD_ANNOTATION
 
-    a = random.randint(100, 199)
-    port, node_port = free_port(), 30000 + random.randint(0, 10)
+    node_port = 30000 + random.randint(0, 10)
     client = apiserver.client()
     async with asyncio.timeout(30):
         await install_crds(client)  # the proxy serves VIPs too: it lists ServiceImports
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", LAUNCH, "kube-lite",
-        "--kubeconfig", apiserver.kubeconfig, "--cluster-name", "c9",
-        "--pod-cidr", f"127.{a}.7.0/24", "--service-cidr", f"127.{a}.8.0/24",
-        "--node-port-range", "30000-30010", "--metrics-addr", f"127.0.0.1:{port}",
-        "--root-dir", str(tmp_path / "kubelet"), "--proxy", "--node-address", "127.0.0.1",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+    proc, _, port = await _start(apiserver, tmp_path, "--proxy", "--node-address", "127.0.0.1")
     try:
         async with httpx2.AsyncClient(trust_env=False) as http:
-            async with asyncio.timeout(30):
-                while True:
-                    try:
-                        r = await http.get(f"http://127.0.0.1:{port}/readyz")
-                        if r.status_code == 200:
-                            break
-                    except httpx2.TransportError:
-                        pass
-                    await asyncio.sleep(0.2)
             metrics = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
             assert "isthmus_proxy_" in metrics  # one process, one /metrics: the proxy's figures are there
         await client.create(Pod.from_dict({
@@ -237,8 +235,4 @@ async def test_kube_lite_with_proxy_serves_cluster_ips_and_node_ports(apiserver:
         assert answer["pod"] == "web" and answer["cluster"] == "c9"
         assert (await ask("127.0.0.1", node_port))["pod"] == "web"
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(15):
-            out, _ = await proc.communicate()
-    assert proc.returncode == 0, out.decode()
+        await _stop(proc)
