@@ -108,8 +108,10 @@ def egress_forwarder(
     """Accept the source pods' connections for one ExternalService and relay them to the gateway."""
     from isthmus.egress.forwarder import ForwarderRuntime
     from isthmus.kube.client import make_client
+    from isthmus.runtime.heap import settle_for_relaying
 
     address = _ip(listen, "--listen")
+    settle_for_relaying()  # its first streams would otherwise copy into freshly faulted pages
 
     async def build() -> Background:
         rt = ForwarderRuntime(make_client(kubeconfig, context), forwarder, namespace, address)
@@ -149,6 +151,10 @@ def egress_gateway(
         raise fail("--mode kernel needs --interface (where the source IPs are added)")
     address = _ip(relay_address, "--relay-address")
     holder = identity or default_identity()
+    if mode == "userspace":
+        from isthmus.runtime.heap import settle_for_relaying
+
+        settle_for_relaying()  # it relays every byte: as the forwarder
 
     async def build() -> Background:
         gw = GatewayRuntime(make_client(kubeconfig, context), namespace=namespace, identity=holder,
