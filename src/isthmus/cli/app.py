@@ -321,6 +321,11 @@ ClusterIdOpt = Annotated[
 ]
 LogFormatOpt = Annotated[str, typer.Option("--log-format", metavar="text|json", help="Log format.", callback=_log_format)]
 LogLevelOpt = Annotated[str, typer.Option("--log-level", help="Log level (debug, info, warning, error).", callback=_log_level)]
+IdentityOpt = Annotated[
+    str | None,
+    typer.Option("--identity", help="Holder identity in the leader-election Lease (default: $POD_NAME, else the "
+                 "host name).", show_default=False),
+]
 MetricsAddrOpt = Annotated[
     str | None,
     typer.Option("--metrics-addr", metavar="HOST:PORT", help="Serve /metrics, /healthz and /readyz here.",

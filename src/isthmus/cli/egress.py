@@ -17,6 +17,7 @@ from isthmus.cli.app import (
     Background,
     ComponentKubeconfigOpt,
     ContextOpt,
+    IdentityOpt,
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
@@ -28,13 +29,6 @@ from isthmus.cli.output import JSON, YAML, Column, list_document, print_document
 from isthmus.cli.show import ShowRequest, register_show
 
 RELEASE_TIMEOUT = 3.0
-
-IdentityOpt = Annotated[
-    str | None,
-    typer.Option("--identity", help="Holder identity in the leader-election Lease (default: $POD_NAME, else the "
-                 "host name).", show_default=False),
-]
-
 
 ForwarderImageOpt = Annotated[
     str | None, typer.Option("--forwarder-image", metavar="IMAGE", help="Image of the forwarder pods (default: this "

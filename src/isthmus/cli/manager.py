@@ -24,6 +24,7 @@ from isthmus.cli.app import (
     Background,
     ComponentKubeconfigOpt,
     ContextOpt,
+    IdentityOpt,
     LogFormatOpt,
     LogLevelOpt,
     MetricsAddrOpt,
@@ -90,11 +91,7 @@ def controller_manager(
     ] = 4,
     kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
-    identity: Annotated[
-        str | None,
-        typer.Option("--identity", help="Holder identity in every controller's leader-election Lease (default: "
-                     "$POD_NAME, else the host name).", show_default=False),
-    ] = None,
+    identity: IdentityOpt = None,  # every controller's Lease
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",

@@ -15,6 +15,7 @@ from isthmus.cli.app import (
     Background,
     ComponentKubeconfigOpt,
     ContextOpt,
+    IdentityOpt,
     KubeconfigOpt,
     LogFormatOpt,
     LogLevelOpt,
@@ -28,13 +29,6 @@ from isthmus.cli.show import ShowRequest, register_show
 
 log = logging.getLogger(__name__)
 RELEASE_TIMEOUT = 3.0
-
-IdentityOpt = Annotated[
-    str | None,
-    typer.Option("--identity", help="Holder identity in the leader-election Lease (default: $POD_NAME, else the "
-                 "host name).", show_default=False),
-]
-
 
 @command("mcsvc")
 def mcsvc(
