@@ -167,13 +167,21 @@ def test_persistence_across_reopen(tmp_path: Path) -> None:
     s3.close()
 
 
-def test_a_data_dir_of_the_without_rowid_layout_is_converted_and_keeps_everything(tmp_path: Path) -> None:
-    """Data dirs written before the rowid layout: their objects, order and rv survive the conversion."""
+OLD_LAYOUTS = {
+    "without rowid": """CREATE TABLE objects (key TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+        rv INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (key, namespace, name)) WITHOUT ROWID;""",
+    "rowid with a unique index": """CREATE TABLE objects (key TEXT NOT NULL, namespace TEXT NOT NULL,
+        name TEXT NOT NULL, rv INTEGER NOT NULL, data BLOB NOT NULL, UNIQUE (key, namespace, name));""",
+}
+
+
+@pytest.mark.parametrize("layout", OLD_LAYOUTS)
+def test_a_data_dir_of_an_older_layout_is_converted_and_keeps_everything(tmp_path: Path, layout: str) -> None:
+    """Data dirs written before the rowid-only layout: their objects, order and rv survive the
+    conversion, and later writes land on the converted rows."""
     path = str(tmp_path / "db.sqlite")
     db = sqlite3.connect(path, isolation_level=None)
-    db.executescript("""
-        CREATE TABLE objects (key TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
-            rv INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (key, namespace, name)) WITHOUT ROWID;
+    db.executescript(OLD_LAYOUTS[layout] + """
         CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT ROWID;
         INSERT INTO meta (k, v) VALUES ('rv', 9);""")
     for rv, name in ((3, "b"), (5, "a"), (7, "ü")):
@@ -188,15 +196,21 @@ def test_a_data_dir_of_the_without_rowid_layout_is_converted_and_keeps_everythin
     assert [(o["metadata"]["name"], o["data"]["n"]) for o in s.list(CM)] == [("a", "5"), ("b", "3"), ("ü", "7")]
     s.update(CM, {**s.get(CM, "default", "a"), "data": {"n": "again"}})  # type: ignore[dict-item]
     s.create(CM, obj("c"))
+    s.delete(CM, "default", "b")
+    s.create(CM, obj("b", data={"n": "back"}))  # a new row: the deleted one is gone
     s.close()
-    layout = sqlite3.connect(path).execute("SELECT sql FROM sqlite_master WHERE name = 'objects'").fetchone()[0]
-    assert "WITHOUT ROWID" not in layout.upper()
+    check = sqlite3.connect(path)
+    columns = [r[1] for r in check.execute("PRAGMA table_info(objects)")]
+    assert columns == ["id", "key", "namespace", "name", "rv", "data"]
+    assert check.execute("SELECT name, rv FROM objects ORDER BY name").fetchall() == \
+        [("a", 10), ("b", 13), ("c", 11), ("ü", 7)]
+    check.close()
 
     s2 = Store(path)
     s2.open()
-    assert s2.rv == 11
+    assert s2.rv == 13
     assert [(o["metadata"]["name"], o.get("data", {}).get("n")) for o in s2.list(CM)] == \
-        [("a", "again"), ("b", "3"), ("c", None), ("ü", "7")]
+        [("a", "again"), ("b", "back"), ("c", None), ("ü", "7")]
     s2.close()
 
 
