@@ -26,7 +26,7 @@ import yaml
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")]
 
 ISTHMUS = str(Path(sys.executable).with_name("isthmus"))
-PRIVATE = ("state.db", "state.db-wal", "state.db-shm", "kubeconfig", "token", "initialized.json")
+PRIVATE = ("state.db", "state.db-wal", "kubeconfig", "token", "initialized.json")
 TLS_FILES = ("ca.crt", "ca.key", "server.crt", "server.key")
 
 
@@ -188,6 +188,23 @@ def test_damaged_database_after_init_is_refused(initialised: Path, tmp_path: Pat
     assert line == (f"error: database {db} {problem.format(data=data)}: restore it from a backup, "
                     "or start once with --reinitialize to begin with an empty database")
     assert (db.read_bytes() if db.exists() else None) == before
+
+
+def test_a_second_apiserver_on_a_data_dir_in_use_is_refused(tmp_path: Path, running: list[Server]) -> None:
+    """One server holds a data dir's database (it keeps names unique in memory): a second one is
+    refused, with --reinitialize too, and nothing of the first one's is touched."""
+    data = tmp_path / "data"
+    running.append(s := start("--data-dir", str(data), log=tmp_path / "log"))
+    s.kubectl("create", "configmap", "keep", "--from-literal=k=v")
+    before = {p: p.read_bytes() for p in data.rglob("*") if p.is_file() and not p.name.startswith("state.db")}
+    for extra in ((), ("--reinitialize",)):
+        line = refused("--port", "0", "--data-dir", str(data), *extra)
+        assert line == (f"error: database {data}/state.db is in use by another process (is another apiserver "
+                        "running on this data dir?)")
+    assert {p: p.read_bytes() for p in data.rglob("*") if p.is_file() and not p.name.startswith("state.db")} == before
+    assert not list(data.glob("state.db.unusable-*"))
+    s.kubectl("create", "configmap", "more", "--from-literal=k=w")
+    assert s.kubectl("get", "configmap", "keep", "-o", "jsonpath={.data.k}").stdout == "v"
 
 
 def test_reinitialize_starts_empty_and_keeps_the_damaged_file(initialised: Path, tmp_path: Path,

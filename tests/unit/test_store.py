@@ -9,13 +9,15 @@ import logging
 import os
 import random
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.storage import Obj, Store, UnusableStore, Watch, WatchEvent
+from isthmus.apiserver.storage import Obj, Store, StoreInUse, UnusableStore, Watch, WatchEvent
 
 CM = "/configmaps"
 NS = "/namespaces"
@@ -214,19 +216,35 @@ def test_a_data_dir_of_an_older_layout_is_converted_and_keeps_everything(tmp_pat
     s2.close()
 
 
-def test_committed_writes_survive_without_close(tmp_path: Path) -> None:
-    """Every write is committed before it returns: a second opener (as after a crash) sees it."""
+_WRITER = """
+import sys, time
+from isthmus.apiserver.storage import Store
+s = Store(sys.argv[1])
+s.open()
+for i in range(50):
+    s.create({cm!r}, {{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": f"o{{i}}", "namespace": "default"}}}})
+s.delete({cm!r}, "default", "o0")
+print("written", flush=True)
+time.sleep(60)
+"""
+
+
+def test_committed_writes_survive_a_killed_process(tmp_path: Path) -> None:
+    """Every write is committed before it returns: after a SIGKILL (no close, no checkpoint) the
+    next opener sees them all, and the dead process's hold on the database is gone with it."""
     path = str(tmp_path / "db.sqlite")
-    s = Store(path)
-    s.open()
-    for i in range(50):
-        s.create(CM, obj(f"o{i}"))
-    s.delete(CM, "default", "o0")
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER.format(cm=CM), path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "written\n"
+        with pytest.raises(StoreInUse, match="in use by another process"):
+            Store(path, lock_wait=0.2).open()  # held while the writer lives
+    finally:
+        writer.kill()
+        writer.wait()
     other = Store(path)
     other.open()
     assert other.rv == 51 and other.count(CM) == 49
     other.close()
-    s.close()
 
 
 def test_history_after_restart_starts_at_restored_rv(tmp_path: Path) -> None:
@@ -262,8 +280,9 @@ def _mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
 
 
-def test_database_wal_and_shm_are_private_whatever_the_umask(tmp_path: Path) -> None:
-    """They hold Secrets; SQLite's own default would be 0644 under the usual umask 022."""
+def test_database_and_wal_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    """They hold Secrets; SQLite's own default would be 0644 under the usual umask 022. There is no
+    -shm file: the store holds the database exclusively, and SQLite keeps the WAL index in memory."""
     path = tmp_path / "state.db"
     old = os.umask(0o022)
     try:
@@ -274,7 +293,7 @@ def test_database_wal_and_shm_are_private_whatever_the_umask(tmp_path: Path) -> 
         s.close()
     finally:
         os.umask(old)
-    assert modes == {"state.db": 0o600, "state.db-wal": 0o600, "state.db-shm": 0o600}
+    assert modes == {"state.db": 0o600, "state.db-wal": 0o600}
 
 
 def test_existing_readable_database_is_made_private_on_open(tmp_path: Path) -> None:
@@ -284,6 +303,8 @@ def test_existing_readable_database_is_made_private_on_open(tmp_path: Path) -> N
     s.create(CM, obj("a"))
     s.close()
     os.chmod(path, 0o644)
+    (tmp_path / "state.db-shm").write_bytes(b"\0" * 32768)  # left by an older version, which shared its WAL index
+    os.chmod(tmp_path / "state.db-shm", 0o644)
     s2 = Store(str(path))
     s2.open()
     assert s2.get(CM, "default", "a") is not None

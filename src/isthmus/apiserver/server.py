@@ -75,7 +75,7 @@ from isthmus.apiserver.serviceaccounts import (
     load_or_create_key,
     load_public_keys,
 )
-from isthmus.apiserver.storage import HISTORY_SECONDS, Store, UnusableStore
+from isthmus.apiserver.storage import HISTORY_SECONDS, Store, StoreInUse, UnusableStore
 from isthmus.apiserver.tls import ensure_admin_cert, ensure_certs, ensure_client_ca, server_context
 
 log = logging.getLogger("isthmus.apiserver")
@@ -343,6 +343,8 @@ class ApiServer:
                         db, ", ".join(map(str, kept)) or "nothing")
         try:
             self.store.open()
+        except StoreInUse as e:
+            raise datadir.DataDirError(str(e)) from None  # never set aside, --reinitialize or not: it is someone's live data
         except UnusableStore as e:
             if not self.reinitialize:
                 raise datadir.DataDirError(f"{e}: {datadir.ADVICE}") from None

@@ -66,6 +66,15 @@ INSERT OR IGNORE INTO meta (k, v) VALUES ('rv', 0);
 """
 
 
+class StoreInUse(Exception):
+    """The database is held by another process: another apiserver runs on this data dir."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"database {path} is in use by another process (is another apiserver running on this "
+                         "data dir?)")
+        self.path = path
+
+
 class UnusableStore(Exception):
     """An existing database file that cannot be opened as a store (empty, not SQLite, damaged)."""
 
@@ -337,17 +346,25 @@ class Watch:
 
 
 class _Checkpointer:
-    """Runs WAL checkpoints on its own thread and connection.
+    """Runs WAL checkpoints on a thread of its own, on the store's connection.
 
-    SQLite's automatic checkpoint runs inside whichever commit crosses the threshold and, with
-    synchronous=NORMAL, fsyncs there: measured stalls of 5-30 ms on the event loop every ~1000
-    writes, which would show up directly as watch latency. PASSIVE checkpoints from another
-    connection never block the writer, so the loop only pays for appending to the WAL.
+    The connection holds the database exclusively (Store.open), so checkpoints share it. SQLite's
+    automatic checkpoint would run inside whichever commit crosses its threshold, on the event loop,
+    fsyncs included (5 ms on this machine; 5-30 ms were measured on slower disks), which would show
+    directly as watch latency. Here it runs with the GIL released: reads and watch streams go on,
+    and a write waits for it only if one comes meanwhile. Once `every_writes` have accumulated (or
+    `every_seconds` passed with any), it waits for a pause in writes (none for PAUSE seconds), unless
+    `max_writes` have accumulated: that bounds the WAL under writes that never pause.
     """
 
-    def __init__(self, path: str, every_writes: int = 1000, every_seconds: float = 1.0) -> None:
-        self._path = path
+    PAUSE = 0.02
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.Lock, every_writes: int = 1000,
+                 max_writes: int = 2000, every_seconds: float = 1.0) -> None:
+        self._db = db
+        self._lock = lock  # held around the store's multi-statement transactions: a checkpoint cannot run inside one
         self._every_writes = every_writes
+        self._max_writes = max_writes
         self._every_seconds = every_seconds
         self._writes = 0
         self._wake = threading.Event()
@@ -357,22 +374,28 @@ class _Checkpointer:
 
     def wrote(self) -> None:
         self._writes += 1
-        if self._writes >= self._every_writes:
-            self._writes = 0
+        if self._writes == self._every_writes:
             self._wake.set()
 
     def _run(self) -> None:
-        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        try:
-            while not self._stop:
-                self._wake.wait(self._every_seconds)
-                self._wake.clear()
+        while not self._stop:
+            self._wake.wait(self._every_seconds)
+            self._wake.clear()
+            if not self._writes:
+                continue
+            while not self._stop and self._writes < self._max_writes:
+                seen = self._writes
+                time.sleep(self.PAUSE)
+                if self._writes == seen:
+                    break  # writes paused
+            if self._stop:
+                return
+            self._writes = 0
+            with self._lock:
                 try:
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 except sqlite3.Error:
                     log.exception("WAL checkpoint failed")
-        finally:
-            db.close()
 
     def stop(self) -> None:
         self._stop = True
@@ -390,14 +413,16 @@ second per apiserver) filled the history for hours: +21 MB per apiserver in 30 m
 class Store:
     def __init__(
         self, path: str | None = None, *, history: int = 200_000, watch_queue: int = WATCH_QUEUE_SIZE,
-        history_seconds: float = HISTORY_SECONDS,
+        history_seconds: float = HISTORY_SECONDS, lock_wait: float = 5.0,
     ) -> None:
         """path: SQLite file (created if absent) or None for memory only. history: events retained for
         watch resume, for at most history_seconds (0: no age bound).
 
-        watch_queue: live events a watcher may have pending before it is closed as too slow.
+        watch_queue: live events a watcher may have pending before it is closed as too slow. lock_wait:
+        seconds open() waits for another process to let go of the database (an apiserver stopping).
         """
         self._path = path
+        self._lock_wait = lock_wait
         self._history_cap = history
         self._history_seconds = history_seconds
         # (monotonic time, newest rv then), one a second at most while writes come: events up to a
@@ -405,6 +430,7 @@ class Store:
         self._history_marks: deque[tuple[float, int]] = deque()
         self._watch_queue = watch_queue
         self._db: sqlite3.Connection | None = None
+        self._tx_lock = threading.Lock()  # see _Checkpointer
         self._checkpointer: _Checkpointer | None = None
         self._rv = 0
         self._objects: dict[str, dict[Key, Obj]] = {}
@@ -439,9 +465,19 @@ class Store:
             # SQLite creates the WAL and SHM with the database file's mode: keep all three 0600.
             if os.path.isfile(path + suffix):
                 os.chmod(path + suffix, 0o600)
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=self._lock_wait)
         try:
+            # Before the first read: the connection then holds the database exclusively from it on
+            # (a second apiserver on this data dir is refused, not left to diverge: names are kept
+            # unique in memory), and SQLite keeps the WAL index in this process's memory instead of
+            # a shared -shm file, so a commit takes no lock calls (six fcntl calls each before).
+            db.execute("PRAGMA locking_mode=EXCLUSIVE")
             self._load(db)
+        except sqlite3.OperationalError as e:
+            db.close()
+            if "locked" in str(e):
+                raise StoreInUse(path) from None
+            raise UnusableStore(path, f"is unreadable ({e})") from None
         except sqlite3.DatabaseError as e:
             db.close()
             raise UnusableStore(path, f"is unreadable ({e})") from None
@@ -452,7 +488,7 @@ class Store:
             db.close()
             raise
         self._db = db
-        self._checkpointer = _Checkpointer(path)
+        self._checkpointer = _Checkpointer(db, self._tx_lock)
 
     def _load(self, db: sqlite3.Connection) -> None:
         # Checked before anything writes: a foreign file is refused untouched, and CREATE TABLE
@@ -608,10 +644,15 @@ class Store:
         rowid = None if ids is None else ids.get(k)
         try:
             if stored is None:
-                db.execute("BEGIN")
-                db.execute("DELETE FROM objects WHERE id = ?", (rowid,))
-                db.execute("UPDATE meta SET v = ? WHERE k = 'rv'", (rv,))
-                db.execute("COMMIT")
+                with self._tx_lock:
+                    db.execute("BEGIN")
+                    try:
+                        db.execute("DELETE FROM objects WHERE id = ?", (rowid,))
+                        db.execute("UPDATE meta SET v = ? WHERE k = 'rv'", (rv,))
+                        db.execute("COMMIT")
+                    except BaseException:
+                        db.execute("ROLLBACK")
+                        raise
                 if ids is not None:
                     ids.pop(k, None)
             elif rowid is not None:
@@ -626,8 +667,6 @@ class Store:
                 self._checkpointer.wrote()
         except (sqlite3.Error, TypeError) as e:
             # TypeError: orjson could not serialize; nothing was changed in memory.
-            if db.in_transaction:
-                db.execute("ROLLBACK")
             raise errors.internal(f"storage write failed: {e}") from e
 
     def _with_rv(self, obj: Obj, rv: int) -> Obj:
