@@ -222,12 +222,12 @@ class ApiServer:
         gcol = GarbageCollector(self.store, self.resources, self.generic_store)
         crds = CRDController(self.store, self.resources, self.generic_store)
         self.store.on_write(gcol.on_write)
-        self.store.on_write(crds.on_write)
+        self.store.on_write(crds.on_write, keys=crds.write_keys)
         crds.serve_stored()
         # Only after every stored CRD is served again: otherwise custom objects are missing from the
         # uid index and the GC takes their dependents for orphans.
         gcol.index_all()
-        self.store.on_write(self.authorizer.resolver.on_write)
+        self.store.on_write(self.authorizer.resolver.on_write, keys=self.authorizer.resolver.write_keys)
         self.authorizer.resolver.index_all()
         # Everything loaded so far lives as long as the server: keep it out of the cyclic GC's scans,
         # whose full collections otherwise pause the loop for tens of ms with 100k objects.
@@ -244,7 +244,7 @@ class ApiServer:
         self._spawn(NamespaceController(self.store, self.resources, self.generic_store).run())
         if self.event_ttl > 0:
             event_ttl = EventTTLController(self.store, self.event_ttl)
-            self.store.on_write(event_ttl.on_write)
+            self.store.on_write(event_ttl.on_write, keys=event_ttl.write_keys)
             event_ttl.resync()
             self._spawn(event_ttl.run())
         self._setup_service_account_tokens()
@@ -274,7 +274,7 @@ class ApiServer:
         # before the server reports itself started, so clients find them from the first request.
         kube_svc = KubernetesServiceController(self.store, self.resources, self.generic_store,
                                                self.advertise_address or advertise_address(self.host), self.port)
-        self.store.on_write(kube_svc.on_write)
+        self.store.on_write(kube_svc.on_write, keys=kube_svc.write_keys)
         with contextlib.suppress(ApiError):  # logged; retried on the next change
             await kube_svc.reconcile()
         self._spawn(kube_svc.run())
@@ -304,7 +304,7 @@ class ApiServer:
         if self.ca_pem is not None:
             controllers.append(RootCACertPublisher(self.store, self.resources, self.generic_store, self.ca_pem))
         for c in controllers:
-            self.store.on_write(c.on_write)
+            self.store.on_write(c.on_write, keys=c.write_keys)
             c.resync()
             self._spawn(c.run())
 

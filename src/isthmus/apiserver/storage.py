@@ -26,7 +26,7 @@ import threading
 import time
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -445,7 +445,8 @@ class Store:
         self._trimmed_all = 0  # rv of the newest event dropped by the cap (any resource)
         self._trimmed: dict[str, int] = {}  # same, per resource
         self._watchers: dict[str, dict[int, Watch]] = {}
-        self._callbacks: list[Callable[[WatchEvent], None]] = []
+        self._callbacks: list[tuple[Callable[[WatchEvent], None], frozenset[str] | None]] = []
+        self._callbacks_for: dict[str, tuple[Callable[[WatchEvent], None], ...]] = {}  # by resource, built on use
 
     # ----- lifecycle -------------------------------------------------------------------
 
@@ -759,7 +760,11 @@ class Store:
         if ws:
             for w in tuple(ws.values()):
                 w._push(ev)
-        for cb in self._callbacks:
+        cbs = self._callbacks_for.get(ev.key)
+        if cbs is None:
+            cbs = self._callbacks_for[ev.key] = tuple(
+                cb for cb, keys in self._callbacks if keys is None or ev.key in keys)
+        for cb in cbs:
             try:
                 cb(ev)
             except Exception:
@@ -847,10 +852,13 @@ class Store:
                 w.close()
         self._watchers.clear()
 
-    def on_write(self, callback: Callable[[WatchEvent], None]) -> None:
-        """Register a synchronous callback run after every write (the server uses it for CRDs and GC).
+    def on_write(self, callback: Callable[[WatchEvent], None], keys: Iterable[str] | None = None) -> None:
+        """Register a synchronous callback run after every write (the server uses it for CRDs and GC);
+        keys: the resources whose writes it is told of (None: all). Most subscribers care for one or
+        two resources, and a write should not pay a call to each of the others.
 
         Callbacks run in registration order after watchers were fed; one that raises is logged
         and the write (already committed) stands.
         """
-        self._callbacks.append(callback)
+        self._callbacks.append((callback, None if keys is None else frozenset(keys)))
+        self._callbacks_for.clear()

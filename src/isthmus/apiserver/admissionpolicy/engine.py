@@ -133,6 +133,8 @@ def _rule_matches(rule: Obj, a: AdmissionRequest, info: ResourceInfo) -> bool:
 class ValidatingAdmissionPolicies:
     """The plugin over the server's storage; `on_write` keeps its compiled view current."""
 
+    write_keys = (POLICY_KEY, BINDING_KEY)
+
     def __init__(self, storage: Store, resources: ResourceRegistry) -> None:
         self.storage = storage
         self.resources = resources

@@ -218,6 +218,7 @@ DECISIONS_KEPT = 4096
 
 
 class RuleResolver:
+    write_keys = (CLUSTER_ROLES, ROLES, CLUSTER_ROLE_BINDINGS, ROLE_BINDINGS)
     """kube's DefaultRuleResolver over an index of the store's RBAC objects."""
 
     def __init__(self, storage: Store) -> None:

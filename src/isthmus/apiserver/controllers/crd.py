@@ -35,6 +35,7 @@ def _has_condition(obj: Obj, ctype: str) -> bool:
 
 class CRDController(QueueController):
     name = "crd"
+    write_keys = (CRD_KEY,)
 
     def __init__(self, storage: Store, resources: ResourceRegistry, store: GenericStore) -> None:
         super().__init__()

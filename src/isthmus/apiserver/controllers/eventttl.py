@@ -36,6 +36,7 @@ def last_written(obj: dict[str, Any]) -> float | None:
 
 
 class EventTTLController:
+    write_keys = (KEY,)
     """Deletes each Event `ttl` seconds after its last write (checked every `interval` seconds)."""
 
     def __init__(self, storage: Store, ttl: float = DEFAULT_TTL, *, interval: float | None = None,

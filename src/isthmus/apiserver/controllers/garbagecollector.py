@@ -75,10 +75,12 @@ class GarbageCollector(QueueController):
             self._index(ev.key, ev.prev, ev.obj)
             if m.get("deletionTimestamp"):
                 self.put(("deleting", ref))
-            new_owners = {o.get("uid") for o in m.get("ownerReferences") or []}
-            old_owners = {o.get("uid") for o in (ev.prev or {}).get("metadata", {}).get("ownerReferences") or []}
-            if new_owners - old_owners:
-                self.put(("dependent", ref))
+            owners = m.get("ownerReferences")
+            if owners:  # most objects have none: nothing new to check
+                new_owners = {o.get("uid") for o in owners}
+                old_owners = {o.get("uid") for o in (ev.prev or {}).get("metadata", {}).get("ownerReferences") or []}
+                if new_owners - old_owners:
+                    self.put(("dependent", ref))
 
     def resync(self) -> None:
         """After a restart: resume deletions a previous run left midway, collect orphans."""

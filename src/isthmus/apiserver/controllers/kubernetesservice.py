@@ -67,7 +67,7 @@ class KubernetesServiceController(QueueController):
         self.store = store
         self.address = address
         self.port = port
-        self._keys = {f"{g}/{p}" for g, _, p in (SERVICES, ENDPOINTS, SLICES)}
+        self._keys = self.write_keys = frozenset(f"{g}/{p}" for g, _, p in (SERVICES, ENDPOINTS, SLICES))
 
     def on_write(self, ev: WatchEvent) -> None:
         m = ev.obj.get("metadata") or {}

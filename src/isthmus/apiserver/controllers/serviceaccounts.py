@@ -51,6 +51,7 @@ def _active(storage: Store, ns: str) -> bool:
 
 class ServiceAccountsController(QueueController):
     name = "serviceaccount-controller"
+    write_keys = (NS_KEY, SA_KEY)
     user = "system:serviceaccount:kube-system:service-account-controller"
 
     def __init__(self, storage: Store, resources: ResourceRegistry, store: GenericStore) -> None:
@@ -79,6 +80,7 @@ class ServiceAccountsController(QueueController):
 
 class RootCACertPublisher(QueueController):
     name = "root-ca-cert-publisher"
+    write_keys = (NS_KEY, CM_KEY)
     user = "system:serviceaccount:kube-system:root-ca-cert-publisher"
 
     def __init__(self, storage: Store, resources: ResourceRegistry, store: GenericStore, ca_pem: bytes) -> None:
@@ -124,6 +126,7 @@ class RootCACertPublisher(QueueController):
 
 class TokensController(QueueController):
     name = "tokens-controller"
+    write_keys = (SECRET_KEY, SA_KEY)
     user = "system:kube-controller-manager"
 
     def __init__(self, storage: Store, resources: ResourceRegistry, store: GenericStore,

@@ -84,9 +84,9 @@ class GenericStore:
         self.admission = admission
         # The ValidatingAdmissionPolicy plugin reads the policies stored here; told of every write.
         admission.policies = ValidatingAdmissionPolicies(storage, resources)
-        storage.on_write(admission.policies.on_write)
+        storage.on_write(admission.policies.on_write, keys=admission.policies.write_keys)
         admission.webhooks = Webhooks(storage, resources)
-        storage.on_write(admission.webhooks.on_write)
+        storage.on_write(admission.webhooks.on_write, keys=admission.webhooks.write_keys)
 
     # ------------------------------------------------------------------ shared steps
 

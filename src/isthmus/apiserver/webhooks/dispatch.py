@@ -135,6 +135,8 @@ def _go_error(e: BaseException, host: str) -> str:
 class Webhooks:
     """Both webhook plugins over the server's storage; `on_write` keeps the compiled view current."""
 
+    write_keys = (VWC_KEY, MWC_KEY)
+
     def __init__(self, storage: Store, resources: ResourceRegistry) -> None:
         self.storage = storage
         self.resources = resources
