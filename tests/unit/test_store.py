@@ -562,6 +562,18 @@ def test_on_write_callbacks_in_order_and_errors_logged(caplog: pytest.LogCapture
     assert "callback bug" in caplog.text
 
 
+def test_on_write_callbacks_with_keys_see_only_those_resources_in_registration_order() -> None:
+    s = Store()
+    seen: list[str] = []
+    s.on_write(lambda ev: seen.append(f"all {ev.key}"))
+    s.on_write(lambda ev: seen.append(f"secrets {ev.key}"), keys=["/secrets"])
+    s.create(CM, obj("a"))  # told to `all` only
+    s.on_write(lambda ev: seen.append(f"both {ev.key}"), keys=("/secrets", CM))  # registered after a write
+    s.create("/secrets", obj("s"))
+    s.create(CM, obj("b"))
+    assert seen == [f"all {CM}", "all /secrets", "secrets /secrets", "both /secrets", f"all {CM}", f"both {CM}"]
+
+
 async def test_callback_writes_come_after_in_rv_order() -> None:
     """A GC-like callback that deletes dependents: watchers still see strict rv order."""
     s = Store()
