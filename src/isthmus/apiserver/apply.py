@@ -954,39 +954,127 @@ def server_side_apply(
     return _with_managed_fields(result, [*others, me])
 
 
-def _created_fields(value: Any, schema: dict[str, Any] | None, path: Path | None) -> dict[str, Any]:
-    """The fieldsV1 of every granular path below `value`, as encode_fields(_strip(paths)) writes the
-    paths _add_all finds, built in one walk: a create owns all of its object, so it needs no
-    comparison, no path set and no tree. path: where value is, while it is shallow enough (depth < 2)
-    for _strip to concern its children; None below."""
+_STRIPPED_TOP: Final = frozenset(p[0] for p in _STRIPPED_EXACT if len(p) == 1)
+_STRIPPED_META: Final = frozenset(p[1] for p in _STRIPPED_EXACT if len(p) == 2 and p[0] == "f:metadata")
+_UNSET: Final = object()
+
+
+class _FieldsNode:
+    """A schema (allOf resolved) as a create's managedFields walk reads it, worked out once: whether
+    a map is atomic and a list granular, and each field's schema. Kept per schema (_fields_root)."""
+
+    __slots__ = ("_addl", "_items", "_kids", "_props", "atomic_map", "granular_list", "s")
+
+    def __init__(self, s: dict[str, Any]) -> None:
+        self.s = s
+        self.atomic_map = s.get("x-kubernetes-map-type") == "atomic"
+        self.granular_list = _list_kind(s).kind != "atomic"
+        props = s.get("properties")
+        self._props: dict[str, Any] = props if isinstance(props, dict) else {}
+        self._kids: dict[str, _FieldsNode | None] = {}
+        self._addl: Any = _UNSET
+        self._items: Any = _UNSET
+
+    def kid(self, key: str) -> _FieldsNode | None:
+        if key in self._props:
+            node = self._kids.get(key, _UNSET)
+            if node is _UNSET:
+                node = self._kids[key] = _fields_node(self._props[key])
+            return node  # type: ignore[return-value]
+        if self._addl is _UNSET:  # a map's keys are data: one node for all of them
+            self._addl = _fields_node(self.s.get("additionalProperties"))
+        return self._addl  # type: ignore[no-any-return]
+
+    def items(self) -> _FieldsNode | None:
+        if self._items is _UNSET:
+            self._items = _fields_node(self.s.get("items"))
+        return self._items  # type: ignore[no-any-return]
+
+
+def _fields_node(s: Any) -> _FieldsNode | None:
+    resolved = _schema(s)
+    return None if resolved is None else _FieldsNode(resolved)
+
+
+_FIELDS_ROOTS: dict[int, tuple[dict[str, Any], _FieldsNode | None]] = {}
+
+
+def _fields_root(schema: dict[str, Any] | None) -> _FieldsNode | None:
+    """The compiled root of a kind's schema (by identity; the entry keeps the schema alive, so its id
+    is never reused meanwhile)."""
+    if schema is None:
+        return None
+    hit = _FIELDS_ROOTS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    if len(_FIELDS_ROOTS) >= 4096:
+        _FIELDS_ROOTS.clear()  # CRD schemas replaced many times over: start again
+    node = _fields_node(schema)
+    _FIELDS_ROOTS[id(schema)] = (schema, node)
+    return node
+
+
+def _created_fields(obj: dict[str, Any], node: _FieldsNode | None) -> dict[str, Any]:
+    """The fieldsV1 of every granular path of a created object, as encode_fields(_strip(paths)) writes
+    the paths _add_all finds, built in one walk: a create owns all of its object, so it needs no
+    comparison, no path set and no tree. Only the top level and metadata's fields can be stripped."""
+    out: dict[str, Any] = {}
+    if node is not None and node.atomic_map:
+        return out
+    for k in sorted(obj):  # fields sort by name (_element_sort_key)
+        child = obj[k]
+        pe = "f:" + k
+        sub = node.kid(k) if node is not None else None
+        if pe == "f:metadata" and isinstance(child, dict) and not (sub is not None and sub.atomic_map):
+            inner: dict[str, Any] = {}
+            for mk in sorted(child):
+                mpe = "f:" + mk
+                if mpe == "f:managedFields":
+                    continue
+                _enter(inner, mpe, child[mk], sub.kid(mk) if sub is not None else None, mpe not in _STRIPPED_META)
+            if inner:
+                out[pe] = inner  # metadata itself is stripped
+        else:
+            _enter(out, pe, child, sub, pe not in _STRIPPED_TOP)
+    return out
+
+
+def _enter(out: dict[str, Any], pe: str, child: Any, node: _FieldsNode | None, member: bool = True) -> None:
+    """_fields_of one child, entered in its parent's fieldsV1 (`out`) under `pe`; member: whether the
+    child's own path is in the set."""
+    inner = _fields_of(child, node) if isinstance(child, (dict, list)) else None
+    if inner:
+        out[pe] = {".": {}, **inner} if member else inner
+    elif member:
+        out[pe] = {}
+
+
+def _fields_of(value: Any, node: _FieldsNode | None) -> dict[str, Any]:
+    """The fieldsV1 below a value, none of it stripped."""
     out: dict[str, Any] = {}
     if isinstance(value, dict):
-        if schema is not None and schema.get("x-kubernetes-map-type") == "atomic":
+        if node is not None and node.atomic_map:
             return out
-        props = schema.get("properties") if schema is not None else None
-        if not isinstance(props, dict):
-            props = {}
-        addl = schema.get("additionalProperties") if schema is not None else None
-        for k in sorted(value):  # fields sort by name (_element_sort_key)
+        for k in sorted(value):
             child = value[k]
-            if path is None and not isinstance(child, (dict, list)):
+            if isinstance(child, (dict, list)):
+                inner = _fields_of(child, node.kid(k) if node is not None else None)
+                out["f:" + k] = {".": {}, **inner} if inner else {}
+            else:
                 out["f:" + k] = {}  # a leaf, the most common child
-                continue
-            sub = _schema(props.get(k) if k in props else addl) if schema is not None else None
-            _created_child(out, "f:" + k, child, sub, path)
-    elif _granular_list(value, schema):
-        items_schema = _schema((schema or {}).get("items"))
-        items = _items(value, schema)
+    elif node is not None and node.granular_list:
+        items = _items(value, node.s)
         items.sort(key=lambda c: _element_sort_key(c[0]))
+        items_node = node.items()
         for pe, item in items:
-            _created_child(out, pe, item, items_schema if pe.startswith("k:") else None, path)
+            _enter(out, pe, item, items_node if pe.startswith("k:") else None)
     return out
 
 
 def _created_child(out: dict[str, Any], pe: str, child: Any, sub: dict[str, Any] | None, path: Path | None,
-                   walk: Callable[[Any, dict[str, Any] | None, Path | None], dict[str, Any]] | None = None,
+                   walk: Callable[[Any, dict[str, Any] | None, Path | None], dict[str, Any]],
                    member: bool = True) -> None:
-    """walk's (default _created_fields) fieldsV1 of one child, entered in its parent's (`out`) under `pe`;
+    """walk's fieldsV1 of one child, entered in its parent's (`out`) under `pe`;
     member: whether the child's own path is in the set."""
     below: Path | None = None
     if path is not None:
@@ -995,7 +1083,7 @@ def _created_child(out: dict[str, Any], pe: str, child: Any, sub: dict[str, Any]
             return
         member = member and child_path not in _STRIPPED_EXACT
         below = child_path if len(child_path) < 2 else None
-    inner = (walk or _created_fields)(child, sub, below) if isinstance(child, (dict, list)) else None
+    inner = walk(child, sub, below) if isinstance(child, (dict, list)) else None
     if inner:
         out[pe] = {".": {}, **inner} if member else inner
     elif member:
@@ -1004,7 +1092,8 @@ def _created_child(out: dict[str, Any], pe: str, child: Any, sub: dict[str, Any]
 
 def _applied_created_fields(value: Any, schema: dict[str, Any] | None, path: Path | None) -> dict[str, Any]:
     """encode_fields(_strip(paths)) of the paths _applied_fields finds in `value`, built in one walk
-    for an apply that creates (its only entry). path: as for _created_fields."""
+    for an apply that creates (its only entry). path: where value is, while it is shallow enough
+    (depth < 2) for _strip to concern its children; None below."""
     out: dict[str, Any] = {}
     if _granular_map(value, schema):
         for k in sorted(value):  # fields sort by name (_element_sort_key)
@@ -1037,6 +1126,7 @@ def track_update(
     """For non-apply writes (create/update/patch): record an `Update` operation entry for `manager`
     owning the fields it changed/set, and remove those fields from other managers' sets. Returns new with
     metadata.managedFields set."""
+    root = schema
     schema = _schema(schema)
     # A client may rewrite managedFields on the main resource; an empty list (or none) means "keep what
     # the server has", so clients unaware of managedFields never wipe them (kube's rule). [{}] resets.
@@ -1044,7 +1134,7 @@ def track_update(
     if old is None and not (isinstance(given, list) and given and not subresource):
         # A create with no entries to keep: the manager gets the whole object, in one walk.
         created = _without_managed_fields(new, deep=False)
-        fields = _created_fields(created, schema, ())
+        fields = _created_fields(created, _fields_root(root))
         if fields:
             encoded: dict[str, Any] = {"manager": manager, "operation": UPDATE, "apiVersion": api_version}
             if now:
