@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from isthmus.apiserver import httpserver
 from tests.conftest import RunningApiServer
 
 CM_PATH = "/api/v1/namespaces/default/configmaps"
+_DATE = re.compile(rb"\r\nDate: [^\r]+")
 
 
 def _cm(name: str) -> bytes:
@@ -133,6 +137,25 @@ async def test_lean_answers_match_aiohttps(apiserver: RunningApiServer) -> None:
     assert {k: v for k, v in lean.headers.items() if k != "date"} == \
         {k: v for k, v in other.headers.items() if k != "date"}
     w.close()
+
+
+@pytest.mark.parametrize("status", [200, 201, 204, 409])
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+@pytest.mark.parametrize("keep_alive", [True, False])
+def test_a_json_answer_is_written_as_aiohttps_response_would_be(status: int, method: str, keep_alive: bool) -> None:
+    """JsonAnswer skips aiohttp's response machinery: its bytes are those _encode writes for the
+    web.Response that json_response made before, warnings (with a line break to fold, non-ASCII) included."""
+    body = json.dumps({"kind": "ConfigMap", "data": {"k": "v"}}).encode()
+    request = httpserver.LeanRequest(method, CM_PATH, CIMultiDictProxy(CIMultiDict()), b"", None)  # type: ignore[arg-type]
+    for warnings in ([], ["unknown field \"spec.x\"", "line\r\nbreak é"]):
+        reference = web.Response(body=body, status=status, content_type="application/json")
+        for w in warnings:
+            reference.headers.add("Warning", f'299 - "{w}"')
+        answer = httpserver.JsonAnswer(body, status, warnings)
+        ours, theirs = (httpserver._encode(request, a, keep_alive) for a in (answer, reference))
+        assert _DATE.sub(b"", ours) == _DATE.sub(b"", theirs) and _DATE.search(ours)  # the second may turn between
+        assert answer.status == status and answer.body == body
+        assert list(answer.headers.items()) == list(reference.headers.items())
 
 
 async def test_malformed_requests_get_400_and_the_connection_closes(apiserver: RunningApiServer) -> None:

@@ -172,6 +172,66 @@ class LeanRequest(web.Request):
         return self._body.decode(self.charset or "utf-8")
 
 
+class JsonAnswer(web.Response):
+    """A JSON answer to a plain request, which _encode writes straight from its body: aiohttp's own
+    __init__ (headers multidict, content-type parsing) is skipped on purpose, as LeanRequest skips
+    its own; aiohttp never sees one (handlers make them for LeanRequests only). The bytes are the
+    same as for a web.Response(body, status, content_type="application/json") with these warnings."""
+
+    def __init__(self, body: bytes, status: int = 200, warnings: list[str] | None = None) -> None:
+        self._body = self._json = body
+        self._status = status
+        self._reason = _REASONS.get(status, "")
+        self._warnings = tuple(warnings or ())
+        self._keep_alive = None
+        self._compression = False
+        self._chunked = False
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        """As aiohttp would hold them (only for whoever asks: _encode does not)."""
+        headers = CIMultiDict({"Content-Type": "application/json"})
+        for w in self._warnings:
+            headers.add("Warning", f'299 - "{w}"')
+        return headers
+
+    def encode(self, head_only: bool, keep_alive: bool) -> bytes:
+        status, body = self._status, self._json
+        no_body = status < 200 or status in (204, 304)
+        start = _JSON_STARTS.get(status)
+        if start is None:
+            start = _JSON_STARTS[status] = (f"HTTP/1.1 {status} {self._reason}\r\n"
+                                            "Content-Type: application/json\r\n").encode()
+        parts = [start]
+        for w in self._warnings:
+            value = f'299 - "{w}"'
+            if "\r" in value or "\n" in value:
+                value = value.replace("\r", " ").replace("\n", " ")
+            parts.append(f"Warning: {value}\r\n".encode("utf-8", "surrogateescape"))
+        if not no_body:
+            parts.append(b"Content-Length: %d\r\n" % len(body))
+        parts.append(_date_and_server())
+        if not keep_alive:
+            parts.append(b"Connection: close\r\n")
+        parts.append(b"\r\n")
+        if not (no_body or head_only):
+            parts.append(body)
+        return b"".join(parts)
+
+
+_JSON_STARTS: dict[int, bytes] = {}
+_date_line: tuple[str, bytes] = ("", b"")
+
+
+def _date_and_server() -> bytes:
+    """The Date and Server lines (aiohttp formats the date once a second; so do we the lines)."""
+    global _date_line
+    date = rfc822_formatted_time()
+    if _date_line[0] != date:
+        _date_line = (date, f"Date: {date}\r\nServer: {SERVER_SOFTWARE}\r\n".encode())
+    return _date_line[1]
+
+
 class LeanProtocol(asyncio.Protocol):
     """One connection: requests one at a time, in order, until it is handed to aiohttp."""
 
@@ -356,6 +416,8 @@ def _simple(status: int, message: str) -> bytes:
 
 def _encode(request: LeanRequest, resp: web.StreamResponse, keep_alive: bool) -> bytes:
     """The answer as aiohttp would write it (headers included), in one buffer."""
+    if type(resp) is JsonAnswer:
+        return resp.encode(request.method == "HEAD", keep_alive)
     if type(resp) is not web.Response or resp.compression or resp.chunked:
         raise TypeError(f"a plain request got a {type(resp).__name__} answer")
     body = resp.body

@@ -12,6 +12,7 @@ from aiohttp import web
 from isthmus.apiserver import errors, protobuf
 from isthmus.apiserver.authentication import UNSECURED, Authenticator, UserInfo
 from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.httpserver import JsonAnswer, LeanRequest
 from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage import Store
@@ -50,7 +51,12 @@ def not_found() -> ApiError:
     return ApiError(404, "NotFound", "the server could not find the requested resource")
 
 
-def json_response(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+def json_response(body: Any, status: int = 200, warnings: list[str] | None = None,
+                  request: web.Request | None = None) -> web.Response:
+    """body as JSON; request: the request answered, when the caller has it (a plain one gets a
+    JsonAnswer, which the lean HTTP path writes without aiohttp's response machinery)."""
+    if type(request) is LeanRequest:
+        return JsonAnswer(orjson.dumps(body), status, warnings)
     resp = web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
     for w in warnings or []:
         resp.headers.add("Warning", f'299 - "{w}"')

@@ -21,7 +21,7 @@ async def create_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respo
     created = await ctx.store.create(scope.info, scope.ns, body, manager=scope.manager,
                                      user=user_of(scope.request), dry_run=scope.dry_run,
                                      field_validation=scope.field_validation, warnings=warnings, strict=strict)
-    return json_response(output(scope.info, created), status=201, warnings=warnings)
+    return json_response(output(scope.info, created), status=201, warnings=warnings, request=scope.request)
 
 
 def virtual_create(ctx: HandlerContext, scope: RequestScope, body: Any) -> web.Response:

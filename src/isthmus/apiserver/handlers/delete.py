@@ -49,7 +49,7 @@ async def delete_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respo
     warnings: list[str] = []
     out, _ = await ctx.store.delete(scope.info, scope.ns, scope.name, options, dry_run=scope.dry_run,
                                     user=user_of(scope.request), warnings=warnings)
-    return json_response(output(scope.info, out), warnings=warnings)
+    return json_response(output(scope.info, out), warnings=warnings, request=scope.request)
 
 
 async def delete_collection(ctx: HandlerContext, scope: RequestScope) -> web.Response:

@@ -63,7 +63,7 @@ async def get_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response
     if scope.as_table:
         return json_response(table.to_table(info, [output(info, obj)], resource_version=str(ctx.storage.rv),
                                             include_object=scope.request.query.get("includeObject", "Metadata")))
-    return json_response(output(info, obj))
+    return json_response(output(info, obj), request=scope.request)
 
 
 def parse_resource_version(value: str) -> int:
@@ -241,4 +241,4 @@ async def list_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respons
     out_items = items if all(o.get("apiVersion") == info.api_version for o in items[:1]) else [
         output(info, o) for o in items]
     return json_response({"kind": info.list_kind, "apiVersion": info.api_version, "metadata": list_meta,
-                          "items": out_items})
+                          "items": out_items}, request=scope.request)

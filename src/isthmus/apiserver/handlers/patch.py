@@ -91,4 +91,4 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
                                           user=user_of(scope.request),
                                           field_validation=scope.field_validation, warnings=warnings, apply=apply,
                                           force=force, strict=strict)
-    return json_response(output(info, out), status=201 if created else 200, warnings=warnings)
+    return json_response(output(info, out), status=201 if created else 200, warnings=warnings, request=scope.request)

@@ -21,4 +21,4 @@ async def update_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respo
                                     user=user_of(scope.request),
                                     subresource=scope.subresource, manager=scope.manager, dry_run=scope.dry_run,
                                     field_validation=scope.field_validation, warnings=warnings, strict=strict)
-    return json_response(output(scope.info, out), warnings=warnings)
+    return json_response(output(scope.info, out), warnings=warnings, request=scope.request)
