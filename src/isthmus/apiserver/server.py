@@ -428,7 +428,7 @@ class ApiServer:
                 return web.Response(text="ok")
             return await self._route(request, path)
         except ApiError as e:
-            return status_response(e)
+            return status_response(e, request)
         except web.HTTPRequestEntityTooLarge:
             return status_response(errors.too_large(self.max_body_bytes))
         except (ConnectionResetError, asyncio.CancelledError):

@@ -63,9 +63,12 @@ def json_response(body: Any, status: int = 200, warnings: list[str] | None = Non
     return resp
 
 
-def status_response(e: ApiError) -> web.Response:
+def status_response(e: ApiError, request: web.Request | None = None) -> web.Response:
     """A Status body byte for byte as kube-apiserver writes it (Go's encoding, trailing newline),
-    with the warnings the request had gathered when the error carries them (kube sends both)."""
+    with the warnings the request had gathered when the error carries them (kube sends both);
+    request: as for json_response."""
+    if type(request) is LeanRequest:
+        return JsonAnswer(e.body(), e.code, getattr(e, "warnings", None))
     resp = web.Response(body=e.body(), status=e.code, content_type="application/json")
     for w in getattr(e, "warnings", None) or []:
         resp.headers.add("Warning", f'299 - "{w}"')
