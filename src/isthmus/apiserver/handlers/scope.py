@@ -35,11 +35,18 @@ class RequestScope:
 
 def _manager_from_agent(agent: str) -> str:
     """kube's default field manager: the user agent up to the first '/'."""
-    head = agent.split("/", 1)[0].strip()
-    return head[:128] or "unknown"
+    manager = _MANAGERS.get(agent)
+    if manager is None:
+        head = agent.split("/", 1)[0].strip()
+        manager = head[:128] or "unknown"
+        if len(_MANAGERS) < 256:  # a few kinds of clients send a few agents
+            _MANAGERS[agent] = manager
+    return manager
 
 
+_MANAGERS: dict[str, str] = {}
 _ITEM_VERBS = {"get", "update", "patch", "delete"}
+_WRITE_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
 
 def _check_verb(info: ResourceInfo, method: str, name: str | None, watch: bool) -> None:
@@ -50,8 +57,8 @@ def _check_verb(info: ResourceInfo, method: str, name: str | None, watch: bool) 
     if method == "GET":
         verb = "watch" if watch else ("list" if name is None else "get")
     else:
-        verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
-                "DELETE": "deletecollection" if name is None else "delete"}.get(method, "")
+        verb = _WRITE_VERBS.get(method) or (("deletecollection" if name is None else "delete")
+                                            if method == "DELETE" else "")
     if verb and verb not in info.verbs:
         raise errors.method_not_allowed()
 
