@@ -224,7 +224,7 @@ _date_line: tuple[str, bytes] = ("", b"")
 
 
 def _date_and_server() -> bytes:
-    """The Date and Server lines (aiohttp formats the date once a second; so do we the lines)."""
+    """The Date and Server lines, made once a second (aiohttp formats its date once a second too)."""
     global _date_line
     date = rfc822_formatted_time()
     if _date_line[0] != date:
