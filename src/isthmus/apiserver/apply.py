@@ -1042,11 +1042,7 @@ def _created_fields(obj: dict[str, Any], node: _FieldsNode | None) -> dict[str, 
 def _enter(out: dict[str, Any], pe: str, child: Any, node: _FieldsNode | None, member: bool = True) -> None:
     """_fields_of one child, entered in its parent's fieldsV1 (`out`) under `pe`; member: whether the
     child's own path is in the set."""
-    inner = _fields_of(child, node) if isinstance(child, (dict, list)) else None
-    if inner:
-        out[pe] = {".": {}, **inner} if member else inner
-    elif member:
-        out[pe] = {}
+    _put(out, pe, _fields_of(child, node) if isinstance(child, (dict, list)) else None, member)
 
 
 def _fields_of(value: Any, node: _FieldsNode | None) -> dict[str, Any]:
@@ -1083,7 +1079,12 @@ def _created_child(out: dict[str, Any], pe: str, child: Any, sub: dict[str, Any]
             return
         member = member and child_path not in _STRIPPED_EXACT
         below = child_path if len(child_path) < 2 else None
-    inner = walk(child, sub, below) if isinstance(child, (dict, list)) else None
+    _put(out, pe, walk(child, sub, below) if isinstance(child, (dict, list)) else None, member)
+
+
+def _put(out: dict[str, Any], pe: str, inner: dict[str, Any] | None, member: bool) -> None:
+    """A child's fieldsV1 (`inner`, None for a leaf) entered in its parent's under `pe`; member: whether
+    the child's own path is in the set (then "." marks it where it has children)."""
     if inner:
         out[pe] = {".": {}, **inner} if member else inner
     elif member:

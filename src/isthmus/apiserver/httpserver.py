@@ -204,9 +204,7 @@ class JsonAnswer(web.Response):
                                             "Content-Type: application/json\r\n").encode()
         parts = [start]
         for w in self._warnings:
-            value = f'299 - "{w}"'
-            if "\r" in value or "\n" in value:
-                value = value.replace("\r", " ").replace("\n", " ")
+            value = _one_line(f'299 - "{w}"')
             parts.append(f"Warning: {value}\r\n".encode("utf-8", "surrogateescape"))
         if not no_body:
             parts.append(b"Content-Length: %d\r\n" % len(body))
@@ -414,6 +412,13 @@ def _simple(status: int, message: str) -> bytes:
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
 
 
+def _one_line(value: str) -> str:
+    """A header value as Go's server writes it: line breaks become spaces (a warning may quote user input)."""
+    if "\r" in value or "\n" in value:
+        return value.replace("\r", " ").replace("\n", " ")
+    return value
+
+
 def _encode(request: LeanRequest, resp: web.StreamResponse, keep_alive: bool) -> bytes:
     """The answer as aiohttp would write it (headers included), in one buffer."""
     if type(resp) is JsonAnswer:
@@ -432,10 +437,7 @@ def _encode(request: LeanRequest, resp: web.StreamResponse, keep_alive: bool) ->
     for name, value in headers.items():
         if name in ("Content-Length", "Transfer-Encoding", "Connection"):
             continue
-        # Go's server turns line breaks in header values into spaces; a warning may quote user input.
-        if "\r" in value or "\n" in value:
-            value = value.replace("\r", " ").replace("\n", " ")
-        lines.append(f"{name}: {value}")
+        lines.append(f"{name}: {_one_line(value)}")
     if not no_body:
         if body and "Content-Type" not in headers:
             lines.append("Content-Type: application/octet-stream")
