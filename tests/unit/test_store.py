@@ -280,7 +280,7 @@ def _mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
 
 
-def test_database_and_wal_are_private_whatever_the_umask(tmp_path: Path) -> None:
+def test_database_wal_and_journal_are_private_whatever_the_umask(tmp_path: Path) -> None:
     """They hold Secrets; SQLite's own default would be 0644 under the usual umask 022. There is no
     -shm file: the store holds the database exclusively, and SQLite keeps the WAL index in memory."""
     path = tmp_path / "state.db"
@@ -293,7 +293,7 @@ def test_database_and_wal_are_private_whatever_the_umask(tmp_path: Path) -> None
         s.close()
     finally:
         os.umask(old)
-    assert modes == {"state.db": 0o600, "state.db-wal": 0o600}
+    assert modes == {"state.db": 0o600, "state.db-wal": 0o600, "state.db-log": 0o600}
 
 
 def test_existing_readable_database_is_made_private_on_open(tmp_path: Path) -> None:
@@ -309,7 +309,7 @@ def test_existing_readable_database_is_made_private_on_open(tmp_path: Path) -> N
     s2.open()
     assert s2.get(CM, "default", "a") is not None
     assert {p.name: _mode(p) for p in tmp_path.iterdir()} == {
-        "state.db": 0o600, "state.db-wal": 0o600, "state.db-shm": 0o600}
+        "state.db": 0o600, "state.db-wal": 0o600, "state.db-shm": 0o600, "state.db-log": 0o600}
     s2.close()
 
 

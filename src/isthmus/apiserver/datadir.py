@@ -1,6 +1,6 @@
 """The apiserver's data dir: private modes, and knowing it was initialised before.
 
-Everything in the data dir is secret or sensitive: state.db and its WAL/SHM hold Secrets, the
+Everything in the data dir is secret or sensitive: state.db, its WAL and journal hold Secrets, the
 kubeconfig and `token` hold the bearer token, `tls/` holds the CA key. The dir is 0700 and
 every file 0600, fixed at each start for files an older version (or a umask) left readable.
 
@@ -20,8 +20,9 @@ from pathlib import Path
 
 DB = "state.db"
 MARKER = "initialized.json"
-# SQLite's companions of state.db; the WAL holds committed writes not yet checkpointed.
-DB_COMPANIONS = ("-wal", "-shm", "-journal")
+# The companions of state.db: SQLite's (the WAL holds committed writes not yet checkpointed) and
+# the store's journal (writes not yet moved into SQLite; storage.JOURNAL, JOURNAL_OLD).
+DB_COMPANIONS = ("-wal", "-shm", "-journal", "-log", "-log.old")
 # Files the apiserver (or `isthmus up` on its behalf) writes here; only these get chmod'ed, so a
 # --data-dir pointed at a directory with other content never has unrelated files changed.
 PRIVATE_FILES = (DB, *(DB + s for s in DB_COMPANIONS), MARKER, "kubeconfig", "token")
@@ -95,11 +96,12 @@ def secure(data_dir: Path) -> None:
 
 
 def evidence_of_use(data_dir: Path) -> str | None:
-    """Why we know this dir held a database before (the marker, or a WAL left by SQLite), if we do."""
+    """Why we know this dir held a database before (the marker, or a WAL or journal left behind), if we do."""
     if (data_dir / MARKER).exists():
         return f"{data_dir / MARKER} exists"
-    if (data_dir / (DB + "-wal")).exists():
-        return f"{data_dir / (DB + '-wal')} exists"
+    for suffix in ("-wal", "-log", "-log.old"):
+        if (data_dir / (DB + suffix)).exists():
+            return f"{data_dir / (DB + suffix)} exists"
     return None
 
 
@@ -114,7 +116,7 @@ def write_marker(data_dir: Path) -> None:
 
 
 def set_aside(db: Path) -> list[Path]:
-    """Rename an unusable state.db and its WAL/SHM (keeping SQLite's naming, so the set still opens
+    """Rename an unusable state.db and its companions (keeping their naming, so the set still opens
     together) to state.db.unusable-<UTC time>; never delete. Returns the new names."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     kept = db.with_name(f"{db.name}.unusable-{stamp}")

@@ -1,0 +1,238 @@
+"""The store's journal: every write is in state.db-log before it returns, batches move into SQLite on a
+thread of their own, and an open replays exactly the writes SQLite lacks, whatever a crash left."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from isthmus.apiserver import datadir
+from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.storage import JOURNAL, JOURNAL_OLD, Obj, Store
+
+CM = "/configmaps"
+
+
+def obj(name: str, **extra: Any) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}, **extra}
+
+
+def _query(where: Path | Store, sql: str) -> list[Any]:
+    """SQLite's own content: through the store's connection while it holds the database."""
+    if isinstance(where, Store):
+        assert where._db is not None
+        return where._db.execute(sql).fetchall()
+    db = sqlite3.connect(where)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+def rows(where: Path | Store) -> dict[str, int]:
+    """name -> rv, as SQLite holds them."""
+    return dict(_query(where, "SELECT name, rv FROM objects"))
+
+
+def counter(where: Path | Store) -> int:
+    return int(_query(where, "SELECT v FROM meta WHERE k = 'rv'")[0][0])
+
+
+def journal_files(tmp: Path) -> dict[str, int]:
+    """name -> size."""
+    return {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if "-log" in p.name}
+
+
+FRESH = {"state.db-log": 0}  # an open store's journal with nothing in it
+
+
+_KILLED = """
+import os, sys
+from isthmus.apiserver.storage import Store
+s = Store(sys.argv[1])
+s.open()
+{writes}
+os.kill(os.getpid(), 9)
+"""
+
+
+def killed_writer(path: Path, writes: str) -> None:
+    """A process that writes, then dies by SIGKILL: no close, no flush."""
+    subprocess.run([sys.executable, "-c", _KILLED.format(writes=writes), str(path)], check=False)
+
+
+def test_a_killed_process_leaves_its_writes_in_the_journal_and_the_next_open_moves_them_in(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    killed_writer(path, "\n".join([
+        "for i in range(30): s.create('/configmaps', {'metadata': {'name': f'o{i}', 'namespace': 'default'}})",
+        "s.update('/configmaps', {**s.get('/configmaps', 'default', 'o1'), 'data': {'k': 'v'}})",
+        "s.delete('/configmaps', 'default', 'o2')",
+    ]))
+    assert list(journal_files(tmp_path)) == ["state.db-log"]
+    assert rows(path) == {}, "nothing reached SQLite before the kill"
+    s = Store(str(path))
+    s.open()
+    assert s.rv == 32 and s.count(CM) == 29
+    assert s.get(CM, "default", "o1")["data"] == {"k": "v"}  # type: ignore[index]
+    assert s.get(CM, "default", "o2") is None
+    assert journal_files(tmp_path) == FRESH, "replayed writes are committed, then the journal starts afresh"
+    assert len(rows(s)) == 29 and rows(s)["o1"] == 31 and counter(s) == 32
+    assert s.create(CM, obj("next"))["metadata"]["resourceVersion"] == "33"
+    s.close()
+
+
+def test_batches_move_into_sqlite_while_the_store_runs(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    s = Store(str(path))
+    s.open()
+    for i in range(10):
+        s.create(CM, obj(f"o{i}"))
+    s.delete(CM, "default", "o3")
+    s.create(CM, obj("o3", data={"again": "yes"}))  # a delete and a create of one name in one batch
+    s._journal._flush()  # type: ignore[union-attr]  # what the thread does after 1,000 writes or 5 s
+    assert journal_files(tmp_path) == FRESH, "a fresh journal after the batch"
+    assert rows(s) == {**{f"o{i}": i + 1 for i in range(10)}, "o3": 12} and counter(s) == 12
+    s.delete(CM, "default", "o5")
+    s.update(CM, {**s.get(CM, "default", "o6"), "data": {"n": "1"}})  # type: ignore[dict-item]
+    s._journal._flush()  # type: ignore[union-attr]
+    assert "o5" not in rows(s) and rows(s)["o6"] == 14 and counter(s) == 14
+    s.close()
+    assert journal_files(tmp_path) == {}
+    again = Store(str(path))
+    again.open()
+    assert again.rv == 14 and again.count(CM) == 9
+    assert again.get(CM, "default", "o3")["data"] == {"again": "yes"}  # type: ignore[index]
+    again.close()
+
+
+def test_a_write_cut_short_by_a_crash_is_dropped_quietly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The last record incomplete: that write never returned, so it was never acknowledged."""
+    path = tmp_path / "state.db"
+    killed_writer(path, "for i in range(5): s.create('/configmaps', {'metadata': {'name': f'o{i}', 'namespace': 'default'}})")
+    log = tmp_path / "state.db-log"
+    whole = log.read_bytes()
+    log.write_bytes(whole + whole[:40])  # the head of a sixth record and part of its payload
+    s = Store(str(path))
+    with caplog.at_level(logging.WARNING, "isthmus.apiserver.storage"):
+        s.open()
+    assert s.rv == 5 and s.count(CM) == 5
+    assert journal_files(tmp_path) == FRESH and not caplog.records
+    s.close()
+
+
+def test_a_damaged_journal_replays_the_writes_before_the_damage_and_is_kept(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "state.db"
+    killed_writer(path, "for i in range(6): s.create('/configmaps', {'metadata': {'name': f'o{i}', 'namespace': 'default'}})")
+    log = tmp_path / "state.db-log"
+    raw = bytearray(log.read_bytes())
+    third = raw.index(b"[3,")  # the payload of rv 3
+    raw[third + 30] ^= 0xFF
+    log.write_bytes(bytes(raw))
+    s = Store(str(path))
+    with caplog.at_level(logging.WARNING, "isthmus.apiserver.storage"):
+        s.open()
+    assert s.rv == 2 and sorted(o["metadata"]["name"] for o in s.list(CM)) == ["o0", "o1"]
+    kept = [name for name in journal_files(tmp_path) if name != "state.db-log"]
+    assert len(kept) == 1 and kept[0].startswith("state.db-log.damaged-")
+    assert (tmp_path / kept[0]).read_bytes() == bytes(raw), "the damaged file is kept as it was"
+    assert "fails its checksum" in caplog.text
+    s.close()
+
+
+def test_a_crash_between_a_batch_and_its_cleanup_replays_each_write_once(tmp_path: Path) -> None:
+    """Killed after the batch of state.db-log.old was committed but before the file went: its
+    writes are in SQLite (skipped by rv), and the newer journal's are replayed."""
+    path = tmp_path / "state.db"
+    killed_writer(path, "\n".join([
+        "for i in range(4): s.create('/configmaps', {'metadata': {'name': f'o{i}', 'namespace': 'default'}})",
+        "import shutil; shutil.copy(sys.argv[1] + '-log', sys.argv[1] + '-log.keep')",
+        "s._journal._flush()",
+        "os.replace(sys.argv[1] + '-log.keep', sys.argv[1] + '-log.old')",
+        "s.update('/configmaps', {**s.get('/configmaps', 'default', 'o0'), 'data': {'k': 'late'}})",
+        "s.delete('/configmaps', 'default', 'o1')",
+    ]))
+    assert list(journal_files(tmp_path)) == ["state.db-log", "state.db-log.old"]
+    assert counter(path) == 4
+    s = Store(str(path))
+    s.open()
+    assert s.rv == 6 and sorted(o["metadata"]["name"] for o in s.list(CM)) == ["o0", "o2", "o3"]
+    assert s.get(CM, "default", "o0")["data"] == {"k": "late"}  # type: ignore[index]
+    assert journal_files(tmp_path) == FRESH and counter(s) == 6
+    s.close()
+
+
+def test_a_failed_append_changes_nothing_and_the_journal_stays_readable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "state.db"
+    s = Store(str(path))
+    s.open()
+    s.create(CM, obj("a"))
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        real_write(fd, data[: len(data) // 2])  # part of the record reaches the file
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("isthmus.apiserver.storage.os.write", half_then_full)
+    with pytest.raises(ApiError) as e:
+        s.create(CM, obj("b"))
+    assert e.value.code == 500 and "No space left on device" in e.value.message
+    assert s.rv == 1 and s.get(CM, "default", "b") is None
+    monkeypatch.setattr("isthmus.apiserver.storage.os.write", real_write)
+    assert s.create(CM, obj("c"))["metadata"]["resourceVersion"] == "2"
+    journal = (tmp_path / "state.db-log").read_bytes()
+    s.close()
+    copy = tmp_path / "copy"  # as if killed before the close: only the journal holds the writes
+    copy.mkdir()
+    (copy / "state.db-log").write_bytes(journal)
+    other = Store(str(copy / "state.db"))
+    other.open()
+    assert other.rv == 2 and sorted(o["metadata"]["name"] for o in other.list(CM)) == ["a", "c"]
+    other.close()
+
+
+def test_a_failed_batch_is_kept_and_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "state.db"
+    s = Store(str(path))
+    s.open()
+    s.create(CM, obj("a"))
+    s.create(CM, obj("b"))
+    journal = s._journal
+    assert journal is not None
+    real = journal._commit
+    calls = []
+
+    def failing(batch: Any) -> None:
+        calls.append(len(batch))
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(journal, "_commit", failing)
+    journal._flush()
+    assert calls == [2] and list(journal_files(tmp_path)) == ["state.db-log", "state.db-log.old"]
+    s.create(CM, obj("c"))  # goes on into the new journal meanwhile
+    monkeypatch.setattr(journal, "_commit", real)
+    journal._flush()  # the kept batch first
+    assert rows(s) == {"a": 1, "b": 2} and list(journal_files(tmp_path)) == ["state.db-log"]
+    journal._flush()
+    assert rows(s) == {"a": 1, "b": 2, "c": 3}
+    s.close()
+
+
+def test_a_journal_without_its_database_is_evidence_of_use(tmp_path: Path) -> None:
+    (tmp_path / (datadir.DB + JOURNAL)).write_bytes(b"x")
+    assert datadir.evidence_of_use(tmp_path) == f"{tmp_path / 'state.db-log'} exists"
+    (tmp_path / datadir.DB).write_bytes(b"")
+    (tmp_path / (datadir.DB + JOURNAL_OLD)).write_bytes(b"y")
+    kept = datadir.set_aside(tmp_path / datadir.DB)
+    stem = kept[0].name
+    assert [p.name for p in kept] == [stem, stem + "-log", stem + "-log.old"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in kept)
