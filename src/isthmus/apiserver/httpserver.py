@@ -235,6 +235,9 @@ class LeanProtocol(asyncio.Protocol):
 
     def __init__(self, server: LeanServer) -> None:
         self._server = server
+        # Made by the loop as it accepts. Kept: asyncio.get_running_loop() costs a getpid() system
+        # call each time (its check for a forked child), one per request otherwise.
+        self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._parser: Any = None
@@ -266,7 +269,7 @@ class LeanProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self._writable is None or self._writable.done():
-            self._writable = asyncio.get_running_loop().create_future()
+            self._writable = self._loop.create_future()
 
     def resume_writing(self) -> None:
         if self._writable is not None and not self._writable.done():
@@ -347,7 +350,7 @@ class LeanProtocol(asyncio.Protocol):
         request = LeanRequest(self._method, self._target, CIMultiDictProxy(CIMultiDict(self._headers)), body,
                               transport)
         self._busy = True
-        self._task = asyncio.get_running_loop().create_task(self._answer(request, keep_alive))
+        self._task = self._loop.create_task(self._answer(request, keep_alive))
 
     async def _answer(self, request: LeanRequest, keep_alive: bool) -> None:
         try:
