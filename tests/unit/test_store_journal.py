@@ -236,3 +236,43 @@ def test_a_journal_without_its_database_is_evidence_of_use(tmp_path: Path) -> No
     stem = kept[0].name
     assert [p.name for p in kept] == [stem, stem + "-log", stem + "-log.old"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in kept)
+
+
+def test_a_replay_sqlite_cannot_take_fails_the_open_and_keeps_the_journal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "state.db"
+    killed_writer(path, "for i in range(3): s.create('/configmaps', {'metadata': {'name': f'o{i}', 'namespace': 'default'}})")
+    before = (tmp_path / "state.db-log").read_bytes()
+
+    def full_disk(*args: Any) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr("isthmus.apiserver.storage._commit", full_disk)
+    with pytest.raises(OSError, match=r"cannot move the journal into the database \(database or disk is full\)"):
+        Store(str(path)).open()
+    assert (tmp_path / "state.db-log").read_bytes() == before
+    monkeypatch.undo()
+    s = Store(str(path))
+    s.open()
+    assert s.rv == 3 and s.count(CM) == 3
+    s.close()
+
+
+def test_a_batch_of_more_rows_than_one_statement_takes(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    s = Store(str(path))
+    s.open()
+    for i in range(700):
+        s.create(CM, obj(f"o{i:03d}"))
+    s._journal._flush()  # type: ignore[union-attr]
+    for i in range(0, 700, 2):
+        s.update(CM, {**s.get(CM, "default", f"o{i:03d}"), "data": {"i": str(i)}})  # type: ignore[dict-item]
+    for i in range(1, 700, 2):
+        s.delete(CM, "default", f"o{i:03d}")
+    s._journal._flush()  # type: ignore[union-attr]
+    assert rows(s) == {f"o{i:03d}": 701 + i // 2 for i in range(0, 700, 2)} and counter(s) == 1400
+    s.close()
+    again = Store(str(path))
+    again.open()
+    assert again.count(CM) == 350 and again.get(CM, "default", "o698")["data"] == {"i": "698"}  # type: ignore[index]
+    again.close()

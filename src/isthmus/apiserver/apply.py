@@ -1024,6 +1024,10 @@ def _created_fields(obj: dict[str, Any], node: _FieldsNode | None) -> dict[str, 
     for k in sorted(obj):  # fields sort by name (_element_sort_key)
         child = obj[k]
         pe = "f:" + k
+        if not isinstance(child, (dict, list)):
+            if pe not in _STRIPPED_TOP:
+                out[pe] = {}  # a leaf: as _enter enters it, without its schema
+            continue
         sub = node.kid(k) if node is not None else None
         if pe == "f:metadata" and isinstance(child, dict) and not (sub is not None and sub.atomic_map):
             inner: dict[str, Any] = {}
@@ -1031,7 +1035,12 @@ def _created_fields(obj: dict[str, Any], node: _FieldsNode | None) -> dict[str, 
                 mpe = "f:" + mk
                 if mpe == "f:managedFields":
                     continue
-                _enter(inner, mpe, child[mk], sub.kid(mk) if sub is not None else None, mpe not in _STRIPPED_META)
+                v = child[mk]
+                if not isinstance(v, (dict, list)):
+                    if mpe not in _STRIPPED_META:
+                        inner[mpe] = {}
+                else:
+                    _enter(inner, mpe, v, sub.kid(mk) if sub is not None else None, mpe not in _STRIPPED_META)
             if inner:
                 out[pe] = inner  # metadata itself is stripped
         else:

@@ -391,15 +391,29 @@ def _read_journal(path: str) -> tuple[list[Record], str | None]:
     return out, None
 
 
+_CHUNK = 256  # rows per statement of a batch: SQLite binds at most 32,766 values in one
+
+
+def _put_sql(rows: int) -> str:
+    return ("INSERT INTO objects (id, key, namespace, name, rv, data) VALUES "
+            + ",".join(("(?,?,?,?,?,?)",) * rows) + " ON CONFLICT (id) DO UPDATE SET rv = excluded.rv, data = excluded.data")
+
+
+def _delete_sql(rows: int) -> str:
+    return "DELETE FROM objects WHERE id IN (" + ",".join("?" * rows) + ")"
+
+
 def _commit(db: sqlite3.Connection, rowids: dict[str, dict[Key, int]], last_id: int, batch: list[Record]) -> int:
     """A batch of writes (the last of each object's) in one transaction, fsynced, then checkpointed.
-    rowids (each object's row) follows the committed rows; returns the highest row id."""
+    rowids (each object's row) follows the committed rows; returns the highest row id.
+
+    Many rows per statement: each statement releases the GIL once, where a statement per row made
+    the event loop's thread and this one hand it over a thousand times a batch."""
     latest: dict[tuple[str, Key], tuple[int, bytes | None]] = {}
     for key, k, rv, data in batch:
         latest[(key, k)] = (rv, data)
-    inserts: list[tuple[int, str, str, str, int, bytes]] = []
-    updates: list[tuple[int, bytes, int]] = []
-    deletes: list[tuple[int]] = []
+    puts: list[Any] = []  # flat: id, key, namespace, name, rv, data; an id already there is updated
+    deletes: list[int] = []
     born: list[tuple[str, Key, int]] = []
     gone: list[tuple[str, Key]] = []
     for (key, k), (rv, data) in latest.items():
@@ -407,19 +421,23 @@ def _commit(db: sqlite3.Connection, rowids: dict[str, dict[Key, int]], last_id: 
         rowid = None if ids is None else ids.get(k)
         if data is None:
             if rowid is not None:
-                deletes.append((rowid,))
+                deletes.append(rowid)
                 gone.append((key, k))
-        elif rowid is None:
+            continue
+        if rowid is None:
             last_id += 1
-            inserts.append((last_id, key, k[0], k[1], rv, data))
-            born.append((key, k, last_id))
-        else:
-            updates.append((rv, data, rowid))
+            rowid = last_id
+            born.append((key, k, rowid))
+        puts.extend((rowid, key, k[0], k[1], rv, data))
     db.execute("BEGIN")
     try:
-        db.executemany("DELETE FROM objects WHERE id = ?", deletes)
-        db.executemany("UPDATE objects SET rv = ?, data = ? WHERE id = ?", updates)
-        db.executemany("INSERT INTO objects (id, key, namespace, name, rv, data) VALUES (?, ?, ?, ?, ?, ?)", inserts)
+        for at in range(0, len(deletes), _CHUNK):
+            part = deletes[at:at + _CHUNK]
+            db.execute(_delete_sql(len(part)), part)
+        width = 6 * _CHUNK
+        for at in range(0, len(puts), width):
+            part = puts[at:at + width]
+            db.execute(_put_sql(len(part) // 6), part)
         # Puts carry their rv in the row, but the last write may be a deletion: the counter row
         # says where the sequence stands.
         db.execute("UPDATE meta SET v = ? WHERE k = 'rv'", (batch[-1][2],))
@@ -738,7 +756,10 @@ class Store:
             replayed.append((key, k, r, data))
             rv = r
         if replayed:
-            last_id = _commit(db, rowids, last_id, replayed)
+            try:
+                last_id = _commit(db, rowids, last_id, replayed)
+            except sqlite3.Error as e:  # a full disk, say: the journal stays for the next start
+                raise OSError(f"cannot move the journal into the database ({e})") from None
             self._rv = self._floor = rv
             log.info("storage: replayed %d writes from the journal, up to resourceVersion %d", len(replayed), rv)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
