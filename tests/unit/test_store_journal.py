@@ -97,12 +97,12 @@ def test_batches_move_into_sqlite_while_the_store_runs(tmp_path: Path) -> None:
         s.create(CM, obj(f"o{i}"))
     s.delete(CM, "default", "o3")
     s.create(CM, obj("o3", data={"again": "yes"}))  # a delete and a create of one name in one batch
-    s._journal._flush()  # type: ignore[union-attr]  # what the thread does after 1,000 writes or 5 s
+    s.sync()  # what the journal's thread does after 1,000 writes or 5 s
     assert journal_files(tmp_path) == FRESH, "a fresh journal after the batch"
     assert rows(s) == {**{f"o{i}": i + 1 for i in range(10)}, "o3": 12} and counter(s) == 12
     s.delete(CM, "default", "o5")
     s.update(CM, {**s.get(CM, "default", "o6"), "data": {"n": "1"}})  # type: ignore[dict-item]
-    s._journal._flush()  # type: ignore[union-attr]
+    s.sync()
     assert "o5" not in rows(s) and rows(s)["o6"] == 14 and counter(s) == 14
     s.close()
     assert journal_files(tmp_path) == {}
@@ -155,7 +155,7 @@ def test_a_crash_between_a_batch_and_its_cleanup_replays_each_write_once(tmp_pat
     killed_writer(path, "\n".join([
         "for i in range(4): s.create('/configmaps', {'metadata': {'name': f'o{i}', 'namespace': 'default'}})",
         "import shutil; shutil.copy(sys.argv[1] + '-log', sys.argv[1] + '-log.keep')",
-        "s._journal._flush()",
+        "s.sync()",
         "os.replace(sys.argv[1] + '-log.keep', sys.argv[1] + '-log.old')",
         "s.update('/configmaps', {**s.get('/configmaps', 'default', 'o0'), 'data': {'k': 'late'}})",
         "s.delete('/configmaps', 'default', 'o1')",
@@ -264,12 +264,12 @@ def test_a_batch_of_more_rows_than_one_statement_takes(tmp_path: Path) -> None:
     s.open()
     for i in range(700):
         s.create(CM, obj(f"o{i:03d}"))
-    s._journal._flush()  # type: ignore[union-attr]
+    s.sync()
     for i in range(0, 700, 2):
         s.update(CM, {**s.get(CM, "default", f"o{i:03d}"), "data": {"i": str(i)}})  # type: ignore[dict-item]
     for i in range(1, 700, 2):
         s.delete(CM, "default", f"o{i:03d}")
-    s._journal._flush()  # type: ignore[union-attr]
+    s.sync()
     assert rows(s) == {f"o{i:03d}": 701 + i // 2 for i in range(0, 700, 2)} and counter(s) == 1400
     s.close()
     again = Store(str(path))
