@@ -463,8 +463,9 @@ class _Journal:
 
     Why: a write committed to SQLite on its own is a whole transaction (the B-tree, a 4 KB WAL frame,
     two or three pwrites): about 30 µs of a create's CPU in the server, where one append costs a few.
-    A batch of a thousand rows costs SQLite a few µs a row, on this thread, which takes the GIL
-    only between statements. Nothing on the event loop ever waits for SQLite or its fsyncs.
+    A batch of a thousand rows costs SQLite a few µs a row, on this thread, which needs the GIL
+    only between statements (256 rows each, _commit). Nothing on the event loop ever waits for
+    SQLite or its fsyncs.
 
     Records carry consecutive resourceVersions and a CRC, so a replay (Store.open) takes exactly a
     prefix of the writes: it stops at a torn or damaged record or a gap, and skips what SQLite
@@ -532,7 +533,10 @@ class _Journal:
             self._wake.wait(self._every_seconds)
             self._wake.clear()
             if not self._stop:
-                self._flush()
+                try:
+                    self._flush()
+                except Exception:  # the thread must live on: the next batch may take
+                    log.exception("storage: moving the journal into the database failed")
 
     def _flush(self) -> None:
         with self._flushing:
