@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -471,3 +472,34 @@ def test_cached_services_share_an_empty_status_only_with_the_same_shape() -> Non
     assert got[0].status is got[3].status
     assert len({id(s.status) for s in got[:3]}) == 3
     assert got[1].status.loadBalancer.ingress == [] and got[2].status.loadBalancer is None
+
+
+async def test_the_cyclic_gc_pauses_while_a_list_runs_and_what_it_brought_is_frozen(apiserver: Any) -> None:
+    c = apiserver.client()
+    for i in range(5):
+        await c.create(cm(f"gc-{i}"))
+    assert gc.isenabled()
+    frozen_before = gc.get_freeze_count()
+    inf: Informer[ConfigMap] = Informer(c, ConfigMap, page_size=2)
+    during: list[bool] = []
+    inf.add_handler(lambda o: during.append(gc.isenabled()), None, None)
+    inf.start()
+    try:
+        assert await inf.wait_synced(10)
+        assert during == [False] * 5, "the listed objects arrive with the GC paused"
+        assert gc.isenabled(), "and it runs again once the list ends"
+        assert gc.get_freeze_count() > frozen_before
+    finally:
+        await inf.stop()
+        gc.unfreeze()
+
+
+async def test_a_failing_list_lets_the_gc_run_again(apiserver: Any) -> None:
+    missing = create_namespaced_resource("example.com", "v1", "Missing", "missings")
+    inf: Informer[Any] = Informer(apiserver.client(), missing)
+    inf.start()
+    try:
+        await eventually(lambda: inf.last_error is not None)
+        assert gc.isenabled()
+    finally:
+        await inf.stop()

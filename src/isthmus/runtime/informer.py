@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import gc
 import logging
 import random
 import sys
@@ -359,6 +360,40 @@ class _Bookmark(msgspec.Struct):
     metadata: _BookmarkMeta | None = None
 
 
+class _ListingGC:
+    """The cyclic GC paused while lists are under way in this process, and what they brought in
+    frozen once the last one ends.
+
+    A list brings thousands of long-lived objects at once (140,000 for an agent at 10,000 services).
+    The GC would walk them over and over while they arrive (a full collection at each quarter the
+    heap grows) and in every full collection afterwards, though they hold no cycles: an agent's
+    restart at 10,000 services took 11.8 s, 8.1 s with the GC off. So, as the apiserver pauses it
+    while it loads its store: paused while any list runs, then everything alive is moved to the
+    permanent generation (gc.freeze), which the GC no longer walks; refcounting still frees a cached
+    object its replacement drops. The price: a reference cycle that became garbage during a list is
+    never collected (a few small ones, once per list)."""
+
+    def __init__(self) -> None:
+        self._lists = 0
+        self._was_enabled = False
+
+    def __enter__(self) -> None:
+        if self._lists == 0:
+            self._was_enabled = gc.isenabled()
+            gc.disable()
+        self._lists += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._lists -= 1
+        if self._lists == 0:
+            gc.freeze()
+            if self._was_enabled:
+                gc.enable()
+
+
+_LISTING_GC = _ListingGC()
+
+
 class Informer(Generic[T]):
     """List-then-watch one resource type in one namespace (``None``: all, or cluster-scoped).
 
@@ -542,6 +577,10 @@ class Informer(Generic[T]):
         return self.namespace if self.namespace is not None else ALL_NS
 
     async def _list(self, reason: str) -> None:
+        with _LISTING_GC:
+            await self._list_paused(reason)
+
+    async def _list_paused(self, reason: str) -> None:
         client: Any = self.client  # lightkube's overloads cannot take an arbitrary resource class
         it = client.list(
             self.resource,
