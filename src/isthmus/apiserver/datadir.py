@@ -18,11 +18,13 @@ import stat
 import uuid
 from pathlib import Path
 
+from isthmus.apiserver.storage import JOURNAL, JOURNAL_OLD
+
 DB = "state.db"
 MARKER = "initialized.json"
 # The companions of state.db: SQLite's (the WAL holds committed writes not yet checkpointed) and
-# the store's journal (writes not yet moved into SQLite; storage.JOURNAL, JOURNAL_OLD).
-DB_COMPANIONS = ("-wal", "-shm", "-journal", "-log", "-log.old")
+# the store's journal (writes not yet moved into SQLite).
+DB_COMPANIONS = ("-wal", "-shm", "-journal", JOURNAL, JOURNAL_OLD)
 # Files the apiserver (or `isthmus up` on its behalf) writes here; only these get chmod'ed, so a
 # --data-dir pointed at a directory with other content never has unrelated files changed.
 PRIVATE_FILES = (DB, *(DB + s for s in DB_COMPANIONS), MARKER, "kubeconfig", "token")
@@ -99,7 +101,7 @@ def evidence_of_use(data_dir: Path) -> str | None:
     """Why we know this dir held a database before (the marker, or a WAL or journal left behind), if we do."""
     if (data_dir / MARKER).exists():
         return f"{data_dir / MARKER} exists"
-    for suffix in ("-wal", "-log", "-log.old"):
+    for suffix in ("-wal", JOURNAL, JOURNAL_OLD):
         if (data_dir / (DB + suffix)).exists():
             return f"{data_dir / (DB + suffix)} exists"
     return None

@@ -457,6 +457,13 @@ def _commit(db: sqlite3.Connection, rowids: dict[str, dict[Key, int]], last_id: 
     return last_id
 
 
+def _remove_journal(path: str) -> None:
+    """Both journal files of the database at path, once SQLite holds what they held."""
+    for suffix in (JOURNAL_OLD, JOURNAL):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + suffix)
+
+
 class _Journal:
     """Each write appended to state.db-log before it returns; a thread of its own moves them into
     SQLite in batches.
@@ -584,9 +591,7 @@ class _Journal:
         except sqlite3.Error:
             log.exception("storage: cannot move the journal into the database; it is kept for the next start")
             return
-        for suffix in (JOURNAL_OLD, JOURNAL):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._path + suffix)
+        _remove_journal(self._path)
 
 
 HISTORY_SECONDS = 300.0
@@ -766,16 +771,15 @@ class Store:
                 raise OSError(f"cannot move the journal into the database ({e})") from None
             self._rv = self._floor = rv
             log.info("storage: replayed %d writes from the journal, up to resourceVersion %d", len(replayed), rv)
+        if problem is None:
+            _remove_journal(path)
+            return last_id
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         for suffix in (JOURNAL_OLD, JOURNAL):
-            if problem is None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path + suffix)
-            elif os.path.exists(path + suffix):
+            if os.path.exists(path + suffix):
                 os.replace(path + suffix, f"{path}{suffix}.damaged-{stamp}")
-        if problem is not None:
-            log.warning("storage: the journal is damaged (%s; a power failure?): the writes before are replayed, "
-                        "its files are kept as %s*.damaged-%s", problem, path + JOURNAL, stamp)
+        log.warning("storage: the journal is damaged (%s; a power failure?): the writes before are replayed, "
+                    "its files are kept as %s*.damaged-%s", problem, path + JOURNAL, stamp)
         return last_id
 
     def sync(self) -> None:
