@@ -154,6 +154,51 @@ async def test_status_subresource_and_generation(apiserver: RunningApiServer) ->
     assert e.value.status.code == 422 and "spec.replicas" in e.value.status.message
 
 
+async def test_status_writes_prune_default_and_validate_the_status(apiserver: RunningApiServer) -> None:
+    """A status write is normalized where it writes: unknown status fields are dropped (with the
+    warning fieldValidation asks for), status defaults applied, bad status values refused (422),
+    while an unchanged spec that a newer schema would refuse does not block it (kube validates a
+    custom resource's status writes with the status schema alone)."""
+    await _install_gadgets(apiserver)
+    base = f"{apiserver.url}/apis/example.com/v1/namespaces/default/gadgets"
+    merge = {"Content-Type": "application/merge-patch+json"}
+    async with aiohttp.ClientSession() as s:
+        for _ in range(50):
+            r = await s.post(base, json={"apiVersion": "example.com/v1", "kind": "Gadget",
+                                         "metadata": {"name": "h"}, "spec": {"replicas": 2}})
+            if r.status != 404:
+                break
+            await asyncio.sleep(0.05)
+        assert r.status == 201, await r.text()
+        r = await s.patch(f"{base}/h/status?fieldValidation=Warn", headers=merge,
+                          json={"status": {"ready": 1, "bogus": True}})
+        assert r.status == 200 and (await r.json())["status"] == {"ready": 1}
+        assert r.headers.get("Warning") == '299 - "unknown field \\"status.bogus\\""'
+        r = await s.patch(f"{base}/h/status?fieldValidation=Strict", headers=merge, json={"status": {"bogus": 1}})
+        assert r.status == 400 and "status.bogus" in (await r.json())["message"], await r.text()
+        r = await s.patch(f"{base}/h/status", headers=merge, json={"status": {"ready": "many"}})
+        assert r.status == 422 and "status.ready" in (await r.json())["message"]
+
+        # The schema now wants at least 5 replicas and defaults status.phase.
+        crd = await (await s.get(f"{apiserver.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                                 "gadgets.example.com")).json()
+        props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+        props["spec"]["properties"]["replicas"]["minimum"] = 5
+        props["status"]["properties"]["phase"] = {"type": "string", "default": "Pending"}
+        r = await s.put(f"{apiserver.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                        "gadgets.example.com", json=crd)
+        assert r.status == 200, await r.text()
+        for _ in range(50):
+            r = await s.patch(f"{base}/h/status", headers=merge, json={"status": {"ready": 2}})
+            body = await r.json()
+            if body.get("status", {}).get("phase"):
+                break
+            await asyncio.sleep(0.05)
+        assert r.status == 200 and body["status"] == {"ready": 2, "phase": "Pending"} and body["spec"] == {"replicas": 2}
+        r = await s.patch(f"{base}/h", headers=merge, json={"spec": {"replicas": 3}})
+        assert r.status == 422 and "spec.replicas" in (await r.json())["message"]
+
+
 async def test_label_and_field_selectors(apiserver: RunningApiServer) -> None:
     c = apiserver.client()
     await c.create(Namespace(metadata=ObjectMeta(name="other")))

@@ -75,6 +75,18 @@ def _without_volatile(obj: Obj) -> Obj:
     return {**obj, "metadata": m}
 
 
+def _status_schema(root: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema of `status` when the root's rules reach status only through it (no unknown fields
+    kept at the root, status declared); None: walk the whole object."""
+    resolved = schema.resolve_all_of(root)
+    if not resolved or resolved.get("x-kubernetes-preserve-unknown-fields") or resolved.get("anyOf") \
+            or resolved.get("oneOf") or resolved.get("not"):
+        return None
+    props = resolved.get("properties")
+    sub = props.get("status") if isinstance(props, dict) else None
+    return sub if isinstance(sub, dict) else None
+
+
 class GenericStore:
     """Writes of every resource type, through one pipeline; reads go to `storage` directly."""
 
@@ -110,20 +122,31 @@ class GenericStore:
         return obj
 
     def _normalize(self, info: ResourceInfo, obj: Obj, field_validation: str, warnings: list[str],
-                   old: Obj | None, strict: StrictIssues | None = None) -> None:
+                   old: Obj | None, strict: StrictIssues | None = None, *, status_only: bool = False) -> None:
         """Defaults, pruning of unknown fields, what fieldValidation says of them and of the body's
-        duplicate keys (`strict`), and validation (422); old: the live object of an update."""
+        duplicate keys (`strict`), and validation (422); old: the live object of an update.
+
+        status_only: a write of the status subresource, whose object is the live one but for its
+        status: the schema's defaults, pruning and validation walk the status alone, as kube's custom
+        resource status strategy validates with the status schema only. The rest was normalized when
+        it was written and is unchanged, so a spec a newer schema would refuse does not block the
+        controller reporting on it."""
         strategy = info.strategy
-        if info.schema is not None:
-            schema.apply_defaults(obj, info.schema)
+        root, part, path = obj, info.schema, ""
+        if status_only and info.schema is not None:
+            sub = _status_schema(info.schema)
+            if sub is not None and isinstance(obj.get("status"), dict):
+                root, part, path = obj["status"], sub, "status"
+        if part is not None:
+            schema.apply_defaults(root, part)
         strategy.default(obj)
-        dropped = schema.prune(obj, info.schema) if info.schema is not None else []
+        dropped = schema.prune(root, part, path) if part is not None else []
         if field_validation != "Ignore" and (dropped or strict):
             self._strict_decoding(info, obj, field_validation, warnings, dropped, strict or StrictIssues())
         m = obj["metadata"]
         causes = meta.validate_metadata(m, name_rule=strategy.name_rule, namespaced=info.namespaced)
-        if info.schema is not None:
-            causes += schema.validate(obj, info.schema)
+        if part is not None:
+            causes += schema.validate(root, part, path)
         causes += strategy.validate(obj) if old is None else strategy.validate_update(obj, old)
         if causes:
             raise errors.invalid(info.group, info.kind, str(m.get("name") or ""), causes)
@@ -284,7 +307,7 @@ class GenericStore:
                 raise errors.invalid(info.group, info.kind, name, [errors.cause(
                     "metadata.finalizers", f"Forbidden: no new finalizers can be added if the object is being "
                     f"deleted, found new finalizers {added}", "FieldValueForbidden")])
-        self._normalize(info, new, field_validation, warnings, live, strict)
+        self._normalize(info, new, field_validation, warnings, live, strict, status_only=subresource == "status")
         warnings.extend(strategy.warnings_on_update(new, live))
         strategy.canonicalize(new)
         if _spec_view(new, info.has_status) != _spec_view(live, info.has_status):
