@@ -338,12 +338,13 @@ async def test_connect_failures_and_garbage() -> None:
 
 
 def test_request_heads_refuse_what_would_split_a_header() -> None:
-    """A header value with a line break would smuggle a header of its own into the request: such a
-    request takes httpx's way, which refuses it (as any value outside latin-1)."""
+    """An Authorization value with a line break would smuggle a header of its own into the request:
+    such a request takes httpx's way, which refuses it (as any value outside latin-1). The client's
+    own headers are checked once, when they change (test_kube_transport.py)."""
     from isthmus.kube.transport import _head
 
-    ok = _head("PATCH", "/api/v1/x?y=1", "127.0.0.1:6443", {"accept": "application/json"}, b"{}")
+    ok = _head("PATCH", "/api/v1/x?y=1", "127.0.0.1:6443", "accept: application/json\r\n", "Bearer t", b"{}")
     assert ok == (b"PATCH /api/v1/x?y=1 HTTP/1.1\r\nhost: 127.0.0.1:6443\r\naccept: application/json\r\n"
-                  b"content-length: 2\r\n\r\n")
-    for bad in ({"authorization": "Bearer t\r\nx-evil: 1"}, {"x\nevil": "1"}, {"a": "b\0"}, {"a": "ü€"}):
-        assert _head("GET", "/", "h", bad, None) is None
+                  b"authorization: Bearer t\r\ncontent-length: 2\r\n\r\n")
+    for bad in ("Bearer t\r\nx-evil: 1", "Bearer t\0", "Bearer \u20ac"):
+        assert _head("GET", "/", "h", "", bad, None) is None

@@ -14,11 +14,14 @@ import pytest
 import yaml
 from aiohttp import web
 from lightkube import ApiError, AsyncClient
+from lightkube.models.core_v1 import ServiceStatus
 from lightkube.models.discovery_v1 import Endpoint
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.core_v1 import Namespace, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.types import PatchType
 
+from isthmus.kube import helpers
 from isthmus.kube.client import load_config, make_client
 from isthmus.kube.transport import AiohttpTransport, install
 from tests.ports import free_port
@@ -155,6 +158,49 @@ async def test_fast_requests_send_what_lightkube_prepares_without_httpx(tmp_path
         api.answers.append((200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}))
         await client.delete(Namespace, "x")
         assert (api.seen[-1]["method"], api.seen[-1]["path"]) == ("DELETE", "/api/v1/namespaces/x")
+
+        # The write helpers prepare their requests themselves: the same requests go out.
+        await helpers.apply_quiet(client, slice_, field_manager="agent", force=True)
+        sent = api.seen[-1]
+        assert (sent["method"], sent["path"], sent["query"], sent["type"]) == (
+            "PATCH", "/apis/discovery.k8s.io/v1/namespaces/n1/endpointslices/s1",
+            {"fieldManager": "agent", "force": "true"}, "application/apply-patch+yaml")
+        assert json.loads(sent["body"]) == slice_.to_dict()  # type: ignore[arg-type]
+        svc = Service(metadata=ObjectMeta(name="web", namespace="n1"), status=ServiceStatus(conditions=[]))
+        await helpers.patch_status_quiet(client, svc, field_manager="agent", patch_type=PatchType.MERGE)
+        sent = api.seen[-1]
+        assert (sent["method"], sent["path"], sent["query"], sent["type"], json.loads(sent["body"])) == (
+            "PATCH", "/api/v1/namespaces/n1/services/web/status", {"fieldManager": "agent"},
+            "application/merge-patch+json", {"status": {"conditions": []}})
+        api.answers.append((201, {**_NS, "metadata": {"name": "y", "uid": "u2"}}))
+        made = await helpers.create(client, Namespace(metadata=ObjectMeta(name="y")), field_manager="agent")
+        assert made.metadata is not None and made.metadata.uid == "u2"
+        assert (api.seen[-1]["method"], api.seen[-1]["path"], api.seen[-1]["query"]) == (
+            "POST", "/api/v1/namespaces", {"fieldManager": "agent"})
+        api.answers.append((200, {**_NS, "metadata": {"name": "y", "resourceVersion": "9"}}))
+        put = await helpers.replace(client, Namespace(metadata=ObjectMeta(name="y", resourceVersion="8")))
+        assert put.metadata is not None and put.metadata.resourceVersion == "9"
+        sent = api.seen[-1]
+        assert (sent["method"], sent["path"], sent["query"], json.loads(sent["body"])["metadata"]) == (
+            "PUT", "/api/v1/namespaces/y", {"fieldManager": "tester"}, {"name": "y", "resourceVersion": "8"})
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+async def test_a_client_header_with_a_line_break_is_refused(tmp_path: Path) -> None:
+    """The fast path sends the client's own headers as they are: one that would split the head
+    leaves the request to httpx, which refuses it, and nothing is sent."""
+    api = _Api()
+    runner, port = await _serve(api)
+    client = make_client(_kubeconfig(tmp_path, port, {"token": "t0"}))
+    try:
+        client._client._client.headers["X-Trace"] = "on\r\nx-evil: 1"
+        with pytest.raises(ValueError, match="header injection"):
+            await client.get(Namespace, "default")
+        with pytest.raises(ValueError, match="header injection"):
+            await helpers.apply_quiet(client, Namespace(metadata=ObjectMeta(name="x")), field_manager="m")
+        assert api.seen == []
     finally:
         await client.close()
         await runner.cleanup()

@@ -197,9 +197,14 @@ def test_in_cluster_from_the_serviceaccount_dir(tmp_path: Path, monkeypatch: pyt
         load_config()
 
 
-async def test_token_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
-    """As client-go, a rotated token (the kubelet rewrites the file) is used from the next request on."""
+async def test_token_file_is_read_again_when_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As client-go, a rotated token (the kubelet rewrites the file) is used once the file is looked at
+    again (here at every request; by default once a second, see the next test)."""
     from aiohttp import web
+
+    from isthmus.kube.client import TokenFileAuth
+
+    monkeypatch.setattr(TokenFileAuth, "CHECK_SECONDS", 0.0)
 
     seen: list[str] = []
 
@@ -236,3 +241,26 @@ async def test_token_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
         await client.close()
         await runner.cleanup()
     assert seen == ["Bearer first", "Bearer second"]
+
+
+def test_token_file_is_looked_at_once_a_second_at_most(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy client does not stat the file per request; a rotation shows within the second, and a
+    forced read (after a 401) sees it at once."""
+    from isthmus.kube import client as kube_client
+
+    now = [100.0]
+    monkeypatch.setattr(kube_client.time, "monotonic", lambda: now[0])
+    token = tmp_path / "token"
+    token.write_text("first")
+    auth = kube_client.TokenFileAuth(str(token))
+    assert auth.bearer_header() == "Bearer first"
+    tmp = tmp_path / "token.new"
+    tmp.write_text("second")
+    os.replace(tmp, token)
+    now[0] += 0.5
+    assert auth.bearer_header() == "Bearer first"
+    assert auth.bearer_header(force=True) == "Bearer second"
+    tmp.write_text("third")
+    os.replace(tmp, token)
+    now[0] += 1.0
+    assert auth.bearer_header() == "Bearer third"

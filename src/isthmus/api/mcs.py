@@ -7,6 +7,7 @@ they all live in the broker namespace, so a joining cluster's credentials can be
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -577,6 +578,7 @@ def kube_service_name(labels: Mapping[str, str]) -> str | None:
     return labels.get(KUBE_SERVICE_NAME_LABEL) or None
 
 
+@functools.lru_cache(maxsize=4096)  # a reconcile names a service's objects a dozen times over
 def broker_object_name(service: str, namespace: str, cluster: str | None = None) -> str:
     """A broker-namespace object name for a service (and cluster) that cannot collide.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -134,14 +135,23 @@ def _service_account() -> SingleConfig | None:
 class TokenFileAuth(httpx2.Auth):
     """Bearer token from a file, read again whenever the file changes (client-go's cached file
     token source re-reads it; lightkube's reads it once and again only after a 401), and once more
-    after a 401 in case it changed within the same second."""
+    after a 401 in case it changed within the same second. The file is looked at once a second at
+    most: a stat per request cost a busy controller a system call each (kubelet rotates the token
+    long before it expires)."""
+
+    CHECK_SECONDS = 1.0
 
     def __init__(self, token_file: str) -> None:
         self.token_file = token_file
         self._stamp: tuple[int, int] | None = None
         self._header = ""
+        self._checked = -self.CHECK_SECONDS
 
     def _read(self, force: bool = False) -> str:
+        now = time.monotonic()
+        if not force and self._header and now - self._checked < self.CHECK_SECONDS:
+            return self._header
+        self._checked = now
         try:
             st = os.stat(self.token_file)
             stamp = (st.st_mtime_ns, st.st_ino)

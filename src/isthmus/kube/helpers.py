@@ -12,13 +12,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast, overload
 
 from lightkube import ApiError, AsyncClient
+from lightkube.core import resource as lk_resource
+from lightkube.core.generic_client import METHOD_MAPPING, BasicRequest
 from lightkube.core.resource import api_info
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
 
 from isthmus.api.base import Resource
-from isthmus.kube.resources import resource_for
-from isthmus.kube.transport import answer_unread
+from isthmus.kube.resources import RESOURCES, resource_for
+from isthmus.kube.transport import UNSENT, answer_unread
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Resource)
@@ -50,7 +52,9 @@ def is_conflict(err: BaseException) -> bool:
 
 
 def _lk_class(res: type[Any]) -> type[Any]:
-    return resource_for(res) if issubclass(res, Resource) else res
+    if issubclass(res, Resource):
+        return RESOURCES.get(res) or resource_for(res)
+    return res
 
 
 def _back(res: type[T], lk_obj: Any) -> T:
@@ -65,6 +69,61 @@ def _back(res: type[T], lk_obj: Any) -> T:
 def _name_ns_of(data: dict[str, Any]) -> tuple[str, str | None]:
     meta = data.get("metadata") or {}
     return meta.get("name") or "", meta.get("namespace")
+
+
+# --- writes prepared here -----------------------------------------------------------------------
+
+
+class _Where:
+    """What a write's path and body need to know of a lightkube resource (lightkube's prepare_request
+    works it out again on every request)."""
+
+    __slots__ = ("action", "api_version", "kind", "namespaced", "plural", "root")
+
+    def __init__(self, res: type[Any]) -> None:
+        info = api_info(res)
+        base = info.parent or info.resource
+        self.root = f"apis/{base.group}/{base.version}" if base.group else f"api/{base.version}"
+        self.plural, self.action = info.plural, info.action
+        self.namespaced = issubclass(res, lk_resource.NamespacedResource | lk_resource.NamespacedSubResource)
+        self.api_version, self.kind = info.resource.api_version, info.resource.kind
+
+
+_WHERE: dict[type[Any], _Where] = {}
+
+
+def _where(res: type[Any]) -> _Where:
+    where = _WHERE.get(res)
+    if where is None:
+        where = _WHERE[res] = _Where(res)
+    return where
+
+
+async def _send(client: AsyncClient, method: str, res: type[Any], name: str, namespace: str | None,
+                data: dict[str, Any], params: dict[str, str], content_type: str | None = None) -> Any:
+    """One write (lightkube's "post", "put" or "patch" of `res`'s object `name`), prepared here as
+    lightkube's prepare_request would and sent by kube/transport.py's fast path; UNSENT when this
+    client's requests cannot go that way (the caller then goes through lightkube)."""
+    generic = cast(Any, client)._client
+    prepared = getattr(generic.request, "prepared", None)
+    if prepared is None or generic._dry_run or not name:
+        return UNSENT
+    where = _where(res)
+    if where.namespaced:
+        url = f"{where.root}/namespaces/{namespace or generic.namespace}/{where.plural}"
+    else:
+        url = f"{where.root}/{where.plural}"
+    if method != "post":
+        url += f"/{name}"
+    if where.action:
+        if method == "post":
+            return UNSENT  # a subresource made by POST (a Binding...) names its parent: lightkube knows how
+        url += f"/{where.action}"
+    if "fieldManager" not in params and generic._field_manager is not None:
+        params["fieldManager"] = generic._field_manager
+    br = BasicRequest(method=METHOD_MAPPING[method], url=url, response_type=res, params=params, data=data,
+                      headers={"Content-Type": content_type} if content_type else None)
+    return await prepared(method, br)
 
 
 # --- reads --------------------------------------------------------------------------------------
@@ -123,9 +182,42 @@ async def _apply(client: AsyncClient, obj: Any, field_manager: str, force: bool)
     data = cast(Any, obj).to_dict()
     meta = data.setdefault("metadata", {})
     meta.pop("managedFields", None)  # kube rejects apply bodies carrying them (e.g. a re-applied read)
-    lk_obj = _lk_class(type(obj)).from_dict(data)
-    return await cast(Any, client).apply(lk_obj, field_manager=field_manager, force=force,
+    res = _lk_class(type(obj))
+    where = _where(res)
+    data["apiVersion"] = data.get("apiVersion") or where.api_version
+    data["kind"] = data.get("kind") or where.kind
+    answer = await _send(client, "patch", res, meta.get("name") or "", meta.get("namespace"), data,
+                         {"force": "true"} | {"fieldManager": field_manager} if force else {"fieldManager": field_manager},
+                         PatchType.APPLY.value)
+    if answer is not UNSENT:
+        return answer
+    return await cast(Any, client).apply(res.from_dict(data), field_manager=field_manager, force=force,
                                          namespace=meta.get("namespace"))
+
+
+async def create(client: AsyncClient, obj: T, *, field_manager: str | None = None) -> T:
+    """POST `obj` (a model or a lightkube object); returns what the server stored, as the caller's type."""
+    return _back(type(obj), await _store(client, obj, "post", field_manager))
+
+
+async def replace(client: AsyncClient, obj: T, *, field_manager: str | None = None) -> T:
+    """PUT `obj` (conditional on its resourceVersion, when it has one); returns what the server stored."""
+    return _back(type(obj), await _store(client, obj, "put", field_manager))
+
+
+async def _store(client: AsyncClient, obj: Any, method: str, field_manager: str | None) -> Any:
+    data = cast(Any, obj).to_dict()
+    res = _lk_class(type(obj))
+    where = _where(res)
+    data["apiVersion"] = data.get("apiVersion") or where.api_version
+    data["kind"] = data.get("kind") or where.kind
+    name, namespace = _name_ns_of(data)
+    answer = await _send(client, method, res, name, namespace, data,
+                         {"fieldManager": field_manager} if field_manager else {})
+    if answer is not UNSENT:
+        return answer
+    call = cast(Any, client).create if method == "post" else cast(Any, client).replace
+    return await call(res.from_dict(data), field_manager=field_manager)
 
 
 async def merge_patch(client: AsyncClient, res: Any, name: str, body: dict[str, Any], *, field_manager: str,
@@ -181,7 +273,13 @@ async def _patch_status(client: AsyncClient, obj: Any, field_manager: str, force
         body["status"] = data.get("status") or {}
     else:
         body = {"status": data.get("status") or {}}
-    return await cast(Any, client).patch(_lk_class(res).Status, name, body, namespace=namespace,
+    status = _lk_class(res).Status
+    force_param = {"force": "true"} if force and patch_type == PatchType.APPLY else {}
+    answer = await _send(client, "patch", status, name, namespace, body,
+                         force_param | {"fieldManager": field_manager}, patch_type.value)
+    if answer is not UNSENT:
+        return answer
+    return await cast(Any, client).patch(status, name, body, namespace=namespace,
                                          patch_type=patch_type, field_manager=field_manager, force=force)
 
 

@@ -205,9 +205,18 @@ class Pool:
         self._waiters: collections.deque[asyncio.Future[tuple[_Connection, bool]]] = collections.deque()
         self._dials: set[asyncio.Task[None]] = set()
         self._dialed: set[asyncio.Future[tuple[_Connection, bool]]] = set()  # waiters with a dial of their own
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        """The loop the pool serves (a pool serves one; kube/transport.py makes one per loop). Kept:
+        `asyncio.get_running_loop` makes a getpid() system call on every call."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     async def _connect(self, connect_timeout: float | None) -> _Connection:
-        loop = asyncio.get_running_loop()
+        loop = self._running()
         connect = loop.create_connection(lambda: _Connection(loop), self._host, self._port, ssl=self._ssl,
                                          server_hostname=self._host if self._ssl is not None else None)
         try:
@@ -226,7 +235,7 @@ class Pool:
         self._open.discard(conn)
 
     def _take_idle(self) -> _Connection | None:
-        now = asyncio.get_running_loop().time()
+        now = self._running().time()
         while self._idle:
             conn = self._idle.pop()
             if (conn.closed or conn.transport is None or conn.transport.is_closing()
@@ -243,7 +252,7 @@ class Pool:
             if not waiter.done():
                 waiter.set_result((conn, not fresh))
                 return
-        conn.idle_since = asyncio.get_running_loop().time()
+        conn.idle_since = self._running().time()
         self._idle.append(conn)
 
     async def _dial_for(self, waiter: asyncio.Future[tuple[_Connection, bool]], connect_timeout: float | None) -> None:
@@ -271,7 +280,7 @@ class Pool:
         every waiting request gets a connection someone frees, or a dial of its own."""
         if len(self._dials) >= MAX_DIALS:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._running()
         for waiter in self._waiters:
             if len(self._dials) >= MAX_DIALS:
                 return
@@ -292,7 +301,7 @@ class Pool:
         conn = self._take_idle()
         if conn is not None:
             return conn, True
-        loop = asyncio.get_running_loop()
+        loop = self._running()
         waiters = self._waiters
         while waiters and waiters[0].done():  # failed or cancelled: nothing will pop them otherwise
             waiters.popleft()

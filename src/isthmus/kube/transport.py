@@ -24,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import re
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import httpx2
@@ -238,15 +239,36 @@ class _Ok:
 
 _json_encode = msgspec.json.encode  # what lightkube encodes request bodies with
 
+UNSENT: Any = object()
+"""What the fast path answers for a request it leaves to lightkube's own way."""
+
+
+def _query(params: dict[str, Any]) -> str:
+    """httpx's query string for lightkube's params."""
+    if all(type(v) is str for v in params.values()):
+        return _plain_query(tuple(params.items()))
+    return str(httpx2.QueryParams(params))
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_query(params: tuple[tuple[str, str], ...]) -> str:
+    """Memoized: writes send the same few (fieldManager, force)."""
+    return str(httpx2.QueryParams(dict(params)))
+
 
 _UNSAFE = re.compile(r"[\r\n\0]")
 
 
-def _head(method: str, target: str, netloc: str, headers: dict[str, str], body: bytes | None) -> bytes | None:
-    """The request line and headers as sent on the wire; None for a header httpx would refuse."""
-    if _UNSAFE.search("".join(headers) + "".join(headers.values())):
-        return None
-    fields = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+_PER_REQUEST = frozenset({"authorization", "content-type", "content-length", "host", "transfer-encoding"})
+
+
+def _head(method: str, target: str, netloc: str, fields: str, auth: str | None, body: bytes | None) -> bytes | None:
+    """The request line and headers as sent on the wire (`fields`: header lines already checked);
+    None for an Authorization header httpx would refuse."""
+    if auth is not None:
+        if _UNSAFE.search(auth):
+            return None
+        fields += f"authorization: {auth}\r\n"
     length = f"content-length: {len(body)}\r\n" if body is not None else ""
     try:
         return f"{method} {target} HTTP/1.1\r\nhost: {netloc}\r\n{fields}{length}\r\n".encode("latin-1")
@@ -290,26 +312,58 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
     # the environment): httpx's own proxy transport carries its requests.
     proxied = inner._transport_for_url(base_url) is not transport
 
+    def usable() -> tuple[bool, str | None]:
+        """(whether this client's requests may go the fast way now, the Authorization header they send)."""
+        can, auth = _bearer(inner.auth)
+        if proxied or not can or any(inner.event_hooks.values()) or inner.params or inner.cookies:
+            return False, None
+        return True, auth
+
     async def request(method: str, res: Any = None, obj: Any = None, name: Any = None, namespace: Any = None,
                       watch: bool = False, headers: dict[str, Any] | None = None,
                       params: dict[str, Any] | None = None) -> Any:
-        can, auth = _bearer(inner.auth)
-        if watch or proxied or not can or any(inner.event_hooks.values()) or inner.params or inner.cookies:
-            return await slow(method, res, obj, name, namespace, watch, headers=headers, params=params)
-        br = generic.prepare_request(method, res, obj, name, namespace, watch, headers=headers, params=params)
+        ok, auth = usable() if not watch else (False, None)
+        if ok:
+            br = generic.prepare_request(method, res, obj, name, namespace, watch, headers=headers, params=params)
+            answer = await send(method, br, auth)
+            if answer is not UNSENT:
+                return answer
+        return await slow(method, res, obj, name, namespace, watch, headers=headers, params=params)
+
+    async def prepared(method: str, br: Any) -> Any:
+        """A request the caller prepared (`br`, lightkube's BasicRequest: path, params, body, headers) sent
+        the fast way; UNSENT when this client's requests cannot go that way (the caller then asks lightkube)."""
+        ok, auth = usable()
+        return await send(method, br, auth) if ok else UNSENT
+
+    block: list[Any] = [None, None]  # inner.headers.raw as last seen, and those headers as sent
+
+    def header_block() -> str | None:
+        """The client's own headers (httpx gives their names in lower case) as lines of the head; no
+        Accept-Encoding: the body is read as sent. Made again only when they change. None when one is
+        not for this path (a line break, or a name a request sets itself)."""
+        raw = inner.headers.raw
+        if raw != block[0]:
+            own = {k: v for k, v in inner.headers.items() if k not in ("accept-encoding", "connection")}
+            fits = not _UNSAFE.search("".join(own) + "".join(own.values())) and not own.keys() & _PER_REQUEST
+            block[:] = [raw, "".join(f"{k}: {v}\r\n" for k, v in own.items()) if fits else None]
+        return cast(str | None, block[1])
+
+    async def send(method: str, br: Any, auth: str | None) -> Any:
         path = br.url.lstrip("/")
-        query = str(httpx2.QueryParams(br.params)) if br.params else ""
+        query = _query(br.params) if br.params else ""
         if not _PLAIN_PATH.fullmatch(path) or "/." in f"/{path}" or not _PLAIN_QUERY.fullmatch(query):
-            return await slow(method, res, obj, name, namespace, watch, headers=headers, params=params)
-        # The client's headers as they are now (httpx gives their names in lower case); no
-        # Accept-Encoding: the body is read as sent.
-        sent = {k: v for k, v in inner.headers.items() if k not in ("accept-encoding", "connection")}
-        body = None
-        if br.data is not None:
-            body = _json_encode(br.data)
-            sent["content-type"] = "application/json"
+            return UNSENT
+        own = header_block()
+        content_type = "application/json" if br.data is not None else None
         if br.headers:
-            sent.update((k.lower(), v) for k, v in br.headers.items())
+            if len(br.headers) != 1 or "Content-Type" not in br.headers:
+                return UNSENT
+            content_type = br.headers["Content-Type"]
+        if own is None or (content_type is not None and _UNSAFE.search(content_type)):
+            return UNSENT
+        body = _json_encode(br.data) if br.data is not None else None
+        fields = own + (f"content-type: {content_type}\r\n" if content_type is not None else "")
         target = prefix + path + ("?" + query if query else "")
         if br.timeout is None:
             connect, read = default_timeout
@@ -319,11 +373,9 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
         pool = transport._pool_for_loop(host, port, tls)
         retried = False
         while True:
-            if auth is not None:
-                sent["authorization"] = auth
-            head = _head(br.method, target, netloc, sent, body)
+            head = _head(br.method, target, netloc, fields, auth, body)
             if head is None:  # a header httpx would refuse (a line break, not latin-1): let it say so
-                return await slow(method, res, obj, name, namespace, watch, headers=headers, params=params)
+                return UNSENT
             try:
                 response = await pool.request(br.method, head + body if body is not None else head,
                                               connect_timeout=connect, read_timeout=read)
@@ -349,6 +401,7 @@ def fast_request(generic: Any, transport: AiohttpTransport) -> Callable[..., Any
                                      request=httpx2.Request(br.method, base + target.lstrip("/")))
             return generic.handle_response(method, answer, br)
 
+    request.prepared = prepared  # type: ignore[attr-defined]
     return request
 
 

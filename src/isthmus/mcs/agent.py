@@ -1080,9 +1080,8 @@ class Agent:
 
 async def _write(client: AsyncClient, obj: ServiceImport, *, replace: bool) -> ServiceImport:
     """Create or replace (with the object's resourceVersion) one of our models; returns what is stored."""
-    lk = resource_for(ServiceImport).from_dict(obj.to_dict())
-    call = cast(Any, client).replace if replace else cast(Any, client).create
-    return ServiceImport.from_dict(await call(lk, field_manager=AGENT_FIELD_MANAGER))
+    write = helpers.replace if replace else helpers.create
+    return await write(client, obj, field_manager=AGENT_FIELD_MANAGER)
 
 
 def _slice_body(obj: Any) -> tuple[Any, ...]:
