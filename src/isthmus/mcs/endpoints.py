@@ -393,7 +393,7 @@ def broker_service_import(
         metadata=ObjectMeta(
             name=broker_object_name(service, namespace), labels=labels, annotations=annotations
         ),
-        spec=agg.spec.model_copy(deep=True),
+        spec=agg.spec.model_copy(),  # shallow: the aggregate is made per reconcile and only read after
         status=ServiceImportStatus(clusters=[ClusterStatus(cluster=c) for c in agg.clusters]),
     )
 
@@ -415,7 +415,7 @@ def local_service_import(broker_import: ServiceImport, *, namespace: str, servic
     labels, annotations = local_import_metadata(broker_import)
     return ServiceImport(
         metadata=ObjectMeta(name=service, namespace=namespace, labels=labels, annotations=annotations),
-        spec=broker_import.spec.model_copy(deep=True),
+        spec=broker_import.spec.model_copy(),  # shallow: the aggregate is parsed per reconcile, only read after
         status=ServiceImportStatus(
             clusters=[c.model_copy() for c in broker_import.status.clusters],
         ),
