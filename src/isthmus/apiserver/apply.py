@@ -717,6 +717,22 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _without_nulls(value: Any) -> Any:
+    """`_clean` in place, for a configuration the caller owns: the same value, its maps' nulls removed."""
+    if isinstance(value, dict):
+        nulls = [k for k, v in value.items() if v is None]
+        for k in nulls:
+            del value[k]
+        for v in value.values():
+            if isinstance(v, dict | list):
+                _without_nulls(v)
+    elif isinstance(value, list):
+        for v in value:
+            if isinstance(v, dict | list):
+                _without_nulls(v)
+    return value
+
+
 def _merge_list(live: list[Any], config: list[Any], schema: dict[str, Any] | None) -> list[Any]:
     """Configured items in configured order; live-only items keep their place after the item they followed."""
     items_schema = _schema((schema or {}).get("items"))
@@ -871,6 +887,7 @@ def server_side_apply(
     now: str,
     subresource: str = "",
     default: Callable[[dict[str, Any]], None] | None = None,
+    owned: bool = False,
 ) -> dict[str, Any]:
     """Merge `applied` (the manager's full intent) into `live` (None = create) and return the new object
     with metadata.managedFields updated: the manager owns exactly the fields it applied; fields it applied
@@ -879,11 +896,14 @@ def server_side_apply(
     which transfers ownership. Lists merge per x-kubernetes-list-type (map by list-map-keys / set / atomic).
 
     default: the kind's defaulting (in place); list-map items of the configuration are compared by
-    their keys as defaulted (see _fill_keys)."""
+    their keys as defaulted (see _fill_keys).
+
+    owned: `applied` is the caller's own copy, which the result may take parts of and which may be
+    changed (the store's apply decodes a fresh one per attempt): no copy of it is made."""
     schema = _schema(schema)
     if _managed_fields(applied) is not None:
         raise bad_request("metadata.managedFields must be nil")
-    config = _without_managed_fields(applied)
+    config = applied if owned else _without_managed_fields(applied)
     filled: set[Path] = set()
     if default is not None:
         defaulted = deep_copy(config)
@@ -900,9 +920,9 @@ def server_side_apply(
     if live is not None and not entries:
         # An object nobody tracked yet: its current fields belong to "before-first-apply", so the first
         # applier conflicts with them instead of silently taking them (kube does the same).
-        owned = _compare_objects({}, base, schema).changed
-        if owned:
-            entries.append(_Entry(BEFORE_FIRST_APPLY, UPDATE, api_version, now, subresource, owned))
+        untracked = _compare_objects({}, base, schema).changed
+        if untracked:
+            entries.append(_Entry(BEFORE_FIRST_APPLY, UPDATE, api_version, now, subresource, untracked))
 
     me = _Entry(manager, APPLY, api_version, None, subresource, set())
     previous = next((e for e in entries if e.ident == me.ident), None)
@@ -912,8 +932,8 @@ def server_side_apply(
     if live is None and not filled:
         # A create: nothing to merge into, prune or compare with, nobody else's fields; its one entry
         # is encoded in one walk (no path set, no tree), as a plain create's is.
-        created: dict[str, Any] = _clean(config)
-        encoded = _applied_created_fields(config, schema, ())
+        encoded = _applied_created_fields(config, schema, ())  # before nulls go: an owned config is the result
+        created: dict[str, Any] = _without_nulls(config) if owned else _clean(config)
         if encoded:
             meta = created.get("metadata")
             if not isinstance(meta, dict):

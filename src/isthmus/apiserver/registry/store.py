@@ -321,9 +321,9 @@ class GenericStore:
                      user: User = "system:admin", strict: StrictIssues | None = None) -> tuple[Obj, bool]:
         """GuaranteedUpdate: build the new object from the live one, validate, admit, commit; retry on races.
 
-        build(live_copy) returns the desired object (an update body, a patched object, or an apply config).
-        With apply=True the result of build is the applied configuration and may create the object.
-        Returns (object, created).
+        build(live_copy) returns the desired object (an update body, a patched object, or an apply config),
+        a new one on each call: the write takes it over. With apply=True the result of build is the
+        applied configuration and may create the object. Returns (object, created).
         """
         warnings = warnings if warnings is not None else []
         for _ in range(MAX_RETRIES):
@@ -342,7 +342,8 @@ class GenericStore:
                     raise errors.not_found(info.group, info.plural, name)
                 now = meta.now_rfc3339()
                 merged = server_side_apply(None, applied, manager=manager, force=force, schema=info.schema,
-                                           api_version=info.api_version, now=now, default=self._defaulter(info))
+                                           api_version=info.api_version, now=now, default=self._defaulter(info),
+                                           owned=True)
                 mf = merged["metadata"].get("managedFields")
                 prepared = self._prepare_create(info, ns, merged, field_validation, warnings)
                 if mf:
@@ -361,7 +362,7 @@ class GenericStore:
                     applied.pop("status", None)
                 merged = server_side_apply(live, applied, manager=manager, force=force, schema=info.schema,
                                            api_version=info.api_version, now=now, subresource=subresource,
-                                           default=self._defaulter(info))
+                                           default=self._defaulter(info), owned=True)
                 mf = merged["metadata"].get("managedFields")
                 new = self._prepare_update(info, live, merged, subresource=subresource,
                                            field_validation=field_validation, warnings=warnings)
