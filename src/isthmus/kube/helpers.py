@@ -110,7 +110,10 @@ async def _send(client: AsyncClient, method: str, res: type[Any], name: str, nam
         return UNSENT
     where = _where(res)
     if where.namespaced:
-        url = f"{where.root}/namespaces/{namespace or generic.namespace}/{where.plural}"
+        namespace = namespace or generic.namespace
+        if not namespace:
+            return UNSENT  # lightkube words the error
+        url = f"{where.root}/namespaces/{namespace}/{where.plural}"
     else:
         url = f"{where.root}/{where.plural}"
     if method != "post":
@@ -124,6 +127,11 @@ async def _send(client: AsyncClient, method: str, res: type[Any], name: str, nam
     br = BasicRequest(method=METHOD_MAPPING[method], url=url, response_type=res, params=params, data=data,
                       headers={"Content-Type": content_type} if content_type else None)
     return await prepared(method, br)
+
+
+def _patch_params(field_manager: str, force: bool) -> dict[str, str]:
+    """A patch's query as lightkube's `patch` orders it (force is for apply patches only)."""
+    return {"force": "true", "fieldManager": field_manager} if force else {"fieldManager": field_manager}
 
 
 # --- reads --------------------------------------------------------------------------------------
@@ -187,8 +195,7 @@ async def _apply(client: AsyncClient, obj: Any, field_manager: str, force: bool)
     data["apiVersion"] = data.get("apiVersion") or where.api_version
     data["kind"] = data.get("kind") or where.kind
     answer = await _send(client, "patch", res, meta.get("name") or "", meta.get("namespace"), data,
-                         {"force": "true"} | {"fieldManager": field_manager} if force else {"fieldManager": field_manager},
-                         PatchType.APPLY.value)
+                         _patch_params(field_manager, force), PatchType.APPLY.value)
     if answer is not UNSENT:
         return answer
     return await cast(Any, client).apply(res.from_dict(data), field_manager=field_manager, force=force,
@@ -274,9 +281,8 @@ async def _patch_status(client: AsyncClient, obj: Any, field_manager: str, force
     else:
         body = {"status": data.get("status") or {}}
     status = _lk_class(res).Status
-    force_param = {"force": "true"} if force and patch_type == PatchType.APPLY else {}
     answer = await _send(client, "patch", status, name, namespace, body,
-                         force_param | {"fieldManager": field_manager}, patch_type.value)
+                         _patch_params(field_manager, force and patch_type == PatchType.APPLY), patch_type.value)
     if answer is not UNSENT:
         return answer
     return await cast(Any, client).patch(status, name, body, namespace=namespace,
