@@ -129,6 +129,17 @@ async def _send(client: AsyncClient, method: str, res: type[Any], name: str, nam
     return await prepared(method, br)
 
 
+def _body(obj: Any) -> tuple[dict[str, Any], type[Any]]:
+    """A model's or lightkube object's body as sent (apiVersion and kind filled in, as lightkube's
+    prepare_request fills them), and its lightkube resource."""
+    data: dict[str, Any] = cast(Any, obj).to_dict()
+    res = _lk_class(type(obj))
+    where = _where(res)
+    data["apiVersion"] = data.get("apiVersion") or where.api_version
+    data["kind"] = data.get("kind") or where.kind
+    return data, res
+
+
 def _patch_params(field_manager: str, force: bool) -> dict[str, str]:
     """A patch's query as lightkube's `patch` orders it (force is for apply patches only)."""
     return {"force": "true", "fieldManager": field_manager} if force else {"fieldManager": field_manager}
@@ -187,13 +198,9 @@ async def apply_quiet(client: AsyncClient, obj: Any, *, field_manager: str, forc
 
 
 async def _apply(client: AsyncClient, obj: Any, field_manager: str, force: bool) -> Any:
-    data = cast(Any, obj).to_dict()
+    data, res = _body(obj)
     meta = data.setdefault("metadata", {})
     meta.pop("managedFields", None)  # kube rejects apply bodies carrying them (e.g. a re-applied read)
-    res = _lk_class(type(obj))
-    where = _where(res)
-    data["apiVersion"] = data.get("apiVersion") or where.api_version
-    data["kind"] = data.get("kind") or where.kind
     answer = await _send(client, "patch", res, meta.get("name") or "", meta.get("namespace"), data,
                          _patch_params(field_manager, force), PatchType.APPLY.value)
     if answer is not UNSENT:
@@ -213,11 +220,7 @@ async def replace(client: AsyncClient, obj: T, *, field_manager: str | None = No
 
 
 async def _store(client: AsyncClient, obj: Any, method: str, field_manager: str | None) -> Any:
-    data = cast(Any, obj).to_dict()
-    res = _lk_class(type(obj))
-    where = _where(res)
-    data["apiVersion"] = data.get("apiVersion") or where.api_version
-    data["kind"] = data.get("kind") or where.kind
+    data, res = _body(obj)
     name, namespace = _name_ns_of(data)
     answer = await _send(client, method, res, name, namespace, data,
                          {"fieldManager": field_manager} if field_manager else {})
