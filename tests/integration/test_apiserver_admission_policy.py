@@ -366,6 +366,39 @@ async def test_variables_and_params(env: Env) -> None:
         "parameterNotFoundAction", policy="few-keys", bind="few-keys-2")
 
 
+async def test_namespace_object_is_null_in_match_conditions_and_the_namespace_in_validations(env: Env) -> None:
+    """kube composes variables into the match conditions with namespaceObject null, and again into
+    the validations with the request's namespace; a policy that never names namespaceObject skips
+    the second composition, one that does gets each value where kube gives it."""
+    for name, tier in (("team", "gold"), ("other", "silver")):
+        await env.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": name, "labels": {"tier": tier}}})
+    # The variable reads namespaceObject: null (so "none") in the match condition, the namespace's
+    # label in the validation.
+    await env.apply(VAP, policy(
+        "tier", "variables.tier == 'gold'",
+        variables=[{"name": "tier", "expression": "namespaceObject == null ? 'none' : "
+                                                  "namespaceObject.metadata.labels['tier']"}],
+        matchConditions=[{"name": "seen-as-null", "expression": "variables.tier == 'none'"}]))
+    await env.apply(VAPB, binding("tier", "tier"))
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    assert (await env.admin.create(CONFIGMAPS.format(ns="team"), cm)).status == 201
+    r = await env.admin.create(CONFIGMAPS.format(ns="other"), cm)
+    assert r.status == 422 and r.body["message"].endswith("failed expression: variables.tier == 'gold'")
+    # A policy without namespaceObject: its variable, read by both, is one value throughout.
+    await env.apply(VAP, policy(
+        "named", "variables.name == 'd'", resources=["secrets"],
+        variables=[{"name": "name", "expression": "object.metadata.name"}],
+        matchConditions=[{"name": "only-c-or-d", "expression": "variables.name in ['c', 'd']"}]))
+    await env.apply(VAPB, binding("named", "named"))
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c"}}
+    r = await env.admin.create("/api/v1/namespaces/team/secrets", secret)
+    assert r.status == 422 and r.body["message"].endswith("failed expression: variables.name == 'd'")
+    for name in ("d", "e"):  # d passes the validation; e is not matched
+        r = await env.admin.create("/api/v1/namespaces/team/secrets", {**secret, "metadata": {"name": name}})
+        assert r.status == 201, r.body
+
+
 # ------------------------------------------------------------------ matching
 
 

@@ -262,6 +262,7 @@ class Program:
     expression: str
     _runner: Any  # celpy's interpreter
     _fast: Callable[[Mapping[str, Any]], Any] | None = None  # celfast's closures, when it compiles them
+    names: frozenset[str] = frozenset()  # the identifiers it reads (object, request, variables, ...)
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """The result as a CEL value; raises EvalError."""
@@ -367,7 +368,9 @@ def compile_expression(text: str, roots: Iterable[str], variables: Iterable[str]
         fast: Callable[[Mapping[str, Any]], Any] | None = _COMPILER.compile(tree)
     except Exception:  # Unsupported, or a tree shape celfast does not expect: the interpreter runs it
         fast = None
-    return Program(text, _ENV.program(tree, functions=EXTENSIONS), fast)
+    names = frozenset(str(node.children[0]) for node in tree.iter_subtrees()
+                      if node.data == "ident" and node.children and isinstance(node.children[0], lark.Token))
+    return Program(text, _ENV.program(tree, functions=EXTENSIONS), fast, names)
 
 
 def _literal(tree: lark.Tree[Any]) -> Any:

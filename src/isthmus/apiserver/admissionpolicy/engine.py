@@ -327,10 +327,13 @@ class ValidatingAdmissionPolicies:
                 return []
         if errs:
             return [Decision(errs[0] if len(errs) == 1 else "[" + ", ".join(errs) + "]")] if fail else []
-        full = dict(activation)
-        if namespace is not None:
-            full["namespaceObject"] = to_cel({k: namespace[k] for k in ("metadata", "spec", "status") if k in namespace})
-        full["variables"] = LazyMap({n: thunk(n, e, full) for n, e in policy.variables})
+        full = activation
+        if policy.reads_namespace_object:  # else the match conditions' variables are the validations' too
+            full = dict(activation)
+            if namespace is not None:
+                full["namespaceObject"] = to_cel({k: namespace[k] for k in ("metadata", "spec", "status")
+                                                  if k in namespace})
+            full["variables"] = LazyMap({n: thunk(n, e, full) for n, e in policy.variables})
         out: list[Decision] = []
         for v in policy.validations:
             try:
@@ -373,7 +376,8 @@ class ValidatingAdmissionPolicies:
             if matched is None:
                 continue
             namespace = None
-            if a.namespace and not (a.resource.group == "" and a.resource.plural == "namespaces"):
+            if policy.reads_namespace_object and a.namespace and not (
+                    a.resource.group == "" and a.resource.plural == "namespaces"):
                 namespace = self.storage.get(NAMESPACES_KEY, "", a.namespace)
             for binding in bindings:
                 bspec = binding.get("spec") or {}

@@ -8,6 +8,7 @@ expressions must compile (`spec.validations[0].expression: Invalid value: "...":
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -260,6 +261,15 @@ class CompiledPolicy:
     validations: list[Validation] = field(default_factory=list)
     # (field path, expression text, error) of every expression that failed to compile
     compile_errors: list[tuple[str, str, CompileError]] = field(default_factory=list)
+
+    @functools.cached_property
+    def reads_namespace_object(self) -> bool:
+        """Whether an expression names `namespaceObject`: if none does, a request needs neither its
+        namespace read nor a second evaluation of the variables (the only thing that differs between
+        the match conditions' activation and the validations')."""
+        exprs = [e for _, e in (*self.match_conditions, *self.variables)]
+        exprs += [e for v in self.validations for e in (v.expression, v.message_expression) if e is not None]
+        return any(e.program is not None and "namespaceObject" in e.program.names for e in exprs)
 
     @property
     def param_kind(self) -> Obj | None:
