@@ -52,6 +52,11 @@ CORPUS = [
     "[4, 2, 9].min()", "[4, 2, 9].max()", "'hello'.indexOf('l')", "'hello'.substring(1, 3)",
     "'  x '.trim()", "'aaa'.replace('a', 'b')", "dyn(object.spec.replicas) == 3", "variables.n + 1",
     "variables.bad", "false && variables.bad", "variables.bad || true", "params == null",
+    # strings joined and compared (celfast's direct route), and the mixed cases left to celpy's overloads
+    "object.metadata.name == 'web'", "object.metadata.name != 'web'", "'x' + 'y' == 'xy'",
+    "'a' + object.spec.replicas", "object.metadata.name == object.spec.replicas", "object.metadata.name != null",
+    "'system:serviceaccount:' + request.namespace + ':cluster-' + object.metadata.labels['tier'] == "
+    "request.userInfo.username",
 ]
 
 

@@ -96,6 +96,13 @@ _BINARY = {
 }
 
 
+_ON_STRINGS: dict[str, Callable[[str, str], Any]] = {
+    "_+_": operator.add,  # celpy's concatenation answers a plain str too
+    "_==_": lambda a, b: celtypes.BoolType(a == b),
+    "_!=_": lambda a, b: celtypes.BoolType(a != b),
+}
+
+
 class Compiler:
     """Compile a celpy parse tree (lark.Tree) into a function of the activation."""
 
@@ -178,7 +185,18 @@ class Compiler:
                     return celtypes.BoolType(item in container)
                 return _call(operator_in, [item, container])
             return member_in
-        func = self.functions[_BINARY[str(op_node.data)]]
+        name = _BINARY[str(op_node.data)]
+        func = self.functions[name]
+        on_strings = _ON_STRINGS.get(name)
+        if on_strings is not None:
+            # Two strings (policies join and compare names): the answer celpy's overloads give, without
+            # their dispatch.
+            def binary_str(ctx: Ctx) -> Any:
+                lv, rv = left(ctx), right(ctx)
+                if isinstance(lv, str) and isinstance(rv, str):
+                    return on_strings(lv, rv)
+                return _call(func, [lv, rv])
+            return binary_str
 
         def binary(ctx: Ctx) -> Any:
             return _call(func, [left(ctx), right(ctx)])
@@ -215,7 +233,13 @@ class Compiler:
         target, name = self.compile(tree.children[0]), celtypes.StringType(str(tree.children[1]))
 
         def select(ctx: Ctx) -> Any:
-            return _select(target(ctx), name)
+            t = target(ctx)
+            if isinstance(t, celtypes.MapType):  # _select's common case, inlined
+                try:
+                    return t[name]
+                except KeyError:
+                    return _err("no such key", KeyError, (str(name),))
+            return _select(t, name)
         return select
 
     def _member_index(self, tree: lark.Tree[Any]) -> Fn:
