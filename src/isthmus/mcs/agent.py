@@ -28,7 +28,7 @@ import logging
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import httpx2
 from lightkube import ApiError, AsyncClient
@@ -40,6 +40,7 @@ from prometheus_client import Counter
 
 from isthmus.api.base import (
     Condition,
+    KubeModel,
     ObjectMeta,
     OwnerReference,
     find_condition,
@@ -127,7 +128,8 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 10.0
 FAILED_RETRY_SECONDS = 5.0
-SPEC_MEMO_SIZE = 1024
+PARSE_MEMO_SIZE = 1024
+_M = TypeVar("_M", bound=KubeModel)
 BROKER_TIMEOUT = 5.0
 """Per-request timeout toward the broker: an unreachable or silent broker shows in conditions within
 seconds, not after httpx's 30 s default (watches are not bounded by it)."""
@@ -254,7 +256,8 @@ class Agent:
         self._cluster_uid: str | None = None
         self._exists: set[str] = set()
         """Aggregates this agent created or met on a 409 that its cache does not show yet."""
-        self._spec_memo: dict[int, tuple[Any, ExportedServiceSpec]] = {}
+        self._parse_memo: dict[int, tuple[Any, KubeModel]] = {}
+        self._owner: tuple[Any, LkOwnerReference | None] = (None, None)
         self._published: dict[str, Any] = {}
         """What this agent last wrote of its own broker objects ("es/<name>", "slice/<name>"): while the
         cache lags behind its own writes, the same write is not sent again. Forgotten as soon as the
@@ -595,17 +598,21 @@ class Agent:
         self._published.pop(f"{kind}/{object_name(obj)}", None)
 
     def _export_spec(self, raw: Any) -> ExportedServiceSpec:
-        """The spec of a cached ExportedService, parsed once per cached object: one reconcile reads
-        each exporter's spec several times, and a busy service is reconciled again within moments.
-        Read-only (shared); the memo keeps the last few hundred objects it parsed."""
-        hit = self._spec_memo.get(id(raw))
+        """The spec of a cached ExportedService (see _parsed)."""
+        return self._parsed(ExportedService, raw).spec
+
+    def _parsed(self, model: type[_M], raw: Any) -> _M:
+        """A cached object as `model`, parsed once per cached object: one reconcile reads each
+        exporter's spec several times, and a busy service is reconciled again within moments.
+        Read-only (shared, as the cache's objects are); the memo keeps the last thousand it parsed."""
+        hit = self._parse_memo.get(id(raw))
         if hit is not None and hit[0] is raw:
-            return hit[1]
-        spec = ExportedService.from_dict(raw).spec
-        self._spec_memo[id(raw)] = (raw, spec)
-        if len(self._spec_memo) > SPEC_MEMO_SIZE:
-            self._spec_memo.pop(next(iter(self._spec_memo)))
-        return spec
+            return cast(_M, hit[1])
+        parsed = model.from_dict(raw)
+        self._parse_memo[id(raw)] = (raw, parsed)
+        if len(self._parse_memo) > PARSE_MEMO_SIZE:
+            self._parse_memo.pop(next(iter(self._parse_memo)))
+        return parsed
 
     # ------------------------------------------------------------------ VIP bookkeeping
 
@@ -685,12 +692,16 @@ class Agent:
     # -- 1. this cluster's view on the broker
 
     def _cluster_owner(self) -> LkOwnerReference | None:
+        """Our Cluster on the broker as the owner of what we publish there. Read-only: one instance
+        per cached Cluster object, shared by every object that names it."""
         obj = self.b_clusters.cache.get(f"{self.broker_ns}/{self.cluster_id}")
         if obj is None:
             return None
-        uid = _dump(obj).get("metadata", {}).get("uid")
-        return LkOwnerReference(apiVersion=f"{ISTHMUS_GROUP}/{ISTHMUS_VERSION}", kind="Cluster",
-                                name=self.cluster_id, uid=uid, blockOwnerDeletion=False)
+        if self._owner[0] is not obj:
+            uid = _dump(obj).get("metadata", {}).get("uid")
+            self._owner = (obj, LkOwnerReference(apiVersion=f"{ISTHMUS_GROUP}/{ISTHMUS_VERSION}", kind="Cluster",
+                                                 name=self.cluster_id, uid=uid, blockOwnerDeletion=False))
+        return self._owner[1]
 
     def _check_export(self, ns: str, name: str, state: ExportState) -> bool | None:
         """The local half of step 1 (no broker needed): fills `state`; returns the export's VIP wish
@@ -698,7 +709,7 @@ class Agent:
         raw = self.exports.cache.get(f"{ns}/{name}")
         if raw is None:
             return None
-        export = ServiceExport.from_dict(raw)
+        export = self._parsed(ServiceExport, raw)
         service = self.services.cache.get(f"{ns}/{name}")
         state.export, state.service = export, service
         try:
@@ -949,14 +960,14 @@ class Agent:
         merged = merge_conditions(export.status.conditions, conds)
         if _conditions_key(merged) == _conditions_key(export.status.conditions):
             return
-        previous = export.status.conditions
-        export.status.conditions = merged
         raw = self.exports.cache.get(f"{export.metadata.namespace}/{export.metadata.name}")
         if raw is not None:
-            for kind, reason, message in _condition_events(previous, merged):
+            for kind, reason, message in _condition_events(export.status.conditions, merged):
                 self.recorder.event(raw, kind, reason, message)
+        # A copy: the parsed export is shared (_parsed) and stays what the cache holds.
+        written = export.model_copy(update={"status": export.status.model_copy(update={"conditions": merged})})
         try:
-            await helpers.patch_status_quiet(self.cluster, export, field_manager=AGENT_FIELD_MANAGER,
+            await helpers.patch_status_quiet(self.cluster, written, field_manager=AGENT_FIELD_MANAGER,
                                              patch_type=PatchType.MERGE)
         except ApiError as e:
             if not helpers.is_not_found(e):  # deleted meanwhile: nothing to report on
