@@ -271,8 +271,14 @@ async def patch_status_quiet(client: AsyncClient, obj: Any, *, field_manager: st
 async def _patch_status(client: AsyncClient, obj: Any, field_manager: str, force: bool,
                         patch_type: PatchType) -> Any:
     res = type(obj)
-    data = obj.to_dict()  # models and lightkube objects both have it
-    name, namespace = _name_ns_of(data)
+    if isinstance(obj, Resource):  # our models: only the status is dumped, not the whole object
+        name, namespace = obj.metadata.name or "", obj.metadata.namespace
+        status_model = getattr(obj, "status", None)
+        data = {"apiVersion": obj.api_version, "kind": obj.kind,
+                "status": status_model.to_dict() if status_model is not None else {}}
+    else:
+        data = obj.to_dict()  # lightkube objects
+        name, namespace = _name_ns_of(data)
     meta = {"name": name} | ({"namespace": namespace} if namespace else {})
     body: dict[str, Any]
     if patch_type == PatchType.APPLY:
