@@ -1177,13 +1177,17 @@ def _created_apply_fields(value: Any, node: _FieldsNode | None, path: Path | Non
             return out
         for k in sorted(value):  # fields sort by name (_element_sort_key)
             child = value[k]
-            sub = node.kid(k) if node is not None else None
             if isinstance(child, dict):
+                sub = node.kid(k) if node is not None else None
                 inner = sub is None or not sub.atomic_map
             elif isinstance(child, list):
+                sub = node.kid(k) if node is not None else None
                 inner = sub is not None and sub.granular_list
             else:
-                inner = False
+                sub, inner = None, False
+            if not inner and path is None:
+                out["f:" + k] = {}  # a leaf below what can be stripped: the most common child
+                continue
             member = not inner or child == {} or node is None or not node.declares(k)
             _created_apply_child(out, "f:" + k, child if inner else None, sub, path, member)
     elif isinstance(value, list) and node is not None and node.granular_list:
@@ -1206,7 +1210,8 @@ def _created_apply_fields(value: Any, node: _FieldsNode | None, path: Path | Non
                 raise _NeedsGeneralWalk
             seen.add(pe)
             keyed_items.append((pe, item))
-        keyed_items.sort(key=lambda c: _element_sort_key(c[0]))
+        if len(keyed_items) > 1:  # (a sort key of a keyed item decodes its keys)
+            keyed_items.sort(key=lambda c: _element_sort_key(c[0]))
         items_node = node.items()
         for pe, item in keyed_items:
             keyed = pe.startswith("k:")
