@@ -1113,11 +1113,11 @@ def _fields_of(value: Any, node: _FieldsNode | None) -> dict[str, Any]:
     return out
 
 
-def _created_child(out: dict[str, Any], pe: str, child: Any, sub: dict[str, Any] | None, path: Path | None,
-                   walk: Callable[[Any, dict[str, Any] | None, Path | None], dict[str, Any]],
-                   member: bool = True) -> None:
-    """walk's fieldsV1 of one child, entered in its parent's (`out`) under `pe`;
-    member: whether the child's own path is in the set."""
+def _created_child(out: dict[str, Any], pe: str, child: Any, sub: Any, path: Path | None,
+                   walk: Callable[[Any, Any, Path | None], dict[str, Any]], member: bool = True) -> None:
+    """walk's fieldsV1 of one child, entered in its parent's (`out`) under `pe`; `sub` is the child's
+    schema as `walk` takes it (a schema dict, or a _FieldsNode); member: whether the child's own
+    path is in the set."""
     below: Path | None = None
     if path is not None:
         child_path = (*path, pe)
@@ -1189,7 +1189,7 @@ def _created_apply_fields(value: Any, node: _FieldsNode | None, path: Path | Non
                 out["f:" + k] = {}  # a leaf below what can be stripped: the most common child
                 continue
             member = not inner or child == {} or node is None or not node.declares(k)
-            _created_apply_child(out, "f:" + k, child if inner else None, sub, path, member)
+            _created_child(out, "f:" + k, child if inner else None, sub, path, _created_apply_fields, member)
     elif isinstance(value, list) and node is not None and node.granular_list:
         kind = node.list_kind
         seen: set[str] = set()
@@ -1215,21 +1215,9 @@ def _created_apply_fields(value: Any, node: _FieldsNode | None, path: Path | Non
         items_node = node.items()
         for pe, item in keyed_items:
             keyed = pe.startswith("k:")
-            _created_apply_child(out, pe, item if keyed else None, items_node if keyed else None, path, True)
+            _created_child(out, pe, item if keyed else None, items_node if keyed else None, path,
+                           _created_apply_fields)
     return out
-
-
-def _created_apply_child(out: dict[str, Any], pe: str, child: Any, node: _FieldsNode | None, path: Path | None,
-                         member: bool) -> None:
-    """_created_child for _created_apply_fields."""
-    below: Path | None = None
-    if path is not None:
-        child_path = (*path, pe)
-        if child_path == _STRIPPED_TREE:
-            return
-        member = member and child_path not in _STRIPPED_EXACT
-        below = child_path if len(child_path) < 2 else None
-    _put(out, pe, _created_apply_fields(child, node, below) if isinstance(child, (dict, list)) else None, member)
 
 
 def track_update(
