@@ -936,11 +936,6 @@ def server_side_apply(
     others = [e for e in entries if e.ident != me.ident]
     last = previous.fields if previous is not None else set()
 
-    if live is None and not filled:
-        # A create: nothing to merge into, prune or compare with, nobody else's fields; its one entry
-        # is encoded in one walk (no path set, no tree), as a plain create's is.
-        encoded = _applied_created_fields(config, schema, ())  # before nulls go: an owned config is the result
-        return _apply_created(config, encoded, manager, api_version, now, subresource, owned)
     fields: set[Path] = set()
     _applied_fields(config, schema, (), fields)
     me.fields = _strip(fields) - filled
@@ -1113,11 +1108,10 @@ def _fields_of(value: Any, node: _FieldsNode | None) -> dict[str, Any]:
     return out
 
 
-def _created_child(out: dict[str, Any], pe: str, child: Any, sub: Any, path: Path | None,
-                   walk: Callable[[Any, Any, Path | None], dict[str, Any]], member: bool = True) -> None:
-    """walk's fieldsV1 of one child, entered in its parent's (`out`) under `pe`; `sub` is the child's
-    schema as `walk` takes it (a schema dict, or a _FieldsNode); member: whether the child's own
-    path is in the set."""
+def _created_child(out: dict[str, Any], pe: str, child: Any, node: _FieldsNode | None, path: Path | None,
+                   member: bool = True) -> None:
+    """_created_apply_fields of one child, entered in its parent's (`out`) under `pe`; member: whether
+    the child's own path is in the set."""
     below: Path | None = None
     if path is not None:
         child_path = (*path, pe)
@@ -1125,7 +1119,7 @@ def _created_child(out: dict[str, Any], pe: str, child: Any, sub: Any, path: Pat
             return
         member = member and child_path not in _STRIPPED_EXACT
         below = child_path if len(child_path) < 2 else None
-    _put(out, pe, walk(child, sub, below) if isinstance(child, (dict, list)) else None, member)
+    _put(out, pe, _created_apply_fields(child, node, below) if isinstance(child, (dict, list)) else None, member)
 
 
 def _put(out: dict[str, Any], pe: str, inner: dict[str, Any] | None, member: bool) -> None:
@@ -1137,36 +1131,16 @@ def _put(out: dict[str, Any], pe: str, inner: dict[str, Any] | None, member: boo
         out[pe] = {}
 
 
-def _applied_created_fields(value: Any, schema: dict[str, Any] | None, path: Path | None) -> dict[str, Any]:
-    """encode_fields(_strip(paths)) of the paths _applied_fields finds in `value`, built in one walk
-    for an apply that creates (its only entry). path: where value is, while it is shallow enough
-    (depth < 2) for _strip to concern its children; None below."""
-    out: dict[str, Any] = {}
-    if _granular_map(value, schema):
-        for k in sorted(value):  # fields sort by name (_element_sort_key)
-            child = value[k]
-            sub, declared = _field(schema, k)
-            inner = _granular_map(child, sub) or _granular_list(child, sub)
-            member = not inner or child is None or child == {} or not declared
-            _created_child(out, "f:" + k, child if inner else None, sub, path, _applied_created_fields, member)
-    elif _granular_list(value, schema):
-        items_schema = _schema((schema or {}).get("items"))
-        items = _items(value, schema)
-        items.sort(key=lambda c: _element_sort_key(c[0]))
-        for pe, item in items:
-            keyed = pe.startswith("k:")
-            _created_child(out, pe, item if keyed else None, items_schema if keyed else None, path,
-                           _applied_created_fields)
-    return out
-
-
 class _NeedsGeneralWalk(Exception):
     """_created_apply_fields met what only server_side_apply's general steps handle."""
 
 
 def _created_apply_fields(value: Any, node: _FieldsNode | None, path: Path | None) -> dict[str, Any]:
-    """_applied_created_fields over the compiled schema (_FieldsNode), which also stands for
-    _duplicates and _fill_keys: it raises _NeedsGeneralWalk where they would act — a list-map item
+    """The fieldsV1 of an apply that creates (its only entry): encode_fields(_strip(paths)) of the
+    paths _applied_fields finds, built in one walk over the compiled schema (_FieldsNode). path:
+    where value is, while it is shallow enough (depth < 2) for _strip to concern its children; None
+    below. The walk also stands for _duplicates and _fill_keys: it raises _NeedsGeneralWalk where
+    they would act (the general steps then run, path set and all) — a list-map item
     without one of its keys (defaulting may give it one), a duplicate item (the general path names
     the first, as kube does), a set of objects or a list item that is a list (_duplicates looks
     inside them). A configuration without any of these needs neither the defaulted copy nor a
@@ -1189,7 +1163,7 @@ def _created_apply_fields(value: Any, node: _FieldsNode | None, path: Path | Non
                 out["f:" + k] = {}  # a leaf below what can be stripped: the most common child
                 continue
             member = not inner or child == {} or node is None or not node.declares(k)
-            _created_child(out, "f:" + k, child if inner else None, sub, path, _created_apply_fields, member)
+            _created_child(out, "f:" + k, child if inner else None, sub, path, member)
     elif isinstance(value, list) and node is not None and node.granular_list:
         kind = node.list_kind
         seen: set[str] = set()
@@ -1215,8 +1189,7 @@ def _created_apply_fields(value: Any, node: _FieldsNode | None, path: Path | Non
         items_node = node.items()
         for pe, item in keyed_items:
             keyed = pe.startswith("k:")
-            _created_child(out, pe, item if keyed else None, items_node if keyed else None, path,
-                           _created_apply_fields)
+            _created_child(out, pe, item if keyed else None, items_node if keyed else None, path)
     return out
 
 

@@ -284,8 +284,8 @@ async def _patch_status(client: AsyncClient, obj: Any, field_manager: str, force
     if patch_type == PatchType.APPLY:
         body = {"apiVersion": data.get("apiVersion"), "kind": data.get("kind"), "metadata": meta}
         if not body["apiVersion"]:  # lightkube models read back may lack them; the resource knows
-            info = api_info(_lk_class(res)).resource
-            body["apiVersion"], body["kind"] = info.api_version, info.kind
+            where = _where(_lk_class(res))
+            body["apiVersion"], body["kind"] = where.api_version, where.kind
         body["status"] = data.get("status") or {}
     else:
         body = {"status": data.get("status") or {}}
