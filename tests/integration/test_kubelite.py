@@ -560,6 +560,17 @@ async def test_restart_keeps_allocations(lite: Lite) -> None:
         assert answer[0]["pod"] == name
 
 
+async def test_the_temporary_pod_root_goes_with_kube_lite(lite: Lite) -> None:
+    """Without a state dir, a node's process pods live under a fresh temporary dir; it is never
+    found again once kube-lite stops, so kube-lite removes it rather than leave one per start in /tmp."""
+    assert lite.lite is not None
+    root = lite.lite.pods.process_options.root_dir  # what the node's first process pod makes
+    (root / "pods" / "some-uid").mkdir(parents=True)
+    assert root.is_dir() and root.name.startswith("isthmus-kube-lite-c1-")
+    await lite.stop()
+    assert not root.exists()
+
+
 async def _sized(coro: Awaitable[dict[str, Any]], n: int) -> dict[str, Any] | None:
     d = await coro
     return d if len(d) >= n else None

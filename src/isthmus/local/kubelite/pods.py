@@ -207,6 +207,8 @@ class PodRuntime:
         self.workers: dict[str, ProcessPod] = {}
         """Process pods by key."""
         self._zygote: Zygote | None = None
+        self._scratch: Path | None = None
+        """The temporary pod root this node made for itself (removed when it closes)."""
         self._retiring: set[asyncio.Task[None]] = set()
         self.controller = Controller("kubelite-pods", self.reconcile, workers=workers)
         self.controller.watch(pods)
@@ -248,11 +250,14 @@ class PodRuntime:
         if self._zygote is not None:
             await self._zygote.close()
         self.logs.close()
+        if self._scratch is not None:  # its pod dirs would never be found again
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     @property
     def process_options(self) -> ProcessOptions:
         if self._process_options is None:
-            root = Path(tempfile.mkdtemp(prefix=f"isthmus-kube-lite-{self.cluster}-"))
+            root = self._scratch = Path(tempfile.mkdtemp(prefix=f"isthmus-kube-lite-{self.cluster}-"))
             url = self.client._client._client.base_url  # where our client reaches the apiserver
             port = url.port or (443 if url.scheme == "https" else 80)
             self._process_options = ProcessOptions(root_dir=root, api_host=url.host or "127.0.0.1", api_port=port)
