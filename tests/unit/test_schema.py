@@ -187,3 +187,116 @@ def test_formats() -> None:
     schema = {"type": "object", "properties": {"t": {"type": "string", "format": "date-time"}}}
     assert validate({"t": "2024-01-02T03:04:05Z"}, schema) == []
     assert validate({"t": "yesterday"}, schema)[0]["field"] == "t"
+
+
+# ------------------------------------------------------------------ pruning over the compiled schema
+
+_KEEP = ("apiVersion", "kind", "metadata")
+
+
+def _reference_prune(v: Any, s: dict[str, Any], path: str, dropped: list[str], keep_meta: bool = False) -> None:
+    """The walk prune made over the raw schema before it used the compiled nodes: the oracle."""
+    if isinstance(v, dict):
+        props = s.get("properties") or {}
+        addl = s.get("additionalProperties")
+        preserve = bool(s.get("x-kubernetes-preserve-unknown-fields")) or addl is True
+        if preserve and not props and not isinstance(addl, dict):
+            return
+        addl_schema = addl if isinstance(addl, dict) else None
+        for key in list(v):
+            val = v[key]
+            sub = props.get(key)
+            if sub is None:
+                sub = addl_schema
+            if sub is not None and val is not None and not isinstance(val, (dict, list)):
+                continue
+            if keep_meta and key in _KEEP and not (isinstance(sub, dict) and sub.get("properties")):
+                continue
+            child = f"{path}.{key}" if path else key
+            if sub is None:
+                if not preserve:
+                    del v[key]
+                    dropped.append(child)
+                continue
+            if not isinstance(sub, dict):
+                continue
+            if val is None and not sub.get("nullable") and not preserve:
+                del v[key]
+                continue
+            if isinstance(val, (dict, list)):
+                _reference_prune(val, sub, child, dropped, bool(sub.get("x-kubernetes-embedded-resource")))
+    elif isinstance(v, list):
+        items = s.get("items")
+        if isinstance(items, dict):
+            for i, item in enumerate(v):
+                if isinstance(item, (dict, list)):
+                    _reference_prune(item, items, f"{path}[{i}]", dropped,
+                                     bool(items.get("x-kubernetes-embedded-resource")))
+
+
+_NAMES = ["a", "b", "metadata", "kind", "[x]", "c.d"]
+
+
+def _schemas() -> Any:
+    from hypothesis import strategies as st
+
+    leaf = st.fixed_dictionaries({}, optional={
+        "type": st.sampled_from(["string", "integer", "boolean", "number"]),
+        "nullable": st.booleans(),
+        "description": st.just("prose"),
+    })
+
+    def containers(children: Any) -> Any:
+        obj = st.fixed_dictionaries({"type": st.just("object")}, optional={
+            "properties": st.dictionaries(st.sampled_from(_NAMES), children, max_size=4),
+            "additionalProperties": st.one_of(st.booleans(), children),
+            "x-kubernetes-preserve-unknown-fields": st.booleans(),
+            "x-kubernetes-embedded-resource": st.booleans(),
+            "nullable": st.booleans(),
+        })
+        arr = st.fixed_dictionaries({"type": st.just("array")}, optional={"items": children, "nullable": st.booleans()})
+        return st.one_of(obj, arr, st.just({}))
+
+    return st.recursive(leaf, containers, max_leaves=12)
+
+
+def _values() -> Any:
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text("xy", max_size=2))
+    return st.recursive(scalars, lambda kids: st.one_of(
+        st.lists(kids, max_size=3), st.dictionaries(st.sampled_from(_NAMES), kids, max_size=4)), max_leaves=15)
+
+
+def test_prune_over_compiled_nodes_drops_what_the_raw_schema_walk_drops() -> None:
+    """Random schemas (maps of scalars, preserved and embedded objects, nullable fields, empty
+    schemas) and values: the compiled walk leaves the same object and reports the same paths."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=600, deadline=None)
+    @given(_schemas(), _values(), st.sampled_from(["", "status"]))
+    def check(s: dict[str, Any], value: Any, path: str) -> None:
+        obj = {"apiVersion": "v1", "kind": "K", "metadata": {"name": "x", "junk": 1}, "v": value, "a": value}
+        schema = {"type": "object", "properties": {"metadata": {"type": "object", "properties": {
+            "name": {"type": "string"}}}, "v": s, "a": {"type": "object", "additionalProperties": s}}}
+        if path:
+            schema = s
+            obj = copy.deepcopy(value) if isinstance(value, dict) else {"v": value}
+        want, want_dropped = copy.deepcopy(obj), []  # type: ignore[var-annotated]
+        _reference_prune(want, schema, path, want_dropped, keep_meta=path == "" or bool(
+            schema.get("x-kubernetes-embedded-resource")))
+        got = copy.deepcopy(obj)
+        assert prune(got, schema, path) == want_dropped
+        assert got == want
+
+    check()
+
+
+def test_prune_in_a_map_of_scalars_drops_nulls_silently_and_reports_what_is_inside_objects() -> None:
+    schema = {"type": "object", "properties": {"labels": {"type": "object", "additionalProperties": {"type": "string"}}}}
+    obj = {"labels": {"a": "b", "gone": None, "odd": {"x": "y"}, "n": 1}}
+    assert prune(obj, schema, "spec") == ["spec.labels.odd.x"]
+    assert obj == {"labels": {"a": "b", "odd": {}, "n": 1}}  # a wrong type is validation's to refuse
+    clean = {"labels": {"a": "b", "gone": None}}
+    assert prune(clean, schema) == [] and clean == {"labels": {"a": "b"}}

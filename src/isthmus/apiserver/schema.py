@@ -204,8 +204,8 @@ class _Node:
     """One schema, compiled for validation: what it checks, looked up once instead of on every value.
     Children are compiled on first use (schemas may be deep, and are walked only where values are)."""
 
-    __slots__ = ("addl", "allof", "arr", "combined", "exact", "ios", "ios_only", "items", "kids", "list_type",
-                 "nullable", "obj", "props", "s", "type", "values")
+    __slots__ = ("addl", "allof", "arr", "combined", "embedded", "exact", "ios", "ios_only", "items", "kids",
+                 "list_type", "nullable", "obj", "preserve", "props", "s", "scalar_map", "type", "values")
 
     def __init__(self, s: dict[str, Any]) -> None:
         self.s = s
@@ -231,6 +231,13 @@ class _Node:
         self.exact: tuple[type, ...] = ()
         if self.type in _EXACT_TYPES and s.keys() <= _PROSE:
             self.exact = _EXACT_TYPES[self.type]
+        self.preserve = bool(s.get(PRESERVE)) or addl is True  # pruning: unknown fields are kept
+        self.embedded = bool(s.get(EMBEDDED))
+        # A map of one scalar type (labels, annotations, a ConfigMap's data): its values of that type
+        # are all it holds, and pruning has nothing to do in it.
+        self.scalar_map: tuple[type, ...] = ()
+        if not self.props and self.addl and not self.preserve:
+            self.scalar_map = _node(self.addl).exact
 
     def kid(self, key: str) -> _Node | None:
         try:
@@ -570,23 +577,29 @@ def prune(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     reported the way kube reports it. Nulls of non-nullable fields are dropped silently, as kube does
     before defaulting."""
     dropped: list[str] = []
-    _prune(obj, schema, path, dropped, keep_meta=(path == "" or bool(schema.get(EMBEDDED))))
+    _prune(obj, _node(schema), path, dropped, keep_meta=(path == "" or bool(schema.get(EMBEDDED))))
     return dropped
 
 
-def _prune(v: Any, s: dict[str, Any], path: str, dropped: list[str], keep_meta: bool = False) -> None:
+def _prune(v: Any, node: _Node, path: Any, dropped: list[str], keep_meta: bool = False) -> None:
+    """path: the value's path as nested (parent, key) pairs, made into text only for what is dropped
+    (most writes drop nothing, and their walk made a string per container before)."""
     if isinstance(v, dict):
-        props: dict[str, Any] = s.get("properties") or {}
-        addl = s.get("additionalProperties")
-        preserve = bool(s.get(PRESERVE)) or addl is True
-        if preserve and not props and not isinstance(addl, dict):
+        props, addl, preserve = node.props, node.addl, node.preserve
+        if preserve and not props and addl is None:
             return
-        addl_schema = addl if isinstance(addl, dict) else None
+        if node.scalar_map:
+            exact = node.scalar_map
+            for val in v.values():
+                if type(val) not in exact:
+                    break
+            else:
+                return
         for key in list(v):
             val = v[key]
             sub = props.get(key)
             if sub is None:
-                sub = addl_schema
+                sub = addl
             if sub is not None and val is not None and not isinstance(val, (dict, list)):
                 continue  # a declared scalar: kept, nothing below it
             if keep_meta and key in _ROOT_KEPT and not (isinstance(sub, dict) and sub.get("properties")):
@@ -594,18 +607,33 @@ def _prune(v: Any, s: dict[str, Any], path: str, dropped: list[str], keep_meta: 
             if sub is None:
                 if not preserve:
                     del v[key]
-                    dropped.append(_child(path, key))
+                    dropped.append(_path_text((path, key)))
                 continue
             if not isinstance(sub, dict):
                 continue
-            if val is None and not sub.get("nullable") and not preserve:
-                del v[key]
+            if val is None:
+                if not sub.get("nullable") and not preserve:
+                    del v[key]
                 continue
-            if isinstance(val, (dict, list)):  # a scalar has nothing to prune
-                _prune(val, sub, _child(path, key), dropped, keep_meta=bool(sub.get(EMBEDDED)))
+            kid = node.kid(key) if sub else _node(sub)  # a dict or a list: a scalar has nothing to prune
+            assert kid is not None
+            _prune(val, kid, (path, key), dropped, keep_meta=kid.embedded)
     elif isinstance(v, list):
-        items = s.get("items")
-        if isinstance(items, dict):
+        items = node.items
+        if items is not None:
+            kid = _node(items)
             for i, item in enumerate(v):
                 if isinstance(item, (dict, list)):
-                    _prune(item, items, f"{path}[{i}]", dropped, keep_meta=bool(items.get(EMBEDDED)))
+                    _prune(item, kid, (path, i), dropped, keep_meta=kid.embedded)
+
+
+def _path_text(path: Any) -> str:
+    """The text of a path of nested (parent, key) pairs: a.b[0].c"""
+    keys: list[str | int] = []
+    while isinstance(path, tuple):
+        path, key = path
+        keys.append(key)
+    text = path or ""
+    for key in reversed(keys):
+        text = f"{text}[{key}]" if isinstance(key, int) else _child(text, key)
+    return text
