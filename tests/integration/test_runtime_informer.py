@@ -503,3 +503,37 @@ async def test_a_failing_list_lets_the_gc_run_again(apiserver: Any) -> None:
         assert gc.isenabled()
     finally:
         await inf.stop()
+
+
+async def test_a_paged_list_asks_for_the_next_page_while_it_caches_the_current_one(apiserver: Any) -> None:
+    """The next page is on its way (the server making it) while this process caches the current one:
+    every object of seven pages is cached once, and each page's objects are transformed after the
+    request of the page behind it was sent."""
+    c = apiserver.client()
+    await c.create(Namespace(metadata=ObjectMeta(name="paged")))
+    for i in range(20):
+        await c.create(cm(f"p{i:02d}", "paged", i=str(i)))
+    inf: Informer[ConfigMap] = Informer(c, ConfigMap, "paged", page_size=3)
+    gc_client: Any = c._client
+    sent: list[int] = []
+    send = gc_client.send
+
+    async def counting_send(*args: Any, **kwargs: Any) -> Any:
+        sent.append(1)
+        return await send(*args, **kwargs)
+
+    gc_client.send = counting_send
+    asked_when_cached: list[int] = []
+    inf.set_transform(lambda obj: asked_when_cached.append(len(sent)))
+    inf.start()
+    try:
+        assert await inf.wait_synced(10)
+        assert sorted(inf.cache.keys()) == [f"paged/p{i:02d}" for i in range(20)]
+        pages = [asked_when_cached[i:i + 3] for i in range(0, 20, 3)]
+        assert len(pages) == 7
+        for n, page in enumerate(pages[:-1], start=1):
+            assert set(page) == {n + 1}, asked_when_cached  # page n cached once page n + 1 was asked for
+        assert set(pages[-1]) == {7}  # the last page: nothing more to ask for
+    finally:
+        gc_client.send = send
+        await inf.stop()
