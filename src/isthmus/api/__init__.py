@@ -3,16 +3,31 @@
 `CRD_MODELS` is the registry: CRD manifests (`isthmus crds`) and lightkube resources
 (`isthmus.kube.resources`) are generated from it. A capability adding kinds appends its
 module's tuple here.
+
+The registry is built on first use: a component that reads one capability's kinds imports that
+capability's models alone (`isthmus.api.mcs` without the load balancer's, egress's and
+MultiClusterService's classes: 0.15 s of a discovery agent's start).
 """
 
 from __future__ import annotations
 
-from isthmus.api.base import Resource
-from isthmus.api.egress import EGRESS_MODELS
-from isthmus.api.lb import LB_MODELS
-from isthmus.api.mcs import MCS_MODELS
-from isthmus.api.mcsvc import MCSVC_MODELS
+from typing import TYPE_CHECKING, Any
 
-CRD_MODELS: tuple[type[Resource], ...] = (*MCS_MODELS, *LB_MODELS, *MCSVC_MODELS, *EGRESS_MODELS)
+if TYPE_CHECKING:
+    from isthmus.api.base import Resource
+
+    CRD_MODELS: tuple[type[Resource], ...]
 
 __all__ = ["CRD_MODELS"]
+
+
+def __getattr__(name: str) -> Any:
+    if name != "CRD_MODELS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from isthmus.api.egress import EGRESS_MODELS
+    from isthmus.api.lb import LB_MODELS
+    from isthmus.api.mcs import MCS_MODELS
+    from isthmus.api.mcsvc import MCSVC_MODELS
+
+    models = globals()["CRD_MODELS"] = (*MCS_MODELS, *LB_MODELS, *MCSVC_MODELS, *EGRESS_MODELS)
+    return models

@@ -19,7 +19,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
 
 from isthmus.api.base import Resource
-from isthmus.kube.resources import RESOURCES, resource_for
+from isthmus.kube.resources import resource_for
 from isthmus.kube.transport import UNSENT, answer_unread
 
 T = TypeVar("T")
@@ -53,7 +53,7 @@ def is_conflict(err: BaseException) -> bool:
 
 def _lk_class(res: type[Any]) -> type[Any]:
     if issubclass(res, Resource):
-        return RESOURCES.get(res) or resource_for(res)
+        return resource_for(res)
     return res
 
 

@@ -7,7 +7,8 @@ Core kinds (Service, EndpointSlice, ...) are lightkube's own: `lightkube.resourc
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from functools import cache
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightkube.generic_resource import (
     GenericGlobalResource,
@@ -16,7 +17,6 @@ from lightkube.generic_resource import (
     create_namespaced_resource,
 )
 
-from isthmus.api import CRD_MODELS
 from isthmus.api.base import Resource
 
 GenericResource = GenericNamespacedResource | GenericGlobalResource
@@ -24,17 +24,29 @@ GenericResourceType = type[GenericNamespacedResource] | type[GenericGlobalResour
 M = TypeVar("M", bound=Resource)
 
 
+@cache
 def resource_for(model: type[Resource]) -> GenericResourceType:
     """The lightkube resource class of a model (created and registered with lightkube on first use,
-    so `lightkube.codecs.load_all_yaml` and `get_generic_resource` know it too)."""
+    so `lightkube.codecs.load_all_yaml` and `get_generic_resource` know it too; `RESOURCES` registers
+    them all)."""
     info = model.crd
     create = create_namespaced_resource if info.namespaced else create_global_resource
     res: GenericResourceType = create(info.group, info.version, info.kind, info.plural)
     return res
 
 
-RESOURCES: dict[type[Resource], GenericResourceType] = {m: resource_for(m) for m in CRD_MODELS}
-"""Every registered CRD model → its lightkube resource class."""
+if TYPE_CHECKING:
+    RESOURCES: dict[type[Resource], GenericResourceType]
+    """Every registered CRD model → its lightkube resource class (made on first use, as the registry)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name != "RESOURCES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from isthmus.api import CRD_MODELS
+
+    resources = globals()["RESOURCES"] = {m: resource_for(m) for m in CRD_MODELS}
+    return resources
 
 
 def to_lightkube(obj: Resource) -> GenericResource:
