@@ -577,7 +577,8 @@ def prune(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     reported the way kube reports it. Nulls of non-nullable fields are dropped silently, as kube does
     before defaulting."""
     dropped: list[str] = []
-    _prune(obj, _node(schema), path, dropped, keep_meta=(path == "" or bool(schema.get(EMBEDDED))))
+    node = _node(schema)
+    _prune(obj, node, path, dropped, keep_meta=(path == "" or node.embedded))
     return dropped
 
 
@@ -615,8 +616,8 @@ def _prune(v: Any, node: _Node, path: Any, dropped: list[str], keep_meta: bool =
                 if not sub.get("nullable") and not preserve:
                     del v[key]
                 continue
-            kid = node.kid(key) if sub else _node(sub)  # a dict or a list: a scalar has nothing to prune
-            assert kid is not None
+            # val is a dict or a list (a scalar has nothing to prune); kid() keeps no node for an empty schema
+            kid = node.kid(key) or _node(sub)
             _prune(val, kid, (path, key), dropped, keep_meta=kid.embedded)
     elif isinstance(v, list):
         items = node.items

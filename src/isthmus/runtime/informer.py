@@ -578,6 +578,13 @@ class Informer(Generic[T]):
         d = min(self.backoff_cap, self.backoff_base * 2 ** min(self._failures - 1, 20))
         return float(d * random.uniform(0.8, 1.2))
 
+    def _selectors(self) -> dict[str, str | None]:
+        """The label and field selectors a list and a watch both send (None: not sent)."""
+        return {
+            "labelSelector": build_selector(self.labels) if self.labels else None,
+            "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
+        }
+
     def _ns_arg(self) -> str | None:
         if not self.namespaced:
             return None
@@ -612,11 +619,8 @@ class Informer(Generic[T]):
         0.46 s on average beyond its own CPU for its lists, 0.35 s with this). One request ahead at
         most, as the continue token of each page is in the page before."""
         gc: Any = self.client._client  # lightkube internals: request building and decoding
-        br = gc.prepare_request("list", res=self.resource, namespace=self._ns_arg(), params={
-            "limit": self.page_size,
-            "labelSelector": build_selector(self.labels) if self.labels else None,
-            "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
-        })
+        br = gc.prepare_request("list", res=self.resource, namespace=self._ns_arg(),
+                                params={"limit": self.page_size, **self._selectors()})
         pending: asyncio.Future[Any] | None = asyncio.ensure_future(gc.send(gc.build_adapter_request(br)))
         try:
             while pending is not None:
@@ -671,8 +675,7 @@ class Informer(Generic[T]):
             # Spread reconnects like client-go: timeoutSeconds in [T, 2T).
             "timeoutSeconds": str(int(self.watch_timeout * (1 + random.random()))),
             "resourceVersion": self._rv,
-            "labelSelector": build_selector(self.labels) if self.labels else None,
-            "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
+            **self._selectors(),
         }
         br = gc.prepare_request(
             "list", res=self.resource, namespace=self._ns_arg(), watch=True, params=params
