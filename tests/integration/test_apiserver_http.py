@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from isthmus.apiserver import httpserver
@@ -254,3 +256,77 @@ async def test_content_types_are_read_the_same_every_time(apiserver: RunningApiS
             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
     assert (await _answer(r)).status == 400  # not JSON, and not declared YAML
     w.close()
+
+
+async def test_one_task_answers_a_connections_requests_and_ends_with_it(apiserver: RunningApiServer) -> None:
+    """A keep-alive connection's requests are answered by one task of its own, which ends when the
+    connection does (whether idle or with a request on the way)."""
+    await asyncio.sleep(0.05)
+    before = {t for t in asyncio.all_tasks() if "_work" in repr(t.get_coro())}
+    r, w = await _conn(apiserver)
+    workers = set()
+    for i in range(3):
+        w.write(_post(f"t{i}") + _get(f"{CM_PATH}/t{i}"))
+        assert [(await _answer(r)).status for _ in range(2)] == [201, 200]
+        workers |= {t for t in asyncio.all_tasks() if "_work" in repr(t.get_coro())} - before
+    assert len(workers) == 1, "one worker for the connection, whatever the number of its requests"
+    w.close()
+    await w.wait_closed()
+    for _ in range(100):
+        if all(t.done() for t in workers):
+            break
+        await asyncio.sleep(0.01)
+    assert all(t.done() for t in workers), "the worker ends with its connection"
+
+
+_TOKEN = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!#$%&'*+^`|~",
+                 min_size=1, max_size=12)
+_VALUE = st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="\x7f")
+                          | st.sampled_from([" ", "\t", ","]), max_size=6)
+                  | st.sampled_from(["close", "Close", "keep-alive", " close ", "closed", "1", "12"]),
+                  max_size=4).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(method=st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
+       target=st.text(alphabet="abcxyz/?=&%-_.~0123456789é", max_size=30),
+       headers=st.lists(st.tuples(st.one_of(_TOKEN, st.sampled_from(["Connection", "connection", "Content-Length"])),
+                                  _VALUE), max_size=8))
+def test_a_head_is_read_as_llhttp_reports_it(method: str, target: str, headers: list[tuple[str, str]]) -> None:
+    """The lean protocol reads a head llhttp accepted in one pass: the same method, target, header
+    names and values (leading blanks dropped, trailing ones kept) and keep-alive as llhttp's own
+    callbacks report."""
+    import httptools
+
+    lines = [f"{method} /{target} HTTP/1.1"] + [f"{n}:{v}" for n, v in headers]
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+    class Oracle:
+        def __init__(self) -> None:
+            self.url, self.headers, self.keep_alive = b"", [], True
+
+        def on_url(self, url: bytes) -> None:
+            self.url += url
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self.headers.append((name.decode("latin-1"), value.decode("utf-8", "surrogateescape")))
+
+        def on_headers_complete(self) -> None:
+            self.keep_alive = parser.should_keep_alive()
+
+    oracle = Oracle()
+    parser = httptools.HttpRequestParser(oracle)
+    try:
+        parser.feed_data(head)
+    except httptools.HttpParserError:
+        return  # refused: the lean protocol answers 400 before reading the head
+    proto = httpserver.LeanProtocol.__new__(httpserver.LeanProtocol)
+    line_end = head.find(b"\r\n")
+    length = proto._split_head(head, line_end)
+    assert proto._method == parser.get_method().decode()
+    assert proto._target == oracle.url.decode("utf-8", "surrogateescape")
+    # llhttp leaves out a header whose value is empty; Go's server and aiohttp keep it
+    assert [h for h in proto._headers if h[1]] == [h for h in oracle.headers if h[1]]
+    assert proto._keep_alive == oracle.keep_alive
+    lengths = [v for n, v in oracle.headers if n.lower() == "content-length"]
+    assert length == (int(lengths[0]) if lengths else 0)

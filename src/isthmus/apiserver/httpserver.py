@@ -218,6 +218,7 @@ class JsonAnswer(web.Response):
 
 
 _JSON_STARTS: dict[int, bytes] = {}
+_Next = tuple["LeanRequest", bool]  # a request parsed whole, and whether its connection stays open
 _date_line: tuple[str, bytes] = ("", b"")
 
 
@@ -228,6 +229,11 @@ def _date_and_server() -> bytes:
     if _date_line[0] != date:
         _date_line = (date, f"Date: {date}\r\nServer: {SERVER_SOFTWARE}\r\n".encode())
     return _date_line[1]
+
+
+class _NoCallbacks:
+    """What llhttp reports to while it checks a plain request's syntax: nothing (httptools calls
+    only the callbacks its protocol object has)."""
 
 
 class LeanProtocol(asyncio.Protocol):
@@ -243,14 +249,15 @@ class LeanProtocol(asyncio.Protocol):
         self._parser: Any = None
         self._head_len = -1  # the current request's head, once parsed: its length in _buf
         self._need = 0  # ...and its body's
-        self._method = ""
+        self._method = ""  # the current request's, once its head is parsed
         self._target = ""
         self._headers: list[tuple[str, str]] = []
         self._keep_alive = True
         self._busy = False  # a request is being answered
         self._closing = False
         self._writable: asyncio.Future[None] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._worker: asyncio.Task[None] | None = None  # answers this connection's requests in turn
+        self._next: asyncio.Future[_Next | None] | None = None  # what the idle worker waits on
         self._paused = False
         self.last_active = time.monotonic()
 
@@ -264,6 +271,7 @@ class LeanProtocol(asyncio.Protocol):
         self._server.connections.discard(self)
         self._closing = True
         self._transport = None
+        self._wake_worker(None)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
 
@@ -279,7 +287,9 @@ class LeanProtocol(asyncio.Protocol):
         self._buf += data
         self.last_active = time.monotonic()
         if not self._busy:
-            self._advance()
+            nxt = self._advance()
+            if nxt is not None:
+                self._dispatch(nxt)
         elif len(self._buf) > HIGH_WATER and self._transport is not None:
             self._transport.pause_reading()  # pipelined requests pile up faster than they are answered
             self._paused = True
@@ -287,72 +297,111 @@ class LeanProtocol(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         return None  # close: a half-closed client has nothing more to ask
 
-    # --- httptools callbacks
-
-    def on_url(self, url: bytes) -> None:
-        self._target += url.decode("utf-8", "surrogateescape")
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.decode("latin-1"), value.decode("utf-8", "surrogateescape")))
-
-    def on_headers_complete(self) -> None:
-        self._keep_alive = self._parser.should_keep_alive()  # llhttp forgets it once the message completes
-
     # --- requests
 
-    def _advance(self) -> None:
-        """Serve the next request _buf holds whole, hand the connection over, or wait for bytes."""
+    def _advance(self) -> _Next | None:
+        """The next request _buf holds whole, to be answered; None when it holds none yet, or the
+        connection was handed over or failed."""
         transport = self._transport
         if transport is None or self._closing:
-            return
+            return None
         buf = self._buf
         if self._head_len < 0:
             end = buf.find(b"\r\n\r\n")
             if end < 0:
                 if len(buf) > MAX_HEAD_BYTES:
                     self._fail(431, "Request Header Fields Too Large")
-                return
+                return None
             head = bytes(buf[:end + 4])
             line_end = head.find(b"\r\n")
             if line_end <= 0 or not _plain(head, line_end):
                 self._hand_over()
-                return
-            self._method, self._target, self._headers = "", "", []
+                return None
             if self._parser is None:
-                self._parser = httptools.HttpRequestParser(self)
+                self._parser = httptools.HttpRequestParser(_NoCallbacks())
             try:
                 self._parser.feed_data(head)
             except httptools.HttpParserError as e:
                 self._fail(400, f"Bad Request: {e}")
-                return
-            self._method = self._parser.get_method().decode("ascii", "replace")
-            length = 0
-            for name, value in self._headers:
-                if len(name) == 14 and name.lower() == "content-length":
-                    length = int(value)  # llhttp accepted it: digits, and one value
+                return None
+            length = self._split_head(head, line_end)
             if length > self._server.max_body_bytes:
                 self._hand_over()  # aiohttp answers 413 as before
-                return
+                return None
             self._head_len, self._need = end + 4, length
         total = self._head_len + self._need
         if len(buf) < total:
-            return
+            return None
         body = bytes(buf[self._head_len:total])
         if body:
             try:
                 self._parser.feed_data(body)
             except httptools.HttpParserError as e:
                 self._fail(400, f"Bad Request: {e}")
-                return
+                return None
         del buf[:total]
         self._head_len = -1
         keep_alive = self._keep_alive
         request = LeanRequest(self._method, self._target, CIMultiDictProxy(CIMultiDict(self._headers)), body,
                               transport)
         self._busy = True
-        self._task = self._loop.create_task(self._answer(request, keep_alive))
+        return request, keep_alive
 
-    async def _answer(self, request: LeanRequest, keep_alive: bool) -> None:
+    def _split_head(self, head: bytes, line_end: int) -> int:
+        """The request line and headers of a head llhttp accepted, as llhttp reports them (a value
+        without its leading blanks, its trailing ones kept; no folded lines: llhttp refuses them),
+        read here in one pass rather than through a Python callback per header. The body's length."""
+        line = head[:line_end - 9].decode("utf-8", "surrogateescape")  # _plain: it ends " HTTP/1.1"
+        self._method, _, self._target = line.partition(" ")
+        headers: list[tuple[str, str]] = []
+        length, keep_alive = 0, True
+        fields = head[line_end + 2:-4]
+        for line in fields.decode("utf-8", "surrogateescape").split("\r\n") if fields else ():
+            name, _, value = line.partition(":")
+            value = value.lstrip(" \t")
+            headers.append((name, value))
+            n = len(name)
+            if n == 14 and name.lower() == "content-length":
+                length = int(value)  # llhttp accepted it: digits, and one value
+            elif n == 10 and name.lower() == "connection" and "close" in value.lower():
+                keep_alive = keep_alive and not any(t.strip() == "close" for t in value.lower().split(","))
+        self._headers, self._keep_alive = headers, keep_alive
+        return length
+
+    def _dispatch(self, nxt: _Next) -> None:
+        """A request to the connection's worker: the idle one, or a new one for the first request.
+        One task per connection, not per request: a task costs its creation and asyncio's
+        registration of it (a WeakSet, in Python) each time; the worker's context is the
+        connection's, and _handle resets the one variable a request sets."""
+        if self._next is not None:
+            self._wake_worker(nxt)
+        elif self._worker is None:
+            self._worker = self._loop.create_task(self._work(nxt))
+
+    def _wake_worker(self, nxt: _Next | None) -> None:
+        waiter, self._next = self._next, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(nxt)
+
+    async def _work(self, nxt: _Next) -> None:
+        try:
+            while True:
+                if not await self._answer(*nxt):
+                    return
+                got = self._advance() if self._buf else None
+                if got is None:
+                    if self._transport is None or self._closing:
+                        return
+                    self._next = self._loop.create_future()
+                    got = await self._next
+                    if got is None:
+                        return
+                nxt = got
+        finally:
+            self._worker = None
+
+    async def _answer(self, request: LeanRequest, keep_alive: bool) -> bool:
+        """Answer one request; whether the connection goes on to the next."""
         try:
             resp = await self._server.handler(request)
             keep_alive = keep_alive and resp.keep_alive is not False
@@ -362,21 +411,20 @@ class LeanProtocol(asyncio.Protocol):
             out, keep_alive = _simple(500, "Internal Server Error"), False
         transport = self._transport
         if transport is None:
-            return
+            return False
         transport.write(out)
         self.last_active = time.monotonic()
         if not keep_alive:
             self._closing = True
             transport.close()
-            return
+            return False
         if self._writable is not None and not self._writable.done():
             await self._writable  # the client reads slower than we answer
         self._busy = False
-        if self._paused:
+        if self._paused and self._transport is not None:
             self._paused = False
-            transport.resume_reading()
-        if self._buf:
-            self._advance()
+            self._transport.resume_reading()
+        return True
 
     def _fail(self, status: int, message: str) -> None:
         """A request that cannot be parsed: answered and the connection closed, as aiohttp does."""
@@ -391,6 +439,7 @@ class LeanProtocol(asyncio.Protocol):
         assert transport is not None
         self._server.connections.discard(self)
         self._transport = None
+        self._wake_worker(None)
         proto = self._server.aiohttp_server()
         transport.set_protocol(proto)
         proto.connection_made(transport)
