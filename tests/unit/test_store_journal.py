@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from isthmus.apiserver import datadir
+from isthmus.apiserver import datadir, storage
 from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.storage import JOURNAL, JOURNAL_OLD, Obj, Store
 
@@ -47,8 +47,8 @@ def counter(where: Path | Store) -> int:
 
 
 def journal_files(tmp: Path) -> dict[str, int]:
-    """name -> size."""
-    return {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if "-log" in p.name}
+    """name -> bytes of records (an open journal's file has zeros past them: its reserved room)."""
+    return {p.name: len(p.read_bytes().rstrip(b"\0")) for p in sorted(tmp.iterdir()) if "-log" in p.name}
 
 
 FRESH = {"state.db-log": 0}  # an open store's journal with nothing in it
@@ -118,7 +118,7 @@ def test_a_write_cut_short_by_a_crash_is_dropped_quietly(tmp_path: Path, caplog:
     path = tmp_path / "state.db"
     killed_writer(path, "for i in range(5): s.create('/configmaps', {'metadata': {'name': f'o{i}', 'namespace': 'default'}})")
     log = tmp_path / "state.db-log"
-    whole = log.read_bytes()
+    whole = log.read_bytes().rstrip(b"\0")
     log.write_bytes(whole + whole[:40])  # the head of a sixth record and part of its payload
     s = Store(str(path))
     with caplog.at_level(logging.WARNING, "isthmus.apiserver.storage"):
@@ -172,23 +172,31 @@ def test_a_crash_between_a_batch_and_its_cleanup_replays_each_write_once(tmp_pat
 
 def test_a_failed_append_changes_nothing_and_the_journal_stays_readable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal reserves its room on disk before it uses it: a full disk refuses the write that
+    needs more room (500, nothing stored), and the writes on either side stay readable."""
+    monkeypatch.setattr(storage, "_CHUNK", 4096)
     path = tmp_path / "state.db"
     s = Store(str(path))
     s.open()
-    s.create(CM, obj("a"))
-    real_write = os.write
+    real = os.posix_fallocate
+    n = 0
+    while (tmp_path / "state.db-log").stat().st_size == 4096:
+        s.create(CM, obj(f"a{n}", data={"pad": "x" * 200}))
+        n += 1
+    assert (tmp_path / "state.db-log").stat().st_size > 4096, "the journal grew"
 
-    def half_then_full(fd: int, data: bytes) -> int:
-        real_write(fd, data[: len(data) // 2])  # part of the record reaches the file
+    def full(fd: int, offset: int, length: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("isthmus.apiserver.storage.os.write", half_then_full)
+    monkeypatch.setattr(storage.os, "posix_fallocate", full)
     with pytest.raises(ApiError) as e:
-        s.create(CM, obj("b"))
+        for i in range(100):  # until the grown room is used up
+            s.create(CM, obj(f"b{i}", data={"pad": "x" * 200}))
     assert e.value.code == 500 and "No space left on device" in e.value.message
-    assert s.rv == 1 and s.get(CM, "default", "b") is None
-    monkeypatch.setattr("isthmus.apiserver.storage.os.write", real_write)
-    assert s.create(CM, obj("c"))["metadata"]["resourceVersion"] == "2"
+    refused = f"b{i}"
+    assert s.get(CM, "default", refused) is None and s.rv == n + i
+    monkeypatch.setattr(storage.os, "posix_fallocate", real)
+    assert s.create(CM, obj("c"))["metadata"]["resourceVersion"] == str(n + i + 1)
     journal = (tmp_path / "state.db-log").read_bytes()
     s.close()
     copy = tmp_path / "copy"  # as if killed before the close: only the journal holds the writes
@@ -196,8 +204,29 @@ def test_a_failed_append_changes_nothing_and_the_journal_stays_readable(
     (copy / "state.db-log").write_bytes(journal)
     other = Store(str(copy / "state.db"))
     other.open()
-    assert other.rv == 2 and sorted(o["metadata"]["name"] for o in other.list(CM)) == ["a", "c"]
+    names = {o["metadata"]["name"] for o in other.list(CM)}
+    assert other.rv == n + i + 1 and refused not in names
+    assert names == {f"a{k}" for k in range(n)} | {f"b{k}" for k in range(i)} | {"c"}
     other.close()
+
+
+def test_a_record_cut_short_in_the_journals_reserved_room_is_dropped_quietly(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A process killed while it copied a record leaves its start followed by zeros: that write
+    never returned. A damaged record with whole records after it is damage, as before."""
+    path = tmp_path / "state.db"
+    killed_writer(path, "for i in range(5): s.create('/configmaps', {'metadata': {'name': f'o{i}', 'namespace': 'default'}})")
+    log = tmp_path / "state.db-log"
+    raw = log.read_bytes()
+    used = len(raw.rstrip(b"\0"))
+    assert len(raw) > used, "a killed process leaves the reserved room behind its records"
+    last = raw.rindex(b"[5,") - 8  # the last record's head
+    log.write_bytes(raw[:last] + raw[last:used - 30] + b"\0" * (len(raw) - used + 30))
+    s = Store(str(path))
+    with caplog.at_level(logging.WARNING, "isthmus.apiserver.storage"):
+        s.open()
+    assert s.rv == 4 and s.count(CM) == 4 and not caplog.records
+    s.close()
 
 
 def test_a_failed_batch_is_kept_and_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
