@@ -455,3 +455,25 @@ def test_crd_names_required() -> None:
     crd = _crd(names={"plural": "Widgets", "kind": "Widget"})
     crd["metadata"]["name"] = "Widgets.example.com"
     assert any(c["field"] == "spec.names.plural" for c in validate_crd(crd))
+
+
+def test_the_store_skips_only_the_hooks_a_kind_leaves_generic(infos: dict[tuple[str, str], ResourceInfo]) -> None:
+    """A strategy's plain_* flags say which hooks are the generic no-ops (the store does not call
+    those): worked out per class, so a kind that overrides any hook of a group keeps them all."""
+    from isthmus.apiserver.registry.strategy import Strategy
+
+    class Canonical(Strategy):
+        def canonicalize(self, obj: Any) -> None:
+            obj["seen"] = True
+
+    class Converting(Strategy):
+        def from_storage(self, obj: Any) -> Any:
+            return obj
+
+    assert (Strategy.plain_create, Strategy.plain_default, Strategy.plain_storage) == (True, True, True)
+    assert (Canonical.plain_create, Canonical.plain_default, Canonical.plain_storage) == (False, True, True)
+    assert (Converting.plain_create, Converting.plain_storage) == (True, False)
+    by_kind = {info.kind: info.strategy for info in infos.values()}
+    assert by_kind["ConfigMap"].plain_create and by_kind["ConfigMap"].plain_default
+    assert not by_kind["Pod"].plain_create and not by_kind["Pod"].plain_default
+    assert not by_kind["Service"].plain_default

@@ -48,7 +48,7 @@ class ResourceInfo:
     # "/events", the core ones, as kube's /registry/events); None: "<group>/<plural>".
     storage_key: str | None = None
 
-    @property
+    @functools.cached_property  # read several times per request, like key
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 

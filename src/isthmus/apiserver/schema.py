@@ -506,6 +506,9 @@ def apply_defaults(obj: Any, schema: dict[str, Any]) -> None:
     Like kube's structural defaulting: a property's default applies when its parent object exists and the
     property is absent (or null while not nullable); defaults are then walked into, so nested defaults of a
     defaulted object apply too. Absent objects are never created just to hold nested defaults."""
+    hit = _DEFAULTS_CACHE.get(id(schema))
+    if hit is not None and hit[0] is schema and not hit[1]:
+        return  # most kinds: no default anywhere (_default's first check, without its calls)
     _default(obj, schema)
 
 

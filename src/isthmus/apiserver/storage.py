@@ -919,7 +919,8 @@ class Store:
 
     def create(self, key: str, obj: Obj) -> Obj:
         """Store a new object (caller checked it does not exist). Sets metadata.resourceVersion. Emits ADDED."""
-        k = _ns_name(obj)
+        meta = obj["metadata"]
+        k = (meta.get("namespace") or "", meta["name"])  # _ns_name and _with_rv, without their calls
         objs = self._objects.get(key)
         if objs is None:
             objs = self._objects[key] = {}
@@ -927,7 +928,7 @@ class Store:
             group, _, plural = key.partition("/")
             raise errors.already_exists(group, plural, k[1])
         rv = self._rv + 1
-        stored = self._with_rv(obj, rv)
+        stored = {**obj, "metadata": {**meta, "resourceVersion": str(rv)}}
         self._persist(key, k, rv, stored)
         self._rv = rv
         objs[k] = stored
@@ -994,7 +995,8 @@ class Store:
             self._history_all.append(ev)
             if len(self._history_all) > self._history_cap:
                 self._drop_oldest()
-            if self._history_seconds:
+            if self._history_seconds and (not self._history_marks
+                                          or time.monotonic() - self._history_marks[-1][0] >= 1.0):
                 self._age_history(ev.rv)
         else:
             self._trimmed[ev.key] = ev.rv

@@ -77,7 +77,8 @@ def status_response(e: ApiError, request: web.Request | None = None) -> web.Resp
 
 def output(info: ResourceInfo, obj: Obj) -> Obj:
     """The object as served at the requested version (objects are stored under their storage version)."""
-    obj = info.strategy.from_storage(obj)
+    if not info.strategy.plain_storage:
+        obj = info.strategy.from_storage(obj)
     if obj.get("apiVersion") != info.api_version:
         return {**obj, "apiVersion": info.api_version}
     return obj

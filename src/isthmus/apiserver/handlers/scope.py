@@ -66,7 +66,7 @@ def _check_verb(info: ResourceInfo, method: str, name: str | None, watch: bool) 
 def resolve(ctx: HandlerContext, request: web.Request, group: str, version: str, rest: list[str]) -> RequestScope:
     """rest: the path after /api/<version> or /apis/<group>/<version>."""
     q = request.query
-    watch = truthy(q.get("watch"))
+    watch = truthy(w) if (w := q.get("watch")) is not None else False
     if rest and rest[0] == "watch":  # legacy /watch/ paths
         watch, rest = True, rest[1:]
     namespace: str | None = None
@@ -87,7 +87,8 @@ def resolve(ctx: HandlerContext, request: web.Request, group: str, version: str,
     dry_run = q.get("dryRun") == "All"
     if q.get("dryRun") not in (None, "", "All"):
         raise errors.bad_request(f"unsupported dry run value: {q.get('dryRun')!r}")
-    manager = q.get("fieldManager") or _manager_from_agent(request.headers.get("User-Agent", ""))
+    agent = request.headers.get("User-Agent", "")
+    manager = q.get("fieldManager") or _MANAGERS.get(agent) or _manager_from_agent(agent)
     fv = q.get("fieldValidation", "Warn")
     if fv not in ("Ignore", "Warn", "Strict"):
         raise errors.bad_request(f"fieldValidation {fv!r} is invalid: valid values are Ignore, Warn, Strict")

@@ -139,9 +139,10 @@ class GenericStore:
                 root, part, path = obj["status"], sub, "status"
         if part is not None:
             schema.apply_defaults(root, part)
-        strategy.default(obj)
+        if not strategy.plain_default:
+            strategy.default(obj)
         dropped = schema.prune(root, part, path) if part is not None else []
-        if field_validation != "Ignore" and (dropped or strict):
+        if field_validation != "Ignore" and (dropped or (strict is not None and strict.duplicates)):
             self._strict_decoding(info, obj, field_validation, warnings, dropped, strict or StrictIssues())
         m = obj["metadata"]
         causes = meta.validate_metadata(m, name_rule=strategy.name_rule, namespaced=info.namespaced)
@@ -215,6 +216,9 @@ class GenericStore:
         strategy = info.strategy
         if info.has_status and not strategy.keeps_status_on_create:
             obj.pop("status", None)  # status is the status subresource's to write
+        if strategy.plain_create:
+            self._normalize(info, obj, field_validation, warnings, None, strict)
+            return obj
         strategy.prepare_for_create(obj)
         status = strategy.initial_status(obj)
         if status is not None:
@@ -258,7 +262,8 @@ class GenericStore:
             obj["metadata"]["name"] = name
         else:
             raise _name_taken(info, obj["metadata"], name)
-        obj = info.strategy.to_storage(obj)  # another version of a resource is stored as its storage version
+        if not info.strategy.plain_storage:
+            obj = info.strategy.to_storage(obj)  # another version of a resource is stored as its storage version
         if dry_run:
             return obj
         return self.storage.create(info.key, obj)

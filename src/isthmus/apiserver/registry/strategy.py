@@ -141,6 +141,21 @@ class Strategy:
     stored: ClassVar[bool] = True
     # Whether a create may set status although it is a subresource (kube's Nodes); else it is dropped.
     keeps_status_on_create: ClassVar[bool] = False
+    # Which hooks a kind leaves as the generic no-ops, worked out per class: the store skips calling
+    # those (a Python call costs a request about 0.7 µs of server CPU; a create has ~150).
+    plain_create: ClassVar[bool] = True  # prepare_for_create, initial_status, warnings_on_create, canonicalize
+    plain_default: ClassVar[bool] = True  # default
+    plain_storage: ClassVar[bool] = True  # to_storage, from_storage: served as stored
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+
+        def generic(*hooks: str) -> bool:
+            return all(getattr(cls, h) is getattr(Strategy, h) for h in hooks)
+
+        cls.plain_create = generic("prepare_for_create", "initial_status", "warnings_on_create", "canonicalize")
+        cls.plain_default = generic("default")
+        cls.plain_storage = generic("to_storage", "from_storage")
 
     # ---------------------------------------------------------------- create and update
 
