@@ -1071,12 +1071,12 @@ def _created_fields(obj: dict[str, Any], node: _FieldsNode | None) -> dict[str, 
                 if not isinstance(v, (dict, list)):
                     if mpe not in _STRIPPED_META:
                         inner[mpe] = {}
-                else:
-                    _enter(inner, mpe, v, sub.kid(mk) if sub is not None else None, mpe not in _STRIPPED_META)
+                else:  # _enter, without its call: v is a container
+                    _put(inner, mpe, _fields_of(v, sub.kid(mk) if sub is not None else None), mpe not in _STRIPPED_META)
             if inner:
                 out[pe] = inner  # metadata itself is stripped
         else:
-            _enter(out, pe, child, sub, pe not in _STRIPPED_TOP)
+            _put(out, pe, _fields_of(child, sub), pe not in _STRIPPED_TOP)  # _enter: child is a container
     return out
 
 

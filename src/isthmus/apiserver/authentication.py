@@ -253,8 +253,9 @@ class Authenticator:
                 errors.append(str(e))
                 continue
             if resp is not None:
-                user = resp.user.with_group(AUTHENTICATED_GROUP)
-                return (resp if user is resp.user else Response(user, resp.audiences)), ""
+                if AUTHENTICATED_GROUP in resp.user.groups:  # static tokens' answers already have it
+                    return resp, ""
+                return Response(resp.user.with_group(AUTHENTICATED_GROUP), resp.audiences), ""
         if not errors:
             return None, "invalid bearer token"
         return None, errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"

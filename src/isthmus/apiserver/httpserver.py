@@ -50,6 +50,7 @@ _QUERIES_MAX = 512
 # Content-Type values already parsed (aiohttp parses each with the email package): a few kinds
 # of clients send a few values. Bounded: values past it are parsed every time.
 _CONTENT_TYPES: dict[str, tuple[str, dict[str, str]]] = {}
+_NO_CONTENT_TYPE: tuple[str, dict[str, str]] = ("application/octet-stream", {})
 
 
 def _plain(head: bytes, line_end: int) -> bool:
@@ -80,13 +81,14 @@ class LeanRequest(web.Request):
     instance's own value then comes first."""
 
     ATTRS = web.Request.ATTRS | frozenset(["_target", "_body", "_url", "method", "headers", "transport",
-                                           "raw_path", "path", "content_length"])
+                                           "raw_path", "path", "content_length", "content_type"])
     method: str = ""
     headers: CIMultiDictProxy[str] = _NO_HEADERS
     transport: asyncio.Transport | None = None
     raw_path: str = ""
     path: str = ""
     content_length: int | None = None
+    content_type: str = ""
 
     def __init__(self, method: str, target: str, headers: CIMultiDictProxy[str], body: bytes,
                  transport: asyncio.Transport) -> None:
@@ -102,6 +104,15 @@ class LeanRequest(web.Request):
         self.path = path if "%" not in path else self._rel().path  # only escapes need decoding
         length = headers.get("Content-Length")
         self.content_length = None if length is None else int(length)
+        raw = headers.get("Content-Type")
+        hit = _CONTENT_TYPES.get(raw) if raw is not None else _NO_CONTENT_TYPE
+        if hit is None:
+            self._parse_content_type(raw)
+            self.content_type = self._content_type or ""
+        else:  # as aiohttp's _parse_content_type leaves it (RFC 2616's default when there is none)
+            self._stored_content_type = raw
+            self.content_type, params = hit
+            self._content_dict = dict(params) if params else {}  # aiohttp's is the request's own, and mutable
 
     def _rel(self) -> URL:
         if self._url is None:
@@ -154,15 +165,9 @@ class LeanRequest(web.Request):
         return self._body
 
     def _parse_content_type(self, raw: str | None) -> None:
-        hit = _CONTENT_TYPES.get(raw) if raw is not None else None
-        if hit is None:
-            super()._parse_content_type(raw)
-            if raw is not None and len(_CONTENT_TYPES) < 64:
-                _CONTENT_TYPES[raw] = (self._content_type or "", dict(self._content_dict or {}))
-            return
-        self._stored_content_type = raw
-        self._content_type, params = hit
-        self._content_dict = dict(params)  # aiohttp's is the request's own, and mutable
+        super()._parse_content_type(raw)
+        if raw is not None and len(_CONTENT_TYPES) < 64:
+            _CONTENT_TYPES[raw] = (self._content_type or "", dict(self._content_dict or {}))
 
     async def text(self) -> str:
         return self._body.decode(self.charset or "utf-8")
@@ -371,8 +376,11 @@ class LeanProtocol(asyncio.Protocol):
         One task per connection, not per request: a task costs its creation and asyncio's
         registration of it (a WeakSet, in Python) each time; the worker's context is the
         connection's, and _handle resets the one variable a request sets."""
-        if self._next is not None:
-            self._wake_worker(nxt)
+        waiter = self._next
+        if waiter is not None:
+            self._next = None  # _wake_worker(nxt), without its call
+            if not waiter.done():
+                waiter.set_result(nxt)
         elif self._worker is None:
             self._worker = self._loop.create_task(self._work(nxt))
 
@@ -382,10 +390,32 @@ class LeanProtocol(asyncio.Protocol):
             waiter.set_result(nxt)
 
     async def _work(self, nxt: _Next) -> None:
+        """Answer the connection's requests in turn, waiting for each next one, until it closes."""
         try:
             while True:
-                if not await self._answer(*nxt):
+                request, keep_alive = nxt
+                try:
+                    resp = await self._server.handler(request)
+                    keep_alive = keep_alive and resp.keep_alive is not False
+                    out = _encode(request, resp, keep_alive)
+                except Exception:
+                    log.exception("cannot answer %s %s", request.method, request.raw_path)
+                    out, keep_alive = _simple(500, "Internal Server Error"), False
+                transport = self._transport
+                if transport is None:
                     return
+                transport.write(out)
+                self.last_active = time.monotonic()
+                if not keep_alive:
+                    self._closing = True
+                    transport.close()
+                    return
+                if self._writable is not None and not self._writable.done():
+                    await self._writable  # the client reads slower than we answer
+                self._busy = False
+                if self._paused and self._transport is not None:
+                    self._paused = False
+                    self._transport.resume_reading()
                 got = self._advance() if self._buf else None
                 if got is None:
                     if self._transport is None or self._closing:
@@ -397,32 +427,6 @@ class LeanProtocol(asyncio.Protocol):
                 nxt = got
         finally:
             self._worker = None
-
-    async def _answer(self, request: LeanRequest, keep_alive: bool) -> bool:
-        """Answer one request; whether the connection goes on to the next."""
-        try:
-            resp = await self._server.handler(request)
-            keep_alive = keep_alive and resp.keep_alive is not False
-            out = _encode(request, resp, keep_alive)
-        except Exception:
-            log.exception("cannot answer %s %s", request.method, request.raw_path)
-            out, keep_alive = _simple(500, "Internal Server Error"), False
-        transport = self._transport
-        if transport is None:
-            return False
-        transport.write(out)
-        self.last_active = time.monotonic()
-        if not keep_alive:
-            self._closing = True
-            transport.close()
-            return False
-        if self._writable is not None and not self._writable.done():
-            await self._writable  # the client reads slower than we answer
-        self._busy = False
-        if self._paused and self._transport is not None:
-            self._paused = False
-            self._transport.resume_reading()
-        return True
 
     def _fail(self, status: int, message: str) -> None:
         """A request that cannot be parsed: answered and the connection closed, as aiohttp does."""

@@ -277,10 +277,11 @@ class _Node:
         if isinstance(v, dict):
             if self.obj:
                 _validate_object(v, s, path, errs, root)
+            kids = self.kids
             for key, val in v.items():
                 if root and key == "metadata":
                     continue
-                node = self.kid(key)
+                node = kids[key] if key in kids else self.kid(key)  # the cached node without a call, mostly
                 if node is None or (node.exact and type(val) in node.exact):
                     continue
                 node.check(val, f"{path}.{key}" if path else key, errs)
@@ -620,7 +621,7 @@ def _prune(v: Any, node: _Node, path: Any, dropped: list[str], keep_meta: bool =
                     del v[key]
                 continue
             # val is a dict or a list (a scalar has nothing to prune); kid() keeps no node for an empty schema
-            kid = node.kid(key) or _node(sub)
+            kid = node.kids.get(key) or node.kid(key) or _node(sub)  # the cached node without a call, mostly
             _prune(val, kid, (path, key), dropped, keep_meta=kid.embedded)
     elif isinstance(v, list):
         items = node.items

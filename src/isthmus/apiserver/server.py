@@ -422,8 +422,8 @@ class ApiServer:
         """Authentication, then routing; every error becomes a kube Status response."""
         try:
             path = request.path
-            request[USER] = self._authenticate(request, path)
-            self._authorize(request, path, request[USER])
+            user = request._state[USER] = self._authenticate(request, path)  # request[USER], without a call
+            self._authorize(request, path, user)
             if path in ("/healthz", "/livez", "/readyz"):
                 return web.Response(text="ok")
             return await self._route(request, path)
@@ -467,7 +467,7 @@ class ApiServer:
 
     async def _route(self, request: web.Request, path: str) -> web.StreamResponse:
         ctx = self._ctx
-        parts = [p for p in path.split("/") if p]
+        parts = list(filter(None, path.split("/")))
         if not parts:
             return discovery.root(ctx)
         head = parts[0]
@@ -497,10 +497,11 @@ class ApiServer:
                                 rest: list[str]) -> web.StreamResponse:
         """A verb on a resource path, to the handler of its concern."""
         ctx = self._ctx
-        if pods.is_node_subresource(group, version, rest):  # pods/log, exec...: proxied to the Pod's node
-            return await pods.serve(ctx, request, rest, kubelet_token=self.token)
-        if tokenrequest.is_token_request(group, version, rest):  # serviceaccounts/<name>/token
-            return await tokenrequest.serve(ctx, request, rest, self.sa_tokens)
+        if len(rest) == 5:  # both below are namespaces/<ns>/<plural>/<name>/<subresource>
+            if pods.is_node_subresource(group, version, rest):  # pods/log, exec...: proxied to the Pod's node
+                return await pods.serve(ctx, request, rest, kubelet_token=self.token)
+            if tokenrequest.is_token_request(group, version, rest):  # serviceaccounts/<name>/token
+                return await tokenrequest.serve(ctx, request, rest, self.sa_tokens)
         scope = resolve(ctx, request, group, version, rest)
         method, name = request.method, scope.name
         if method == "GET":
