@@ -109,6 +109,11 @@ def _type_name(v: Any) -> str:
     return type(v).__name__
 
 
+# The Python type whose values are certainly of a schema type (_is_type decides the others: bools
+# are not integers, integral floats are; a number is an int or a float).
+_PLAIN_TYPES: dict[str, type] = {"string": str, "object": dict, "array": list, "boolean": bool, "integer": int}
+
+
 def _is_type(v: Any, t: str) -> bool:
     if t == "integer":
         return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
@@ -188,7 +193,8 @@ def validate(obj: Any, schema: dict[str, Any], path: str = "") -> list[dict[str,
 
     At the root (path ""), `metadata` is skipped: the server validates ObjectMeta itself."""
     errs: list[dict[str, str]] = []
-    _validate(obj, schema, path, errs, root=(path == ""))
+    if schema:
+        _node(schema).check(obj, path, errs, path == "")  # _validate, without its call
     return errs
 
 
@@ -264,7 +270,7 @@ class _Node:
             if not (_is_type(v, "integer") or isinstance(v, str)):
                 errs.append(_type_error(path, "integer,string", v))
                 return
-        elif t is not None and not _is_type(v, t):
+        elif t is not None and type(v) is not _PLAIN_TYPES.get(t) and not _is_type(v, t):
             errs.append(_type_error(path, t, v))
             return
         s = self.s
