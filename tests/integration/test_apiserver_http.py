@@ -154,7 +154,8 @@ def test_a_json_answer_is_written_as_aiohttps_response_would_be(status: int, met
         for w in warnings:
             reference.headers.add("Warning", f'299 - "{w}"')
         answer = httpserver.JsonAnswer(body, status, warnings)
-        ours, theirs = (httpserver._encode(request, a, keep_alive) for a in (answer, reference))
+        ours = answer.encode(method == "HEAD", keep_alive)
+        theirs = httpserver._encode(request, reference, keep_alive)
         assert _DATE.sub(b"", ours) == _DATE.sub(b"", theirs) and _DATE.search(ours)  # the second may turn between
         assert answer.status == status and answer.body == body
         assert list(answer.headers.items()) == list(reference.headers.items())

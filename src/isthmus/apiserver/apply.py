@@ -1206,15 +1206,20 @@ def track_update(
     """For non-apply writes (create/update/patch): record an `Update` operation entry for `manager`
     owning the fields it changed/set, and remove those fields from other managers' sets. Returns new with
     metadata.managedFields set."""
-    root = schema
-    schema = _schema(schema)
     # A client may rewrite managedFields on the main resource; an empty list (or none) means "keep what
     # the server has", so clients unaware of managedFields never wipe them (kube's rule). [{}] resets.
-    given = _managed_fields(new)
+    meta = new.get("metadata")
+    given = meta.get("managedFields") if isinstance(meta, dict) else None  # _managed_fields(new)
     if old is None and not (isinstance(given, list) and given and not subresource):
-        # A create with no entries to keep: the manager gets the whole object, in one walk.
-        created = _without_managed_fields(new, deep=False)
-        fields = _created_fields(created, _fields_root(root))
+        # A create with no entries to keep: the manager gets the whole object, in one walk. (The
+        # calls _without_managed_fields(new, deep=False) and _fields_root would make are inlined:
+        # this runs for every create.)
+        created = dict(new)
+        if isinstance(meta, dict):
+            meta = created["metadata"] = dict(meta)
+            meta.pop("managedFields", None)
+        hit = _FIELDS_ROOTS.get(id(schema)) if schema is not None else None
+        fields = _created_fields(created, hit[1] if hit is not None and hit[0] is schema else _fields_root(schema))
         if fields:
             encoded: dict[str, Any] = {"manager": manager, "operation": UPDATE, "apiVersion": api_version}
             if now:
@@ -1223,11 +1228,11 @@ def track_update(
             encoded["fieldsV1"] = fields  # as _Entry.encode writes it
             if subresource:
                 encoded["subresource"] = subresource
-            meta = created.get("metadata")
             if not isinstance(meta, dict):
                 meta = created["metadata"] = {}
             meta["managedFields"] = [encoded]
         return created
+    schema = _schema(schema)
     source = given if isinstance(given, list) and given and not subresource else _managed_fields(old)
     entries = _decode_entries(source)
 

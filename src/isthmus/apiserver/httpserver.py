@@ -397,7 +397,10 @@ class LeanProtocol(asyncio.Protocol):
                 try:
                     resp = await self._server.handler(request)
                     keep_alive = keep_alive and resp.keep_alive is not False
-                    out = _encode(request, resp, keep_alive)
+                    if type(resp) is JsonAnswer:  # most answers
+                        out = resp.encode(request.method == "HEAD", keep_alive)
+                    else:
+                        out = _encode(request, resp, keep_alive)
                 except Exception:
                     log.exception("cannot answer %s %s", request.method, request.raw_path)
                     out, keep_alive = _simple(500, "Internal Server Error"), False
@@ -474,9 +477,8 @@ def _one_line(value: str) -> str:
 
 
 def _encode(request: LeanRequest, resp: web.StreamResponse, keep_alive: bool) -> bytes:
-    """The answer as aiohttp would write it (headers included), in one buffer."""
-    if type(resp) is JsonAnswer:
-        return resp.encode(request.method == "HEAD", keep_alive)
+    """The answer (not a JsonAnswer: those encode themselves) as aiohttp would write it, headers
+    included, in one buffer."""
     if type(resp) is not web.Response or resp.compression or resp.chunked:
         raise TypeError(f"a plain request got a {type(resp).__name__} answer")
     body = resp.body
