@@ -3,8 +3,13 @@
 aiohttp's server costs about 115 µs of CPU per request (its request, payload stream, writer and
 response machinery) where the exchange itself needs about half: a tenth of a create's CPU and more
 of a status patch's. Nearly every request the components make is a plain one: a head, a body of
-known length, one answer. Those are parsed here (llhttp through httptools, the parser aiohttp
-uses), handed to the same handler as a `LeanRequest`, and answered with one write.
+known length, one answer. Those are checked by llhttp (through httptools, the parser aiohttp
+uses) and read here in one pass, handed to the same handler as a `LeanRequest` by the
+connection's one task, and answered with one write.
+
+In a running server each Python call costs a request about 0.7 µs of CPU (its code and data are
+rarely still in the caches when the next request comes): the path counts its calls. A create
+makes 79 (cProfile's count), down from 150.
 
 Whatever is not plain goes to aiohttp before a byte of it is consumed: watches and the pods'
 streaming subresources (log, exec, attach, port-forward), connection upgrades, `Expect`,
