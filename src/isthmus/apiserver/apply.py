@@ -73,8 +73,10 @@ def _field(schema: dict[str, Any] | None, key: str) -> tuple[dict[str, Any] | No
         return None, False
     props = schema.get("properties")
     if isinstance(props, dict) and key in props:
-        return _schema(props[key]), True
-    return _schema(schema.get("additionalProperties")), False
+        sub = props[key]
+        return (sub if type(sub) is dict and "allOf" not in sub else _schema(sub)), True  # most: no allOf
+    sub = schema.get("additionalProperties")
+    return (sub if type(sub) is dict and "allOf" not in sub else _schema(sub)), False
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,17 @@ def _granular_map(value: Any, schema: dict[str, Any] | None) -> bool:
 
 
 def _granular_list(value: Any, schema: dict[str, Any] | None) -> bool:
-    return isinstance(value, list) and _list_kind(schema).kind != "atomic"
+    if not isinstance(value, list):
+        return False
+    hit = _LIST_KINDS.get(id(schema))  # _list_kind's answer, without its call (it is asked per list)
+    if hit is None or hit[0] is not schema:
+        if len(_LIST_KINDS) >= 4096:
+            _LIST_KINDS.clear()  # CRD schemas replaced many times over: start again
+        hit = _LIST_KINDS[id(schema)] = (schema, _list_kind(schema))
+    return hit[1].kind != "atomic"
+
+
+_LIST_KINDS: dict[int, tuple[dict[str, Any] | None, _ListKind]] = {}
 
 
 def _plain_json(value: Any) -> bool:
@@ -202,6 +214,8 @@ def _duplicates(value: Any, schema: dict[str, Any] | None, path: Path = ()) -> s
     """The first granular list with two items of the same key (an applied configuration may not have one)."""
     if _granular_map(value, schema):
         for key, child in value.items():
+            if not isinstance(child, (dict, list)):
+                continue  # nothing below a scalar
             found = _duplicates(child, _field(schema, key)[0], (*path, "f:" + key))
             if found:
                 return found
@@ -213,9 +227,10 @@ def _duplicates(value: Any, schema: dict[str, Any] | None, path: Path = ()) -> s
             if pe in seen:
                 return f"{path_string(path)}: duplicate entries for key {path_string((pe,))}"
             seen.add(pe)
-            found = _duplicates(item, items_schema, (*path, pe))
-            if found:
-                return found
+            if isinstance(item, (dict, list)):
+                found = _duplicates(item, items_schema, (*path, pe))
+                if found:
+                    return found
     return None
 
 
@@ -232,7 +247,7 @@ def _fill_keys(config: Any, defaulted: Any, schema: dict[str, Any] | None, path:
     """
     if _granular_map(config, schema) and isinstance(defaulted, dict):
         for key, child in config.items():
-            if key in defaulted:
+            if key in defaulted and isinstance(child, (dict, list)):  # nothing to fill below a scalar
                 _fill_keys(child, defaulted[key], _field(schema, key)[0], (*path, "f:" + key), filled)
     elif _granular_list(config, schema) and isinstance(defaulted, list) and len(defaulted) == len(config):
         kind = _list_kind(schema)
@@ -266,10 +281,13 @@ def _applied_fields(value: Any, schema: dict[str, Any] | None, path: Path, out: 
     values, null/empty struct fields, every map entry and every list item."""
     if _granular_map(value, schema):
         for key, child in value.items():
-            sub, declared = _field(schema, key)
             child_path = (*path, "f:" + key)
+            if not isinstance(child, (dict, list)):
+                out.add(child_path)  # a leaf: what the call below would add, without it
+                continue
+            sub, declared = _field(schema, key)
             _applied_fields(child, sub, child_path, out)
-            if child is None or child == {} or not declared:
+            if child == {} or not declared:
                 out.add(child_path)
     elif _granular_list(value, schema):
         items_schema = _schema((schema or {}).get("items"))
@@ -347,6 +365,13 @@ def _compare(old: Any, new: Any, schema: dict[str, Any] | None, path: Path, out:
         out.removed.add(path)
         for pe, (child, sub) in _children(old, schema).items():
             _compare(child, _MISSING, sub, (*path, pe), out)
+        return
+    if not isinstance(old, (dict, list)) and not isinstance(new, (dict, list)):
+        # Two leaves (most pairs), decided as below without its calls: neither is granular. Equal
+        # values of one type but float are JSON-equal; _same decides the rest (1 and 1.0, 0.0 and -0.0).
+        if not (old is new or (type(old) is type(new) and type(old) is not float and old == new)) \
+                and not _same(old, new):
+            out.modified.add(path)
         return
     old_kind, new_kind = _granular(old, schema), _granular(new, schema)
     if old_kind and old_kind == new_kind:
@@ -700,6 +725,8 @@ def _merge(live: Any, config: Any, schema: dict[str, Any] | None) -> Any:
         for key, value in config.items():
             if value is None:
                 out.pop(key, None)
+            elif not isinstance(value, (dict, list)):
+                out[key] = value  # what _merge and _clean make of a scalar, without their calls
             else:
                 out[key] = _merge(out[key], value, _field(schema, key)[0]) if key in out else _clean(value)
         return out
@@ -711,9 +738,9 @@ def _merge(live: Any, config: Any, schema: dict[str, Any] | None) -> Any:
 def _clean(value: Any) -> Any:
     """A configured value as stored: nulls inside maps mean "unset" and are dropped."""
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items() if v is not None}
+        return {k: _clean(v) if isinstance(v, (dict, list)) else v for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_clean(v) for v in value]
+        return [_clean(v) if isinstance(v, (dict, list)) else v for v in value]
     return value
 
 
@@ -913,7 +940,7 @@ def server_side_apply(
             return _apply_created(config, encoded, manager, api_version, now, subresource, owned)
     filled: set[Path] = set()
     if default is not None:
-        defaulted = deep_copy(config)
+        defaulted = clone(config)  # in C; read only for the keys defaulting fills, so exact types do not matter
         default(defaulted)
         _fill_keys(config, defaulted, schema, (), filled)
     duplicate = _duplicates(config, schema)

@@ -17,7 +17,7 @@ import json
 from typing import Any, Final
 
 from isthmus.apiserver.errors import ApiError, bad_request
-from isthmus.apiserver.jsoncopy import deep_copy
+from isthmus.apiserver.jsoncopy import clone, deep_copy
 from isthmus.apiserver.schema import resolve_all_of
 
 # kube-apiserver refuses bigger JSON patches (maxJSONPatchOperations).
@@ -170,8 +170,9 @@ def _value(op: dict[str, Any], kind: str) -> Any:
     return deep_copy(op["value"])
 
 
-def apply_json_patch(doc: Any, ops: Any) -> Any:
-    """Apply RFC 6902 operations to a deep copy of doc. Errors → errors.ApiError (kube: 422/400 wording)."""
+def apply_json_patch(doc: Any, ops: Any, *, stored: bool = False) -> Any:
+    """Apply RFC 6902 operations to a deep copy of doc (stored: as apply_merge_patch). Errors →
+    errors.ApiError (kube: 422/400 wording)."""
     if ops is None:  # Go decodes `null` into an empty patch
         return deep_copy(doc)
     if not isinstance(ops, list):
@@ -186,7 +187,7 @@ def apply_json_patch(doc: Any, ops: Any) -> Any:
             f"Request entity too large: The allowed maximum operations in a JSON patch is "
             f"{MAX_JSON_PATCH_OPERATIONS}, got {len(ops)}",
         )
-    result = deep_copy(doc)
+    result = clone(doc) if stored else deep_copy(doc)
     for op in ops:
         result = _apply_op(result, op)
     return result
@@ -243,7 +244,7 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
 
 def _merge(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return deep_copy(patch)
+        return deep_copy(patch) if isinstance(patch, list) else patch
     result = target if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -253,12 +254,13 @@ def _merge(target: Any, patch: Any) -> Any:
     return result
 
 
-def apply_merge_patch(doc: Any, patch: Any) -> Any:
-    """RFC 7386 on a deep copy of doc (null deletes, objects merge, everything else replaces)."""
+def apply_merge_patch(doc: Any, patch: Any, *, stored: bool = False) -> Any:
+    """RFC 7386 on a deep copy of doc (null deletes, objects merge, everything else replaces);
+    stored: doc is what storage holds, copied by an orjson round trip (jsoncopy.clone, in C)."""
     if not isinstance(patch, dict):
         # evanphx/json-patch (kube) refuses a non-object merge patch for an object document.
         raise bad_request("Invalid JSON Patch")
-    return _merge(deep_copy(doc), patch)
+    return _merge(clone(doc) if stored else deep_copy(doc), patch)
 
 
 # ================================================================ strategic merge patch
@@ -339,13 +341,13 @@ def _no_merge_key(item: Any, keys: tuple[str, ...]) -> ApiError:
     return _unprocessable(f"map: {json.dumps(item, sort_keys=True)} does not contain declared merge key: {','.join(keys)}")
 
 
-def apply_strategic_merge_patch(doc: Any, patch: Any, schema: dict[str, Any] | None) -> Any:
+def apply_strategic_merge_patch(doc: Any, patch: Any, schema: dict[str, Any] | None, *, stored: bool = False) -> Any:
     """Kubernetes strategic merge patch, using the schema's x-kubernetes-patch-merge-key /
     x-kubernetes-patch-strategy (and list-type/map-keys) to merge lists by key; directives
     $patch (replace/merge/delete), $retainKeys, $deleteFromPrimitiveList/<field>, $setElementOrder/<field>."""
     if not isinstance(patch, dict):
         raise bad_request(f"json: cannot unmarshal {_go_type(patch)} into Go value of type map[string]interface {{}}")
-    original = deep_copy(doc) if isinstance(doc, dict) else {}
+    original = (clone(doc) if stored else deep_copy(doc)) if isinstance(doc, dict) else {}
     result = _smp_map(original, deep_copy(patch), _schema(schema))
     return {} if isinstance(result, _Deleted) else result
 

@@ -210,8 +210,28 @@ class _Node:
     """One schema, compiled for validation: what it checks, looked up once instead of on every value.
     Children are compiled on first use (schemas may be deep, and are walked only where values are)."""
 
-    __slots__ = ("addl", "allof", "arr", "combined", "embedded", "exact", "ios", "ios_only", "items", "kids",
-                 "list_type", "nullable", "obj", "preserve", "props", "s", "scalar_map", "type", "values")
+    __slots__ = (
+        "addl",
+        "allof",
+        "arr",
+        "combined",
+        "embedded",
+        "exact",
+        "ios",
+        "ios_only",
+        "item_node",
+        "items",
+        "kids",
+        "list_type",
+        "nullable",
+        "obj",
+        "preserve",
+        "props",
+        "s",
+        "scalar_map",
+        "type",
+        "values",
+    )
 
     def __init__(self, s: dict[str, Any]) -> None:
         self.s = s
@@ -233,6 +253,7 @@ class _Node:
         self.kids: dict[str, _Node | None] = {}
         items = s.get("items")
         self.items = items if isinstance(items, dict) else None
+        self.item_node: _Node | None = None  # _node(items), kept once a list was walked
         # Values of these exact types pass this schema untouched: it checks their type and nothing else.
         self.exact: tuple[type, ...] = ()
         if self.type in _EXACT_TYPES and s.keys() <= _PROSE:
@@ -295,8 +316,10 @@ class _Node:
             if self.arr:
                 _validate_array(v, s, path, errs)
             items = self.items
-            if items is not None:
-                node = _node(items) if items else None
+            if items:
+                node = self.item_node
+                if node is None:
+                    node = self.item_node = _node(items)
                 if node is not None:
                     exact = node.exact
                     for i, item in enumerate(v):
@@ -632,10 +655,12 @@ def _prune(v: Any, node: _Node, path: Any, dropped: list[str], keep_meta: bool =
     elif isinstance(v, list):
         items = node.items
         if items is not None:
-            kid = _node(items)
+            each = node.item_node
+            if each is None:
+                each = node.item_node = _node(items)
             for i, item in enumerate(v):
                 if isinstance(item, (dict, list)):
-                    _prune(item, kid, (path, i), dropped, keep_meta=kid.embedded)
+                    _prune(item, each, (path, i), dropped, keep_meta=each.embedded)
 
 
 def _path_text(path: Any) -> str:

@@ -45,14 +45,14 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
         strict.patch, strict.prefix = True, "json patch "
 
         def build(live: Obj) -> Any:
-            return apply_json_patch(live, ops)
+            return apply_json_patch(live, ops, stored=True)
     elif ctype == "application/merge-patch+json":
         patch, strict = decode_strict(raw, "application/json", check)
         strict.patch = True
         _require_object_patch(patch)
 
         def build(live: Obj) -> Any:
-            return apply_merge_patch(live, patch)
+            return apply_merge_patch(live, patch, stored=True)
     elif ctype == "application/strategic-merge-patch+json":
         if not info.builtin:
             raise errors.unsupported_patch_type(info.builtin)
@@ -61,7 +61,7 @@ async def patch_resource(ctx: HandlerContext, scope: RequestScope) -> web.Respon
         _require_object_patch(patch)
 
         def build(live: Obj) -> Any:
-            return apply_strategic_merge_patch(live, patch, info.schema)
+            return apply_strategic_merge_patch(live, patch, info.schema, stored=True)
     elif ctype in ("application/apply-patch+yaml", "application/apply-patch+cbor"):
         if not q.get("fieldManager"):
             raise errors.invalid("meta.k8s.io", "PatchOptions", "", [errors.cause(
