@@ -13,25 +13,32 @@ from __future__ import annotations
 from typing import Any
 
 from isthmus.api.mcs import SOURCE_NAMESPACE_LABEL, kube_service_name, mcs_service_name
-from isthmus.runtime.objects import make_key, object_labels, object_name, object_namespace, split_key
+from isthmus.runtime.objects import object_labels, object_name, object_namespace, split_key
 
 __all__ = ["kube_slice_keys", "mcs_keys", "own_keys", "service_of", "slice_keys"]
 
 
+# Key mappers run for every cached object and event: make_key's f-string is written out in them.
+
+
 def own_keys(obj: Any) -> tuple[str, ...]:
-    return (make_key(object_namespace(obj), object_name(obj) or ""),)
+    ns, name = object_namespace(obj), object_name(obj) or ""
+    return (f"{ns}/{name}" if ns else name,)
 
 
 def kube_slice_keys(obj: Any) -> tuple[str, ...]:
     svc = kube_service_name(object_labels(obj))
-    return (make_key(object_namespace(obj), svc),) if svc else ()
+    if not svc:
+        return ()
+    ns = object_namespace(obj)
+    return (f"{ns}/{svc}" if ns else svc,)
 
 
 def mcs_keys(obj: Any) -> tuple[str, ...]:
     labels = object_labels(obj)
     svc = mcs_service_name(labels)
     ns = labels.get(SOURCE_NAMESPACE_LABEL) or object_namespace(obj)
-    return (make_key(ns, svc),) if svc and ns else ()
+    return (f"{ns}/{svc}",) if svc and ns else ()
 
 
 def slice_keys(obj: Any) -> tuple[str, ...]:

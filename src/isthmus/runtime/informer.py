@@ -32,7 +32,7 @@ import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import httpx2
 import msgspec
@@ -178,7 +178,10 @@ class Cache(Generic[T]):
         for name, fn in self._indexers.items():
             idx = self._indices[name]
             for v in _index_values(fn, obj):
-                _file(idx, v, key)
+                if v not in idx:
+                    idx[v] = key  # _file's first case (most values name one object), without its call
+                else:
+                    _file(idx, v, key)
 
     def _put(self, key: str, obj: T) -> T | None:
         old = self._items.get(key)
@@ -312,7 +315,7 @@ def _share(key: tuple[Any, ...], value: T) -> T:
     it. Bounded: values that do not repeat only cost a table that is emptied when full."""
     hit = _SHARED.get(key)
     if hit is not None:
-        return cast(T, hit)
+        return hit  # type: ignore[no-any-return]  # (typing.cast is a Python call: this runs per cached list)
     if len(_SHARED) >= _SHARED_MAX:
         _SHARED.clear()
     _SHARED[key] = value

@@ -40,30 +40,39 @@ def _field(meta: Any, name: str) -> Any:
     return getattr(meta, name, None)
 
 
+def _meta_field(obj: Any, name: str) -> Any:
+    """_field(_meta(obj), name) in one call: these helpers run several times per cached object and
+    event (an agent's restart at 3,000 imports made 226 of these calls per import in two)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
+    if meta is None:
+        return None
+    return meta.get(name) if isinstance(meta, dict) else getattr(meta, name, None)
+
+
 def object_name(obj: Any) -> str:
-    name = _field(_meta(obj), "name")
+    name = _meta_field(obj, "name")
     if not name:
         raise ValueError("object has no metadata.name")
     return str(name)
 
 
 def object_namespace(obj: Any) -> str | None:
-    ns = _field(_meta(obj), "namespace")
+    ns = _meta_field(obj, "namespace")
     return str(ns) if ns else None
 
 
 def object_uid(obj: Any) -> str | None:
-    uid = _field(_meta(obj), "uid")
+    uid = _meta_field(obj, "uid")
     return str(uid) if uid else None
 
 
 def object_resource_version(obj: Any) -> str | None:
-    rv = _field(_meta(obj), "resourceVersion")
+    rv = _meta_field(obj, "resourceVersion")
     return str(rv) if rv else None
 
 
 def object_labels(obj: Any) -> Mapping[str, str]:
-    labels = _field(_meta(obj), "labels")
+    labels = _meta_field(obj, "labels")
     return labels if labels else {}
 
 
@@ -74,10 +83,12 @@ def make_key(namespace: str | None, name: str) -> str:
 
 def object_key(obj: Any) -> str:
     meta = _meta(obj)
-    name = _field(meta, "name")
+    if isinstance(meta, dict):  # _field, without its two calls
+        name, ns = meta.get("name"), meta.get("namespace")
+    else:
+        name, ns = _field(meta, "name"), _field(meta, "namespace")
     if not name:
         raise ValueError("object has no metadata.name")
-    ns = _field(meta, "namespace")
     return f"{ns}/{name}" if ns else str(name)
 
 
