@@ -177,7 +177,12 @@ class Cache(Generic[T]):
     def _index(self, key: str, obj: T) -> None:
         for name, fn in self._indexers.items():
             idx = self._indices[name]
-            for v in _index_values(fn, obj):
+            try:  # _index_values, without its call
+                values = tuple(fn(obj))
+            except Exception:
+                log.exception("index function raised; object not indexed", extra={"key": object_key(obj)})
+                continue
+            for v in values:
                 if v not in idx:
                     idx[v] = key  # _file's first case (most values name one object), without its call
                 else:
@@ -753,12 +758,18 @@ class Informer(Generic[T]):
     def _dispatch_add(self, obj: T) -> None:
         for h in self._handlers:
             if h.on_add is not None:
-                _call(h.on_add, obj)
+                try:  # _call, without its call: this runs for every object a list or watch brings
+                    h.on_add(obj)
+                except Exception:
+                    log.exception("informer event handler raised")
 
     def _dispatch_update(self, old: T, new: T) -> None:
         for h in self._handlers:
             if h.on_update is not None:
-                _call(h.on_update, old, new)
+                try:  # as in _dispatch_add
+                    h.on_update(old, new)
+                except Exception:
+                    log.exception("informer event handler raised")
 
     def _dispatch_delete(self, obj: T) -> None:
         for h in self._handlers:

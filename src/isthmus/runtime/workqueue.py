@@ -110,7 +110,9 @@ class WorkQueue:
         self._shutting_down = False
         self._drain = False
         self._idle: asyncio.Event | None = None
-        self._depth = metrics.WORKQUEUE_DEPTH.labels(name)
+        # The depth is read when scraped, not set on every add and get (a Gauge's set is Python
+        # code and a lock: an agent adds a key a dozen times per service while it resyncs).
+        metrics.WORKQUEUE_DEPTH.labels(name).set_function(self._queue.__len__)
         self._adds = metrics.WORKQUEUE_ADDS.labels(name)
         self._retries = metrics.WORKQUEUE_RETRIES.labels(name)
 
@@ -125,7 +127,6 @@ class WorkQueue:
         if key in self._processing:
             return
         self._queue.append(key)
-        self._depth.set(len(self._queue))
         self._wake_one()
 
     def add_after(self, key: str, delay: float) -> None:
@@ -182,7 +183,6 @@ class WorkQueue:
                         pass
                 raise
         key = self._queue.popleft()
-        self._depth.set(len(self._queue))
         self._processing.add(key)
         self._dirty.discard(key)
         return key
@@ -192,7 +192,6 @@ class WorkQueue:
         self._processing.discard(key)
         if key in self._dirty and not self._shutting_down:
             self._queue.append(key)
-            self._depth.set(len(self._queue))
             self._wake_one()
         if not self._processing and self._idle is not None:
             self._idle.set()
@@ -216,7 +215,6 @@ class WorkQueue:
         if not drain:
             self._queue.clear()
             self._dirty.clear()
-            self._depth.set(0)
         for fut in self._waiters:
             if not fut.done():
                 fut.set_result(None)
