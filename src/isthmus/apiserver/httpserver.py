@@ -279,7 +279,7 @@ class LeanProtocol(asyncio.Protocol):
         self._server.connections.discard(self)
         self._closing = True
         self._transport = None
-        self._wake_worker(None)
+        self._end_worker()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
 
@@ -383,16 +383,17 @@ class LeanProtocol(asyncio.Protocol):
         connection's, and _handle resets the one variable a request sets."""
         waiter = self._next
         if waiter is not None:
-            self._next = None  # _wake_worker(nxt), without its call
+            self._next = None
             if not waiter.done():
                 waiter.set_result(nxt)
         elif self._worker is None:
             self._worker = self._loop.create_task(self._work(nxt))
 
-    def _wake_worker(self, nxt: _Next | None) -> None:
+    def _end_worker(self) -> None:
+        """The idle worker told there is no next request (the connection closed or left us)."""
         waiter, self._next = self._next, None
         if waiter is not None and not waiter.done():
-            waiter.set_result(nxt)
+            waiter.set_result(None)
 
     async def _work(self, nxt: _Next) -> None:
         """Answer the connection's requests in turn, waiting for each next one, until it closes."""
@@ -449,7 +450,7 @@ class LeanProtocol(asyncio.Protocol):
         assert transport is not None
         self._server.connections.discard(self)
         self._transport = None
-        self._wake_worker(None)
+        self._end_worker()
         proto = self._server.aiohttp_server()
         transport.set_protocol(proto)
         proto.connection_made(transport)
