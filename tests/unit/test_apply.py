@@ -716,7 +716,8 @@ def test_the_compiled_walk_of_an_apply_that_creates_gives_what_the_general_steps
         def default(o: dict[str, Any]) -> None:
             if schema is not None:
                 apply_defaults(o, schema)
-            for c in ((o.get("spec") or {}).get("containers") or []) if isinstance(o.get("spec"), dict) else []:
+            containers = (o.get("spec") or {}).get("containers") if isinstance(o.get("spec"), dict) else None
+            for c in containers if isinstance(containers, list) else []:  # kube's defaulting skips malformed ones
                 for p in (c.get("ports") or []) if isinstance(c, dict) and isinstance(c.get("ports"), list) else []:
                     if isinstance(p, dict):
                         p.setdefault("protocol", "TCP")
