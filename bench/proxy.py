@@ -405,6 +405,9 @@ def main() -> None:
     )
     ap.add_argument("--mode", choices=["both", "userspace", "nftables"], default=None,
                     help="the proxy's dataplane (default: both where root and nft allow it, else userspace)")
+    ap.add_argument("--kernel-splice", choices=["both", "on", "off"], default=None,
+                    help="userspace mode: with the kernel splice of connections past their second client read "
+                         "(the default), relaying every byte in the proxy, or both (default without --quick)")
     ap.add_argument("--quick", action="store_true", help="small sizes, VIP only (< 30 s)")
     ap.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-haproxy", action="store_true", help="no HAProxy reference figure")
@@ -433,9 +436,12 @@ def main() -> None:
         raise SystemExit(subprocess.call(["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"',
                                           "sh", *argv]))
     loops = ["uvloop", "asyncio"] if a.loop == "both" else [a.loop]
-    variants = [(loop, loop, "userspace") for loop in loops] if a.mode != "nftables" else []
+    splices = {"both": [True, False], "on": [True], "off": [False]}[a.kernel_splice or ("on" if a.quick else "both")]
+    variants = [
+        (loop if spliced else f"{loop}-relay", loop, "userspace", spliced) for loop in loops for spliced in splices
+    ] if a.mode != "nftables" else []
     if a.mode != "userspace":
-        variants.append(("nftables", "uvloop", "nftables"))
+        variants.append(("nftables", "uvloop", "nftables", False))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the children too (finally below)
 
     # This checkout's source unless PYTHONPATH names one (to compare two versions of the proxy).
@@ -462,12 +468,13 @@ def main() -> None:
                 f"in {a.rounds} round(s); backend and client on asyncio"
             )
             summary: list[str] = []
-            for label, loop, mode in variants:
+            for label, loop, mode, spliced in variants:
                 cli = "import isthmus.cli.main, isthmus.cli.proxy; from isthmus.cli.app import app; app(prog_name='isthmus')"
                 proxy = Child(
                     f"proxy-{label}",
                     [PY, "-c", cli, "proxy", "--kubeconfig", f"{tmp}/kubeconfig", "--cluster-id", "c1",
-                     "--log-level", "warning", "--mode", mode],
+                     "--log-level", "warning", "--mode", mode,
+                     "--kernel-splice" if spliced else "--no-kernel-splice"],
                     {**env, "ISTHMUS_EVENT_LOOP": loop},
                     Path(tmp),
                 )  # fmt: skip
@@ -499,7 +506,11 @@ async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int, haproxy_pi
     if haproxy_pid is not None:
         await wait_http(HAPROXY)
         targets["HAProxy"] = (HAPROXY, haproxy_pid)
-    print(f"\nproxy: {loop if loop == 'nftables' else f'userspace, event loop {loop}'}")
+    if loop == "nftables":
+        print("\nproxy: nftables")
+    else:
+        what = "every byte relayed by the proxy" if loop.endswith("-relay") else "kernel splice"
+        print(f"\nproxy: userspace ({what}), event loop {loop.removesuffix('-relay')}")
     summary = []
     for kind, n in (("keep-alive", a.requests), ("new-conn", a.new_conn_requests)):
         run = keep_alive if kind == "keep-alive" else new_connections

@@ -11,12 +11,13 @@ import asyncio
 import hashlib
 import os
 import socket
+import struct
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 
-from isthmus.proxy import Backend, Balancer, ListenerKey, bind_socket
+from isthmus.proxy import Backend, Balancer, ListenerKey, bind_socket, splice
 from isthmus.proxy.metrics import ListenerStats
 from isthmus.proxy.tcp import EARLY_LIMIT, TcpListener
 from isthmus.proxy.udp import UdpListener
@@ -29,6 +30,11 @@ PORT = 18080
 
 
 LOOPS = ("asyncio", "uvloop")
+KERNEL = splice.shared()
+"""The kernel splice, where this kernel and these privileges allow it (root on Linux 5.x+)."""
+needs_splice = pytest.mark.skipif(KERNEL is None, reason="BPF sockmap refused here (needs root and Linux 5.x+)")
+_splice_now: list[bool] = [False]
+"""Set by `on_each_loop_and_splice`: the listeners `tcp_listener` makes splice at the first read."""
 
 
 @pytest.fixture
@@ -48,15 +54,36 @@ def on_each_loop(scenario: Callable[[int], Coroutine[Any, Any, None]]) -> Callab
     return test
 
 
+def on_each_loop_and_splice(scenario: Callable[[int], Coroutine[Any, Any, None]]) -> Callable[[int, str, str], None]:
+    """As `on_each_loop`, once relayed by the proxy and once spliced in the kernel from the client's
+    first read (the stream semantics must not tell them apart)."""
+
+    @pytest.mark.parametrize("loop", LOOPS)
+    @pytest.mark.parametrize("relay", ["proxy", pytest.param("kernel", marks=needs_splice)])
+    def test(net: int, loop: str, relay: str) -> None:
+        _splice_now[0] = relay == "kernel"
+        try:
+            run(scenario(net), choice=loop)
+        finally:
+            _splice_now[0] = False
+
+    test.__name__ = scenario.__name__
+    test.__doc__ = scenario.__doc__
+    return test
+
+
 async def tcp_listener(
     ip: str, backends: list[Backend], affinity: float | None = None, connect_timeout: float = 2.0
 ) -> TcpListener:
-    lis = TcpListener(Balancer(backends, affinity), ListenerStats(), connect_timeout=connect_timeout)
+    kernel = KERNEL if _splice_now[0] else None
+    lis = TcpListener(
+        Balancer(backends, affinity), ListenerStats(), connect_timeout=connect_timeout, kernel=kernel, splice_after=1
+    )
     await lis.start(bind_socket(ListenerKey("TCP", ip, PORT)))
     return lis
 
 
-@on_each_loop
+@on_each_loop_and_splice
 async def test_tcp_round_robin_and_client_ip(net: int) -> None:
     a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
     b = await TcpEcho("b", f"127.203.{net}.2", PORT).start()
@@ -93,7 +120,7 @@ async def test_tcp_nodelay_on_both_legs(net: int) -> None:
         await a.stop()
 
 
-@on_each_loop
+@on_each_loop_and_splice
 async def test_tcp_half_close_is_relayed(net: int) -> None:
     a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
     lis = await tcp_listener(f"127.204.{net}.10", [Backend(a.host, PORT)])
@@ -109,7 +136,7 @@ async def test_tcp_half_close_is_relayed(net: int) -> None:
         await a.stop()
 
 
-@on_each_loop
+@on_each_loop_and_splice
 async def test_tcp_large_transfer_both_ways(net: int) -> None:
     """Several MB through the relay with a slow reader: backpressure must not lose or reorder bytes."""
     host = f"127.203.{net}.1"
@@ -223,7 +250,7 @@ def stuck_backend(host: str) -> list[socket.socket]:
     return held
 
 
-@on_each_loop
+@on_each_loop_and_splice
 async def test_tcp_client_bytes_and_eof_before_the_backend_answers(net: int) -> None:
     """What the client sends (more than the early buffer) and its EOF while the first backend times
     out reach the second backend intact and in order, and the answer comes back."""
@@ -258,7 +285,7 @@ async def test_tcp_client_bytes_and_eof_before_the_backend_answers(net: int) -> 
             s.close()
 
 
-@on_each_loop
+@on_each_loop_and_splice
 async def test_tcp_half_close_from_the_backend(net: int) -> None:
     """The backend closes its sending side first; the client still sends, and its bytes arrive."""
     host = f"127.203.{net}.1"
@@ -419,3 +446,86 @@ async def test_reuse_port_lets_two_proxies_share_a_vip(net: int) -> None:
     with pytest.raises(OSError):
         bind_socket(u)  # two ClusterIP UDP listeners never silently share
     s3.close()
+
+
+# -- the kernel splice (isthmus.proxy.splice) --------------------------------------------------------
+
+
+async def spliced_pair(net: int, backend: str) -> tuple[TcpListener, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A listener splicing at the client's second read, and a client whose second line was spliced."""
+    lis = TcpListener(Balancer([Backend(backend, PORT)], None), ListenerStats(), kernel=KERNEL, splice_after=2)
+    await lis.start(bind_socket(ListenerKey("TCP", f"127.204.{net}.10", PORT)))
+    reader, writer = await asyncio.open_connection(f"127.204.{net}.10", PORT)
+    for n in (1, 2):
+        writer.write(f"{n}\n".encode())
+        assert (await asyncio.wait_for(reader.readline(), 5)).endswith(f"|{n}\n".encode())
+    assert lis.stats.spliced == 1
+    return lis, reader, writer
+
+
+@needs_splice
+@on_each_loop
+async def test_a_spliced_connection_is_relayed_by_the_kernel_and_counted(net: int) -> None:
+    """After the second client read the proxy no longer reads the connection: the bytes go through
+    the sockmap program, EOF and close still follow, and the byte counters count them."""
+    a = await TcpEcho("a", f"127.203.{net}.1", PORT).start()
+    lis, reader, writer = await spliced_pair(net, a.host)
+    try:
+        (down,) = lis.connections
+        assert down.fd >= 0 and down.peer is not None and down.peer.fd >= 0
+        assert not down.transport.is_reading()  # type: ignore[union-attr]
+        lines = [f"line {i}\n".encode() for i in range(200)]
+        writer.write(b"".join(lines))
+        for line in lines:
+            assert await asyncio.wait_for(reader.readline(), 5) == b"a|127.0.0.1|" + line
+        writer.write_eof()
+        assert await asyncio.wait_for(reader.read(), 5) == b"bye a\n"
+        writer.close()
+        await eventually(lambda: lis.stats.active == 0)
+        sent_up = 4 + sum(map(len, lines))
+        assert lis.stats.bytes_in == sent_up
+        assert lis.stats.bytes_out == sent_up + 2 * len("a|127.0.0.1|") + 200 * len("a|127.0.0.1|") + len("bye a\n")
+        assert KERNEL is not None and KERNEL.pairs == 0
+    finally:
+        lis.close()
+        await a.stop()
+
+
+@needs_splice
+@on_each_loop
+async def test_a_reset_on_either_side_of_a_spliced_connection_resets_the_other(net: int) -> None:
+    host = f"127.203.{net}.1"
+    accepted: asyncio.Queue[asyncio.StreamWriter] = asyncio.Queue()
+
+    async def echo_and_hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await accepted.put(writer)
+        try:
+            while line := await reader.readline():
+                writer.write(b"b|x|" + line)
+        except (ConnectionError, OSError) as e:
+            resets.append(e)
+
+    resets: list[BaseException] = []
+    server = await asyncio.start_server(echo_and_hold, host, PORT, reuse_address=True)
+    try:
+        # the backend resets: the client sees a reset
+        lis, reader, writer = await spliced_pair(net, host)
+        backend_side = await accepted.get()
+        sock = backend_side.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        backend_side.transport.abort()
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        await eventually(lambda: lis.stats.active == 0)
+        lis.close()
+        # the client resets: the backend sees a reset
+        lis, reader, writer = await spliced_pair(net, host)
+        await accepted.get()
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        await eventually(lambda: len(resets) == 1)
+        await eventually(lambda: lis.stats.active == 0)
+        lis.close()
+    finally:
+        server.close()

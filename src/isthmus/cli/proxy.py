@@ -41,6 +41,11 @@ def proxy(
                           "connection to an endpoint (kube-proxy's nftables mode; needs root or NET_ADMIN, and "
                           "programs the network namespace the proxy runs in)."),
     ] = "userspace",
+    kernel_splice: Annotated[
+        bool,
+        typer.Option(help="userspace mode: once a connection carries a second client read, let the kernel move its "
+                          "bytes (BPF sockmap; needs root, else every byte is relayed by the proxy)."),
+    ] = True,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
@@ -66,7 +71,7 @@ def proxy(
     # run_component serves /metrics and the health checks, with the service's readiness.
     config = ProxyConfig(
         cluster_id=cluster_id, node_address=node, connect_timeout=connect_timeout, udp_idle_timeout=udp_idle_timeout,
-        mode=mode,
+        mode=mode, kernel_splice=kernel_splice,
     )
 
     async def build() -> ProxyService:

@@ -39,6 +39,7 @@ class ListenerStats:
         "datagrams_out",
         "flow_limit",
         "no_endpoints",
+        "spliced",
         "upstream_error",
     )
 
@@ -56,6 +57,8 @@ class ListenerStats:
         self.bytes_out = 0
         """Bytes from backends toward clients (TCP)."""
         self.no_endpoints = 0
+        self.spliced = 0
+        """TCP connections handed to the kernel splice (splice.py)."""
         self.connect_failed = 0
         self.connect_timeout = 0
         self.upstream_error = 0
@@ -116,6 +119,11 @@ class _ProxyCollector(Collector):
         )
         yield counter("isthmus_proxy_received_bytes", "TCP bytes from clients toward backends.", "bytes_in")
         yield counter("isthmus_proxy_sent_bytes", "TCP bytes from backends toward clients.", "bytes_out")
+        yield counter(
+            "isthmus_proxy_spliced_connections",
+            "TCP connections whose bytes the kernel moved once they carried a second client read.",
+            "spliced",
+        )
         errors = CounterMetricFamily(
             "isthmus_proxy_errors",
             "Connections or datagrams not served, and failed backend connects, by reason.",

@@ -37,6 +37,7 @@ from isthmus.api.mcs import (
 from isthmus.api.mcs import unknown_affinity as affinity_value_unknown
 from isthmus.kube import keys
 from isthmus.kube.resources import resource_for
+from isthmus.proxy import splice
 from isthmus.proxy.balancer import Balancer
 from isthmus.proxy.metrics import ListenerStats, ProxyStats
 from isthmus.proxy.nftables import NftablesDataplane, NftablesError
@@ -197,7 +198,7 @@ class _Listener:
         self.stats = self._stats_for(target)
         cfg = proxy.config
         self.server: TcpListener | UdpListener = (
-            TcpListener(self.balancer, self.stats, connect_timeout=cfg.connect_timeout)
+            TcpListener(self.balancer, self.stats, connect_timeout=cfg.connect_timeout, kernel=proxy.kernel)
             if key.protocol == "TCP"
             else UdpListener(self.balancer, self.stats, idle_timeout=cfg.udp_idle_timeout)
         )
@@ -300,6 +301,9 @@ class ProxyConfig:
     """userspace: listen and relay; nftables: the kernel DNATs (`nftables.py`, kube-proxy's mode)."""
     check_every: float = 30.0
     """nftables mode: how often the tables are checked for still being there (rewritten if not)."""
+    kernel_splice: bool = True
+    """userspace mode: hand connections that carry more than one client read to the kernel's
+    sockmap splice (`splice.py`) where the kernel allows it; False: relay every byte."""
 
 
 class ProxyService:
@@ -319,6 +323,7 @@ class ProxyService:
         self._kernel_task: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self.stats = ProxyStats()
+        self.kernel = splice.shared() if config.kernel_splice and config.mode == "userspace" else None
         self.factory = factory or SharedInformerFactory(client)
         self.imports: Informer[Any] = self.factory.informer(resource_for(ServiceImport))
         self.services: Informer[Service] = self.factory.informer(Service)

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import socket
 import struct
 from typing import Any, cast
 
+from isthmus.proxy import splice
 from isthmus.proxy.balancer import Balancer
 from isthmus.proxy.metrics import ListenerStats
 from isthmus.proxy.table import Backend
@@ -50,6 +52,12 @@ _NONBLOCK: int = getattr(socket, "SOCK_NONBLOCK", 0)
 _STREAM_NONBLOCK = socket.SOCK_STREAM | _NONBLOCK
 """Non-blocking from socket() on Linux: one syscall fewer per backend connection than setblocking."""
 IP_BIND_ADDRESS_NO_PORT = 24  # linux/in.h: the port is picked at connect, so one address serves every peer
+SPLICE_AFTER = 1
+"""Client reads relayed by the proxy before a connection is handed to the kernel splice
+(splice.py): a connection that carries one request and closes costs less relayed than spliced, one
+that carries more is spliced from its second."""
+_HALF_CLOSE_WAIT = (0.0005, 0.1)
+"""First and longest pause between checks that a spliced direction's bytes all reached the peer."""
 
 
 class _ReadBuffer:
@@ -85,7 +93,9 @@ def reset(transport: asyncio.BaseTransport) -> None:
 class _Side(asyncio.BufferedProtocol):
     """One end of a relayed connection; `peer` is the other end."""
 
-    __slots__ = ("closed", "eof", "listener", "peer", "stats", "transport")
+    __slots__ = (
+        "closed", "counted", "eof", "fd", "listener", "moved", "peer", "slack", "spliced", "stats", "transport",
+    )
 
     def __init__(self, listener: TcpListener, stats: ListenerStats) -> None:
         self.listener = listener
@@ -94,6 +104,17 @@ class _Side(asyncio.BufferedProtocol):
         self.peer: _Side | None = None
         self.eof = False
         self.closed = False
+        self.spliced = False
+        """The pair is spliced in the kernel (splice.py): the proxy no longer reads either side."""
+        self.fd = -1
+        """A spliced side's fd, until its transport is closed (then the number may be another's)."""
+        self.moved = 0
+        """Bytes from this side counted in the stats."""
+        self.counted = False
+        """A spliced side's count is final (its EOF was handled)."""
+        self.slack = 0
+        """A spliced side: what `splice.written` counted beyond the bytes the proxy wrote into it
+        when the pair was spliced (a SYN)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
@@ -142,17 +163,89 @@ class _Side(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         peer = self.peer
-        if peer is not None and peer.transport is not None and not peer.eof:
+        if peer is not None and peer.transport is not None and not peer.eof and not peer.spliced:
             peer.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.fd >= 0:  # closed from elsewhere (not _release): the fd is gone, only forget it
+            cast(splice.KernelSplice, self.listener.kernel).forget(self.fd, self.kernel_event)
+            self.fd = -1
         peer = self.peer
         if peer is not None and peer.transport is not None and not peer.closed:
+            peer._release()
             if exc is None:
                 peer.transport.close()  # flushes what is queued first
             else:
                 reset(peer.transport)
+
+    # -- once spliced: the kernel moves the bytes, the proxy relays EOFs and resets
+
+    def kernel_event(self, events: int) -> None:
+        """EOF, hang-up or error on this spliced socket (KernelSplice.watch)."""
+        peer = self.peer
+        if self.closed or peer is None or peer.transport is None or self.transport is None:
+            return
+        passed = b""
+        if not events & select.EPOLLERR and not self.eof:
+            try:
+                passed = splice.read_passed(self.fd)
+            except OSError:
+                events |= select.EPOLLERR
+        if events & select.EPOLLERR or peer.closed:
+            self._release()
+            peer._release()
+            reset(peer.transport)
+            self.transport.abort()
+            return
+        if self.eof:
+            return
+        self.eof = True
+        if passed:
+            peer.transport.write(passed)
+        self.settle()
+        self.counted = True
+        self._after_drain(self.moved, _HALF_CLOSE_WAIT[0])
+
+    def _after_drain(self, target: int, wait: float) -> None:
+        """Half-close the peer once it holds every byte this side received (they pass through the
+        peer's kernel queue after this side's EOF is seen), or close both if the peer ended too."""
+        peer = cast(_Side, self.peer)
+        if peer.closed or peer.transport is None:
+            return
+        try:
+            done = splice.written(peer.fd) - peer.slack >= target
+        except OSError:
+            done = True  # the peer is gone: nothing left to wait for
+        if not done:
+            asyncio.get_running_loop().call_later(wait, self._after_drain, target, min(wait * 2, _HALF_CLOSE_WAIT[1]))
+            return
+        if peer.eof:
+            self._release()
+            peer._release()
+            peer.transport.close()
+            if self.transport is not None and not self.closed:
+                self.transport.close()
+        elif peer.transport.can_write_eof():
+            peer.transport.write_eof()
+
+    def settle(self) -> None:
+        """Count the bytes the kernel moved from this side."""
+        if self.fd >= 0 and not self.counted:
+            try:
+                n = splice.received(self.fd, self.eof)
+            except OSError:
+                return
+            if n > self.moved:
+                self._count(n - self.moved)
+
+    def _release(self) -> None:
+        """Before a spliced side's transport closes: count its bytes and stop watching its fd."""
+        fd = self.fd
+        if fd >= 0:
+            self.settle()
+            self.fd = -1
+            cast(splice.KernelSplice, self.listener.kernel).unwatch(fd)
 
 
 class _Upstream(_Side):
@@ -166,6 +259,7 @@ class _Upstream(_Side):
 
     def _count(self, nbytes: int) -> None:
         self.stats.bytes_out += nbytes
+        self.moved += nbytes
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = t = cast(asyncio.Transport, transport)
@@ -185,16 +279,26 @@ class _Downstream(_Side):
     hold the bytes back anyway.
     """
 
-    __slots__ = ("_task", "client_ip", "early")
+    __slots__ = ("_task", "client_ip", "early", "reads")
 
     def __init__(self, listener: TcpListener, stats: ListenerStats) -> None:
         super().__init__(listener, stats)
         self._task: asyncio.Task[None] | None = None
         self.client_ip = ""
         self.early: bytearray | None = None
+        self.reads = listener.splice_after if listener.kernel is not None else 0
+        """Client reads left before the pair is spliced; 0: never."""
 
     def _count(self, nbytes: int) -> None:
         self.stats.bytes_in += nbytes
+        self.moved += nbytes
+
+    def buffer_updated(self, nbytes: int) -> None:
+        _Side.buffer_updated(self, nbytes)
+        if self.reads:
+            self.reads -= 1
+            if not self.reads:
+                self.listener.splice(self)
 
     def _early(self, nbytes: int) -> None:
         if self.closed or self.transport is None:
@@ -270,6 +374,8 @@ class _Downstream(_Side):
         if self in self.listener.connections:
             self.listener.connections.discard(self)
             self.stats.active -= 1
+            if self.spliced:
+                cast(splice.KernelSplice, self.listener.kernel).left()
         self.closed = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
@@ -278,6 +384,7 @@ class _Downstream(_Side):
     def abort(self) -> None:
         for side in (self, self.peer):
             if side is not None and side.transport is not None and not side.closed:
+                side._release()
                 side.transport.abort()
 
 
@@ -301,17 +408,29 @@ class TcpListener:
     """Serves one listening socket; the balancer and stats are swapped by the proxy on updates."""
 
     def __init__(
-        self, balancer: Balancer, stats: ListenerStats, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+        self,
+        balancer: Balancer,
+        stats: ListenerStats,
+        *,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        kernel: splice.KernelSplice | None = None,
+        splice_after: int = SPLICE_AFTER,
     ) -> None:
         self.balancer = balancer
         self.stats = stats
         self.connect_timeout = connect_timeout
+        self.kernel = kernel
+        """Where connections are spliced once they carry more than `splice_after` client reads;
+        None: the proxy relays every byte."""
+        self.splice_after = splice_after
         self.connections: set[_Downstream] = set()
         self._server: asyncio.Server | None = None
 
     async def start(self, sock: socket.socket) -> None:
         """Serve on a bound socket (the proxy binds it, so it controls SO_REUSEPORT and retries)."""
         loop = asyncio.get_running_loop()
+        if self.kernel is not None:
+            self.kernel.attach(loop)
         self._server = await loop.create_server(
             lambda: _Downstream(self, self.stats), sock=sock, backlog=BACKLOG
         )
@@ -333,6 +452,46 @@ class TcpListener:
             sock.close()
             raise
         return up
+
+    def splice(self, down: _Downstream) -> None:
+        """Hand a relayed pair to the kernel, if both legs are IPv4 and nothing waits in the proxy's
+        write buffers (everything read so far went out; what is queued in the sockets goes through
+        the program, in order). Otherwise, or if the kernel refuses, the proxy keeps relaying."""
+        kernel, up = self.kernel, down.peer
+        if kernel is None or up is None or down.eof or up.eof or down.closed or up.closed:
+            return
+        dt, ut = down.transport, up.transport
+        if dt is None or ut is None:
+            return
+        if dt.get_write_buffer_size() or ut.get_write_buffer_size():
+            down.reads = 1  # try again at the next read
+            return
+        try:
+            d_local, d_remote = dt.get_extra_info("sockname"), dt.get_extra_info("peername")
+            u_local, u_remote = ut.get_extra_info("sockname"), ut.get_extra_info("peername")
+            if ":" in d_local[0] or ":" in u_local[0]:
+                return
+            d_key = splice.tuple_key(d_local, d_remote)
+            u_key = splice.tuple_key(u_local, u_remote)
+            dfd, ufd = dt.get_extra_info("socket").fileno(), ut.get_extra_info("socket").fileno()
+        except (OSError, TypeError, IndexError, AttributeError):
+            return
+        dt.pause_reading()
+        ut.pause_reading()
+        try:
+            down.slack = splice.written(dfd) - up.moved
+            up.slack = splice.written(ufd) - down.moved
+            kernel.join(dfd, d_key, ufd, u_key)
+        except OSError as e:
+            log.debug("kernel splice refused, relaying", extra={"error": str(e)})
+            dt.resume_reading()
+            ut.resume_reading()
+            return
+        down.fd, up.fd = dfd, ufd
+        down.spliced = up.spliced = True
+        kernel.watch(dfd, down.kernel_event)
+        kernel.watch(ufd, up.kernel_event)
+        self.stats.spliced += 1
 
     def close(self) -> None:
         """Stop accepting; connections already relayed keep their backend until they end."""
