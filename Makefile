@@ -51,6 +51,7 @@ bench: install
 	$(PY) bench/mcs_allocator.py
 	$(PY) bench/dns.py
 	$(PY) bench/proxy.py
+	$(PY) bench/proxy_splice.py
 	$(PY) bench/lb.py
 	$(PY) bench/mcsvc.py
 	$(PY) bench/egress.py

@@ -406,8 +406,8 @@ def main() -> None:
     ap.add_argument("--mode", choices=["both", "userspace", "nftables"], default=None,
                     help="the proxy's dataplane (default: both where root and nft allow it, else userspace)")
     ap.add_argument("--kernel-splice", choices=["both", "on", "off"], default=None,
-                    help="userspace mode: with the kernel splice of connections past their second client read "
-                         "(the default), relaying every byte in the proxy, or both (default without --quick)")
+                    help="userspace mode: with the kernel splice of connections past their second client read, "
+                         "relaying every byte in the proxy (the default), or both (default without --quick)")
     ap.add_argument("--quick", action="store_true", help="small sizes, VIP only (< 30 s)")
     ap.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-haproxy", action="store_true", help="no HAProxy reference figure")
@@ -436,9 +436,9 @@ def main() -> None:
         raise SystemExit(subprocess.call(["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"',
                                           "sh", *argv]))
     loops = ["uvloop", "asyncio"] if a.loop == "both" else [a.loop]
-    splices = {"both": [True, False], "on": [True], "off": [False]}[a.kernel_splice or ("on" if a.quick else "both")]
+    splices = {"both": [False, True], "on": [True], "off": [False]}[a.kernel_splice or ("off" if a.quick else "both")]
     variants = [
-        (loop if spliced else f"{loop}-relay", loop, "userspace", spliced) for loop in loops for spliced in splices
+        (f"{loop}-splice" if spliced else loop, loop, "userspace", spliced) for loop in loops for spliced in splices
     ] if a.mode != "nftables" else []
     if a.mode != "userspace":
         variants.append(("nftables", "uvloop", "nftables", False))
@@ -509,8 +509,8 @@ async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int, haproxy_pi
     if loop == "nftables":
         print("\nproxy: nftables")
     else:
-        what = "every byte relayed by the proxy" if loop.endswith("-relay") else "kernel splice"
-        print(f"\nproxy: userspace ({what}), event loop {loop.removesuffix('-relay')}")
+        what = "kernel splice" if loop.endswith("-splice") else "every byte relayed by the proxy"
+        print(f"\nproxy: userspace ({what}), event loop {loop.removesuffix('-splice')}")
     summary = []
     for kind, n in (("keep-alive", a.requests), ("new-conn", a.new_conn_requests)):
         run = keep_alive if kind == "keep-alive" else new_connections

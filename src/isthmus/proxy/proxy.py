@@ -301,9 +301,11 @@ class ProxyConfig:
     """userspace: listen and relay; nftables: the kernel DNATs (`nftables.py`, kube-proxy's mode)."""
     check_every: float = 30.0
     """nftables mode: how often the tables are checked for still being there (rewritten if not)."""
-    kernel_splice: bool = True
+    kernel_splice: bool = False
     """userspace mode: hand connections that carry more than one client read to the kernel's
-    sockmap splice (`splice.py`) where the kernel allows it; False: relay every byte."""
+    sockmap splice (`splice.py`) where the kernel allows it. Off by default: it lowers a lone
+    connection's latency, but under load on few cores the per-segment kernel work costs p99
+    (docs/proxy.md)."""
 
 
 class ProxyService:

@@ -52,7 +52,7 @@ _NONBLOCK: int = getattr(socket, "SOCK_NONBLOCK", 0)
 _STREAM_NONBLOCK = socket.SOCK_STREAM | _NONBLOCK
 """Non-blocking from socket() on Linux: one syscall fewer per backend connection than setblocking."""
 IP_BIND_ADDRESS_NO_PORT = 24  # linux/in.h: the port is picked at connect, so one address serves every peer
-SPLICE_AFTER = 1
+SPLICE_AFTER = 2
 """Client reads relayed by the proxy before a connection is handed to the kernel splice
 (splice.py): a connection that carries one request and closes costs less relayed than spliced, one
 that carries more is spliced from its second."""
