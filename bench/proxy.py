@@ -405,6 +405,9 @@ def main() -> None:
     )
     ap.add_argument("--mode", choices=["both", "userspace", "nftables"], default=None,
                     help="the proxy's dataplane (default: both where root and nft allow it, else userspace)")
+    ap.add_argument("--socket-lb", choices=["both", "on", "off"], default="both",
+                    help="userspace mode: with connect-time balancing (the default), without it (the listeners "
+                         "relay every connection), or both")
     ap.add_argument("--kernel-splice", choices=["both", "on", "off"], default=None,
                     help="userspace mode: with the kernel splice of connections past their second client read, "
                          "relaying every byte in the proxy (the default), or both (default without --quick)")
@@ -437,11 +440,15 @@ def main() -> None:
                                           "sh", *argv]))
     loops = ["uvloop", "asyncio"] if a.loop == "both" else [a.loop]
     splices = {"both": [False, True], "on": [True], "off": [False]}[a.kernel_splice or ("off" if a.quick else "both")]
+    lbs = {"both": [True, False], "on": [True], "off": [False]}[a.socket_lb]
     variants = [
-        (f"{loop}-splice" if spliced else loop, loop, "userspace", spliced) for loop in loops for spliced in splices
+        (f"{loop}-socketlb", loop, "userspace", False, True) for loop in loops if True in lbs
+    ] + [
+        (f"{loop}-splice" if spliced else loop, loop, "userspace", spliced, False)
+        for loop in loops for spliced in splices if False in lbs
     ] if a.mode != "nftables" else []
     if a.mode != "userspace":
-        variants.append(("nftables", "uvloop", "nftables", False))
+        variants.append(("nftables", "uvloop", "nftables", False, False))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the children too (finally below)
 
     # This checkout's source unless PYTHONPATH names one (to compare two versions of the proxy).
@@ -468,13 +475,14 @@ def main() -> None:
                 f"in {a.rounds} round(s); backend and client on asyncio"
             )
             summary: list[str] = []
-            for label, loop, mode, spliced in variants:
+            for label, loop, mode, spliced, socket_lb in variants:
                 cli = "import isthmus.cli.main, isthmus.cli.proxy; from isthmus.cli.app import app; app(prog_name='isthmus')"
                 proxy = Child(
                     f"proxy-{label}",
                     [PY, "-c", cli, "proxy", "--kubeconfig", f"{tmp}/kubeconfig", "--cluster-id", "c1",
                      "--log-level", "warning", "--mode", mode,
-                     "--kernel-splice" if spliced else "--no-kernel-splice"],
+                     "--kernel-splice" if spliced else "--no-kernel-splice",
+                     "--socket-lb" if socket_lb else "--no-socket-lb"],
                     {**env, "ISTHMUS_EVENT_LOOP": loop},
                     Path(tmp),
                 )  # fmt: skip
@@ -509,8 +517,9 @@ async def _bench(a: Any, loop: str, proxy_pid: int, backend_pid: int, haproxy_pi
     if loop == "nftables":
         print("\nproxy: nftables")
     else:
-        what = "kernel splice" if loop.endswith("-splice") else "every byte relayed by the proxy"
-        print(f"\nproxy: userspace ({what}), event loop {loop.removesuffix('-splice')}")
+        what = ("connect-time balancing" if loop.endswith("-socketlb") else
+                "kernel splice" if loop.endswith("-splice") else "every byte relayed by the proxy")
+        print(f"\nproxy: userspace ({what}), event loop {loop.split('-')[0]}")
     summary = []
     for kind, n in (("keep-alive", a.requests), ("new-conn", a.new_conn_requests)):
         run = keep_alive if kind == "keep-alive" else new_connections

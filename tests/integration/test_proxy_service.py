@@ -66,6 +66,21 @@ class Env:
 
 @pytest.fixture
 async def env(apiserver: RunningApiServer) -> AsyncIterator[Env]:
+    """The listeners' own behaviour (round robin, relay counters): connect-time balancing off."""
+    async for e in _env(apiserver, socket_lb=False):
+        yield e
+
+
+@pytest.fixture
+async def lb_env(apiserver: RunningApiServer) -> AsyncIterator[Env]:
+    """With connect-time balancing, as the proxy runs by default (root on Linux 5.7+)."""
+    async for e in _env(apiserver, socket_lb=True):
+        if e.proxy.socket_lb is None:
+            pytest.skip("the kernel refused connect-time balancing here (needs root, cgroup v2, Linux 5.7+)")
+        yield e
+
+
+async def _env(apiserver: RunningApiServer, *, socket_lb: bool) -> AsyncIterator[Env]:
     client = apiserver.client()
     async with asyncio.timeout(30):
         await install_crds(client)
@@ -73,7 +88,8 @@ async def env(apiserver: RunningApiServer) -> AsyncIterator[Env]:
     proxy = ProxyService(
         client,
         ProxyConfig(
-            cluster_id="c1", node_address="127.0.0.1", metrics_addr="127.0.0.1:0", bind_backoff_base=0.05
+            cluster_id="c1", node_address="127.0.0.1", metrics_addr="127.0.0.1:0", bind_backoff_base=0.05,
+            socket_lb=socket_lb,
         ),
     )
     await proxy.start()
@@ -599,3 +615,77 @@ async def test_vip_local_affinity_falls_back_to_every_remote_cluster_and_unknown
     finally:
         for echo in (mine, c2, c3):
             await echo.stop()
+
+
+# --- connect-time balancing (isthmus.proxy.socketlb) ------------------------------------------------
+
+
+async def scrape(env: Env) -> str:
+    assert env.proxy.health is not None
+    async with aiohttp.ClientSession() as s:
+        r = await s.get(f"http://127.0.0.1:{env.proxy.health.port}/metrics")
+        return await r.text()
+
+
+async def test_connect_time_balancing_sends_clients_straight_to_the_endpoints(lb_env: Env) -> None:
+    """A ClusterIP's connect()s go to its endpoints without the listener: spread over both, the
+    client's getpeername() shows the ClusterIP, the backend sees the client's own address, the
+    kernel's count reaches the metrics, endpoint changes apply to the next connect(), and without
+    endpoints the listener resets as before."""
+    env = lb_env
+    a = await TcpEcho("a", env.ip("pod", 1), TARGET).start()
+    b = await TcpEcho("b", env.ip("pod", 2), TARGET).start()
+    cip = env.ip("cip", 10)
+    key = ListenerKey("TCP", cip, SVC_PORT)
+    try:
+        await env.client.create(service("web", cip))
+        await env.client.create(kube_slice("web", [a.host, b.host]))
+        await env.listening(key, backends=2)
+        assert set(await who(cip, SVC_PORT, 40)) == {"a", "b"}  # random: all 40 on one is 2^-39
+        reader, writer = await asyncio.open_connection(cip, SVC_PORT, local_addr=("127.0.0.2", 0))
+        assert writer.get_extra_info("peername") == (cip, SVC_PORT)
+        writer.write(b"hello\n")
+        assert (await asyncio.wait_for(reader.readline(), 5)).split(b"|")[1] == b"127.0.0.2"
+        writer.close()
+        stats = env.proxy.stats.for_listener("shop/web", "http", "TCP", "ClusterIP")
+        assert stats.connections == 0  # the listener saw none of them
+        line = 'isthmus_proxy_balanced_connections_total{kind="ClusterIP",port="http",protocol="TCP",service="shop/web"}'
+        counted = [float(ln.split()[-1]) for ln in (await scrape(env)).splitlines() if ln.startswith(line)]
+        assert counted == [41.0]
+
+        await set_endpoints(env.client, "web-abcde", [b.host])
+        await eventually(lambda: env.proxy.backends(key) == (Backend(b.host, TARGET),))
+        assert await who(cip, SVC_PORT, 10) == {"b": 10}
+
+        await set_endpoints(env.client, "web-abcde", [])
+        await eventually(lambda: env.proxy.backends(key) == ())
+        with pytest.raises((ConnectionResetError, ConnectionError)):
+            await tcp_ask(cip, SVC_PORT)
+        assert stats.no_endpoints == 1  # the listener took it
+        counted = [float(ln.split()[-1]) for ln in (await scrape(env)).splitlines() if ln.startswith(line)]
+        assert counted == [51.0]  # kept after the kernel stopped balancing the address
+
+        await env.client.delete(Service, "web", namespace=NS)
+        await eventually(lambda: key not in env.proxy.listeners)
+        with pytest.raises(OSError):
+            await tcp_ask(cip, SVC_PORT, timeout=2)
+    finally:
+        for s in (a, b):
+            await s.stop()
+
+
+async def test_client_ip_affinity_stays_with_the_listener(lb_env: Env) -> None:
+    """The kernel does not pin clients: a service with ClientIP affinity is relayed, and pinned."""
+    env = lb_env
+    a = await TcpEcho("a", env.ip("pod", 1), TARGET).start()
+    b = await TcpEcho("b", env.ip("pod", 2), TARGET).start()
+    cip = env.ip("cip", 11)
+    try:
+        await env.client.create(service("sticky", cip, sessionAffinity="ClientIP"))
+        await env.client.create(kube_slice("sticky", [a.host, b.host]))
+        await env.listening(ListenerKey("TCP", cip, SVC_PORT), backends=2)
+        assert len(await who(cip, SVC_PORT, 6, source="127.0.0.3")) == 1
+        assert env.proxy.stats.for_listener("shop/sticky", "http", "TCP", "ClusterIP").connections == 6
+    finally:
+        for s in (a, b):
+            await s.stop()

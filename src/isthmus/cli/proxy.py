@@ -41,6 +41,12 @@ def proxy(
                           "connection to an endpoint (kube-proxy's nftables mode; needs root or NET_ADMIN, and "
                           "programs the network namespace the proxy runs in)."),
     ] = "userspace",
+    socket_lb: Annotated[
+        bool,
+        typer.Option(help="userspace mode: balance this network namespace's TCP connect()s to ClusterIPs and VIPs in "
+                          "the kernel (cgroup BPF, as Cilium's socket LB; needs root, cgroup v2 and Linux 5.7+, "
+                          "else the listeners relay them)."),
+    ] = True,
     kernel_splice: Annotated[
         bool,
         typer.Option(help="userspace mode: once a connection carries a second client read, let the kernel move its "
@@ -72,7 +78,7 @@ def proxy(
     # run_component serves /metrics and the health checks, with the service's readiness.
     config = ProxyConfig(
         cluster_id=cluster_id, node_address=node, connect_timeout=connect_timeout, udp_idle_timeout=udp_idle_timeout,
-        mode=mode, kernel_splice=kernel_splice,
+        mode=mode, socket_lb=socket_lb, kernel_splice=kernel_splice,
     )
 
     async def build() -> ProxyService:

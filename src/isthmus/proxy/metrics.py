@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -30,6 +30,8 @@ class ListenerStats:
 
     __slots__ = (
         "active",
+        "balanced",
+        "balanced_before",
         "bytes_in",
         "bytes_out",
         "connect_failed",
@@ -48,6 +50,11 @@ class ListenerStats:
         """TCP connections accepted, and UDP flows opened."""
         self.active = 0
         """TCP connections being relayed, and UDP flows open."""
+        self.balanced = 0
+        """TCP connections the kernel pointed at an endpoint at connect() (socketlb.py), never
+        seen by the listener; refreshed when metrics are scraped."""
+        self.balanced_before = 0
+        """Part of `balanced` from kernel counts the proxy no longer reads (the listener moved on)."""
         self.datagrams_in = 0
         """UDP datagrams from clients."""
         self.datagrams_out = 0
@@ -81,6 +88,8 @@ class ProxyStats:
         self.sync_failures = 0
         self.sync_seconds = 0.0
         """nftables mode: how long the last transaction took (nft and conntrack included)."""
+        self.refresh: Callable[[], None] | None = None
+        """Called before a scrape reads the stats (the kernel's connect-time counts)."""
         _LIVE.add(self)
 
     def for_listener(self, service: str, port: str, protocol: str, kind: str) -> ListenerStats:
@@ -98,6 +107,9 @@ _LABELS = ["service", "port", "protocol", "kind"]
 class _ProxyCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         live = list(_LIVE)
+        for p in live:
+            if p.refresh is not None:
+                p.refresh()
         per: defaultdict[Labels, list[ListenerStats]] = defaultdict(list)
         for p in live:
             for labels, s in list(p.listeners.items()):
@@ -119,6 +131,12 @@ class _ProxyCollector(Collector):
         )
         yield counter("isthmus_proxy_received_bytes", "TCP bytes from clients toward backends.", "bytes_in")
         yield counter("isthmus_proxy_sent_bytes", "TCP bytes from backends toward clients.", "bytes_out")
+        yield counter(
+            "isthmus_proxy_balanced_connections",
+            "TCP connections the kernel pointed at an endpoint at connect() (connect-time balancing), "
+            "never relayed.",
+            "balanced",
+        )
         yield counter(
             "isthmus_proxy_spliced_connections",
             "TCP connections whose bytes the kernel moved once they carried a second client read.",

@@ -41,6 +41,7 @@ from isthmus.proxy import splice
 from isthmus.proxy.balancer import Balancer
 from isthmus.proxy.metrics import ListenerStats, ProxyStats
 from isthmus.proxy.nftables import NftablesDataplane, NftablesError
+from isthmus.proxy.socketlb import open_socket_lb
 from isthmus.proxy.table import (
     DEFAULT_AFFINITY_TIMEOUT,
     Backend,
@@ -204,6 +205,7 @@ class _Listener:
         )
         self.bound = False
         self.failures = 0
+        proxy.balance(key, target)
         proxy.stats.pending += 1
         self._task = asyncio.get_running_loop().create_task(self._bind(), name=f"proxy bind {key}")
 
@@ -215,6 +217,7 @@ class _Listener:
             return
         old, self.target = self.target, target
         self.balancer.update(target.backends, target.affinity_timeout)
+        self.proxy.balance(self.key, target)
         if (old.service, old.port_name, old.kind) != (target.service, target.port_name, target.kind):
             self.stats = self.server.stats = self._stats_for(target)
         if isinstance(self.server, UdpListener) and old.backends != target.backends:
@@ -267,6 +270,7 @@ class _Listener:
             return
 
     async def close(self, abort: bool = False) -> None:
+        self.proxy.unbalance(self.key)
         self._task.cancel()
         try:
             await self._task
@@ -301,6 +305,9 @@ class ProxyConfig:
     """userspace: listen and relay; nftables: the kernel DNATs (`nftables.py`, kube-proxy's mode)."""
     check_every: float = 30.0
     """nftables mode: how often the tables are checked for still being there (rewritten if not)."""
+    socket_lb: bool = True
+    """userspace mode: balance this network namespace's TCP connect()s to ClusterIPs and VIPs in the
+    kernel (`socketlb.py`, Cilium's socket LB) where it allows it; the listeners serve the rest."""
     kernel_splice: bool = False
     """userspace mode: hand connections that carry more than one client read to the kernel's
     sockmap splice (`splice.py`) where the kernel allows it. Off by default: it lowers a lone
@@ -326,6 +333,10 @@ class ProxyService:
         self._watchdog: asyncio.Task[None] | None = None
         self.stats = ProxyStats()
         self.kernel = splice.shared() if config.kernel_splice and config.mode == "userspace" else None
+        self.socket_lb = open_socket_lb() if config.socket_lb and config.mode == "userspace" else None
+        self._balanced: dict[ListenerKey, ListenerStats] = {}
+        """Listeners whose connect()s the kernel balances, with the stats they count in."""
+        self.stats.refresh = self._count_balanced
         self.factory = factory or SharedInformerFactory(client)
         self.imports: Informer[Any] = self.factory.informer(resource_for(ServiceImport))
         self.services: Informer[Service] = self.factory.informer(Service)
@@ -369,6 +380,54 @@ class ProxyService:
         except TimeoutError:
             return False
 
+    # ---- connect-time balancing (socketlb.py) -------------------------------------------------------
+
+    def balance(self, key: ListenerKey, target: Target) -> None:
+        """Have the kernel balance connect()s to `key`, if it can do all the listener would: TCP to a
+        ClusterIP or VIP, IPv4, endpoints to pick from, no ClientIP affinity (the listener pins)."""
+        lb = self.socket_lb
+        if lb is None:
+            return
+        if (key.protocol != "TCP" or target.kind == "NodePort" or target.affinity_timeout or not target.backends
+                or ":" in key.ip or any(":" in b.host for b in target.backends)):
+            self.unbalance(key)
+            return
+        try:
+            lb.serve(key.ip, key.port, tuple((b.host, b.port) for b in target.backends))
+        except OSError as e:
+            log.warning("connect-time balancing refused; the listener relays",
+                        extra={"listener": str(key), "error": e.strerror or str(e)})
+            self.unbalance(key)
+            return
+        stats = self.stats.for_listener(target.service, target.port_name, key.protocol, target.kind)
+        old = self._balanced.get(key)
+        if old is not None and old is not stats:
+            self._settle_balanced(key, old)
+        self._balanced[key] = stats
+
+    def unbalance(self, key: ListenerKey) -> None:
+        stats = self._balanced.pop(key, None)
+        if stats is not None and self.socket_lb is not None:
+            self._settle_balanced(key, stats)
+            self.socket_lb.forget(key.ip, key.port)
+
+    def _settle_balanced(self, key: ListenerKey, stats: ListenerStats) -> None:
+        """The key's kernel count moves into the stats for good (its map counter starts again)."""
+        assert self.socket_lb is not None
+        stats.balanced_before += self.socket_lb.connections(key.ip, key.port)
+        self.socket_lb.reset_count(key.ip, key.port)
+
+    def _count_balanced(self) -> None:
+        """At scrape time: the kernel's counts into the listeners' stats."""
+        lb = self.socket_lb
+        if lb is None:
+            return
+        totals: dict[int, int] = {}
+        for key, stats in self._balanced.items():
+            totals[id(stats)] = totals.get(id(stats), 0) + lb.connections(key.ip, key.port)
+        for stats in self.stats.listeners.values():
+            stats.balanced = stats.balanced_before + totals.get(id(stats), 0)
+
     async def stop(self) -> None:
         """Stop listening and drop every relayed connection and flow."""
         if self._sync_task is not None and not self._sync_task.done():
@@ -381,6 +440,9 @@ class ProxyService:
         await self.factory.stop()
         listeners, self.listeners = self.listeners, {}
         await asyncio.gather(*(lis.close(abort=True) for lis in listeners.values()))
+        if self.socket_lb is not None:
+            self.socket_lb.close()  # the programs detach: connect()s go where they were aimed
+            self.socket_lb = None
         for task in (self._watchdog, self._kernel_task):
             while task is not None and not task.done():  # again if something swallowed the cancellation
                 task.cancel()
