@@ -442,8 +442,8 @@ def main() -> None:
     splices = {"both": [False, True], "on": [True], "off": [False]}[a.kernel_splice or ("off" if a.quick else "both")]
     lbs = {"both": [True, False], "on": [True], "off": [False]}[a.socket_lb]
     variants = [
-        (f"{loop}-socketlb", loop, "userspace", False, True) for loop in loops if True in lbs
-    ] + [
+        (f"{loops[0]}-socketlb", loops[0], "userspace", False, True)  # the kernel balances: no loop involved
+    ] * (True in lbs) + [
         (f"{loop}-splice" if spliced else loop, loop, "userspace", spliced, False)
         for loop in loops for spliced in splices if False in lbs
     ] if a.mode != "nftables" else []
