@@ -422,11 +422,11 @@ class ProxyService:
         lb = self.socket_lb
         if lb is None:
             return
-        totals: dict[int, int] = {}
+        totals: dict[ListenerStats, int] = {}
         for key, stats in self._balanced.items():
-            totals[id(stats)] = totals.get(id(stats), 0) + lb.connections(key.ip, key.port)
+            totals[stats] = totals.get(stats, 0) + lb.connections(key.ip, key.port)
         for stats in self.stats.listeners.values():
-            stats.balanced = stats.balanced_before + totals.get(id(stats), 0)
+            stats.balanced = stats.balanced_before + totals.get(stats, 0)
 
     async def stop(self) -> None:
         """Stop listening and drop every relayed connection and flow."""

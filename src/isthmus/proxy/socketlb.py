@@ -25,39 +25,24 @@ before.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import socket
 import struct
 import time
 
-from isthmus.proxy.splice import _bpf, _insn
+from isthmus.proxy import bpf
 
 __all__ = ["SocketLB", "SocketLBUnavailable", "open_socket_lb"]
 
 log = logging.getLogger(__name__)
 
-_BPF_MAP_CREATE, _BPF_MAP_LOOKUP, _BPF_MAP_UPDATE, _BPF_MAP_DELETE = 0, 1, 2, 3
-_BPF_PROG_LOAD, _BPF_LINK_CREATE = 5, 28
 _HASH, _ARRAY, _LRU_HASH = 1, 2, 9
 _PROG_CGROUP_SOCK_ADDR = 18
 _INET4_CONNECT, _INET4_GETPEERNAME = 10, 29
-_BPF_NOEXIST = 1
 _SO_NETNS_COOKIE = 71
-# helpers
-_LOOKUP, _UPDATE, _PRANDOM, _SOCKET_COOKIE, _NETNS_COOKIE = 1, 2, 7, 46, 122
 # struct bpf_sock_addr offsets (uapi/linux/bpf.h)
 _USER_IP4, _USER_PORT, _PROTOCOL = 4, 24, 36
-# opcodes
-_MOV64_REG, _MOV64_IMM, _ADD64_IMM = 0xBF, 0xB7, 0x07
-_LDX_W, _STX_W, _STX_DW, _LD_IMM64 = 0x61, 0x63, 0x7B, 0x18
-_MOD32_REG, _ADD32_REG = 0x9C, 0x0C
-_ATOMIC_ADD_DW = 0xDB
-_JEQ_IMM, _JNE_IMM, _CALL, _EXIT = 0x15, 0x55, 0x85, 0x95
-_R0, _R1, _R2, _R3, _R4, _R6, _R7, _R8, _R10 = 0, 1, 2, 3, 4, 6, 7, 8, 10
-_TO_END = -32768
-"""Placeholder jump offset: to the program's final `return 1` (allow the call as it is)."""
 
 MAX_SERVICES = 16384
 MAX_SLOTS = 65536
@@ -68,21 +53,6 @@ QUARANTINE = 2.0
 
 class SocketLBUnavailable(OSError):
     """The kernel refused a map, a program or the cgroup attachment."""
-
-
-def _ld_map(reg: int, fd: int) -> list[bytes]:
-    return [_insn(_LD_IMM64, reg, 1, imm=fd), _insn(0)]
-
-
-def _resolve(body: list[bytes]) -> bytes:
-    """Append `return 1` and point every `_TO_END` jump at it."""
-    end = len(body)
-    body = [*body, _insn(_MOV64_IMM, _R0, imm=1), _insn(_EXIT)]
-    for i, insn in enumerate(body):
-        code, regs, off, imm = struct.unpack("<BBhi", insn)
-        if off == _TO_END:
-            body[i] = struct.pack("<BBhi", code, regs, end - i - 1, imm)
-    return b"".join(body)
 
 
 def connect_program(services: int, slots: int, counts: int, peers: int) -> bytes:
@@ -97,29 +67,29 @@ def connect_program(services: int, slots: int, counts: int, peers: int) -> bytes
         update(&peers, &cookie, &key.ip4_and_port, BPF_ANY);
         return 1;
     Stack: key at fp-16 (cookie 8, ip4 4, port 4), slot at fp-20, socket cookie at fp-32."""
-    return _resolve([
-        _insn(_MOV64_REG, _R6, _R1),
-        _insn(_LDX_W, _R2, _R6, _PROTOCOL), _insn(_JNE_IMM, _R2, off=_TO_END, imm=socket.IPPROTO_TCP),
-        _insn(_MOV64_REG, _R1, _R6), _insn(_CALL, imm=_NETNS_COOKIE), _insn(_STX_DW, _R10, _R0, -16),
-        _insn(_LDX_W, _R2, _R6, _USER_IP4), _insn(_STX_W, _R10, _R2, -8),
-        _insn(_LDX_W, _R2, _R6, _USER_PORT), _insn(_STX_W, _R10, _R2, -4),
-        *_ld_map(_R1, services), _insn(_MOV64_REG, _R2, _R10), _insn(_ADD64_IMM, _R2, imm=-16),
-        _insn(_CALL, imm=_LOOKUP), _insn(_JEQ_IMM, _R0, off=_TO_END, imm=0),
-        _insn(_LDX_W, _R7, _R0, 0), _insn(_LDX_W, _R8, _R0, 4),
-        _insn(_JEQ_IMM, _R7, off=_TO_END, imm=0),
-        _insn(_CALL, imm=_PRANDOM), _insn(_MOD32_REG, _R0, _R7), _insn(_ADD32_REG, _R0, _R8),
-        _insn(_STX_W, _R10, _R0, -20),
-        *_ld_map(_R1, slots), _insn(_MOV64_REG, _R2, _R10), _insn(_ADD64_IMM, _R2, imm=-20),
-        _insn(_CALL, imm=_LOOKUP), _insn(_JEQ_IMM, _R0, off=_TO_END, imm=0),
-        _insn(_LDX_W, _R2, _R0, 0), _insn(_STX_W, _R6, _R2, _USER_IP4),
-        _insn(_LDX_W, _R2, _R0, 4), _insn(_STX_W, _R6, _R2, _USER_PORT),
-        *_ld_map(_R1, counts), _insn(_MOV64_REG, _R2, _R10), _insn(_ADD64_IMM, _R2, imm=-16),
-        _insn(_CALL, imm=_LOOKUP), _insn(_JEQ_IMM, _R0, off=2, imm=0),
-        _insn(_MOV64_IMM, _R1, imm=1), _insn(_ATOMIC_ADD_DW, _R0, _R1, 0),
-        _insn(_MOV64_REG, _R1, _R6), _insn(_CALL, imm=_SOCKET_COOKIE), _insn(_STX_DW, _R10, _R0, -32),
-        *_ld_map(_R1, peers), _insn(_MOV64_REG, _R2, _R10), _insn(_ADD64_IMM, _R2, imm=-32),
-        _insn(_MOV64_REG, _R3, _R10), _insn(_ADD64_IMM, _R3, imm=-8), _insn(_MOV64_IMM, _R4, imm=0),
-        _insn(_CALL, imm=_UPDATE),
+    return bpf.assemble([
+        bpf.insn(bpf.MOV64_REG, bpf.R6, bpf.R1),
+        bpf.insn(bpf.LDX_W, bpf.R2, bpf.R6, _PROTOCOL), bpf.insn(bpf.JNE_IMM, bpf.R2, off=bpf.END, imm=socket.IPPROTO_TCP),
+        bpf.insn(bpf.MOV64_REG, bpf.R1, bpf.R6), bpf.insn(bpf.CALL, imm=bpf.NETNS_COOKIE), bpf.insn(bpf.STX_DW, bpf.R10, bpf.R0, -16),
+        bpf.insn(bpf.LDX_W, bpf.R2, bpf.R6, _USER_IP4), bpf.insn(bpf.STX_W, bpf.R10, bpf.R2, -8),
+        bpf.insn(bpf.LDX_W, bpf.R2, bpf.R6, _USER_PORT), bpf.insn(bpf.STX_W, bpf.R10, bpf.R2, -4),
+        *bpf.ld_map(bpf.R1, services), bpf.insn(bpf.MOV64_REG, bpf.R2, bpf.R10), bpf.insn(bpf.ADD64_IMM, bpf.R2, imm=-16),
+        bpf.insn(bpf.CALL, imm=bpf.LOOKUP), bpf.insn(bpf.JEQ_IMM, bpf.R0, off=bpf.END, imm=0),
+        bpf.insn(bpf.LDX_W, bpf.R7, bpf.R0, 0), bpf.insn(bpf.LDX_W, bpf.R8, bpf.R0, 4),
+        bpf.insn(bpf.JEQ_IMM, bpf.R7, off=bpf.END, imm=0),
+        bpf.insn(bpf.CALL, imm=bpf.PRANDOM), bpf.insn(bpf.MOD32_REG, bpf.R0, bpf.R7), bpf.insn(bpf.ADD32_REG, bpf.R0, bpf.R8),
+        bpf.insn(bpf.STX_W, bpf.R10, bpf.R0, -20),
+        *bpf.ld_map(bpf.R1, slots), bpf.insn(bpf.MOV64_REG, bpf.R2, bpf.R10), bpf.insn(bpf.ADD64_IMM, bpf.R2, imm=-20),
+        bpf.insn(bpf.CALL, imm=bpf.LOOKUP), bpf.insn(bpf.JEQ_IMM, bpf.R0, off=bpf.END, imm=0),
+        bpf.insn(bpf.LDX_W, bpf.R2, bpf.R0, 0), bpf.insn(bpf.STX_W, bpf.R6, bpf.R2, _USER_IP4),
+        bpf.insn(bpf.LDX_W, bpf.R2, bpf.R0, 4), bpf.insn(bpf.STX_W, bpf.R6, bpf.R2, _USER_PORT),
+        *bpf.ld_map(bpf.R1, counts), bpf.insn(bpf.MOV64_REG, bpf.R2, bpf.R10), bpf.insn(bpf.ADD64_IMM, bpf.R2, imm=-16),
+        bpf.insn(bpf.CALL, imm=bpf.LOOKUP), bpf.insn(bpf.JEQ_IMM, bpf.R0, off=2, imm=0),
+        bpf.insn(bpf.MOV64_IMM, bpf.R1, imm=1), bpf.insn(bpf.ATOMIC_ADD_DW, bpf.R0, bpf.R1, 0),
+        bpf.insn(bpf.MOV64_REG, bpf.R1, bpf.R6), bpf.insn(bpf.CALL, imm=bpf.SOCKET_COOKIE), bpf.insn(bpf.STX_DW, bpf.R10, bpf.R0, -32),
+        *bpf.ld_map(bpf.R1, peers), bpf.insn(bpf.MOV64_REG, bpf.R2, bpf.R10), bpf.insn(bpf.ADD64_IMM, bpf.R2, imm=-32),
+        bpf.insn(bpf.MOV64_REG, bpf.R3, bpf.R10), bpf.insn(bpf.ADD64_IMM, bpf.R3, imm=-8), bpf.insn(bpf.MOV64_IMM, bpf.R4, imm=0),
+        bpf.insn(bpf.CALL, imm=bpf.UPDATE),
     ])
 
 
@@ -127,13 +97,13 @@ def getpeername_program(peers: int) -> bytes:
     """    svc = lookup(&peers, bpf_get_socket_cookie(ctx));
         if (svc) { ctx->user_ip4 = svc->ip4; ctx->user_port = svc->port; }
         return 1;"""
-    return _resolve([
-        _insn(_MOV64_REG, _R6, _R1),
-        _insn(_MOV64_REG, _R1, _R6), _insn(_CALL, imm=_SOCKET_COOKIE), _insn(_STX_DW, _R10, _R0, -8),
-        *_ld_map(_R1, peers), _insn(_MOV64_REG, _R2, _R10), _insn(_ADD64_IMM, _R2, imm=-8),
-        _insn(_CALL, imm=_LOOKUP), _insn(_JEQ_IMM, _R0, off=_TO_END, imm=0),
-        _insn(_LDX_W, _R2, _R0, 0), _insn(_STX_W, _R6, _R2, _USER_IP4),
-        _insn(_LDX_W, _R2, _R0, 4), _insn(_STX_W, _R6, _R2, _USER_PORT),
+    return bpf.assemble([
+        bpf.insn(bpf.MOV64_REG, bpf.R6, bpf.R1),
+        bpf.insn(bpf.MOV64_REG, bpf.R1, bpf.R6), bpf.insn(bpf.CALL, imm=bpf.SOCKET_COOKIE), bpf.insn(bpf.STX_DW, bpf.R10, bpf.R0, -8),
+        *bpf.ld_map(bpf.R1, peers), bpf.insn(bpf.MOV64_REG, bpf.R2, bpf.R10), bpf.insn(bpf.ADD64_IMM, bpf.R2, imm=-8),
+        bpf.insn(bpf.CALL, imm=bpf.LOOKUP), bpf.insn(bpf.JEQ_IMM, bpf.R0, off=bpf.END, imm=0),
+        bpf.insn(bpf.LDX_W, bpf.R2, bpf.R0, 0), bpf.insn(bpf.STX_W, bpf.R6, bpf.R2, _USER_IP4),
+        bpf.insn(bpf.LDX_W, bpf.R2, bpf.R0, 4), bpf.insn(bpf.STX_W, bpf.R6, bpf.R2, _USER_PORT),
     ])
 
 
@@ -166,7 +136,7 @@ class SocketLB:
             cgroup = os.open(_cgroup2_root(), os.O_RDONLY | os.O_DIRECTORY)
             self._fds.append(cgroup)
             for prog, kind in ((connect, _INET4_CONNECT), (peername, _INET4_GETPEERNAME)):
-                self._fds.append(_bpf(_BPF_LINK_CREATE, struct.pack("<IIII", prog, cgroup, kind, 0)))
+                self._fds.append(bpf.syscall(bpf.LINK_CREATE, struct.pack("<IIII", prog, cgroup, kind, 0)))
             probe = socket.socket()
             try:
                 self._netns = probe.getsockopt(socket.SOL_SOCKET, _SO_NETNS_COOKIE, 8)
@@ -182,16 +152,12 @@ class SocketLB:
         """run length → (reusable after, first slot) of runs given up."""
 
     def _map(self, kind: int, key: int, value: int, entries: int) -> int:
-        fd = _bpf(_BPF_MAP_CREATE, struct.pack("<IIIII", kind, key, value, entries, 0))
+        fd = bpf.map_create(kind, key, value, entries)
         self._fds.append(fd)
         return fd
 
     def _load(self, code: bytes, attach: int) -> int:
-        insns = ctypes.create_string_buffer(code, len(code))
-        lic = ctypes.create_string_buffer(b"Dual MIT/GPL")
-        fd = _bpf(_BPF_PROG_LOAD, struct.pack(
-            "<IIQQIIQII16sII", _PROG_CGROUP_SOCK_ADDR, len(code) // 8, ctypes.addressof(insns),
-            ctypes.addressof(lic), 0, 0, 0, 0, 0, b"isthmus_socklb", 0, attach))
+        fd = bpf.load(_PROG_CGROUP_SOCK_ADDR, code, attach, b"isthmus_socklb")
         self._fds.append(fd)
         return fd
 
@@ -206,12 +172,6 @@ class SocketLB:
 
     def _key(self, ip: str, port: int) -> bytes:
         return self._netns + _addr(ip, port)
-
-    def _op(self, cmd: int, fd: int, key: bytes, value: bytes | None = None, flags: int = 0) -> None:
-        k = ctypes.create_string_buffer(key, len(key))
-        v = ctypes.create_string_buffer(value, len(value)) if value is not None else None
-        _bpf(cmd, struct.pack("<IIQQQ", fd, 0, ctypes.addressof(k), ctypes.addressof(v) if v is not None else 0,
-                              flags))
 
     def _take(self, run: int) -> int:
         spare = self._spare.get(run)
@@ -236,26 +196,26 @@ class SocketLB:
         if now is not None and n <= now[1]:
             first, run = now[0], now[1]
             if n < len(now[2]):  # shrink: stop picking the slots that go away first
-                self._op(_BPF_MAP_UPDATE, self._services, key, struct.pack("<II", n, first))
+                bpf.map_update(self._services, key, struct.pack("<II", n, first))
             self._write(first, endpoints)
-            self._op(_BPF_MAP_UPDATE, self._services, key, struct.pack("<II", n, first))
+            bpf.map_update(self._services, key, struct.pack("<II", n, first))
         else:
             run = 1 << max(n - 1, 0).bit_length()
             first = self._take(run)
             self._write(first, endpoints)
-            self._op(_BPF_MAP_UPDATE, self._services, key, struct.pack("<II", n, first))
+            bpf.map_update(self._services, key, struct.pack("<II", n, first))
             if now is not None:
                 self._give(now[0], now[1])
             else:
                 try:
-                    self._op(_BPF_MAP_UPDATE, self._counts, key, struct.pack("<Q", 0), _BPF_NOEXIST)
+                    bpf.map_update(self._counts, key, struct.pack("<Q", 0), bpf.NOEXIST)
                 except FileExistsError:
                     pass
         self._served[key] = (first, run, endpoints)
 
     def _write(self, first: int, endpoints: tuple[tuple[str, int], ...]) -> None:
         for i, (host, port) in enumerate(endpoints):
-            self._op(_BPF_MAP_UPDATE, self._slots, struct.pack("<I", first + i), _addr(host, port))
+            bpf.map_update(self._slots, struct.pack("<I", first + i), _addr(host, port))
 
     def forget(self, ip: str, port: int) -> None:
         """Leave ip:port to the listener again."""
@@ -265,26 +225,23 @@ class SocketLB:
             return
         for fd in (self._services, self._counts):
             try:
-                self._op(_BPF_MAP_DELETE, fd, key)
+                bpf.map_delete(fd, key)
             except FileNotFoundError:
                 pass
         self._give(now[0], now[1])
 
     def connections(self, ip: str, port: int) -> int:
         """Connections to ip:port balanced since it was served or its count was reset."""
-        key = self._key(ip, port)
-        k = ctypes.create_string_buffer(key, len(key))
-        v = ctypes.create_string_buffer(8)
         try:
-            _bpf(_BPF_MAP_LOOKUP, struct.pack("<IIQQQ", self._counts, 0, ctypes.addressof(k), ctypes.addressof(v), 0))
+            value = bpf.map_lookup(self._counts, self._key(ip, port), 8)
         except FileNotFoundError:
             return 0
-        return int(struct.unpack("<Q", v.raw)[0])
+        return int(struct.unpack("<Q", value)[0])
 
     def reset_count(self, ip: str, port: int) -> None:
         """Start ip:port's count again (the caller kept what it was)."""
         try:
-            self._op(_BPF_MAP_UPDATE, self._counts, self._key(ip, port), struct.pack("<Q", 0))
+            bpf.map_update(self._counts, self._key(ip, port), struct.pack("<Q", 0))
         except OSError:
             pass
 

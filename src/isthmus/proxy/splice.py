@@ -23,37 +23,30 @@ Three details keep the byte stream exact:
   other leg received (TCP_INFO's bytes received against the peer's bytes acked plus its send queue).
 
 Needs Linux with BPF sockmap (5.x+, tested on 6.x) and CAP_BPF with CAP_NET_ADMIN (root). Where
-loading fails — no privilege, an older kernel, seccomp — `KernelSplice.open` raises and the proxy
-relays in userspace as before. The program is assembled here (31 instructions, no compiler needed)
-and checked by the kernel's verifier when loaded.
+loading fails — no privilege, an older kernel, seccomp — `KernelSplice()` raises and the proxy
+relays in userspace as before. The program is 31 instructions, assembled with `bpf.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import fcntl
 import logging
 import os
-import platform
 import select
 import socket
 import struct
 from collections.abc import Callable
 
+from isthmus.proxy import bpf
+
 __all__ = ["KernelSplice", "SpliceUnavailable", "shared"]
 
 log = logging.getLogger(__name__)
 
-_NR_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine())
-_BPF_MAP_CREATE, _BPF_MAP_UPDATE_ELEM, _BPF_PROG_LOAD, _BPF_PROG_ATTACH = 0, 2, 5, 8
-_BPF_MAP_TYPE_SOCKHASH = 18
-_BPF_PROG_TYPE_SK_SKB = 14
-_BPF_SK_SKB_VERDICT = 38
-_BPF_NOEXIST = 1
-_ATTR_SIZE = 128
-_HELPER_MAP_LOOKUP, _HELPER_SK_REDIRECT_HASH, _HELPER_SK_RELEASE = 1, 72, 86
-_SK_PASS = 1
+_SOCKHASH = 18
+_PROG_SK_SKB = 14
+_SK_SKB_VERDICT = 38
 # struct __sk_buff offsets (uapi/linux/bpf.h)
 _SKB_LEN, _SKB_REMOTE_IP4, _SKB_LOCAL_IP4, _SKB_REMOTE_PORT, _SKB_LOCAL_PORT = 0, 92, 96, 132, 136
 _TCP_INFO_BYTES_ACKED = 120
@@ -67,34 +60,8 @@ caps it at half the receive buffer's maximum, still far above)."""
 MAX_PAIRS = 32768
 """Connections spliced at once; beyond this new ones are relayed in userspace."""
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
 class SpliceUnavailable(OSError):
     """The kernel refused the map or the program (privilege, kernel version, seccomp)."""
-
-
-def _bpf(cmd: int, attr: bytes) -> int:
-    if _NR_BPF is None:
-        raise SpliceUnavailable(f"no bpf(2) number known for {platform.machine()}")
-    buf = ctypes.create_string_buffer(attr, _ATTR_SIZE)
-    r = _libc.syscall(_NR_BPF, cmd, buf, _ATTR_SIZE)
-    if r < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return int(r)
-
-
-def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
-    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
-
-
-# opcodes
-_MOV64_REG, _MOV64_IMM, _ADD64_IMM = 0xBF, 0xB7, 0x07
-_LDX_W, _STX_W, _LD_IMM64 = 0x61, 0x63, 0x18
-_JEQ_IMM, _CALL, _EXIT = 0x15, 0x85, 0x95
-_PSEUDO_MAP_FD = 1
-_R0, _R1, _R2, _R3, _R4, _R6, _R10 = 0, 1, 2, 3, 4, 6, 10
 
 
 def verdict_program(map_fd: int) -> bytes:
@@ -107,34 +74,28 @@ def verdict_program(map_fd: int) -> bytes:
         bpf_sk_release(sk);
         return bpf_sk_redirect_hash(skb, &pairs, &key, 0);      // to the peer's egress
     """
-    to_pass = -32768  # placeholder offset of a jump to the final "return SK_PASS"
+    skb = bpf.R6
     body = [
-        _insn(_MOV64_REG, _R6, _R1),
-        _insn(_LDX_W, _R2, _R6, _SKB_LEN),
-        _insn(_JEQ_IMM, _R2, off=to_pass, imm=0),
+        bpf.insn(bpf.MOV64_REG, skb, bpf.R1),
+        bpf.insn(bpf.LDX_W, bpf.R2, skb, _SKB_LEN),
+        bpf.insn(bpf.JEQ_IMM, bpf.R2, off=bpf.END, imm=0),
     ]
     for i, field in enumerate((_SKB_REMOTE_IP4, _SKB_LOCAL_IP4, _SKB_REMOTE_PORT, _SKB_LOCAL_PORT)):
-        body += [_insn(_LDX_W, _R2, _R6, field), _insn(_STX_W, _R10, _R2, -16 + 4 * i)]
+        body += [bpf.insn(bpf.LDX_W, bpf.R2, skb, field), bpf.insn(bpf.STX_W, bpf.R10, bpf.R2, -16 + 4 * i)]
     body += [
-        _insn(_LD_IMM64, _R1, _PSEUDO_MAP_FD, imm=map_fd), _insn(0),
-        _insn(_MOV64_REG, _R2, _R10), _insn(_ADD64_IMM, _R2, imm=-16),
-        _insn(_CALL, imm=_HELPER_MAP_LOOKUP),
-        _insn(_JEQ_IMM, _R0, off=to_pass, imm=0),
-        _insn(_MOV64_REG, _R1, _R0), _insn(_CALL, imm=_HELPER_SK_RELEASE),
-        _insn(_MOV64_REG, _R1, _R6),
-        _insn(_LD_IMM64, _R2, _PSEUDO_MAP_FD, imm=map_fd), _insn(0),
-        _insn(_MOV64_REG, _R3, _R10), _insn(_ADD64_IMM, _R3, imm=-16),
-        _insn(_MOV64_IMM, _R4, imm=0),
-        _insn(_CALL, imm=_HELPER_SK_REDIRECT_HASH),
-        _insn(_EXIT),
+        *bpf.ld_map(bpf.R1, map_fd),
+        bpf.insn(bpf.MOV64_REG, bpf.R2, bpf.R10), bpf.insn(bpf.ADD64_IMM, bpf.R2, imm=-16),
+        bpf.insn(bpf.CALL, imm=bpf.LOOKUP),
+        bpf.insn(bpf.JEQ_IMM, bpf.R0, off=bpf.END, imm=0),
+        bpf.insn(bpf.MOV64_REG, bpf.R1, bpf.R0), bpf.insn(bpf.CALL, imm=bpf.SK_RELEASE),
+        bpf.insn(bpf.MOV64_REG, bpf.R1, skb),
+        *bpf.ld_map(bpf.R2, map_fd),
+        bpf.insn(bpf.MOV64_REG, bpf.R3, bpf.R10), bpf.insn(bpf.ADD64_IMM, bpf.R3, imm=-16),
+        bpf.insn(bpf.MOV64_IMM, bpf.R4, imm=0),
+        bpf.insn(bpf.CALL, imm=bpf.SK_REDIRECT_HASH),
+        bpf.insn(bpf.EXIT),
     ]
-    target = len(body)  # "pass": return SK_PASS
-    body += [_insn(_MOV64_IMM, _R0, imm=_SK_PASS), _insn(_EXIT)]
-    for i, insn in enumerate(body):
-        code, regs, off, imm = struct.unpack("<BBhi", insn)
-        if off == to_pass:
-            body[i] = struct.pack("<BBhi", code, regs, target - i - 1, imm)
-    return b"".join(body)
+    return bpf.assemble(body)  # END: return SK_PASS (1)
 
 
 def tuple_key(local: tuple[str, int], remote: tuple[str, int]) -> bytes:
@@ -157,15 +118,9 @@ class KernelSplice:
         self._watched: dict[int, Callable[[int], None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         try:
-            self._map = _bpf(_BPF_MAP_CREATE, struct.pack(
-                "<IIIII", _BPF_MAP_TYPE_SOCKHASH, 16, 8, 2 * MAX_PAIRS, 0))
-            code = verdict_program(self._map)
-            insns = ctypes.create_string_buffer(code, len(code))
-            lic = ctypes.create_string_buffer(b"Dual MIT/GPL")
-            self._prog = _bpf(_BPF_PROG_LOAD, struct.pack(
-                "<IIQQIIQII16sII", _BPF_PROG_TYPE_SK_SKB, len(code) // 8, ctypes.addressof(insns),
-                ctypes.addressof(lic), 0, 0, 0, 0, 0, b"isthmus_splice", 0, _BPF_SK_SKB_VERDICT))
-            _bpf(_BPF_PROG_ATTACH, struct.pack("<IIII", self._map, self._prog, _BPF_SK_SKB_VERDICT, 0))
+            self._map = bpf.map_create(_SOCKHASH, 16, 8, 2 * MAX_PAIRS)
+            self._prog = bpf.load(_PROG_SK_SKB, verdict_program(self._map), _SK_SKB_VERDICT, b"isthmus_splice")
+            bpf.syscall(bpf.PROG_ATTACH, struct.pack("<IIII", self._map, self._prog, _SK_SKB_VERDICT, 0))
         except OSError as e:
             self.close()
             raise SpliceUnavailable(e.errno, f"kernel splice unavailable: {e.strerror}") from None
@@ -221,10 +176,7 @@ class KernelSplice:
         self.pairs += 1
 
     def _file(self, key: bytes, fd: int) -> None:
-        k = ctypes.create_string_buffer(key, 16)
-        v = ctypes.create_string_buffer(struct.pack("<Q", fd), 8)
-        _bpf(_BPF_MAP_UPDATE_ELEM, struct.pack(
-            "<IIQQQ", self._map, 0, ctypes.addressof(k), ctypes.addressof(v), _BPF_NOEXIST))
+        bpf.map_update(self._map, key, struct.pack("<Q", fd), bpf.NOEXIST)
 
     def left(self) -> None:
         """A spliced pair closed (its sockets left the map with it)."""
