@@ -23,6 +23,9 @@ from isthmus.runtime import metrics
 
 __all__ = ["BucketRateLimiter", "ExponentialBackoff", "QueueShutDown", "WorkQueue"]
 
+_TIMER_GRAIN = 0.001
+"""uvloop's (libuv's) timer resolution, in seconds."""
+
 
 class QueueShutDown(Exception):
     """Raised by :meth:`WorkQueue.get` once the queue is shut down (and drained, if asked)."""
@@ -130,20 +133,29 @@ class WorkQueue:
         self._wake_one()
 
     def add_after(self, key: str, delay: float) -> None:
-        """Queue ``key`` after ``delay`` seconds; an earlier pending delayed add for it wins."""
+        """Queue ``key`` after ``delay`` seconds; an earlier pending delayed add for it wins.
+
+        The key is never queued before ``delay`` has passed, on either event loop: the deadline is
+        kept on ``time.monotonic`` and checked when the timer fires, because uvloop counts its
+        timers in whole milliseconds (``call_later`` rounds the delay, so one under 0.5 ms ran at
+        once, and its clock is floored to the millisecond): it fired up to 0.5 ms early.
+        """
         if self._shutting_down:
             return
         if delay <= 0:
             self.add(key)
             return
-        loop = asyncio.get_running_loop()
-        at = loop.time() + delay
+        at = time.monotonic() + delay
         pending = self._delayed.get(key)
         if pending is not None:
             if pending[0] <= at:
                 return
             pending[1].cancel()
-        self._delayed[key] = (at, loop.call_at(at, self._fire_delayed, key))
+        self._arm(key, at, delay)
+
+    def _arm(self, key: str, at: float, delay: float) -> None:
+        handle = asyncio.get_running_loop().call_later(delay, self._fire_delayed, key, at)
+        self._delayed[key] = (at, handle)
 
     def add_rate_limited(self, key: str) -> None:
         """Queue ``key`` after its backoff (and the global bucket's) delay: the retry path."""
@@ -157,7 +169,13 @@ class WorkQueue:
     def num_requeues(self, key: str) -> int:
         return self.backoff.failures(key)
 
-    def _fire_delayed(self, key: str) -> None:
+    def _fire_delayed(self, key: str, at: float) -> None:
+        early = at - time.monotonic()
+        if early > 0:
+            # A millisecond timer fired before the deadline: wait out the rest (a whole millisecond
+            # at least, so uvloop does not round it to "now" again).
+            self._arm(key, at, max(early, _TIMER_GRAIN))
+            return
         self._delayed.pop(key, None)
         self.add(key)
 
