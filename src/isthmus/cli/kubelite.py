@@ -89,7 +89,7 @@ def kube_lite(
         validate_config(pod_cidr, service_cidr, node_ports)
     except ValueError as e:
         raise fail(str(e)) from None
-    if not _DNS_LABEL.match(cluster_name):
+    if not _DNS_LABEL.fullmatch(cluster_name):
         raise fail(f"--cluster-name {cluster_name!r} is not a DNS-1123 label of at most 58 characters")
     if not 0 <= kubelet_port <= 65535:
         raise fail(f"--kubelet-port {kubelet_port} is not a port number (0-65535)")
