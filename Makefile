@@ -6,8 +6,9 @@ STAMP  := $(VENV)/.installed
 # Debian packages the test suite and demo use (installed by apt-get when absent): HAProxy 2.6 runs
 # the load-balancer pools; nftables and iproute2 serve the egress gateway's kernel mode and the proxy's
 # nftables mode (conntrack: its UDP flow clean-up); Playwright drives chromium in the web view's
-# browser tests (Debian's build: never `playwright install`).
-APT_PACKAGES ?= haproxy nftables iproute2 conntrack chromium
+# browser tests (Debian's build: never `playwright install`); bind9-dnsutils (`dig`) and curl are what
+# the README's hands-on part asks the clusterset with.
+APT_PACKAGES ?= haproxy nftables iproute2 conntrack chromium bind9-dnsutils curl
 
 .PHONY: install demo test lint bench bench-quick clean apt image
 
