@@ -289,48 +289,136 @@ def lock_supervisor(layout: Layout) -> int:
     return fd
 
 
-MACHINE_LOCK = Path(tempfile.gettempdir()) / "isthmus-local-clusterset.lock"
-"""Held by the running supervisor: local clustersets share one fixed address plan on 127.0.0.0/8
-(pod IPs, ClusterIPs, NodePorts, VIPs bound with SO_REUSEPORT), so two at once would take each
-other's addresses and even each other's VIP traffic."""
+def _network_namespace() -> str:
+    """This process's network namespace, as the inode of /proc/self/ns/net ("" where there is none)."""
+    try:
+        return str(os.stat("/proc/self/ns/net").st_ino)
+    except OSError:
+        return ""
+
+
+def machine_lock() -> Path:
+    """Held by the running supervisor: local clustersets share one fixed address plan on 127.0.0.0/8
+    (pod IPs, ClusterIPs, NodePorts, VIPs bound with SO_REUSEPORT), so two at once in one network
+    namespace would take each other's addresses and even each other's VIP traffic. 127.0.0.0/8 is
+    per network namespace, so the lock is too: one clusterset per namespace, whoever runs it."""
+    ns = _network_namespace()
+    return Path(tempfile.gettempdir()) / f"isthmus-local-clusterset{'-netns-' + ns if ns else ''}.lock"
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """Who runs the local clusterset of this network namespace: what the lock file and /proc say."""
+
+    state_dir: str
+    pid: int | None = None
+    uid: int | None = None
+
+    @property
+    def user(self) -> str:
+        if self.uid is None:
+            return "an unknown user"
+        try:
+            import pwd
+
+            return pwd.getpwuid(self.uid).pw_name
+        except (KeyError, ImportError):
+            return f"uid {self.uid}"
 
 
 class AddressPlanInUse(Exception):
-    """Another local clusterset (its state dir is the message) runs on this machine."""
+    """Another local clusterset (its state dir is the message) runs in this network namespace."""
+
+
+def _locker(path: Path) -> int | None:
+    """PID of the process holding the flock on `path` (/proc/locks), None if unknown."""
+    try:
+        ino = os.stat(path).st_ino
+        with open("/proc/locks") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(ino):
+                    return int(fields[4])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _read_holder(fd: int, path: Path) -> Holder:
+    """The holder recorded in the lock file (``<pid> <uid> <state dir>``), checked against /proc: a
+    record its locker did not write says only what /proc knows."""
+    text = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+    pid = _locker(path)
+    uid: int | None = None
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            uid = os.stat(f"/proc/{pid}").st_uid
+    fields = text.split(" ", 2)
+    if len(fields) == 3 and fields[0].isdigit() and fields[1].isdigit():
+        if pid is None or int(fields[0]) == pid:
+            return Holder(fields[2], int(fields[0]), int(fields[1]) if uid is None else uid)
+        return Holder("an unknown state dir", pid, uid)
+    return Holder(text or "an unknown state dir", pid, uid)  # an older supervisor's record: its state dir
 
 
 def lock_machine(layout: Layout) -> int:
-    """Take the machine-wide lock for the supervisor's life, recording our state dir in it."""
-    fd = os.open(MACHINE_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    """Take the network namespace's lock for the supervisor's life, recording who we are in it."""
+    path = machine_lock()
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o644)  # readable by every user: they are told who holds it
+        writable = True
+    except PermissionError:  # another user's file: a read-only descriptor locks it as well
+        fd = os.open(path, os.O_RDONLY)
+        writable = False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.read(fd, 4096).decode(errors="replace").strip()
+        holder = _read_holder(fd, path)
         os.close(fd)
-        raise AddressPlanInUse(holder or "an unknown state dir") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{layout.root}\n".encode())
+        raise AddressPlanInUse(holder.state_dir) from None
+    if writable:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {os.getuid()} {layout.root}\n".encode())
     return fd
 
 
-def machine_holder() -> str | None:
-    """State dir of the local clusterset running on this machine, if any (checked, not taken)."""
+def lock_holder() -> Holder | None:
+    """Who runs the local clusterset of this network namespace, if anyone (checked, not taken)."""
+    path = machine_lock()
     try:
-        fd = os.open(MACHINE_LOCK, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return os.read(fd, 4096).decode(errors="replace").strip() or "an unknown state dir"
+        return _read_holder(fd, path)
     finally:
         os.close(fd)  # closing drops a lock we may have taken
     return None
 
 
-def plan_in_use_message(holder: str) -> str:
-    return (f"another local clusterset is running from {holder}: local clustersets share one address plan "
-            f"on 127.0.0.0/8, so only one runs at a time; stop it first (isthmus down --state-dir {holder})")
+def machine_holder() -> str | None:
+    """State dir of the local clusterset running in this network namespace, if any."""
+    holder = lock_holder()
+    return None if holder is None else holder.state_dir
+
+
+def plan_in_use_message(state_dir: str) -> str:
+    """Why `up` cannot start here, and who holds the namespace: only the user's own clusterset is
+    theirs to stop."""
+    holder = lock_holder() or Holder(state_dir)
+    pid = f"supervisor pid {holder.pid}" if holder.pid is not None else "supervisor pid unknown"
+    why = ("local clustersets share one address plan on 127.0.0.0/8, so only one runs at a time in a "
+           "network namespace")
+    if holder.uid is not None and holder.uid == os.getuid():
+        return (f"another local clusterset is running from {holder.state_dir} ({pid}): {why}; "
+                f"stop it first (isthmus down --state-dir {holder.state_dir})")
+    return (f"another local clusterset is running in this network namespace, of {holder.user} "
+            f"({pid}, state dir {holder.state_dir}): {why}. It is not yours to stop: wait until it "
+            f"ends, or run yours in a network namespace of its own")
 
 
 def running_supervisor(layout: Layout) -> int | None:
@@ -635,8 +723,10 @@ def _stop_leftovers(layout: Layout, pids: dict[str, int]) -> None:
 def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -> int:
     """Body of `up --supervise`: exit code 0 after a clean stop, 1 when setup failed."""
     from isthmus.runtime import setup_logging
+    from isthmus.runtime.loop import enable_fault_tracebacks
 
     setup_logging("text", "info")
+    enable_fault_tracebacks()
     os.umask(PRIVATE_UMASK)
     try:
         lock = lock_supervisor(layout)
