@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from isthmus.local.zygote import UNKNOWN_EXIT, Zygote, forkable
+from isthmus.local.zygote import UNKNOWN_EXIT, Zygote, ZygoteProcess, forkable
 from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -410,3 +410,30 @@ async def test_a_child_handed_a_listening_socket_serves_on_it(zygote: Zygote, tm
     finally:
         listener.close()
         await run.close()
+
+
+async def _aborted_output(proc: asyncio.subprocess.Process | ZygoteProcess) -> str:
+    """SIGABRT a running component (what abort() in a C extension raises); what it wrote after."""
+    assert proc.stdout is not None
+    assert await asyncio.wait_for(proc.stdout.readline(), 30)  # it runs (and logs)
+    await asyncio.sleep(0.5)
+    os.kill(proc.pid, signal.SIGABRT)
+    rest = await asyncio.wait_for(proc.stdout.read(), 30)
+    assert await asyncio.wait_for(proc.wait(), 10) == -signal.SIGABRT
+    return rest.decode(errors="replace")
+
+
+async def test_a_forked_component_writes_a_traceback_to_its_log_when_it_aborts(zygote: Zygote, tmp_path: Path) -> None:
+    proc = await zygote.spawn(apiserver_argv(tmp_path), env=env_of(tmp_path), pipe_stdout=True, pdeathsig=True)
+    out = await _aborted_output(proc)
+    assert "Fatal Python error: Aborted" in out
+    assert 'File "' in out  # where each thread was
+
+
+async def test_an_executed_component_writes_a_traceback_to_its_log_when_it_aborts(tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *apiserver_argv(tmp_path), env=env_of(tmp_path), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out = await _aborted_output(proc)
+    assert "Fatal Python error: Aborted" in out
+    assert "isthmus/runtime/loop.py" in out  # the event loop the abort interrupted

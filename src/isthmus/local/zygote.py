@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import faulthandler
 import gc
 import importlib
 import io
@@ -607,6 +608,13 @@ def set_cmdline(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     return True
 
 
+def _fault_tracebacks() -> None:
+    """A fatal signal (an abort() in a C extension, a segfault) writes every thread's Python
+    traceback to fd 2 (the zygote's, then each child's log) instead of dying without a word."""
+    with contextlib.suppress(ValueError, OSError, io.UnsupportedOperation, RuntimeError):
+        faulthandler.enable(sys.stderr, all_threads=True)
+
+
 def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):  # the caller is gone: the loop ends on EOF
         sock.send(json.dumps(msg).encode())
@@ -667,6 +675,7 @@ def _child(request: dict[str, Any], out_fd: int, zygote_pid: int, started: int) 
                                       line_buffering=not unbuffered and os.isatty(1))
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), errors="backslashreplace",
                                       write_through=True)
+        _fault_tracebacks()
         import random
         import tempfile
 
@@ -832,6 +841,7 @@ def _warm(command: Any, rounds: int = 10) -> None:
 def serve(sock: socket.socket, preload: Sequence[str]) -> None:
     """The zygote's loop: import, warm, freeze, then fork on request and report exits until its
     last caller hangs up."""
+    _fault_tracebacks()
     gc.disable()  # no collections while importing: freed holes in shared pages would be reused, and copied
     for name in preload:
         module, _, warm = name.partition(":")
