@@ -14,6 +14,7 @@ import pytest
 import yaml
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.resources.admissionregistration_v1 import ValidatingWebhookConfiguration
+from lightkube.types import PatchType
 
 from isthmus.api.egress import ExternalService, SourceIP, SourceIPClaim, SourceIPClass
 from isthmus.cli import admission_plugins
@@ -111,6 +112,25 @@ async def scenarios(srv: RunningApiServer, admin: AsyncClient, tmp: Path) -> Non
                                                "spec": {"sourceIPClassName": "lab", "sourceIP": "127.32.10.1"}}))
     assert 'spec.sourceIP: Invalid value: "127.32.10.1": outside every range of SourceIPClass' in \
         err.value.status.message
+    # Classes never share an address (each counts its own capacity), whoever asks: the other is named.
+    with pytest.raises(ApiError) as err:
+        await admin.create(ClassRes.from_dict({"metadata": {"name": "gold"}, "spec": {
+            "ranges": [{"start": "127.32.8.1", "end": "127.32.8.9"}, {"start": "127.32.9.5", "end": "127.32.9.20"}],
+            "allowedNamespaces": ["default"]}}))
+    assert err.value.status.code == 422
+    assert err.value.status.message.endswith(  # (the webhook path prefixes whose webhook denied it)
+        'SourceIPClass.egress.isthmus.io "gold" is invalid: spec.ranges[1]: Invalid value: '
+        '"127.32.9.5-127.32.9.20": overlaps SourceIPClass "lab" (127.32.9.1-127.32.9.9): an address can '
+        "belong to one class only"), err.value.status.message
+    await admin.create(ClassRes.from_dict({"metadata": {"name": "gold"}, "spec": {
+        "ranges": [{"start": "127.32.8.1", "end": "127.32.8.9"}], "allowedNamespaces": ["default"]}}))
+    with pytest.raises(ApiError) as err:  # nor by growing into another class later
+        await admin.patch(ClassRes, "gold", {"spec": {"ranges": [{"start": "127.32.8.1", "end": "127.32.9.1"}]}},
+                          patch_type=PatchType.MERGE)
+    assert 'spec.ranges[0]: Invalid value: "127.32.8.1-127.32.9.1": overlaps SourceIPClass "lab"' in \
+        err.value.status.message
+    await admin.patch(ClassRes, "gold", {"spec": {"allowedNamespaces": ["default", "team-b"]}},
+                      patch_type=PatchType.MERGE)
     with pytest.raises(ApiError) as err:
         await admin.create(SipRes.from_dict({"metadata": {"name": "chosen"}, "spec": {
             "sourceIP": "127.32.9.4", "sourceIPClassName": "lab"}}))

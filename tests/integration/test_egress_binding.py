@@ -87,8 +87,9 @@ class Env:
 
 
 @pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    srv = RunningApiServer(tmp_path / "apiserver", admission=admission_plugins.build([]))
+async def env(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Env]:
+    disabled = getattr(request, "param", [])  # admission plugins turned off (indirect parametrize)
+    srv = RunningApiServer(tmp_path / "apiserver", admission=admission_plugins.build(disabled))
     await srv.start()
     client = srv.client()
     await helpers.install_crds(client)
@@ -266,3 +267,63 @@ async def test_a_bound_claim_whose_address_vanishes_is_lost(env: Env) -> None:
 
     await eventually(lost, 10, "Lost")
     assert "no longer exists" in await env.ready_reason("db")
+
+
+@pytest.mark.parametrize("env", [[admission_plugins.EGRESS]], indirect=True)
+async def test_classes_that_overlap_despite_admission_share_nothing(env: Env) -> None:
+    """Two classes admitted at once each saw no other (admission off stands for that race): the older
+    keeps the shared addresses; the newer says so, counts and hands out only the rest."""
+    await env.klass("a-older", [("127.32.9.1", "127.32.9.4")])
+    await env.klass("b-newer", [("127.32.9.3", "127.32.9.6")])  # same second: the name decides
+
+    async def status(name: str) -> dict[str, Any]:
+        return dict((await env.client.get(ClassRes, name)).to_dict().get("status") or {})
+
+    async def flagged() -> dict[str, Any] | None:
+        st = await status("b-newer")
+        ready = [c for c in st.get("conditions") or [] if c["type"] == "Ready"]
+        return st if ready and ready[0]["reason"] == "RangesOverlap" else None
+
+    st = await eventually(flagged, 10, "b-newer flagged")
+    assert st["capacity"] == 2
+    ready = next(c for c in st["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"
+    assert ready["message"].startswith("spec.ranges[0] shares 127.32.9.3-127.32.9.4 with SourceIPClass 'a-older'")
+    older = await status("a-older")
+    assert older["capacity"] == 4
+    assert [(c["status"], c["reason"]) for c in older["conditions"] if c["type"] == "Ready"] == [("True", "Valid")]
+    events = [e async for e in env.client.list(Event)]
+    assert any(e.reason == "RangesOverlap" and e.involvedObject.name == "b-newer" for e in events)
+    # The newer class's claims get only its own addresses, then wait.
+    for name in ("n1", "n2", "n3"):
+        await env.claim(name, "b-newer")
+    assert sorted([await env.bound("n1"), await env.bound("n2")]) == ["127.32.9.5", "127.32.9.6"]
+
+    async def exhausted() -> str | None:
+        reason = await env.ready_reason("n3")
+        return reason if "ClassExhausted" in reason else None
+
+    assert "(all 2 in use)" in await eventually(exhausted, 10, "n3 ClassExhausted")
+    await env.claim("wants-shared", "b-newer", "127.32.9.3")
+
+    async def refused() -> str | None:
+        reason = await env.ready_reason("wants-shared")
+        return reason if "AddressNotInClass" in reason else None
+
+    assert "belongs to SourceIPClass 'a-older'" in await eventually(refused, 10, "shared address refused")
+    # The older class's claims still get every address of theirs.
+    for name in ("o1", "o2", "o3", "o4"):
+        await env.claim(name, "a-older")
+    assert sorted([await env.bound(n) for n in ("o1", "o2", "o3", "o4")]) == [
+        "127.32.9.1", "127.32.9.2", "127.32.9.3", "127.32.9.4"]
+    # Removing the overlap makes the newer class whole and Ready.
+    await env.client.patch(ClassRes, "b-newer", {"spec": {"ranges": [{"start": "127.32.9.5", "end": "127.32.9.7"}]}},
+                           patch_type=PatchType.MERGE)
+
+    async def whole() -> dict[str, Any] | None:
+        st = await status("b-newer")
+        ready = [c for c in st.get("conditions") or [] if c["type"] == "Ready"]
+        return st if ready and ready[0]["status"] == "True" and st.get("capacity") == 3 else None
+
+    await eventually(whole, 10, "b-newer Ready with 3 addresses")
+    assert await env.bound("n3") == "127.32.9.7"

@@ -113,6 +113,7 @@ class Reason(StrEnum):
     RECLAIMED = "Reclaimed"
     VALID = "Valid"
     INVALID_RANGES = "InvalidRanges"
+    RANGES_OVERLAP = "RangesOverlap"
     CLAIM_NOT_FOUND = "ClaimNotFound"
     CLAIM_NOT_BOUND = "ClaimNotBound"
     SERVICE_NOT_FOUND = "ServiceNotFound"

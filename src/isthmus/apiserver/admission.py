@@ -53,8 +53,10 @@ class Admission:
     webhooks: Webhooks | None = None
     # What plugins may ask of the server, as kube's admission plugins get informers and an
     # authorizer: `reader(group, plural, namespace, name)` → the stored object (namespace '' for
-    # cluster-scoped), `can(user, verb, group, plural, namespace, name)` → whether RBAC allows it.
+    # cluster-scoped), `lister(group, plural, namespace)` → the stored objects ('' lists every
+    # namespace), `can(user, verb, group, plural, namespace, name)` → whether RBAC allows it.
     reader: Callable[[str, str, str, str], dict[str, Any] | None] | None = None
+    lister: Callable[[str, str, str], list[dict[str, Any]]] | None = None
     can: Callable[[UserInfo, str, str, str, str, str], bool] | None = None
     _hooked: dict[tuple[str, str], bool] = field(default_factory=dict, repr=False)
     _hook_counts: tuple[int, int] = (0, 0)

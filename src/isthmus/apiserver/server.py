@@ -173,6 +173,7 @@ class ApiServer:
         self.generic_store = GenericStore(self.store, self.resources, self.admission)
         self.authorizer = authorization.Authorizer(modes, authorization.RuleResolver(self.store))
         self.admission.reader = lambda group, plural, ns, name: self.store.get(f"{group}/{plural}", ns, name)
+        self.admission.lister = lambda group, plural, ns: self.store.list(f"{group}/{plural}", ns or None)
         self.admission.can = lambda user, verb, group, plural, ns, name: self.authorizer.authorize(
             Attributes(user=user, verb=verb, resource_request=True, api_group=group, resource=plural, namespace=ns,
                        name=name)).allowed

@@ -102,7 +102,8 @@ def _egress(admission: Admission) -> None:
 
             problems = egress.validate_claim(req.operation, req.object, req.old_object, class_of)
         elif plural == "sourceipclasses":
-            problems = egress.validate_class(req.object)
+            stored = admission.lister(GROUP, "sourceipclasses", "") if admission.lister else []
+            problems = egress.validate_class(req.object, req.old_object, stored)
         else:
             problems = egress.validate_source_ip(req.object)
         if problems:

@@ -9,7 +9,8 @@ embedded apiserver's in-process plugin and `isthmus webhook` (with API lookups) 
 - SourceIPClaim: a class name; a specific address must be an IP, inside the class's ranges; the class
   must allow the claim's namespace (a class not created yet leaves the claim Pending instead);
   spec immutable.
-- SourceIPClass: valid, non-overlapping ranges; namespace names valid.
+- SourceIPClass: valid ranges, overlapping neither each other nor another class's (the other class
+  is named); namespace names valid.
 - SourceIP: named by its address (what makes double allocation impossible).
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from isthmus.api.egress import (
@@ -160,7 +161,12 @@ def validate_claim(operation: str, obj: Mapping[str, Any], old: Mapping[str, Any
     return out
 
 
-def validate_class(obj: Mapping[str, Any]) -> Problems:
+def validate_class(obj: Mapping[str, Any], old: Mapping[str, Any] | None = None,
+                   others: Iterable[Mapping[str, Any]] = ()) -> Problems:
+    """`others`: the other SourceIPClasses stored. A range sharing addresses with one of theirs is
+    refused (each class's capacity counts its addresses, and a SourceIP, named by its address, can
+    be of one class only); on an update, only an overlap the old ranges did not already have, so an
+    admin can still edit (or shrink) a class that overlapped before the rule."""
     spec = obj.get("spec") or {}
     out: Problems = []
     try:
@@ -169,10 +175,35 @@ def validate_class(obj: Mapping[str, Any]) -> Problems:
         return [("spec.ranges", "Invalid value: each range needs start and end")]
     out += [(f, m if m.startswith(("Required", "Invalid")) else f"Invalid value: {m}")
             for f, m in binding.range_problems(ranges)]
+    name = (obj.get("metadata") or {}).get("name") or ""
+    stored = []
+    for other in others:
+        try:
+            stored.append(SourceIPClass.from_dict(dict(other)))
+        except ValueError:
+            continue  # a stored class this version cannot read has no ranges to compare
+    try:
+        before = binding.indexed_spans([AddressRange.model_validate(r)
+                                        for r in ((old or {}).get("spec") or {}).get("ranges") or []])
+    except ValueError:
+        before = []
+    refused: set[int] = set()
+    for o in binding.overlaps(ranges, stored, name):
+        if o.index in refused or any(_covers(b, o.shared) for _, b in before):
+            continue
+        refused.add(o.index)
+        out.append((f"spec.ranges[{o.index}]", f"Invalid value: {_q(f'{o.span.first}-{o.span.last}')}: overlaps "
+                    f"SourceIPClass {_q(o.other)} ({o.other_span.first}-{o.other_span.last}): an address can "
+                    "belong to one class only"))
     for i, ns in enumerate(spec.get("allowedNamespaces") or []):
         if not isinstance(ns, str) or not DNS1123_LABEL.match(ns) or len(ns) > 63:
             out.append((f"spec.allowedNamespaces[{i}]", f"Invalid value: {_q(ns)}: not a namespace name"))
     return out
+
+
+def _covers(outer: binding.Span, inner: binding.Span) -> bool:
+    return (outer.first.version == inner.first.version
+            and int(outer.first) <= int(inner.first) and int(inner.last) <= int(outer.last))
 
 
 def validate_source_ip(obj: Mapping[str, Any]) -> Problems:
@@ -243,7 +274,8 @@ def webhook_handlers(client: Any) -> dict[str, Any]:
             problems = validate_claim(operation, obj, request.get("oldObject"),
                                       lambda n: found if n == wanted else None)
         elif kind == "SourceIPClass":
-            problems = validate_class(obj)
+            stored = [c.to_dict() async for c in client.list(class_res)]
+            problems = validate_class(obj, request.get("oldObject"), stored)
         else:
             problems = validate_source_ip(obj)
         if not problems:

@@ -15,7 +15,8 @@ Three controllers over one set of caches:
   then reclaimed by its policy — Delete frees the address, Retain keeps it until an admin deletes it
   or clears its claimRef (then it is Available again); the protection finalizer is held only while
   bound. A freed address wakes the Pending claims of its class.
-- **classes** (name): capacity, allocated, and Ready (the ranges are valid).
+- **classes** (name): capacity, allocated, and Ready (the ranges are valid and overlap no older
+  class's: admission refuses overlaps, this flags one admitted in a race).
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ class Binder:
         sips.watch(self.sips)
         sips.watch(self.claims, lambda o: self.sips.cache.index_keys(BY_CLAIM, object_key(o)))
         classes = Controller("egress-classes", self.reconcile_class, workers=1, qps=100.0, burst=1000)
-        classes.watch(self.classes)
+        # Which class keeps a shared address depends on every other class: any change looks at all.
+        classes.watch(self.classes, lambda _o: list(self.classes.cache.keys()))
         classes.watch(self.sips, _sip_class)
         # A SourceIP gone or freed: the class's Pending claims may bind now.
         self.sips.add_handler(on_update=lambda _o, n: self._wake(n), on_delete=self._wake)
@@ -189,11 +191,12 @@ class Binder:
         class_name = claim.spec.source_ip_class_name
         cls_raw = self.classes.cache.get(class_name)
         cls = SourceIPClass.from_dict(cls_raw) if cls_raw is not None else None
-        refusal = binding.check_claim(cls, class_name, ns, claim.spec.source_ip)
+        older = self._older(cls) if cls is not None else []
+        refusal = binding.check_claim(cls, class_name, ns, claim.spec.source_ip, older)
         if refusal is not None:
             return await self._pending(claim, raw, refusal.reason, refusal.message)
         assert cls is not None
-        target, create = self._pick(cls, claim)
+        target, create = self._pick(cls, claim, older)
         if target is None:
             if claim.spec.source_ip:
                 holder = self._holder(claim.spec.source_ip)
@@ -201,7 +204,7 @@ class Binder:
                                            f"{canonical_ip(claim.spec.source_ip)} is held by {holder}")
             return await self._pending(
                 claim, raw, Reason.CLASS_EXHAUSTED,
-                f"no free address in SourceIPClass {class_name!r} (all {binding.capacity(cls)} in use); "
+                f"no free address in SourceIPClass {class_name!r} (all {binding.capacity(cls, older)} in use); "
                 "the claim binds as soon as one is released")
         ref = ClaimRef(namespace=ns, name=name, uid=claim.metadata.uid or "")
         if create:
@@ -234,7 +237,14 @@ class Binder:
             bound = SourceIP.from_dict(made)
         return await self._finish_bind(claim, bound)
 
-    def _pick(self, cls: SourceIPClass, claim: SourceIPClaim) -> tuple[str | None, bool]:
+    def _older(self, cls: SourceIPClass) -> list[SourceIPClass]:
+        """The classes that keep the addresses `cls` shares with them (admission refuses overlaps;
+        this holds when two were admitted at once)."""
+        others = [SourceIPClass.from_dict(r) for r in self.classes.cache.list()]
+        return binding.older_classes(cls, others)
+
+    def _pick(self, cls: SourceIPClass, claim: SourceIPClaim,
+              older: list[SourceIPClass]) -> tuple[str | None, bool]:
         """(address, create?) for a claim: its wanted address, else an Available SourceIP of the class,
         else the first address nobody holds."""
         if claim.spec.source_ip:
@@ -254,7 +264,7 @@ class Binder:
             if self._available(sip, cls):
                 return sip.spec.source_ip, False
         taken = set(self.sips.cache.keys()) | self._creating
-        address = binding.first_free(cls, taken)
+        address = binding.first_free(cls, taken, older)
         return address, address is not None
 
     @staticmethod
@@ -363,16 +373,20 @@ class Binder:
             return
         cls = SourceIPClass.from_dict(raw)
         problems = binding.range_problems(cls.spec.ranges)
+        older = self._older(cls)
+        shared = binding.overlaps(cls.spec.ranges, older)
         if problems:
             cond = new_condition(READY, False, Reason.INVALID_RANGES,
                                  "; ".join(f"{f}: {m}" for f, m in problems), cls.metadata.generation)
+        elif shared:
+            cond = new_condition(READY, False, Reason.RANGES_OVERLAP, overlap_message(shared), cls.metadata.generation)
         elif not cls.spec.allowed_namespaces:
             cond = new_condition(READY, True, Reason.VALID, "no namespace may claim from this class yet: "
                                  "spec.allowedNamespaces is empty", cls.metadata.generation)
         else:
             cond = new_condition(READY, True, Reason.VALID, "", cls.metadata.generation)
         merged = merge_conditions(cls.status.conditions, [cond])
-        capacity = binding.capacity(cls)
+        capacity = binding.capacity(cls, older)
         allocated = len(self.sips.cache.index_keys(BY_CLASS, cls.name))
         if (cls.status.capacity == capacity and cls.status.allocated == allocated
                 and conditions_equal(merged, cls.status.conditions)):
@@ -380,3 +394,13 @@ class Binder:
         body = {"status": {"capacity": capacity, "allocated": allocated,
                            "conditions": [c.to_dict() for c in merged]}}
         await helpers.merge_patch(self.client, ClassRes.Status, cls.name, body, field_manager=OPERATOR_FIELD_MANAGER)
+        if shared and not any(c.type == READY and c.reason == Reason.RANGES_OVERLAP for c in cls.status.conditions):
+            self.recorder.warning(raw, Reason.RANGES_OVERLAP, overlap_message(shared))
+
+
+def overlap_message(shared: list[binding.Overlap]) -> str:
+    """What the newer of two overlapping classes says (its Ready=False condition and Event)."""
+    parts = [f"spec.ranges[{o.index}] shares {o.shared.first}-{o.shared.last} with SourceIPClass {o.other!r}"
+             for o in shared]
+    return ("; ".join(parts) + ": an address belongs to one class, the older one, so this class neither counts "
+            "nor hands out those addresses; change the ranges so they do not overlap")
