@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import time
 from typing import Any
 
-from isthmus.apiserver.errors import cause, go_quote
+from isthmus.apiserver import validation
+from isthmus.apiserver.errors import cause
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # kube's: no vowels, no confusable digits
 # Finalizers kube accepts without a '/' (the apiextensions one included).
 STANDARD_FINALIZERS = {"kubernetes", "orphan", "foregroundDeletion", "customresourcecleanup.apiextensions.k8s.io"}
 
-SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation "
-    "is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-LABEL_MSG = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
-    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
-DNS1035_MSG = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
-    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
-    "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+SUBDOMAIN_MSG = validation.regex_error(
+    validation.DNS1123_SUBDOMAIN_MSG, validation.DNS1123_SUBDOMAIN_FMT, "example.com"
 )
 
 _now_second, _now_text = -1, ""  # the second now_rfc3339 last formatted, and how
@@ -80,49 +63,24 @@ def generate_name(prefix: str) -> str:
     return prefix + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
 
 
-def validate_name(name: str, rule: str = "subdomain", field: str = "metadata.name") -> list[dict[str, str]]:
-    if rule == "label":
-        if len(name) > 63:
-            return [cause(field, f'Invalid value: "{name}": must be no more than 63 characters')]
-        if not _DNS1123_LABEL.match(name):
-            return [cause(field, f'Invalid value: "{name}": {LABEL_MSG}')]
-    elif rule == "dns1035":
-        if len(name) > 63:
-            return [cause(field, f'Invalid value: "{name}": must be no more than 63 characters')]
-        if not _DNS1035_LABEL.match(name):
-            return [cause(field, f'Invalid value: "{name}": {DNS1035_MSG}')]
-    elif rule == "path":  # kube's path.ValidatePathSegmentName (RBAC names such as system:basic-user)
-        return [cause(field, f"Invalid value: {go_quote(name)}: {msg}") for msg in _path_segment_problems(name)]
-    else:
-        if len(name) > 253:
-            return [cause(field, f'Invalid value: "{name}": must be no more than 253 characters')]
-        if not _DNS1123_SUBDOMAIN.match(name):
-            return [cause(field, f'Invalid value: "{name}": {SUBDOMAIN_MSG}')]
-    return []
+_NAME_RULES = {
+    "label": validation.is_dns1123_label,
+    "dns1035": validation.is_dns1035_label,
+    "path": validation.is_path_segment_name,  # kube's path.ValidatePathSegmentName (RBAC's system:basic-user)
+    "subdomain": validation.is_dns1123_subdomain,
+}
 
 
-def _path_segment_problems(name: str) -> list[str]:
-    if name in (".", ".."):
-        return [f"may not be '{name}'"]
-    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
+def validate_name(name: str, rule: str = "subdomain", field: str = "metadata.name", *,
+                  prefix: bool = False) -> list[dict[str, str]]:
+    """kube's NameIs* for `rule`; `prefix`: a generateName, checked with its trailing '-' masked."""
+    check = _NAME_RULES.get(rule, validation.is_dns1123_subdomain)
+    value = validation.mask_trailing_dash(name) if prefix and rule != "path" else name
+    return validation.invalid_each(field, name, check(value))
 
 
 def _validate_qualified_key(key: str, field: str) -> list[dict[str, str]]:
-    prefix, _, name = key.rpartition("/")
-    out: list[dict[str, str]] = []
-    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
-        out.append(cause(field, f'Invalid value: "{key}": prefix part {SUBDOMAIN_MSG}'))
-    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
-        out.append(
-            cause(
-                field,
-                f'Invalid value: "{key}": name part must consist of alphanumeric characters, \'-\', \'_\' or \'.\', '
-                "and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
-                "'123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an "
-                "optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
-            )
-        )
-    return out
+    return validation.invalid_each(field, key, validation.is_qualified_name(key))
 
 
 # Labels already found valid: the same few pairs come with object after object, and their two
@@ -135,6 +93,9 @@ def validate_metadata(meta: Any, *, name_rule: str, namespaced: bool) -> list[di
     if not isinstance(meta, dict):
         return [cause("metadata", "Invalid value: must be an object", "FieldValueTypeInvalid")]
     out: list[dict[str, str]] = []
+    generate = meta.get("generateName")
+    if isinstance(generate, str) and generate:  # kube checks it even once a name was generated from it
+        out += validate_name(generate, name_rule, "metadata.generateName", prefix=True)
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         out.append(cause("metadata.name", "Required value: name or generateName is required", "FieldValueRequired"))
@@ -152,17 +113,9 @@ def validate_metadata(meta: Any, *, name_rule: str, namespaced: bool) -> list[di
                 out += _validate_qualified_key(str(k), "metadata.labels")
                 if not isinstance(v, str):
                     out.append(cause(f"metadata.labels.{k}", "Invalid value: must be a string", "FieldValueTypeInvalid"))
-                elif len(v) > 63 or not _LABEL_VALUE.match(v):
-                    out.append(
-                        cause(
-                            "metadata.labels",
-                            f'Invalid value: "{v}": a valid label must be an empty string or consist of alphanumeric '
-                            "characters, '-', '_' or '.', and must start and end with an alphanumeric character "
-                            "(e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is "
-                            "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
-                        )
-                    )
-                elif len(out) == errs and isinstance(k, str):
+                else:
+                    out += validation.invalid_each("metadata.labels", v, validation.is_valid_label_value(v))
+                if len(out) == errs and isinstance(k, str) and isinstance(v, str):
                     if len(_VALID_LABELS) >= 4096:
                         _VALID_LABELS.clear()
                     _VALID_LABELS.add((k, v))
@@ -175,7 +128,9 @@ def validate_metadata(meta: Any, *, name_rule: str, namespaced: bool) -> list[di
         else:
             total = 0
             for k, v in annotations.items():
-                out += _validate_qualified_key(str(k), "metadata.annotations")
+                # kube checks the key lower-cased (annotation keys may carry upper case prefixes)
+                out += validation.invalid_each("metadata.annotations", str(k),
+                                               validation.is_qualified_name(str(k).lower()))
                 if not isinstance(v, str):
                     out.append(
                         cause(f"metadata.annotations.{k}", "Invalid value: must be a string", "FieldValueTypeInvalid")

@@ -150,7 +150,7 @@ _MAP_KEYS: Final[dict[str, Callable[[str], bool]]] = {
     "x-": lambda k: k.startswith("x-"),
     "*": lambda k: True,
     "/": lambda k: k.startswith("/"),
-    "code": lambda k: _CODE.match(k) is not None,
+    "code": lambda k: _CODE.fullmatch(k) is not None,
 }
 
 # ---------------------------------------------------------------------------------------- wire level

@@ -381,7 +381,7 @@ def _quantity(buf: bytes, start: int, end: int) -> Any:
     for num, wire, val in _fields(buf, start, end):
         if num == 1:
             value = _string(buf, _span(wire, val, "Quantity.string"))
-            if not _QUANTITY_RE.match(value):
+            if not _QUANTITY_RE.fullmatch(value):
                 raise _Malformed(
                     f"quantities must match the regular expression '{_QUANTITY_RE.pattern}': {value!r}"
                 )

@@ -139,9 +139,43 @@ def _child(path: str, key: str) -> str:
 @lru_cache(maxsize=1024)
 def _regex(pattern: str) -> re.Pattern[str] | None:
     try:
-        return re.compile(pattern)
+        return re.compile(go_pattern(pattern))
     except re.error:
         return None
+
+
+def go_pattern(pattern: str) -> str:
+    r"""A schema `pattern` (Go RE2 syntax) as Python's re reads it the same way.
+
+    Outside multi-line mode Go's `$` matches only at the very end of the text, Python's also before
+    a final newline (so `^[a-z]+$` would pass "abc<newline>"): each such `$` becomes `\Z`, and Go's `\z`
+    (Python has none) becomes `\Z` too. A pattern that turns multi-line mode on keeps its `$`."""
+    if "$" not in pattern and "\\z" not in pattern:
+        return pattern
+    multiline = re.search(r"\(\?[a-zA-Z]*m", pattern) is not None
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < n:
+            nxt = pattern[i + 1]
+            out.append("\\Z" if nxt == "z" and not in_class else ch + nxt)
+            i += 2
+        elif in_class:
+            in_class = ch != "]"
+            out.append(ch)
+            i += 1
+        elif ch == "[":
+            in_class = True
+            j = i + 1
+            j += pattern[j : j + 1] == "^"
+            j += pattern[j : j + 1] == "]"  # a leading ']' is a member of the class, not its end
+            out.append(pattern[i:j])
+            i = j
+        else:
+            out.append("\\Z" if ch == "$" and not multiline else ch)
+            i += 1
+    return "".join(out)
 
 
 # ---------------------------------------------------------------- formats
@@ -155,7 +189,7 @@ _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 def _format_ok(fmt: str, v: str) -> bool:
     """The string formats kube's CRD validation checks (others are accepted as annotations)."""
     if fmt == "date-time":
-        if not _DATE_TIME.match(v):
+        if not _DATE_TIME.fullmatch(v):
             return False
         try:
             datetime.fromisoformat(v.replace("Z", "+00:00").replace("z", "+00:00").replace("t", "T"))
@@ -167,7 +201,7 @@ def _format_ok(fmt: str, v: str) -> bool:
             datetime.strptime(v, "%Y-%m-%d")
         except ValueError:
             return False
-        return bool(_DATE.match(v))
+        return bool(_DATE.fullmatch(v))
     if fmt == "byte":
         try:
             base64.b64decode(v, validate=True)
@@ -175,7 +209,7 @@ def _format_ok(fmt: str, v: str) -> bool:
             return False
         return True
     if fmt == "uuid":
-        return bool(_UUID.match(v))
+        return bool(_UUID.fullmatch(v))
     if fmt == "ipv4":
         parts = v.split(".")
         return len(parts) == 4 and all(p.isdigit() and int(p) <= 255 and str(int(p)) == p for p in parts)

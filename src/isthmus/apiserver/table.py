@@ -209,7 +209,7 @@ class JSONPath:
         if len(inner) >= 2 and inner[0] == inner[-1] and inner[0] in "'\"":
             return ("field", inner[1:-1])
         if inner.startswith("?"):
-            fm = _FILTER.match(inner)
+            fm = _FILTER.fullmatch(inner)
             if fm is None:
                 raise ValueError(f"unrecognized column definition {expr!r}")
             path = JSONPath(fm.group(1))

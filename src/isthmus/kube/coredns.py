@@ -37,7 +37,7 @@ CONFLICT_RETRIES = 5
 
 _BEGIN = "# isthmus-begin {zone}: managed by `isthmus join` and `isthmus leave`, do not edit"
 _END = "# isthmus-end {zone}"
-_ZONE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+_ZONE = re.compile(r"(?=.{1,253}\Z)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
 
 
 class CorefileError(ValueError):
@@ -95,7 +95,7 @@ def stub_zone_servers(corefile: str, zone: str) -> list[str] | None:
 
 def _check_zone(zone: str) -> str:
     name = zone.strip().rstrip(".").lower()
-    if not _ZONE.match(name):
+    if not _ZONE.fullmatch(name):
         raise CorefileError(f"{zone!r} is not a DNS zone name")
     return name
 

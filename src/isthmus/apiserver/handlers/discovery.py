@@ -46,7 +46,7 @@ def legacy_versions(ctx: HandlerContext) -> web.Response:
 
 def _version_priority(v: str) -> tuple[int, int, int]:
     """Kube's version ordering: GA > beta > alpha, higher numbers first."""
-    m = re.match(r"^v(\d+)(?:(alpha|beta)(\d+))?$", v)
+    m = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", v)
     if not m:
         return (3, 0, 0)
     major, stage, minor = int(m.group(1)), m.group(2), int(m.group(3) or 0)

@@ -8,10 +8,10 @@ controller's; what a CRD serves is registry/customresource.py.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Any
 
+from isthmus.apiserver import validation
 from isthmus.apiserver.errors import cause
 from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
 from isthmus.apiserver.registry.strategy import Strategy
@@ -71,38 +71,12 @@ class CustomResourceDefinitionStrategy(Strategy):
 # ---------------------------------------------------------------- validation
 
 
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUB = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1035_MSG = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
-    "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for "
-    "validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
-)
-_DNS1123_SUB_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
-    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
 _COLUMN_TYPES = ["date", "integer", "number", "string", "boolean"]
 _COLUMN_FORMATS = ["int32", "int64", "float", "double", "byte", "date", "date-time", "password"]
 
 
-def _dns1035(value: str) -> list[str]:
-    errs = []
-    if len(value) > 63:
-        errs.append("must be no more than 63 characters")
-    if not _DNS1035.match(value):
-        errs.append(_DNS1035_MSG)
-    return errs
-
-
-def _dns1123_subdomain(value: str) -> list[str]:
-    errs = []
-    if len(value) > 253:
-        errs.append("must be no more than 253 characters")
-    if not _DNS1123_SUB.match(value):
-        errs.append(_DNS1123_SUB_MSG)
-    return errs
+_dns1035 = validation.is_dns1035_label
+_dns1123_subdomain = validation.is_dns1123_subdomain
 
 
 def _inv(path: str, value: Any, detail: str) -> dict[str, str]:

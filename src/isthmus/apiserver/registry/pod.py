@@ -124,7 +124,7 @@ def parse_quantity(q: Any) -> Decimal | None:
         return None
     if isinstance(q, (int, float)):
         return Decimal(str(q))
-    m = _QUANTITY.match(str(q).strip()) if isinstance(q, str) else None
+    m = _QUANTITY.fullmatch(str(q).strip()) if isinstance(q, str) else None
     if m is None:
         return None
     number, suffix = Decimal(m.group(1)), m.group(2)

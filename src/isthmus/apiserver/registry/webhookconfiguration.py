@@ -5,10 +5,9 @@ call the webhooks are apiserver/webhooks."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from isthmus.apiserver import errors
+from isthmus.apiserver import errors, validation
 from isthmus.apiserver.admissionpolicy.cel import CompileError, compile_expression
 from isthmus.apiserver.admissionpolicy.spec import (
     _compile_cause,
@@ -18,7 +17,6 @@ from isthmus.apiserver.admissionpolicy.spec import (
     _validate_rules,
     _validate_selector,
 )
-from isthmus.apiserver.meta import SUBDOMAIN_MSG
 from isthmus.apiserver.registry.strategy import Strategy
 from isthmus.apiserver.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, name_of
 from isthmus.apiserver.webhooks.dispatch import MATCH_CONDITION_ROOTS
@@ -32,7 +30,6 @@ COLUMNS: list[Column] = [
     AGE_COLUMN,
 ]
 REVIEW_VERSIONS = ("v1", "v1beta1")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 MAX_MATCH_CONDITIONS = 64
 
 
@@ -119,8 +116,8 @@ def _validate_webhook(hook: Obj, p: str, mutating: bool) -> list[Cause]:
     name = str(hook.get("name") or "")
     if not name:  # utilvalidation.IsFullyQualifiedName
         causes.append(_required(f"{p}.name"))
-    elif not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
-        causes.append(_invalid(f"{p}.name", name, SUBDOMAIN_MSG))
+    elif subdomain := validation.is_dns1123_subdomain(name):
+        causes.append(_invalid(f"{p}.name", name, ",".join(subdomain)))
     elif len(name.split(".")) < 3:
         causes.append(_invalid(f"{p}.name", name, "should be a domain with at least three segments separated by dots"))
     causes += _validate_rules(hook.get("rules"), f"{p}.rules")
