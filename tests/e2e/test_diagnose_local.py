@@ -135,7 +135,7 @@ def test_diagnose_passes_on_a_fresh_clusterset(local: Local, exported: None) -> 
         for name in ("api", "crds", "join", "heartbeat", "agent", "dns", "vips", "exports", "components"):
             assert checks[name]["status"] == "pass", (cluster, checks[name])
     assert f"echo.{NS}.svc.clusterset.local A -> " in by_name["c2"]["dns"]["message"]
-    assert by_name["c2"]["vips"]["message"].startswith("1 VIP ports answer")
+    assert by_name["c2"]["vips"]["message"].startswith("1 VIP port answers")
     table = local.isthmus("diagnose")
     assert table.returncode == 0 and "✘" not in table.stdout, table.stdout
 

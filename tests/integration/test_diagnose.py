@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import os
+import shlex
 import socket
 import sys
 import tarfile
@@ -234,17 +235,36 @@ async def test_vip_answers_only_when_something_listens(env: Env) -> None:
         await cs.unexport(0, "api", ns)
 
 
-async def test_cidr_overlap_fails_the_clusterset(env: Env) -> None:
+async def test_cidr_overlap_fails_the_clusterset_and_its_next_step_runs_as_written(env: Env) -> None:
     cs = env.cs
     c1_cidr = cs.clusters[0].cidr
     c2_cidr = cs.clusters[1].cidr
+    # The local clusterset keeps broker-info.subm beside its kubeconfig: diagnose names it there.
+    (env.kubeconfig.parent / "broker-info.subm").write_text(cs.info.encode() + "\n")
     body = {"spec": {"clustersetIPCIDR": [c1_cidr]}}
     await cs.broker_client.patch(CLUSTER, "c2", body, namespace=BROKER_NS, patch_type=PatchType.MERGE)
     try:
         d = await env.diagnose()
         c = check(d, "clusterset", "cidrs")
         assert c.status is Status.FAIL
+        assert c.message == "1 overlap between address ranges"
         assert c.details == [f"c1 clusterset-ip {c1_cidr} overlaps c2 clusterset-ip {c1_cidr}"]
+        # c2 joined last, so c2 moves: to the first /16 of the range nobody holds, which is its old one.
+        kc = str(env.kubeconfig)
+        assert shlex.split(c.next) == [
+            "isthmus", "join", str(env.kubeconfig.parent / "broker-info.subm"), "--cluster-id", "c2",
+            "--clusterset-ip-cidr", c2_cidr, "--force", "--broker-kubeconfig", kc, "--broker-context", "broker",
+            "--context", "c2", "--kubeconfig", kc]
+        # As written: the user copies it and the overlap is gone.
+        argv = shlex.split(c.next)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "isthmus", *argv[1:], stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env={**os.environ, "KUBECONFIG": ""})
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, (out.decode(), err.decode())
+        assert f"clusterset IP CIDR: {c2_cidr}" in out.decode()
+        after = check(await env.diagnose(), "clusterset", "cidrs")
+        assert after.status is Status.PASS, after
     finally:
         await cs.broker_client.patch(CLUSTER, "c2", {"spec": {"clustersetIPCIDR": [c2_cidr]}}, namespace=BROKER_NS,
                                      patch_type=PatchType.MERGE)
@@ -400,7 +420,7 @@ async def test_capability_checks_name_what_is_broken(env: Env) -> None:
     try:
         d = await env.diagnose("c1")
         pools = check(d, "c1", "pools")
-        assert pools.status is Status.FAIL and pools.message == "1 of 1 LoadBalancerPools not fully ready"
+        assert pools.status is Status.FAIL and pools.message == "1 of 1 LoadBalancerPool not fully ready"
         assert pools.details == ["diag-pool: 1/2 HAProxy instances ready", "  slot 1 on edge-b: Failed: haproxy exited 1"]
         mcs = check(d, "c1", "multiclusterservices")
         assert mcs.status is Status.FAIL and mcs.details == [f"{ns}/shop: no Ready condition yet"]

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from isthmus.cli.diagnose import render
-from isthmus.diagnose.checks import find_overlaps
-from isthmus.diagnose.model import Check, Diagnosis, Status, TargetReport, failed, passed, warned
+from isthmus.diagnose.checks import find_overlaps, free_block
+from isthmus.diagnose.model import Check, Diagnosis, Status, TargetReport, failed, passed, plural, warned
 from isthmus.kube.client import KubeConfigError, context_names
 
 
@@ -84,3 +84,18 @@ def test_context_names_current_first(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert context_names() == ["c2", "broker", "c1", "c3"]
     with pytest.raises(KubeConfigError, match="not found"):
         context_names(tmp_path / "nope")
+
+
+def test_counts_read_as_english() -> None:
+    d = _diagnosis(passed("api", "reachable"), warned("clock", "3s off", "sync"))
+    assert render(d, colour=False).splitlines()[-1] == "1 passed, 1 warning, 0 failed"
+    assert plural(1, "range") == "1 range" and plural(2, "range") == "2 ranges" and plural(0, "range") == "0 ranges"
+    assert plural(1, "process", "processes") == "1 process" and plural(3, "process", "processes") == "3 processes"
+
+
+def test_two_overlapping_clusterset_blocks_move_to_distinct_free_blocks() -> None:
+    ranges = ["243.0.0.0/8"]
+    taken = [("c1", "clusterset-ip", "243.0.0.0/16"), ("c2", "clusterset-ip", "243.0.0.0/16"),
+             ("c1", "pod", "243.1.0.0/16")]  # a pod range inside the clusterset range: never handed out
+    assert free_block(ranges, taken, "c2") == "243.2.0.0/16"
+    assert free_block(["243.0.0.0/16"], taken, "c2") is None  # the only block is c1's

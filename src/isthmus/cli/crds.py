@@ -10,6 +10,7 @@ import typer
 from isthmus.api.crdgen import all_crds, crd_file_name, to_yaml
 from isthmus.cli.app import command, fail
 from isthmus.cli.output import FORMATS, JSON, YAML, print_document
+from isthmus.diagnose.model import plural
 
 
 @command("crds")
@@ -48,4 +49,4 @@ def crds(
             (output_dir / crd_file_name(crd)).write_text(to_yaml([crd]))
     except OSError as err:
         raise fail(f"cannot write CRDs to {output_dir}: {err.strerror or err}") from None
-    typer.echo(f"wrote {len(manifests)} CRDs to {output_dir}", err=True)
+    typer.echo(f"wrote {plural(len(manifests), 'CRD')} to {output_dir}", err=True)

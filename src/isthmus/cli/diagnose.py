@@ -13,7 +13,7 @@ import typer
 from isthmus.api.base import now
 from isthmus.cli.app import KubeconfigOpt, command, fail
 from isthmus.cli.output import JSON, TABLE, YAML, output_option, print_document
-from isthmus.diagnose.model import MARKS, Diagnosis, Status
+from isthmus.diagnose.model import MARKS, Diagnosis, Status, plural
 
 if TYPE_CHECKING:
     from isthmus.diagnose.gather import Archive
@@ -55,7 +55,7 @@ def render(result: Diagnosis, colour: bool) -> str:
                 lines.append(f"      → {c.next}")
         lines.append("")
     counts = result.counts()
-    summary = f"{counts['pass']} passed, {counts['warn']} warnings, {counts['fail']} failed"
+    summary = f"{counts['pass']} passed, {plural(counts['warn'], 'warning')}, {counts['fail']} failed"
     if counts["skip"]:
         summary += f", {counts['skip']} skipped"
     lines.append(summary)
@@ -90,7 +90,7 @@ def diagnose(
 
     def progress(result: Diagnosis) -> None:
         failing = ", ".join(f"{t.title}/{c.name}" for t, c in result.failures()[:5])
-        typer.echo(f"waiting: {len(result.failures())} checks failing ({failing})", err=True)
+        typer.echo(f"waiting: {plural(len(result.failures()), 'check')} failing ({failing})", err=True)
 
     if wait:
         result = asyncio.run(diagnose_until(refs, kubeconfig=hint, explicit=explicit, timeout=timeout,
@@ -133,6 +133,7 @@ def gather(
     arch = asyncio.run(body())
     files, errors = arch.files, arch.errors
     size = path.stat().st_size
-    typer.echo(f"wrote {path} ({len(files)} files, {size / 1024:.0f} KiB) from {len(refs)} contexts")
+    typer.echo(f"wrote {path} ({plural(len(files), 'file')}, {size / 1024:.0f} KiB) from "
+               f"{plural(len(refs), 'context')}")
     for e in errors:
         typer.echo(f"  not collected: {e['context']}: {e['what']}: {e['error']}", err=True)

@@ -26,6 +26,7 @@ from rich.text import Text
 from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
 from isthmus.cli.app import DEFAULT_STATE_DIR, StateDirOpt, command, fail
 from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_table
+from isthmus.diagnose.model import plural
 from isthmus.local import plan
 from isthmus.local.state import (
     PHASE_FAILED,
@@ -303,7 +304,7 @@ def _watch_bringup(console: Console, layout: Layout, running: Callable[[], bool]
 def _print_ready(console: Console, doc: dict[str, Any], elapsed: float) -> None:
     names = ", ".join(c["name"] for c in doc["clusters"])
     console.print(f"\n[bold green]The local clusterset is ready[/bold green] in {elapsed:.1f}s: "
-                  f"broker + {len(doc['clusters'])} cluster(s) ({names}).\n")
+                  f"broker + {plural(len(doc['clusters']), 'cluster')} ({names}).\n")
     c1 = doc["clusters"][0]
     dns_host, _, dns_port = c1["dns"].rpartition(":")
     console.print("Use it:", style="bold")
@@ -505,7 +506,7 @@ def _down(console: Console, layout: Layout) -> bool:
     if sup is not None and is_ours(sup, layout.root):
         left["supervisor"] = sup
     if left:
-        console.print(f"stopping {len(left)} process(es) directly: {', '.join(sorted(left))}")
+        console.print(f"stopping {plural(len(left), 'process', 'processes')} directly: {', '.join(sorted(left))}")
         left = terminate(left, layout.root, grace=5.0)
     if state is not None and running_supervisor(layout) is None and not left:
         state, _, _ = _recorded(layout)  # the supervisor may have written it while stopping

@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, cast
 
 from lightkube import ALL_NS, AsyncClient
@@ -36,10 +37,11 @@ from isthmus.api.mcs import (
     ServiceImport,
 )
 from isthmus.api.mcsvc import MultiClusterService
-from isthmus.diagnose.model import Check, Status, failed, passed, warned
+from isthmus.diagnose.model import Check, Status, failed, passed, plural, warned
 from isthmus.diagnose.net import ApiProbe, answer_addresses, dns_query, tcp_connect
 from isthmus.kube.helpers import describe_error, list_all
 from isthmus.mcs import views
+from isthmus.mcs.allocator import CidrError, plan_cluster_cidr
 from isthmus.mcs.brokerinfo import BrokerInfo
 from isthmus.mcs.control import get_if_kind, list_if_kind
 
@@ -101,6 +103,13 @@ class BrokerView:
     broker: Broker | None = None
     skew: float | None = None
     error: str | None = None
+    via_file: Path | None = None
+    """The kubeconfig file that defines the `via` context, when it is one."""
+
+    @property
+    def via_context(self) -> str | None:
+        """The kubeconfig context the broker was read through (its admin's), or None."""
+        return None if self.via.startswith("broker-info of ") else self.via
 
 
 @dataclass
@@ -178,7 +187,7 @@ async def check_crds(t: Target, env: Env) -> Check:
                                                                               if crd.status else [])):
             problems.append(f"{name}: not Established yet")
     if problems:
-        return failed("crds", f"{len(problems)} of {len(CRD_MODELS)} CRDs missing or at another version",
+        return failed("crds", f"{len(problems)} of {plural(len(CRD_MODELS), 'CRD')} missing or at another version",
                       f"isthmus crds | {env.kubectl(t, 'apply', '--server-side', '-f', '-')}", _more(problems))
     versions = sorted({m.crd.version for m in CRD_MODELS})
     return passed("crds", f"all {len(CRD_MODELS)} CRDs installed at the versions this client expects "
@@ -223,21 +232,42 @@ async def check_components(t: Target, env: Env) -> Check:
     bad = [(d, p) for d in deployments if (p := _deployment_problem(d)) is not None]
     if not bad:
         names = ", ".join(sorted(d.metadata.name for d in deployments if d.metadata and d.metadata.name))
-        return passed("components", f"{len(deployments)} Deployments ready ({names})")
+        return passed("components", f"{plural(len(deployments), 'Deployment')} ready ({names})")
     details = []
     for d, problem in bad:
         details.append(problem)
         details += [f"  {p}" for p in await _pod_problems(t.client, d)]
     first = bad[0][0].metadata.name if bad[0][0].metadata else ""
-    return failed("components", f"{len(bad)} of {len(deployments)} Deployments in {AGENT_NAMESPACE} not ready",
+    return failed("components", f"{len(bad)} of {plural(len(deployments), 'Deployment')} in {AGENT_NAMESPACE} not ready",
                   env.kubectl(t, "-n", AGENT_NAMESPACE, "logs", f"deploy/{first}"), _more(details))
 
 
 # --- members: discovery -------------------------------------------------------------------------
 
 
+BROKER_INFO_FILE = "broker-info.subm"
+"""What `isthmus deploy-broker` writes by default, and the local clusterset beside its kubeconfig."""
+
+
+def join_command(t: Target | str, env: Env, cluster_id: str, *extra: str) -> str:
+    """`isthmus join` for one cluster, whole: the broker-info file (beside the kubeconfig that holds
+    the context, as the local clusterset keeps it, else deploy-broker's default name here), the
+    broker's admin credentials (its context, when the kubeconfig has one), the cluster and its
+    context. Only what diagnose cannot know stays a placeholder."""
+    config = t.config if isinstance(t, Target) else None
+    info = BROKER_INFO_FILE
+    if config is not None and config.fname is not None and (Path(config.fname).parent / BROKER_INFO_FILE).is_file():
+        info = str(Path(config.fname).parent / BROKER_INFO_FILE)
+    broker = ["--broker-kubeconfig", "<the broker's admin kubeconfig>"]
+    b = env.broker
+    if b is not None and b.via_context is not None:
+        path = env.kubeconfig or (str(b.via_file) if b.via_file is not None else None)
+        broker = (["--broker-kubeconfig", path] if path else []) + ["--broker-context", b.via_context]
+    return env.isthmus(t, "join", info, "--cluster-id", cluster_id, *extra, *broker)
+
+
 def check_join(t: Target, env: Env) -> Check:
-    join = f"isthmus join broker-info.subm --broker-kubeconfig <broker kubeconfig> --cluster-id <id> --context {t.context}"
+    join = join_command(t, env, "<id>")
     if t.cluster_id is None:
         why = t.membership_error or "no ServiceDiscovery isthmus-system/isthmus"
         return failed("join", f"not part of a clusterset: {why}", join)
@@ -251,11 +281,11 @@ def check_join(t: Target, env: Env) -> Check:
     if info is not None and (info.server.rstrip("/") != b.server.rstrip("/") or info.namespace != b.namespace):
         return failed("join", f"joined as {t.cluster_id} to the broker {info.server} (namespace {info.namespace}), "
                               f"not to {b.server} (namespace {b.namespace}) as the other clusters",
-                      join.replace("<id>", t.cluster_id) + " --force")
+                      join_command(t, env, t.cluster_id, "--force"))
     if t.cluster_id not in b.clusters:
         return failed("join", f"joined as {t.cluster_id} here, but the broker ({b.server}, namespace {b.namespace}) "
                               f"has no Cluster {t.cluster_id}: it was removed or this cluster joined another broker",
-                      join.replace("<id>", t.cluster_id) + " --force")
+                      join_command(t, env, t.cluster_id, "--force"))
     return passed("join", f"joined as {t.cluster_id} (broker {b.server}, namespace {b.namespace})")
 
 
@@ -301,10 +331,10 @@ async def check_exports(t: Target, env: Env) -> Check:
     rows = await views.export_rows(t.client, None)
     bad = [(r, r.problems()) for r in rows if r.problems()]
     if not bad:
-        return passed("exports", f"{len(rows)} ServiceExports, all valid, no conflicts")
+        return passed("exports", f"{plural(len(rows), 'ServiceExport')}, {'valid, no conflict' if len(rows) == 1 else 'all valid, no conflicts'}")
     details = [f"{r.namespace}/{r.name}: {p}" for r, problems in bad for p in problems]
     conflicts = sum(1 for r, _ in bad if r.conflict_reasons())
-    return failed("exports", f"{len(bad)} of {len(rows)} ServiceExports invalid or in conflict ({conflicts} in conflict)",
+    return failed("exports", f"{len(bad)} of {plural(len(rows), 'ServiceExport')} invalid or in conflict ({conflicts} in conflict)",
                   env.isthmus(t, "show", "exports", "-A"), _more(details))
 
 
@@ -401,10 +431,10 @@ async def check_vips(t: Target, env: Env) -> Check:
     if bad:
         first = probes[next(i for i, r in enumerate(results) if r)][0]
         ns, name = first.split("/", 1)
-        return failed("vips", f"{len(bad)} of {len(probes)} VIP ports do not answer{more}",
+        return failed("vips", f"{len(bad)} of {plural(len(probes), 'VIP port')} not answering{more}",
                       env.kubectl(t, "-n", ns, "get", "endpointslices", "-l",
                                   f"multicluster.kubernetes.io/service-name={name}"), _more(bad))
-    return passed("vips", f"{len(probes)} VIP ports answer{more}")
+    return passed("vips", f"{plural(len(probes), 'VIP port')} answer{'s' if len(probes) == 1 else ''}{more}")
 
 
 # --- the broker ---------------------------------------------------------------------------------
@@ -417,7 +447,7 @@ def check_broker(t: Target, env: Env) -> Check:
         return failed("broker", f"broker not readable: {why}",
                       f"isthmus deploy-broker --context {t.context}")
     spec = b.broker.spec
-    return passed("broker", f"namespace {b.namespace}: {len(b.clusters)} clusters joined, ClusterSet IPs "
+    return passed("broker", f"namespace {b.namespace}: {plural(len(b.clusters), 'cluster')} joined, ClusterSet IPs "
                             f"{'on' if spec.clusterset_ip_enabled else 'off'} by default, range "
                             f"{', '.join(spec.clusterset_ip_cidr_range)}")
 
@@ -438,16 +468,16 @@ async def check_pools(t: Target, env: Env) -> Check:
         if ready >= want:
             continue
         bad += 1
-        details.append(f"{_key(pool)}: {ready}/{want} HAProxy instances ready")
+        details.append(f"{_key(pool)}: {ready}/{plural(want, 'HAProxy instance')} ready")
         for inst in pool.status.instances:
             if str(inst.state) != "Running" or inst.message:
                 holder = f" on {inst.holder}" if inst.holder else ""
                 details.append(f"  slot {inst.slot}{holder}: {inst.state}{': ' + inst.message if inst.message else ''}")
     if bad:
-        return failed("pools", f"{bad} of {len(pools)} LoadBalancerPools not fully ready",
+        return failed("pools", f"{bad} of {plural(len(pools), 'LoadBalancerPool')} not fully ready",
                       env.isthmus(t, "show", "pools", "-A"), _more(details))
     total = sum(p.spec.count for p in pools)
-    return passed("pools", f"{len(pools)} LoadBalancerPools, {total} HAProxy instances running")
+    return passed("pools", f"{plural(len(pools), 'LoadBalancerPool')}, {plural(total, 'HAProxy instance')} running")
 
 
 async def check_mcs(t: Target, env: Env) -> Check:
@@ -462,9 +492,9 @@ async def check_mcs(t: Target, env: Env) -> Check:
             why = ready.message or ready.reason if ready is not None else "no Ready condition yet"
             bad.append(f"{_key(m)}: {why}")
     if bad:
-        return failed("multiclusterservices", f"{len(bad)} of {len(items)} MultiClusterServices not Ready",
+        return failed("multiclusterservices", f"{len(bad)} of {plural(len(items), 'MultiClusterService')} not Ready",
                       env.isthmus(t, "show", "mcs", "-A"), _more(bad))
-    return passed("multiclusterservices", f"{len(items)} MultiClusterServices Ready")
+    return passed("multiclusterservices", f"{plural(len(items), 'MultiClusterService')} Ready")
 
 
 def _rule_ips(gateway: Gateway) -> set[str]:
@@ -506,9 +536,11 @@ async def check_egress(t: Target, env: Env) -> Check:
             why = (ready.message or str(ready.reason)) if ready is not None else "no Ready condition yet"
             bad.append(f"externalservice {_key(s)}: {why}")
     if bad:
-        return failed("egress", f"{len(bad)} egress problems ({len(claims)} claims, {len(services)} ExternalServices)",
+        return failed("egress", f"{plural(len(bad), 'egress problem')} ({plural(len(claims), 'claim')}, "
+                              f"{plural(len(services), 'ExternalService')})",
                       env.kubectl(t, "get", "sourceipclaims,sourceips,externalservices,gateways", "-A"), _more(bad))
-    return passed("egress", f"{bound} source IPs bound and owned by a gateway, {len(services)} ExternalServices Ready")
+    return passed("egress", f"{plural(bound, 'source IP')} bound and owned by a gateway, "
+                             f"{plural(len(services), 'ExternalService')} Ready")
 
 
 def _is_ip(value: str) -> bool:
@@ -522,12 +554,16 @@ def _is_ip(value: str) -> bool:
 # --- the clusterset -----------------------------------------------------------------------------
 
 
-def find_overlaps(cidrs: Iterable[tuple[str, str, str]]) -> list[str]:
-    """(owner, kind, CIDR) triples → one line per overlapping pair of different owners or kinds.
+Range = tuple[str, str, str]
+"""(owner cluster, kind, CIDR): kind is pod, service or clusterset-ip."""
+
+
+def overlapping_pairs(cidrs: Iterable[Range]) -> list[tuple[Range, Range]]:
+    """Every overlapping pair of ranges of different owners or kinds.
 
     Clusters of a clusterset route to each other's pods and VIPs: no two of their pod, service
     and ClusterSet IP ranges may overlap (one cluster's two ranges neither)."""
-    seen: dict[tuple[str, str, str], ipaddress.IPv4Network | ipaddress.IPv6Network] = {}
+    seen: dict[Range, ipaddress.IPv4Network | ipaddress.IPv6Network] = {}
     for owner, kind, cidr in cidrs:
         try:
             seen.setdefault((owner, kind, cidr), ipaddress.ip_network(cidr, strict=False))
@@ -535,32 +571,98 @@ def find_overlaps(cidrs: Iterable[tuple[str, str, str]]) -> list[str]:
             continue
     items = sorted(seen.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[1].version, int(kv[1].network_address)))
     out = []
-    for i, ((owner_a, kind_a, cidr_a), net_a) in enumerate(items):
-        for (owner_b, kind_b, cidr_b), net_b in items[i + 1:]:
-            if (owner_a, kind_a) == (owner_b, kind_b) or net_a.version != net_b.version:
+    for i, (a, net_a) in enumerate(items):
+        for b, net_b in items[i + 1:]:
+            if a[:2] == b[:2] or net_a.version != net_b.version:
                 continue
             if net_a.overlaps(net_b):
-                out.append(f"{owner_a} {kind_a} {cidr_a} overlaps {owner_b} {kind_b} {cidr_b}")
+                out.append((a, b))
     return out
 
 
+def find_overlaps(cidrs: Iterable[Range]) -> list[str]:
+    """(owner, kind, CIDR) triples → one line per overlapping pair of different owners or kinds."""
+    return [f"{a[0]} {a[1]} {a[2]} overlaps {b[0]} {b[1]} {b[2]}" for a, b in overlapping_pairs(cidrs)]
+
+
+CLUSTERSET_IP = "clusterset-ip"
+
+
+def free_block(ranges: list[str], cidrs: Iterable[Range], cluster_id: str) -> str | None:
+    """The first /16 of the clusterset's range that overlaps none of `cidrs` but the cluster's own
+    ClusterSet IP block (the one it gives up), or None when there is none; join's own allocator
+    picks it, so join accepts it."""
+    taken = {f"{owner} {kind} {i}": cidr for i, (owner, kind, cidr) in enumerate(cidrs)
+             if (owner, kind) != (cluster_id, CLUSTERSET_IP)}
+    try:
+        return plan_cluster_cidr(ranges, taken, cluster_id, None)
+    except CidrError:
+        return None
+
+
+def _to_move(pairs: list[tuple[Range, Range]], env: Env) -> tuple[list[str], list[str]]:
+    """(clusters to re-join with another ClusterSet IP block, overlaps no join can fix). Of two
+    ClusterSet IP blocks, the later-joined cluster's moves (the older one's VIPs stay)."""
+    clusters = env.broker.clusters if env.broker is not None else {}
+
+    def later(cid: str) -> tuple[bool, float, str]:
+        at = clusters[cid].spec.joined_at if cid in clusters else None
+        return (at is None, at.timestamp() if at is not None else 0.0, cid)
+
+    move: list[str] = []
+    other: list[str] = []
+    for a, b in pairs:
+        owners = [r[0] for r in (a, b) if r[1] == CLUSTERSET_IP]
+        if any(o in move for o in owners):
+            continue
+        if not owners:
+            other.append(f"{a[0]} {a[1]} {a[2]} and {b[0]} {b[1]} {b[2]}")
+            continue
+        move.append(max(owners, key=later))
+    return move, other
+
+
 def check_cidrs(targets: list[Target], env: Env) -> Check:
-    triples: list[tuple[str, str, str]] = []
+    triples: list[Range] = []
     if env.broker is not None:
         for cid, cluster in env.broker.clusters.items():
-            triples += [(cid, "clusterset-ip", c) for c in cluster.spec.clusterset_ip_cidr]
+            triples += [(cid, CLUSTERSET_IP, c) for c in cluster.spec.clusterset_ip_cidr]
     for t in targets:
         if t.cluster_id is not None:
             triples += [(t.cluster_id, kind, c) for kind, c in t.cidrs]
     if not triples:
         return Check("cidrs", Status.SKIP, "no address ranges to compare (no broker, no member reachable)")
-    overlaps = find_overlaps(triples)
-    if overlaps:
-        return failed("cidrs", f"{len(overlaps)} overlapping address ranges",
-                      "give each cluster its own ranges: `isthmus join --clusterset-ip-cidr <free /16> --force` "
-                      "for a ClusterSet IP block", _more(overlaps))
+    pairs = overlapping_pairs(triples)
+    if pairs:
+        return failed("cidrs", f"{plural(len(pairs), 'overlap')} between address ranges",
+                      _overlap_fix(pairs, triples, targets, env), _more(find_overlaps(triples)))
     kinds = sorted({k for _, k, _ in triples})
-    return passed("cidrs", f"{len(triples)} ranges, no overlap ({', '.join(kinds) or 'none published'})")
+    return passed("cidrs", f"{plural(len(triples), 'range')}, no overlap ({', '.join(kinds) or 'none published'})")
+
+
+def _overlap_fix(pairs: list[tuple[Range, Range]], triples: list[Range], targets: list[Target], env: Env) -> str:
+    """The commands that end the overlaps: each cluster to move re-joined (--force) with a free
+    /16 computed here; pod and service ranges are the cluster's own and are only named."""
+    move, other = _to_move(pairs, env)
+    b = env.broker
+    ranges = list(b.broker.spec.clusterset_ip_cidr_range) if b is not None and b.broker is not None else []
+    if not ranges:
+        ranges = next((list(t.broker_info.clusterset_ip_cidr_range) for t in targets if t.broker_info), [])
+    joins = []
+    taken = list(triples)
+    for cid in move:
+        block = free_block(ranges, taken, cid) if ranges else None
+        if block is None:
+            block = "<a free /16 of the clusterset range>"
+        else:  # the next cluster to move must not get the same block
+            taken = [r for r in taken if (r[0], r[1]) != (cid, CLUSTERSET_IP)] + [(cid, CLUSTERSET_IP, block)]
+        target: Target | str = next((t for t in targets if t.cluster_id == cid), f"<context of {cid}>")
+        joins.append(join_command(target, env, cid, "--clusterset-ip-cidr", block, "--force"))
+    text = " && ".join(joins)
+    if other:
+        text += ("; then " if text else "") + (f"give each cluster pod and service ranges of its own (set when "
+                                               f"the cluster is made): {'; '.join(other)}")
+    return text
 
 
 def check_members(targets: list[Target], env: Env) -> Check:
@@ -578,6 +680,6 @@ def check_members(targets: list[Target], env: Env) -> Check:
     checked = {t.cluster_id for t in targets if t.cluster_id}
     missing = sorted(set(b.clusters) - checked)
     if missing:
-        return warned("members", f"{len(b.clusters)} clusters joined; no context checked here for "
+        return warned("members", f"{plural(len(b.clusters), 'cluster')} joined; no context checked here for "
                                  f"{', '.join(missing)}", "add their contexts to the kubeconfig (or pass --context)")
-    return passed("members", f"{len(b.clusters)} clusters joined, all checked")
+    return passed("members", f"{plural(len(b.clusters), 'cluster')} joined, all checked")

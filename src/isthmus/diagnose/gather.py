@@ -29,6 +29,7 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from isthmus.api import CRD_MODELS
 from isthmus.api.base import format_time
 from isthmus.api.mcs import AGENT_NAMESPACE, KUBE_SERVICE_NAME_LABEL, SERVICE_NAME_LABEL, ServiceExport
+from isthmus.diagnose.model import plural
 from isthmus.diagnose.net import probe_api, raw_get, utc_now
 from isthmus.diagnose.run import REQUEST_TIMEOUT, ContextRef
 from isthmus.kube.client import client_for
@@ -49,7 +50,7 @@ DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 README = """\
 # Isthmus gather archive
 
-Collected by `isthmus gather` at {time} from {count} kubeconfig context(s): {contexts}.
+Collected by `isthmus gather` at {time} from {count}: {contexts}.
 
 - `diagnose.json`: `isthmus diagnose -o json` at the same moment (docs/diagnose.md).
 - `manifest.json`: every file, and what could not be collected (with the error).
@@ -253,7 +254,7 @@ async def gather(refs: list[ContextRef], archive: Path, diagnosis: dict[str, Any
     if diagnosis is not None:
         arch.add("diagnose.json", json.dumps(diagnosis, indent=2, ensure_ascii=False))
     contexts = [r.name for r in refs]
-    arch.add("README.md", README.format(time=format_time(at), count=len(contexts), contexts=", ".join(contexts),
+    arch.add("README.md", README.format(time=format_time(at), count=plural(len(contexts), 'kubeconfig context'), contexts=", ".join(contexts),
                                         max_events=MAX_EVENTS, tail=LOG_TAIL_LINES, limit=LOG_LIMIT_BYTES))
     manifest = {"apiVersion": "gather.isthmus.io/v1alpha1", "kind": "GatherManifest", "time": format_time(at),
                 "contexts": contexts, "files": sorted([*arch.files, "manifest.json"]), "errors": arch.errors,

@@ -26,6 +26,12 @@ class Status(StrEnum):
 MARKS = {Status.PASS: "✔", Status.WARN: "⚠", Status.FAIL: "✘", Status.SKIP: "-"}
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 range`, `2 ranges`: a count with its noun as English wants it (`nouns` for an irregular
+    plural, `1 process`, `2 processes`). Every count diagnose and the CLI print goes through here."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
 @dataclass(frozen=True)
 class Check:
     name: str

@@ -110,7 +110,7 @@ async def _read_broker(targets: list[c.Target]) -> tuple[c.BrokerView | None, As
                       None)
         if target is not None:
             view = c.BrokerView(info.namespace, info.server, target.context,
-                                skew=target.api.skew if target.api else None)
+                                skew=target.api.skew if target.api else None, via_file=target.config.fname)
             client = target.client
         else:
             view = c.BrokerView(info.namespace, info.server, f"broker-info of {member.context}")
@@ -120,7 +120,7 @@ async def _read_broker(targets: list[c.Target]) -> tuple[c.BrokerView | None, As
         if target is None:
             return None, None
         view = c.BrokerView(target.broker_namespaces[0], target.server, target.context,
-                            skew=target.api.skew if target.api else None)
+                            skew=target.api.skew if target.api else None, via_file=target.config.fname)
         client = target.client
     try:
         async with asyncio.timeout(PROBE_TIMEOUT):
