@@ -11,11 +11,20 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from lightkube import ApiError
 from lightkube.resources.core_v1 import Event, Namespace, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.types import PatchType
 
 from isthmus.api.mcs import AFFINITY_ANNOTATION, CONSUMER_CLUSTERS_ANNOTATION, EXPORTED_PORTS_ANNOTATION
-from isthmus.api.mcsvc import FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, MultiClusterService
+from isthmus.api.mcsvc import (
+    FINALIZER,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MultiClusterService,
+    MultiClusterServiceReport,
+    report_name,
+)
 from isthmus.kube.resources import resource_for
 from isthmus.mcs.membership import membership
 from isthmus.mcsvc.broker import BrokerController
@@ -32,6 +41,7 @@ from tests.integration.mcs_harness import (
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 MCS: Any = resource_for(MultiClusterService)
+REPORT: Any = resource_for(MultiClusterServiceReport)
 NS = "shop"
 
 
@@ -383,6 +393,91 @@ async def test_a_consumer_without_the_namespace_says_so(env: tuple[ClusterSet, E
         return True
 
     await eventually(imported, timeout=20)
+
+
+async def test_default_providers_are_the_clusters_that_have_the_service(env: tuple[ClusterSet, Exposure]) -> None:
+    """Issue 40 item 15: CrossCluster, consumers `range.clusterNames: [c3]`, providers left to default.
+    c1 and c2 serve, c3 only imports: c3 lacking the Service is no failure, and Ready becomes True
+    (before: `Ready=False ServiceAppliedFailed` forever, "Service shop/dflt does not exist in cluster
+    c3; retrying")."""
+    cs, _ = env
+    for i in (0, 1):
+        await _serve(cs, i, "dflt", f"127.{101 + i}.0.95")
+    await _mcs(cs, "dflt", {"types": ["CrossCluster"], "range": {"clusterNames": ["c3"]}})
+
+    async def ready() -> dict[str, Any]:
+        obj = await _get_mcs(cs, "dflt")
+        assert _cond(obj, "Ready").get("status") == "True", _cond(obj, "Ready")
+        return obj or {}
+
+    obj = await eventually(ready, timeout=20)
+    assert obj["status"]["providers"] == "* (c1,c2)" and obj["status"]["consumers"] == "c3"
+    assert "c1, c2" in _cond(obj, "ServiceApplied")["message"]
+    reports = {r["name"]: r for r in obj["status"]["clusters"]}
+    assert reports["c3"]["provider"] is False and reports["c3"]["reason"] == "NoService"
+    assert "serviceApplied" not in reports["c3"]
+    assert await cs.get_export(2, "dflt", NS) is None  # c3 exports nothing
+    imported = await cs.local_import(2, "dflt", NS)
+    assert imported is not None and sorted(c["cluster"] for c in imported["status"]["clusters"]) == ["c1", "c2"]
+    assert not any(t == "Warning" and "c3" in m for t, _, m in await _events(cs, "dflt"))
+    # A cluster named as a provider that lacks the Service is still a failed provider.
+    await _mcs(cs, "dflt", {"types": ["CrossCluster"], "range": {"clusterNames": ["c3"]},
+                            "providerClusters": [{"name": "c1"}, {"name": "c3"}]})
+
+    async def failed() -> bool:
+        c = _cond(await _get_mcs(cs, "dflt"), "ServiceApplied")
+        assert c.get("reason") == "ServiceAppliedFailed" and "c3" in c["message"], c
+        return True
+
+    await eventually(failed, timeout=20)
+
+
+async def test_a_members_broker_token_cannot_write_a_multiclusterservices_status(
+        env: tuple[ClusterSet, Exposure]) -> None:
+    """Issue 40 item 1: c3's own broker credentials (the ones `isthmus join` gave it) cannot rewrite
+    a MultiClusterService's status (before: the patch was accepted and `kubectl get mcs` showed the
+    forged address), nor another cluster's report; and a status write by anyone else (here the
+    broker's admin) is undone by the broker controller."""
+    cs, _ = env
+    for i in (0, 1):
+        await _serve(cs, i, "cart", f"127.{101 + i}.0.96")
+    await _mcs(cs, "cart", {"types": ["CrossCluster"], "providerClusters": [{"name": "c1"}, {"name": "c2"}]})
+
+    async def ready() -> dict[str, Any]:
+        obj = await _get_mcs(cs, "cart")
+        assert _cond(obj, "Ready").get("status") == "True", _cond(obj, "Ready")
+        return obj or {}
+
+    before = await eventually(ready, timeout=20)
+    _, info = await membership(cs.c(2))
+    c3 = info.client()
+    forged = {"status": {"address": "127.33.6.6", "loadBalancer": {"ingress": [{"ip": "127.33.6.6"}]}}}
+    with pytest.raises(ApiError) as denied:
+        await c3.patch(MCS.Status, "cart", forged, namespace=NS, patch_type=PatchType.MERGE)
+    assert denied.value.status.code == 403
+    # Nor can it rewrite c1's report (the admission policy: only objects labelled with its own ID).
+    report = await cs.broker_client.get(REPORT, report_name(NS, "cart", "c1"), namespace=info.namespace)
+    with pytest.raises(ApiError) as refused:
+        await c3.patch(REPORT, report.metadata.name, {"spec": {"report": {"serviceApplied": False}}},
+                       namespace=info.namespace, patch_type=PatchType.MERGE)
+    assert refused.value.status.code == 403
+    with pytest.raises(ApiError) as refused:
+        await c3.delete(REPORT, report.metadata.name, namespace=info.namespace)
+    assert refused.value.status.code == 403
+    # Whoever else writes the status (an admin here), the broker controller restores it.
+    await cs.broker_client.patch(MCS.Status, "cart", {"status": {**forged["status"], "conditions": [
+        {"type": "Ready", "status": "False", "reason": "Forged", "message": "x",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, namespace=NS, patch_type=PatchType.MERGE)
+
+    async def restored() -> bool:
+        obj = await _get_mcs(cs, "cart")
+        status = (obj or {}).get("status") or {}
+        assert "address" not in status and "loadBalancer" not in status, status
+        assert _cond(obj, "Ready").get("status") == "True", _cond(obj, "Ready")
+        assert [r["name"] for r in status["clusters"]] == [r["name"] for r in before["status"]["clusters"]]
+        return True
+
+    await eventually(restored, timeout=10)
 
 
 async def test_a_cluster_that_leaves_is_cleaned_up(env: tuple[ClusterSet, Exposure]) -> None:

@@ -22,7 +22,14 @@ from isthmus.api.mcsvc import (
 )
 from isthmus.mcs.endpoints import InvalidAnnotation, consumer_clusters, exported_ports, port_selected
 from isthmus.mcsvc.haproxy import pool_spec, status_of
-from isthmus.mcsvc.plan import backends, exposed_ports, missing_ports, show_clusters, summarize
+from isthmus.mcsvc.plan import (
+    backends,
+    exposed_ports,
+    missing_ports,
+    resolve_providers,
+    show_clusters,
+    summarize,
+)
 from isthmus.mcsvc.views import mcs_rows
 
 
@@ -123,3 +130,37 @@ def test_show_rows() -> None:
     rows = mcs_rows([o.to_dict()])
     assert rows[0]["clusters"] == [{"name": "c1", "role": "provider", "state": "failing", "problem": "gone"}]
     assert parse_service_ports("http=80/TCP,bad,x=1") == [("http", 80, "TCP"), ("x", 1, "TCP")]
+
+
+def test_default_providers_are_the_clusters_that_have_the_service() -> None:
+    """Issue 40 item 15: with providerClusters left to default, a consumer without the Service is no
+    provider and no failure; the object is Ready once every live cluster has answered."""
+    reports = [ClusterReport(name="c1", provider=True, service_applied=True, observed_generation=1),
+               ClusterReport(name="c2", provider=True, service_applied=True, observed_generation=1),
+               ClusterReport(name="c3", consumer=True, imported=True, reason="NoService", observed_generation=1)]
+    mcs = MultiClusterService.from_dict({"metadata": {"name": "web", "namespace": "mc", "generation": 1},
+                                         "spec": {"types": ["CrossCluster"], "range": {"clusterNames": ["c3"]}}})
+    providers = resolve_providers(mcs, ["c1", "c2", "c3"], reports)
+    assert (providers.clusters, providers.undecided, providers.named) == (["c1", "c2"], [], False)
+    conds = {c.type: c for c in summarize(mcs, providers, ["c3"], None, None, reports=reports)}
+    assert [conds[t].status for t in ("ServiceApplied", "EndpointSliceDispatched", "Ready")] == ["True"] * 3
+    assert conds["ServiceApplied"].message == "the Service is exposed from c1, c2"
+    # A live cluster that has not answered yet is waited for (it may have the Service), a silent one is not.
+    early = resolve_providers(mcs, ["c1", "c2", "c3"], reports[:2], live={"c1", "c2", "c3"})
+    assert early.undecided == ["c3"]
+    conds = {c.type: c for c in summarize(mcs, early, ["c3"], None, None, reports=reports[:2])}
+    assert conds["ServiceApplied"].reason == "Waiting" and "c3" in conds["ServiceApplied"].message
+    assert resolve_providers(mcs, ["c1", "c2", "c3"], reports[:2], live={"c1", "c2"}).undecided == []
+    # No cluster has the Service: not Ready, and the message says where it will be exposed from.
+    none = [ClusterReport(name="c1", observed_generation=1, reason="NoService")]
+    conds = {c.type: c for c in summarize(mcs, resolve_providers(mcs, ["c1"], none), ["c1"], None, None,
+                                          reports=none)}
+    assert conds["ServiceApplied"].status == "False" and "no cluster has Service mc/web" in conds["ServiceApplied"].message
+    # A cluster named as a provider that lacks the Service is a failure.
+    named = MultiClusterService.from_dict({"metadata": {"name": "web", "namespace": "mc", "generation": 1},
+                                           "spec": {"types": ["CrossCluster"], "providerClusters": [{"name": "c3"}]}})
+    missing = [ClusterReport(name="c3", provider=True, service_applied=False, observed_generation=1,
+                             message="Service mc/web does not exist in cluster c3; retrying")]
+    conds = {c.type: c for c in summarize(named, resolve_providers(named, ["c1", "c3"], missing), ["c1", "c3"],
+                                          None, None, reports=missing)}
+    assert conds["ServiceApplied"].reason == "ServiceAppliedFailed" and "c3" in conds["ServiceApplied"].message

@@ -5,8 +5,12 @@ admission, the CLI and the tests (docs/mcsvc.md).
 The object lives on the broker, in the Service's namespace, named as the Service. `spec` is the
 seed's plus Karmada's later `providerClusters` / `consumerClusters`; `status` is Karmada's
 (corev1.ServiceStatus: `loadBalancer` + `conditions`) plus Isthmus's per-cluster reports
-(`status.clusters`, one entry written by each member cluster's controller) and the resolved
-provider/consumer sets the printer columns show.
+(`status.clusters`) and the resolved provider/consumer sets the printer columns show.
+
+Broker tenancy (docs/mcsvc.md): the object's status is written by the broker controller alone.
+Each member cluster reports in a `MultiClusterServiceReport` of its own in the broker namespace
+(labelled with its cluster ID and guarded by the same admission policy as its ExportedServices),
+which the broker controller copies into `status.clusters` and summarises.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from isthmus.api.base import (
     ATOMIC_LIST,
     Conditions,
     CRDInfo,
+    DNS1123Label,
     Int32,
     KubeModel,
     PrinterColumn,
@@ -32,6 +37,8 @@ from isthmus.api.base import (
 
 GROUP = "networking.karmada.io"
 VERSION = "v1alpha1"
+REPORT_GROUP = "isthmus.io"
+REPORT_VERSION = "v1alpha1"
 
 
 class ExposureType(StrEnum):
@@ -230,7 +237,53 @@ class MultiClusterService(Resource):
         return self.metadata.deletion_timestamp is not None
 
 
-MCSVC_MODELS: tuple[type[Resource], ...] = (MultiClusterService,)
+class MultiClusterServiceRef(KubeModel):
+    namespace: DNS1123Label
+    name: str = Field(min_length=1, max_length=63)
+    uid: str | None = None
+    """The object reported on: a report about an earlier object of the same name is not read."""
+
+
+class MultiClusterServiceReportSpec(KubeModel):
+    cluster: DNS1123Label
+    """The reporting cluster (equal to the object's source-cluster label and to `report.name`)."""
+    multi_cluster_service: MultiClusterServiceRef
+    report: ClusterReport
+
+
+class MultiClusterServiceReportStatus(KubeModel):
+    conditions: Conditions = Field(default_factory=list)
+    """Unused by Isthmus today (every CRD of ours has status conditions, kube's convention)."""
+
+
+class MultiClusterServiceReport(Resource):
+    """One member cluster's report on one MultiClusterService, written by that cluster's `isthmus mcsvc`
+    in the broker namespace: the only exposure object a member writes on the broker (docs/mcsvc.md,
+    "Broker tenancy"). The broker controller copies it into the object's `status.clusters`."""
+
+    crd = CRDInfo(
+        group=REPORT_GROUP,
+        version=REPORT_VERSION,
+        kind="MultiClusterServiceReport",
+        plural="multiclusterservicereports",
+        short_names=("mcsreport",),
+        categories=("isthmus",),
+        printer_columns=(
+            PrinterColumn("Cluster", "string", ".spec.cluster"),
+            PrinterColumn("Namespace", "string", ".spec.multiClusterService.namespace"),
+            PrinterColumn("Service", "string", ".spec.multiClusterService.name"),
+            PrinterColumn("Provider", "boolean", ".spec.report.provider"),
+            PrinterColumn("Applied", "boolean", ".spec.report.serviceApplied"),
+            PrinterColumn("Reason", "string", ".spec.report.reason"),
+            AGE_COLUMN,
+        ),
+    )
+
+    spec: MultiClusterServiceReportSpec
+    status: MultiClusterServiceReportStatus = Field(default_factory=lambda: MultiClusterServiceReportStatus())
+
+
+MCSVC_MODELS: tuple[type[Resource], ...] = (MultiClusterService, MultiClusterServiceReport)
 
 # --- pure helpers shared by both controllers and the CLI ----------------------------------------
 
@@ -276,6 +329,12 @@ def collected_slice_name(namespace: str, name: str, cluster: str) -> str:
     """A provider cluster's collected EndpointSlice on the broker (broker namespace): unambiguous."""
     digest = hashlib.sha256(f"{namespace}/{name}/{cluster}".encode()).hexdigest()[:10]
     return f"mcsvc-{name[:30]}-{cluster[:15]}-{digest}"
+
+
+def report_name(namespace: str, name: str, cluster: str) -> str:
+    """A member cluster's MultiClusterServiceReport on the broker (broker namespace): unambiguous, and
+    the only name the broker controller reads a report of that cluster under."""
+    return collected_slice_name(namespace, name, cluster)
 
 
 def format_service_ports(ports: Iterable[tuple[str, int, str]]) -> str:

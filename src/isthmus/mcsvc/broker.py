@@ -7,9 +7,11 @@ Keyed by `<namespace>/<name>` of the MultiClusterService. A reconcile:
 - warns `ClusterNotFound` once per unknown cluster name (ignored otherwise, the seed's rule);
 - for LoadBalancer, hands the provider the collected backends of the provider clusters
   (Get → Ensure or Update); when LoadBalancer leaves `types`, EnsureDeleted;
-- writes status: `loadBalancer`, the conditions summarised from the member reports (plan.py), the
-  resolved providers/consumers and the address (printer columns), and drops the reports of
-  clusters that left the clusterset.
+- writes status, alone (docs/mcsvc.md "Broker tenancy"): `loadBalancer`, the members' reports
+  (their MultiClusterServiceReports, copied into `status.clusters`), the conditions summarised from
+  them (plan.py), the resolved providers/consumers and the address (printer columns). Any other
+  write to the status is undone at the next reconcile, which a status change triggers: members
+  may not write it (RBAC), and an admin's edit does not survive either.
 
 A member cluster that is registered but silent (no heartbeat for `grace`) does not hold a delete
 up: its controller removes its leftovers when it comes back (orphan sweep at start).
@@ -27,7 +29,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 
-from isthmus.api.base import conditions_equal, merge_conditions
+from isthmus.api.base import merge_conditions
 from isthmus.api.mcs import HEARTBEAT_ANNOTATION, SOURCE_CLUSTER_LABEL, Cluster
 from isthmus.api.mcsvc import (
     BROKER_FIELD_MANAGER,
@@ -36,18 +38,21 @@ from isthmus.api.mcsvc import (
     FINALIZER,
     SLICE_MANAGED_BY_LABEL,
     SLICE_MANAGED_BY_VALUE,
+    ClusterReport,
     EventReason,
     ExposureType,
     LoadBalancerStatus,
     MultiClusterService,
+    MultiClusterServiceReport,
     named_consumers,
     named_providers,
+    report_name,
     resolve,
 )
 from isthmus.kube import helpers, keys
 from isthmus.kube.resources import resource_for
 from isthmus.mcsvc import metrics
-from isthmus.mcsvc.plan import backends, made_for, show_clusters, summarize
+from isthmus.mcsvc.plan import backends, made_for, resolve_providers, show_clusters, summarize
 from isthmus.mcsvc.provider import MCSLoadBalancer, ProviderError
 from isthmus.runtime import (
     Controller,
@@ -62,6 +67,7 @@ from isthmus.runtime import (
 log = logging.getLogger(__name__)
 
 MCSResource: Any = resource_for(MultiClusterService)
+ReportResource: Any = resource_for(MultiClusterServiceReport)
 DEFAULT_GRACE = 60.0
 RETRY_SECONDS = 5.0
 DELETE_POLL = 1.0
@@ -81,8 +87,8 @@ def _relevant(obj: Any) -> tuple[Any, ...]:
             meta.get("finalizers"))
 
 
-def _reports(obj: Any) -> Any:
-    return (cast(dict[str, Any], obj.to_dict()).get("status") or {}).get("clusters")
+def _status(obj: Any) -> Any:
+    return cast(dict[str, Any], obj.to_dict()).get("status")
 
 
 class BrokerController:
@@ -111,8 +117,11 @@ class BrokerController:
         self.ready = False
         self._warned: dict[str, tuple[str, ...]] = {}
         self._lb_problem: dict[str, str] = {}
-        self._summaries: dict[str, tuple[str, str, str]] = {}
-        """UID → the status summary this controller last wrote (its own fields only)."""
+        self._summaries: dict[str, tuple[str, int]] = {}
+        """UID → (the status this controller last wrote, the resourceVersion of that write): while the
+        cache shows an older version, the same write is not sent again."""
+        self._lb: dict[str, LoadBalancerStatus | None] = {}
+        """UID → what the provider last answered (never the object's status: that may be forged)."""
         self._finalized: set[str] = set()
         """UIDs this controller gave its finalizer (until the object is gone)."""
         self._beats: dict[str, tuple[str, float]] = {}
@@ -132,14 +141,21 @@ class BrokerController:
         self.clusters = factory.informer(resource_for(Cluster), self.broker_ns)
         self.collected = factory.informer(EndpointSlice, self.broker_ns,
                                           labels={SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY_VALUE})
+        self.reports = factory.informer(ReportResource, self.broker_ns)
+        self.reports.add_indexer(BY_MCS, made_for)
         c = Controller("mcsvc-broker", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
-        # Its own status writes (conditions, summary) change nothing; spec, metadata and the
-        # members' reports do.
         c.watch(self.mcs, _key, predicate=lambda old, new: old is None or _relevant(old) != _relevant(new))
+        # A status change: its own write (the reconcile then finds nothing to do) or anyone else's,
+        # which it undoes.
+        self.mcs.add_handler(on_update=lambda old, new: c.enqueue_after(_key(new)[0], REPORT_BATCH)
+                             if _relevant(old) == _relevant(new) and _status(old) != _status(new) else None)
         # Members' reports arrive in bursts (every cluster answers the same change): summarise them
         # once, a moment later, rather than once per report.
-        self.mcs.add_handler(on_update=lambda old, new: c.enqueue_after(_key(new)[0], REPORT_BATCH)
-                             if _relevant(old) == _relevant(new) and _reports(old) != _reports(new) else None)
+        def batch(obj: Any) -> None:
+            for k in made_for(obj):
+                c.enqueue_after(k, REPORT_BATCH)
+
+        self.reports.add_handler(on_add=batch, on_update=lambda _o, n: batch(n), on_delete=batch)
         self.collected.add_indexer(BY_MCS, made_for)
         c.watch(self.collected, made_for)
         c.watch(self.clusters, lambda _o: self._all_keys(),
@@ -179,6 +195,7 @@ class BrokerController:
     def _forget(self, obj: Any) -> None:
         uid = (cast(dict[str, Any], obj.to_dict()).get("metadata") or {}).get("uid") or ""
         self._summaries.pop(uid, None)
+        self._lb.pop(uid, None)
         self._finalized.discard(uid)
 
     def _all_keys(self) -> list[str]:
@@ -227,56 +244,73 @@ class BrokerController:
                 return None  # deleted meanwhile
             mcs = fresh
         registered = [object_name(o) for o in self.clusters.cache.list()]
-        providers, unknown_p = resolve(named_providers(mcs), registered)
+        reports = self._reports_of(mcs, set(registered))
+        live = self._live()
+        providers = resolve_providers(mcs, registered, reports, live)
         consumers, unknown_c = resolve(named_consumers(mcs), registered)
-        unknown = tuple(sorted(set(unknown_p) | set(unknown_c)))
+        unknown = tuple(sorted(set(providers.unknown) | set(unknown_c)))
         if unknown and self._warned.get(key) != unknown:
             self.recorder.warning(raw, EventReason.CLUSTER_NOT_FOUND,
                                   f"cluster(s) {', '.join(unknown)} not found in the clusterset: ignored "
                                   f"(registered: {', '.join(sorted(registered)) or 'none'})")
         self._warned[key] = unknown
 
-        lb_status, problem = await self._load_balancer(mcs, raw, providers)
-        conditions = summarize(mcs, providers, consumers, lb_status, problem)
+        lb_status, problem = await self._load_balancer(mcs, raw, providers.clusters, live)
+        conditions = summarize(mcs, providers, consumers, lb_status, problem, reports=reports)
         wanted = {c.type for c in conditions}
         merged = merge_conditions([c for c in mcs.status.conditions if c.type in wanted], conditions)
-        status: dict[str, Any] = {}
-        if not conditions_equal(merged, mcs.status.conditions):
-            status["conditions"] = [c.to_dict() for c in merged]
         lb_dict = lb_status.to_dict() if lb_status is not None and lb_status.ingress else None
-        current_lb = mcs.status.load_balancer.to_dict() if mcs.status.load_balancer is not None else None
-        if (current_lb or None) != lb_dict:
-            status["loadBalancer"] = lb_dict  # None clears it (merge patch)
-        summary = {
-            "providers": show_clusters(providers, named_providers(mcs)),
+        desired: dict[str, Any] = {
+            "conditions": [c.to_dict() for c in merged],
+            "loadBalancer": lb_dict,
+            "providers": show_clusters(providers.clusters, named_providers(mcs)),
             "consumers": show_clusters(consumers, named_consumers(mcs)) if mcs.has_type(
                 ExposureType.CROSS_CLUSTER) else None,
             "address": ",".join(i.ip or i.hostname or "" for i in (lb_status.ingress if lb_status else None) or [])
             or None,
             "observedGeneration": mcs.metadata.generation,
+            "clusters": [r.to_dict() for r in reports],
         }
-        current = mcs.status.to_dict()
-        for field, value in summary.items():
-            if current.get(field) != value:
-                status[field] = value
-        kept = [r for r in mcs.status.clusters if r.name in registered]
-        if len(kept) != len(mcs.status.clusters):
-            status["clusters"] = [r.to_dict() for r in kept]  # clusters that left the clusterset
+        current = _status(raw) or {}
+        # The whole status is this controller's: every field it does not set is cleared (null in a
+        # merge patch), so nothing another writer added survives either.
+        status = {k: v for k, v in desired.items() if (current.get(k) or None) != (v or None)}
+        status.update({k: None for k in current if k not in desired})
         uid = mcs.metadata.uid or ""
-        written = (json.dumps([(c.type, c.status, c.reason, c.message) for c in conditions]),
-                   json.dumps(lb_dict, sort_keys=True), json.dumps(summary, sort_keys=True))
-        if status and "clusters" not in status and self._summaries.get(uid) == written:
-            status = {}  # this very summary is written already; the cache has not shown it yet
+        written = json.dumps(desired, sort_keys=True)
+        last = self._summaries.get(uid)
+        if status and last is not None and last[0] == written and _rv(raw) <= last[1]:
+            status = {}  # this very status is written, and nobody wrote since (or the cache lags)
         if status:
-            # Only this controller writes these fields, so no resourceVersion: a summary of a report that
-            # is already stale is corrected by the reconcile the newer report triggers. Replacing the
-            # members' list is another matter: that one is checked.
-            meta = {"resourceVersion": mcs.metadata.resource_version} if "clusters" in status else {}
-            await cast(Any, self.client).patch(
-                MCSResource.Status, name, {"metadata": meta, "status": status},
+            # Only this controller writes the status, so no resourceVersion: a summary of a report that
+            # is already stale is corrected by the reconcile the newer report triggers.
+            stored = await cast(Any, self.client).patch(
+                MCSResource.Status, name, {"status": status},
                 namespace=ns, patch_type=PatchType.MERGE, field_manager=BROKER_FIELD_MANAGER)
-            self._summaries[uid] = written
+            self._summaries[uid] = (written, _rv(stored))
         return Result(requeue_after=RETRY_SECONDS) if problem else None
+
+    def _reports_of(self, mcs: MultiClusterService, registered: set[str]) -> list[ClusterReport]:
+        """The member reports on `mcs`, sorted by cluster: only those a registered cluster wrote about
+        this very object, under the one name that cluster's controller uses (the admission policy lets
+        a member write only reports labelled with its own cluster ID)."""
+        ns, name = mcs.namespace or "", mcs.name
+        out: dict[str, ClusterReport] = {}
+        for raw in self.reports.cache.by_index(BY_MCS, f"{ns}/{name}"):
+            cluster = object_labels(raw).get(SOURCE_CLUSTER_LABEL, "")
+            if cluster not in registered or object_name(raw) != report_name(ns, name, cluster):
+                continue
+            try:
+                report = MultiClusterServiceReport.from_dict(cast(Any, raw).to_dict())
+            except ValueError:
+                continue
+            spec = report.spec
+            target = spec.multi_cluster_service
+            if (spec.cluster != cluster or spec.report.name != cluster or (target.namespace, target.name) != (ns, name)
+                    or (target.uid and mcs.metadata.uid and target.uid != mcs.metadata.uid)):
+                continue
+            out[cluster] = spec.report
+        return [out[c] for c in sorted(out)]
 
     async def _add_finalizer(self, mcs: MultiClusterService) -> MultiClusterService | None:
         """Add the finalizer, resourceVersion-checked; a busy broker's watch may lag behind, so a 409 is
@@ -301,9 +335,10 @@ class BrokerController:
         self._finalized.add(mcs.metadata.uid or "")
         return mcs
 
-    async def _load_balancer(self, mcs: MultiClusterService, raw: Any,
-                             providers: list[str]) -> tuple[LoadBalancerStatus | None, str | None]:
+    async def _load_balancer(self, mcs: MultiClusterService, raw: Any, providers: list[str],
+                             live: set[str]) -> tuple[LoadBalancerStatus | None, str | None]:
         key = f"{mcs.namespace}/{mcs.name}"
+        uid = mcs.metadata.uid or ""
         if not mcs.has_type(ExposureType.LOAD_BALANCER):
             _, exists = await self.provider.get(mcs)
             if exists or mcs.status.load_balancer is not None:
@@ -314,10 +349,9 @@ class BrokerController:
             self._lb_problem.pop(key, None)
             return None, None
         collected = [cast(Any, o).to_dict() for o in self.collected.cache.by_index(BY_MCS, key)]
-        live = self._live()
         found = backends(collected, [p for p in providers if p in live])
         if not found.ports:  # nothing published yet: waiting, not failing (ServiceApplied says why)
-            return mcs.status.load_balancer, None
+            return await self._last_status(mcs), None
         try:
             _, exists = await self.provider.get(mcs)
             status = await (self.provider.update(mcs, found) if exists else self.provider.ensure(mcs, found))
@@ -326,13 +360,25 @@ class BrokerController:
             if self._lb_problem.get(key) != message:
                 self.recorder.warning(raw, EventReason.LB_FAILED, message)
             self._lb_problem[key] = message
-            return mcs.status.load_balancer, message
+            return await self._last_status(mcs), message
+        self._lb[uid] = status
         if self._lb_problem.pop(key, None) is not None or not exists:
             self.recorder.normal(raw, EventReason.LB_ENSURED,
                                  f"load balancer ensured ({self.provider.name}) over "
                                  f"{sum(len(v) for v in found.servers.values())} endpoints of "
                                  f"{', '.join(found.clusters) or 'no cluster yet'}")
         return status, None
+
+    async def _last_status(self, mcs: MultiClusterService) -> LoadBalancerStatus | None:
+        """What the provider last said, else what it says now: never read back from the object."""
+        uid = mcs.metadata.uid or ""
+        if uid not in self._lb:
+            try:
+                status, exists = await self.provider.get(mcs)
+            except ProviderError:
+                return None
+            self._lb[uid] = status if exists else None
+        return self._lb[uid]
 
     async def _finalize(self, mcs: MultiClusterService, raw: Any) -> Result | None:
         if FINALIZER not in (mcs.metadata.finalizers or []):
@@ -343,8 +389,9 @@ class BrokerController:
             self.recorder.warning(raw, EventReason.LB_FAILED, f"cannot delete the load balancer: {e}")
             return Result(requeue_after=RETRY_SECONDS)
         live = self._live()
-        pending = sorted(r.name for r in mcs.status.clusters if r.name in live)
         key = f"{mcs.namespace}/{mcs.name}"
+        pending = sorted({object_labels(o).get(SOURCE_CLUSTER_LABEL, "")
+                          for o in self.reports.cache.by_index(BY_MCS, key)} & live)
         leftovers = sorted({object_labels(o).get(SOURCE_CLUSTER_LABEL, "")
                             for o in self.collected.cache.by_index(BY_MCS, key)} & live)
         if pending or leftovers:
@@ -362,3 +409,12 @@ class BrokerController:
         self._finalized.discard(mcs.metadata.uid or "")
         self._warned.pop(key, None)
         return None
+
+
+def _rv(obj: Any) -> int:
+    """resourceVersion as a number, to tell a later write from the cache catching up with ours (0 if
+    a server's versions are not numbers: then every write is sent)."""
+    try:
+        return int((cast(dict[str, Any], obj.to_dict()).get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0

@@ -11,8 +11,12 @@ reconcile reads everything from caches and converges:
   endpoints collected into an EndpointSlice on the broker (the load balancer's backends);
 - anywhere else: removal of what a previous reconcile made here (a removed type, a cluster no
   longer a provider, the object deleted);
-- this cluster's report in the object's `status.clusters` (the broker controller summarises them
-  into the conditions).
+- this cluster's report: a MultiClusterServiceReport of its own in the broker namespace, the only
+  exposure object it writes there besides its collected slices (the broker controller alone writes
+  the object's status: it copies the reports into `status.clusters` and summarises them).
+
+Providers left to default are the clusters that have the Service (docs/mcsvc.md "Providers"): a
+cluster without it reports itself as no provider, which is not a failure.
 """
 
 from __future__ import annotations
@@ -26,9 +30,8 @@ from lightkube.models.meta_v1 import ObjectMeta as KubeObjectMeta
 from lightkube.models.meta_v1 import OwnerReference as KubeOwnerReference
 from lightkube.resources.core_v1 import Namespace, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
-from lightkube.types import PatchType
 
-from isthmus.api.base import ObjectMeta
+from isthmus.api.base import ObjectMeta, OwnerReference
 from isthmus.api.mcs import (
     AFFINITY_ANNOTATION,
     AGENT_NAMESPACE,
@@ -62,11 +65,15 @@ from isthmus.api.mcsvc import (
     ExportOwner,
     ExposureType,
     MultiClusterService,
+    MultiClusterServiceRef,
+    MultiClusterServiceReport,
+    MultiClusterServiceReportSpec,
     collected_slice_name,
     format_service_ports,
     named_consumers,
     named_providers,
     port_selector,
+    report_name,
     resolve,
 )
 from isthmus.kube import helpers, keys
@@ -86,6 +93,7 @@ from isthmus.runtime import (
 log = logging.getLogger(__name__)
 
 MCSResource: Any = resource_for(MultiClusterService)
+ReportResource: Any = resource_for(MultiClusterServiceReport)
 RETRY_SECONDS = 5.0
 JOINED_CHECK = 2.0
 
@@ -120,13 +128,12 @@ class MemberController:
                                      lease_duration=lease_duration, renew_deadline=renew_deadline,
                                      retry_period=retry_period)
         self.field_manager = f"{MEMBER_FIELD_MANAGER}-{cluster_id}"
-        """Per cluster: server-side apply gives each cluster's controller its own status.clusters entry."""
         self.ready = False
         self.controller: Controller | None = None
         self._joined_at: tuple[bool, float] = (True, -JOINED_CHECK)
-        self._written: dict[str, tuple[dict[str, Any] | None, int]] = {}
-        """MultiClusterService UID → (the report this controller last wrote, None: removed; the
-        resourceVersion that write made)."""
+        self._written: dict[str, dict[str, Any] | None] = {}
+        """Report name → the report spec this controller last wrote (None: deleted), while the cache has
+        not shown it yet; forgotten on the report's next watch event."""
         self._reported: dict[str, tuple[str, str]] = {}
         """key → (reason, message) of the last failure event, so one problem is one Event."""
 
@@ -150,10 +157,14 @@ class MemberController:
         self.clusters = broker.informer(resource_for(Cluster), self.broker_ns)
         self.collected = broker.informer(EndpointSlice, self.broker_ns, labels={
             SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY_VALUE, SOURCE_CLUSTER_LABEL: self.cluster_id})
+        self.reports = broker.informer(ReportResource, self.broker_ns, labels={SOURCE_CLUSTER_LABEL: self.cluster_id})
         c = Controller(f"mcsvc-{self.cluster_id}", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
-        c.watch(self.mcs, _key, predicate=self._mcs_changed)
+        # The status is the broker controller's: only spec and metadata concern this cluster.
+        c.watch(self.mcs, _key, predicate=_not_status_only)
         self._written = {}
-        self.mcs.add_handler(on_delete=self._forget)
+        # Our report changed or went (anyone's write, ours included): re-assert it if it is not ours.
+        self.reports.add_handler(on_add=self._forget, on_update=lambda _o, n: self._forget(n), on_delete=self._forget)
+        c.watch(self.reports, made_for)
         c.watch(self.services, _key)
         c.watch(self.exports, _key, predicate=_not_status_only)
         c.watch(self.imports, _key)
@@ -181,33 +192,14 @@ class MemberController:
             await broker.stop()
 
     def _forget(self, obj: Any) -> None:
-        self._written.pop(_dump(obj).get("metadata", {}).get("uid") or "", None)
-
-    def _mcs_changed(self, old: Any, new: Any) -> bool:
-        """Everything but other writers' status: the broker's conditions and other clusters' reports
-        change nothing here (this cluster's own entry does: it is re-asserted if someone removed it)."""
-        if old is None:
-            return True
-        o, n = _dump(old), _dump(new)
-        if _without_status(o) != _without_status(n):
-            return True
-        mine = self._own_entry(n)
-        uid = (n.get("metadata") or {}).get("uid") or ""
-        written = self._written.get(uid)
-        later = not written or not written[1] or _rv(new) > written[1]
-        if written is not None and later and mine != ([written[0]] if written[0] else []):
-            self._written.pop(uid)  # a later write changed (or removed) our entry: look again
-            return True
-        return self._own_entry(o) != mine
-
-    def _own_entry(self, d: dict[str, Any]) -> list[Any]:
-        return [e for e in (d.get("status") or {}).get("clusters") or [] if e.get("name") == self.cluster_id]
+        self._written.pop(object_name(obj), None)
 
     def _all_keys(self) -> list[str]:
         return sorted({k for o in self.mcs.cache.list() for k in _key(o)})
 
     def _orphan_keys(self) -> list[str]:
         found = {k for o in self.collected.cache.list() for k in made_for(o)}
+        found |= {k for o in self.reports.cache.list() for k in made_for(o)}
         found |= {k for o in self.exports.cache.list()
                   if object_labels(o).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE for k in _key(o)}
         return sorted(found)
@@ -234,15 +226,17 @@ class MemberController:
         if mcs is None or mcs.deleting:
             await self._remove_export(ns, name)
             await self._remove_collected(ns, name)
-            if mcs is not None:
-                await self._write_report(mcs, None)
-
+            await self._write_report(ns, name, mcs, None)
             self._reported.pop(key, None)
             return None
         known = [object_name(o) for o in self.clusters.cache.list()]
-        providers, _ = resolve(named_providers(mcs), known)
         consumers, _ = resolve(named_consumers(mcs), known)
-        report = ClusterReport(name=self.cluster_id, provider=self.cluster_id in providers,
+        if named_providers(mcs):
+            provider = self.cluster_id in resolve(named_providers(mcs), known)[0]
+        else:
+            # Left to default: the clusters that have the Service (docs/mcsvc.md "Providers").
+            provider = self.services.cache.get(key) is not None
+        report = ClusterReport(name=self.cluster_id, provider=provider,
                                consumer=self.cluster_id in consumers and mcs.has_type(ExposureType.CROSS_CLUSTER),
                                observed_generation=mcs.metadata.generation)
         retry = False
@@ -251,6 +245,10 @@ class MemberController:
         else:
             await self._remove_export(ns, name)
             await self._remove_collected(ns, name)
+            if not named_providers(mcs):
+                report.reason = "NoService"
+                report.message = (f"no Service {ns}/{name} in cluster {self.cluster_id}: not a provider "
+                                  "(providers left to default are the clusters that have the Service)")
         if report.consumer:
             report.imported = self.imports.cache.get(key) is not None
             if not report.imported and self.namespaces.cache.get(ns) is None:
@@ -258,12 +256,7 @@ class MemberController:
                 report.reason = "NamespaceNotFound"
                 report.message = (f"namespace {ns} does not exist in cluster {self.cluster_id}: create it there "
                                   "to import the service")
-        try:
-            await self._write_report(mcs, report)
-        except ApiError as e:
-            if helpers.is_conflict(e):
-                return Result(requeue_after=0.05)
-            raise
+        await self._write_report(ns, name, mcs, report)
         return Result(requeue_after=RETRY_SECONDS) if retry else None
 
     async def _provide(self, mcs: MultiClusterService, report: ClusterReport, consumers: list[str] | None) -> bool:
@@ -428,36 +421,41 @@ class MemberController:
 
     # -- the report
 
-    async def _write_report(self, mcs: MultiClusterService, report: ClusterReport | None) -> None:
-        """Own this cluster's entry of status.clusters (None: remove it) by server-side apply: the list
-        is keyed by name, so every cluster's controller owns its entry and none conflicts with another."""
-        current = next((e for e in mcs.status.clusters if e.name == self.cluster_id), None)
-        wanted = report.to_dict() if report else None
-        if (current.to_dict() if current else None) == wanted:
+    async def _write_report(self, ns: str, name: str, mcs: MultiClusterService | None,
+                            report: ClusterReport | None) -> None:
+        """This cluster's MultiClusterServiceReport (None: deleted). Server-side applied with force: the
+        object is this cluster's alone, so whatever else changed it is overwritten."""
+        rname = report_name(ns, name, self.cluster_id)
+        current = self.reports.cache.get(f"{self.broker_ns}/{rname}")
+        if report is None or mcs is None:
+            if current is not None and self._written.get(rname, ...) is not None:
+                await helpers.ensure_deleted(self.broker, MultiClusterServiceReport, rname, namespace=self.broker_ns)
+                self._written[rname] = None
             return
-        key = mcs.metadata.uid or ""
-        if key in self._written and self._written[key][0] == wanted:
+        spec = MultiClusterServiceReportSpec(
+            cluster=self.cluster_id, report=report,
+            multi_cluster_service=MultiClusterServiceRef(namespace=ns, name=name, uid=mcs.metadata.uid))
+        wanted = spec.to_dict()
+        if current is not None and (_dump(current).get("spec") or {}) == wanted and _report_labels_ok(
+                current, ns, name, self.cluster_id):
+            return
+        if self._written.get(rname) == wanted:
             return  # written already; the cache has not shown it yet (a busy broker's watch lags)
-        body = {"apiVersion": MultiClusterService.crd.api_version, "kind": MultiClusterService.crd.kind,
-                "metadata": {"name": mcs.name, "namespace": mcs.namespace},
-                "status": {"clusters": [report.to_dict()] if report is not None else []}}
-        try:
-            stored = await cast(Any, self.broker).patch(
-                MCSResource.Status, mcs.name, body, namespace=mcs.namespace, patch_type=PatchType.APPLY,
-                field_manager=self.field_manager, force=True)
-            self._written[key] = (wanted, _rv(stored))
-        except ApiError as e:
-            if not helpers.is_not_found(e):
-                raise
+        owner = self._cluster_owner()
+        desired = MultiClusterServiceReport(
+            metadata=ObjectMeta(
+                name=rname, namespace=self.broker_ns,
+                labels={SOURCE_CLUSTER_LABEL: self.cluster_id, MCS_LABEL: name, MCS_NAMESPACE_LABEL: ns},
+                owner_references=[OwnerReference.from_dict(owner.to_dict())] if owner is not None else None),
+            spec=spec)
+        await helpers.apply(self.broker, desired, field_manager=self.field_manager, force=True)
+        self._written[rname] = wanted
 
 
-def _rv(obj: Any) -> int:
-    """resourceVersion as a number, to tell a later write from the cache catching up with ours (0 if
-    a server's versions are not numbers: then every later event counts as later)."""
-    try:
-        return int(_dump(obj).get("metadata", {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
+def _report_labels_ok(obj: Any, ns: str, name: str, cluster: str) -> bool:
+    labels = object_labels(obj)
+    return (labels.get(SOURCE_CLUSTER_LABEL), labels.get(MCS_LABEL), labels.get(MCS_NAMESPACE_LABEL)) == (
+        cluster, name, ns)
 
 
 def _dump(obj: Any) -> dict[str, Any]:

@@ -4,7 +4,7 @@ clusters' reports (docs/mcsvc.md "Status")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -16,13 +16,16 @@ from isthmus.api.mcsvc import (
     MCS_LABEL,
     MCS_NAMESPACE_LABEL,
     SERVICE_PORTS_ANNOTATION,
+    ClusterReport,
     ConditionType,
     ExposurePort,
     ExposureType,
     LoadBalancerStatus,
     MultiClusterService,
     Reason,
+    named_providers,
     parse_service_ports,
+    resolve,
 )
 
 
@@ -113,43 +116,95 @@ def backends(collected: Iterable[Mapping[str, Any]], providers: Iterable[str]) -
 # --- the broker's summary -------------------------------------------------------------------------
 
 
-def summarize(mcs: MultiClusterService, providers: Sequence[str], consumers: Sequence[str],
-              lb: LoadBalancerStatus | None, lb_problem: str | None) -> list[Condition]:
-    """The object's conditions from the member reports (status.clusters) and the provider's result.
+@dataclass
+class Providers:
+    """Who backs a MultiClusterService (docs/mcsvc.md "Providers")."""
 
-    ServiceApplied: every provider cluster reports its Service applied. EndpointSliceDispatched
-    (CrossCluster): every consumer cluster imports the service. LoadBalancerReady (LoadBalancer):
-    the provider reports an address. Ready: all of those. A condition whose type is not in
-    spec.types is left out (the caller drops it).
+    clusters: list[str]
+    """The provider clusters: the named ones that are registered; by default, the clusters whose
+    current report says they have the Service."""
+    undecided: list[str] = field(default_factory=list)
+    """By default only: live clusters that have not reported on this generation yet (they may have
+    the Service): waited for, never a failure."""
+    unknown: list[str] = field(default_factory=list)
+    """Named clusters that are not registered (ignored, with a warning)."""
+    named: bool = False
+
+
+def resolve_providers(mcs: MultiClusterService, registered: Iterable[str], reports: Iterable[ClusterReport],
+                      live: Collection[str] | None = None) -> Providers:
+    """The provider clusters of `mcs`.
+
+    Named (`providerClusters`): those of them that are registered; one that lacks the Service is a
+    failed provider. Left to default: in our pull model the Service is not propagated, so "every
+    cluster" means every cluster that has the Service, as each cluster's report says (Karmada's
+    default means the same thing there, where the Service exists wherever it was propagated). A
+    cluster without it is no provider, and no failure; one that has not answered yet is waited for
+    while it is live (`live` None: every registered cluster is).
+    """
+    named = named_providers(mcs)
+    if named:
+        selected, unknown = resolve(named, registered)
+        return Providers(selected, unknown=unknown, named=True)
+    gen = mcs.metadata.generation or 0
+    by_name = {r.name: r for r in reports}
+    out = Providers([])
+    for cluster in sorted(set(registered)):
+        report = by_name.get(cluster)
+        if report is None or (report.observed_generation or 0) < gen:
+            if live is None or cluster in live:
+                out.undecided.append(cluster)
+        elif report.provider:
+            out.clusters.append(cluster)
+    return out
+
+
+def summarize(mcs: MultiClusterService, providers: Sequence[str] | Providers, consumers: Sequence[str],
+              lb: LoadBalancerStatus | None, lb_problem: str | None,
+              reports: Sequence[ClusterReport] | None = None) -> list[Condition]:
+    """The object's conditions from the member reports (`reports`, else status.clusters) and the
+    provider's result.
+
+    ServiceApplied: every provider cluster reports its Service applied (by default, see
+    `resolve_providers`: at least one cluster has the Service and every live cluster has answered).
+    EndpointSliceDispatched (CrossCluster): every consumer cluster imports the service.
+    LoadBalancerReady (LoadBalancer): the provider reports an address. Ready: all of those. A
+    condition whose type is not in spec.types is left out (the caller drops it).
     """
     gen = mcs.metadata.generation
-    reports = {r.name: r for r in mcs.status.clusters}
+    resolved = providers if isinstance(providers, Providers) else Providers(list(providers), named=True)
+    reports = list(mcs.status.clusters if reports is None else reports)
+    by_name = {r.name: r for r in reports}
     out: list[Condition] = []
-    if not providers:
+    failed = [f"{c}: {by_name[c].message}" for c in resolved.clusters
+              if c in by_name and by_name[c].service_applied is False]
+    waiting = [c for c in resolved.clusters if c not in by_name or by_name[c].service_applied is None
+               or (by_name[c].observed_generation or 0) < (gen or 0)] + resolved.undecided
+    if failed:
+        applied = new_condition(ConditionType.SERVICE_APPLIED, False, Reason.SERVICE_APPLIED_FAILED,
+                                "; ".join(failed), gen)
+    elif waiting:
+        applied = new_condition(ConditionType.SERVICE_APPLIED, False, Reason.WAITING,
+                                f"waiting for cluster(s) {', '.join(sorted(waiting))} to "
+                                f"{'apply' if resolved.named else 'report on'} the service", gen)
+    elif not resolved.clusters and resolved.named:
         applied = new_condition(ConditionType.SERVICE_APPLIED, False, Reason.SERVICE_APPLIED_FAILED,
                                 "no provider cluster: none of the named clusters is registered", gen)
+    elif not resolved.clusters:
+        applied = new_condition(ConditionType.SERVICE_APPLIED, False, Reason.WAITING,
+                                f"no cluster has Service {mcs.namespace}/{mcs.name}: it is exposed from every "
+                                "cluster where it appears (providerClusters left to default)", gen)
     else:
-        failed = [f"{c}: {reports[c].message}" for c in providers
-                  if c in reports and reports[c].service_applied is False]
-        waiting = [c for c in providers if c not in reports or reports[c].service_applied is None
-                   or (reports[c].observed_generation or 0) < (gen or 0)]
-        if failed:
-            applied = new_condition(ConditionType.SERVICE_APPLIED, False, Reason.SERVICE_APPLIED_FAILED,
-                                    "; ".join(failed), gen)
-        elif waiting:
-            applied = new_condition(ConditionType.SERVICE_APPLIED, False, Reason.WAITING,
-                                    f"waiting for cluster(s) {', '.join(waiting)} to apply the service", gen)
-        else:
-            applied = new_condition(ConditionType.SERVICE_APPLIED, True, Reason.SERVICE_APPLIED_SUCCEED,
-                                    f"the Service is exposed from {', '.join(providers)}", gen)
+        applied = new_condition(ConditionType.SERVICE_APPLIED, True, Reason.SERVICE_APPLIED_SUCCEED,
+                                f"the Service is exposed from {', '.join(resolved.clusters)}", gen)
     out.append(applied)
     if mcs.has_type(ExposureType.CROSS_CLUSTER):
-        missing = [c for c in consumers if not (c in reports and reports[c].imported)]
+        missing = [c for c in consumers if not (c in by_name and by_name[c].imported)]
         if not consumers:
             out.append(new_condition(ConditionType.ENDPOINT_SLICE_DISPATCHED, False, Reason.DISPATCH_FAILED,
                                      "no consumer cluster: none of the named clusters is registered", gen))
         elif missing:
-            why = [reports[c].message for c in missing if c in reports and reports[c].reason == "NamespaceNotFound"]
+            why = [by_name[c].message for c in missing if c in by_name and by_name[c].reason == "NamespaceNotFound"]
             out.append(new_condition(ConditionType.ENDPOINT_SLICE_DISPATCHED, False, Reason.WAITING,
                                      f"not imported yet in {', '.join(missing)}" + (f" ({'; '.join(why)})"
                                                                                      if why else ""), gen))
