@@ -262,10 +262,27 @@ def test_configmap_carries_the_dashboard_for_the_grafana_sidecar() -> None:
     assert json.loads(cm["data"][DASHBOARD_KEY]) == dashboard()
 
 
-def _workloads() -> list[dict[str, Any]]:
+def _operator_made() -> list[dict[str, Any]]:
+    """What the egress operator creates per ExternalService in isthmus-system: the forwarder Deployment
+    (a component of its own, with /metrics), beside the manifests."""
+    from isthmus.api.egress import ExternalService, forwarder_workload_name
+    from isthmus.egress.operator import forwarder_deployment, forwarder_labels
+
+    es = ExternalService.from_dict({"metadata": {"name": "db", "namespace": "shop"}, "spec": {
+        "targetIP": "127.48.0.10", "ports": [{"port": 5432}],
+        "sources": [{"service": {"name": "app"}, "sourceIPClaimName": "c"}]}})
+    workload = forwarder_workload_name("shop", "db")
+    return [forwarder_deployment(es, workload, forwarder_labels(es), "isthmus:test", [])]
+
+
+def _deploy_objects() -> list[dict[str, Any]]:
     root = deploy_dir()
-    objs = [*render(root / "member"), *render(root / "broker" / "controllers"), *render(root / "broker" / "webhook")]
-    return [o for o in objs if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet")]
+    return [*render(root / "member"), *render(root / "broker" / "controllers"), *render(root / "broker" / "webhook"),
+            *render(MONITORING), *_operator_made()]
+
+
+def _workloads() -> list[dict[str, Any]]:
+    return [o for o in _deploy_objects() if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet")]
 
 
 def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -278,20 +295,26 @@ def test_service_monitor_reaches_every_component_metrics_port() -> None:
     assert len(monitors) == 1
     sm = monitors[0]
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
-    services = [o for o in objs if o["kind"] == "Service"
+    services = [o for o in _deploy_objects() if o["kind"] == "Service"
+                and o["metadata"].get("namespace") in sm["spec"]["namespaceSelector"]["matchNames"]
                 and _matches(sm["spec"]["selector"]["matchLabels"], o["metadata"].get("labels") or {})]
+    assert sm["spec"]["endpoints"], "at least one endpoint"
+    for selected in services:  # every Service it selects names the ports it scrapes
+        names = {p.get("name") for p in selected["spec"]["ports"]}
+        for ep in sm["spec"]["endpoints"]:
+            assert ep["port"] in names, (
+                f"endpoint port {ep['port']} is not a port name of Service {selected['metadata']['name']}")
     assert len(services) == 1, "the ServiceMonitor selects exactly the metrics Service"
     svc = services[0]
-    assert svc["metadata"]["namespace"] in sm["spec"]["namespaceSelector"]["matchNames"]
     assert svc["spec"].get("publishNotReadyAddresses") is True, "standbys and unready pods are scraped too"
     ports = {p["name"]: p for p in svc["spec"]["ports"]}
-    assert sm["spec"]["endpoints"], "at least one endpoint"
     for ep in sm["spec"]["endpoints"]:
-        assert ep["port"] in ports, f"endpoint port {ep['port']} is not a port name of Service {svc['metadata']['name']}"
         assert ep.get("path", "/metrics") == "/metrics"
     target = ports[sm["spec"]["endpoints"][0]["port"]]["targetPort"]
     workloads = _workloads()
-    assert len(workloads) >= 9
+    assert len(workloads) >= 10
+    assert "isthmus-egress-forwarder" in {w["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/name")
+                                          for w in workloads}
     for w in workloads:
         name = w["metadata"]["name"]
         pod = w["spec"]["template"]

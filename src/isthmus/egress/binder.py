@@ -191,7 +191,7 @@ class Binder:
         class_name = claim.spec.source_ip_class_name
         cls_raw = self.classes.cache.get(class_name)
         cls = SourceIPClass.from_dict(cls_raw) if cls_raw is not None else None
-        older = self._older(cls) if cls is not None else []
+        older = self.older(cls) if cls is not None else []
         refusal = binding.check_claim(cls, class_name, ns, claim.spec.source_ip, older)
         if refusal is not None:
             return await self._pending(claim, raw, refusal.reason, refusal.message)
@@ -237,7 +237,7 @@ class Binder:
             bound = SourceIP.from_dict(made)
         return await self._finish_bind(claim, bound)
 
-    def _older(self, cls: SourceIPClass) -> list[SourceIPClass]:
+    def older(self, cls: SourceIPClass) -> list[SourceIPClass]:
         """The classes that keep the addresses `cls` shares with them (admission refuses overlaps;
         this holds when two were admitted at once)."""
         others = [SourceIPClass.from_dict(r) for r in self.classes.cache.list()]
@@ -373,7 +373,7 @@ class Binder:
             return
         cls = SourceIPClass.from_dict(raw)
         problems = binding.range_problems(cls.spec.ranges)
-        older = self._older(cls)
+        older = self.older(cls)
         shared = binding.overlaps(cls.spec.ranges, older)
         if problems:
             cond = new_condition(READY, False, Reason.INVALID_RANGES,

@@ -34,7 +34,7 @@ from isthmus.api.egress import (
 )
 from isthmus.egress import relay
 from isthmus.egress.listeners import Listeners, ListenKey
-from isthmus.egress.metrics import FLOWS, REFUSED
+from isthmus.egress.metrics import FLOWS, REFUSED, start_series
 from isthmus.egress.splice import Pipe, link, open_pipe
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
@@ -63,6 +63,7 @@ class ForwarderRuntime:
         self.refused = 0
         self.ready = False
         self._changed = asyncio.Event()
+        start_series("forwarder")
 
     async def run(self) -> None:
         factory = SharedInformerFactory(self.client)

@@ -43,7 +43,7 @@ from isthmus.api.egress import (
 )
 from isthmus.egress import relay
 from isthmus.egress.listeners import Listeners, ListenKey
-from isthmus.egress.metrics import FLOWS, LEADING, REFUSED, RULES, track_gateway
+from isthmus.egress.metrics import FLOWS, LEADING, REFUSED, RULES, start_series, track_gateway
 from isthmus.egress.splice import Pipe, link, open_pipe
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
@@ -105,6 +105,7 @@ class GatewayRuntime:
         self._applied: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
         """The kernel flows last applied (an unchanged set is not re-applied)."""
         track_gateway(self)
+        start_series("gateway")
 
     async def run(self) -> None:
         while True:

@@ -4,7 +4,11 @@ gateway's programmed rules. Counted per flow, not per buffer, so prometheus_clie
 The bindings (claims by phase, each class's addresses, ExternalServices, the source IPs a gateway
 owns) are read from the operator's and the gateway's informer caches when scraped, never counted
 as they change, so they are what the caches hold now. Labels are classes and phases (an admin's
-few classes), never claims or services."""
+few classes), never claims or services.
+
+A series exists as soon as its label values are known, at 0: the flow and refusal counters from the
+component's start (their labels are fixed), the binding gauges for every phase of each class that
+exists. A dashboard then reads 0, not "No data"."""
 
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ if TYPE_CHECKING:
     from isthmus.egress.gateway import GatewayRuntime
     from isthmus.egress.operator import EgressOperator
 
-__all__ = ["CLUSTERSET_METRICS", "FLOWS", "LEADING", "REFUSED", "RULES", "track_gateway", "track_operator"]
+__all__ = ["CLUSTERSET_METRICS", "FLOWS", "LEADING", "REFUSED", "RULES", "SERIES", "start_series", "track_gateway",
+           "track_operator"]
 
 FLOWS = Counter("isthmus_egress_flows", "Flows relayed (connections, or UDP peer flows).",
                 ["component", "direction", "protocol"], registry=REGISTRY)
@@ -36,6 +41,39 @@ RULES = Gauge("isthmus_egress_gateway_rules", "Rules the leading gateway program
               registry=REGISTRY)
 LEADING = Gauge("isthmus_egress_gateway_leading", "1 while this gateway replica leads and owns the source IPs.",
                 registry=REGISTRY)
+
+SERIES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
+    "forwarder": {
+        "flows": (("egress", "TCP"), ("egress", "UDP"), ("ingress", "TCP"), ("ingress", "UDP")),
+        "refused": (("egress", "not_a_source"), ("egress", "no_gateway"), ("egress", "gateway_error"),
+                    ("ingress", "not_the_gateway"), ("ingress", "bad_header"), ("ingress", "no_rule")),
+    },
+    "gateway": {
+        "flows": (("egress", "TCP"), ("egress", "UDP"), ("ingress", "TCP"), ("ingress", "UDP")),
+        "refused": (("egress", "bad_header"), ("egress", "not_allowed"), ("egress", "target_error"),
+                    ("ingress", "not_the_target"), ("ingress", "forwarder_error")),
+    },
+}
+"""Every (direction, protocol) a component relays and (direction, reason) it refuses: the label values
+are fixed, so each series exists from the start (tests/unit/test_egress_metrics.py checks the code
+uses no other)."""
+
+
+def start_series(component: str) -> None:
+    """Create every flow and refusal series of `component` at 0, as it starts: a counter that has
+    not counted yet then reads 0 (a dashboard's rate() is 0) instead of having no series at all."""
+    for direction, protocol in SERIES[component]["flows"]:
+        FLOWS.labels(component, direction, protocol)
+    for direction, reason in SERIES[component]["refused"]:
+        REFUSED.labels(component, direction, reason)
+    if component == "gateway":
+        for direction in ("egress", "ingress"):
+            RULES.labels(direction)
+
+
+CLAIM_PHASES = tuple(p.value for p in ClaimPhase)
+SOURCE_IP_PHASES = tuple(p.value for p in SourceIPPhase)
+READY_STATES = ("true", "false", "unknown")
 
 CLUSTERSET_METRICS = (
     "isthmus_egress_claims",
@@ -116,7 +154,14 @@ class _EgressCollector(Collector):
                         str((d.get("status") or {}).get("phase") or SourceIPPhase.AVAILABLE))] += 1
             for obj in binder.classes.cache.list():
                 cls = SourceIPClass.from_dict(_d(obj))
-                classes[cls.name] = (binding.capacity(cls), len(binder.sips.cache.index_keys(BY_CLASS, cls.name)))
+                classes[cls.name] = (binding.capacity(cls, binder.older(cls)),
+                                     len(binder.sips.cache.index_keys(BY_CLASS, cls.name)))
+            # Every phase of every class that exists, 0 until something is in it; a class deleted
+            # (and nothing left of it) has no series.
+            for name in classes:
+                by_claim.update({(name, phase): 0 for phase in CLAIM_PHASES})
+                by_sip.update({(name, phase): 0 for phase in SOURCE_IP_PHASES})
+            ready.update({state: 0 for state in READY_STATES})
             ready.update(_ready(_d(o)) for o in binder.externals.cache.list())
         for (cls_name, phase), n in sorted(by_claim.items()):
             claims.add_metric([cls_name, phase], n)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -342,8 +343,7 @@ class EgressOperator:
         return model.from_dict(out)
 
     def _labels(self, es: ExternalService) -> dict[str, str]:
-        return {ES_NAMESPACE_LABEL: es.namespace or "", ES_NAME_LABEL: es.name, MANAGED_BY_LABEL: MANAGED_BY_VALUE,
-                "app.kubernetes.io/name": "isthmus-egress-forwarder", "app.kubernetes.io/part-of": "isthmus"}
+        return forwarder_labels(es)
 
     def _ports(self, es: ExternalService) -> list[dict[str, Any]]:
         """The forwarder's ports: each of the ExternalService's (port → targetPort), and the relay."""
@@ -394,37 +394,7 @@ class EgressOperator:
                 raise
 
     async def _apply_deployment(self, es: ExternalService, workload: str) -> None:
-        dp = dataplane_name(es.namespace or "", es.name)
-        pod_labels = {FORWARDER_POD_LABEL: workload, "app.kubernetes.io/name": "isthmus-egress-forwarder",
-                      "app.kubernetes.io/part-of": "isthmus"}
-        listen = sorted({(p.protocol, p.listen_port) for p in es.spec.ports})
-        container = {
-            "name": "forwarder",
-            "image": self.image,
-            "args": ["egress-forwarder", f"--forwarder={dp}", "--listen=$(POD_IP)",
-                     f"--metrics-addr=$(POD_IP):{FORWARDER_HEALTH_PORT}", *self.forwarder_args],
-            "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-            "ports": [*({"containerPort": port, "protocol": proto} for proto, port in listen),
-                      {"name": FORWARDER_RELAY_PORT_NAME, "containerPort": FORWARDER_RELAY_PORT, "protocol": "TCP"},
-                      {"name": "health", "containerPort": FORWARDER_HEALTH_PORT, "protocol": "TCP"}],
-            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "health"}, "periodSeconds": 2,
-                               "timeoutSeconds": 2, "failureThreshold": 2},
-            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "health"}, "periodSeconds": 10,
-                              "timeoutSeconds": 2, "failureThreshold": 3},
-            "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]}},
-        }
-        body = {"apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": workload, "namespace": OPERATOR_NAMESPACE, "labels": self._labels(es)},
-                "spec": {"replicas": 1, "selector": {"matchLabels": {FORWARDER_POD_LABEL: workload}},
-                         "template": {"metadata": {"labels": pod_labels},
-                                      "spec": {"serviceAccountName": FORWARDER_SERVICE_ACCOUNT,
-                                               "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
-                                                                   "seccompProfile": {"type": "RuntimeDefault"}},
-                                               "containers": [container]}}}}
+        body = forwarder_deployment(es, workload, self._labels(es), self.image, self.forwarder_args)
         current = self.deployments.cache.get(f"{OPERATOR_NAMESPACE}/{workload}")
         if current is not None and _same(as_dict(current), body):
             return
@@ -458,3 +428,51 @@ def _contains(have: Any, want: Any) -> bool:
         return isinstance(have, list) and len(have) == len(want) and all(
             _contains(h, w) for h, w in zip(have, want, strict=True))
     return bool(have == want)
+
+
+def forwarder_labels(es: ExternalService) -> dict[str, str]:
+    """The labels of an ExternalService's forwarder objects."""
+    return {ES_NAMESPACE_LABEL: es.namespace or "", ES_NAME_LABEL: es.name, MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+            "app.kubernetes.io/name": "isthmus-egress-forwarder", "app.kubernetes.io/part-of": "isthmus"}
+
+
+METRICS_PORT_NAME = "metrics"
+"""What every Isthmus pod names its /metrics (and probe) port: the metrics Service in
+deploy/monitoring targets it by this name, so a pod naming it otherwise is never scraped."""
+
+
+def forwarder_deployment(es: ExternalService, workload: str, labels: dict[str, str], image: str,
+                         forwarder_args: Sequence[str]) -> dict[str, Any]:
+    """The forwarder Deployment of an ExternalService (in the operator's namespace)."""
+    dp = dataplane_name(es.namespace or "", es.name)
+    pod_labels = {FORWARDER_POD_LABEL: workload, "app.kubernetes.io/name": "isthmus-egress-forwarder",
+                  "app.kubernetes.io/part-of": "isthmus"}
+    listen = sorted({(p.protocol, p.listen_port) for p in es.spec.ports})
+    container = {
+        "name": "forwarder",
+        "image": image,
+        "args": ["egress-forwarder", f"--forwarder={dp}", "--listen=$(POD_IP)",
+                 f"--metrics-addr=$(POD_IP):{FORWARDER_HEALTH_PORT}", *forwarder_args],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [*({"containerPort": port, "protocol": proto} for proto, port in listen),
+                  {"name": FORWARDER_RELAY_PORT_NAME, "containerPort": FORWARDER_RELAY_PORT, "protocol": "TCP"},
+                  {"name": METRICS_PORT_NAME, "containerPort": FORWARDER_HEALTH_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": METRICS_PORT_NAME}, "periodSeconds": 2,
+                           "timeoutSeconds": 2, "failureThreshold": 2},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT_NAME}, "periodSeconds": 10,
+                          "timeoutSeconds": 2, "failureThreshold": 3},
+        "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
+    }
+    body = {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": workload, "namespace": OPERATOR_NAMESPACE, "labels": labels},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {FORWARDER_POD_LABEL: workload}},
+                     "template": {"metadata": {"labels": pod_labels},
+                                  "spec": {"serviceAccountName": FORWARDER_SERVICE_ACCOUNT,
+                                           "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                                                               "seccompProfile": {"type": "RuntimeDefault"}},
+                                           "containers": [container]}}}}
+    return body
