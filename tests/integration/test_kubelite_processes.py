@@ -11,6 +11,7 @@ import asyncio
 import os
 import random
 import shutil
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import dns.exception
 import dns.message
 import dns.rcode
 import pytest
+import yaml
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.authentication_v1 import TokenReview
@@ -545,3 +547,37 @@ async def test_member_manifests_run_as_their_service_accounts(tmp_path: Path) ->
     finally:
         await lite.stop()
         await run.close()
+
+
+async def test_a_hung_dns_server_fails_its_liveness_probe_and_is_restarted(apiserver: Any, lite: ProcLite) -> None:
+    """SIGSTOP: the process is there and its port accepts connections (the kernel's backlog), but
+    nothing answers. With the member manifest's liveness probe (only its period shortened) and the
+    pod's default 30 s grace period, the container is killed and runs again well within 30 s."""
+    manifest = yaml.safe_load((deploy_dir() / "member" / "dns" / "deployment.yaml").read_text())
+    liveness = dict(manifest["spec"]["template"]["spec"]["containers"][0]["livenessProbe"])
+    liveness.update(periodSeconds=1, port="metrics")
+    c = dns_container(apiserver)
+    c["livenessProbe"] = liveness
+    c["readinessProbe"] = {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 1}
+    await lite.client.create(pod("hung", c))
+
+    async def ready() -> dict[str, Any] | None:
+        p = await get_pod(lite.client, "hung")
+        return p if condition(p, "Ready") == "True" else None
+
+    pid = pid_of(await eventually(ready, within=30, what="ready"))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        async def restarted() -> dict[str, Any] | None:
+            p = await get_pod(lite.client, "hung")
+            return p if cstatus(p).get("restartCount", 0) >= 1 and condition(p, "Ready") == "True" else None
+
+        p = await eventually(restarted, within=25, what="a restart after the process hung")
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert pid_of(p) != pid
+    events = await events_of(lite.client, "hung")
+    assert ("Killing", "Container dns failed liveness probe, will be restarted") in events
+    assert any(r == "Unhealthy" and m.startswith("Liveness probe failed: Get ") and "deadline exceeded" in m
+               for r, m in events), events

@@ -469,6 +469,13 @@ class DnsServer:
             await self.stop()
             raise
 
+    @property
+    def serving(self) -> bool:
+        """Every listener is open: what the liveness endpoint (on this same event loop) reports, so
+        that a process whose loop is hung, or whose listeners are gone, is restarted."""
+        return bool(self._tcp) and all(s.is_serving() for s in self._tcp) and all(
+            u.sock.fileno() >= 0 for u in self._udp)
+
     async def stop(self) -> None:
         for u in self._udp:
             u.close()

@@ -109,6 +109,7 @@ class DnsService:
         if self.config.metrics_addr:
             self.health = HealthServer()
             self.health.add_readiness_check("dns-synced", lambda: self.cache.ready)
+            self.health.add_liveness_check("dns-serving", lambda: self.server.serving)
             await self.health.start(self.config.metrics_addr)
         try:
             await self.server.start(self._sockets)

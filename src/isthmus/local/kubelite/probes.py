@@ -23,6 +23,9 @@ __all__ = ["ProbeResult", "Prober", "probe_once", "resolve_port"]
 
 USER_AGENT = "kube-probe/1.32"
 MAX_OUTPUT = 10 * 1024
+PROBE_SLACK = 1.0
+"""Seconds past timeoutSeconds before a probe that has not ended is given up as failed (the exec
+handler needs a moment to reap a command it killed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,15 +133,21 @@ async def probe_once(
 ) -> ProbeResult:
     timeout = float(probe.get("timeoutSeconds") or 1)
     try:
-        if probe.get("httpGet"):
-            return await _http(probe["httpGet"], host, container, timeout)
-        if probe.get("tcpSocket"):
-            return await _tcp(probe["tcpSocket"], host, container, timeout)
-        if probe.get("exec"):
-            command = [expand(str(c)) for c in probe["exec"].get("command") or []]
-            return await _exec(command, env, cwd, timeout)
+        # Each handler bounds its own wait and words its timeout as the kubelet does; this bound
+        # holds whatever else might hang (a name lookup, a peer that trickles its answer), so a
+        # probe always ends as a failure after timeoutSeconds and failureThreshold stays a count.
+        async with asyncio.timeout(timeout + PROBE_SLACK):
+            if probe.get("httpGet"):
+                return await _http(probe["httpGet"], host, container, timeout)
+            if probe.get("tcpSocket"):
+                return await _tcp(probe["tcpSocket"], host, container, timeout)
+            if probe.get("exec"):
+                command = [expand(str(c)) for c in probe["exec"].get("command") or []]
+                return await _exec(command, env, cwd, timeout)
     except ValueError as e:
         return ProbeResult(False, str(e))
+    except TimeoutError:
+        return ProbeResult(False, f"probe did not finish within timeoutSeconds ({timeout:g}s)")
     return ProbeResult(False, "unsupported probe handler (kube-lite runs httpGet, tcpSocket and exec)")
 
 

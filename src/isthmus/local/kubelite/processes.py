@@ -337,6 +337,9 @@ class ProcessPod:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)  # its own process group (start_new_session)
+            # A stopped process (SIGSTOP, a debugger) would hold SIGTERM pending for the whole grace
+            # period: continued, as systemd does after SIGTERM, it handles it and exits cleanly now.
+            os.killpg(proc.pid, signal.SIGCONT)
         try:
             async with asyncio.timeout(max(grace, 0.0)):
                 await proc.wait()
