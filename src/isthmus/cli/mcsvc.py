@@ -25,7 +25,7 @@ from isthmus.cli.app import (
     run_component,
 )
 from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_list
-from isthmus.cli.show import ShowRequest, register_show
+from isthmus.cli.show import ShowRequest, open_broker, register_show
 
 log = logging.getLogger(__name__)
 RELEASE_TIMEOUT = 3.0
@@ -227,21 +227,26 @@ def expose(
 
 
 def show_mcs(req: ShowRequest) -> None:
-    """`isthmus show mcs`: each MultiClusterService, its clusters, conditions and address."""
+    """`isthmus show mcs`: each MultiClusterService, its clusters, conditions and address, read on
+    the broker (where they live) from whichever clusterset context is given."""
+    from lightkube import ALL_NS
+
     from isthmus.api.mcsvc import MultiClusterService
-    from isthmus.kube.client import make_client
     from isthmus.kube.resources import resource_for
+    from isthmus.mcs.control import list_if_kind
     from isthmus.mcsvc.views import mcs_rows
 
-    async def gather() -> list[dict[str, Any]]:
-        client = make_client(req.kubeconfig, req.context, timeout=10.0)
+    async def gather() -> tuple[list[dict[str, Any]], str]:
+        client, where = await open_broker(req, request_timeout=10.0)
         try:
             res: Any = resource_for(MultiClusterService)
-            return mcs_rows([o.to_dict() async for o in client.list(res, namespace=req.namespace or "*")])
+            # Where the kind is not served (a cluster outside a clusterset), none exist: the message says where.
+            items = await list_if_kind(client, res, req.namespace or ALL_NS)
+            return mcs_rows([o.to_dict() for o in items]), where
         finally:
             await client.close()
 
-    rows = asyncio.run(gather())
+    rows, where = asyncio.run(gather())
     columns: list[Column | str] = ["NAMESPACE", "NAME", "TYPES", "CLUSTER", "ROLE", "STATE", "READY", "ADDRESS", "PROBLEM",
                Column("PROVIDERS", wide=True), Column("CONSUMERS", wide=True)]
 
@@ -252,8 +257,8 @@ def show_mcs(req: ShowRequest) -> None:
                 for c in r["clusters"]]
         return out
 
-    print_list(rows, req.output, columns, mcs,
-               empty="no multiclusterservices" + (f" in namespace {req.namespace}" if req.namespace else ""))
+    scope = f"in namespace {req.namespace}" if req.namespace else "in any namespace"
+    print_list(rows, req.output, columns, mcs, empty=f"no multiclusterservices {scope} {where}")
 
 
-register_show("mcs", show_mcs)  # MultiClusterServices (on the broker)
+register_show("mcs", show_mcs, on_broker=True)  # MultiClusterServices live on the broker

@@ -1,13 +1,23 @@
 """`isthmus show` plug-ins: each capability's CLI module registers the things it can list, so the
 `show` command (in cli/discovery.py, which owns its discovery-only flags) never imports another
-capability's code. `cli.main` imports every command module, so the registry is full at start."""
+capability's code. `cli.main` imports every command module, so the registry is full at start.
+
+A kind that lives on the broker (MultiClusterServices) is read there whatever the context names:
+the broker itself, or a member, whose broker is found from what join stored in it and read with
+the kubeconfig's context for that broker when there is one (its admin), else with the member's
+own broker credentials. Its messages say where they looked."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lightkube import AsyncClient
 
 
 @dataclass(frozen=True)
@@ -27,16 +37,68 @@ class Show:
     run: Callable[[ShowRequest], None]
     default_all_namespaces: bool = False
     """Without -n: every namespace (cluster-scoped things filtered by namespace), not the context's."""
+    on_broker: bool = False
+    """The kind lives on the broker: `open_broker` finds it from any member's context."""
 
 
 SHOWS: dict[str, Show] = {}
 
 
 def register_show(
-    what: str, run: Callable[[ShowRequest], None], *, default_all_namespaces: bool = False
+    what: str, run: Callable[[ShowRequest], None], *, default_all_namespaces: bool = False, on_broker: bool = False
 ) -> None:
     """Make `isthmus show <what>` call `run`."""
-    SHOWS[what] = Show(run, default_all_namespaces)
+    SHOWS[what] = Show(run, default_all_namespaces, on_broker)
+
+
+def _same_server(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def _context_for(kubeconfig: Path | None, server: str) -> str | None:
+    """The kubeconfig's context whose cluster is at `server` (the current one first), if any."""
+    from isthmus.kube.client import KubeConfigError, context_names, load_config
+
+    try:
+        for name in context_names(kubeconfig):
+            if _same_server(str(load_config(kubeconfig, name).cluster.server), server):
+                return name
+    except KubeConfigError:
+        return None
+    return None
+
+
+async def open_broker(req: ShowRequest, *, request_timeout: float) -> tuple[AsyncClient, str]:
+    """A client for the broker of `req`'s context, and where that is for messages (`on the broker
+    (context broker)`). A context that is no member is read as it is: the broker itself, or a
+    cluster outside any clusterset (which the message then says)."""
+    from lightkube import ALL_NS, ApiError
+
+    from isthmus.api.mcs import Broker
+    from isthmus.kube.client import load_config, make_client
+    from isthmus.mcs.control import DiscoveryError, list_if_kind
+    from isthmus.mcs.membership import membership
+
+    name = load_config(req.kubeconfig, req.context).context_name
+    cluster = make_client(req.kubeconfig, req.context, timeout=request_timeout)
+    try:
+        try:
+            _, info = await membership(cluster)
+        except (DiscoveryError, ApiError):  # not a member (or may not read what join stored): read it as it is
+            with contextlib.suppress(ApiError):
+                if await list_if_kind(cluster, Broker, ALL_NS):
+                    return cluster, f"on the broker (context {name})"
+            return cluster, (f"in context {name}, which is neither a member nor the broker of a clusterset "
+                             f"(pass the broker's --context)")
+    except BaseException:
+        await cluster.close()
+        raise
+    await cluster.close()  # a member: its broker is read with a client of its own
+    broker = _context_for(req.kubeconfig, info.server)
+    if broker is not None:
+        return make_client(req.kubeconfig, broker, timeout=request_timeout), f"on the broker (context {broker})"
+    return (info.client(timeout=request_timeout),
+            f"on the broker at {info.server} (read with {name}'s broker credentials)")
 
 
 def age(at: datetime | str | None, ref: datetime | None = None) -> str:
