@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import os
 import signal
@@ -13,12 +14,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import httpx2
 import pytest
 from aiohttp import web
+from lightkube import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace
 
-from isthmus.api.lb import LB_NAMESPACE, LoadBalancerPool
+from isthmus.api.lb import LB_NAMESPACE, LoadBalancerPool, api_name
 from isthmus.haproxy.config import render
 from isthmus.haproxy.manager import PoolManager
 from isthmus.kube.helpers import install_crds
@@ -309,7 +313,88 @@ async def test_a_dead_instance_is_restarted_and_a_deleted_pool_stops(env: Env) -
     # A stop may take its whole sequence (soft stop 5 s, SIGTERM 2 s, SIGKILL 2 s: process.py) once
     # the deletion is seen; a loaded CI machine needed more than 15 s.
     await eventually(gone, timeout=30.0)
+    # Nothing of the deleted pool stays on disk (issue 40, item 13: its run directory did).
+    assert not (env.tmp / "m1" / "die-0").exists()
+    assert list((env.tmp / "m1").iterdir()) == []
     await runner.cleanup()
+
+
+async def test_run_directories_of_pools_deleted_while_no_manager_ran_are_removed(env: Env) -> None:
+    leftover = env.tmp / "m1" / "gone-while-down-0"
+    leftover.mkdir(parents=True)
+    (leftover / "haproxy.cfg").write_text("# left by an earlier pool manager\n")
+    m = await env.manager("m1")
+
+    async def removed() -> None:
+        assert m.ready and not leftover.exists()
+
+    await eventually(removed)
+
+
+async def test_a_pool_stored_with_an_invalid_name_is_reported_once_and_deletable(env: Env, apiserver: Any) -> None:
+    """A name ending in a newline (stored before names were matched whole, issue 40, item 3): the
+    pool manager tried to take its slot Lease, got 422 for the Lease name and retried forever, and
+    nothing could delete it. The apiserver refuses such names now, so the legacy object is put in
+    its store directly, as an older version of it stored it."""
+    bad = "abcd\n"
+    await env.pool("template", {"haproxy": {"frontends": [], "backends": []}})
+    stored = copy.deepcopy(await env.client.get(POOL, "template"))
+    legacy = stored.to_dict()
+    legacy["metadata"] = {**legacy["metadata"], "name": bad, "uid": "legacy-uid-1"}
+    legacy["metadata"].pop("resourceVersion", None)
+    apiserver.store.create("isthmus.io/loadbalancerpools", legacy)
+    await env.client.delete(POOL, "template")
+    m = await env.manager("m1")
+    await env.pool("fine", {"role": "internal", "haproxy": {"frontends": [], "backends": []}})
+    await env.ready("fine")
+    assert await m.reconcile(bad) is None  # reported once, not retried (it raised 422 for the Lease name)
+    leases = [lease.metadata.name async for lease in env.client.list(Lease, namespace=LB_NAMESPACE)]
+    assert not any(str(n).startswith("lbp-abcd") for n in leases)
+    await env.client.delete(POOL, api_name(bad))
+    names = [p.metadata.name async for p in env.client.list(POOL)]
+    assert bad not in names
+
+
+async def test_a_status_the_apiserver_refuses_sets_a_condition_instead_of_retrying_forever(env: Env) -> None:
+    """The apiserver answers 413 for a status over its request limit (issue 40, item 5: a pool of
+    100,000 instances did, and the manager retried forever with no condition). The limit is made
+    small here by refusing pool status patches over 4 KiB as the apiserver refuses bodies over 3 MiB."""
+    m = await env.manager("m1")
+    real_patch = m.client.patch
+    refused: list[int] = []
+
+    async def limited_patch(res: Any, name: str, obj: Any, **kw: Any) -> Any:
+        size = len(json.dumps(obj))
+        if res is POOL.Status and size > 4096:
+            refused.append(size)
+            raise ApiError(request=httpx2.Request("PATCH", "http://127.0.0.1/"), response=httpx2.Response(413, json={
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 413,
+                "reason": "RequestEntityTooLarge", "message": "Request entity too large: limit is 4096"}))
+        return await real_patch(res, name, obj, **kw)
+
+    m.client.patch = limited_patch  # type: ignore[method-assign]
+    await env.pool("wide", {"count": 100, "role": "internal", "haproxy": {"frontends": [], "backends": []}})
+
+    async def reported() -> None:
+        p = await env.get("wide")
+        conds = {c.type: c for c in p.status.conditions}
+        assert "StatusWritten" in conds, p.status.to_dict()
+        assert conds["StatusWritten"].status == "False" and conds["StatusWritten"].reason == "StatusNotWritten"
+        assert "413" in conds["StatusWritten"].message and "limit is 4096" in conds["StatusWritten"].message
+
+    await eventually(reported)
+    tries = len(refused)
+    await asyncio.sleep(2.0)  # several renew periods: a refused status is not retried in a loop
+    assert len(refused) - tries <= 2, refused
+    # Fits again: written in full, the condition gone.
+    await env.client.patch(POOL, "wide", {"spec": {"count": 2}}, patch_type=_merge())
+
+    async def written() -> None:
+        p = await env.get("wide")
+        assert "StatusWritten" not in {c.type for c in p.status.conditions}, p.status.to_dict()
+        assert p.status.ready == "1/2"
+
+    await eventually(written)
 
 
 async def test_two_managers_split_the_slots_and_take_over_a_quiet_one(env: Env) -> None:

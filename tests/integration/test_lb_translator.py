@@ -389,3 +389,37 @@ async def test_a_service_that_stops_being_a_load_balancer_leaves_its_pool_and_a_
         assert not ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
 
     await eventually(left)
+
+
+async def test_a_pool_stored_under_a_name_ending_in_a_newline_is_deleted_with_its_owner(
+        env: Env, apiserver: Any) -> None:
+    """Issue 40, item 3: `name: "abcd\\n"` passed validation, the pool was stored under it, and nothing
+    could delete it afterwards. The config is refused now; a pool stored so (by an older version:
+    put in the apiserver's store directly, as the apiserver refuses the name today) goes with its
+    owner."""
+    a = await env.backend("a")
+    legacy = "abcd\n"
+    part = "kube.one:default:legacy:18170"
+    await env.client.create(POOL.from_dict({"apiVersion": "isthmus.io/v1alpha1", "kind": "LoadBalancerPool",
+                                            "metadata": {"name": "template"}, "spec": {"haproxy": {
+        "frontends": [{"name": part, "bindPort": 18170, "linkBackend": {"defaultBackend": part}}],
+        "backends": [{"name": part, "servers": [{"address": "127.0.0.1", "port": a.port}]}]}}}))  # fmt: skip
+    stored = (await env.client.get(POOL, "template")).to_dict()
+    stored["metadata"] = {**stored["metadata"], "name": legacy, "uid": "legacy-uid-2",
+                          "annotations": {"isthmus.io/lb-pool-creator": "Service/default/legacy"}}
+    stored["metadata"].pop("resourceVersion")
+    apiserver.store.create("isthmus.io/loadbalancerpools", stored)
+    await env.client.delete(POOL, "template")
+    await env.service("legacy", [(18170, a.port)], 'name: "abcd\\n"\n')
+
+    async def refused() -> None:
+        evs = await env.events("legacy")
+        assert any(r == "InvalidConfig" and "is not a valid pool name" in m for _, r, m in evs), evs
+
+    await eventually(refused)
+    await env.client.delete(Service, "legacy", namespace=NS)
+
+    async def deleted() -> None:
+        assert legacy not in [p.metadata.name async for p in env.client.list(POOL)]
+
+    await eventually(deleted)

@@ -68,6 +68,10 @@ async def test_pool_health(pools: PoolEnv) -> None:
         return True
 
     await eventually(ok)
+    # Counters labelled by pool have their series at 0 from the start (issue 40, item 23: none until
+    # the first event, so dashboards showed "No data").
+    for counter in ("reloads", "runtime_updates", "config_rejections", "instance_restarts"):
+        assert sample(f"isthmus_pools_{counter}_total", pool="metrics-ok") == 0, counter
     # A frontend port another process holds: HAProxy cannot start, the pool is not Ready.
     with socket.socket() as taken:
         taken.bind((pools.private, 0))
@@ -87,9 +91,20 @@ async def test_pool_health(pools: PoolEnv) -> None:
     async def gone() -> bool:
         assert sample("isthmus_pool_instances_desired", pool="metrics-ok") is None
         assert sample("isthmus_pool_haproxy_up", pool="metrics-ok", slot="0") is None
+        assert sample("isthmus_pools_reloads_total", pool="metrics-ok") is None  # a deleted pool's series go
+        assert sample("isthmus_pools_config_rejections_total", pool="metrics-ok") is None
         return True
 
     await eventually(gone)
+
+
+async def test_translation_counters_start_at_zero(apiserver: Any) -> None:
+    from isthmus.lb.controller import Translator
+
+    Translator(apiserver.client(), "metrics-c", identity="metrics")
+    for kind in ("Service", "Ingress"):
+        for result in ("ok", "invalid", "error"):
+            assert sample("isthmus_lb_translations_total", kind=kind, result=result) is not None, (kind, result)
 
 
 @pytest.fixture

@@ -211,3 +211,22 @@ def test_metrics_are_served_only_by_a_binary_with_the_prometheus_exporter(tmp_pa
     fake.chmod(0o755)
     assert has_prometheus_exporter(str(fake)) is False
     assert has_prometheus_exporter(HAPROXY) is True  # Debian's 2.6 has it: /metrics is rendered
+
+
+def test_maxconn_stays_within_the_file_limit_haproxy_can_raise_itself_to() -> None:
+    """HAProxy refuses to start ("Cannot raise FD limit to 32785, limit is 20000") when maxconn needs
+    more descriptors than the hard limit: memory 512 did on a host limited to 20,000."""
+    spec = _spec()
+    spec.mem = 512
+    text = render("p", spec, _layout(), Path("/tmp/a.sock"), max_fds=20000)
+    maxconn = int(next(ln.split()[1] for ln in text.splitlines() if ln.strip().startswith("maxconn")))
+    assert maxconn < 10000 and 2 * maxconn + 64 < 20000
+    spec.mem = 128
+    assert "maxconn 4096" in render("p", spec, _layout(), Path("/tmp/a.sock"), max_fds=20000)
+    assert "maxconn 16384" in render("p", _spec_mem(512), _layout(), Path("/tmp/a.sock"))  # no limit given
+
+
+def _spec_mem(mem: int) -> LoadBalancerPoolSpec:
+    spec = _spec()
+    spec.mem = mem
+    return spec

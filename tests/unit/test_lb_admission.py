@@ -79,3 +79,38 @@ async def test_review_handlers_answer_in_kubes_shape() -> None:
     assert (await admission.review_validate(status)).allowed  # status writes carry no config change
     other = dict(bad, kind={"group": "", "version": "v1", "kind": "ConfigMap"})
     assert (await admission.review_validate(other)).allowed
+
+
+def svc(config: str) -> dict[str, Any]:
+    return {"metadata": {"name": "s", "namespace": "d", "annotations": {DKLB_CONFIG_ANNOTATION: config}},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}
+
+
+def test_values_that_cannot_run_a_pool_are_refused_with_their_field() -> None:
+    """Issue 40, item 5: these were admitted, then broke the pool (a status over the apiserver's
+    3 MiB limit, nbthread above HAProxy's MAX_THREADS, maxconn HAProxy cannot get descriptors for)."""
+    for config, problem in [
+        ("size: 100000", "size: Input should be less than or equal to 100"),
+        ("cpus: 1000", "cpus: Input should be less than or equal to 64"),
+        ("memory: 2147483647", "memory: Input should be less than or equal to 65536"),
+        ("cpus: .inf", "cpus: Input should be a finite number"),
+        ("cpus: .nan", "cpus: Input should be a finite number"),
+    ]:
+        assert admission.validate("Service", "CREATE", svc(config), None) == [problem], config
+        assert admission.validate("Ingress", "CREATE", ing(config), None) == [problem], config
+    assert admission.validate("Service", "CREATE", svc("size: 100\ncpus: 64\nmemory: 65536"), None) == []
+
+
+def test_duplicate_keys_are_refused_not_silently_last_wins() -> None:
+    assert admission.validate("Service", "CREATE", svc("cpus: 1\nsize: 2\ncpus: 2\n"), None) == [
+        "cpus: duplicate key (line 3): give each field once"]
+    assert admission.validate("Service", "CREATE", svc("frontends:\n- port: 1\n  servicePort: 80\n  port: 2\n"),
+                              None) == ["frontends[0].port: duplicate key (line 4): give each field once"]
+    assert admission.validate("Ingress", "CREATE", ing("frontends: {http: {port: 81, port: 82}}"), None) == [
+        "frontends.http.port: duplicate key (line 1): give each field once"]
+
+
+def test_a_deeply_nested_config_is_refused_not_a_crash() -> None:
+    deep = "[" * 5000 + "]" * 5000
+    assert admission.validate("Service", "CREATE", svc(deep), None) == [
+        f"{DKLB_CONFIG_ANNOTATION} is nested too deeply to be a configuration object"]

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal
+from urllib.parse import quote
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -83,6 +84,9 @@ INTERNAL_NETWORK = "dcos"
 
 READY = "Ready"
 """LoadBalancerPool condition: at least one instance serves the current spec."""
+STATUS_WRITTEN = "StatusWritten"
+"""LoadBalancerPool condition, present only while False: the pool manager could not write the full
+status (the apiserver refused it, e.g. too large); the message carries the apiserver's answer."""
 
 
 class Reason(StrEnum):
@@ -111,15 +115,44 @@ class Reason(StrEnum):
     ALL_READY = "InstancesReady"
     PARTIALLY_READY = "PartiallyReady"
     NO_INSTANCE = "NoInstanceReady"
+    INVALID_POOL_NAME = "InvalidPoolName"
+    STATUS_NOT_WRITTEN = "StatusNotWritten"
+    PARTS_LEFT_OUT = "PartsLeftOut"
+    POOL_NOT_SHARED = "PoolNotShared"
 
 
 # --- the LoadBalancerPool kind ------------------------------------------------------------------
 
 POOL_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
-"""A pool name must be a valid DC/OS service name (the seed)."""
+"""A pool name must be a valid DC/OS service name (the seed). Matched against the whole name
+(`fullmatch`): Python's `$` also matches before a trailing newline, so `"abcd\n"` would pass."""
 POOL_NAME_MAX = 63
 
+# Bounds of the pool-level settings. A value beyond them cannot run (HAProxy refuses it, or the
+# status it needs does not fit an apiserver request), so admission and the CRD refuse it up front.
+MAX_CPUS = 64.0
+"""HAProxy 2.6's MAX_THREADS on 64-bit builds (`haproxy -vv`: "MAX_THREADS=64"): `nbthread` above
+it is refused, and cpus become threads (`threads_for`)."""
+MAX_MEMORY_MIB = 65536
+"""64 GiB per instance (maxconn 2,097,152): beyond any edge host's file limit already (each
+connection takes two descriptors); the pool manager caps maxconn to the host's limit below it."""
+MAX_INSTANCES = 100
+"""Instances per pool. Each is its own pool manager (edge host), and the pool's status lists every
+instance: 100 keep it far below the apiserver's request limit (3 MiB) even with many frontends."""
+
 Protocol = Literal["TCP", "HTTP"]
+
+
+def api_name(name: str) -> str:
+    """A pool name as it goes into a request path: percent-encoded, so that a pool stored under a
+    name no longer valid (before names were matched whole, e.g. `"abcd\n"`) can still be read,
+    have its status written and be deleted (the HTTP client refuses raw control characters)."""
+    return quote(name, safe="")
+
+
+def is_pool_name(name: str) -> bool:
+    """Whether `name` is a valid pool name (the whole string, no trailing newline)."""
+    return len(name) <= POOL_NAME_MAX and re.fullmatch(POOL_NAME_PATTERN[1:-1], name) is not None
 
 
 class PoolStats(KubeModel):
@@ -197,11 +230,11 @@ class LoadBalancerPoolSpec(KubeModel):
     role: str = PUBLIC_ROLE
     """`slave_public`: instances listen on the pool manager's public address; else its private one."""
     network: str = ""
-    cpus: float = Field(default=0.1, gt=0)
+    cpus: float = Field(default=0.1, gt=0, le=MAX_CPUS, allow_inf_nan=False)
     """Per instance; HAProxy threads = ceil(cpus)."""
-    mem: Int32 = Field(default=128, ge=1)
+    mem: int = Field(default=128, ge=1, le=MAX_MEMORY_MIB, json_schema_extra={"format": "int32"})
     """MiB per instance; HAProxy's maxconn is derived from it (`maxconn_for`)."""
-    count: Int32 = Field(default=1, ge=1)
+    count: int = Field(default=1, ge=1, le=MAX_INSTANCES, json_schema_extra={"format": "int32"})
     """Instances: each its own HAProxy process on its own pool manager (edge host)."""
     cloud_provider_configuration: str | None = None
     """Raw JSON for a cloud load balancer, passed unchanged (an `ext--` pool)."""
@@ -304,7 +337,6 @@ def maxconn_for(mem_mib: int) -> int:
 # --- naming (the seed's "Naming of EdgeLB objects") ---------------------------------------------
 
 EXT_PREFIX = "ext--"
-_POOL_NAME_RE = re.compile(POOL_NAME_PATTERN)
 
 
 def cluster_name_part(cluster: str) -> str:
@@ -326,7 +358,7 @@ def pool_name(cluster: str, namespace: str, name: str, *, ext: bool = False) -> 
     raw = f"{EXT_PREFIX if ext else ''}{cluster_name_part(cluster)}--{namespace}--{name}".lower()
     clean = re.sub(r"[^a-z0-9-]", "-", raw).strip("-")
     short = _shorten(clean, POOL_NAME_MAX)
-    if not _POOL_NAME_RE.match(short):  # pragma: no cover - the substitutions above guarantee it
+    if not is_pool_name(short):  # pragma: no cover - the substitutions above guarantee it
         raise ValueError(f"cannot make a valid pool name from {raw!r}")
     return short
 
@@ -436,9 +468,9 @@ class _CommonConfig(_Strict):
     name: str | None = None
     role: str = PUBLIC_ROLE
     network: str | None = None
-    cpus: float = Field(default=0.1, gt=0)
-    memory: int = Field(default=128, ge=1, le=2**31 - 1)
-    size: int = Field(default=1, ge=1, le=2**31 - 1)
+    cpus: float = Field(default=0.1, gt=0, le=MAX_CPUS, allow_inf_nan=False)
+    memory: int = Field(default=128, ge=1, le=MAX_MEMORY_MIB)
+    size: int = Field(default=1, ge=1, le=MAX_INSTANCES)
     strategies: Strategies = Field(default_factory=Strategies)
 
     @field_validator("cpus", mode="before")
@@ -450,7 +482,7 @@ class _CommonConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _pool_name(cls, v: str | None) -> str | None:
-        if v is not None and (len(v) > POOL_NAME_MAX or not _POOL_NAME_RE.match(v)):
+        if v is not None and not is_pool_name(v):
             raise ValueError(
                 f"{v!r} is not a valid pool name: at most {POOL_NAME_MAX} characters matching {POOL_NAME_PATTERN}"
             )
@@ -535,11 +567,35 @@ def _format_error(e: ValidationError) -> str:
     return "; ".join(problems)
 
 
+def _duplicate_keys(node: yaml.Node | None, path: str = "") -> list[str]:
+    """Keys given twice in one mapping, with their field paths. YAML loaders keep the last value
+    silently; kube's strict decoding (and this parser's) refuses them instead."""
+    out: list[str] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+            child = f"{path}.{name}" if path else name
+            if name in seen:
+                out.append(f'{child}: duplicate key (line {key.start_mark.line + 1}): give each field once')
+            seen.add(name)
+            out += _duplicate_keys(value, child)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out += _duplicate_keys(item, f"{path}[{i}]")
+    return out
+
+
 def _load_yaml(text: str) -> dict[str, Any]:
     try:
+        duplicates = _duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader)) if text.strip() else []
         data = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{DKLB_CONFIG_ANNOTATION} is not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{DKLB_CONFIG_ANNOTATION} is nested too deeply to be a configuration object") from None
+    if duplicates:
+        raise ConfigError(f"invalid {DKLB_CONFIG_ANNOTATION}: {'; '.join(duplicates)}")
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -59,7 +59,7 @@ def validate_external_service(obj: Mapping[str, Any], can_see: CanSee) -> Proble
     ns = meta.get("namespace") or ""
     out: Problems = []
     name = meta.get("name") or ""
-    if name and (not DNS1035.match(name) or len(name) > 63):
+    if name and (not DNS1035.fullmatch(name) or len(name) > 63):
         out.append(("metadata.name", f"Invalid value: {_q(name)}: a DNS-1035 label must consist of lower case "
                     "alphanumeric characters or '-', start with an alphabetic character, and end with an "
                     "alphanumeric character, at most 63 characters (it names the forwarder Service "
@@ -84,7 +84,7 @@ def validate_external_service(obj: Mapping[str, Any], can_see: CanSee) -> Proble
         elif not claim:
             out.append((f"{f}.sourceIPClaimName", "Required value: the SourceIPClaim (of this namespace) whose "
                         "address these pods use"))
-        elif "/" in claim or not DNS1123_LABEL.match(claim.replace(".", "-")):
+        elif "/" in claim or not DNS1123_LABEL.fullmatch(claim.replace(".", "-")):
             out.append((f"{f}.sourceIPClaimName", f"Invalid value: {_q(claim)}: a claim of another namespace cannot be "
                         f"used: name a SourceIPClaim of namespace {ns}"))
         elif claim in claims:
@@ -196,7 +196,7 @@ def validate_class(obj: Mapping[str, Any], old: Mapping[str, Any] | None = None,
                     f"SourceIPClass {_q(o.other)} ({o.other_span.first}-{o.other_span.last}): an address can "
                     "belong to one class only"))
     for i, ns in enumerate(spec.get("allowedNamespaces") or []):
-        if not isinstance(ns, str) or not DNS1123_LABEL.match(ns) or len(ns) > 63:
+        if not isinstance(ns, str) or not DNS1123_LABEL.fullmatch(ns) or len(ns) > 63:
             out.append((f"spec.allowedNamespaces[{i}]", f"Invalid value: {_q(ns)}: not a namespace name"))
     return out
 

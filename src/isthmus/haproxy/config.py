@@ -39,7 +39,7 @@ PLACEHOLDER = ("127.0.0.1", 1)
 MIN_SLOTS = 8
 NOT_FOUND_BACKEND = "isthmus-not-found"
 REJECT_BACKEND = "isthmus-reject"
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
 class PoolConfigError(ValueError):
@@ -113,7 +113,7 @@ def quote(value: str) -> str:
 def proxy_name(name: str) -> str:
     """Frontend/backend names are used as they are when HAProxy allows them (letters, digits,
     `-_.:`, the translator's names always are)."""
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):  # whole name: `$` would let a trailing newline through
         raise PoolConfigError(f"{name!r} is not a valid HAProxy proxy name (letters, digits and -_.: only)")
     return name
 
@@ -157,17 +157,34 @@ def validate(spec: LoadBalancerPoolSpec) -> None:
                         raise PoolConfigError(f"frontend {fe.name!r}: {regex!r} is not a regular expression: {e}") from None
 
 
+def maxconn_within(spec: LoadBalancerPoolSpec, layout: Layout, max_fds: int | None) -> int:
+    """`maxconn_for(mem)`, lowered to what `max_fds` descriptors allow: HAProxy needs two per
+    connection plus one per listener, server check and socket, and refuses to start when it cannot
+    raise its file limit that far ("Cannot raise FD limit to 32785, limit is 20000": memory 512 on
+    a host whose hard limit is 20000 left the pool at 0/1)."""
+    wanted = maxconn_for(spec.mem)
+    if max_fds is None:
+        return wanted
+    listeners = len(layout.addresses) * (1 + len(spec.haproxy.frontends))
+    servers = sum(len(slots) for slots in layout.slots.values()) or sum(
+        slot_count(len(be.servers)) for be in spec.haproxy.backends)  # fmt: skip
+    reserve = 64 + listeners + servers
+    return max(1, min(wanted, (max_fds - reserve) // 2))
+
+
 def render(
-    pool: str, spec: LoadBalancerPoolSpec, layout: Layout, admin_socket: Path, *, prometheus: bool = True
+    pool: str, spec: LoadBalancerPoolSpec, layout: Layout, admin_socket: Path, *, prometheus: bool = True,
+    max_fds: int | None = None,
 ) -> str:
     """The whole haproxy.cfg of one instance of `pool` (its runtime API on `admin_socket`;
-    `/metrics` only when the binary has the Prometheus exporter)."""
+    `/metrics` only when the binary has the Prometheus exporter; maxconn within `max_fds`, the
+    hard file limit HAProxy may raise itself to)."""
     validate(spec)
     lines = [
         f"# pool {pool}: written by isthmus pools; the running process was given exactly this file",
         "global",
         f"    nbthread {threads_for(spec.cpus)}",
-        f"    maxconn {maxconn_for(spec.mem)}",
+        f"    maxconn {maxconn_within(spec, layout, max_fds)}",
         f"    stats socket {admin_socket} mode 600 level admin expose-fd listeners",
         "    hard-stop-after 30s",
         "",

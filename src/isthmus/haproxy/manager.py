@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import socket
 import time
 from dataclasses import dataclass, field
@@ -35,16 +36,20 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 from prometheus_client import Counter, Gauge
 
-from isthmus.api.base import now
+from isthmus.api.base import Condition, merge_conditions, new_condition, now
 from isthmus.api.lb import (
     LB_NAMESPACE,
     POOL_MANAGER,
+    READY,
+    STATUS_WRITTEN,
     InstanceState,
     LoadBalancerPool,
     LoadBalancerPoolSpec,
     PoolFrontendStatus,
     PoolInstanceStatus,
     Reason,
+    api_name,
+    is_pool_name,
     is_public,
     summarize_status,
 )
@@ -75,6 +80,9 @@ RUNTIME_UPDATES = Counter("isthmus_pools_runtime_updates_total", "Server changes
 REJECTIONS = Counter("isthmus_pools_config_rejections_total", "Configs refused by haproxy -c", ["pool"], registry=REGISTRY)
 RESTARTS = Counter("isthmus_pools_instance_restarts_total", "Instances restarted after they died", ["pool"], registry=REGISTRY)
 INSTANCES = Gauge("isthmus_pools_instances", "Instances this manager runs, by state", ["state"], registry=REGISTRY)
+POOL_COUNTERS = (RELOADS, RUNTIME_UPDATES, REJECTIONS, RESTARTS)
+"""Counters labelled by pool: every pool known gets its series at 0 (a dashboard shows 0, not "No
+data", before the first event), and loses them when it is deleted (no series for pools long gone)."""
 
 PoolResource = resource_for(LoadBalancerPool)
 
@@ -187,6 +195,8 @@ class PoolManager:
         """pool → (slot, lease resourceVersion) this manager holds."""
         self._seen: dict[str, _LeaseSeen] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._invalid: set[str] = set()
+        """Pools with names no pool can have, already reported."""
         self.ready = False
         metrics.track(self)
 
@@ -197,6 +207,8 @@ class PoolManager:
         self.leases.add_handler(on_add=self._observe, on_update=lambda _o, n: self._observe(n))
         self.factory.start()
         await self.factory.wait_synced()
+        self._remove_leftover_run_dirs()
+        self._count()
         self.ready = True
         renew = asyncio.create_task(self._renew_loop(), name="pool leases")
         try:
@@ -218,6 +230,21 @@ class PoolManager:
             async with asyncio.timeout(3):
                 await self.recorder.flush()
         await self.factory.stop()
+
+    def _run_dir(self, pool: str, slot: int) -> Path:
+        return self.state_dir / f"{pool}-{slot}"
+
+    def _remove_leftover_run_dirs(self) -> None:
+        """Run directories of pools deleted while no pool manager ran here (their masters, if any
+        survived, are stopped first: the pid file says which)."""
+        known = {str(_meta(o).name) for o in self.pools.cache.list()}
+        for path in self.state_dir.iterdir() if self.state_dir.is_dir() else []:
+            pool, _, slot = path.name.rpartition("-")
+            if path.is_dir() and slot.isdigit() and pool and pool not in known:
+                instance = Instance(self.haproxy, path)
+                instance.stop_stale()
+                instance.remove()
+                log.info("removed the run directory of a deleted pool", extra={"dir": str(path)})
 
     def _observe(self, lease: Any) -> None:
         spec = lease.spec or LeaseSpec()
@@ -323,15 +350,24 @@ class PoolManager:
     async def _reconcile(self, pool: str) -> Result | None:
         obj = self.pools.cache.get(pool)
         if obj is None or obj.metadata is None or obj.metadata.deletionTimestamp:
-            await self._stop(pool, "pool deleted")
+            await self._stop(pool, "pool deleted", remove=True)
             await self._release(pool)
             self._locks.pop(pool, None)
+            self._invalid.discard(pool)
+            for counter in POOL_COUNTERS:
+                with contextlib.suppress(KeyError):
+                    counter.remove(pool)
             return None
+        for counter in POOL_COUNTERS:
+            counter.labels(pool)  # the series exists at 0 from now on
         model = LoadBalancerPool.from_dict(obj)
+        if not is_pool_name(pool):
+            await self._invalid_name(model)
+            return None
         count = model.spec.count
         held = self.held.get(pool)
         if held is not None and held[0] >= count:  # the pool shrank below our slot
-            await self._stop(pool, "slot no longer wanted")
+            await self._stop(pool, "slot no longer wanted", remove=True)
             await self._release(pool)
             held = None
         if held is None:
@@ -355,16 +391,15 @@ class PoolManager:
         run = self.running.get(pool)
         if run is None or run.slot != slot:
             if run is not None:
-                await self._stop(pool, "slot changed")
-            run = Running(pool, slot, Instance(self.haproxy, self.state_dir / f"{pool}-{slot}"))
+                await self._stop(pool, "slot changed", remove=True)
+            run = Running(pool, slot, Instance(self.haproxy, self._run_dir(pool, slot)))
             self.running[pool] = run
         spec = model.spec
         generation = model.metadata.generation or 0
         try:
             layout = self._layout(pool, spec, run.layout)
-            text = render(
-                pool, spec, layout, run.instance.admin_sock, prometheus=has_prometheus_exporter(self.haproxy)
-            )
+            text = render(pool, spec, layout, run.instance.admin_sock, prometheus=has_prometheus_exporter(self.haproxy),
+                          max_fds=_hard_file_limit())
         except (PoolConfigError, HAProxyError) as e:
             return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
         if run.instance.running and run.layout is not None and text == run.applied:
@@ -477,14 +512,20 @@ class PoolManager:
         with contextlib.suppress(Exception):
             await self._write_status(run.pool, run)
 
-    async def _stop(self, pool: str, why: str) -> None:
+    async def _stop(self, pool: str, why: str, *, remove: bool = False) -> None:
+        """Stop the pool's instance; with `remove` (the pool or our slot of it is gone) its run
+        directory goes too, so deleted pools leave nothing on disk."""
         run = self.running.pop(pool, None)
         if run is None:
+            if remove and pool in self.held:
+                Instance(self.haproxy, self._run_dir(pool, self.held[pool][0])).remove()
             return
         run.state = InstanceState.PENDING
         await run.instance.stop()
         if run.watcher is not None:
             run.watcher.cancel()
+        if remove:
+            run.instance.remove()
         log.info("stopped a pool instance", extra={"pool": pool, "why": why})
         self._count()
 
@@ -494,6 +535,30 @@ class PoolManager:
             counts[run.state.value] += 1
         for state, n in counts.items():
             INSTANCES.labels(state).set(n)
+
+    async def _invalid_name(self, model: LoadBalancerPool) -> None:
+        """A pool whose name cannot be a pool's (stored before names were matched whole): nothing
+        can run it (its slot Lease would be invalid too), so it is reported once, not retried; the
+        translator or an admin deletes it (`kubectl delete lbp` with the name %-encoded works)."""
+        message = (f"pool name {model.name!r} is not a valid pool name (at most 63 characters of a-z, 0-9 and '-', "
+                   "starting and ending with a letter or digit): no instance is started. Next step: delete it and "
+                   "use a valid name")  # fmt: skip
+        if model.name in self._invalid or any(
+            c.type == READY and c.reason == Reason.INVALID_POOL_NAME for c in model.status.conditions
+        ):
+            return
+        self._invalid.add(model.name)  # said once: the apiserver may refuse the Event and status too
+        log.warning("a pool has an invalid name: not run", extra={"pool": model.name})
+        self.recorder.warning(model, Reason.INVALID_POOL_NAME, message)
+        cond = new_condition(READY, False, Reason.INVALID_POOL_NAME, message)
+        status = {"conditions": [c.to_dict() for c in merge_conditions(model.status.conditions, [cond])],
+                  "ready": f"0/{model.spec.count}"}  # fmt: skip
+        try:
+            await self.client.patch(PoolResource.Status, api_name(model.name), {"status": status},
+                                    patch_type=PatchType.MERGE, field_manager=POOL_MANAGER)  # fmt: skip
+        except ApiError as e:  # the apiserver refuses writes to such a name now: the log says it
+            log.warning("cannot write the status of a pool with an invalid name",
+                        extra={"pool": model.name, "error": e.status.message})
 
     # -- status -----------------------------------------------------------------------------------
 
@@ -513,7 +578,7 @@ class PoolManager:
         """Our slot's entry (and Pending for slots whose holder went quiet), then the summary."""
         for _ in range(5):
             try:
-                obj = await self.client.get(PoolResource, pool)
+                obj = await self.client.get(PoolResource, api_name(pool))
             except ApiError as e:
                 if e.status.code == 404:
                     return
@@ -539,8 +604,9 @@ class PoolManager:
                     quiet = "" if inst.holder == self.identity else f"pool manager {inst.holder} stopped renewing; "
                     instances[slot] = PoolInstanceStatus(slot=slot, message=f"{quiet}waiting for a pool manager",
                                                          last_transition_time=now())
+            kept = [c for c in model.status.conditions if c.type != STATUS_WRITTEN]  # written now: gone
             summary = summarize_status(model.spec.count, model.metadata.generation or 0, list(instances.values()),
-                                       is_public(model.spec.role), model.status.conditions)
+                                       is_public(model.spec.role), kept)
             if summary.to_dict() == model.status.to_dict():
                 return
             # A merge patch carrying the resourceVersion read: of two managers writing at once, one
@@ -549,15 +615,42 @@ class PoolManager:
             status.setdefault("observedGeneration", None)  # merge patch: an absent field would keep the old one
             body = {"metadata": {"resourceVersion": model.metadata.resource_version}, "status": status}
             try:
-                await self.client.patch(PoolResource.Status, pool, body, patch_type=PatchType.MERGE,
+                await self.client.patch(PoolResource.Status, api_name(pool), body, patch_type=PatchType.MERGE,
                                         field_manager=POOL_MANAGER)
                 return
             except ApiError as e:
                 if e.status.code == 404:
                     return
+                if e.status.code in (400, 413, 422):  # refused as it is: retrying the same body cannot help
+                    await self._status_not_written(model, e)
+                    return
                 if e.status.code != 409:
                     raise
         log.warning("pool status not written after 5 conflicts", extra={"pool": pool})
+
+    async def _status_not_written(self, model: LoadBalancerPool, error: ApiError) -> None:
+        """The apiserver refused the status (too large, invalid): say so in a small status that
+        fits (a condition and the printer columns), and once as an Event; written again in full as
+        soon as the pool changes so that it fits."""
+        why = f"{error.status.code} {error.status.reason or ''}: {error.status.message or ''}".strip()[:500]
+        message = (f"the pool manager {self.identity} cannot write this pool's status ({why}); instances and "
+                   f"frontends shown here are stale. Next step: fewer instances (count) or frontends per pool")
+        cond = new_condition(STATUS_WRITTEN, False, Reason.STATUS_NOT_WRITTEN, message)
+        if not any(c.type == STATUS_WRITTEN and c.status == "False" for c in model.status.conditions):
+            self.recorder.warning(model, Reason.STATUS_NOT_WRITTEN, message)
+        log.warning("pool status refused by the apiserver", extra={"pool": model.name, "error": why})
+        conditions: list[Condition] = merge_conditions(model.status.conditions, [cond])
+        body = {"metadata": {"resourceVersion": model.metadata.resource_version},
+                "status": {"conditions": [c.to_dict() for c in conditions]}}  # fmt: skip
+        with contextlib.suppress(ApiError):
+            await self.client.patch(PoolResource.Status, api_name(model.name), body, patch_type=PatchType.MERGE,
+                                    field_manager=POOL_MANAGER)  # fmt: skip
+
+
+def _hard_file_limit() -> int | None:
+    """The file limit HAProxy (our child) may raise itself to; None when unlimited."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return None if hard == resource.RLIM_INFINITY else int(hard)
 
 
 def _server_commands(old: Layout, new: Layout) -> list[str]:

@@ -20,6 +20,7 @@ import functools
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -282,6 +283,13 @@ class Instance:
                 return
             except TimeoutError:
                 continue
+
+    def remove(self) -> None:
+        """Delete the run directory (and the private socket directory): the instance is stopped
+        and its pool or slot gone, so nothing here is needed again."""
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.sock_dir != self.run_dir:
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
 
     async def wait(self) -> int:
         assert self.proc is not None

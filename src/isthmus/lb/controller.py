@@ -43,9 +43,11 @@ from isthmus.api.lb import (
     LoadBalancerPool,
     Owner,
     Reason,
+    api_name,
     backend_owner,
     cluster_name_part,
     frontend_owner,
+    is_pool_name,
     parse_ingress_config,
     parse_service_config,
 )
@@ -76,6 +78,8 @@ DEFAULT_GRACE = 20.0
 RECHECK = 5.0
 
 TRANSLATIONS = Counter("isthmus_lb_translations_total", "Reconciles of Services/Ingresses", ["kind", "result"], registry=REGISTRY)
+TRANSLATION_RESULTS = ("ok", "invalid", "error")
+"""`result` values: translated, a config the translator refuses, a pool it could not write."""
 POOLS_OWNED = Gauge("isthmus_lb_pools", "LoadBalancerPools holding parts of this cluster", registry=REGISTRY)
 
 
@@ -144,6 +148,9 @@ class Translator:
                                      lease_duration=lease_duration, renew_deadline=renew_deadline,
                                      retry_period=retry_period)  # fmt: skip
         self.ready = False
+        for kind in ("Service", "Ingress"):  # every series at 0 before the first translation (no "No data")
+            for result in TRANSLATION_RESULTS:
+                TRANSLATIONS.labels(kind, result)
         self._unserved_since: dict[str, float] = {}
         self._warned_unserved: set[str] = set()
         self._addresses: dict[str, list[dict[str, Any]]] = {}
@@ -258,6 +265,7 @@ class Translator:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # Scenarios 1, 3, 5: say why where the user looks, then retry (backoff)
+            TRANSLATIONS.labels(kind, "error").inc()
             if not (isinstance(e, ApiError) and e.status.code == 409):
                 self.recorder.warning(live, Reason.TRANSLATION_ERROR,
                                       f"cannot update pool {frag.pool}: {describe_error(e)}. Retrying; next step: check "
@@ -432,11 +440,12 @@ class Translator:
                 continue
             rest = remove_owner(model.spec, owner)
             try:
-                if rest is None:
-                    await self.client.delete(PoolResource, name)
+                if rest is None or not is_pool_name(name):
+                    # A pool stored under a name no pool can have (issue 40) runs nowhere: it goes.
+                    await self.client.delete(PoolResource, api_name(name))
                     log.info("deleted an empty pool", extra={"pool": name})
                 else:
-                    await self.client.patch(PoolResource, name,
+                    await self.client.patch(PoolResource, api_name(name),
                                             {"metadata": {"resourceVersion": model.metadata.resource_version},
                                              "spec": rest.to_dict()},
                                             patch_type=PatchType.MERGE, field_manager=TRANSLATOR_MANAGER)  # fmt: skip
