@@ -21,6 +21,7 @@ import yaml
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
+from lightkube.types import PatchType
 
 from isthmus.kube.client import KubeConfigError, load_config
 from isthmus.ui.kinds import BROKER_ROLE, MEMBER_ROLE
@@ -226,6 +227,113 @@ def _chromium() -> str:
 
 async def _has_conflict(ui: UiServer) -> bool:
     return bool(ui.view["services"].get(f"{NS}/web", {}).get("conflicts"))
+
+
+async def _add_objects_of_every_view(cs: ClusterSet) -> None:
+    """In c1: a part (Deployment) whose pod restarted twice, a public pool, a claim waiting for its class."""
+    from lightkube.codecs import from_dict
+    from lightkube.resources.apps_v1 import Deployment
+    from lightkube.resources.core_v1 import Pod
+
+    from isthmus.api.egress import SourceIPClaim
+    from isthmus.api.lb import LoadBalancerPool
+    from isthmus.kube.helpers import install_crds
+    from isthmus.kube.resources import resource_for
+
+    client = cs.clusters[0].client
+    await install_crds(client)
+    await cs.ensure_namespace(0, "isthmus-system")
+    labels = {"app.kubernetes.io/name": "isthmus-ui-probe"}
+    container = {"name": "main", "image": "isthmus"}
+    await client.create(from_dict({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "isthmus-ui-probe", "namespace": "isthmus-system"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}}))
+    await client.patch(Deployment.Status, "isthmus-ui-probe", {"status": {"replicas": 1, "readyReplicas": 1}},
+                       namespace="isthmus-system", patch_type=PatchType.MERGE)
+    await client.create(from_dict({"apiVersion": "v1", "kind": "Pod",
+                                   "metadata": {"name": "isthmus-ui-probe-5d8f9c7b6-x2x4q",
+                                                "namespace": "isthmus-system", "labels": labels},
+                                   "spec": {"containers": [container]}}))
+    await client.patch(Pod.Status, "isthmus-ui-probe-5d8f9c7b6-x2x4q", {"status": {"containerStatuses": [
+        {"name": "main", "image": "isthmus", "imageID": "", "ready": True, "restartCount": 2, "state": {}}]}},
+        namespace="isthmus-system", patch_type=PatchType.MERGE)
+    pool_res: Any = resource_for(LoadBalancerPool)
+    await client.create(pool_res.from_dict({"metadata": {"name": "edge"}, "spec": {"role": "slave_public"}}))
+    claim_res: Any = resource_for(SourceIPClaim)
+    await client.create(claim_res.from_dict({"metadata": {"name": "db", "namespace": NS},
+                                             "spec": {"sourceIPClassName": "nosuch"}}))
+    await client.patch(claim_res.Status, "db", {"status": {"phase": "Pending", "conditions": [{
+        "type": "Ready", "status": "False", "reason": "ClassNotFound", "message": "SourceIPClass 'nosuch' not found",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, namespace=NS, patch_type=PatchType.MERGE)
+
+
+_LABEL_OVERLAPS = """() => {
+  const box = (el) => el.getBoundingClientRect();
+  const labels = [...document.querySelectorAll(".graph .edge-label")].map((el) => [el.textContent, box(el)]);
+  const nodes = [...document.querySelectorAll(".graph .node")].map((el) => [el.dataset.node, box(el.querySelector("circle"))]);
+  const meet = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const out = [];
+  labels.forEach(([t, a], i) => {
+    labels.slice(i + 1).forEach(([u, b]) => { if (meet(a, b)) out.push(`${t} / ${u}`); });
+    nodes.forEach(([n, b]) => { if (meet(a, b)) out.push(`${t} / node ${n}`); });
+  });
+  return [labels.length, out];
+}"""
+
+
+async def test_the_page_shows_conflict_badges_restarts_roles_and_labels_apart(
+    cs: ClusterSet, ui: UiServer, web_conflict: None
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    await _add_objects_of_every_view(cs)
+    await eventually(lambda: _has_conflict(ui), timeout=20, what="web in conflict")
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            await page.goto(ui.url)
+            # The card's parts say how often they restarted.
+            part = page.locator('[data-cluster="c1"] [data-part="isthmus-ui-probe"]')
+            await expect(part).to_contain_text("ui-probe 1/1 ↻2", timeout=15000)
+            # The arrows' labels: c1→c2 and c2→c1 (web is exported and imported by both) print apart,
+            # and off the broker in the middle.
+            await expect(page.locator('[data-edge="c2>c1"] .edge-label')).to_have_count(1, timeout=20000)
+            await expect(page.locator('[data-edge="c1>c2"] .edge-label')).to_contain_text("in conflict")
+            count, overlaps = await page.evaluate(_LABEL_OVERLAPS)
+            assert count >= 2 and overlaps == [], overlaps
+
+            await page.click('#tabs button[data-tab="services"]')
+            row = page.locator(f'[data-service="{NS}/web"]')
+            for c in ("c1", "c2"):  # in conflict: red, whatever Ready says
+                await expect(row.locator(f'[data-exporter="{c}"] .badge')).to_have_text("Conflict (PortConflict)",
+                                                                                     timeout=20000)
+                await expect(row.locator(f'[data-exporter="{c}"] .badge')).to_have_class("badge bad")
+            await row.locator("td b").click()  # the row, not a link: the export whose conflict explains it
+            await expect(page.locator("#details-title")).to_contain_text("ServiceExport ui-test/web")
+            await expect(page.locator("#details-body")).to_contain_text(CONFLICT)
+            await row.locator(".link", has_text="c1").last.click()  # c1's import: its exports' conditions
+            await expect(page.locator("#details-title")).to_contain_text("ServiceImport ui-test/web — c1")
+            await expect(page.locator("#details-body")).to_contain_text("Conditions of its exports")
+            await expect(page.locator("#details-body table.related")).to_contain_text(CONFLICT)
+
+            await page.click('#tabs button[data-tab="pools"]')
+            role = page.locator('[data-pool="c1/edge"] td.role')
+            await expect(role).to_have_text("public", timeout=10000)
+            await expect(role).to_have_attribute("title", "dklb role: slave_public")
+
+            await page.click('#tabs button[data-tab="egress"]')
+            state = page.locator(f'[data-egress="c1/SourceIPClaim/{NS}/db"] td.state .badge')
+            await expect(state).to_have_text("Pending", timeout=10000)
+            await expect(state).to_have_class("badge warn")
+            await expect(state).to_have_attribute("title", "SourceIPClass 'nosuch' not found")
+            assert errors == []
+        finally:
+            await browser.close()
 
 
 async def test_the_page_in_a_browser_shows_exports_conflicts_and_a_dead_cluster(

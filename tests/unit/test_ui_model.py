@@ -23,6 +23,7 @@ from isthmus.ui.model import (
     build_view,
     cluster_health,
     diff,
+    related_conditions,
 )
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -211,3 +212,83 @@ def test_a_registered_cluster_without_a_context_is_shown_from_the_brokers_view()
     c9 = build_view(s)["clusters"]["c9"]
     assert c9["watched"] is False and c9["joined"] is True and c9["problems"] == []
     assert cluster_health(c9, NOW) == HEALTHY
+
+
+def _web_in_conflict() -> tuple[Store, str]:
+    """What the agents write: every exporter of web in conflict (and still Ready: it is served)."""
+    s = clusterset()
+    message = 'port "http" is TCP/80 in cluster c1 (oldest) but TCP/8080 in cluster c2'
+    for c in ("c1", "c2"):
+        s.put(c, "ServiceExport", obj("ServiceExport", "web", "shop", status={"conditions": [
+            cond("Valid", "True", "Valid"), cond("Ready", "True", "Exported"),
+            cond("Conflict", "True", "PortConflict", message)]}))
+        s.put(c, "ServiceImport", obj("ServiceImport", "web", "shop", spec={"type": "ClusterSetIP"}))
+    s.put("c1", "ServiceExport", obj("ServiceExport", "ok", "shop",
+                                     status={"conditions": [cond("Ready", "True", "Exported")]}))
+    s.put("c2", "ServiceImport", obj("ServiceImport", "ok", "shop", spec={"type": "ClusterSetIP"}))
+    return s, message
+
+
+def test_an_exporter_in_conflict_wears_a_red_conflict_badge_not_a_green_ready() -> None:
+    s, message = _web_in_conflict()
+    services = build_view(s)["services"]
+    for c in ("c1", "c2"):
+        assert services["shop/web"]["exporters"][c]["badge"] == {
+            "text": "Conflict (PortConflict)", "level": "bad", "title": message}
+    assert services["shop/ok"]["exporters"]["c1"]["badge"] == {"text": "Ready True", "level": "ok", "title": "Exported"}
+    s.put("c1", "ServiceExport", obj("ServiceExport", "ok", "shop", status={"conditions": [
+        cond("Valid", "False", "NoService", "no Service ok"), cond("Ready", "False", "Invalid")]}))
+    assert build_view(s)["services"]["shop/ok"]["exporters"]["c1"]["badge"]["text"] == "Invalid"
+
+
+def test_clicking_a_conflicted_service_opens_an_export_in_conflict_and_an_import_shows_its_exports() -> None:
+    s, message = _web_in_conflict()
+    services = build_view(s)["services"]
+    assert services["shop/web"]["ref"] == {"cluster": "c1", "kind": "ServiceExport", "namespace": "shop",
+                                           "name": "web"}
+    assert services["shop/ok"]["ref"]["kind"] == "ServiceImport"  # nothing wrong: where it is used
+    # The import itself (opened from its importer's link) has no conditions: its exports' come along.
+    related = related_conditions(s, "ServiceImport", "shop", "web")
+    assert [(r["ref"]["cluster"], r["badge"]["text"]) for r in related] == [("c1", "Conflict (PortConflict)"),
+                                                                          ("c2", "Conflict (PortConflict)")]
+    assert {"type": "Conflict", "status": "True", "reason": "PortConflict", "message": message}.items() <= \
+        related[1]["conditions"][2].items()
+    assert related_conditions(s, "ServiceExport", "shop", "web") == []
+
+
+def test_pools_show_dklbs_role_in_words_with_the_raw_role_beside() -> None:
+    s = clusterset()
+    for name, role in (("pub", "slave_public"), ("priv", "*"), ("dflt", None)):
+        s.put("c1", "LoadBalancerPool", obj("LoadBalancerPool", name, spec={"role": role} if role else {}))
+    pools = build_view(s)["pools"]
+    assert (pools["c1/pub"]["role"], pools["c1/pub"]["roleRaw"]) == ("public", "slave_public")
+    assert (pools["c1/priv"]["role"], pools["c1/priv"]["roleRaw"]) == ("private", "*")
+    assert pools["c1/dflt"]["role"] == "public"  # the CRD's default role
+
+
+def test_every_egress_row_has_a_state_badge() -> None:
+    s = clusterset()
+    s.put("c1", "SourceIPClass", obj("SourceIPClass", "lab", status={"allocated": 1, "capacity": 4, "conditions": [
+        cond("Ready", "False", "RangesOverlap", "spec.ranges[0] shares 127.32.9.3-127.32.9.4 with 'old'")]}))
+    s.put("c1", "SourceIPClaim", obj("SourceIPClaim", "a", "shop", status={"phase": "Bound"}))
+    s.put("c1", "SourceIPClaim", obj("SourceIPClaim", "b", "shop", status={"phase": "Pending", "conditions": [
+        cond("Ready", "False", "ClassExhausted", "no free address")]}))
+    s.put("c1", "SourceIPClaim", obj("SourceIPClaim", "new", "shop"))
+    s.put("c1", "SourceIP", obj("SourceIP", "127.32.9.1", status={"phase": "Released"}))
+    s.put("c1", "ExternalService", obj("ExternalService", "db", "shop", status={"conditions": [
+        cond("Ready", "False", "GatewayNotReady", "no gateway leads")]}))
+    s.put("c1", "ExternalService", obj("ExternalService", "up", "shop", status={"conditions": [cond("Ready", "True")]}))
+    s.put("c1", "Gateway", obj("Gateway", "shop-db", "isthmus-system", status={"holder": "gw-1"}))
+    egress = build_view(s)["egress"]
+    badges = {k.split("/", 1)[1]: (v["badge"]["text"], v["badge"]["level"]) for k, v in egress.items()}
+    assert badges == {
+        "SourceIPClass/lab": ("RangesOverlap", "bad"),
+        "SourceIPClaim/shop/a": ("Bound", "ok"),
+        "SourceIPClaim/shop/b": ("Pending", "warn"),
+        "SourceIPClaim/shop/new": ("Pending", ""),
+        "SourceIP/127.32.9.1": ("Released", "warn"),
+        "ExternalService/shop/db": ("GatewayNotReady", "bad"),
+        "ExternalService/shop/up": ("Ready", "ok"),
+        "Gateway/isthmus-system/shop-db": ("held", "ok"),
+    }
+    assert egress["c1/SourceIPClaim/shop/b"]["badge"]["title"] == "no free address"

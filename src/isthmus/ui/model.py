@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from isthmus.api.lb import PUBLIC_ROLE
 from isthmus.api.mcs import (
     HEARTBEAT_ANNOTATION,
     SERVICE_NAME_LABEL,
@@ -133,6 +134,29 @@ def conditions(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _condition(obj: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in conditions(obj) if c["type"] == type_), None)
+
+
+OK, WARN, BAD, NEUTRAL = "ok", "warn", "bad", ""
+
+
+def badge(text: str, level: str, title: str = "") -> dict[str, str]:
+    """A coloured label the page shows as is: `level` is ok (green), warn, bad (red) or "" (grey)."""
+    return {"text": text, "level": level, "title": title}
+
+
+def export_badge(obj: Mapping[str, Any]) -> dict[str, str]:
+    """What an exporter wears: a conflict or an invalid export first (its Ready may still be True:
+    the export is served, under the oldest exporter's terms), else its Ready condition."""
+    conflict, valid, ready = _condition(obj, "Conflict"), _condition(obj, "Valid"), _condition(obj, "Ready")
+    if conflict is not None and conflict["status"] == "True":
+        return badge(f"Conflict ({conflict['reason']})" if conflict["reason"] else "Conflict", BAD,
+                     conflict["message"])
+    if valid is not None and valid["status"] == "False":
+        return badge("Invalid", BAD, valid["message"] or valid["reason"])
+    if ready is None:
+        return badge("Pending", NEUTRAL, "no Ready condition yet")
+    return badge(f"Ready {ready['status']}", OK if ready["status"] == "True" else WARN,
+                 ready["message"] or ready["reason"])
 
 
 def ref(cluster: str, kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -269,7 +293,7 @@ def _services(store: Store) -> dict[str, dict[str, Any]]:
                 e["conflicts"].append({"cluster": cluster, "reason": conflict["reason"], "message": text})
             if valid is not None and valid["status"] == "False":
                 problems.append(f"not valid: {valid['message'] or valid['reason']}")
-            e["exporters"][cluster] = {"conditions": conds, "problems": problems,
+            e["exporters"][cluster] = {"conditions": conds, "problems": problems, "badge": export_badge(se),
                                        "ref": ref(cluster, "ServiceExport", se)}
         slices: dict[tuple[str, str], dict[str, list[str]]] = {}
         for sl in store.of(cluster, "EndpointSlice"):
@@ -298,6 +322,35 @@ def _services(store: Store) -> dict[str, dict[str, Any]]:
     for e in out.values():
         e["labels"] = {SERVICE_NAME_LABEL: e["name"]}
         e["clusters"] = sorted(set(e["exporters"]) | set(e["importers"]))
+        e["ref"] = _service_ref(e)
+    return out
+
+
+def _service_ref(e: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What clicking a service opens: the export whose conditions explain a problem (in conflict,
+    then any other problem), else an import, else an export. A ServiceImport has no conditions."""
+    exporters: Mapping[str, Any] = e["exporters"]
+    in_conflict = [c for c in sorted(exporters) if any(p.startswith("conflict") for p in exporters[c]["problems"])]
+    with_problems = [c for c in sorted(exporters) if exporters[c]["problems"]]
+    for cluster in (*in_conflict, *with_problems):
+        return dict(exporters[cluster]["ref"])
+    for side in (e["importers"], exporters):
+        if side:
+            return dict(side[sorted(side)[0]]["ref"])
+    return None
+
+
+def related_conditions(store: Store, kind: str, namespace: str | None, name: str) -> list[dict[str, Any]]:
+    """For an object whose state is told by others' conditions (a ServiceImport: its exports'), those
+    conditions with the cluster and object they are on; [] for any other kind."""
+    if kind != "ServiceImport" or not namespace:
+        return []
+    out = []
+    for cluster in store.members():
+        se = store.get(cluster, "ServiceExport", namespace, name)
+        if se is not None:
+            out.append({"ref": ref(cluster, "ServiceExport", se), "badge": export_badge(se),
+                        "conditions": conditions(se)})
     return out
 
 
@@ -330,6 +383,12 @@ def _mcs(store: Store) -> dict[str, dict[str, Any]]:
     return out
 
 
+def role_label(role: Any) -> str:
+    """dklb's pool role in words: `slave_public` (DC/OS's public agents) is public, any other role
+    (`*`, `slave`, ...) listens on the private address. The raw value goes beside it, as a tooltip."""
+    return "public" if (role or PUBLIC_ROLE) == PUBLIC_ROLE else "private"
+
+
 def _pools(store: Store) -> dict[str, dict[str, Any]]:
     out = {}
     for cluster in sorted(store.connections):
@@ -340,7 +399,8 @@ def _pools(store: Store) -> dict[str, dict[str, Any]]:
             for f in status.get("frontends") or []:
                 addrs[str(f.get("name"))] = [*(f.get("publicAddresses") or []), *(f.get("privateAddresses") or [])]
             out[f"{cluster}/{_name(p)}"] = {
-                "cluster": cluster, "name": _name(p), "role": spec.get("role") or "", "count": spec.get("count"),
+                "cluster": cluster, "name": _name(p), "role": role_label(spec.get("role")), "roleRaw": spec.get("role") or "",
+                "count": spec.get("count"),
                 "ready": status.get("ready") or "", "addresses": status.get("addresses") or "",
                 "statsPort": (haproxy.get("stats") or {}).get("bindPort"),
                 "frontends": [{"name": f.get("name"), "port": f.get("bindPort"), "protocol": f.get("protocol"),
@@ -391,8 +451,35 @@ def _egress(store: Store) -> dict[str, dict[str, Any]]:
                     item["state"] = f"holder {status.get('holder')}" if status.get("holder") else ""
                     item["sourceIP"] = ", ".join(sorted({r.get("sourceIP") for r in spec.get("egressRules") or []
                                                          if r.get("sourceIP")}))
+                item["badge"] = _egress_badge(kind, o, item.get("state") or "")
                 out[f"{cluster}/{kind}/{object_key(o)}"] = item
     return out
+
+
+_PHASE_LEVELS = {
+    "SourceIPClaim": {"Bound": OK, "Pending": WARN, "Lost": BAD},
+    "SourceIP": {"Bound": OK, "Available": OK, "Released": WARN, "Failed": BAD},
+}
+
+
+def _egress_badge(kind: str, obj: Mapping[str, Any], state: str) -> dict[str, str]:
+    """The State column's badge: a claim's or SourceIP's phase, the Ready condition of the others
+    (a Gateway: whether a replica holds it)."""
+    ready = _condition(obj, "Ready")
+    why = ready["message"] or ready["reason"] if ready else ""
+    if kind in _PHASE_LEVELS:
+        phase = str(_status(obj).get("phase") or "")
+        if not phase:
+            return badge("Pending" if kind == "SourceIPClaim" else "-", NEUTRAL, why)
+        return badge(phase, _PHASE_LEVELS[kind].get(phase, NEUTRAL), why)
+    if kind == "Gateway":
+        holder = _status(obj).get("holder")
+        return badge("held" if holder else "no holder", OK if holder else WARN, state)
+    if ready is None:
+        return badge("-", NEUTRAL, "no Ready condition yet")
+    if ready["status"] == "True":
+        return badge("Ready", OK, why)
+    return badge(ready["reason"] or f"Ready {ready['status']}", BAD if ready["status"] == "False" else WARN, why)
 
 
 def build_view(store: Store) -> dict[str, dict[str, dict[str, Any]]]:

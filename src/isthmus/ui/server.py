@@ -7,7 +7,8 @@ a GET; nothing here writes to a cluster.
 - `/api/events`: server-sent events: `snapshot` (the whole view) on connect, then `delta`s
   (model.diff) as watches report changes, coalesced over `COALESCE` seconds;
 - `/api/object?cluster=&kind=&namespace=&name=`: one object's YAML and conditions from the watch
-  cache, and its Events read from that cluster's API now (on demand, not polled);
+  cache, the conditions that tell its state when it has none (a ServiceImport: its exports' in
+  every cluster), and its Events read from that cluster's API now (on demand, not polled);
 - `/healthz`, `/readyz`.
 
 Bound to loopback, the server answers only requests addressed to a loopback name, so a web page
@@ -32,7 +33,7 @@ from lightkube.resources.core_v1 import Event
 from isthmus.kube.client import is_loopback_host
 from isthmus.kube.helpers import describe_error
 from isthmus.ui.kinds import BY_KIND
-from isthmus.ui.model import Store, build_view, conditions, diff
+from isthmus.ui.model import Store, build_view, conditions, diff, related_conditions
 from isthmus.ui.watch import ClusterWatch, Source, plain
 
 log = logging.getLogger(__name__)
@@ -208,6 +209,7 @@ class UiServer:
             "ref": {"cluster": cluster, "kind": kind, "namespace": namespace, "name": name},
             "yaml": yaml.safe_dump(obj, sort_keys=False, default_flow_style=False),
             "conditions": conditions(obj), "events": events, "eventsError": events_error,
+            "related": related_conditions(self.store, kind, namespace, name),
         })
 
     async def _events_of(self, cluster: str, kind: str, obj: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:

@@ -162,9 +162,11 @@ function clusterCard(c) {
     Object.entries(c.kindErrors || {}).filter(([, e]) => !e.startsWith("not served"))
       .map(([k, e]) => h("div", { class: "problem" }, `${k}: ${e}`)),
     h("div", { class: "parts" }, (c.parts || []).map((p) =>
-      h("span", { class: `part ${p.ok ? "" : "down"}`, title: `${p.ready}/${p.replicas} ready, ${p.restarts} restarts`,
+      h("span", { class: `part ${p.ok ? "" : "down"}`, "data-part": p.name,
+        title: `${p.name}: ${p.ready}/${p.replicas} ready, ${p.restarts} restart${p.restarts === 1 ? "" : "s"}`,
         onclick: (e) => { e.stopPropagation(); select(p.ref); } },
-        p.name.replace(/^isthmus-/, ""), p.ok ? "" : ` ${p.ready}/${p.replicas}`))));
+        p.name.replace(/^isthmus-/, ""), ` ${p.ready}/${p.replicas} `,
+        h("span", { class: `restarts${p.restarts ? " some" : ""}`, "data-restarts": p.restarts }, `↻${p.restarts}`)))));
 }
 
 function graph() {
@@ -191,7 +193,34 @@ function graph() {
       }
   }
   const colour = { healthy: "#1f9d55", unhealthy: "#d68a00", unreachable: "#d64545", unknown: "#8a94a6" };
-  const edges = Object.values(pairs).map((p) => {
+  // Labels go where they cover no other label and no cluster: from the middle of their curve, out
+  // along the side it bends to (a→b and b→a bend apart), step by step. Without this, a→b's and
+  // b→a's labels printed over each other, and over the broker in the middle.
+  const radius = (name) => (name === broker?.name ? 30 : 26);
+  const taken = Object.entries(pos).map(([name, [x, y]]) => {
+    const r = radius(name) + 2;
+    return { x: x - r, y: y - r, w: 2 * r, h: 2 * r };
+  });
+  const overlaps = (b) => taken.some((o) => b.x < o.x + o.w && o.x < b.x + b.w && b.y < o.y + o.h && o.y < b.y + b.h);
+  const placeLabel = (text, x1, y1, mx, my, x2, y2) => {
+    const w = text.length * 7 + 6, lh = 15;
+    let nx = mx - (x1 + x2) / 2, ny = my - (y1 + y2) / 2;
+    const n = Math.hypot(nx, ny) || 1;
+    [nx, ny] = n > 0.5 ? [nx / n, ny / n] : [0, -1];
+    const qx = (x1 + 2 * mx + x2) / 4, qy = (y1 + 2 * my + y2) / 4;
+    let box = null;
+    for (const dir of [1, -1]) {
+      for (let t = 0; t <= 300 && !box; t += 4) {
+        const b = { x: qx + dir * nx * t - w / 2, y: qy + dir * ny * t - lh / 2, w, h: lh };
+        if (!overlaps(b)) box = b;
+      }
+      if (box) break;
+    }
+    box = box || { x: qx - w / 2, y: qy - lh / 2, w, h: lh };
+    taken.push(box);
+    return [box.x + w / 2, box.y + lh / 2 + 4];
+  };
+  const edges = Object.values(pairs).sort((a, b) => `${a.from}>${a.to}`.localeCompare(`${b.from}>${b.to}`)).map((p) => {
     const [x1, y1] = pos[p.from], [x2, y2] = pos[p.to];
     // Curve each direction to its own side so a→b and b→a do not overlap.
     const mx = (x1 + x2) / 2 + (y2 - y1) * 0.15, my = (y1 + y2) / 2 - (x2 - x1) * 0.15;
@@ -199,12 +228,13 @@ function graph() {
     const dx = x2 - mx, dy = y2 - my, d = Math.hypot(dx, dy) || 1, r = (p.to === broker?.name ? 30 : 26) + 4;
     const ex = x2 - (dx / d) * r, ey = y2 - (dy / d) * r;
     const bad = p.conflicts.length;
+    const text = bad ? `${p.services.length} (${bad} in conflict)` : String(p.services.length);
+    const [lx, ly] = placeLabel(text, x1, y1, mx, my, ex, ey);
     return svg("g", { class: "edge-group", "data-edge": `${p.from}>${p.to}` },
       svg("path", { class: `edge${bad ? " conflict" : ""}`, d: `M${x1},${y1} Q${mx},${my} ${ex},${ey}`,
         "stroke-width": Math.min(6, 1 + p.services.length), "marker-end": bad ? "url(#arrow-bad)" : "url(#arrow)" },
         svg("title", {}, `${p.from} → ${p.to}: ${p.services.join(", ")}${bad ? ` (in conflict: ${p.conflicts.join(", ")})` : ""}`)),
-      svg("text", { class: "edge-label", x: (x1 + 2 * mx + x2) / 4, y: (y1 + 2 * my + y2) / 4 - 4 },
-        bad ? `${p.services.length} (${bad} in conflict)` : String(p.services.length)));
+      svg("text", { class: "edge-label", x: lx, y: ly }, text));
   });
   const brokerLinks = broker ? members.map((c) => {
     const [x, y] = pos[c.name];
@@ -237,6 +267,11 @@ function link(text, ref) {
   return h("span", { class: "link", onclick: (e) => { e.stopPropagation(); select(ref); } }, text);
 }
 
+function badge(b) {
+  if (!b) return h("span", { class: "badge" }, "-");
+  return h("span", { class: `badge ${b.level || ""}`, title: b.title || null, "data-badge": b.text }, b.text);
+}
+
 function condBadge(conds, type, goodStatus) {
   const c = (conds || []).find((x) => x.type === type);
   if (!c) return h("span", { class: "badge" }, "-");
@@ -246,15 +281,14 @@ function condBadge(conds, type, goodStatus) {
 
 function services() {
   const rows = filtered("services", (s) => s.clusters).map(([key, s]) => {
-    const firstRef = Object.values(s.importers)[0]?.ref || Object.values(s.exporters)[0]?.ref;
     const endpoints = Object.entries(s.importers).map(([c, imp]) =>
       h("div", {}, link(c, imp.ref), ": ",
         Object.entries(imp.endpoints).map(([src, a]) => `${src} ${a.length}`).join(", ") || "none"));
-    return h("tr", { class: "row", "data-service": key, onclick: () => select(firstRef) },
+    return h("tr", { class: "row", "data-service": key, onclick: () => select(s.ref) },
       h("td", {}, s.namespace), h("td", {}, h("b", {}, s.name)),
       h("td", { class: "mono" }, s.vip.join(", ") || "-"), h("td", { class: "mono" }, s.ports.join(" ") || "-"),
-      h("td", {}, Object.entries(s.exporters).map(([c, e]) => h("div", {}, link(c, e.ref), " ",
-        condBadge(e.conditions, "Ready", "True")))),
+      h("td", {}, Object.entries(s.exporters).map(([c, e]) => h("div", { "data-exporter": c }, link(c, e.ref), " ",
+        badge(e.badge)))),
       h("td", {}, endpoints.length ? endpoints : "-"),
       h("td", { class: "conflicts" }, s.conflicts.map((c) => h("div", { class: "problem" }, `${c.cluster}: ${c.message}`)),
         Object.entries(s.exporters).flatMap(([c, e]) => e.problems.filter((p) => !p.startsWith("conflict"))
@@ -278,7 +312,8 @@ function mcs() {
 function pools() {
   const rows = filtered("pools", (p) => [p.cluster]).map(([key, p]) =>
     h("tr", { class: "row", "data-pool": key, onclick: () => select(p.ref) },
-      h("td", {}, p.cluster), h("td", {}, h("b", {}, p.name)), h("td", {}, p.role),
+      h("td", {}, p.cluster), h("td", {}, h("b", {}, p.name)),
+      h("td", { class: "role", title: `dklb role: ${p.roleRaw || "(default)"}`, "data-role": p.roleRaw }, p.role),
       h("td", {}, p.frontends.map((f) => h("div", { class: "mono" },
         `${f.name} :${f.port}/${f.protocol} → ${f.backend || "-"}`, f.addresses.length ? ` (${f.addresses.join(", ")})` : ""))),
       h("td", {}, p.backends.map((b) => h("div", { class: "mono" }, `${b.name}: ${b.servers.join(", ") || "no servers"}`))),
@@ -296,7 +331,8 @@ function egress() {
     h("tr", { class: "row", "data-egress": key, onclick: () => select(e.ref) },
       h("td", {}, e.cluster), h("td", {}, e.kind), h("td", {}, e.namespace || "-"), h("td", {}, h("b", {}, e.name)),
       h("td", { class: "mono" }, e.sourceIP || "-"), h("td", {}, e.detail || ""),
-      h("td", {}, e.state || "-",
+      h("td", { class: "state" }, badge(e.badge),
+        e.state && !e.state.startsWith("Ready") && e.state !== e.badge?.text ? h("span", { class: "kv" }, ` ${e.state}`) : null,
         (e.sources || []).map((s) => h("div", { class: "kv" }, `${s.service} ← ${s.sourceIP || "?"} (${s.endpoints ?? 0} pods)`)),
         e.conditions.filter((c) => c.status !== "True" && c.message).map((c) => h("div", { class: "problem" }, c.message)))));
   return table(["Cluster", "Kind", "Namespace", "Name", "Source IP", "Detail", "State"], rows,
@@ -329,6 +365,14 @@ async function showDetails(ref) {
     data.conditions.length ? h("table", {}, h("tbody", {}, data.conditions.map((c) => h("tr", {},
       h("td", {}, c.type), h("td", {}, c.status), h("td", {}, c.reason), h("td", { class: "condition-message" }, c.message)))))
       : h("div", { class: "kv" }, "none"),
+    (data.related || []).length ? [
+      h("h3", {}, "Conditions of its exports"),
+      h("table", { class: "related" }, h("tbody", {}, data.related.flatMap((r) => [
+        h("tr", {}, h("td", { colspan: 4 }, link(`${r.ref.kind} in ${r.ref.cluster}`, r.ref), " ", badge(r.badge))),
+        ...(r.conditions.length ? r.conditions : [{ type: "none", status: "", reason: "", message: "" }]).map((c) =>
+          h("tr", {}, h("td", {}, c.type), h("td", {}, c.status), h("td", {}, c.reason),
+            h("td", { class: "condition-message" }, c.message)))]))),
+    ] : null,
     h("h3", {}, "Events"),
     data.eventsError ? h("div", { class: "problem" }, data.eventsError) : null,
     data.events.length ? h("table", {}, h("tbody", {}, data.events.map((e) => h("tr", {},
@@ -336,7 +380,7 @@ async function showDetails(ref) {
       : data.eventsError ? null : h("div", { class: "kv" }, "none"),
     h("h3", {}, "YAML"),
     h("pre", { class: "yaml" }, data.yaml),
-  ].filter((el) => el)); // replaceChildren would print a null as "null"
+  ].flat().filter((el) => el)); // replaceChildren would print a null as "null"
 }
 
 // --- live data ---------------------------------------------------------------------------------
