@@ -1,6 +1,7 @@
 """The CLI habits against a running local clusterset: with only $ISTHMUS_STATE_DIR set (no
 KUBECONFIG, no flags) `version` reads every cluster's components and `show` reaches the current
-context; `status -o yaml` is `-o json`'s document.
+context; `status -o yaml` is `-o json`'s document; the README's ServiceImport listings show what
+their comments say.
 
 Starts its own clusterset (`isthmus up --detach`, always `down` after); with
 ISTHMUS_E2E_STATE_DIR set it reuses that running clusterset instead and only reads from it.
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,3 +86,47 @@ def test_show_reaches_the_current_context_without_flags(state: Path, bare: dict[
     assert [{k: c[k] for k in stable} for c in again["clusters"]] == [
         {k: c[k] for k in stable} for c in status["clusters"]]
     assert again["kubeconfig"] == status["kubeconfig"]
+
+
+def _readme_import_lines() -> list[tuple[str, str]]:
+    """(command, comment) of the README's hands-on lines that list ServiceImports."""
+    text = (ROOT / "README.md").read_text()
+    out = []
+    for block in re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M):
+        for line in block.splitlines():
+            code, _, comment = line.partition(" # ")
+            if re.match(r"(kubectl|isthmus) .*(get serviceimports\b|show imports\b)", code):
+                out.append((code.strip(), comment.strip()))
+    return out
+
+
+def test_the_readmes_import_listings_show_what_they_say(state: Path, bare: dict[str, str], tmp_path: Path) -> None:
+    """Each README line that lists the ServiceImports shows what its comment promises: the
+    service, and the exporting clusters when it names them (this clusterset has two clusters:
+    the README's c3 is c2 here)."""
+    lines = _readme_import_lines()
+    assert len(lines) >= 2, lines
+    env = {**bare, "KUBECONFIG": str(state / "kubeconfig")}
+    kubectl = ["kubectl", f"--cache-dir={tmp_path / 'kube-cache'}"]
+    for c in ("c1", "c2"):
+        for manifest in ("echo-deployment.yaml", "serviceexport-vip.yaml"):
+            subprocess.run([*kubectl, "--context", c, "apply", "-f", str(ROOT / "examples" / manifest)], env=env,
+                           check=True, capture_output=True, timeout=60)
+    try:
+        for code, comment in lines:
+            argv = [w.replace("c3", "c2") for w in shlex.split(code)]
+            argv = [*ISTHMUS, *argv[1:]] if argv[0] == "isthmus" else [*kubectl, *argv[1:]]
+            promised = {"echo-vip", *re.findall(r"\bc\d\b", comment)}
+            deadline = time.monotonic() + 60
+            while True:  # the agents take a few seconds to import from both clusters
+                p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                missing = {w for w in promised if not re.search(rf"\b{re.escape(w)}\b", p.stdout)}
+                if not missing or time.monotonic() > deadline:
+                    break
+                time.sleep(1)
+            assert p.returncode == 0 and not missing, f"`{code}` promises {sorted(promised)}:\n{p.stdout}{p.stderr}"
+    finally:
+        for c in ("c1", "c2"):
+            subprocess.run([*kubectl, "--context", c, "delete", "--wait=false", "-f",
+                            str(ROOT / "examples" / "serviceexport-vip.yaml"), "-f",
+                            str(ROOT / "examples" / "echo-deployment.yaml")], env=env, capture_output=True, timeout=60)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -24,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
-from isthmus.cli.app import DEFAULT_STATE_DIR, StateDirOpt, command, fail
+from isthmus.cli.app import DEFAULT_STATE_DIR, StateDirOpt, command, default_state_dir, fail
 from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_table
 from isthmus.diagnose.model import plural
 from isthmus.local import plan
@@ -535,6 +536,9 @@ def down(state_dir: StateDirOpt = DEFAULT_STATE_DIR) -> None:
         return
     if not _down(console, layout):
         raise typer.Exit(1)
-    console.print(f"Stopped the local clusterset in {layout.root} (state kept: `isthmus up` resumes it).")
+    # `isthmus up` alone resumes only the default state dir (flag > $ISTHMUS_STATE_DIR > ./.isthmus).
+    same = layout.root == Layout.at(default_state_dir()).root
+    resume = "isthmus up" if same else shlex.join(["isthmus", "up", "--state-dir", str(state_dir)])
+    console.print(f"Stopped the local clusterset in {layout.root} (state kept: `{resume}` resumes it).")
     if damaged:  # everything it could verify is stopped; the file still needs fixing
         raise fail(damaged)

@@ -321,6 +321,8 @@ class Demo:
         self.cluster_ips: dict[str, str] = {}
         self.broker: dict[str, Any] = {}
         self._examples: Path | None = None
+        self.discard_state = False
+        """The state dir is a temporary one, removed after the tour (no --keep)."""
 
     # -- plumbing
 
@@ -999,7 +1001,10 @@ class Demo:
                              f"{stats['ok']} answered")
 
     def down(self) -> None:
-        self.isthmus("down", "--state-dir", str(self.state_dir), timeout=DOWN_TIMEOUT)
+        # A temporary state dir is removed right after: `down`'s "state kept" line would be untrue.
+        self.isthmus("down", "--state-dir", str(self.state_dir), timeout=DOWN_TIMEOUT, output=not self.discard_state)
+        if self.discard_state:
+            self.show("Stopped the local clusterset; its temporary state dir is removed now (--keep keeps it).")
 
 
 def _prerequisites(console: Console) -> bool:
@@ -1047,6 +1052,7 @@ def run_demo(
     os.umask(0o077)  # kubectl's cache and everything else the demo writes in the state dir stay private
 
     demo = Demo(console, state_dir.resolve(), clusters)
+    demo.discard_state = temporary and not keep
     steps = list(edit_steps(demo.steps()) if edit_steps else demo.steps())
     total = len(steps) + 1  # + isthmus down
     console.rule(f"[bold]Isthmus demo[/bold] — a local clusterset of {clusters} clusters and a broker")
