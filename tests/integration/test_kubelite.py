@@ -636,3 +636,51 @@ async def test_kubectl_rollout_status_and_wait(apiserver: Any, lite: Lite) -> No
     assert code == 0, out
     code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "get", "pods", "-o", "wide")
     assert code == 0 and "Running" in out and "c1-node" in out, out
+
+
+async def _answers(ip: str, port: int) -> bool:
+    try:
+        async with asyncio.timeout(2):
+            return bool(await http_twice(ip, port))
+    except (OSError, TimeoutError, AssertionError, asyncio.IncompleteReadError):
+        return False
+
+
+async def test_a_deleted_pods_endpoint_is_withdrawn_before_it_stops_serving(lite: Lite) -> None:
+    """The kubelet's order: the Pod's endpoint turns ready false / terminating true while it still
+    serves (here through its preStop sleep), then it drains and stops, then the object goes."""
+    c = lite.client
+    await create(c, Pod, {
+        "metadata": {"name": "leaving", "labels": {"app": "leaving"}, "annotations": {WORKLOAD_ANNOTATION: "echo"}},
+        "spec": {"terminationGracePeriodSeconds": 20, "containers": [{
+            "name": "echo", "image": "echo", "ports": [{"name": "http", "containerPort": 8080}],
+            "lifecycle": {"preStop": {"sleep": {"seconds": 3}}}}]},
+    })
+    await create(c, Service, {"metadata": {"name": "leaving"},
+                              "spec": {"selector": {"app": "leaving"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+
+    async def endpoint() -> dict[str, Any] | None:
+        eps = [e for s in await slices_of(c, "leaving") for e in s.get("endpoints") or []]
+        return eps[0] if eps else None
+
+    first = await eventually(endpoint, what="an endpoint")
+    assert first["conditions"] == {"ready": True, "serving": True, "terminating": False}
+    ip = first["addresses"][0]
+    assert await _answers(ip, 8080)
+    await c.delete(Pod, "leaving", namespace=NS)
+
+    async def withdrawn() -> dict[str, Any] | None:
+        ep = await endpoint()
+        return ep if ep is not None and ep["conditions"]["terminating"] else None
+
+    ep = await eventually(withdrawn, within=5, what="the endpoint marked terminating")
+    assert ep["conditions"] == {"ready": False, "serving": True, "terminating": True}
+    assert await _answers(ip, 8080)  # still serving: nobody is sent to it any more, it finishes
+    assert (await c.get(Pod, "leaving", namespace=NS)).metadata.deletionTimestamp is not None
+
+    async def pod_gone() -> bool:
+        return not [p async for p in c.list(Pod, namespace=NS, labels={"app": "leaving"})]
+
+    await eventually(pod_gone, within=15, what="the Pod removed once its servers stopped")
+    assert not await _answers(ip, 8080)
+    assert await endpoint() is None

@@ -7,6 +7,11 @@ answers each datagram with the same JSON minus the HTTP fields.
 
 What a container would print goes to ``say(port, protocol, line)``: a line per port once
 listening and one per request or datagram (the Pod's logs, see logs.py).
+
+Told to terminate (the kubelet's SIGTERM, see :meth:`EchoServer.terminate`), it drains as a
+well-behaved server does: a short lame duck in which it still accepts (a consumer that has not yet
+seen its endpoint withdrawn is still served), every answer closing its connection; then it stops
+accepting, and each kept-alive connection is closed after its next answer, or once idle.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -28,6 +34,11 @@ Say = Callable[[int, str, str], None]
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 1.0
+LAME_DUCK = 1.0
+"""Seconds a terminating server still accepts connections (each answered with Connection: close)."""
+IDLE_CLOSE = 1.0
+"""Seconds without a request after which a terminating server closes a kept-alive connection: a
+client sending more often gets an answer saying ``Connection: close`` first (no race)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +93,11 @@ class EchoServer:
         self.ports = tuple(sorted({p for p in ports if p[1] in ("TCP", "UDP")}))  # SCTP: nothing to serve
         self._web: list[tuple[web.Server, asyncio.Server]] = []
         self._udp: list[asyncio.DatagramTransport] = []
+        self.draining = False
+        self._busy: dict[object, int] = {}
+        """Requests in progress per connection (its transport)."""
+        self._last: dict[object, float] = {}
+        """When each connection's last answer was sent (monotonic)."""
 
     @property
     def listening(self) -> bool:
@@ -109,6 +125,21 @@ class EchoServer:
                      f"listening on {self.ip}:{port}/{protocol}")
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        conn = request.transport
+        self._busy[conn] = self._busy.get(conn, 0) + 1
+        try:
+            resp = await self._answer(request)
+            if self.draining:
+                resp.force_close()  # the client reconnects, to an endpoint still ready
+            return resp
+        finally:
+            self._busy[conn] -= 1
+            if not self._busy[conn]:
+                del self._busy[conn]
+            if self.draining:
+                self._last[conn] = time.monotonic()
+
+    async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
         await request.read()  # drain the body so the connection can be kept alive
         peer = request.transport.get_extra_info("peername") if request.transport else None
         headers: dict[str, str] = {}
@@ -121,7 +152,31 @@ class EchoServer:
         self.say(port, "TCP", f'{_peer(peer)} "{request.method} {request.raw_path} {version}" 200')
         return web.json_response(body)
 
+    async def terminate(self, grace: float) -> None:
+        """Drain, then stop, within ``grace`` seconds (what the kubelet's SIGTERM asks; whatever is
+        left then is closed, as SIGKILL would)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(grace, 0.0)
+        self.draining = True
+        await asyncio.sleep(max(0.0, min(LAME_DUCK, deadline - loop.time())))
+        for _, server in self._web:
+            server.close()  # no new connections; the open ones stay
+        started = time.monotonic()
+        while loop.time() < deadline:
+            open_ = [c for handler, _ in self._web for c in handler.connections]
+            if not open_:
+                break
+            now = time.monotonic()
+            for c in open_:
+                t = c.transport
+                if t is not None and not self._busy.get(t) and now - self._last.get(t, started) >= IDLE_CLOSE:
+                    c.close()  # idle: closed between requests
+            await asyncio.sleep(0.05)
+        await self.stop()
+
     async def stop(self) -> None:
+        self._busy.clear()
+        self._last.clear()
         web_servers, self._web = self._web, []
         udp, self._udp = self._udp, []
         for transport in udp:

@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
+from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 
 from isthmus.local.kubelite import ECHO_WORKLOAD, FIELD_MANAGER, WORKLOAD_ANNOTATION
@@ -34,6 +35,12 @@ from isthmus.local.kubelite.echo import EchoIdentity, EchoServer
 from isthmus.local.kubelite.ipam import IPPool, PoolFull
 from isthmus.local.kubelite.logs import PodLogs
 from isthmus.local.kubelite.processes import POD_PRELOAD, ProcessOptions, ProcessPod
+from isthmus.local.kubelite.termination import (
+    MIN_KILL_GRACE,
+    endpoints_withdrawn,
+    grace_seconds,
+    pre_stop,
+)
 from isthmus.local.zygote import Zygote
 from isthmus.local.zygote import enabled as zygote_enabled
 from isthmus.runtime import Controller, EventRecorder, Informer, Result, split_key
@@ -192,10 +199,14 @@ class PodRuntime:
         workers: int = 4,
         logs: PodLogs | None = None,
         processes: ProcessOptions | None = None,
+        slices: Informer[EndpointSlice] | None = None,
     ) -> None:
-        """processes: how Pods of the Isthmus image run (default: pod dirs in a new temporary dir)."""
+        """processes: how Pods of the Isthmus image run (default: pod dirs in a new temporary dir);
+        slices: the EndpointSlices a deleted Pod's endpoints must be withdrawn from before its
+        containers are signalled (termination.py); None: signalled at once."""
         self.client = client
         self.pods = pods
+        self.slices = slices
         self.recorder = recorder
         self.cluster = cluster
         self.node = node_name(cluster)
@@ -210,6 +221,11 @@ class PodRuntime:
         self._scratch: Path | None = None
         """The temporary pod root this node made for itself (removed when it closes)."""
         self._retiring: set[asyncio.Task[None]] = set()
+        self._terminating: dict[str, str] = {}
+        """Pods (key → uid) whose deletion is under way: their containers are being stopped."""
+        self._draining: dict[str, EchoServer] = {}
+        """Echo servers of deleted Pods, still draining."""
+        """Pods (key → uid) whose deletion is under way: their containers are being stopped."""
         self.controller = Controller("kubelite-pods", self.reconcile, workers=workers)
         self.controller.watch(pods)
 
@@ -247,6 +263,11 @@ class PodRuntime:
         await asyncio.gather(*(w.stop(min(float(w._grace()), cap)) for w in workers), return_exceptions=True)
         if self._retiring:
             await asyncio.wait(list(self._retiring), timeout=cap + 1)
+        for task in list(self._retiring):  # a long grace period does not hold kube-lite's stop
+            task.cancel()
+        for server in list(self._draining.values()):
+            await server.stop()
+        self._draining.clear()
         if self._zygote is not None:
             await self._zygote.close()
         self.logs.close()
@@ -274,23 +295,106 @@ class PodRuntime:
     def _retire(self, key: str, worker: ProcessPod, *, delete_uid: str | None = None) -> None:
         """Stop a Pod's processes in the background (its grace period may be long); then release
         its address (unless a new incarnation holds it) and, for a graceful deletion, remove the
-        object as the kubelet does (grace 0, once the containers are gone)."""
+        object as the kubelet does (grace 0, once the containers are gone). A graceful deletion
+        stops them in the kubelet's order (termination.py); a Pod already gone, at once."""
 
         async def retire() -> None:
-            await worker.stop(remove=True, reason="deleted")
             if delete_uid is not None:
-                current = self.pods.cache.get(key)
-                if current is not None and current.to_dict()["metadata"].get("uid") == delete_uid:
-                    ns, name = split_key(key)
-                    with contextlib.suppress(ApiError):
-                        await self.client.delete(Pod, name, namespace=ns, grace_period=0)
-            if key not in self.workers and self.pods.cache.get(key) is None:
-                self.logs.remove(key)
-                self.ips.release_owner(key)
+                deadline = asyncio.get_running_loop().time() + grace_seconds(worker.pod)
+                await self._until_withdrawn(key, delete_uid, deadline)
+                await worker.terminate(deadline)
+                await self._finish_deletion(key, delete_uid, always=True)
+            else:
+                await worker.stop(remove=True, reason="deleted")
+            self._release_if_gone(key)
 
-        task = asyncio.create_task(retire(), name=f"kube-lite stop {key}")
+        self._background(key, delete_uid, retire())
+
+    def _terminate_echo(self, key: str, server: EchoServer, pod: Obj) -> None:
+        """A deleted echo Pod: its endpoints withdrawn, its preStop hooks run, then its servers
+        drain and stop (their SIGTERM), within the grace period; then the object goes."""
+        meta = pod["metadata"]
+        uid = str(meta.get("uid"))
+
+        async def terminate() -> None:
+            deadline = asyncio.get_running_loop().time() + grace_seconds(pod)
+            self._draining[key] = server
+            try:
+                await self._until_withdrawn(key, uid, deadline)
+                await self._pre_stop_hooks(pod, server.ip, deadline)
+                await server.terminate(max(deadline - asyncio.get_running_loop().time(), MIN_KILL_GRACE))
+            finally:
+                if self._draining.get(key) is server:
+                    del self._draining[key]
+            log.info("echo servers stopped", extra={"pod": key, "ip": server.ip})
+            self._close_logs(key)
+            await self._finish_deletion(key, uid, always=bool(meta.get("deletionGracePeriodSeconds"))
+                                        and not meta.get("finalizers"))
+            self._release_if_gone(key)
+
+        self._background(key, uid, terminate())
+
+    def _background(self, key: str, uid: str | None, work: Any) -> None:
+        if uid is not None:
+            self._terminating[key] = uid
+        task = asyncio.create_task(work, name=f"kube-lite stop {key}")
         self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._retiring.discard(t)
+            if uid is not None and self._terminating.get(key) == uid:
+                del self._terminating[key]
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("pod not stopped cleanly", extra={"pod": key, "error": str(t.exception())})
+
+        task.add_done_callback(done)
+
+    async def _until_withdrawn(self, key: str, uid: str, deadline: float) -> None:
+        """Until no slice calls the Pod ready (or the grace period is over)."""
+        if self.slices is None:
+            return
+        slices, ns = self.slices, split_key(key)[0] or ""
+        changed = asyncio.Event()
+        handlers = slices.add_handler(on_update=lambda old, new: changed.set(), on_delete=lambda s: changed.set())
+        try:
+            loop = asyncio.get_running_loop()
+            while not endpoints_withdrawn(slices.cache.list_namespace(ns), uid):
+                changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(deadline - loop.time(), 0.0)):
+                        await changed.wait()
+                if loop.time() >= deadline:
+                    return
+        finally:
+            slices.remove_handler(handlers)
+
+    async def _pre_stop_hooks(self, pod: Obj, ip: str, deadline: float) -> None:
+        """Every container's preStop hook, at once (an echo Pod's: run here, as its probes are)."""
+        loop = asyncio.get_running_loop()
+
+        async def one(c: Obj) -> None:
+            hook = (c.get("lifecycle") or {}).get("preStop")
+            if not hook:
+                return
+            result = await pre_stop(hook, host=ip, container=c, env={}, cwd=None, seconds=deadline - loop.time())
+            if not result.ok:
+                self.recorder.warning(pod, "FailedPreStopHook", f"PreStopHook failed: {result.message}")
+
+        await asyncio.gather(*(one(c) for c in (pod.get("spec") or {}).get("containers") or []))
+
+    async def _finish_deletion(self, key: str, uid: str, *, always: bool) -> None:
+        """The containers are gone: remove this incarnation of the Pod (grace 0), as the kubelet does."""
+        current = self.pods.cache.get(key)
+        if always and current is not None and current.to_dict()["metadata"].get("uid") == uid:
+            ns, name = split_key(key)
+            with contextlib.suppress(ApiError):
+                await self.client.delete(Pod, name, namespace=ns, grace_period=0)
+
+    def _release_if_gone(self, key: str) -> None:
+        if key not in self.workers and key not in self.servers and key not in self._draining \
+                and self.pods.cache.get(key) is None:
+            self.logs.remove(key)
+            self.ips.release_owner(key)
 
     async def _stop(self, key: str) -> None:
         server = self.servers.pop(key, None)
@@ -318,7 +422,13 @@ class PodRuntime:
             self._retire(key, self.workers.pop(key))
             worker = None
         if meta.get("deletionTimestamp") is not None:
-            await self._stop(key)  # the containers are being killed; the address goes with the object
+            if self._terminating.get(key) == meta.get("uid"):
+                return None  # its containers are being stopped; the object goes once they are
+            server = self.servers.pop(key, None)
+            self._uids.pop(key, None)
+            if server is not None:
+                self._terminate_echo(key, server, data)
+                return None
             if worker is not None:
                 worker.update(data)
                 self._retire(key, self.workers.pop(key), delete_uid=meta.get("uid"))

@@ -61,6 +61,7 @@ from isthmus.local.kubelite.containers import (
 from isthmus.local.kubelite.credentials import Credentials, automount
 from isthmus.local.kubelite.logs import PodLogs
 from isthmus.local.kubelite.probes import Prober, probe_once
+from isthmus.local.kubelite.termination import MIN_KILL_GRACE, pre_stop
 from isthmus.local.zygote import Zygote, ZygoteProcess, forkable
 from isthmus.runtime import EventRecorder
 
@@ -322,6 +323,28 @@ class ProcessPod:
         self._tasks.clear()
         if remove:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    async def terminate(self, deadline: float) -> None:
+        """A deleted Pod (termination.py): every container's preStop hook, then SIGTERM and SIGKILL
+        at ``deadline`` (loop time; at least MIN_KILL_GRACE after the hooks); its directory goes."""
+        loop = asyncio.get_running_loop()
+        ip = str((self.pod.get("status") or {}).get("podIP") or "127.0.0.1")
+
+        async def hook(c: _Container) -> None:
+            handler = (c.spec.get("lifecycle") or {}).get("preStop")
+            if not handler or c.proc is None or c.proc.returncode is not None:
+                return
+            try:
+                _, env = await self._configure(c)
+            except ContainerConfigError:
+                env = base_environment(str(self.dir))
+            result = await pre_stop(handler, host=ip, container=c.spec, env=env, cwd=str(self.dir),
+                                    seconds=deadline - loop.time())
+            if not result.ok:
+                self.recorder.warning(self.pod, "FailedPreStopHook", f"PreStopHook failed: {result.message}")
+
+        await asyncio.gather(*(hook(c) for c in self.containers))
+        await self.stop(max(deadline - loop.time(), MIN_KILL_GRACE), remove=True, reason="deleted")
 
     def _grace(self) -> int:
         spec = self.pod.get("spec") or {}

@@ -91,7 +91,7 @@ class KubeLite:
         self.logs = PodLogs()
         self.pods = PodRuntime(
             client, pods, self.recorder, cluster=cluster, pod_cidr=pod_cidr, workers=workers, logs=self.logs,
-            processes=processes,
+            processes=processes, slices=slices,
         )
         self.kubelet = KubeletServer(
             self.logs, self._pod_on_node, node=self.node_name, host=kubelet_host, port=kubelet_port,
