@@ -285,6 +285,49 @@ async def test_a_rejected_config_keeps_the_old_one_serving(env: Env) -> None:
     await runner.cleanup()
 
 
+async def test_one_owners_refused_part_never_holds_back_the_other_owners_changes(env: Env) -> None:
+    """Issue 40, item 2, on the pool manager's side: a pool shared by owners whatever wrote it (a
+    hand-made spec, an older translator). Owner b's part is refused (a balance HAProxy lacks; a port
+    another pool on this host binds); owner a's change in the same write is applied all the same."""
+    runner, port = await http_backend("a")
+    m = await env.manager("m1")
+    await env.pool("holder", {"role": "internal", "haproxy": {
+        "frontends": [{"name": "c:x:hold:18190", "bindPort": 18190, "linkBackend": {"defaultBackend": "c:x:hold:18190"}}],
+        "backends": [{"name": "c:x:hold:18190", "servers": [{"address": "127.0.0.1", "port": port}]}]}})  # fmt: skip
+    await env.ready("holder")
+
+    def http(owner: str, ing: str, fe_port: int, balance: str = "roundrobin") -> tuple[dict[str, Any], dict[str, Any]]:
+        be = f"c:{owner}:{ing}:web:80"
+        return ({"name": f"c:{owner}:{ing}", "bindPort": fe_port, "protocol": "HTTP",
+                 "linkBackend": {"defaultBackend": be}},
+                {"name": be, "protocol": "HTTP", "balance": balance, "servers": [{"address": "127.0.0.1", "port": port}]})
+
+    a1 = http("a", "one", 0)
+    await env.pool("mixed", {"role": "internal", "haproxy": {"frontends": [a1[0]], "backends": [a1[1]]}})
+    await env.ready("mixed")
+    a2, b_bad, b_port = http("a", "two", 0), http("b", "bad", 0, balance="fastest"), http("b", "port", 18190)
+    await env.client.patch(POOL, "mixed", {"spec": {"haproxy": {
+        "frontends": [a1[0], a2[0], b_bad[0], b_port[0]], "backends": [a1[1], a2[1], b_bad[1], b_port[1]]}}},
+        patch_type=_merge())  # fmt: skip
+
+    async def applied() -> LoadBalancerPool:
+        p = await env.get("mixed")
+        assert "c:a:two" in {f.name for f in p.status.frontends}, p.status.to_dict()
+        return p
+
+    p = await eventually(applied)
+    inst = p.status.instances[0]
+    assert inst.state == "Running" and p.status.ready == "1/1"
+    assert "Ingress b/bad" in inst.message and "balance 'fastest'" in inst.message, inst.message
+    assert "c:b:port" in inst.message and "used by pool holder" in inst.message, inst.message
+    assert {f.name for f in p.status.frontends} == {"c:a:one", "c:a:two"}
+    async with aiohttp.ClientSession() as s:
+        status, body = await get(s, f"http://{env.private}:{frontend_port(p, 'c:a:two')}/")
+        assert (status, body["backend"]) == (200, "a")
+    assert m.running["holder"].state == "Running"  # the other pool keeps its port
+    await runner.cleanup()
+
+
 async def test_a_dead_instance_is_restarted_and_a_deleted_pool_stops(env: Env) -> None:
     runner, port = await http_backend("a")
     m = await env.manager("m1")

@@ -61,6 +61,13 @@ POOL_CREATED_ANNOTATION = "isthmus.io/lb-pool-created"
 POOL_CREATOR_ANNOTATION = "isthmus.io/lb-pool-creator"
 """On a LoadBalancerPool: `<Kind>/<ns>/<name>` of the owner whose config sets the pool-level settings
 (role, network, cpus, mem, count); other owners sharing the pool are warned when theirs differ."""
+POOL_SHARED_WITH_ANNOTATION = "isthmus.io/lb-pool-shared-with"
+"""On a LoadBalancerPool: the namespaces (comma-separated, `*` for all) its creator's config lets
+join it (`sharedWith`), written by the translator from that config. Automatic pools ignore it."""
+POOL_ALLOWED_NAMESPACES_ANNOTATION = "isthmus.io/lb-pool-allowed-namespaces"
+"""On a LoadBalancerPool, set by an admin (pools are cluster-scoped): namespaces (comma-separated, `*`
+for all) that may join it besides those its creator shares it with. The translator never writes it.
+On a pool made out of band (no creator), it alone decides; absent there, every namespace may."""
 POOL_CLUSTER_LABEL = "isthmus.io/lb-cluster"
 """On a LoadBalancerPool a translator created: its cluster name (as sanitized for pool names)."""
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -363,6 +370,19 @@ def pool_name(cluster: str, namespace: str, name: str, *, ext: bool = False) -> 
     return short
 
 
+def automatic_pool_prefixes(cluster: str) -> tuple[str, str]:
+    """How every automatic pool name of `cluster` begins (`<cluster>--`, `ext--<cluster>--`, as
+    `pool_name` cleans the cluster name). Explicit names may not begin so unless they are the
+    object's own automatic name: nobody can take another namespace's automatic pool name first."""
+    clean = re.sub(r"[^a-z0-9-]", "-", cluster_name_part(cluster).lower()).strip("-")
+    return f"{clean}--", f"{EXT_PREFIX}{clean}--"
+
+
+def namespaces_in(value: str | None) -> set[str]:
+    """The namespaces of a comma-separated annotation value (`*`: all)."""
+    return {n.strip() for n in (value or "").split(",") if n.strip()}
+
+
 def service_backend_name(cluster: str, namespace: str, service: str, port: int) -> str:
     """`<cluster>:<namespace>:<service>:<port>` (also the Service frontend's name)."""
     return f"{cluster_name_part(cluster)}:{namespace}:{service}:{port}"
@@ -472,6 +492,17 @@ class _CommonConfig(_Strict):
     memory: int = Field(default=128, ge=1, le=MAX_MEMORY_MIB)
     size: int = Field(default=1, ge=1, le=MAX_INSTANCES)
     strategies: Strategies = Field(default_factory=Strategies)
+    shared_with: list[str] | None = None
+    """Isthmus's addition: namespaces (or `*`) that may join the pool this object creates by an
+    explicit `name` (never an automatic `<cluster>--<ns>--<name>` pool)."""
+
+    @field_validator("shared_with")
+    @classmethod
+    def _namespaces(cls, v: list[str] | None) -> list[str] | None:
+        for i, ns in enumerate(v or []):
+            if ns != "*" and (len(ns) > 63 or re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns) is None):
+                raise ValueError(f"[{i}]: {ns!r} is neither a namespace name nor *")
+        return v
 
     @field_validator("cpus", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import resource
 import socket
@@ -45,10 +46,15 @@ from isthmus.api.lb import (
     InstanceState,
     LoadBalancerPool,
     LoadBalancerPoolSpec,
+    Owner,
+    PoolBackend,
+    PoolFrontend,
     PoolFrontendStatus,
     PoolInstanceStatus,
     Reason,
     api_name,
+    backend_owner,
+    frontend_owner,
     is_pool_name,
     is_public,
     summarize_status,
@@ -148,6 +154,12 @@ class Running:
     watcher: asyncio.Task[None] | None = None
     died_at: float | None = None
     frontends: list[PoolFrontendStatus] = field(default_factory=list)
+    applied_spec: LoadBalancerPoolSpec | None = None
+    """The spec the process runs (the pool's, less any part left out)."""
+    partial: tuple[str, LoadBalancerPoolSpec, list[str]] | None = None
+    """(the pool's spec, what of it runs, what was left out and why) once parts were left out: the
+    same spec is not sorted out again at every reconcile."""
+    left_out: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -394,22 +406,46 @@ class PoolManager:
                 await self._stop(pool, "slot changed", remove=True)
             run = Running(pool, slot, Instance(self.haproxy, self._run_dir(pool, slot)))
             self.running[pool] = run
-        spec = model.spec
         generation = model.metadata.generation or 0
+        wanted = _spec_key(model.spec)
+        if run.partial is not None and run.partial[0] == wanted:
+            spec, left_out = run.partial[1], run.partial[2]  # this spec was sorted out already
+        else:
+            spec, left_out = self._without_taken_ports(pool, model.spec)
+        checked = False
         try:
-            layout = self._layout(pool, spec, run.layout)
-            text = render(pool, spec, layout, run.instance.admin_sock, prometheus=has_prometheus_exporter(self.haproxy),
-                          max_fds=_hard_file_limit())
+            layout, text = self._render(pool, spec, run)
+            if self._needs_check(run, spec, layout, text):  # a start or a reload: checked first, here
+                await run.instance.check(text)
+                checked = True
         except (PoolConfigError, HAProxyError) as e:
-            return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
+            if run.partial is not None and run.partial[0] == wanted:
+                return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
+            # One owner's part HAProxy refuses must not hold back the others': find whose it is.
+            REJECTIONS.labels(pool).inc()
+            isolated = await self._isolate(pool, spec, run)
+            if isolated is None:
+                return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
+            spec, refused = isolated
+            left_out = [*left_out, *refused]
+            layout, text = self._render(pool, spec, run)
+            checked = True
+        if left_out:
+            run.partial = (wanted, spec, left_out)
+            if run.left_out != left_out:
+                self.recorder.warning(model, Reason.PARTS_LEFT_OUT, f"slot {slot} on {self.identity} serves the "
+                                      f"pool without: {'; '.join(left_out)}"[:1000])  # fmt: skip
+        else:
+            run.partial = None
+        run.left_out = left_out
         if run.instance.running and run.layout is not None and text == run.applied:
-            run.generation = generation
+            run.generation, run.message = generation, _left_out_message(left_out)
             return run
         if text == run.rejected and time.monotonic() < run.retry_at:
             return run  # the same config failed a moment ago: wait out the backoff (no event storm)
         try:
             if not run.instance.running:
-                await run.instance.write_checked(text)
+                await run.instance.write_checked(text, checked=checked)
                 await run.instance.start()
                 if run.died_at is not None:
                     run.restarts += 1
@@ -427,7 +463,7 @@ class PoolManager:
                 run.instance.write_unchecked(text)
                 RUNTIME_UPDATES.labels(pool).inc()
             else:
-                await run.instance.write_checked(text)
+                await run.instance.write_checked(text, checked=checked)
                 await run.instance.reload()
                 RELOADS.labels(pool).inc()
         except HAProxyError as e:
@@ -437,7 +473,8 @@ class PoolManager:
             return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
         run.rejected = ""
         run.layout, run.structure, run.applied = layout, _structure(spec, layout), text
-        run.generation, run.state, run.message = generation, InstanceState.RUNNING, ""
+        run.generation, run.state, run.message = generation, InstanceState.RUNNING, _left_out_message(left_out)
+        run.applied_spec = spec
         addresses = layout.addresses
         public = is_public(spec.role)
         run.frontends = [
@@ -450,6 +487,66 @@ class PoolManager:
         ]  # fmt: skip
         self._count()
         return run
+
+    @staticmethod
+    def _needs_check(run: Running, spec: LoadBalancerPoolSpec, layout: Layout, text: str) -> bool:
+        """Whether this config will be started or reloaded (a servers-only change goes through the
+        runtime API unchecked; an unchanged or backed-off one is not applied at all)."""
+        if run.instance.running and run.layout is not None and text == run.applied:
+            return False
+        if text == run.rejected and time.monotonic() < run.retry_at:
+            return False
+        return not (run.instance.running and run.layout is not None and _structure(spec, layout) == run.structure)
+
+    def _render(self, pool: str, spec: LoadBalancerPoolSpec, run: Running) -> tuple[Layout, str]:
+        layout = self._layout(pool, spec, run.layout)
+        text = render(pool, spec, layout, run.instance.admin_sock, prometheus=has_prometheus_exporter(self.haproxy),
+                      max_fds=_hard_file_limit())  # fmt: skip
+        return layout, text
+
+    def _without_taken_ports(self, pool: str, spec: LoadBalancerPoolSpec) -> tuple[LoadBalancerPoolSpec, list[str]]:
+        """The spec without frontends whose port another pool this manager runs binds on the same
+        addresses: that frontend (its owner's, not the pool's) is left out, the rest is served."""
+        addresses = instance_addresses(spec.role, self.public_address, self.private_address)
+        taken = self._ports_taken(pool, addresses)
+        out = spec.model_copy(deep=True)
+        left: list[str] = []
+        keep = []
+        for fe in out.haproxy.frontends:
+            holder = taken.get(fe.bind_port) if fe.bind_port else None
+            if holder is not None:
+                left.append(f"frontend {fe.name}: port {fe.bind_port} on {', '.join(addresses)} is used by pool "
+                            f"{holder} on this host")
+                continue
+            keep.append(fe)
+        out.haproxy.frontends = keep
+        return out, left
+
+    async def _isolate(self, pool: str, spec: LoadBalancerPoolSpec,
+                       run: Running) -> tuple[LoadBalancerPoolSpec, list[str]] | None:
+        """The spec with the parts HAProxy refuses left out, owner by owner (an owner's parts are
+        its frontends and backends, read from their names as the translator writes them). Starting
+        from what runs now, each owner whose parts changed is added in turn and checked; those
+        refused keep what they had. None: the pool-level settings themselves are refused."""
+        base = (run.applied_spec or LoadBalancerPoolSpec()).model_copy(deep=True)
+        base.role, base.network, base.cpus, base.mem, base.count = spec.role, spec.network, spec.cpus, spec.mem, spec.count
+        base.cloud_provider_configuration, base.haproxy.stats = spec.cloud_provider_configuration, spec.haproxy.stats
+        try:
+            await run.instance.check(self._render(pool, base, run)[1])
+        except (PoolConfigError, HAProxyError):
+            return None
+        refused: list[str] = []
+        for group in sorted(_groups(spec) | _groups(base)):
+            if _parts(spec, group) == _parts(base, group):
+                continue
+            trial = _with_parts(base, spec, group)
+            try:
+                await run.instance.check(self._render(pool, trial, run)[1])
+            except (PoolConfigError, HAProxyError) as e:
+                refused.append(f"{group}: {e}"[:400])
+                continue
+            base = trial
+        return base, refused
 
     def _failed(self, run: Running, model: LoadBalancerPool, message: str, reason: str) -> Running:
         # A running instance keeps serving its last good config; the status says why the new one is not.
@@ -464,7 +561,11 @@ class PoolManager:
         if previous is not None and previous.addresses != addresses:
             previous = None  # the role changed: every port is chosen again
         taken = self._ports_taken(pool, addresses)
-        stats = previous.stats_port if previous is not None else allocate_port(addresses, set(taken))
+        fixed_ports = {fe.bind_port for fe in spec.haproxy.frontends if fe.bind_port}
+        stats = previous.stats_port if previous is not None else allocate_port(addresses, {*taken, *fixed_ports})
+        fixed = {fe.bind_port for fe in spec.haproxy.frontends if fe.bind_port}
+        if stats in fixed:  # a frontend now asks for the port the stats page had: the stats page moves
+            stats = allocate_port(addresses, {*taken, *fixed})
         ports: dict[str, int] = {}
         for fe in spec.haproxy.frontends:
             if fe.bind_port:
@@ -645,6 +746,42 @@ class PoolManager:
         with contextlib.suppress(ApiError):
             await self.client.patch(PoolResource.Status, api_name(model.name), body, patch_type=PatchType.MERGE,
                                     field_manager=POOL_MANAGER)  # fmt: skip
+
+
+def _spec_key(spec: LoadBalancerPoolSpec) -> str:
+    return json.dumps(spec.to_dict(), sort_keys=True)
+
+
+def _left_out_message(left_out: list[str]) -> str:
+    return f"serving without: {'; '.join(left_out)}"[:1000] if left_out else ""
+
+
+def _group(name: str, owner: Owner | None) -> str:
+    return f"{owner.kind} {owner.namespace}/{owner.name}" if owner is not None else f"part {name}"
+
+
+def _groups(spec: LoadBalancerPoolSpec) -> set[str]:
+    """Each owner of the spec's parts (a part no translator named is its own owner)."""
+    return {_group(f.name, frontend_owner(f.name)) for f in spec.haproxy.frontends} | {
+        _group(b.name, backend_owner(b.name)) for b in spec.haproxy.backends}  # fmt: skip
+
+
+def _parts(spec: LoadBalancerPoolSpec, group: str) -> tuple[list[PoolFrontend], list[PoolBackend]]:
+    return ([f for f in spec.haproxy.frontends if _group(f.name, frontend_owner(f.name)) == group],
+            [b for b in spec.haproxy.backends if _group(b.name, backend_owner(b.name)) == group])  # fmt: skip
+
+
+def _with_parts(base: LoadBalancerPoolSpec, spec: LoadBalancerPoolSpec, group: str) -> LoadBalancerPoolSpec:
+    """`base` with `group`'s parts as `spec` has them."""
+    out = base.model_copy(deep=True)
+    frontends, backends = _parts(spec, group)
+    out.haproxy.frontends = sorted(
+        [f for f in out.haproxy.frontends if _group(f.name, frontend_owner(f.name)) != group] + frontends,
+        key=lambda f: f.name)  # fmt: skip
+    out.haproxy.backends = sorted(
+        [b for b in out.haproxy.backends if _group(b.name, backend_owner(b.name)) != group] + backends,
+        key=lambda b: b.name)  # fmt: skip
+    return out
 
 
 def _hard_file_limit() -> int | None:

@@ -168,17 +168,29 @@ class Instance:
             self.sock_dir.parent.mkdir(mode=0o700, exist_ok=True)
             self.sock_dir.mkdir(mode=0o700, exist_ok=True)
 
-    async def write_checked(self, text: str) -> None:
-        """Check `text` with `haproxy -c`, then make it the config file (atomically)."""
+    async def write_checked(self, text: str, *, checked: bool = False) -> None:
+        """Check `text` with `haproxy -c` (unless `checked`: `check` passed it just now), then make it
+        the config file (atomically)."""
         self.prepare()
         candidate = self.run_dir / "haproxy.cfg.new"
         candidate.write_text(text)
+        if not checked:
+            try:
+                await check_config(self.binary, candidate)
+            except HAProxyError:
+                candidate.unlink(missing_ok=True)
+                raise
+        os.replace(candidate, self.cfg)
+
+    async def check(self, text: str) -> None:
+        """`haproxy -c` on `text` without making it the config (HAProxyError: refused)."""
+        self.prepare()
+        candidate = self.run_dir / "haproxy.cfg.check"
+        candidate.write_text(text)
         try:
             await check_config(self.binary, candidate)
-        except HAProxyError:
+        finally:
             candidate.unlink(missing_ok=True)
-            raise
-        os.replace(candidate, self.cfg)
 
     def write_unchecked(self, text: str) -> None:
         """Rewrite the file after runtime-API changes (the same text as a checked one but for

@@ -26,15 +26,18 @@ from prometheus_client import Counter, Gauge
 
 from isthmus.api.base import Condition, merge_conditions, new_condition
 from isthmus.api.lb import (
+    DKLB_CONFIG_ANNOTATION,
     EDGELB_CONTROLLER,
     EDGELB_INGRESS_CLASS,
     INGRESS_CLASS_ANNOTATION,
     LB_NAMESPACE,
     MANAGED_BY_LABEL,
     PAUSED_ANNOTATION,
+    POOL_ALLOWED_NAMESPACES_ANNOTATION,
     POOL_CLUSTER_LABEL,
     POOL_CREATED_ANNOTATION,
     POOL_CREATOR_ANNOTATION,
+    POOL_SHARED_WITH_ANNOTATION,
     READY,
     TRANSLATOR_LEASE_NAME,
     TRANSLATOR_MANAGER,
@@ -44,22 +47,27 @@ from isthmus.api.lb import (
     Owner,
     Reason,
     api_name,
+    automatic_pool_prefixes,
     backend_owner,
     cluster_name_part,
     frontend_owner,
     is_pool_name,
+    namespaces_in,
     parse_ingress_config,
     parse_service_config,
+    pool_name,
 )
 from isthmus.kube.helpers import describe_error
 from isthmus.kube.resources import resource_for
 from isthmus.lb.translate import (
+    Conflict,
     Fragment,
     Merge,
     has_parts,
     load_balancer_ingress,
     merge,
     owner_key,
+    owns,
     ready_node_addresses,
     remove_owner,
     translate_ingress,
@@ -72,7 +80,11 @@ log = logging.getLogger(__name__)
 
 PoolResource: Any = resource_for(LoadBalancerPool)
 PORTS_CONDITION = "isthmus.io/LoadBalancerPortsAllocated"
-"""On a Service: False while a frontend port it asks for is another owner's in the pool."""
+"""On a Service: False while a frontend port it asks for is another owner's (in the pool or in
+another pool: pools share their edge hosts' addresses)."""
+ADMITTED_CONDITION = "isthmus.io/LoadBalancerPoolAdmitted"
+"""On a Service: False while the pool its config names may not be joined from its namespace (or
+its name is another object's automatic pool name); set once it was False, True when admitted."""
 DEFAULT_GRACE = 20.0
 """How long a pool may stay without a serving instance before the owner hears of it."""
 RECHECK = 5.0
@@ -276,24 +288,39 @@ class Translator:
 
     async def _apply(self, key: str, owner: Owner, live: Any, obj: dict[str, Any], kind: str,
                      frag: Fragment) -> Result | None:
+        pool = self.pools.cache.get(frag.pool)
+        model = LoadBalancerPool.from_dict(pool) if pool is not None else None
+        refusal = self._reserved_name(frag) or (self._not_shared(model, owner) if model is not None else None)
+        if refusal is not None:  # settled on the newcomer, before anything is written
+            await self._withdraw(owner, None)
+            TRANSLATIONS.labels(kind, "invalid").inc()
+            self.recorder.warning(live, Reason.POOL_NOT_SHARED, refusal)
+            await self._write_status(obj, kind, [], None, refused=refusal)
+            return None
         # Parts left in another pool (the config named another pool before): withdrawn.
         await self._withdraw(owner, frag.pool)
-        pool = self.pools.cache.get(frag.pool)
-        if pool is None:
+        if model is None:
             return await self._missing(live, obj, kind, frag)
-        model = LoadBalancerPool.from_dict(pool)
-        creator = (model.metadata.annotations or {}).get(POOL_CREATOR_ANNOTATION)
-        settles = creator in (None, owner_key(owner)) or not self._creator_present(model, creator)
-        result = merge(model.spec, frag, apply_settings=settles)
+        annotations = model.metadata.annotations or {}
+        creator = annotations.get(POOL_CREATOR_ANNOTATION)
+        # Only an owner of the creator's namespace takes the settings over when the creator left: a
+        # namespace the pool is shared with never becomes its home.
+        settles = creator in (None, owner_key(owner)) or (
+            not self._creator_present(model, creator) and _namespace_of(creator) == owner.namespace)
+        result = merge(model.spec, frag, apply_settings=settles, elsewhere=self._ports_elsewhere(frag.pool, owner))
         if not settles and frag.settings != frag.settings.of(model.spec):
             self.recorder.warning(live, Reason.POOL_SETTINGS_CONFLICT,
                                   f"pool {frag.pool} keeps the settings of {creator}, which created it "
                                   f"(role {model.spec.role}, size {model.spec.count}); this object's config differs")
         self._report_conflicts(live, result)
         assert result.spec is not None
-        if result.spec.to_dict() != model.spec.to_dict() or (settles and creator != owner_key(owner)):
-            body = {"metadata": {"resourceVersion": model.metadata.resource_version,
-                                 "annotations": {POOL_CREATOR_ANNOTATION: creator if not settles else owner_key(owner)}},
+        shared = ",".join(frag.shared_with) or None
+        reshare = settles and annotations.get(POOL_SHARED_WITH_ANNOTATION) != shared
+        if result.spec.to_dict() != model.spec.to_dict() or (settles and creator != owner_key(owner)) or reshare:
+            meta: dict[str, Any] = {POOL_CREATOR_ANNOTATION: creator if not settles else owner_key(owner)}
+            if settles:
+                meta[POOL_SHARED_WITH_ANNOTATION] = shared
+            body = {"metadata": {"resourceVersion": model.metadata.resource_version, "annotations": meta},
                     "spec": result.spec.to_dict()}  # fmt: skip
             await self.client.patch(PoolResource, frag.pool, body, patch_type=PatchType.MERGE,
                                     field_manager=TRANSLATOR_MANAGER)  # fmt: skip
@@ -301,6 +328,62 @@ class Translator:
         TRANSLATIONS.labels(kind, "ok").inc()
         res = await self._status_from_pool(live, obj, kind, frag, model, result)
         return Result(requeue_after=1.0) if frag.pending else res
+
+    def _reserved_name(self, frag: Fragment) -> str | None:
+        """A config naming a pool in the automatic pools' name space that is not its own automatic
+        pool: refused, so nobody takes (or creates first) another namespace's automatic pool."""
+        if not frag.explicit or not frag.pool.startswith(automatic_pool_prefixes(self.cluster)):
+            return None
+        o = frag.owner
+        if frag.pool in (pool_name(self.cluster, o.namespace, o.name), pool_name(self.cluster, o.namespace, o.name,
+                                                                                ext=True)):
+            return None  # its own automatic name, written out
+        return (f"pool {frag.pool} is named like an automatic pool (<cluster>--<namespace>--<name>), which only its "
+                "own Service or Ingress may use; nothing was changed. Next step: choose another pool name in "
+                f"{DKLB_CONFIG_ANNOTATION} .name (and have its creator share it with this namespace, sharedWith)")
+
+    def _not_shared(self, model: LoadBalancerPool, owner: Owner) -> str | None:
+        """Why `owner` may not join this pool (None: it may). A pool belongs to its creator's
+        namespace; another namespace joins it only when the creator's config shares it
+        (`sharedWith`) or an admin allows it (POOL_ALLOWED_NAMESPACES_ANNOTATION), and automatic
+        pools are never joined from another namespace."""
+        annotations = model.metadata.annotations or {}
+        creator = annotations.get(POOL_CREATOR_ANNOTATION)
+        admin = namespaces_in(annotations.get(POOL_ALLOWED_NAMESPACES_ANNOTATION))
+        if creator is None:  # made out of band: the admin who made it decides
+            if not admin or owner.namespace in admin or "*" in admin:
+                return None
+            return (f"pool {model.name} (made out of band) admits namespaces {', '.join(sorted(admin))} only "
+                    f"({POOL_ALLOWED_NAMESPACES_ANNOTATION}); nothing was changed. Next step: ask an admin to add "
+                    f"{owner.namespace}, or use another pool")  # fmt: skip
+        home = _namespace_of(creator)
+        if owner.namespace == home:
+            return None
+        if model.name.startswith(automatic_pool_prefixes(self.cluster)):
+            return (f"pool {model.name} is the automatic pool of {creator} in namespace {home}: automatic pools "
+                    "are never shared with another namespace; nothing was changed. Next step: name a pool of "
+                    f"your own in {DKLB_CONFIG_ANNOTATION} .name")  # fmt: skip
+        allowed = namespaces_in(annotations.get(POOL_SHARED_WITH_ANNOTATION)) | admin
+        if owner.namespace in allowed or "*" in allowed:
+            return None
+        return (f"pool {model.name} belongs to namespace {home} (created by {creator}) and is not shared with "
+                f"namespace {owner.namespace}; nothing was changed. Next step: its creator lists {owner.namespace} "
+                f"in sharedWith of its {DKLB_CONFIG_ANNOTATION}, or an admin in the pool's "
+                f"{POOL_ALLOWED_NAMESPACES_ANNOTATION} annotation")  # fmt: skip
+
+    def _ports_elsewhere(self, pool: str, owner: Owner) -> dict[int, tuple[str, str]]:
+        """Frontend ports bound by other pools (port → (pool, frontend)), but `owner`'s own (being
+        withdrawn): every pool may run on every edge host, so such a port would be refused there."""
+        out: dict[int, tuple[str, str]] = {}
+        for other in self.pools.cache.list():
+            name = _key(other)
+            if name == pool:
+                continue
+            for fe in ((_dict(other).get("spec") or {}).get("haproxy") or {}).get("frontends") or []:
+                port = int(fe.get("bindPort") or 0)
+                if port and not owns(owner, frontend_owner(str(fe.get("name") or ""))):
+                    out.setdefault(port, (name, str(fe.get("name") or "")))
+        return out
 
     def _creator_present(self, model: LoadBalancerPool, creator: str) -> bool:
         kind, _, rest = creator.partition("/")
@@ -328,13 +411,15 @@ class Translator:
                                       "create it out of band (this object will use it)")
             await self._write_status(obj, kind, [], None)
             return Result(requeue_after=30.0)
-        result = merge(None, frag, apply_settings=True)
+        result = merge(None, frag, apply_settings=True, elsewhere=self._ports_elsewhere(frag.pool, frag.owner))
         assert result.spec is not None
         body = LoadBalancerPool(spec=result.spec)
         body.metadata.name = frag.pool
         body.metadata.labels = {POOL_CLUSTER_LABEL: self.part.replace(".", "-")[:63].strip("-"),
                                 MANAGED_BY_LABEL: TRANSLATOR_MANAGER}  # fmt: skip
         body.metadata.annotations = {POOL_CREATOR_ANNOTATION: owner_key(frag.owner)}
+        if frag.shared_with:
+            body.metadata.annotations[POOL_SHARED_WITH_ANNOTATION] = ",".join(frag.shared_with)
         try:
             await self.client.create(PoolResource.from_dict(body.to_dict()), field_manager=TRANSLATOR_MANAGER)
         except ApiError as e:
@@ -350,14 +435,13 @@ class Translator:
                                     namespace=meta["namespace"], patch_type=PatchType.MERGE,
                                     field_manager=TRANSLATOR_MANAGER)  # fmt: skip
         self._report_conflicts(live, result)
+        await self._write_status(obj, kind, [], result)
         return Result(requeue_after=RECHECK)
 
     def _report_conflicts(self, live: Any, result: Merge) -> None:
         for c in result.conflicts:
-            holder = frontend_owner(c.holder)
-            who = f"{holder.kind} {holder.namespace}/{holder.name}" if holder else f"frontend {c.holder!r}"
             self.recorder.warning(live, Reason.PORT_CONFLICT,
-                                  f"frontend {c.frontend}: port {c.port} is already bound by {who} in the pool; "
+                                  f"frontend {c.frontend}: port {c.port} is already bound by {c.describe()}; "
                                   "not exposed. Next step: choose another port in .frontends, or another pool")
 
     async def _status_from_pool(
@@ -398,7 +482,8 @@ class Translator:
                                   f"{frag.pool}`)")  # fmt: skip
         return Result(requeue_after=RECHECK)
 
-    async def _write_status(self, obj: dict[str, Any], kind: str, ingress: list[dict[str, Any]], result: Merge | None) -> None:
+    async def _write_status(self, obj: dict[str, Any], kind: str, ingress: list[dict[str, Any]], result: Merge | None,
+                            *, refused: str | None = None) -> None:
         status = obj.get("status") or {}
         current = (status.get("loadBalancer") or {}).get("ingress") or []
         body: dict[str, Any] = {}
@@ -406,15 +491,23 @@ class Translator:
             body["loadBalancer"] = {"ingress": ingress or None}  # merge patch: null removes the list
         if kind == "Service":
             existing = status.get("conditions") or []
-            conflicts = result.conflicts if result is not None else []
+            conflicts: list[Conflict] = result.conflicts if result is not None else []
+            generation = (obj.get("metadata") or {}).get("generation")
+            conds: list[Condition] = []
             if conflicts or any(c.get("type") == PORTS_CONDITION for c in existing):
-                cond = new_condition(
+                conds.append(new_condition(
                     PORTS_CONDITION, not conflicts, "PortConflict" if conflicts else "Allocated",
-                    "; ".join(f"port {c.port} is already bound in the pool by {c.holder}" for c in conflicts)
+                    "; ".join(f"port {c.port} is already bound by {c.describe()}" for c in conflicts)
                     or "every frontend port is bound",
-                    observed_generation=(obj.get("metadata") or {}).get("generation"),
-                )
-                merged = merge_conditions([Condition.model_validate(c) for c in existing], [cond])
+                    observed_generation=generation,
+                ))  # fmt: skip
+            if refused is not None or any(c.get("type") == ADMITTED_CONDITION for c in existing):
+                conds.append(new_condition(ADMITTED_CONDITION, refused is None,
+                                           Reason.POOL_NOT_SHARED if refused else "Admitted",
+                                           refused or "the pool admits this object's namespace",
+                                           observed_generation=generation))  # fmt: skip
+            if conds:
+                merged = merge_conditions([Condition.model_validate(c) for c in existing], conds)
                 wanted = [c.to_dict() for c in merged]
                 if wanted != existing:
                     body["conditions"] = wanted
@@ -452,6 +545,12 @@ class Translator:
             except ApiError as e:
                 if e.status.code != 404:
                     raise
+
+
+def _namespace_of(creator: str | None) -> str | None:
+    """The namespace of a `<Kind>/<ns>/<name>` creator annotation."""
+    parts = (creator or "").split("/")
+    return parts[1] if len(parts) == 3 else None
 
 
 def frag_strategy(annotations: Mapping[str, str], kind: str) -> CreationStrategy:

@@ -41,6 +41,7 @@ from isthmus.api.lb import (
 )
 
 NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _PATH_TYPE_RANK = {"Exact": 0, "Prefix": 1, "ImplementationSpecific": 2}
 
 
@@ -82,6 +83,10 @@ class Fragment:
     problems: list[Problem] = field(default_factory=list)
     pending: bool = False
     """Something the cluster fills in soon is missing (a NodePort): reconcile again shortly."""
+    explicit: bool = False
+    """The config named the pool (`name`), rather than the automatic `<cluster>--<ns>--<name>`."""
+    shared_with: tuple[str, ...] = ()
+    """Namespaces the config lets join a pool this owner creates (`sharedWith`)."""
 
 
 def owner_key(owner: Owner) -> str:
@@ -123,7 +128,8 @@ def translate_service(
     owner = Owner(cluster=cluster_name_part(cluster), kind="Service", namespace=ns, name=name)
     ext = cfg.cloud_provider_configuration is not None
     frag = Fragment(owner, cfg.name or pool_name(cluster, ns, name, ext=ext),
-                    _settings(cfg, cfg.cloud_provider_configuration))  # fmt: skip
+                    _settings(cfg, cfg.cloud_provider_configuration), explicit=cfg.name is not None,
+                    shared_with=tuple(cfg.shared_with or ()))  # fmt: skip
     ports = (svc.get("spec") or {}).get("ports") or []
     numbers = {int(p["port"]) for p in ports if p.get("port")}
     if cfg.cloud_provider_configuration is None:
@@ -211,7 +217,8 @@ def translate_ingress(
     before Prefix before ImplementationSpecific for the same path, then the Ingress's order)."""
     ns, name = _meta(ing)["namespace"], _meta(ing)["name"]
     owner = Owner(cluster=cluster_name_part(cluster), kind="Ingress", namespace=ns, name=name)
-    frag = Fragment(owner, cfg.name or pool_name(cluster, ns, name), _settings(cfg))
+    frag = Fragment(owner, cfg.name or pool_name(cluster, ns, name), _settings(cfg), explicit=cfg.name is not None,
+                    shared_with=tuple(cfg.shared_with or ()))  # fmt: skip
     spec = ing.get("spec") or {}
     backends: dict[str, PoolBackend] = {}
 
@@ -252,6 +259,11 @@ def translate_ingress(
     for rule in spec.get("rules") or []:
         host = (rule.get("host") or "").strip()
         for path in ((rule.get("http") or {}).get("paths")) or []:
+            bad = next((v for v in (host, path.get("path") or "") if _CONTROL.search(v)), None)
+            if bad is not None:  # HAProxy's config cannot carry it: the pool manager would refuse it
+                frag.problems.append(Problem(Reason.TRANSLATION_ERROR,
+                                             f"rule {bad!r} has a control character: left out"))
+                continue
             bname = backend_for(path.get("backend") or {})
             if bname is not None:
                 rules.append(_Rule(host, path.get("path") or "", path.get("pathType") or "ImplementationSpecific",
@@ -280,6 +292,13 @@ class Conflict:
     port: int
     holder: str
     """The frontend already bound to the port (another owner's, or not a translator's)."""
+    pool: str | None = None
+    """The other pool that binds it (None: this pool)."""
+
+    def describe(self) -> str:
+        owner = frontend_owner(self.holder)
+        who = f"{owner.kind} {owner.namespace}/{owner.name}" if owner else f"frontend {self.holder!r}"
+        return f"{who} in {'pool ' + self.pool if self.pool else 'the pool'}"
 
 
 @dataclass
@@ -311,21 +330,29 @@ def has_parts(spec: LoadBalancerPoolSpec, owner: Owner) -> bool:
     )
 
 
-def merge(current: LoadBalancerPoolSpec | None, frag: Fragment, *, apply_settings: bool) -> Merge:
+def merge(current: LoadBalancerPoolSpec | None, frag: Fragment, *, apply_settings: bool,
+          elsewhere: Mapping[int, tuple[str, str]] | None = None) -> Merge:
     """`current` with the owner's parts replaced by the fragment's. A fragment frontend whose
-    (non-zero) port another frontend binds is left out and reported; the stats port is always 0
-    (the pool manager allocates it)."""
+    (non-zero) port another frontend binds — in this pool, or in another pool (`elsewhere`: port →
+    (pool, frontend); pools share their edge hosts' addresses, so the pool manager would refuse it)
+    — is left out and reported, unless it binds that port in this pool already (it is the holder,
+    not the newcomer). The stats port is always 0 (the pool manager allocates it)."""
     base = remove_owner(current, frag.owner) if current is not None else None
     spec = base if base is not None else LoadBalancerPoolSpec(haproxy=PoolHAProxy())
     if current is None or apply_settings:
         frag.settings.apply(spec)
     spec.haproxy.stats.bind_port = 0
     taken = {f.bind_port: f.name for f in spec.haproxy.frontends if f.bind_port}
+    bound = {(f.name, f.bind_port) for f in current.haproxy.frontends} if current is not None else set()
     result = Merge(spec)
     for fe in frag.frontends:
         holder = taken.get(fe.bind_port) if fe.bind_port else None
         if holder is not None:
             result.conflicts.append(Conflict(fe.name, fe.bind_port, holder))
+            continue
+        other = (elsewhere or {}).get(fe.bind_port) if fe.bind_port else None
+        if other is not None and (fe.name, fe.bind_port) not in bound:
+            result.conflicts.append(Conflict(fe.name, fe.bind_port, other[1], pool=other[0]))
             continue
         taken[fe.bind_port] = fe.name
         spec.haproxy.frontends.append(fe)
