@@ -234,3 +234,50 @@ def test_a_kubeconfig_found_is_not_one_given(tmp_path: Path, monkeypatch: pytest
     assert found.exit_code == 2 and "cannot read broker-info" in found.stderr
     given = runner.invoke(app, [*args, "--kubeconfig", str(tmp_path / ".isthmus" / "kubeconfig")])
     assert given.exit_code == 2 and "use either --kubeconfig" in given.stderr
+
+
+def test_help_groups_commands_sorted_each_with_its_whole_summary() -> None:
+    """`isthmus --help` as kubectl's: the commands in groups, users' first and the components
+    last, sorted within each group, each by one whole sentence on one line (never cut)."""
+    from isthmus.cli.app import PANELS
+
+    out = runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    group: Any = typer.main.get_command(app)
+    panels: list[tuple[str, list[str]]] = []
+    for line in out.splitlines():
+        head = re.match(r"╭─ (.+?) ─", line)
+        if head:
+            panels.append((head.group(1), []))
+        elif panels and (row := re.match(r"│ (\S+) +(.+?) *│$", line)):
+            panels[-1][1].append(row.group(1))
+            name, summary = row.groups()
+            if name in group.commands:
+                assert summary.endswith(".") and len(summary) <= 110, (name, summary)
+                assert summary == group.commands[name].get_short_help_str(), name
+    by_panel = dict(panels)
+    assert [p for p, _ in panels if p in PANELS] == list(PANELS) and "Commands" not in by_panel
+    listed = [name for p in PANELS for name in by_panel[p]]
+    visible = sorted(name for name, cmd in group.commands.items() if not cmd.hidden)
+    assert sorted(listed) == visible and len(listed) == len(visible)
+    for p in PANELS:
+        assert by_panel[p] == sorted(by_panel[p]), p
+    assert {"agent", "dns", "proxy", "webhook", "egress-forwarder", "pools", "lb"} <= set(by_panel[PANELS[-1]])
+    assert not {"up", "show", "export", "diagnose", "join"} & set(by_panel[PANELS[-1]])
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish", "powershell"])
+def test_completion_shows_each_commands_summary_whole_on_one_line(shell: str) -> None:
+    """zsh, fish and PowerShell show a command's summary beside it: never cut (click's 45
+    characters) nor broken over lines (typer's 80-column rendering)."""
+    summary = "Check every cluster of the clusterset and the broker, and say what to run next."
+    extra = {"powershell": {"_TYPER_COMPLETE_WORD_TO_COMPLETE": "dia"},
+             "fish": {"_TYPER_COMPLETE_FISH_ACTION": "get-args"}}.get(shell, {})
+    p = subprocess.run([sys.executable, "-m", "isthmus"], capture_output=True, text=True, timeout=60,
+                       env=_env(_ISTHMUS_COMPLETE=f"complete_{shell}", _TYPER_COMPLETE_ARGS="isthmus dia", **extra))
+    assert p.returncode == 0, p.stderr
+    lines = [line for line in p.stdout.splitlines() if "diagnose" in line]
+    assert len(lines) == 1 and summary in lines[0], p.stdout
+    long = subprocess.run([sys.executable, "-m", "isthmus"], capture_output=True, text=True, timeout=60,
+                          env=_env(_ISTHMUS_COMPLETE=f"complete_{shell}", _TYPER_COMPLETE_ARGS="isthmus eg",
+                                   **{k: "eg" if k.endswith("WORD_TO_COMPLETE") else v for k, v in extra.items()}))
+    assert len(long.stdout.strip().splitlines()) == 3, long.stdout  # egress-*: one line each, however long

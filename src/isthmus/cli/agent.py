@@ -13,6 +13,7 @@ import typer
 
 from isthmus.api.mcs import DEFAULT_DEAD_CLUSTER_GRACE
 from isthmus.cli.app import (
+    COMPONENTS,
     Background,
     ComponentKubeconfigOpt,
     ContextOpt,
@@ -50,7 +51,7 @@ def default_identity() -> str:
     return os.environ.get("POD_NAME") or socket.gethostname()
 
 
-@command("agent")
+@command("agent", panel=COMPONENTS)
 def agent(
     cluster_id: OptionalClusterIdOpt = None,
     kubeconfig: ComponentKubeconfigOpt = None,

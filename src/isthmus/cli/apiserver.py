@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from isthmus.cli.app import LogFormatOpt, LogLevelOpt, command, fail
+from isthmus.cli.app import COMPONENTS, LogFormatOpt, LogLevelOpt, command, fail
 from isthmus.kube.client import is_loopback_host
 from isthmus.runtime.loop import run
 
@@ -68,7 +68,7 @@ def go_duration_seconds(text: str) -> float:
     return total
 
 
-@command("apiserver")
+@command("apiserver", panel=COMPONENTS)
 def apiserver(
     host: Annotated[str, typer.Option(
         help="Address to listen on. Other than loopback (127.0.0.0/8, ::1, localhost) needs TLS.")] = "127.0.0.1",

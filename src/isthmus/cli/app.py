@@ -16,8 +16,11 @@
 - `run_component` runs a long-running component: logging, SIGTERM/SIGINT, the optional
   `/metrics` `/healthz` `/readyz` server; the component owns start, stop and readiness.
 - Help reads like kubectl's: `-h` and `--help`, flags shown with a plain placeholder (`--context
-  CONTEXT`, `--timeout NUMBER`, none for a flag) instead of typer's `<str>`/`<bool>`; shell
-  completion (`--install-completion`, `--show-completion`) completes commands, flags and choices.
+  CONTEXT`, `--timeout NUMBER`, none for a flag) instead of typer's `<str>`/`<bool>`; `isthmus
+  --help` lists the commands in groups (`PANELS`, each command names its own), sorted within each,
+  every one by its one-sentence summary (its docstring's first paragraph, never cut). Shell
+  completion (`--install-completion`, `--show-completion`) completes commands, flags, choices, and
+  as kubectl does contexts, namespaces and object names (cli/complete.py).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
 import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+
+from isthmus.cli import complete
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -181,8 +186,21 @@ def _plain_placeholders(params: list[Any]) -> None:
             param.__class__ = _Argument
 
 
+def _summary(help_text: str | None) -> str:
+    """A command's one-sentence summary: its docstring's first paragraph on one line (kubectl's
+    Short), whole."""
+    import inspect
+
+    return " ".join(inspect.cleandoc(help_text or "").split("\n\n")[0].split())
+
+
 class IsthmusCommand(TyperCommand):
     """A command whose usage and user errors are one `error:` line, exit 2."""
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        # click cuts the summary at `limit` characters ("Check every cluster of the..."), which shell
+        # completion shows beside each command; the summary is one sentence, shown whole as kubectl.
+        return self.short_help or _summary(self.help)
 
     def get_params(self, ctx: Any) -> list[Any]:
         params = list(super().get_params(ctx))  # with --help and completion's options, made on demand
@@ -194,6 +212,38 @@ class IsthmusCommand(TyperCommand):
 
     def invoke(self, ctx: Any) -> Any:
         return _one_line(lambda: super(IsthmusCommand, self).invoke(ctx), ctx)
+
+
+def _whole_completion_help() -> None:
+    """zsh, fish and PowerShell show each candidate's summary beside it; typer renders it through an
+    80-column Rich console first, which breaks it mid-sentence. Register those shells again (typer
+    registered its own while building the command) with the summary on one line, as cobra does."""
+    from typer._click.shell_completion import CompletionItem, add_completion_class
+    from typer._completion_classes import FishComplete, PowerShellComplete, ZshComplete
+
+    def one_line(item: CompletionItem) -> str:
+        return " ".join(str(item.help or "").split())
+
+    class Zsh(ZshComplete):
+        def format_completion(self, item: CompletionItem) -> str:
+            def escape(s: str) -> str:  # typer's, for zsh's _arguments spec
+                return (s.replace('"', '""').replace("'", "''").replace("$", "\\$").replace("`", "\\`")
+                        .replace(":", r"\\:"))
+
+            value = f'"{escape(str(item.value))}"'
+            return f'{value}:"{escape(one_line(item))}"' if item.help else value
+
+    class Fish(FishComplete):
+        def format_completion(self, item: CompletionItem) -> str:
+            return f"{item.value}\t{one_line(item)}" if item.help else str(item.value)
+
+    class PowerShell(PowerShellComplete):
+        def format_completion(self, item: CompletionItem) -> str:
+            return f"{item.value}:::{one_line(item) or ' '}"
+
+    add_completion_class(Zsh, ZshComplete.name)
+    add_completion_class(Fish, FishComplete.name)
+    add_completion_class(PowerShell, PowerShellComplete.name)
 
 
 class IsthmusGroup(TyperGroup):
@@ -210,6 +260,19 @@ class IsthmusGroup(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:
         return _one_line(lambda: super(IsthmusGroup, self).invoke(ctx), ctx)
+
+    def _main_shell_completion(self, ctx_args: Any, prog_name: str, complete_var: str | None = None) -> None:
+        _whole_completion_help()
+        super()._main_shell_completion(ctx_args, prog_name, complete_var)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """Group by group (`PANELS`' order), by name within each, as `kubectl --help` lists them."""
+
+        def order(name: str) -> tuple[int, str]:
+            panel = getattr(self.commands[name], "rich_help_panel", None)
+            return (PANELS.index(panel) if panel in PANELS else len(PANELS), name)
+
+        return sorted(self.commands, key=order)
 
 
 app = typer.Typer(
@@ -229,9 +292,28 @@ def _root() -> None:
     # A callback keeps `isthmus` a group of commands even when cli/main.py registered only one.
 
 
-def command(name: str, **kwargs: Any) -> Callable[[F], F]:
-    """Register an `isthmus <name>` command (see the module docstring for what it gets)."""
-    return app.command(name, cls=IsthmusCommand, **kwargs)
+LOCAL = "Local clusterset"
+SERVICES = "Services across clusters"
+MEMBERSHIP = "Install and membership"
+TROUBLESHOOT = "Inspect and troubleshoot"
+COMPONENTS = "Components (run in pods by the manifests of deploy/)"
+PANELS = (LOCAL, SERVICES, MEMBERSHIP, TROUBLESHOOT, COMPONENTS)
+"""`isthmus --help`'s groups of commands, in this order: what a newcomer runs first, then the
+long-running components a user rarely types (kubectl's "Basic Commands", ..., "Other Commands")."""
+
+
+def command(name: str, *, panel: str, **kwargs: Any) -> Callable[[F], F]:
+    """Register an `isthmus <name>` command in the help's group `panel` (one of `PANELS`); see
+    the module docstring for what it gets."""
+    if panel not in PANELS:
+        raise ValueError(f"command {name}: panel {panel!r} is not one of {PANELS}")
+
+    def register(f: F) -> F:
+        # The summary unwrapped: rich help keeps a docstring's line breaks in the command list.
+        short = kwargs.pop("short_help", None) or _summary(f.__doc__)
+        return app.command(name, cls=IsthmusCommand, rich_help_panel=panel, short_help=short, **kwargs)(f)
+
+    return register
 
 
 # --- shared options -----------------------------------------------------------------------------
@@ -310,7 +392,8 @@ ComponentKubeconfigOpt = Annotated[
         show_default=False,
     ),
 ]
-ContextOpt = Annotated[str | None, typer.Option("--context", help="Kubeconfig context (default: the current one).")]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="Kubeconfig context (default: the current one).",
+                                                autocompletion=complete.contexts)]
 StateDirOpt = Annotated[
     Path,
     typer.Option("--state-dir", envvar=STATE_DIR_ENV, show_envvar=True,

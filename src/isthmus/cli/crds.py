@@ -8,12 +8,12 @@ from typing import Annotated
 import typer
 
 from isthmus.api.crdgen import all_crds, crd_file_name, to_yaml
-from isthmus.cli.app import command, fail
+from isthmus.cli.app import MEMBERSHIP, command, fail
 from isthmus.cli.output import FORMATS, JSON, YAML, print_document
 from isthmus.diagnose.model import plural
 
 
-@command("crds")
+@command("crds", panel=MEMBERSHIP)
 def crds(
     output: Annotated[str, typer.Option(
         "--output", "-o", metavar="yaml|json", autocompletion=lambda incomplete: [
@@ -28,8 +28,9 @@ def crds(
         ),
     ] = None,
 ) -> None:
-    """Print the CRDs of every Isthmus resource (apply them with `kubectl apply -f -`): YAML
-    documents, or with -o json one List."""
+    """Print the CRDs of every Isthmus resource, to apply with `kubectl apply -f -`.
+
+    YAML documents, or with -o json one List; --output-dir writes one file per CRD."""
     if output not in (YAML, JSON):
         if output in FORMATS or output_dir is not None:
             raise fail(f"--output must be yaml or json, not {output!r}")

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from isthmus.cli.app import STATE_DIR_ENV, command
+from isthmus.cli.app import LOCAL, STATE_DIR_ENV, command
 
 
-@command("demo")
+@command("demo", panel=LOCAL)
 def demo(
     state_dir: Annotated[
         Path | None,

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from isthmus.api.base import now
-from isthmus.cli.app import KubeconfigOpt, command, fail
+from isthmus.cli import complete
+from isthmus.cli.app import TROUBLESHOOT, KubeconfigOpt, command, fail
 from isthmus.cli.output import JSON, TABLE, YAML, output_option, print_document
 from isthmus.diagnose.model import MARKS, Diagnosis, Status, plural
 
@@ -23,7 +24,7 @@ ContextsOpt = Annotated[
     list[str] | None,
     typer.Option("--context", metavar="CONTEXT",
                  help="A kubeconfig context to check; repeat for several (default: every context).",
-                 show_default=False),
+                 show_default=False, autocompletion=complete.contexts),
 ]
 _COLOURS = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: "bright_black"}
 
@@ -62,7 +63,7 @@ def render(result: Diagnosis, colour: bool) -> str:
     return "\n".join(lines)
 
 
-@command("diagnose")
+@command("diagnose", panel=TROUBLESHOOT)
 def diagnose(
     kubeconfig: KubeconfigOpt = None,
     context: ContextsOpt = None,
@@ -73,8 +74,10 @@ def diagnose(
         float, typer.Option("--timeout", metavar="SECONDS", help="With --wait: how long to wait.")
     ] = 120.0,
 ) -> None:
-    """Check every cluster of the clusterset and the broker: API, join state and heartbeat, CRD
-    versions, DNS, VIPs, clocks, CIDR overlaps, and each capability's own health.
+    """Check every cluster of the clusterset and the broker, and say what to run next.
+
+    API, join state and heartbeat, CRD versions, DNS, VIPs, clocks, CIDR overlaps, and each
+    capability's own health.
 
     Prints one line per check (passed, warning or failed) with the reason and the next command
     to run. Exit code: 1 when a check fails, 0 otherwise, 2 on bad input.
@@ -105,7 +108,7 @@ def diagnose(
         raise typer.Exit(1)
 
 
-@command("gather")
+@command("gather", panel=TROUBLESHOOT)
 def gather(
     kubeconfig: KubeconfigOpt = None,
     context: ContextsOpt = None,
@@ -115,8 +118,10 @@ def gather(
                      show_default=False, dir_okay=False),
     ] = None,
 ) -> None:
-    """Collect Isthmus objects, isthmus-system workloads, Events, pod logs and a diagnosis from
-    every cluster and the broker into one archive for a bug report (Secret data never included)."""
+    """Collect what a bug report needs from every cluster into one archive.
+
+    Isthmus objects, isthmus-system workloads, Events, pod logs and a diagnosis, from every cluster
+    and the broker (Secret data never included)."""
     from isthmus.diagnose.gather import gather as run_gather
     from isthmus.diagnose.run import diagnose as run_diagnose
 

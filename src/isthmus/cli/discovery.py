@@ -21,7 +21,8 @@ from typer._click.core import ParameterSource
 
 from isthmus.api.base import now
 from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, STALE_HEARTBEAT_SECONDS, cluster_service_account
-from isthmus.cli.app import ContextOpt, KubeconfigOpt, command, fail
+from isthmus.cli import complete
+from isthmus.cli.app import MEMBERSHIP, SERVICES, ContextOpt, KubeconfigOpt, command, fail
 from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_list
 from isthmus.cli.show import SHOWS, ShowRequest, age
 from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client
@@ -90,7 +91,8 @@ BrokerKubeconfigOpt = Annotated[
     ),
 ]
 BrokerContextOpt = Annotated[
-    str | None, typer.Option("--broker-context", help="Context of --broker-kubeconfig (default: its current one).")
+    str | None, typer.Option("--broker-context", help="Context of --broker-kubeconfig (default: its current one).",
+                             autocompletion=complete.broker_contexts)
 ]
 
 
@@ -132,7 +134,7 @@ def _needs_terminal(yes: bool, what: str) -> None:
 # --- deploy-broker ------------------------------------------------------------------------------
 
 
-@command("deploy-broker")
+@command("deploy-broker", panel=MEMBERSHIP)
 def deploy_broker(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
@@ -198,7 +200,7 @@ def deploy_broker(
 # --- join ---------------------------------------------------------------------------------------
 
 
-@command("join")
+@command("join", panel=MEMBERSHIP)
 def join(
     broker_info: Annotated[Path, typer.Argument(help="The broker-info.subm written by deploy-broker.")],
     kubeconfig: KubeconfigOpt = None,
@@ -287,7 +289,7 @@ def join(
 # --- leave --------------------------------------------------------------------------------------
 
 
-@command("leave")
+@command("leave", panel=MEMBERSHIP)
 def leave(
     ctx: typer.Context,
     kubeconfig: KubeconfigOpt = None,
@@ -384,13 +386,15 @@ def _parse_bool(value: str | None, flag: str) -> bool | None:
 
 
 NamespaceOpt = Annotated[
-    str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")
+    str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).",
+                             autocompletion=complete.namespaces)
 ]
 
 
-@command("export")
+@command("export", panel=SERVICES)
 def export(
-    name: Annotated[str, typer.Argument(help="The Service to export (the ServiceExport gets its name).")],
+    name: Annotated[str, typer.Argument(help="The Service to export (the ServiceExport gets its name).",
+                                        autocompletion=complete.services)],
     namespace: NamespaceOpt = None,
     use_clusterset_ip: Annotated[
         str | None,
@@ -423,9 +427,9 @@ def export(
     typer.echo(f"serviceexport {ns}/{name} {change}")
 
 
-@command("unexport")
+@command("unexport", panel=SERVICES)
 def unexport(
-    name: Annotated[str, typer.Argument(help="The exported Service.")],
+    name: Annotated[str, typer.Argument(help="The exported Service.", autocompletion=complete.service_exports)],
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
@@ -463,12 +467,11 @@ def _complete_what(incomplete: str) -> list[str]:
     return [w for w in (*SHOW_WHAT, *SHOWS) if w.startswith(incomplete)]
 
 
-@command("show")
+@command("show", panel=SERVICES)
 def show(
     what: Annotated[str, typer.Argument(metavar="WHAT", autocompletion=_complete_what, show_default=False,
                                         help=f"What to list: {', '.join(SHOW_CHOICES[:-1])} or {SHOW_CHOICES[-1]}.")],
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")
-                         ] = None,
+    namespace: NamespaceOpt = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Every namespace.")] = False,
     output: OutputOpt = TABLE,
     kubeconfig: KubeconfigOpt = None,
@@ -479,10 +482,12 @@ def show(
     broker_kubeconfig: BrokerKubeconfigOpt = None,
     broker_context: BrokerContextOpt = None,
 ) -> None:
-    """List the clusterset's clusters, this cluster's exports or imports, its egress (ExternalServices
-    and SourceIPClaims), load-balancer pools (with their frontends, backends and owners), load
-    balancers (Services of type LoadBalancer and Ingresses of class edgelb, with pool, addresses and
-    the last problem) or MultiClusterServices.
+    """List clusters, exports, imports, egress, pools, load balancers or MultiClusterServices.
+
+    The clusterset's clusters, this cluster's exports or imports, its egress (ExternalServices and
+    SourceIPClaims), load-balancer pools (with their frontends, backends and owners), load balancers
+    (Services of type LoadBalancer and Ingresses of class edgelb, with pool, addresses and the last
+    problem), or the MultiClusterServices (read on the broker, from any clusterset context).
 
     Exports show their conditions (each conflict on its own line), the VIP their service has and
     this cluster's wish; imports mark the services this cluster exports in conflict. -o wide adds

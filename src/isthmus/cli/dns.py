@@ -15,6 +15,7 @@ import typer
 from isthmus.api.mcs import CLUSTERSET_DOMAIN
 from isthmus.cli.agent import OptionalClusterIdOpt
 from isthmus.cli.app import (
+    COMPONENTS,
     ComponentKubeconfigOpt,
     ContextOpt,
     LogFormatOpt,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("isthmus.dns")
 
 
-@command("dns")
+@command("dns", panel=COMPONENTS)
 def dns(
     cluster_id: OptionalClusterIdOpt = None,
     kubeconfig: ComponentKubeconfigOpt = None,

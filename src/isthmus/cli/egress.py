@@ -14,6 +14,7 @@ from lightkube import ApiError
 
 from isthmus.cli.agent import default_identity
 from isthmus.cli.app import (
+    COMPONENTS,
     Background,
     ComponentKubeconfigOpt,
     ContextOpt,
@@ -54,7 +55,7 @@ def _ip(value: str, flag: str) -> str:
         raise fail(f"{flag} must be an IP address, not {value!r}") from None
 
 
-@command("egress-operator")
+@command("egress-operator", panel=COMPONENTS)
 def egress_operator(
     kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
@@ -85,7 +86,7 @@ def egress_operator_part(client: Any, holder: str, image: str | None, workers: i
     return Background("egress-operator", op.run, lambda: op.ready, on_stop=_releaser(op.elector))
 
 
-@command("egress-forwarder")
+@command("egress-forwarder", panel=COMPONENTS)
 def egress_forwarder(
     forwarder: Annotated[str, typer.Option("--forwarder", metavar="NS.NAME", help="The Forwarder object this pod serves "
                                            "(`<namespace>.<name>` of its ExternalService).")],
@@ -114,7 +115,7 @@ def egress_forwarder(
     run_component("egress-forwarder", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 
 
-@command("egress-gateway")
+@command("egress-gateway", panel=COMPONENTS)
 def egress_gateway(
     relay_address: Annotated[str, typer.Option("--relay-address", metavar="IP", help="Where forwarders' relays arrive (this "
                                                "replica's address; the gateway Service targets it).")],

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from isthmus.cli.app import (
+    COMPONENTS,
     Background,
     ContextOpt,
     LogFormatOpt,
@@ -26,7 +27,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,56}[a-z0-9])?$")
 """The node name is ``<cluster>-node``: the cluster name must leave room for the suffix."""
 
 
-@command("kube-lite", hidden=True)
+@command("kube-lite", panel=COMPONENTS, hidden=True)
 def kube_lite(
     kubeconfig: Annotated[str, typer.Option(help="Kubeconfig of the cluster's API server.")],
     cluster_name: Annotated[
@@ -68,8 +69,11 @@ def kube_lite(
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
-    """Allocate ClusterIPs and NodePorts, maintain EndpointSlices, run Deployments, StatefulSets and Pods,
-    and be the cluster's node (its Node object and kubelet endpoint; with --proxy, its service proxy)."""
+    """Be a local cluster's node: what a real cluster's controllers and kubelet provide.
+
+    Allocates ClusterIPs and NodePorts, maintains EndpointSlices, runs Deployments, StatefulSets and
+    Pods, and is the cluster's node (its Node object and kubelet endpoint; with --proxy, its service
+    proxy)."""
     import base64
     import ipaddress
     from pathlib import Path

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from isthmus.cli.app import (
+    COMPONENTS,
     Background,
     ComponentKubeconfigOpt,
     ContextOpt,
@@ -35,7 +36,7 @@ GraceOpt = Annotated[
 ]
 
 
-@command("lb")
+@command("lb", panel=COMPONENTS)
 def lb(
     cluster_name: ClusterNameOpt,
     kubeconfig: ComponentKubeconfigOpt = None,

@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
-from isthmus.cli.app import DEFAULT_STATE_DIR, StateDirOpt, command, default_state_dir, fail
+from isthmus.cli.app import DEFAULT_STATE_DIR, LOCAL, StateDirOpt, command, default_state_dir, fail
 from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_table
 from isthmus.diagnose.model import plural
 from isthmus.local import plan
@@ -87,7 +87,7 @@ def _checked_status(layout: Layout) -> dict[str, Any]:
 # --- up ------------------------------------------------------------------------------------------
 
 
-@command("up")
+@command("up", panel=LOCAL)
 def up(
     clusters: Annotated[
         int | None,
@@ -439,7 +439,7 @@ def _print_table(console: Console, doc: dict[str, Any], output: str = TABLE) -> 
         console.print(f"Web view: {ui['url']}{note}", highlight=False, soft_wrap=True)
 
 
-@command("status")
+@command("status", panel=LOCAL)
 def status(
     state_dir: StateDirOpt = DEFAULT_STATE_DIR,
     output: OutputOpt = TABLE,
@@ -448,7 +448,9 @@ def status(
         float, typer.Option("--timeout", metavar="SECONDS", help="With --wait: how long to wait.")
     ] = 60.0,
 ) -> None:
-    """Show the clusters, API URLs, kubeconfigs, DNS addresses, address plan, each part's health and
+    """Show the local clusterset: its clusters, addresses, each part's health and membership.
+
+    The clusters, API URLs, kubeconfigs, DNS addresses, address plan, each part's health and
     restarts, and membership and heartbeats as the broker has them. Exit code 0 only when ready."""
     if not timeout > 0:
         raise fail(f"--timeout must be more than 0 seconds, not {timeout:g}")
@@ -522,7 +524,7 @@ def _down(console: Console, layout: Layout) -> bool:
     return True
 
 
-@command("down")
+@command("down", panel=LOCAL)
 def down(state_dir: StateDirOpt = DEFAULT_STATE_DIR) -> None:
     """Stop everything `isthmus up` started on this state dir, and nothing else (state is kept)."""
     layout = Layout.at(state_dir)

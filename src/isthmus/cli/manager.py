@@ -21,6 +21,7 @@ import typer
 
 from isthmus.cli.agent import OptionalClusterIdOpt, default_identity
 from isthmus.cli.app import (
+    COMPONENTS,
     Background,
     ComponentKubeconfigOpt,
     ContextOpt,
@@ -63,7 +64,7 @@ def parse_controllers(value: str) -> list[str]:
     return [c for c in CONTROLLERS if c in wanted]
 
 
-@command("controller-manager")
+@command("controller-manager", panel=COMPONENTS)
 def controller_manager(
     controllers: Annotated[
         str, typer.Option("--controllers", metavar="LIST",

@@ -10,8 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
+from isthmus.cli import complete
 from isthmus.cli.agent import OptionalClusterIdOpt, default_identity
 from isthmus.cli.app import (
+    COMPONENTS,
+    SERVICES,
     Background,
     ComponentKubeconfigOpt,
     ContextOpt,
@@ -30,7 +33,7 @@ from isthmus.cli.show import ShowRequest, open_broker, register_show
 log = logging.getLogger(__name__)
 RELEASE_TIMEOUT = 3.0
 
-@command("mcsvc")
+@command("mcsvc", panel=COMPONENTS)
 def mcsvc(
     cluster_id: OptionalClusterIdOpt = None,
     kubeconfig: ComponentKubeconfigOpt = None,
@@ -95,7 +98,7 @@ def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int) -
     return Background("mcsvc", run, lambda: bool(found) and found[0].ready, on_stop=release)
 
 
-@command("mcsvc-broker")
+@command("mcsvc-broker", panel=COMPONENTS)
 def mcsvc_broker(
     kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
@@ -150,10 +153,12 @@ def _ports(value: str | None) -> list[dict[str, Any]]:
     return out
 
 
-@command("expose")
+@command("expose", panel=SERVICES)
 def expose(
-    name: Annotated[str, typer.Argument(help="The Service to expose (the MultiClusterService gets its name).")],
-    namespace: Annotated[str, typer.Option("--namespace", "-n", help="The Service's namespace.")] = "default",
+    name: Annotated[str, typer.Argument(help="The Service to expose (the MultiClusterService gets its name).",
+                                        autocompletion=complete.exposable)],
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="The Service's namespace.",
+                                           autocompletion=complete.namespaces)] = "default",
     types: Annotated[list[str], typer.Option("--type", metavar="CrossCluster|LoadBalancer",
                                              help="How to expose it (repeat, or comma-separate, for both).")]
     = ["CrossCluster"],  # noqa: B006 - typer reads the default

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from isthmus.cli.app import (
+    COMPONENTS,
     Background,
     ComponentKubeconfigOpt,
     ContextOpt,
@@ -33,7 +34,7 @@ def _address(value: str) -> str:
         raise typer.BadParameter(f"{value!r} is not an IPv4 address") from None
 
 
-@command("pools")
+@command("pools", panel=COMPONENTS)
 def pools(
     public_address: Annotated[
         str, typer.Option("--public-address", help="This edge host's public address: `slave_public` pools listen here "

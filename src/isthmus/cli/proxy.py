@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 import typer
 
 from isthmus.cli.app import (
+    COMPONENTS,
     ClusterIdOpt,
     ComponentKubeconfigOpt,
     ContextOpt,
@@ -21,7 +22,7 @@ from isthmus.cli.app import (
 )
 
 
-@command("proxy")
+@command("proxy", panel=COMPONENTS)
 def proxy(
     cluster_id: ClusterIdOpt,
     kubeconfig: ComponentKubeconfigOpt = None,
@@ -57,8 +58,10 @@ def proxy(
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
-    """Serve ClusterIP:port, node-address:NodePort and VIP:port: relay TCP and UDP to ready endpoints, or
-    have the kernel translate them (--mode nftables)."""
+    """Serve ClusterIPs, NodePorts and VIPs by relaying to ready endpoints, or by kernel NAT.
+
+    ClusterIP:port, node-address:NodePort and VIP:port: TCP and UDP relayed to ready endpoints, or
+    translated by the kernel (--mode nftables)."""
     from isthmus.kube.client import make_client
     from isthmus.proxy import ProxyConfig, ProxyService
 

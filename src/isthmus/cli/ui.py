@@ -7,7 +7,9 @@ from typing import Annotated
 
 import typer
 
+from isthmus.cli import complete
 from isthmus.cli.app import (
+    TROUBLESHOOT,
     KubeconfigOpt,
     LogFormatOpt,
     LogLevelOpt,
@@ -31,13 +33,14 @@ def _listen(value: str) -> str:
     return value
 
 
-@command("ui")
+@command("ui", panel=TROUBLESHOOT)
 def ui(
     kubeconfig: KubeconfigOpt = None,
     context: Annotated[
         list[str] | None,
         typer.Option("--context", help="A member cluster's context; repeat for several (default: every "
-                                       "context of the kubeconfig but the broker's)."),
+                                       "context of the kubeconfig but the broker's).",
+                     autocompletion=complete.contexts),
     ] = None,
     broker_kubeconfig: Annotated[
         Path | None,
@@ -47,7 +50,8 @@ def ui(
     broker_context: Annotated[
         str | None,
         typer.Option("--broker-context", help="The broker's context (default: the context whose cluster "
-                                              "holds the clusterset's Broker object)."),
+                                              "holds the clusterset's Broker object).",
+                     autocompletion=complete.broker_contexts),
     ] = None,
     listen: Annotated[
         str, typer.Option("--listen", metavar="HOST:PORT", callback=_listen,
@@ -56,9 +60,11 @@ def ui(
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
-    """Serve a live, read-only web view of the clusterset: clusters and their health, services with
-    their exporters, importers and conflicts, MultiClusterServices, pools and egress, updated from
-    watches. Reads every cluster with the kubeconfig's credentials (list, watch and get only).
+    """Serve a live, read-only web view of the clusterset.
+
+    Clusters and their health, services with their exporters, importers and conflicts,
+    MultiClusterServices, pools and egress, updated from watches. Reads every cluster with the
+    kubeconfig's credentials (list, watch and get only).
 
     Handed a listening socket (socket activation: ``ISTHMUS_LISTEN_FD``, as the local clusterset
     starts it on first use), it serves there instead of binding --listen."""

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from isthmus.cli.app import ContextOpt, KubeconfigOpt, command, user_error_message
+from isthmus.cli.app import TROUBLESHOOT, ContextOpt, KubeconfigOpt, command, user_error_message
 from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_table
 
 SERVER_TIMEOUT = 10.0
@@ -104,15 +104,17 @@ async def _clusters(kubeconfig: Path | None, context: str | None) -> list[dict[s
     return list(await asyncio.gather(*(_cluster(kubeconfig, name) for name in names)))
 
 
-@command("version")
+@command("version", panel=TROUBLESHOOT)
 def version(
     client: Annotated[bool, typer.Option("--client", help="Only this client's version: contact no server.")] = False,
     output: OutputOpt = TABLE,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Print the client version and, for every context of the kubeconfig (or --context), the API
-    server's version and each Isthmus component's. Exits 1 when a cluster could not be read."""
+    """Print the client's version and every cluster's API server and component versions.
+
+    For every context of the kubeconfig (or --context): the API server's version and each Isthmus
+    component's. Exits 1 when a cluster could not be read."""
     doc: dict[str, Any] = {"kind": "Version", "client": client_version()}
     if not client:
         doc["clusters"] = asyncio.run(_clusters(kubeconfig, context))

@@ -22,6 +22,7 @@ import typer
 
 from isthmus.api.lb import LB_NAMESPACE, WEBHOOK_NAME
 from isthmus.cli.app import (
+    COMPONENTS,
     Background,
     ComponentKubeconfigOpt,
     ContextOpt,
@@ -127,7 +128,7 @@ async def patch_ca_bundle(client: Any, configuration: str, ca: bytes) -> list[st
     return done
 
 
-@command("webhook")
+@command("webhook", panel=COMPONENTS)
 def webhook(
     kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
