@@ -25,6 +25,7 @@ from isthmus.cli import complete
 from isthmus.cli.app import MEMBERSHIP, SERVICES, ContextOpt, KubeconfigOpt, command, fail
 from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_list
 from isthmus.cli.show import SHOWS, ShowRequest, age
+from isthmus.diagnose.model import plural
 from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client
 from isthmus.mcs import broker as mcs_broker
 from isthmus.mcs import coredns, views
@@ -341,7 +342,7 @@ def leave(
     registered = "removed from the broker" if result.deregistered else "was not registered on the broker"
     revoked = "; its broker credentials revoked" if result.revoked else ""
     typer.echo(f"cluster {result.cluster_id} left the clusterset: {registered}{revoked}; "
-               f"{result.local_objects} local object(s) deleted")
+               f"{plural(result.local_objects, 'local object')} deleted")
     for note in notes:
         typer.echo(f"  {note}")
 

@@ -24,6 +24,7 @@ from isthmus.cli.app import (
 )
 from isthmus.cli.output import Column, print_list
 from isthmus.cli.show import ShowRequest, age, register_show
+from isthmus.diagnose.model import plural
 
 RELEASE_TIMEOUT = 3.0
 
@@ -129,7 +130,7 @@ def show_lb(req: ShowRequest) -> None:
                     ",".join(map(str, r["statsPorts"])) or "-", "", "", "", age(r["created"]),
                     "" if r["healthy"] else r["message"], instances]]
             for f in r["frontends"]:
-                routing = f" ({f['rules']} rules)" if f["rules"] else ""
+                routing = f" ({plural(f['rules'], 'rule')})" if f["rules"] else ""
                 out.append(["", "", "", "", "", f"  frontend {f['name']}", f"{f['protocol']} :{f['port']}{routing}",
                             f["owner"], "", "", ""])
             for b in r["backends"]:

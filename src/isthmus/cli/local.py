@@ -118,7 +118,7 @@ def up(
     except StateError as e:
         raise fail(str(e)) from None
     if state is not None and clusters is not None and clusters != state.clusters:
-        raise fail(f"{layout.root} holds a clusterset of {state.clusters} cluster(s), not {clusters}: "
+        raise fail(f"{layout.root} holds a clusterset of {plural(state.clusters, 'cluster')}, not {clusters}: "
                    "drop --clusters, or use another --state-dir")
     if supervise_flag:
         try:

@@ -219,7 +219,7 @@ async def _pod_problems(client: AsyncClient, deployment: Deployment) -> list[str
                 continue
             waiting = cs.state.waiting if cs.state else None
             why = waiting.reason if waiting and waiting.reason else (status.phase if status else None) or "not ready"
-            out.append(f"pod {pod.metadata.name if pod.metadata else '?'}: {why}, {cs.restartCount} restarts")
+            out.append(f"pod {pod.metadata.name if pod.metadata else '?'}: {why}, {plural(cs.restartCount or 0, 'restart')}")
     return out
 
 
