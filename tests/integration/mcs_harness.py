@@ -43,6 +43,8 @@ from isthmus.api.mcs import (
     broker_object_name,
 )
 from isthmus.apiserver.server import ApiServer
+from isthmus.mcs.aggregate import derive
+from isthmus.mcs.endpoints import broker_service_import
 from isthmus.kube.resources import resource_for
 from tests.conftest import RunningApiServer
 
@@ -629,10 +631,18 @@ class ClusterSet:
         return await get_or_none(self.c(i), SI, name, ns)
 
     async def broker_import(self, name: str, ns: str) -> dict[str, Any] | None:
-        return await get_or_none(self.broker_client, SI, broker_object_name(name, ns), BROKER_NS)
+        """The aggregated ServiceImport of `ns/name` as every reader derives it from the broker's
+        ExportedServices (the same pure function the agents use; none is stored on the broker)."""
+        return _derived(await self.exported_services(name, ns), name, ns)
 
     async def broker_imports(self) -> list[dict[str, Any]]:
-        return await list_dicts(self.broker_client, SI, BROKER_NS)
+        """Every derived aggregate (see broker_import)."""
+        by_service: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for o in await list_dicts(self.broker_client, ES, BROKER_NS):
+            spec = o.get("spec") or {}
+            by_service.setdefault((spec.get("serviceName", ""), spec.get("serviceNamespace", "")), []).append(o)
+        out = [_derived(items, name, ns) for (name, ns), items in sorted(by_service.items())]
+        return [o for o in out if o is not None]
 
     async def exported_services(self, name: str, ns: str) -> list[dict[str, Any]]:
         items = await list_dicts(self.broker_client, ES, BROKER_NS)
@@ -751,3 +761,18 @@ class ClusterSet:
             return ips[0]
 
         return await eventually(vip, within)
+
+
+def _derived(items: list[dict[str, Any]], name: str, ns: str) -> dict[str, Any] | None:
+    """The aggregate derived from ExportedService dicts of one service: only views labelled with the
+    cluster their spec names, under its canonical name (as the agents read them)."""
+    specs = [ExportedService.from_dict(o).spec for o in items
+             if labels_of(o).get(SOURCE_CLUSTER_LABEL) == (o.get("spec") or {}).get("cluster")
+             and o["metadata"]["name"] == broker_object_name(name, ns, (o.get("spec") or {}).get("cluster", ""))]
+    derived = derive(specs)
+    if derived is None:
+        return None
+    obj = broker_service_import(derived.result, service=name, namespace=ns, vip_enabled=derived.vip_enabled,
+                                allocated_by=derived.allocated_by)
+    obj.metadata.namespace = BROKER_NS
+    return as_dict(obj)

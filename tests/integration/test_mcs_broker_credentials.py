@@ -101,7 +101,10 @@ async def test_deploy_broker_hands_out_no_token_and_installs_the_member_role_and
                for r in rule.resources or []}
     assert granted[("isthmus.io", "clusters")] == {"get", "list", "watch"}
     assert granted[("discovery.k8s.io", "endpointslices")] >= {"create", "update", "patch", "delete"}
-    assert granted[("multicluster.x-k8s.io", "serviceimports/status")] == {"get", "update", "patch"}
+    # Broker tenancy: nothing shared is writable by a member (no ServiceImports at all, the
+    # MultiClusterServices' status is the broker controller's); its own reports are.
+    assert not any(g == "multicluster.x-k8s.io" for g, _ in granted)
+    assert granted[("isthmus.io", "multiclusterservicereports")] >= {"create", "update", "patch", "delete"}
     assert not any(r == "secrets" for _, r in granted)
     configmaps = next(rule for rule in role.rules or [] if "configmaps" in (rule.resources or []))
     assert configmaps.resourceNames == ["broker-info"] and configmaps.verbs == ["get"]

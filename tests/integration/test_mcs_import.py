@@ -458,8 +458,10 @@ async def test_broker_objects_are_labelled_and_owned_per_contract(cs: ClusterSet
         ], refs
     assert KUBE_SERVICE_NAME_LABEL not in labels_of(bs[0])
     assert es[0]["spec"]["cluster"] == "c1" and es[0]["spec"]["serviceNamespace"] == ns
-    agg = await get_or_none(cs.broker_client, SI, broker_object_name("web", ns), BROKER_NS)
-    assert agg is not None
+    # No aggregate is stored on the broker (docs/discovery.md "Broker tenancy"): every agent derives it
+    # from the ExportedServices, which carry the VIP as each cluster holds it.
+    assert await get_or_none(cs.broker_client, SI, broker_object_name("web", ns), BROKER_NS) is None
+    assert "clustersetIPs" in es[0]["spec"]
     se = await get_or_none(cs.c(0), SE, "web", ns)
     assert se is not None
 

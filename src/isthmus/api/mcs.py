@@ -533,6 +533,13 @@ class ExportedServiceSpec(KubeModel):
     consumer_clusters: list[str] | None = Field(default=None, json_schema_extra=ATOMIC_LIST)
     """The clusters that may import this cluster's export (ServiceExport annotation
     isthmus.io/consumer-clusters); absent: every cluster."""
+    clusterset_ips: list[str] | None = Field(default=None, alias="clustersetIPs", max_length=1,
+                                             json_schema_extra=ATOMIC_LIST)
+    """The service's ClusterSet IP as this cluster holds it (docs/discovery.md "ClusterSet IP"): `[ip]`
+    (allocated from this cluster's CIDR, or adopted from the oldest exporter that holds one), `[]` (the
+    service has none), absent (not decided yet). Every reader derives the service's VIP from these."""
+    clusterset_ip_allocated_by: str | None = Field(default=None, alias="clustersetIPAllocatedBy")
+    """The cluster whose CIDR `clustersetIPs` came from (the ServiceImport's allocated-by annotation)."""
 
 
 class ExportedServiceStatus(KubeModel):

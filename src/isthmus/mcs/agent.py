@@ -5,16 +5,19 @@ the ServiceExport, the Service, its EndpointSlices, another cluster's export on 
 the aggregate, a namespace appearing — the agent re-reads everything it knows about that
 service from its caches and converges four things, in order:
 
-1. this cluster's view on the broker (ExportedService + EndpointSlice), or its withdrawal;
-2. the aggregated ServiceImport on the broker (created by the first exporter, which allocates
-   the VIP from its own CIDR; updated by every exporter; deleted when no exporter is left);
+1. this cluster's view on the broker (ExportedService + EndpointSlice), or its withdrawal; the view
+   carries the service's VIP as this cluster holds it (allocated from its own CIDR by the first
+   exporter, adopted by every later one);
+2. the aggregated ServiceImport, derived here from every cluster's view (aggregate.derive), never
+   written to the broker: every reader derives the same one (docs/discovery.md "Broker tenancy"), so
+   no member can change what another imports, and exporters never race to create a shared object;
 3. the ServiceExport's Valid / Ready / Conflict conditions;
 4. the local ServiceImport and the EndpointSlices of every other cluster next to it.
 
 A pass that has just published this cluster's view of a service (step 1, a new export) stops after
 its slice: the watch event of that creation brings the service back, and by then the broker has
-usually shown the other exporters' views too, so steps 2-4 write the aggregate, its status and the
-local import once with every exporter in them instead of once per cluster as each arrives.
+usually shown the other exporters' views too, so steps 3-4 write the conditions and the local
+import once with every exporter in them instead of once per cluster as each arrives.
 
 The rules are in docs/discovery.md; the merge and translation logic is pure (aggregate.py,
 endpoints.py, allocator.py), so this module only reads caches and writes differences.
@@ -54,7 +57,6 @@ from isthmus.api.mcs import (
     AGENT_NAMESPACE,
     BROKER_SECRET_KEY,
     BROKER_SECRET_NAME,
-    CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION,
     DEFAULT_DEAD_CLUSTER_GRACE,
     EXPORTED_PORTS_ANNOTATION,
     HEARTBEAT_ANNOTATION,
@@ -66,11 +68,9 @@ from isthmus.api.mcs import (
     SERVICE_NAME_LABEL,
     SOURCE_CLUSTER_LABEL,
     SOURCE_NAMESPACE_LABEL,
-    USE_CLUSTERSET_IP_ANNOTATION,
     Cluster,
     ClusterEventReason,
     ClusterReason,
-    ClusterStatus,
     ConditionType,
     ConflictReason,
     ExportedService,
@@ -89,13 +89,12 @@ from isthmus.api.mcs import (
 from isthmus.kube import helpers, keys
 from isthmus.kube.resources import resource_for
 from isthmus.mcs import metrics
-from isthmus.mcs.aggregate import Aggregate, aggregate
+from isthmus.mcs.aggregate import Aggregate, decided_ips, derive
 from isthmus.mcs.allocator import AllocatorFull, VipAllocator
 from isthmus.mcs.brokerinfo import BrokerInfo
 from isthmus.mcs.endpoints import (
     InvalidAnnotation,
     PortSelector,
-    broker_import_metadata,
     broker_service_import,
     broker_slice,
     consumer_clusters,
@@ -254,8 +253,10 @@ class Agent:
         self._ready = asyncio.Event()
         self._controller: Controller | None = None
         self._cluster_uid: str | None = None
-        self._exists: set[str] = set()
-        """Aggregates this agent created or met on a 409 that its cache does not show yet."""
+        self._held: dict[str, str] = {}
+        """Broker ExportedService name → the VIP it holds (ours as we publish them, others' as seen)."""
+        self._holders: dict[str, set[str]] = {}
+        """VIP → the ExportedServices holding it: a VIP of our CIDR is free again once none does."""
         self._parse_memo: dict[int, tuple[Any, KubeModel]] = {}
         self._owner: tuple[Any, LkOwnerReference | None] = (None, None)
         self._published: dict[str, Any] = {}
@@ -335,11 +336,10 @@ class Agent:
         self.namespaces = local.informer(Namespace)
         self.b_exports = broker.informer(resource_for(ExportedService), self.broker_ns,
                                          drop_metadata=UNREAD_METADATA | {"ownerReferences"})
-        self.b_imports = broker.informer(resource_for(ServiceImport), self.broker_ns, drop_metadata=UNREAD_METADATA)
         self.b_slices = broker.informer(EndpointSlice, self.broker_ns, drop_metadata=UNREAD_METADATA)
         # Peers' heartbeat times are read in the broker's clock, from managedFields (_heartbeat_written_at).
         self.b_clusters = broker.informer(resource_for(Cluster), self.broker_ns, keep_managed_fields=True)
-        for inf in (self.slices, self.b_exports, self.b_imports, self.b_slices):
+        for inf in (self.slices, self.b_exports, self.b_slices):
             inf.add_indexer(BY_SERVICE, keys.mcs_keys)
         self.slices.add_indexer(BY_KUBE_SERVICE, keys.kube_slice_keys)
         # Each imported slice is cached twice, on the broker and as its local copy (30,000 pairs at
@@ -352,13 +352,14 @@ class Agent:
         # else, replaces what we remember having written (see _published).
         self.b_exports.add_handler(on_add=lambda o: self._forget("es", o), on_update=lambda _o, n: self._forget("es", n),
                                    on_delete=lambda o: self._forget("es", o))
+        self._held, self._holders = {}, {}
+        self.b_exports.add_handler(on_add=self._observe_hold, on_update=lambda _o, n: self._observe_hold(n),
+                                   on_delete=lambda o: self._observe_hold(o, gone=True))
         self.b_slices.add_handler(on_add=lambda o: self._forget("slice", o),
                                   on_update=lambda _o, n: self._forget("slice", n),
                                   on_delete=lambda o: self._forget("slice", o))
         self.b_clusters.add_handler(on_add=self._observe_cluster, on_update=lambda _o, n: self._observe_cluster(n),
                                     on_delete=self._forget_cluster)
-        self.b_imports.add_handler(on_add=self._reserve_vips, on_update=lambda _o, n: self._reserve_vips(n),
-                                   on_delete=self._release_vips)
 
         # Thousands of services are normal; the queue's global limiter is for protecting the API
         # from retry storms, not for throttling the first sync.
@@ -372,7 +373,6 @@ class Agent:
         # to its keys (a scan of every cache per namespace) would only repeat them.
         c.watch(self.namespaces, self._keys_in_namespace, initial=False)
         c.watch(self.b_exports, keys.mcs_keys)
-        c.watch(self.b_imports, keys.mcs_keys)
         c.watch(self.b_slices, keys.mcs_keys)
         # Only our own Cluster object gates publishing (others leaving cascade through the broker's
         # GC of their ExportedServices); heartbeats touch only annotations, so spec changes, adds
@@ -389,10 +389,10 @@ class Agent:
             await local.wait_synced()
             while not await broker.wait_synced(timeout=BROKER_TIMEOUT):
                 await self._report_waiting_for_broker()
-            # Before allocating anything: every VIP already in use from our CIDR (restarts, and a
-            # cluster that got a departed cluster's CIDR) is marked taken.
-            for obj in self.b_imports.cache.list():
-                self._reserve_vips(obj)
+            # Before allocating anything: every VIP already held from our CIDR (restarts, and a
+            # cluster that got a departed cluster's CIDR) is marked taken, our own views' included.
+            for obj in self.b_exports.cache.list():
+                self._observe_hold(obj, starting=True)
             # Peers already silent stay withdrawn from the first reconcile on; the lists just
             # succeeded, so the broker is reachable.
             try:
@@ -620,21 +620,38 @@ class Agent:
 
     # ------------------------------------------------------------------ VIP bookkeeping
 
-    def _reserve_vips(self, obj: Any) -> None:
-        if self.allocator is None:
-            return
-        for ip in (_dump(obj).get("spec") or {}).get("ips") or []:
-            if self.allocator.contains(ip):
-                self.allocator.reserve(ip)
+    def _observe_hold(self, obj: Any, *, gone: bool = False, starting: bool = False) -> None:
+        """Another cluster's view (or, at start, any view) as the cache shows it: the VIP it holds.
 
-    def _release_vips(self, obj: Any) -> None:
-        """The aggregate is gone: the cluster whose CIDR holds its VIP frees it."""
-        if self.allocator is None:
+        Our own views are booked when we publish them (`_hold`), never from the cache, which may
+        still show an older version of one while a newer one is being written."""
+        if object_labels(obj).get(SOURCE_CLUSTER_LABEL) == self.cluster_id and not starting:
             return
-        for ip in (_dump(obj).get("spec") or {}).get("ips") or []:
-            if self.allocator.contains(ip):
-                self.allocator.release(ip)
-                log.info("released ClusterSet IP %s", ip)
+        ips = None if gone else ((_dump(obj).get("spec") or {}).get("clustersetIPs") or None)
+        self._hold(object_name(obj), str(ips[0]) if ips else None)
+
+    def _hold(self, holder: str, ip: str | None) -> None:
+        """Record that broker ExportedService `holder` holds `ip` (None: nothing). A VIP of our CIDR is
+        reserved while anyone holds it and freed when the last holder lets go: the VIP is freed only
+        when no cluster exports the service any more, by the cluster whose CIDR holds it."""
+        old = self._held.get(holder)
+        if old == ip:
+            return
+        if old is not None:
+            holders = self._holders.get(old, set())
+            holders.discard(holder)
+            if not holders:
+                self._holders.pop(old, None)
+                if self.allocator is not None and self.allocator.contains(old) and self.allocator.in_use(old):
+                    self.allocator.release(old)
+                    log.info("released ClusterSet IP %s", old)
+        if ip is None:
+            self._held.pop(holder, None)
+            return
+        self._held[holder] = ip
+        self._holders.setdefault(ip, set()).add(holder)
+        if self.allocator is not None and self.allocator.contains(ip) and not self.allocator.in_use(ip):
+            self.allocator.reserve(ip)
 
     # ------------------------------------------------------------------ key mapping
 
@@ -649,9 +666,8 @@ class Agent:
 
     def _all_keys(self) -> list[str]:
         found: set[str] = set()
-        for inf in (self.b_imports, self.b_exports):
-            for obj in inf.cache.list():
-                found.update(keys.mcs_keys(obj))
+        for obj in self.b_exports.cache.list():
+            found.update(keys.mcs_keys(obj))
         for obj in self.exports.cache.list():
             found.update(keys.own_keys(obj))
         return sorted(found)
@@ -664,8 +680,8 @@ class Agent:
         except ApiError as e:
             if not helpers.is_conflict(e):
                 raise
-            # Another exporter's agent wrote the shared aggregate first: that is progress, not a
-            # failure, so look again soon (with jitter to break lockstep) instead of backing off.
+            # Our local ServiceImport changed under us (its resourceVersion is checked): look again
+            # soon (with jitter to break lockstep) instead of backing off.
             return Result(requeue_after=0.02 + random.random() * 0.08)
 
     async def _reconcile(self, key: str) -> Result | None:
@@ -677,9 +693,9 @@ class Agent:
                 # Aggregate on the pass this creation brings back (see the module's docstring). Its
                 # event always comes: had the broker held the view already, the cache would lag it
                 # and the view's ADDED event would still be on its way.
-                await self._sync_slice(ns, name, state, AggregateState(current=self._cached_aggregate(ns, name)))
+                await self._sync_slice(ns, name, state, self._derive(ns, name, state))
                 return None
-            agg = await self._sync_aggregate(ns, name, state)
+            agg = self._derive(ns, name, state)
             await self._sync_slice(ns, name, state, agg)
         except (httpx2.TransportError, OSError) as e:
             # The broker is unreachable: still tell the user where the export stands, then retry.
@@ -750,9 +766,10 @@ class Agent:
         spec = export_view(self.cluster_id, service, created, export.spec.exported_labels,
                            export.spec.exported_annotations, vip, selectors=state.selectors,
                            consumers=state.consumers)
-        state.spec = spec
         bname = broker_object_name(name, ns, self.cluster_id)
         current = self.b_exports.cache.get(f"{self.broker_ns}/{bname}")
+        spec = self._decide_vip(ns, name, state, spec, current)
+        state.spec = spec
         if current is None or self._export_spec(current) != spec:
             key = f"es/{bname}"
             if self._published.get(key) == spec:
@@ -769,8 +786,41 @@ class Agent:
             self._published[key] = spec
             state.published = current is None
 
+    def _decide_vip(self, ns: str, name: str, state: ExportState, spec: ExportedServiceSpec,
+                    current: Any) -> ExportedServiceSpec:
+        """`spec` with the service's VIP as this cluster is to hold it (docs/discovery.md "ClusterSet
+        IP"): the oldest decision among the exporters (ours included, as last published), else ours
+        now: a VIP from our CIDR when the service wants one, else none. An allocation failure leaves
+        the decision open and is this export's failure (Ready=False Failed, retried)."""
+        bname = broker_object_name(name, ns, self.cluster_id)
+        published = self._published.get(f"es/{bname}")
+        before = published if isinstance(published, ExportedServiceSpec) else (
+            self._export_spec(current) if current is not None else None)
+        mine = spec.model_copy(update={
+            "clusterset_ips": before.clusterset_ips if before is not None else None,
+            "clusterset_ip_allocated_by": before.clusterset_ip_allocated_by if before is not None else None})
+        others = [e for e in self._exporters(ns, name, ExportState()) if e.cluster != self.cluster_id]
+        decided = decided_ips([*others, mine])
+        ips: list[str] | None = None
+        allocated_by: str | None = None
+        if decided is not None:
+            ips, allocated_by = decided
+        elif state.type == ServiceImportType.HEADLESS or not spec.clusterset_ip_enabled:
+            ips = []
+        elif self.allocator is None:
+            state.failure = f"cluster {self.cluster_id} has no ClusterSet IP CIDR"
+        else:
+            try:
+                ips, allocated_by = [self.allocator.allocate()], self.cluster_id
+                log.info("%s/%s: ClusterSet IP %s allocated", ns, name, ips[0])
+            except AllocatorFull:
+                state.failure = f"no free ClusterSet IP left in {self.allocator.cidr}"
+        self._hold(bname, ips[0] if ips else None)
+        return spec.model_copy(update={"clusterset_ips": ips, "clusterset_ip_allocated_by": allocated_by})
+
     async def _withdraw(self, ns: str, name: str) -> None:
         bname = broker_object_name(name, ns, self.cluster_id)
+        self._hold(bname, None)
         self._published.pop(f"es/{bname}", None)
         self._published.pop(f"slice/{bname}", None)
         if self.b_exports.cache.get(f"{self.broker_ns}/{bname}") is not None:
@@ -781,138 +831,35 @@ class Agent:
     # -- 2. the aggregate on the broker
 
     def _exporters(self, ns: str, name: str, state: ExportState) -> list[ExportedServiceSpec]:
+        """Every cluster's view of the service: ours as this pass computed it, the others' from the
+        broker. A view counts only as its cluster publishes it: labelled with the cluster named in its
+        spec (the admission policy lets a member write only views labelled with its own ID), under
+        the canonical name, from a registered cluster."""
         out: list[ExportedServiceSpec] = []
         for obj in self.b_exports.cache.by_index(BY_SERVICE, f"{ns}/{name}"):
             spec = self._export_spec(obj)
+            if (object_labels(obj).get(SOURCE_CLUSTER_LABEL) != spec.cluster
+                    or object_name(obj) != broker_object_name(name, ns, spec.cluster)
+                    or (spec.service_name, spec.service_namespace) != (name, ns)
+                    or self.b_clusters.cache.get(f"{self.broker_ns}/{spec.cluster}") is None):
+                continue
             if spec.cluster != self.cluster_id or state.hold:
                 out.append(spec)
         if state.spec is not None:
             out.append(state.spec)  # what we just published, whether or not the cache has it yet
         return out
 
-    async def _live_exporters(self, ns: str, name: str, state: ExportState,
-                              listed: set[str]) -> list[ExportedServiceSpec]:
-        """The exporters as the broker has them now: the cache's, plus a read by name of each cluster
-        the aggregate lists that the cache does not show (a GET each, not a list: a label-selected
-        list costs the broker a scan of every export in the clusterset)."""
-        out = [e for e in self._exporters(ns, name, state) if e.cluster != self.cluster_id]
-        known = {e.cluster for e in out}
-        for cluster in sorted(listed - known - {self.cluster_id}):
-            obj = await helpers.get_or_none(self.broker, ExportedService, broker_object_name(name, ns, cluster),
-                                            namespace=self.broker_ns)
-            if obj is not None and obj.spec.cluster == cluster:
-                out.append(obj.spec)
-        if state.spec is not None:
-            out.append(state.spec)
-        return out
-
-    def _cached_aggregate(self, ns: str, name: str) -> ServiceImport | None:
-        raw = self.b_imports.cache.get(f"{self.broker_ns}/{broker_object_name(name, ns)}")
-        return ServiceImport.from_dict(raw) if raw is not None else None
-
-    async def _sync_aggregate(self, ns: str, name: str, state: ExportState,
-                              fetched: ServiceImport | None = None) -> AggregateState:
-        agg_name = broker_object_name(name, ns)
-        raw = self.b_imports.cache.get(f"{self.broker_ns}/{agg_name}") if fetched is None else None
-        if raw is not None:
-            self._exists.discard(agg_name)
-        elif fetched is None and agg_name in self._exists:
-            # Known to exist (we made or met it) but not in the cache yet: a busy broker's watch lags.
-            # Read it rather than POST again into a 409.
-            fetched = await helpers.get_or_none(self.broker, ServiceImport, agg_name, namespace=self.broker_ns)
-            if fetched is None:
-                self._exists.discard(agg_name)
-        current = fetched if fetched is not None else ServiceImport.from_dict(raw) if raw is not None else None
-        exporters = self._exporters(ns, name, state)
-        if not exporters:
-            if current is not None:
-                # Confirm against the broker itself before deleting what others may have just joined.
-                live = [o async for o in cast(Any, self.broker).list(
-                    resource_for(ExportedService), namespace=self.broker_ns,
-                    labels={SERVICE_NAME_LABEL: name, SOURCE_NAMESPACE_LABEL: ns})]
-                if not live:
-                    self._exists.discard(agg_name)
-                    await helpers.ensure_deleted(self.broker, ServiceImport, agg_name, namespace=self.broker_ns)
-                    log.info("%s/%s: last exporter gone, aggregate deleted", ns, name)
-                    return AggregateState()
-            return AggregateState(current=current)
-        if current is None:
-            if state.spec is None:
-                return AggregateState()  # another exporter's agent creates it
-            return await self._create_aggregate(ns, name, exporters, state)
-        vip_enabled = (current.metadata.annotations or {}).get(USE_CLUSTERSET_IP_ANNOTATION) == "true"
-        listed = {c.cluster for c in current.status.clusters}
-        if state.spec is not None and not listed <= {e.cluster for e in exporters}:
-            # Our cache may simply not have seen another cluster's export yet: never drop a cluster
-            # from the aggregate on the cache's word (agents would undo each other), ask the broker.
-            exporters = await self._live_exporters(ns, name, state, listed)
-        result = aggregate(exporters, ips=current.spec.ips, vip_enabled=vip_enabled)
-        if state.spec is None:
-            return AggregateState(current=current, result=result)  # only exporters maintain it
-        allocated_by = (current.metadata.annotations or {}).get(CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION)
-        labels, annotations = broker_import_metadata(result, service=name, namespace=ns, vip_enabled=vip_enabled,
-                                                     allocated_by=allocated_by)
-        # Compared before an object is built: at a restart, every service is reconciled and nearly all are current.
-        if (result.spec != current.spec or labels != (current.metadata.labels or {})
-                or annotations != (current.metadata.annotations or {})):
-            desired = self._aggregate_object(ns, name, result, vip_enabled, allocated_by)
-            desired.metadata.resource_version = current.metadata.resource_version
-            current = await _write(self.broker, desired, replace=True)
-        current = await self._sync_aggregate_status(current, result)
-        return AggregateState(current=current, result=result)
-
-    def _aggregate_object(self, ns: str, name: str, result: Aggregate, vip_enabled: bool,
-                          allocated_by: str | None) -> ServiceImport:
-        obj = broker_service_import(result, service=name, namespace=ns, vip_enabled=vip_enabled,
-                                    allocated_by=allocated_by)
+    def _derive(self, ns: str, name: str, state: ExportState) -> AggregateState:
+        """The aggregated ServiceImport, as every reader derives it from the exporters' views (never
+        stored on the broker: docs/discovery.md "Broker tenancy"). Empty while nobody exports the
+        service, or no exporter has decided its VIP yet."""
+        derived = derive(self._exporters(ns, name, state))
+        if derived is None:
+            return AggregateState()
+        obj = broker_service_import(derived.result, service=name, namespace=ns, vip_enabled=derived.vip_enabled,
+                                    allocated_by=derived.allocated_by)
         obj.metadata.namespace = self.broker_ns
-        return obj
-
-    async def _create_aggregate(self, ns: str, name: str, exporters: list[ExportedServiceSpec],
-                                state: ExportState) -> AggregateState:
-        assert state.spec is not None
-        vip_enabled = state.spec.clusterset_ip_enabled and state.type == ServiceImportType.CLUSTER_SET_IP
-        ips: list[str] | None = None
-        if vip_enabled:
-            if self.allocator is None:
-                return AggregateState(failure=f"cluster {self.cluster_id} has no ClusterSet IP CIDR")
-            try:
-                ips = [self.allocator.allocate()]
-            except AllocatorFull:
-                return AggregateState(failure=f"no free ClusterSet IP left in {self.allocator.cidr}")
-        result = aggregate(exporters, ips=ips, vip_enabled=vip_enabled)
-        desired = self._aggregate_object(ns, name, result, vip_enabled, self.cluster_id if ips else None)
-        try:
-            current = await _write(self.broker, desired, replace=False)
-        except ApiError as e:
-            if ips and self.allocator is not None:
-                self.allocator.release(ips[0])  # lost the race (or failed): give the reservation back
-            if helpers.is_conflict(e):
-                # Another exporter created it first (both exports of one object often arrive together):
-                # read it from the broker and join it now, rather than retrying until the cache has it.
-                log.info("%s/%s: another cluster created the aggregate first", ns, name)
-                theirs = await helpers.get_or_none(self.broker, ServiceImport, desired.metadata.name or "",
-                                                   namespace=self.broker_ns)
-                if theirs is None:
-                    raise
-                self._exists.add(desired.metadata.name or "")
-                return await self._sync_aggregate(ns, name, state, fetched=theirs)
-            raise
-        self._exists.add(desired.metadata.name or "")
-        log.info("%s/%s: aggregate created%s", ns, name, f" with ClusterSet IP {ips[0]}" if ips else "")
-        current = await self._sync_aggregate_status(current, result)
-        return AggregateState(current=current, result=result)
-
-    async def _sync_aggregate_status(self, current: ServiceImport, result: Aggregate) -> ServiceImport:
-        clusters = [ClusterStatus(cluster=c) for c in result.clusters]
-        if current.status.clusters == clusters:
-            return current
-        current.status = ServiceImportStatus(clusters=clusters, conditions=current.status.conditions)
-        # The answer would only repeat what we wrote (a merge patch replaces the list whole) and a new
-        # resourceVersion nothing in this reconcile writes with: not decoded.
-        await helpers.patch_status_quiet(self.broker, current, field_manager=AGENT_FIELD_MANAGER,
-                                         patch_type=PatchType.MERGE)
-        return current
+        return AggregateState(current=obj, result=derived.result)
 
     # -- this cluster's EndpointSlice on the broker
 

@@ -5,8 +5,11 @@ the oldest export (by exportCreationTimestamp, ties by cluster ID) wins every pr
 the union by name, and every disagreement with the winner becomes a (reason, message) pair for
 the one `Conflict` condition that is set on *every* exporter's ServiceExport.
 
-Each agent runs this independently on the same ExportedService objects, and all of them must write
-identical ServiceImports, so the result depends only on the set of inputs, never on their order.
+Each agent runs this independently on the same ExportedService objects, and all of them must derive
+identical ServiceImports, so the result depends only on the set of inputs, never on their order. No
+aggregate is stored on the broker (docs/discovery.md "Broker tenancy"): what every cluster must agree
+on, the merged spec, the conflict verdicts and the VIP (`decided_ips`), is derived by every reader
+from the ExportedServices, each written by its own cluster alone.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from isthmus.api.mcs import (
     SessionAffinityConfig,
 )
 
-__all__ = ["Aggregate", "aggregate", "port_key", "sort_exports"]
+__all__ = ["Aggregate", "Derived", "aggregate", "decided_ips", "derive", "port_key", "sort_exports"]
 
 
 @dataclass
@@ -277,3 +280,43 @@ def aggregate(
         conflicts=[(str(r), m) for r, m in conflicts],
         conflicting_clusters=losers,
     )
+
+
+def decided_ips(exports: Sequence[ExportedServiceSpec]) -> tuple[list[str], str | None] | None:
+    """The service's VIP as every reader derives it: (ips, allocated-by) of the oldest exporter that has
+    decided one (`clustersetIPs` present), `[]` meaning none; None while no exporter has decided.
+
+    The first exporter decides (allocating from its own CIDR when the service wants a VIP); every later
+    one adopts the oldest decision it sees, so the VIP outlives the cluster that allocated it. Two
+    first exporters at the same moment both decide; the older one's decision wins and the other adopts
+    it, freeing its own allocation (docs/discovery.md "ClusterSet IP").
+    """
+    for exp in sort_exports([e for e in exports if e.clusterset_ips is not None]):
+        ips = list(exp.clusterset_ips or [])
+        return ips, (exp.clusterset_ip_allocated_by if ips else None)
+    return None
+
+
+@dataclass
+class Derived:
+    """The aggregated view of one service that every reader derives from the same exports."""
+
+    result: Aggregate
+    ips: list[str]
+    allocated_by: str | None
+    vip_enabled: bool
+
+
+def derive(exports: Sequence[ExportedServiceSpec]) -> Derived | None:
+    """The merged service (`aggregate`) with its VIP (`decided_ips`); None while no exporter decided
+    the VIP (there is no ServiceImport before that) or when nothing is exported. A headless service
+    (the oldest export's type) has no VIP whatever an exporter holds."""
+    if not exports:
+        return None
+    decided = decided_ips(exports)
+    if decided is None:
+        return None
+    ips, allocated_by = decided
+    if sort_exports(exports)[0].type == ServiceImportType.HEADLESS:
+        ips, allocated_by = [], None
+    return Derived(aggregate(exports, ips=ips or None, vip_enabled=bool(ips)), ips, allocated_by, bool(ips))
