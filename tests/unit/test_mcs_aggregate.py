@@ -18,7 +18,7 @@ from isthmus.api.mcs import (
     SessionAffinityConfig,
     conflict_condition,
 )
-from isthmus.mcs.aggregate import aggregate, port_key, sort_exports
+from isthmus.mcs.aggregate import aggregate, decided_ips, derive, port_key, sort_exports
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -410,3 +410,26 @@ def test_inputs_not_mutated() -> None:
     assert agg.spec.ip_families is not c1.ip_families
     agg.spec.ports[0].port = 1
     assert c1.model_dump_json() == before
+
+
+def test_every_reader_derives_the_same_vip_from_the_exporters_decisions() -> None:
+    """docs/discovery.md "ClusterSet IP": no aggregate is stored; the VIP is the oldest decision."""
+    undecided = export("c1", clusterset_ip_enabled=True)
+    assert decided_ips([undecided]) is None and derive([undecided]) is None  # no import before a decision
+    c1 = export("c1", 0, clusterset_ip_enabled=True, clusterset_ips=["243.0.0.1"], clusterset_ip_allocated_by="c1")
+    c2 = export("c2", 1, clusterset_ip_enabled=True, clusterset_ips=["243.1.0.1"], clusterset_ip_allocated_by="c2")
+    for order in itertools.permutations([c1, c2, export("c3", 2, clusterset_ip_enabled=True)]):
+        d = derive(list(order))  # two first exporters raced: the older one's VIP, in any order
+        assert d is not None and (d.ips, d.allocated_by, d.vip_enabled) == (["243.0.0.1"], "c1", True)
+        assert d.result.spec.ips == ["243.0.0.1"] and d.result.clusters == ["c1", "c2", "c3"]
+    # The allocator left; c2 adopted its VIP, which stays.
+    adopted = export("c2", 1, clusterset_ip_enabled=True, clusterset_ips=["243.0.0.1"], clusterset_ip_allocated_by="c1")
+    d = derive([adopted])
+    assert d is not None and (d.ips, d.allocated_by) == (["243.0.0.1"], "c1")
+    # A decision of "no VIP" holds against a later export that asks for one (a conflict, no flip).
+    d = derive([export("c1", 0, clusterset_ips=[]), export("c2", 1, clusterset_ip_enabled=True)])
+    assert d is not None and not d.vip_enabled and d.result.spec.ips is None
+    assert reasons(d.result) == [ConflictReason.CLUSTERSET_IP_ENABLEMENT]
+    # A headless service has no VIP, whatever an exporter holds.
+    d = derive([export("c1", 0, type=ServiceImportType.HEADLESS, clusterset_ips=[]), c2])
+    assert d is not None and d.ips == [] and d.result.spec.ips is None
