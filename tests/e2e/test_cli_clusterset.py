@@ -130,3 +130,10 @@ def test_the_readmes_import_listings_show_what_they_say(state: Path, bare: dict[
             subprocess.run([*kubectl, "--context", c, "delete", "--wait=false", "-f",
                             str(ROOT / "examples" / "serviceexport-vip.yaml"), "-f",
                             str(ROOT / "examples" / "echo-deployment.yaml")], env=env, capture_output=True, timeout=60)
+
+
+def test_show_mcs_from_the_current_member_context_reads_the_broker(state: Path, bare: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    """MultiClusterServices live on the broker: from c1 (the current context) `show mcs` reads there."""
+    p = _run("show", "mcs", "-A", env=bare, cwd=tmp_path)
+    assert p.stdout == "" and p.stderr.strip() == "no multiclusterservices in any namespace on the broker (context broker)"
