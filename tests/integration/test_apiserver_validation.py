@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from isthmus.apiserver.decoding import MAX_DEPTH
 from tests.conftest import RunningApiServer
 
 SUBDOMAIN = (
@@ -144,3 +145,194 @@ async def test_crd_names_and_schema_patterns_match_whole_strings(apiserver: Runn
     word["spec"]["word"] = "abc"
     status, _ = await _req(apiserver, "POST", path, word)
     assert status == 201
+
+
+# ------------------------------------------------------------------------ item 4: Ingress
+
+INGRESSES = "/apis/networking.k8s.io/v1/namespaces/default/ingresses"
+
+
+def _ingress(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web", **meta}, "spec": spec}
+
+
+def _rule(host: str = "shop.example.com", path: str = "/", path_type: str | None = "Prefix",
+          backend: dict[str, Any] | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {"path": path, "backend": backend or {"service": {"name": "web", "port": {"number": 80}}}}
+    if path_type is not None:
+        item["pathType"] = path_type
+    return {"host": host, "http": {"paths": [item]}}
+
+
+def _svc(name: str = "web", **port: Any) -> dict[str, Any]:
+    return {"service": {"name": name, "port": port or {"number": 80}}}
+
+
+P0 = "spec.rules[0].http.paths[0]"
+
+
+@pytest.mark.parametrize(("spec", "causes"), [
+    ({}, [("spec", "Invalid value: []networking.IngressRule(nil): either `defaultBackend` or `rules` must be "
+                   "specified")]),
+    ({"rules": [_rule(backend=_svc("web:a"))]},
+     [(f"{P0}.backend.service.name", f'Invalid value: "web:a": {DNS1035}')]),
+    ({"rules": [_rule(backend=_svc("web\n"))]},
+     [(f"{P0}.backend.service.name", f'Invalid value: "web\\n": {DNS1035}')]),
+    ({"rules": [_rule(path_type=None)]}, [(f"{P0}.pathType", "Required value: pathType must be specified")]),
+    ({"rules": [_rule(path_type="Regex")]}, [(f"{P0}.pathType", 'Unsupported value: "Regex": supported values: '
+                                                               '"Exact", "ImplementationSpecific", "Prefix"')]),
+    ({"rules": [_rule(path="api")]}, [(f"{P0}.path", 'Invalid value: "api": must be an absolute path')]),
+    ({"rules": [_rule(path="/a/../b")]}, [(f"{P0}.path", "Invalid value: \"/a/../b\": must not contain '/../'")]),
+    ({"rules": [_rule(path="/a/.", path_type="Exact")]},
+     [(f"{P0}.path", "Invalid value: \"/a/.\": cannot end with '/.'")]),
+    ({"rules": [_rule(path="api", path_type="ImplementationSpecific")]},
+     [(f"{P0}.path", 'Invalid value: "api": must be an absolute path')]),
+    ({"rules": [_rule(host="Shop.example.com")]},
+     [("spec.rules[0].host", f'Invalid value: "Shop.example.com": {SUBDOMAIN}')]),
+    ({"rules": [_rule(host="127.0.0.1")]},
+     [("spec.rules[0].host", 'Invalid value: "127.0.0.1": must be a DNS name, not an IP address')]),
+    ({"rules": [_rule(host="a.*.com")]},
+     [("spec.rules[0].host", "Invalid value: \"a.*.com\": a wildcard DNS-1123 subdomain must start with '*.', "
+       "followed by a valid DNS subdomain, which must consist of lower case alphanumeric characters, '-' or '.' and "
+       "end with an alphanumeric character (e.g. '*.example.com', regex used for validation is "
+       "'\\*\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")]),
+    ({"rules": [{"host": "a.com", "http": {"paths": []}}]}, [("spec.rules[0].http.paths", "Required value")]),
+    ({"rules": [_rule(backend=_svc(number=70000))]},
+     [(f"{P0}.backend.service.port.number", "Invalid value: 70000: must be between 1 and 65535, inclusive")]),
+    ({"rules": [_rule(backend={"service": {"name": "web", "port": {"name": "Http"}}})]},
+     [(f"{P0}.backend.service.port.name",
+       'Invalid value: "Http": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)')]),
+    ({"rules": [_rule(backend={"service": {"name": "web", "port": {"name": "http", "number": 80}}})]},
+     [(f"{P0}.backend", 'Invalid value: "": cannot set both port name & port number')]),
+    ({"rules": [_rule(backend={"service": {"name": "web", "port": {}}})]},
+     [(f"{P0}.backend", "Required value: port name or number is required")]),
+    ({"rules": [_rule(backend={"service": {"port": {"number": 80}}})]},
+     [(f"{P0}.backend.service.name", "Required value")]),
+    ({"defaultBackend": {}}, [("spec.defaultBackend", 'Invalid value: "": resource or service backend is required')]),
+    ({"defaultBackend": {**_svc(), "resource": {"kind": "Bucket", "name": "b"}}},
+     [("spec.defaultBackend", 'Invalid value: "": cannot set both resource and service backends')]),
+    ({"defaultBackend": {"resource": {"apiGroup": "k8s.example.com", "kind": "Bucket", "name": "a/b"}}},
+     [("spec.defaultBackend.resource.name", "Invalid value: \"a/b\": may not contain '/'")]),
+    ({"defaultBackend": _svc(), "tls": [{"hosts": ["shop.example.com\n"], "secretName": "tls_cert"}]},
+     [("spec.tls[0].hosts[0]", f'Invalid value: "shop.example.com\\n": {SUBDOMAIN}'),
+      ("spec.tls[0].secretName", f'Invalid value: "tls_cert": {SUBDOMAIN}')]),
+    ({"defaultBackend": _svc(), "ingressClassName": "Edge"},
+     [("spec.ingressClassName", f'Invalid value: "Edge": {SUBDOMAIN}')]),
+])
+async def test_ingress_fields_are_validated_as_kube_does(apiserver: RunningApiServer, spec: dict[str, Any],
+                                                         causes: list[tuple[str, str]]) -> None:
+    status, body = await _req(apiserver, "POST", INGRESSES, _ingress(spec))
+    assert (status, body["reason"]) == (422, "Invalid"), body
+    assert _causes(body) == causes
+    expected = ", ".join(f"{f}: {m}" for f, m in causes)
+    expected = f"[{expected}]" if len(causes) > 1 else expected
+    assert body["message"] == f'Ingress.networking.k8s.io "web" is invalid: {expected}'
+
+
+async def test_a_valid_ingress_is_stored_and_an_update_is_checked_too(apiserver: RunningApiServer) -> None:
+    spec = {"ingressClassName": "edgelb", "rules": [_rule(host="*.example.com"), _rule(path="/api", path_type="Exact")],
+            "tls": [{"hosts": ["*.example.com"], "secretName": "shop-tls"}]}
+    status, body = await _req(apiserver, "POST", INGRESSES, _ingress(spec))
+    assert status == 201, body
+    patch = {"spec": {"rules": [_rule(backend=_svc("web:a"))]}}
+    status, body = await _req(apiserver, "PATCH", INGRESSES + "/web", patch, "application/merge-patch+json")
+    assert status == 422
+    assert _causes(body) == [(f"{P0}.backend.service.name", f'Invalid value: "web:a": {DNS1035}')]
+    status_patch = {"status": {"loadBalancer": {"ingress": [{"ip": "300.1.1.1"}]}}}
+    status, body = await _req(apiserver, "PATCH", INGRESSES + "/web/status", status_patch,
+                              "application/merge-patch+json")
+    assert status == 422
+    assert _causes(body) == [("status.loadBalancer.ingress[0].ip", 'Invalid value: "300.1.1.1": must be a valid IP '
+                              "address, (e.g. 10.9.8.7 or 2001:db8::ffff)")]
+
+
+async def test_the_class_annotation_must_match_the_class_name(apiserver: RunningApiServer) -> None:
+    ing = _ingress({"defaultBackend": _svc(), "ingressClassName": "edgelb"},
+                   annotations={"kubernetes.io/ingress.class": "nginx"})
+    status, body = await _req(apiserver, "POST", INGRESSES, ing)
+    assert status == 422
+    assert _causes(body) == [("annotations.kubernetes.io/ingress.class",
+                              'Invalid value: "nginx": must match `ingressClassName` when both are specified')]
+
+
+# ------------------------------------------------------------------------ item 4: nesting depth
+
+THINGS = "/apis/example.com/v1/namespaces/default/things"
+THING_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "things.example.com"},
+    "spec": {"group": "example.com", "scope": "Namespaced",
+             "names": {"plural": "things", "singular": "thing", "kind": "Thing"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+TOO_DEEP_JSON = "couldn't get version/kind; json parse error: invalid character '{' exceeded max depth"
+TOO_DEEP_YAML = f"error converting YAML to JSON: yaml: exceeded max depth of {MAX_DEPTH}"
+
+
+def _nested(levels: int) -> str:
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+def _thing(name: str, spec: str) -> str:
+    return '{"apiVersion":"example.com/v1","kind":"Thing","metadata":{"name":"' + name + '"},"spec":' + spec + "}"
+
+
+@pytest.fixture
+async def things(apiserver: RunningApiServer) -> RunningApiServer:
+    status, _ = await _req(apiserver, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", THING_CRD)
+    assert status == 201
+    for _ in range(200):
+        if (await _req(apiserver, "GET", THINGS))[0] == 200:
+            return apiserver
+        await asyncio.sleep(0.05)
+    raise AssertionError("the CRD was never served")
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH, 300, 5000])
+async def test_a_body_nested_too_deep_is_a_400_on_every_decode_path(things: RunningApiServer, levels: int) -> None:
+    """Before: 5,000 levels in YAML (a body, an apply) or 300 in JSON were a 500 RecursionError."""
+    deep = _nested(levels)
+    yaml_body = "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: y}\nspec: " + "[" * levels + "]" * levels
+    cases = [
+        ("POST", THINGS, _thing("t", deep), "application/json", TOO_DEEP_JSON),
+        ("POST", THINGS, yaml_body, "application/yaml", TOO_DEEP_YAML),
+        ("POST", "/api/v1/namespaces/default/configmaps",
+         '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"extra":' + deep + "}", "application/json",
+         TOO_DEEP_JSON),
+        ("PATCH", THINGS + "/ok", '{"spec":' + deep + "}", "application/merge-patch+json", TOO_DEEP_JSON),
+        ("PATCH", "/api/v1/namespaces/default/configmaps/ok", '{"data":' + deep + "}",
+         "application/strategic-merge-patch+json", TOO_DEEP_JSON),
+        ("PATCH", THINGS + "/ok", '[{"op":"add","path":"/spec/b","value":' + deep + "}]", "application/json-patch+json",
+         TOO_DEEP_JSON),
+        ("PATCH", THINGS + "/ok?fieldManager=m", _thing("ok", deep), "application/apply-patch+yaml", TOO_DEEP_YAML),
+        ("PATCH", THINGS + "/ok?fieldManager=m", yaml_body.replace("name: y", "name: ok"),
+         "application/apply-patch+yaml", TOO_DEEP_YAML),
+    ]
+    assert (await _req(things, "POST", THINGS, _thing("ok", '{"a":1}')))[0] == 201
+    assert (await _req(things, "POST", "/api/v1/namespaces/default/configmaps", _cm(name="ok")))[0] == 201
+    for method, path, body, ctype, message in cases:
+        status, answer = await _req(things, method, path, body, ctype)
+        assert (status, answer["reason"], answer["message"]) == (400, "BadRequest", message), (path, ctype)
+    status, stored = await _req(things, "GET", THINGS + "/ok")
+    assert status == 200 and stored["spec"] == {"a": 1}
+
+
+async def test_the_deepest_allowed_object_works_everywhere(things: RunningApiServer) -> None:
+    """An object MAX_DEPTH levels deep (its root included) is stored, patched, applied, listed and
+    shown as a table; a JSON patch cannot take it one level further."""
+    spec = _nested(MAX_DEPTH - 1)  # root → spec → MAX_DEPTH-1 levels: exactly MAX_DEPTH
+    assert (await _req(things, "POST", THINGS, _thing("deep", spec)))[0] == 201
+    assert (await _req(things, "PATCH", THINGS + "/deep", '{"spec":{"b":1}}', "application/merge-patch+json"))[0] == 200
+    assert (await _req(things, "PATCH", THINGS + "/deep?fieldManager=m", _thing("deep", spec),
+                       "application/apply-patch+yaml"))[0] == 200
+    status, listed = await _req(things, "GET", THINGS)
+    assert status == 200 and [i["metadata"]["name"] for i in listed["items"]] == ["deep"]
+    path = "/spec" + "/a" * (MAX_DEPTH - 1)  # the innermost value, 1
+    status, answer = await _req(things, "PATCH", THINGS + "/deep",
+                                '[{"op":"replace","path":"' + path + '","value":{"x":1}}]', "application/json-patch+json")
+    assert (status, answer["message"]) == (400, TOO_DEEP_JSON)
+    status, answer = await _req(things, "PATCH", THINGS + "/deep",
+                                '[{"op":"replace","path":"' + path + '","value":2}]', "application/json-patch+json")
+    assert status == 200

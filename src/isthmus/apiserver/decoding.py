@@ -10,6 +10,11 @@ turns each into a warning, Ignore drops them). Unknown fields are the schema's t
 - YAML: `line 5: key "name" already set in map`, gathered by kube under one
   `yaml: unmarshal errors:` error.
 - Protobuf cannot repeat a key: nothing to report.
+
+Nesting is bounded as kube bounds it (its JSON and YAML decoders refuse more than 10,000 levels
+with "exceeded max depth"), at MAX_DEPTH here: past it the body is a 400, never a recursion
+error deep in the server. Every recursive walk of an object (schema, pruning, managedFields,
+patches, orjson's own 255-level writer) then stays well inside its limits.
 """
 
 from __future__ import annotations
@@ -17,13 +22,46 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 import yaml
 from aiohttp import web
 
 from isthmus.apiserver import errors, protobuf
+
+MAX_DEPTH: Final = 128  # levels of objects and lists an object may nest (its root is level 1)
+
+
+def nesting_over(value: Any, limit: int = MAX_DEPTH) -> str | None:
+    """'{' or '[' (the container that goes one level past `limit`), or None: the value nests no deeper.
+    A walk with its own stack, so that a value too deep for Python's recursion is measured too."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return "{" if isinstance(v, dict) else "["
+        children = v.values() if isinstance(v, dict) else v
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return None
+
+
+def too_deep(yaml_text: bool, char: str = "{") -> errors.ApiError:
+    """The 400 kube's decoders give a body nested too deep (encoding/json, yaml.v2 words)."""
+    if yaml_text:
+        return errors.bad_request(f"error converting YAML to JSON: yaml: exceeded max depth of {MAX_DEPTH}")
+    return errors.bad_request(f"couldn't get version/kind; json parse error: invalid character '{char}' "
+                              "exceeded max depth")
+
+
+def check_depth(raw: bytes, value: Any, yaml_text: bool = False) -> None:
+    """Raise too_deep when `value` (decoded from `raw`) nests past MAX_DEPTH. Free for nearly every
+    body: a body with no more brackets (and, for YAML, lines) than MAX_DEPTH cannot nest deeper."""
+    if not isinstance(value, (dict, list)):
+        return
+    bound = raw.count(b"{") + raw.count(b"[") + (raw.count(b"\n") if yaml_text else 0)
+    if bound > MAX_DEPTH and (char := nesting_over(value)) is not None:
+        raise too_deep(yaml_text, char)
 
 
 @dataclass
@@ -115,7 +153,7 @@ _QUOTE_SPACE = re.compile(rb'"[ \n\t\r]')  # one pass instead of four `in` scans
 _BIG_FLOAT = re.compile(rb"\de\+(?:1[89]|[2-9]\d|\d{3})")
 
 
-def _without_duplicates(raw: bytes) -> Any:
+def _without_duplicates(raw: bytes, yaml_text: bool = False) -> Any:
     """The value of raw when it certainly repeats no key, else _UNSURE (the full decode decides).
 
     Each `":` in the text ends a key, or is a quote (escaped) followed by a colon inside a string;
@@ -136,6 +174,7 @@ def _without_duplicates(raw: bytes) -> Any:
         return _UNSURE
     if not isinstance(value, (dict, list)):
         return _UNSURE
+    check_depth(raw, value, yaml_text)  # orjson writes no more than 255 levels
     again = orjson.dumps(value)
     if raw.count(b'":') != again.count(b'":') or (b"e+" in again and _BIG_FLOAT.search(again) is not None):
         return _UNSURE
@@ -153,7 +192,7 @@ def json_duplicates(raw: bytes) -> tuple[Any, list[str]] | None:
     return _decode_with_duplicates(raw)
 
 
-def _decode_with_duplicates(raw: bytes) -> tuple[Any, list[str]] | None:
+def _decode_with_duplicates(raw: bytes, yaml_text: bool = False) -> tuple[Any, list[str]] | None:
     """json_duplicates the long way: every object's pairs seen by a hook."""
     found = False
 
@@ -168,6 +207,7 @@ def _decode_with_duplicates(raw: bytes) -> tuple[Any, list[str]] | None:
         value = json.loads(raw, object_pairs_hook=hook, parse_constant=_no_constants)
     except (ValueError, RecursionError):
         return None
+    check_depth(raw, value, yaml_text)
     if not found:
         return value, []
     paths: list[str] = []
@@ -226,31 +266,47 @@ def decode_strict(raw: bytes, ctype: str, check: bool = True) -> tuple[Any, Stri
         return protobuf.decode_object(raw), StrictIssues()
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
+    yaml_text = "yaml" in ctype  # JSON is YAML too: a YAML body's problems are worded as YAML's
     if check:
-        value = _without_duplicates(raw)  # json_duplicates' first step, the one nearly every body takes
+        value = _without_duplicates(raw, yaml_text)  # json_duplicates' first step, the one nearly every body takes
         if value is not _UNSURE:
             return value, StrictIssues()
-        decoded = _decode_with_duplicates(raw)
+        decoded = _decode_with_duplicates(raw, yaml_text)
         if decoded is not None:
             value, dups = decoded
             return value, StrictIssues(dups, order=document_order(value) if dups else None)
     else:
         try:
-            return orjson.loads(raw), StrictIssues()
+            value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
-    if "yaml" not in ctype:
+        else:
+            check_depth(raw, value, yaml_text)
+            return value, StrictIssues()
+    if not yaml_text:
         try:
             orjson.loads(raw)
         except orjson.JSONDecodeError as e:
-            raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
+            raise json_error(e, raw) from None
     try:
         if not check:
-            return yaml.safe_load(raw), StrictIssues()
+            value = yaml.safe_load(raw)
+            check_depth(raw, value, yaml_text=True)
+            return value, StrictIssues()
         value, dups = yaml_duplicates(raw)
     except yaml.YAMLError as e:
         raise errors.bad_request(f"error converting YAML to JSON: {str(e).splitlines()[0]}") from None
+    except RecursionError:  # PyYAML's composer recurses once per level: far past MAX_DEPTH
+        raise too_deep(yaml_text=True) from None
+    check_depth(raw, value, yaml_text=True)
     return value, StrictIssues(dups, yaml=True)
+
+
+def json_error(e: orjson.JSONDecodeError, raw: bytes = b"") -> errors.ApiError:
+    """A body that is not JSON, in the words of kube's decoder."""
+    if str(e).startswith("depth limit exceeded"):  # orjson reads no more than 1024 levels
+        return too_deep(yaml_text=False, char="[" if raw[e.pos : e.pos + 1] == b"[" else "{")
+    return errors.bad_request(f"couldn't get version/kind; json parse error: {e}")
 
 
 def document_order(value: Any) -> dict[str, int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from isthmus.apiserver.decoding import MAX_DEPTH, nesting_over, too_deep
 from isthmus.apiserver.errors import ApiError, bad_request
 from isthmus.apiserver.jsoncopy import clone, deep_copy
 from isthmus.apiserver.schema import resolve_all_of
@@ -204,11 +205,11 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
         raise _unprocessable(f'{kind} operation does not apply: doc is missing path: "{path}": missing value') from None
     assert isinstance(path, str)
     if kind == "add":
-        return _add(doc, tokens, _value(op, kind), path)
+        return _add(doc, tokens, _shallow_enough(_value(op, kind), tokens), path)
     if kind == "remove":
         return _remove(doc, tokens, path)[0]
     if kind == "replace":
-        return _replace(doc, tokens, _value(op, kind), path)
+        return _replace(doc, tokens, _shallow_enough(_value(op, kind), tokens), path)
     if kind == "test":
         expected = op.get("value")
         try:
@@ -230,13 +231,21 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
     except _Missing:
         raise _unprocessable(f"{kind} operation does not apply: doc is missing from path: {frm}: missing value") from None
     if kind == "copy":
-        return _add(doc, tokens, deep_copy(value), path)
+        return _add(doc, tokens, deep_copy(_shallow_enough(value, tokens)), path)
     if from_tokens == tokens:
         return doc
     if tokens[: len(from_tokens)] == from_tokens:
         raise _unprocessable(f"move operation does not apply: cannot move {frm} into its own child {path}")
     doc, value = _remove(doc, from_tokens, frm)
-    return _add(doc, tokens, value, path)
+    return _add(doc, tokens, _shallow_enough(value, tokens), path)
+
+
+def _shallow_enough(value: Any, tokens: list[str]) -> Any:
+    """`value`, unless placing it at `tokens` would nest the object past MAX_DEPTH (a patch of any
+    depth could otherwise deepen an object one bounded body at a time)."""
+    if isinstance(value, (dict, list)) and (char := nesting_over(value, MAX_DEPTH - len(tokens))) is not None:
+        raise too_deep(yaml_text=False, char=char)
+    return value
 
 
 # ================================================================ JSON merge patch (RFC 7386)

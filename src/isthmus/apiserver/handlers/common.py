@@ -9,7 +9,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from isthmus.apiserver import errors, protobuf
+from isthmus.apiserver import decoding, errors, protobuf
 from isthmus.apiserver.authentication import UNSECURED, Authenticator, UserInfo
 from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.httpserver import JsonAnswer, LeanRequest
@@ -95,14 +95,21 @@ def decode(raw: bytes, ctype: str) -> Any:
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         if "yaml" not in ctype:
-            raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
+            raise decoding.json_error(e, raw) from None
+    else:
+        decoding.check_depth(raw, value)
+        return value
     try:
-        return yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise errors.bad_request(f"error converting YAML to JSON: {str(e).splitlines()[0]}") from None
+    except RecursionError:
+        raise decoding.too_deep(yaml_text=True) from None
+    decoding.check_depth(raw, value, yaml_text=True)
+    return value
 
 
 async def read_body(ctx: HandlerContext, request: web.Request) -> Any:
