@@ -305,3 +305,47 @@ def test_a_batch_of_more_rows_than_one_statement_takes(tmp_path: Path) -> None:
     again.open()
     assert again.count(CM) == 350 and again.get(CM, "default", "o698")["data"] == {"i": "698"}  # type: ignore[index]
     again.close()
+
+
+def test_a_batch_sqlite_finds_corrupt_refuses_writes_from_then_on(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLITE_CORRUPT (`database disk image is malformed`) is not a passing fault like a full disk:
+    retrying it kept acknowledging writes no restart could read (issue 40 item 7)."""
+    s = Store(str(tmp_path / "state.db"))
+    s.open()
+    s.create(CM, obj("a"))
+    journal = s._journal
+    assert journal is not None
+    calls = []
+
+    def corrupt(batch: Any) -> None:
+        calls.append(len(batch))
+        e = sqlite3.DatabaseError("database disk image is malformed")
+        e.sqlite_errorname = "SQLITE_CORRUPT"
+        raise e
+
+    monkeypatch.setattr(journal, "_commit", corrupt)
+    journal._flush()
+    assert s.failure is not None and "is damaged (database disk image is malformed)" in s.failure
+    with pytest.raises(ApiError) as refused:
+        s.create(CM, obj("b"))
+    assert refused.value.code == 500 and "refuses writes it could not keep" in refused.value.message
+    assert s.get(CM, "default", "b") is None
+    journal._flush()  # nothing more is written into a damaged database
+    assert calls == [1]
+    s.close()
+    assert journal_files(tmp_path)["state.db-log.old"] > 0  # the batch, kept for whoever restores it
+
+
+def test_a_database_that_only_grew_is_not_taken_for_a_damaged_one(tmp_path: Path) -> None:
+    s = Store(str(tmp_path / "state.db"))
+    s.open()
+    for i in range(300):
+        s.create(CM, obj(f"cm-{i}", data={"k": "v" * 500}))
+    s.sync()
+    for i in range(300):
+        s.delete(CM, "default", f"cm-{i}")
+    s.sync()
+    assert s.check() is None and s.failure is None
+    s.create(CM, obj("after"))
+    s.close()

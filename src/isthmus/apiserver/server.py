@@ -54,6 +54,7 @@ from isthmus.apiserver.handlers import (
     delete,
     discovery,
     get,
+    health,
     openapi,
     patch,
     pods,
@@ -425,8 +426,8 @@ class ApiServer:
             path = request.path
             user = request._state[USER] = self._authenticate(request, path)  # request[USER], without a call
             self._authorize(request, path, user)
-            if path in ("/healthz", "/livez", "/readyz"):
-                return web.Response(text="ok")
+            if path in health.PATHS:
+                return health.respond(path, request.query, self.store.check)
             return await self._route(request, path)
         except ApiError as e:
             return status_response(e, request)

@@ -399,6 +399,14 @@ def _read_journal(path: str) -> tuple[list[Record], str | None]:
 
 _ROWS = 256  # rows per statement of a batch: SQLite binds at most 32,766 values in one
 _CHUNK = 1 << 20  # the journal's room is reserved this much at a time (at least)
+CHECK_SECONDS = 1.0  # how often the journal's thread makes sure its files are still the server's
+# SQLite's answers that say the file under the connection is not the database it wrote: retrying
+# cannot help, and writing on would build a file no restart can read.
+_BROKEN_ERRORS = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_IOERR")
+
+
+class StorageFailed(OSError):
+    """The database or the journal was changed under the running server: it keeps no more writes."""
 
 
 def _reserve(fd: int, size: int) -> mmap.mmap:
@@ -501,6 +509,15 @@ class _Journal:
     appends take; appends go on into a fresh state.db-log. The old file is removed once its batch is
     committed with synchronous=FULL (fsynced) and checkpointed; a failed commit keeps the file and
     the batch, and is retried.
+
+    Files changed under the server: the thread checks every CHECK_SECONDS (and before each batch)
+    that state.db is still the file the server opened (same device and inode), no shorter than it
+    left it, and still starts as an SQLite database, and that state.db-log is still the file the
+    appends go to; a batch SQLite refuses as corrupt or not a database says the same. Any of these
+    sets `failure`: from then on every append raises StorageFailed (the write is refused, nothing
+    changes in memory), nothing more is written into SQLite, and the journal files are left for
+    whoever restores the database. Its cost to a write is one attribute read under the lock the
+    append takes anyway; the stat calls are on this thread.
     """
 
     def __init__(self, path: str, db: sqlite3.Connection, rowids: dict[str, dict[Key, int]], last_id: int,
@@ -518,6 +535,9 @@ class _Journal:
         self._pending: list[Record] = []  # in state.db-log, not yet in SQLite
         self._batch: list[Record] | None = None  # in state.db-log.old: being committed, or failed to
         self._closed = False
+        self.failure: str | None = None  # why writes are refused: the files changed under the server
+        st = os.stat(path)
+        self._db_id, self._db_size = (st.st_dev, st.st_ino), st.st_size
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="isthmus-store-journal", daemon=True)
@@ -536,7 +556,9 @@ class _Journal:
         """Write one record (on the event loop); raises OSError and leaves the journal as it was."""
         record = _encode_record(key, k, rv, data)
         with self._lock:
-            if self._closed:
+            if self._closed or self.failure is not None:
+                if self.failure is not None:
+                    raise StorageFailed(self.failure)
                 raise OSError("the store is closed")
             end = self._size + len(record)
             if end > len(self._map):
@@ -557,17 +579,66 @@ class _Journal:
         os.close(self._fd)
 
     def _run(self) -> None:
+        due = time.monotonic() + self._every_seconds
         while not self._stop:
-            self._wake.wait(self._every_seconds)
+            woken = self._wake.wait(max(0.0, min(CHECK_SECONDS, due - time.monotonic())))
             self._wake.clear()
-            if not self._stop:
-                try:
-                    self._flush()
-                except Exception:  # the thread must live on: the next batch may take
-                    log.exception("storage: moving the journal into the database failed")
+            if self._stop:
+                break
+            try:
+                if woken or time.monotonic() >= due:
+                    due = time.monotonic() + self._every_seconds
+                    self._flush()  # checks first
+                else:
+                    self.check()
+            except Exception:  # the thread must live on: the next batch may take
+                log.exception("storage: moving the journal into the database failed")
+
+    def check(self) -> str | None:
+        """Whether the database and the journal are still the files this server writes: None, or
+        (also kept in `failure`, and logged once) what changed. Runs on the journal's thread."""
+        if self.failure is not None:
+            return self.failure
+        path = self._path
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return self._fail(f"database {path} was removed")
+        except OSError as e:
+            return self._fail(f"database {path} cannot be examined ({e.strerror})")
+        if (st.st_dev, st.st_ino) != self._db_id:
+            return self._fail(f"database {path} was replaced by another file")
+        if st.st_size < self._db_size:
+            return self._fail(f"database {path} was truncated to {st.st_size} bytes (it had {self._db_size})")
+        try:
+            with open(path, "rb") as f:
+                head = f.read(len(_SQLITE_MAGIC))
+        except OSError as e:
+            return self._fail(f"database {path} cannot be read ({e.strerror})")
+        if head != _SQLITE_MAGIC:
+            return self._fail(f"database {path} was overwritten: it no longer starts as an SQLite database")
+        with self._lock:
+            if self._closed:
+                return None
+            try:
+                js, mine = os.stat(path + JOURNAL), os.fstat(self._fd)
+            except OSError:
+                return self._fail(f"journal {path + JOURNAL} was removed")
+            if (js.st_dev, js.st_ino) != (mine.st_dev, mine.st_ino):
+                return self._fail(f"journal {path + JOURNAL} was replaced by another file")
+            if js.st_size < len(self._map):
+                return self._fail(f"journal {path + JOURNAL} was truncated")
+        return None
+
+    def _fail(self, problem: str) -> str:
+        self.failure = problem + " while the apiserver was running: it refuses writes it could not keep"
+        log.error("storage: %s; restore the database from a backup and restart the apiserver", self.failure)
+        return self.failure
 
     def _flush(self) -> None:
         with self._flushing:
+            if self.check() is not None:
+                return  # never write on into a file that is not the database any more
             if self._batch is None:
                 with self._lock:
                     if not self._pending or self._closed:
@@ -585,9 +656,14 @@ class _Journal:
                     self._batch, self._pending = self._pending, []
             try:
                 self._commit(self._batch)
-            except sqlite3.Error:
+            except sqlite3.Error as e:
+                if str(getattr(e, "sqlite_errorname", "")).startswith(_BROKEN_ERRORS):
+                    self._fail(f"database {self._path} is damaged ({e})")
+                    return
                 log.exception("storage: cannot move the journal into the database; retrying")
                 return
+            with contextlib.suppress(OSError):
+                self._db_size = max(self._db_size, os.stat(self._path).st_size)  # a checkpoint grows it
             self._batch = None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path + JOURNAL_OLD)
@@ -606,6 +682,9 @@ class _Journal:
             batch = (self._batch or []) + self._pending
             self._batch, self._pending = None, []
             self._retire()
+        if self.failure is not None:
+            log.error("storage: the journal is kept as it is (%s)", self.failure)
+            return
         try:
             if batch:
                 self._commit(batch)
@@ -809,11 +888,26 @@ class Store:
         if self._journal is not None:
             self._journal._flush()
 
+    @property
+    def failure(self) -> str | None:
+        """Why the store refuses writes (its files were changed under it), None while it keeps them."""
+        journal = self._journal
+        return None if journal is None else journal.failure
+
+    def check(self) -> str | None:
+        """The journal thread's check of the files, now (tests, readiness after a long idle)."""
+        journal = self._journal
+        return None if journal is None else journal.check()
+
     def close(self) -> None:
         self.close_watches()
+        broken = self.failure is not None
         if self._journal is not None:
             self._journal.close()
             self._journal = None
+        if self._db is not None and broken:
+            self._db.close()  # no checkpoint: the file under it is not the database any more
+            self._db = None
         if self._db is not None:
             try:
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
