@@ -10,11 +10,9 @@ import http.client
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -170,3 +168,40 @@ def test_a_scale_down_behind_a_pool_fails_no_request(cs: Clusterset) -> None:
         print(f"scale to {replicas}: {r.ok} requests answered, {len(r.failures)} failed: {r.failures[:5]}")
         assert r.ok > 50
         assert r.failures == []
+
+
+def _pools_pod(cs: Clusterset) -> dict[str, Any]:
+    out = json.loads(cs.kubectl("c1", "-n", "isthmus-system", "get", "pods", "-l", "app.kubernetes.io/name=isthmus-pools",
+                                "-o", "json"))
+    (pod,) = out["items"]
+    return dict(pod)
+
+
+def _kube_lite_pid(cs: Clusterset) -> int:
+    return int(cs.status()["clusters"][0]["processes"]["kube-lite"]["pid"])
+
+
+def test_a_restarted_kube_lite_starts_the_pool_manager_once_its_predecessor_is_gone(cs: Clusterset) -> None:
+    """kube-lite killed: its pods get SIGTERM and take their time to stop. The new kube-lite must not
+    start their successors on ports they still hold (the pool manager's /metrics, its HAProxy's
+    frontends): one restart each, no crash loop, and the load balancer is back as soon as it can be."""
+    before = _pools_pod(cs)
+    restarts = before["status"]["containerStatuses"][0]["restartCount"]
+    old = _kube_lite_pid(cs)
+    with Requests(PUBLIC, PORT, pause=0.02) as r:
+        time.sleep(1.0)
+        os.kill(old, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for("a new kube-lite", lambda: _kube_lite_pid(cs) not in (0, old), timeout=30)
+        wait_for("the pool manager running again", lambda: (
+            p := _pools_pod(cs))["status"]["containerStatuses"][0]["restartCount"] > restarts
+            and p["status"]["containerStatuses"][0]["ready"], timeout=90)
+        wait_for("answers through the pool again", lambda: time.monotonic() - killed > 3 and (
+            not r.failures or time.monotonic() - r.failures[-1][0] > 2), timeout=90)
+    down = r.failures[-1][0] - r.failures[0][0] if r.failures else 0.0
+    print(f"load balancer down {down:.1f}s after kube-lite was killed ({len(r.failures)} failed requests)")
+    status = _pools_pod(cs)["status"]["containerStatuses"][0]
+    assert status["restartCount"] == restarts + 1, status  # once: no crash loop on ports still held
+    for previous in ("--previous=false", "--previous=true"):
+        logs = cs.kubectl("c1", "-n", "isthmus-system", "logs", before["metadata"]["name"], previous)
+        assert "address already in use" not in logs

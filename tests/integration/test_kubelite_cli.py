@@ -236,3 +236,83 @@ async def test_kube_lite_with_proxy_serves_cluster_ips_and_node_ports(apiserver:
         assert (await ask("127.0.0.1", node_port))["pod"] == "web"
     finally:
         await _stop(proc)
+
+
+HOLDER = """
+import os, signal, socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((os.environ["POD_IP"], 8080))
+s.listen()
+def term(*_):
+    time.sleep(3)  # a pod that takes its time to stop, its port held meanwhile
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print("listening", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+async def test_a_restarted_kube_lite_waits_for_its_predecessors_pods_to_free_their_ports(
+    apiserver: Any, tmp_path: Path
+) -> None:
+    """kube-lite killed: its pods got SIGTERM and are still stopping. The next kube-lite starts each
+    Pod's successor once its predecessor is gone, as a kubelet never starts a container on a port
+    the previous one still holds: one restart, no crash loop on "address already in use"."""
+    from lightkube.resources.core_v1 import Pod
+
+    from isthmus.api.image import IMAGE
+
+    a = random.randint(100, 199)
+
+    def launch() -> Any:
+        return asyncio.create_subprocess_exec(
+            sys.executable, "-c", LAUNCH, "kube-lite",
+            "--kubeconfig", apiserver.kubeconfig, "--cluster-name", "c9",
+            "--pod-cidr", f"127.{a}.7.0/24", "--service-cidr", f"127.{a}.8.0/24",
+            "--node-port-range", "30000-30010", "--root-dir", str(tmp_path / "kubelet"),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+
+    client = apiserver.client()
+
+    async def container() -> dict[str, Any]:
+        pod = (await client.get(Pod, "holder", namespace="default")).to_dict()
+        return dict(((pod.get("status") or {}).get("containerStatuses") or [{}])[0])
+
+    async def until(check: Any, within: float) -> dict[str, Any]:
+        async with asyncio.timeout(within):
+            while True:
+                c = await container()
+                if check(c):
+                    return c
+                await asyncio.sleep(0.2)
+
+    first = await launch()
+    second = None
+    try:
+        await client.create(Pod.from_dict({
+            "metadata": {"name": "holder", "namespace": "default"},
+            "spec": {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": 10, "containers": [{
+                "name": "holder", "image": IMAGE, "command": [sys.executable, "-c", HOLDER],
+                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            }]},
+        }))
+        c = await until(lambda c: "running" in (c.get("state") or {}), 30)
+        old = int(c["containerID"].rsplit("/", 1)[1])
+        first.kill()
+        await first.wait()
+        second = await launch()
+        c = await until(lambda c: c.get("restartCount", 0) >= 1 and "running" in (c.get("state") or {})
+                        and int(c["containerID"].rsplit("/", 1)[1]) != old, 30)
+        await asyncio.sleep(1.0)  # long enough for a successor that failed to bind to have exited
+        c = await container()
+        assert c["restartCount"] == 1 and "running" in c["state"], c
+        assert not _alive(old)
+    finally:
+        for p in (first, second):
+            if p is not None and p.returncode is None:
+                p.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(20):
+                    await p.wait()

@@ -34,7 +34,14 @@ from isthmus.local.kubelite.containers import base_environment
 from isthmus.local.kubelite.echo import EchoIdentity, EchoServer
 from isthmus.local.kubelite.ipam import IPPool, PoolFull
 from isthmus.local.kubelite.logs import PodLogs
-from isthmus.local.kubelite.processes import POD_PRELOAD, ProcessOptions, ProcessPod
+from isthmus.local.kubelite.processes import (
+    POD_PRELOAD,
+    Leftover,
+    ProcessOptions,
+    ProcessPod,
+    find_leftovers,
+    stop_leftovers,
+)
 from isthmus.local.kubelite.termination import (
     MIN_KILL_GRACE,
     endpoints_withdrawn,
@@ -225,7 +232,8 @@ class PodRuntime:
         """Pods (key → uid) whose deletion is under way: their containers are being stopped."""
         self._draining: dict[str, EchoServer] = {}
         """Echo servers of deleted Pods, still draining."""
-        """Pods (key → uid) whose deletion is under way: their containers are being stopped."""
+        self._leftovers: dict[str, list[Leftover]] = {}
+        """Processes a previous kube-lite left running, by Pod uid (see `find_leftovers`)."""
         self.controller = Controller("kubelite-pods", self.reconcile, workers=workers)
         self.controller.watch(pods)
 
@@ -243,6 +251,16 @@ class PodRuntime:
         if self._process_options is not None:  # as the kubelet's cleanupOrphanedPodDirs
             known = {str(p["metadata"].get("uid")) for p in items}
             pods_dir = self._process_options.root_dir / "pods"
+            # What the previous kube-lite ran is still stopping (SIGTERM when it died): each Pod's
+            # successors wait for its predecessors to be gone (they hold its address and ports);
+            # those of Pods deleted meanwhile are stopped here.
+            self._leftovers = find_leftovers(pods_dir)
+            for uid in [u for u in self._leftovers if u not in known]:
+                gone = self._leftovers.pop(uid)
+                self._background(f"orphan/{uid}", None, stop_leftovers(gone, self.process_options.stop_grace_cap))
+            if self._leftovers:
+                log.info("processes of the previous kube-lite still running",
+                         extra={"pods": len(self._leftovers), "pids": [x.pid for v in self._leftovers.values() for x in v]})
             for d in pods_dir.iterdir() if pods_dir.is_dir() else ():
                 if d.is_dir() and d.name not in known:
                     shutil.rmtree(d, ignore_errors=True)
@@ -513,6 +531,7 @@ class PodRuntime:
             worker = ProcessPod(
                 self.client, self.recorder, self.logs, self.process_options, key=key, pod=data, node=self.node,
                 changed=lambda: self.controller.enqueue(key), zygote=self.zygote,
+                predecessors=self._leftovers.pop(str(data["metadata"].get("uid")), []),
             )
             self.workers[key] = worker
             worker.start()

@@ -65,7 +65,16 @@ from isthmus.local.kubelite.termination import MIN_KILL_GRACE, pre_stop
 from isthmus.local.zygote import Zygote, ZygoteProcess, forkable
 from isthmus.runtime import EventRecorder
 
-__all__ = ["POD_PRELOAD", "ProcessOptions", "ProcessPod", "is_process_pod", "pod_phase"]
+__all__ = [
+    "POD_PRELOAD",
+    "Leftover",
+    "ProcessOptions",
+    "ProcessPod",
+    "find_leftovers",
+    "is_process_pod",
+    "pod_phase",
+    "stop_leftovers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +181,69 @@ def pod_phase(spec: Mapping[str, Any], statuses: list[Obj]) -> str:
     return "Running"
 
 
+@dataclass(frozen=True)
+class Leftover:
+    """A process a previous kube-lite ran for a Pod (or one that Pod's process started), found by
+    its working directory; ``start`` (its start time in /proc) tells it from a later holder of its pid."""
+
+    pid: int
+    start: str
+
+    @property
+    def running(self) -> bool:
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        fields = stat[stat.rindex(")") + 2:].split()
+        return fields[19] == self.start and fields[0] != "Z"  # field 22 (starttime); a zombie is gone
+
+
+def find_leftovers(pods_dir: Path) -> dict[str, list[Leftover]]:
+    """Processes of this user working in a Pod's directory (``<pods_dir>/<uid>``), by Pod uid: the
+    containers a previous kube-lite ran, and what they started (HAProxy). Only those are ever ours."""
+    root = str(pods_dir.resolve()) + os.sep
+    me, uid = os.getpid(), os.getuid()
+    found: dict[str, list[Leftover]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            cwd = os.readlink(entry / "cwd")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if not cwd.startswith(root):
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] == "Z":
+            continue
+        pod_uid = cwd[len(root):].split(os.sep, 1)[0]
+        found.setdefault(pod_uid, []).append(Leftover(int(entry.name), fields[19]))
+    return found
+
+
+async def stop_leftovers(procs: list[Leftover], grace: float) -> None:
+    """Until every one of `procs` is gone: they were sent SIGTERM when their kube-lite died (again
+    now, should one have missed it), SIGKILL after `grace` seconds, as a kubelet stops a container."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    sent = False
+    while True:
+        alive = [p for p in procs if p.running]
+        if not alive:
+            return
+        sig = signal.SIGKILL if loop.time() >= deadline else signal.SIGTERM
+        if sig == signal.SIGKILL or not sent:
+            for p in alive:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p.pid, sig)
+            sent = True
+        await asyncio.sleep(0.05)
+
+
 class _Container:
     """One container of a process Pod: its current process and what the kubelet reports for it."""
 
@@ -242,10 +314,15 @@ class ProcessPod:
         node: str,
         changed: Callable[[], None],
         zygote: Zygote | None = None,
+        predecessors: list[Leftover] | None = None,
     ) -> None:
-        """zygote: forks the containers that run `isthmus` (see local/zygote.py); None: exec them."""
+        """zygote: forks the containers that run `isthmus` (see local/zygote.py); None: exec them.
+        predecessors: what a previous kube-lite ran for this Pod and is still stopping: no container
+        starts before they are gone (they hold the Pod's address and ports), SIGKILL after the
+        Pod's grace period (capped as kube-lite's own stop is)."""
         self.client = client
         self.zygote = zygote
+        self.predecessors = list(predecessors or [])
         self.recorder = recorder
         self.logs = logs
         self.options = options
@@ -270,6 +347,7 @@ class ProcessPod:
                 if c.lost is None and not c.ran:
                     c.state = {"waiting": {"reason": "PodInitializing"}}
         self._mounted = asyncio.Event()
+        self._predecessors: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -323,6 +401,15 @@ class ProcessPod:
         self._tasks.clear()
         if remove:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    async def _predecessors_gone(self) -> None:
+        """Once for all containers: a kubelet never starts a successor on a port its predecessor holds."""
+        if self._predecessors is None:
+            gone = stop_leftovers(self.predecessors, min(float(self._grace()), self.options.stop_grace_cap))
+            self._predecessors = asyncio.ensure_future(gone)
+            log.info("waiting for the previous instance to stop",
+                     extra={"pod": self.key, "pids": [p.pid for p in self.predecessors]})
+        await asyncio.shield(self._predecessors)
 
     async def terminate(self, deadline: float) -> None:
         """A deleted Pod (termination.py): every container's preStop hook, then SIGTERM and SIGKILL
@@ -466,6 +553,8 @@ class ProcessPod:
             c.restart_count += 1
             c.last_state = c.lost
         await self._mounted.wait()
+        if self.predecessors:
+            await self._predecessors_gone()
         backoff = 0.0
         while not self._stopping:
             try:
