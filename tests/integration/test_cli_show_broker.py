@@ -89,3 +89,21 @@ async def test_show_mcs_outside_a_clusterset_says_so(cs: ClusterSet, tmp_path: P
     assert code == 0 and out == ""
     assert err.strip() == ("no multiclusterservices in any namespace in context lone, which is neither a member "
                            "nor the broker of a clusterset (pass the broker's --context)")
+
+
+async def test_expose_from_a_member_writes_on_its_broker(cs: ClusterSet, tmp_path: Path) -> None:
+    assert cs.broker is not None
+    both = write_kubeconfig(tmp_path / "both", {"c1": cs.clusters[0].server, "broker": cs.broker}, "c1")
+    member_only = write_kubeconfig(tmp_path / "member", {"c1": cs.clusters[0].server}, "c1")
+    code, out, err = await isthmus("expose", "web", "-n", "shop", "--kubeconfig", str(both))
+    assert code == 0, err
+    assert out.strip() == "multiclusterservice shop/web created on the broker (context broker)"
+    res: Any = resource_for(MultiClusterService)
+    assert (await cs.broker_client.get(res, "web", namespace="shop")).metadata.name == "web"
+    code, out, err = await isthmus("expose", "web", "-n", "shop", "--kubeconfig", str(both), "--context", "broker")
+    assert code == 0 and out.strip() == "multiclusterservice shop/web unchanged", err
+    # Only the broker admin writes MultiClusterServices: a member's own credentials are not used for it.
+    code, out, err = await isthmus("expose", "web", "-n", "shop", "--kubeconfig", str(member_only))
+    assert code == 2 and out == ""
+    assert err.startswith("error: context c1 is a member of the clusterset whose broker is ") and \
+        "pass the broker's --kubeconfig or --context" in err, err

@@ -175,9 +175,11 @@ def expose(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Write a MultiClusterService on the broker (pass the broker's kubeconfig or context).
+    """Write a MultiClusterService on the broker.
 
-    Prints what changed (created, configured, unchanged); with -o json or yaml, the object."""
+    From a member's context it goes to that member's broker, through the kubeconfig's context for
+    it (the broker admin's credentials; the local clusterset's `broker`). Prints what changed
+    (created, configured, unchanged); with -o json or yaml, the object."""
     from lightkube import ApiError
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import Namespace
@@ -185,7 +187,7 @@ def expose(
 
     from isthmus.api.mcs import AFFINITY_ANNOTATION, AFFINITY_VALUES
     from isthmus.api.mcsvc import MultiClusterService
-    from isthmus.kube.client import make_client
+    from isthmus.kube.client import load_config
     from isthmus.kube.helpers import get_or_none
     from isthmus.kube.resources import resource_for
 
@@ -205,8 +207,8 @@ def expose(
     body = {"apiVersion": MultiClusterService.crd.api_version, "kind": MultiClusterService.crd.kind,
             "metadata": meta, "spec": spec}
 
-    async def write() -> tuple[str, Any]:
-        client = make_client(kubeconfig, context, timeout=10.0)
+    async def write() -> tuple[str, Any, str]:
+        client, where = await open_broker(kubeconfig, context, request_timeout=10.0, write=True)
         try:
             res: Any = resource_for(MultiClusterService)
             if await get_or_none(client, Namespace, namespace) is None:
@@ -215,20 +217,23 @@ def expose(
             after = await client.patch(res, name, body, namespace=namespace, patch_type=PatchType.APPLY,
                                        field_manager="isthmus-expose", force=True)
             if before is None:
-                return "created", after
+                return "created", after, where
             same = before.metadata.resourceVersion == after.metadata.resourceVersion
-            return "unchanged" if same else "configured", after
+            return "unchanged" if same else "configured", after, where
         finally:
             await client.close()
 
     try:
-        change, obj = asyncio.run(write())
+        change, obj, where = asyncio.run(write())
     except ApiError as err:
         raise fail(err.status.message or str(err)) from None
     if output in (JSON, YAML):
         print_document(obj.to_dict(), output)
         return
-    typer.echo(f"multiclusterservice {namespace}/{name} {change}")
+    # Said only when the context given was a member's: the object went elsewhere than it names.
+    named = context or load_config(kubeconfig, None).context_name
+    elsewhere = where.startswith("on the broker") and where != f"on the broker (context {named})"
+    typer.echo(f"multiclusterservice {namespace}/{name} {change}" + (f" {where}" if elsewhere else ""))
 
 
 def show_mcs(req: ShowRequest) -> None:
@@ -242,7 +247,7 @@ def show_mcs(req: ShowRequest) -> None:
     from isthmus.mcsvc.views import mcs_rows
 
     async def gather() -> tuple[list[dict[str, Any]], str]:
-        client, where = await open_broker(req, request_timeout=10.0)
+        client, where = await open_broker(req.kubeconfig, req.context, request_timeout=10.0)
         try:
             res: Any = resource_for(MultiClusterService)
             # Where the kind is not served (a cluster outside a clusterset), none exist: the message says where.

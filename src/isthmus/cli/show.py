@@ -68,23 +68,30 @@ def _context_for(kubeconfig: Path | None, server: str) -> str | None:
     return None
 
 
-async def open_broker(req: ShowRequest, *, request_timeout: float) -> tuple[AsyncClient, str]:
-    """A client for the broker of `req`'s context, and where that is for messages (`on the broker
-    (context broker)`). A context that is no member is read as it is: the broker itself, or a
-    cluster outside any clusterset (which the message then says)."""
+async def open_broker(
+    kubeconfig: Path | None, context: str | None, *, request_timeout: float, write: bool = False
+) -> tuple[AsyncClient, str]:
+    """A client for the broker of `context`, and where that is for messages (`on the broker
+    (context broker)`). A context that is no member is used as it is: the broker itself, or a
+    cluster outside any clusterset (which a read's message then says). A member's broker is reached
+    through the kubeconfig's context for its server; else a read uses the member's own broker
+    credentials, and a `write` (which needs the broker admin's) is refused with what to pass."""
     from lightkube import ALL_NS, ApiError
 
     from isthmus.api.mcs import Broker
+    from isthmus.cli.app import fail
     from isthmus.kube.client import load_config, make_client
     from isthmus.mcs.control import DiscoveryError, list_if_kind
     from isthmus.mcs.membership import membership
 
-    name = load_config(req.kubeconfig, req.context).context_name
-    cluster = make_client(req.kubeconfig, req.context, timeout=request_timeout)
+    name = load_config(kubeconfig, context).context_name
+    cluster = make_client(kubeconfig, context, timeout=request_timeout)
     try:
         try:
             _, info = await membership(cluster)
-        except (DiscoveryError, ApiError):  # not a member (or may not read what join stored): read it as it is
+        except (DiscoveryError, ApiError):  # not a member (or may not read what join stored): use it as it is
+            if write:
+                return cluster, f"in context {name}"
             with contextlib.suppress(ApiError):
                 if await list_if_kind(cluster, Broker, ALL_NS):
                     return cluster, f"on the broker (context {name})"
@@ -93,10 +100,14 @@ async def open_broker(req: ShowRequest, *, request_timeout: float) -> tuple[Asyn
     except BaseException:
         await cluster.close()
         raise
-    await cluster.close()  # a member: its broker is read with a client of its own
-    broker = _context_for(req.kubeconfig, info.server)
+    await cluster.close()  # a member: its broker is reached with a client of its own
+    broker = _context_for(kubeconfig, info.server)
     if broker is not None:
-        return make_client(req.kubeconfig, broker, timeout=request_timeout), f"on the broker (context {broker})"
+        return make_client(kubeconfig, broker, timeout=request_timeout), f"on the broker (context {broker})"
+    if write:
+        raise fail(f"context {name} is a member of the clusterset whose broker is {info.server}, and the kubeconfig "
+                   f"has no context for it: MultiClusterServices are written on the broker with its admin's "
+                   f"credentials (pass the broker's --kubeconfig or --context)")
     return (info.client(timeout=request_timeout),
             f"on the broker at {info.server} (read with {name}'s broker credentials)")
 
