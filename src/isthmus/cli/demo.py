@@ -24,7 +24,8 @@ def demo(
 ) -> None:
     """Run the scripted tour on a local clusterset; exits non-zero naming the step that failed.
 
-    The clusterset is always stopped (`isthmus down`) at the end, whatever happened.
+    The clusterset is always stopped (`isthmus down`) at the end, whatever happened; a temporary
+    state dir is then removed (it says so), unless --keep.
     """
     from isthmus.local.demo import run_demo
 
