@@ -319,6 +319,32 @@ async def test_a_body_nested_too_deep_is_a_400_on_every_decode_path(things: Runn
     assert status == 200 and stored["spec"] == {"a": 1}
 
 
+def _pb_field(num: int, data: bytes) -> bytes:
+    """One length-delimited protobuf field (wire type 2)."""
+    length, size = b"", len(data)
+    while True:
+        byte, size = size & 0x7F, size >> 7
+        length += bytes([byte | (0x80 if size else 0)])
+        if not size:
+            return bytes([num << 3 | 2]) + length + data
+
+
+async def test_a_protobuf_body_nested_too_deep_is_a_400(things: RunningApiServer) -> None:
+    """kubectl's protobuf bodies can nest too: a ControllerRevision's data is raw JSON."""
+    revision = (_pb_field(1, _pb_field(1, b"rev") + _pb_field(3, b"default"))
+                + _pb_field(2, _pb_field(1, _nested(300).encode())))
+    body = b"k8s\x00" + _pb_field(1, _pb_field(1, b"apps/v1") + _pb_field(2, b"ControllerRevision")) + _pb_field(
+        2, revision)
+    status, answer = await _req(things, "POST", "/apis/apps/v1/namespaces/default/controllerrevisions", body,
+                                "application/vnd.kubernetes.protobuf")
+    assert (status, answer["message"]) == (400, TOO_DEEP_JSON)
+    shallow = b"k8s\x00" + _pb_field(1, _pb_field(1, b"apps/v1") + _pb_field(2, b"ControllerRevision")) + _pb_field(
+        2, _pb_field(1, _pb_field(1, b"rev") + _pb_field(3, b"default")) + _pb_field(2, _pb_field(1, b'{"a":1}')))
+    status, answer = await _req(things, "POST", "/apis/apps/v1/namespaces/default/controllerrevisions", shallow,
+                                "application/vnd.kubernetes.protobuf")
+    assert status == 201 and answer["data"] == {"a": 1}, answer
+
+
 async def test_the_deepest_allowed_object_works_everywhere(things: RunningApiServer) -> None:
     """An object MAX_DEPTH levels deep (its root included) is stored, patched, applied, listed and
     shown as a table; a JSON patch cannot take it one level further."""

@@ -263,7 +263,7 @@ def decode_strict(raw: bytes, ctype: str, check: bool = True) -> tuple[Any, Stri
     decoder says about it (check=False: nothing, fieldValidation=Ignore); errors worded as
     handlers/common.decode words them."""
     if ctype == protobuf.CONTENT_TYPE:
-        return protobuf.decode_object(raw), StrictIssues()
+        return protobuf_object(raw), StrictIssues()
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     yaml_text = "yaml" in ctype  # JSON is YAML too: a YAML body's problems are worded as YAML's
@@ -300,6 +300,14 @@ def decode_strict(raw: bytes, ctype: str, check: bool = True) -> tuple[Any, Stri
         raise too_deep(yaml_text=True) from None
     check_depth(raw, value, yaml_text=True)
     return value, StrictIssues(dups, yaml=True)
+
+
+def protobuf_object(raw: bytes) -> Any:
+    """A protobuf body, held to the same depth as JSON (a CRD's schema nests in protobuf too)."""
+    value = protobuf.decode_object(raw)
+    if (char := nesting_over(value)) is not None:
+        raise too_deep(yaml_text=False, char=char)
+    return value
 
 
 def json_error(e: orjson.JSONDecodeError, raw: bytes = b"") -> errors.ApiError:

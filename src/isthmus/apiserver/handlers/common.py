@@ -91,7 +91,7 @@ def truthy(v: str | None) -> bool:
 def decode(raw: bytes, ctype: str) -> Any:
     """A request body: kube protobuf, JSON, or YAML when the content type says so."""
     if ctype == protobuf.CONTENT_TYPE:  # kubectl's typed clients (create namespace/configmap/...)
-        return protobuf.decode_object(raw)
+        return decoding.protobuf_object(raw)
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
     try:
