@@ -9,6 +9,8 @@ import copy
 import json
 import os
 import signal
+import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -326,6 +328,82 @@ async def test_one_owners_refused_part_never_holds_back_the_other_owners_changes
         assert (status, body["backend"]) == (200, "a")
     assert m.running["holder"].state == "Running"  # the other pool keeps its port
     await runner.cleanup()
+
+
+def _site(directory: Path, name: str) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "who").write_text(name)
+    return directory
+
+
+async def _http_process(directory: Path, name: str) -> tuple[asyncio.subprocess.Process, int]:
+    """A real backend process (python's http.server) on 127.0.0.1 answering `/who` with its name."""
+    directory = _site(directory, name)
+    for _ in range(20):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(directory), str(port),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)  # fmt: skip
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                return proc, port
+            if proc.returncode is not None:
+                break
+            await asyncio.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+    raise RuntimeError("no backend process")
+
+
+async def test_a_frozen_backend_stops_getting_new_connections_within_seconds(env: Env) -> None:
+    """Issue 40, item 12: the broker's MultiClusterService pool had no health checks, so a frozen
+    provider's pods kept getting connections, which hung for the whole dead-cluster grace. The pool
+    here is the one the broker builds (`mcsvc.haproxy.pool_spec`, a port named http) over two real
+    backend processes; one is SIGSTOPped (its kernel still accepts connections)."""
+    from isthmus.mcsvc.haproxy import pool_spec
+    from isthmus.mcsvc.plan import Backends, Server
+
+    (alive, alive_port), (frozen, frozen_port) = [await _http_process(env.tmp / n, n) for n in ("alive", "frozen")]
+    try:
+        await env.manager("m1")
+        spec, _ = pool_spec(Backends(ports=[("http", 18197, "TCP")], servers={"http": [
+            Server("c1", "127.0.0.1", alive_port), Server("c2", "127.0.0.1", frozen_port)]}))  # fmt: skip
+        await env.pool("frozen", spec.to_dict())
+        await env.ready("frozen")
+
+        async def who(session: aiohttp.ClientSession) -> str:
+            try:
+                async with session.get(f"http://{env.private}:18197/who",
+                                       timeout=aiohttp.ClientTimeout(total=2)) as r:  # fmt: skip
+                    return await r.text()
+            except (TimeoutError, aiohttp.ClientError) as e:
+                raise AssertionError(f"no answer: {e!r}") from None
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+
+            async def both() -> None:
+                assert {await who(s) for _ in range(6)} == {"alive", "frozen"}
+
+            await eventually(both)
+            os.kill(frozen.pid, signal.SIGSTOP)
+
+            async def only_alive() -> None:  # every new connection answered, by the live one
+                assert [await who(s) for _ in range(10)] == ["alive"] * 10
+
+            await eventually(only_alive, timeout=10.0)  # before: every other connection hung (60 s)
+            p = await env.get("frozen")
+            assert p.status.ready == "1/1"
+    finally:
+        for proc in (alive, frozen):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+            await proc.wait()
 
 
 async def test_a_dead_instance_is_restarted_and_a_deleted_pool_stops(env: Env) -> None:

@@ -33,8 +33,11 @@ GRACE = 3.0
 
 
 async def echo(address: str, name: str) -> asyncio.Server:
+    """A pod of port `http`: answers every connection with an HTTP response naming itself (the load
+    balancer's health check asks ports named http for an HTTP answer)."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(name.encode())
+        writer.write(f"HTTP/1.0 200 OK\r\nContent-Length: {len(name)}\r\n\r\n{name}".encode())
         await writer.drain()
         writer.close()
 
@@ -83,7 +86,7 @@ SERVERS: list[asyncio.Server] = []
 async def ask() -> str:
     reader, writer = await asyncio.wait_for(asyncio.open_connection(PUBLIC, PORT), 2)
     try:
-        return (await asyncio.wait_for(reader.read(100), 2)).decode()
+        return (await asyncio.wait_for(reader.read(200), 2)).decode().rpartition("\r\n\r\n")[2]
     finally:
         writer.close()
 

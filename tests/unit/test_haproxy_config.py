@@ -57,6 +57,7 @@ SPEC = {
             "protocol": "HTTP",
             "servers": [{"address": "127.0.0.1", "port": 8080}],
             "rewriteHttp": {"request": {}},
+            "healthCheck": {"protocol": "HTTP", "path": "/healthz"},
         },
         {"name": "c1:default:api:80", "protocol": "HTTP"},
         {
@@ -64,6 +65,7 @@ SPEC = {
             "protocol": "TCP",
             "proxyProtocol": True,
             "servers": [{"address": "127.0.0.2", "port": 5432}],
+            "healthCheck": {"protocol": "TCP", "periodSeconds": 3, "failureThreshold": 4},
         },
     ],
 }
@@ -230,3 +232,27 @@ def _spec_mem(mem: int) -> LoadBalancerPoolSpec:
     spec = _spec()
     spec.mem = mem
     return spec
+
+
+def test_health_checks_are_rendered_on_every_server_slot() -> None:
+    text = render("p", _spec(**SPEC), _layout(), Path("/tmp/a.sock"))
+    web = text.split("\nbackend c1:default:web:80\n")[1].split("\n\n")[0]
+    assert "option httpchk" in web and "http-check send meth GET uri '/healthz'" in web
+    assert "http-check expect rstatus ^[1-4]" in web and "timeout check 1s" in web
+    assert all(ln.endswith("check inter 1s fall 2 rise 2") for ln in web.splitlines() if "server s" in ln)
+    db = text.split("\nbackend c1:default:db:5432\n")[1].split("\n\n")[0]
+    assert "httpchk" not in db  # a connect check only
+    assert all(ln.endswith(" check inter 3s fall 4 rise 2 send-proxy-v2") for ln in db.splitlines() if "server s" in ln)
+    api = text.split("\nbackend c1:default:api:80\n")[1].split("\n\n")[0]
+    assert " check" not in api  # no health check asked
+
+
+def test_the_broker_pool_checks_http_ports_over_http_and_others_by_connecting() -> None:
+    from isthmus.mcsvc.haproxy import pool_spec
+    from isthmus.mcsvc.plan import Backends, Server
+
+    spec, _ = pool_spec(Backends(ports=[("http", 80, "TCP"), ("db", 5432, "TCP")],
+                                 servers={"http": [Server("c1", "127.0.0.5", 8080)], "db": [Server("c1", "127.0.0.5", 5432)]}))
+    checks = {b.name: b.health_check for b in spec.haproxy.backends}
+    assert checks["port-80-tcp"] is not None and checks["port-80-tcp"].protocol == "HTTP"
+    assert checks["port-5432-tcp"] is not None and checks["port-5432-tcp"].protocol == "TCP"

@@ -185,6 +185,29 @@ class RewriteHttp(KubeModel):
     request: RewriteHttpRequest = Field(default_factory=RewriteHttpRequest)
 
 
+class HealthCheck(KubeModel):
+    """HAProxy `check` on every server of a backend (kube's probe field names). A server failing
+    `failureThreshold` checks in a row gets no new connection until it passes `successThreshold`.
+
+    TCP only connects: it finds a dead process or host (refused, unreachable), not a frozen one (the
+    kernel still accepts its connections). HTTP sends `GET <path>` and needs an answer below 500
+    within `timeoutSeconds`: it finds a frozen (SIGSTOPped) or hung server too."""
+
+    protocol: Literal["TCP", "HTTP"] = "TCP"
+    path: str = Field(default="/", pattern=r"^/[^\s]*$")
+    period_seconds: int = Field(default=1, ge=1, le=300)
+    timeout_seconds: int = Field(default=1, ge=1, le=60)
+    failure_threshold: int = Field(default=2, ge=1, le=100)
+    success_threshold: int = Field(default=2, ge=1, le=100)
+
+    @classmethod
+    def for_port(cls, name: str) -> HealthCheck:
+        """The check for a Service port by its name: HTTP for `http` and `http-*` (the port naming
+        kube's appProtocol inference and service meshes use), a connect check otherwise (a protocol
+        we cannot speak must not be failed for not answering us)."""
+        return cls(protocol="HTTP" if name == "http" or name.startswith("http-") else "TCP")
+
+
 class PoolBackend(KubeModel):
     name: str = Field(min_length=1)
     protocol: Protocol = "TCP"
@@ -195,6 +218,8 @@ class PoolBackend(KubeModel):
     """HTTP backends: request headers added toward the servers."""
     proxy_protocol: bool = False
     """TCP backends: send a PROXY protocol v2 header to every server (opt-in)."""
+    health_check: HealthCheck | None = None
+    """Check every server (HAProxy `check`); none: every server is assumed up."""
 
 
 class LinkBackendMapEntry(KubeModel):

@@ -262,10 +262,18 @@ def _backend(be: PoolBackend, slots: Sequence[Slot] | None) -> list[str]:
             out.append("    http-request set-header X-Forwarded-Port %[dst_port]")
         if req.x_forwarded_proto:
             out.append("    http-request set-header X-Forwarded-Proto http")
+    hc = be.health_check
+    check = ""
+    if hc is not None:
+        if hc.protocol == "HTTP":  # any answer below 500 in time: alive (a frozen server gives none)
+            out += ["    option httpchk", f"    http-check send meth GET uri {quote(hc.path)}",
+                    "    http-check expect rstatus ^[1-4]"]  # fmt: skip
+        out.append(f"    timeout check {hc.timeout_seconds}s")
+        check = f" check inter {hc.period_seconds}s fall {hc.failure_threshold} rise {hc.success_threshold}"
     if slots is None:
         slots = assign_slots([(s.address, s.port) for s in be.servers], None)
         assert slots is not None
-    extra = " send-proxy-v2" if be.proxy_protocol and not http else ""
+    extra = check + (" send-proxy-v2" if be.proxy_protocol and not http else "")
     for i, slot in enumerate(slots, 1):
         if slot.address is None:
             out.append(f"    server s{i} {PLACEHOLDER[0]}:{PLACEHOLDER[1]} disabled{extra}")

@@ -18,6 +18,7 @@ from isthmus.api.lb import (
     DKLB_CONFIG_ANNOTATION,
     BackendServer,
     ConfigError,
+    HealthCheck,
     IngressConfig,
     LinkBackend,
     LinkBackendMapEntry,
@@ -41,6 +42,9 @@ from isthmus.api.lb import (
 )
 
 NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
+NODE_CHECK = HealthCheck(protocol="TCP")
+"""Servers are nodes at a NodePort: a node that dies stops getting connections (a connect check; the
+node's proxy, not the pod, answers at a NodePort, so an HTTP check would judge one pod, not the node)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _PATH_TYPE_RANK = {"Exact": 0, "Prefix": 1, "ImplementationSpecific": 2}
 
@@ -159,7 +163,8 @@ def translate_service(
                                          "the pool reaches Services at their nodes' NodePorts"))
         else:
             frag.pending = True  # the NodePort allocator has not got to it yet: looked at again shortly
-        frag.backends.append(PoolBackend(name=bname, protocol="TCP", servers=servers, proxy_protocol=cfg.proxy_protocol))
+        frag.backends.append(PoolBackend(name=bname, protocol="TCP", servers=servers, proxy_protocol=cfg.proxy_protocol,
+                                         health_check=NODE_CHECK))  # fmt: skip
         frag.frontends.append(PoolFrontend(
             name=service_frontend_name(cluster, ns, name, port), bind_port=cfg.frontend_port(port), protocol="TCP",
             link_backend=LinkBackend(default_backend=bname),
@@ -252,7 +257,8 @@ def translate_ingress(
                                              f"Service {ns}/{svc_name} has no port {label}: its rules answer 503"))
             elif sp.get("nodePort"):
                 servers = [BackendServer(address=a, port=int(sp["nodePort"])) for a in nodes]
-        backends[bname] = PoolBackend(name=bname, protocol="HTTP", servers=servers, rewrite_http=RewriteHttp())
+        backends[bname] = PoolBackend(name=bname, protocol="HTTP", servers=servers, rewrite_http=RewriteHttp(),
+                                      health_check=NODE_CHECK)  # fmt: skip
         return bname
 
     rules: list[_Rule] = []

@@ -23,6 +23,7 @@ from isthmus.api.lb import (
     PUBLIC_ROLE,
     READY,
     BackendServer,
+    HealthCheck,
     LinkBackend,
     LoadBalancerPool,
     LoadBalancerPoolSpec,
@@ -66,7 +67,8 @@ def pool_spec(backends: Backends) -> tuple[LoadBalancerPoolSpec, list[str]]:
         part = part_name(port, proto)
         servers = sorted({(s.address, s.port) for s in backends.servers.get(name, [])})
         parts.append(PoolBackend(name=part, protocol="TCP",
-                                 servers=[BackendServer(address=a, port=p) for a, p in servers]))
+                                 servers=[BackendServer(address=a, port=p) for a, p in servers],
+                                 health_check=HealthCheck.for_port(name)))  # a frozen cluster's pods: skipped
         frontends.append(PoolFrontend(name=part, bind_port=port, protocol="TCP",
                                       link_backend=LinkBackend(default_backend=part)))
     spec = LoadBalancerPoolSpec(role=PUBLIC_ROLE, haproxy=PoolHAProxy(frontends=frontends, backends=parts))
