@@ -39,6 +39,10 @@ def test_a_valid_object_passes() -> None:
     (mcs(range={"clusterNames": ["c2"]}, consumerClusters=[{"name": "c3"}]), "spec.range.clusterNames",
      "conflicts with spec.consumerClusters"),
     (mcs(name="1web"), "metadata.name", 'Invalid value: "1web": a DNS-1035 label'),
+    # Whole strings, as kube matches them (issue 40 item 3: Python's `$` matches before a final newline).
+    (mcs(name="web\n"), "metadata.name", 'Invalid value: "web\n": a DNS-1035 label'),
+    (mcs(ports=[{"name": "http\n", "port": 80}]), "spec.ports[0].name", 'Invalid value: "http\n": a lowercase'),
+    (mcs(providerClusters=[{"name": "c1\n"}]), "spec.providerClusters[0].name", 'Invalid value: "c1\n"'),
 ])
 def test_bad_input_is_refused_naming_the_field(obj: dict[str, Any], field: str, text: str) -> None:
     errors = admission.validate("CREATE", obj)
@@ -87,3 +91,13 @@ async def test_webhook_reviews_answer_like_the_plugin() -> None:
     assert other.allowed
     mutated = await admission.review_mutate({**request, "object": mcs()})
     assert mutated.patch and mutated.patch[0]["path"] == "/metadata/labels"
+
+
+def test_discovery_port_annotations_take_ascii_digits_only() -> None:
+    """"²" is a digit to str.isdigit() but not to int(): a value with it is refused, not a crash."""
+    from isthmus.api.mcsvc import parse_service_ports
+    from isthmus.mcs.endpoints import InvalidAnnotation, exported_ports
+
+    with pytest.raises(InvalidAnnotation):
+        exported_ports({"isthmus.io/exported-ports": "8²"})
+    assert parse_service_ports("http=8²/TCP,web=80/TCP") == [("web", 80, "TCP")]

@@ -347,7 +347,7 @@ def parse_service_ports(value: str | None) -> list[tuple[str, int, str]]:
     for item in (value or "").split(","):
         name, _, rest = item.strip().partition("=")
         port, _, proto = rest.partition("/")
-        if port.isdigit():
+        if port.isascii() and port.isdigit():
             out.append((name, int(port), proto or "TCP"))
     return out
 

@@ -99,7 +99,8 @@ def exported_ports(export_annotations: dict[str, str] | None) -> list[PortSelect
     for item in raw.split(","):
         item = item.strip()
         name, _, number = item.rpartition(":")
-        if not number.isdigit() or not 1 <= int(number) <= 65535:
+        # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+        if not (number.isascii() and number.isdigit()) or not 1 <= int(number) <= 65535:
             raise InvalidAnnotation(
                 f'annotation {EXPORTED_PORTS_ANNOTATION} has value "{raw}": each entry must be a port '
                 '(1-65535) or name:port, comma-separated')

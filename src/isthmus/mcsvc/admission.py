@@ -27,8 +27,10 @@ KIND = "MultiClusterService"
 CLUSTER_NAME_MAX = 48
 """Karmada's cluster-name limit (pkg/apis/cluster/validation)."""
 
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Matched whole (fullmatch), as kube's validators do: with `match`, `$` would also match before a
+# trailing newline and let "web\n" through.
+_DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS1123_MESSAGE = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
     "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
@@ -62,7 +64,7 @@ def _label_errors(path: str, value: str, pattern: re.Pattern[str], message: str)
     out: list[FieldError] = []
     if len(value) > 63:
         out.append(_invalid(path, value, "must be no more than 63 characters"))
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         out.append(_invalid(path, value, message))
     return out
 
@@ -72,7 +74,7 @@ def cluster_name_errors(path: str, name: Any) -> list[FieldError]:
         return [_invalid(path, name if isinstance(name, str) else str(name), "must be not empty")]
     if len(name) > CLUSTER_NAME_MAX:
         return [_invalid(path, name, f"must be no more than {CLUSTER_NAME_MAX} characters")]
-    return [] if _DNS1123.match(name) else [_invalid(path, name, DNS1123_MESSAGE)]
+    return [] if _DNS1123.fullmatch(name) else [_invalid(path, name, DNS1123_MESSAGE)]
 
 
 def validate(operation: str, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None = None) -> list[FieldError]:
