@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -205,3 +206,56 @@ def test_a_restarted_kube_lite_starts_the_pool_manager_once_its_predecessor_is_g
     for previous in ("--previous=false", "--previous=true"):
         logs = cs.kubectl("c1", "-n", "isthmus-system", "logs", before["metadata"]["name"], previous)
         assert "address already in use" not in logs
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _instance(cs: Clusterset) -> dict[str, Any]:
+    pool = _pool(cs) or {}
+    return dict(((pool.get("status") or {}).get("instances") or [{}])[0])
+
+
+def _kube_lite_log(cs: Clusterset) -> Path:
+    return cs.root / "logs" / "c1-kube-lite.log"
+
+
+KILLS = int(os.environ.get("ISTHMUS_TEST_HAPROXY_KILLS", "8"))
+
+
+def test_killed_haproxy_workers_never_take_kube_lite_down(cs: Clusterset) -> None:
+    """kill -9 of a pool's HAProxy worker, again and again, with traffic through the pool (issue 40
+    item 8: once kube-lite died of SIGABRT 0.8 s after such a kill). kube-lite stays the same
+    process, and its log shows no fatal error (a fatal signal would leave a traceback there now)."""
+    kube_lite = _kube_lite_pid(cs)
+    log_at = _kube_lite_log(cs).stat().st_size
+    with Requests(PUBLIC, PORT, pause=0.02) as r, Requests(PUBLIC, PORT, pause=0.0), \
+            Requests("127.31.1.1", PORT, pause=0.0):  # a few connections, spliced in the proxy, reset at once
+        for _ in range(KILLS):
+            inst = wait_for("the instance running", lambda: (i := _instance(cs)).get("state") == "Running"
+                            and i.get("pid") and _children(int(i["pid"])) and i, timeout=60)
+            master = int(inst["pid"])
+            for worker in _children(master):
+                os.kill(worker, signal.SIGKILL)
+            time.sleep(0.8)  # when kube-lite died last time
+            assert _kube_lite_pid(cs) == kube_lite
+            wait_for("a new instance", lambda m=master: _instance(cs).get("pid") not in (None, 0, m)
+                     and _instance(cs).get("state") == "Running", timeout=60)
+            wait_for("answers through the pool", lambda: _answers(PUBLIC, PORT), timeout=60)
+            time.sleep(0.5)
+    print(f"{KILLS} HAProxy workers killed: {r.ok} requests answered, {len(r.failures)} failed")
+    assert _kube_lite_pid(cs) == kube_lite
+    with _kube_lite_log(cs).open("rb") as f:
+        f.seek(log_at)
+        text = f.read().decode(errors="replace")
+    assert "Fatal Python error" not in text, text[-3000:]
