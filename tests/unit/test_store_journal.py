@@ -349,3 +349,22 @@ def test_a_database_that_only_grew_is_not_taken_for_a_damaged_one(tmp_path: Path
     assert s.check() is None and s.failure is None
     s.create(CM, obj("after"))
     s.close()
+
+
+def test_checking_the_files_keeps_the_database_held(tmp_path: Path) -> None:
+    """The checks never open and close state.db: closing any descriptor of it would drop SQLite's
+    POSIX locks, and a second apiserver could then open the data dir."""
+    path = str(tmp_path / "state.db")
+    s = Store(path)
+    s.open()
+    s.create(CM, obj("a"))
+    s.sync()
+    for _ in range(3):
+        assert s.check() is None
+    with pytest.raises(storage.StoreInUse):
+        Store(path, lock_wait=0.2).open()
+    s.close()
+    other = Store(path)
+    other.open()
+    assert other.count(CM) == 1
+    other.close()

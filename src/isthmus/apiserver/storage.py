@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 from isthmus.apiserver import errors
+from isthmus.apiserver.filewatch import FileWatch
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -510,8 +511,9 @@ class _Journal:
     committed with synchronous=FULL (fsynced) and checkpointed; a failed commit keeps the file and
     the batch, and is retried.
 
-    Files changed under the server: the thread checks every CHECK_SECONDS (and before each batch)
-    that state.db is still the file the server opened (same device and inode), no shorter than it
+    Files changed under the server: a second thread checks the moment inotify reports a change to
+    state.db or its directory, and every CHECK_SECONDS in any case (the first checks before each
+    batch), that state.db is still the file the server opened (same device and inode), no shorter than it
     left it, and still starts as an SQLite database, and that state.db-log is still the file the
     appends go to; a batch SQLite refuses as corrupt or not a database says the same. Any of these
     sets `failure`: from then on every append raises StorageFailed (the write is refused, nothing
@@ -536,12 +538,20 @@ class _Journal:
         self._batch: list[Record] | None = None  # in state.db-log.old: being committed, or failed to
         self._closed = False
         self.failure: str | None = None  # why writes are refused: the files changed under the server
-        st = os.stat(path)
+        # Read through a descriptor of its own, opened once and closed only after SQLite's connection
+        # (Store.close): closing any descriptor of the file would drop SQLite's POSIX locks on it.
+        self.db_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        st = os.fstat(self.db_fd)
         self._db_id, self._db_size = (st.st_dev, st.st_ino), st.st_size
+        self._failing = threading.Lock()  # one failure recorded and logged
         self._wake = threading.Event()
         self._stop = False
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="isthmus-store-journal", daemon=True)
         self._thread.start()
+        self._files = FileWatch.open(path)
+        self._watcher = threading.Thread(target=self._watch_files, name="isthmus-store-files", daemon=True)
+        self._watcher.start()
 
     def _open_new(self) -> tuple[int, mmap.mmap]:
         # 0600 from the start: the journal holds Secrets.
@@ -579,24 +589,34 @@ class _Journal:
         os.close(self._fd)
 
     def _run(self) -> None:
-        due = time.monotonic() + self._every_seconds
         while not self._stop:
-            woken = self._wake.wait(max(0.0, min(CHECK_SECONDS, due - time.monotonic())))
+            self._wake.wait(self._every_seconds)
             self._wake.clear()
+            if not self._stop:
+                try:
+                    self._flush()
+                except Exception:  # the thread must live on: the next batch may take
+                    log.exception("storage: moving the journal into the database failed")
+
+    def _watch_files(self) -> None:
+        """The second thread: check() at once when inotify reports state.db or its directory changed,
+        and every CHECK_SECONDS in any case."""
+        watch = self._files
+        while not self._stop and self.failure is None:
+            if watch is not None:
+                watch.wait(CHECK_SECONDS)
+            else:
+                self._stopping.wait(CHECK_SECONDS)
             if self._stop:
-                break
+                return
             try:
-                if woken or time.monotonic() >= due:
-                    due = time.monotonic() + self._every_seconds
-                    self._flush()  # checks first
-                else:
-                    self.check()
-            except Exception:  # the thread must live on: the next batch may take
-                log.exception("storage: moving the journal into the database failed")
+                self.check()
+            except Exception:
+                log.exception("storage: cannot check the database files")
 
     def check(self) -> str | None:
         """Whether the database and the journal are still the files this server writes: None, or
-        (also kept in `failure`, and logged once) what changed. Runs on the journal's thread."""
+        (also kept in `failure`, and logged once) what changed. Any thread may ask."""
         if self.failure is not None:
             return self.failure
         path = self._path
@@ -611,8 +631,7 @@ class _Journal:
         if st.st_size < self._db_size:
             return self._fail(f"database {path} was truncated to {st.st_size} bytes (it had {self._db_size})")
         try:
-            with open(path, "rb") as f:
-                head = f.read(len(_SQLITE_MAGIC))
+            head = os.pread(self.db_fd, len(_SQLITE_MAGIC), 0)  # never open(path): see __init__
         except OSError as e:
             return self._fail(f"database {path} cannot be read ({e.strerror})")
         if head != _SQLITE_MAGIC:
@@ -631,9 +650,11 @@ class _Journal:
         return None
 
     def _fail(self, problem: str) -> str:
-        self.failure = problem + " while the apiserver was running: it refuses writes it could not keep"
-        log.error("storage: %s; restore the database from a backup and restart the apiserver", self.failure)
-        return self.failure
+        with self._failing:
+            if self.failure is None:
+                self.failure = problem + " while the apiserver was running: it refuses writes it could not keep"
+                log.error("storage: %s; restore the database from a backup and restart the apiserver", self.failure)
+            return self.failure
 
     def _flush(self) -> None:
         with self._flushing:
@@ -676,7 +697,13 @@ class _Journal:
         open replays them)."""
         self._stop = True
         self._wake.set()
+        self._stopping.set()
+        if self._files is not None:
+            self._files.close()
         self._thread.join()
+        self._watcher.join()
+        if self._files is not None:
+            self._files.release()
         with self._lock:
             self._closed = True
             batch = (self._batch or []) + self._pending
@@ -902,8 +929,10 @@ class Store:
     def close(self) -> None:
         self.close_watches()
         broken = self.failure is not None
+        db_fd = None
         if self._journal is not None:
             self._journal.close()
+            db_fd = self._journal.db_fd
             self._journal = None
         if self._db is not None and broken:
             self._db.close()  # no checkpoint: the file under it is not the database any more
@@ -915,6 +944,8 @@ class Store:
                 log.exception("final WAL checkpoint failed")
             self._db.close()
             self._db = None
+        if db_fd is not None:
+            os.close(db_fd)  # after SQLite's connection: closing it earlier would drop its locks
 
     # ----- reads -----------------------------------------------------------------------
 
