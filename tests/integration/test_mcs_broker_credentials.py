@@ -173,6 +173,11 @@ async def test_a_member_token_writes_only_its_own_objects(env: Env) -> None:
         await c1.patch(cluster, "c1", {"metadata": {"annotations": {"isthmus.io/heartbeat": "now"}}},
                        namespace=NS, patch_type=PatchType.MERGE)
         await c1.patch(cluster.Status, "c1", {"status": {"conditions": []}}, namespace=NS, patch_type=PatchType.MERGE)
+        # ... but not the spec join set (its ID and VIP CIDR, which later joins plan around).
+        message = await _refused(c1.patch(cluster, "c1", {"spec": {"clustersetIPCIDR": ["243.2.0.0/16"]}},
+                                          namespace=NS, patch_type=PatchType.MERGE))
+        assert message.endswith("a member cluster may not change a Cluster's spec (set by isthmus join with the "
+                                "broker's admin credentials)"), message
         message = await _refused(c1.patch(cluster.Status, "c2", {"status": {"conditions": []}}, namespace=NS,
                                           patch_type=PatchType.MERGE))
         assert message == (
