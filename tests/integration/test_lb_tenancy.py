@@ -168,6 +168,10 @@ async def test_a_port_another_pool_binds_is_refused_to_the_newcomer(env: Env) ->
         await _serves(env.public, 18166, "b")
 
     await eventually(both_served)
-    second = await env.pool("kube-one--default--second")
-    assert second is not None and second.status.ready == "1/1"
-    assert [f.bind_port for f in second.spec.haproxy.frontends] == [18166]
+
+    async def second_ready() -> None:  # the newcomer's pool serves what it was given, Ready
+        second = await env.pool("kube-one--default--second")
+        assert second is not None and second.status.ready == "1/1", second.status.to_dict() if second else None
+        assert [f.bind_port for f in second.spec.haproxy.frontends] == [18166]
+
+    await eventually(second_ready)

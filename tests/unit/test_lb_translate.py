@@ -12,6 +12,7 @@ import yaml
 
 from isthmus.api.lb import (
     DKLB_CONFIG_ANNOTATION,
+    ConfigError,
     LoadBalancerPoolStatus,
     parse_ingress_config,
     parse_service_config,
@@ -127,6 +128,28 @@ def test_merge_keeps_other_owners_and_refuses_their_ports() -> None:
     assert remove_owner(second.spec, one.owner) is not None
     rest = remove_owner(second.spec, one.owner)
     assert rest is not None and remove_owner(rest, two.owner) is None  # nothing left: delete the pool
+
+
+def test_a_port_another_pool_binds_is_refused_to_the_newcomer_only() -> None:
+    svc = {"metadata": {"namespace": "ns", "name": "web"}, "spec": {"ports": [{"port": 80, "nodePort": 30001},
+                                                                            {"port": 81, "nodePort": 30002}]}}
+    frag = translate_service("c1", svc, parse_service_config({}), ["n"])
+    elsewhere = {80: ("c1--other--db", "c1:other:db:80")}
+    new = merge(None, frag, apply_settings=True, elsewhere=elsewhere)
+    assert [(c.port, c.pool) for c in new.conflicts] == [(80, "c1--other--db")]
+    assert new.conflicts[0].describe() == "Service other/db in pool c1--other--db"
+    assert new.placed == ["c1:ns:web:81"]
+    # Already bound in its own pool: it holds the port, it is not the newcomer.
+    assert new.spec is not None
+    held = merge(merge(None, frag, apply_settings=True).spec, frag, apply_settings=True, elsewhere=elsewhere)
+    assert held.conflicts == [] and held.placed == ["c1:ns:web:80", "c1:ns:web:81"]
+
+
+def test_shared_with_names_namespaces_or_star() -> None:
+    cfg = parse_service_config({DKLB_CONFIG_ANNOTATION: "name: shop\nsharedWith: [team-a, '*']"})
+    assert cfg.shared_with == ["team-a", "*"]
+    with pytest.raises(ConfigError, match=r"sharedWith\[1\]: 'Team\\n' is neither a namespace name nor \*"):
+        parse_service_config({DKLB_CONFIG_ANNOTATION: "sharedWith: [ok, \"Team\\n\"]"})
 
 
 def test_status_lists_hostnames_then_private_then_public() -> None:

@@ -17,11 +17,19 @@ import json
 import re
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from isthmus.api.base import (
@@ -509,6 +517,12 @@ class IngressFrontends(_Strict):
     http: IngressHttpFrontend = Field(default_factory=IngressHttpFrontend)
 
 
+def _namespace_or_star(ns: str) -> str:
+    if ns != "*" and (len(ns) > 63 or re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns) is None):
+        raise ValueError(f"{ns!r} is neither a namespace name nor *")
+    return ns
+
+
 class _CommonConfig(_Strict):
     name: str | None = None
     role: str = PUBLIC_ROLE
@@ -517,17 +531,9 @@ class _CommonConfig(_Strict):
     memory: int = Field(default=128, ge=1, le=MAX_MEMORY_MIB)
     size: int = Field(default=1, ge=1, le=MAX_INSTANCES)
     strategies: Strategies = Field(default_factory=Strategies)
-    shared_with: list[str] | None = None
+    shared_with: list[Annotated[str, AfterValidator(_namespace_or_star)]] | None = None
     """Isthmus's addition: namespaces (or `*`) that may join the pool this object creates by an
     explicit `name` (never an automatic `<cluster>--<ns>--<name>` pool)."""
-
-    @field_validator("shared_with")
-    @classmethod
-    def _namespaces(cls, v: list[str] | None) -> list[str] | None:
-        for i, ns in enumerate(v or []):
-            if ns != "*" and (len(ns) > 63 or re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns) is None):
-                raise ValueError(f"[{i}]: {ns!r} is neither a namespace name nor *")
-        return v
 
     @field_validator("cpus", mode="before")
     @classmethod

@@ -737,7 +737,10 @@ class PoolManager:
         message = (f"the pool manager {self.identity} cannot write this pool's status ({why}); instances and "
                    f"frontends shown here are stale. Next step: fewer instances (count) or frontends per pool")
         cond = new_condition(STATUS_WRITTEN, False, Reason.STATUS_NOT_WRITTEN, message)
-        if not any(c.type == STATUS_WRITTEN and c.status == "False" for c in model.status.conditions):
+        said = [c for c in model.status.conditions if c.type == STATUS_WRITTEN and c.status == "False"]
+        if said and said[0].message == message:
+            return  # said already: no write, so no watch event to reconcile (and be refused) again
+        if not said:
             self.recorder.warning(model, Reason.STATUS_NOT_WRITTEN, message)
         log.warning("pool status refused by the apiserver", extra={"pool": model.name, "error": why})
         conditions: list[Condition] = merge_conditions(model.status.conditions, [cond])

@@ -519,6 +519,11 @@ class Translator:
             await self.client.patch(resource.Status, meta["name"], {"status": body}, namespace=meta["namespace"],
                                     patch_type=PatchType.MERGE, field_manager=TRANSLATOR_MANAGER)  # fmt: skip
         except ApiError as e:
+            if e.status.code in (400, 413, 422):  # refused as it is: an Event says so (retrying cannot help)
+                self.recorder.warning(resource.from_dict(obj), Reason.STATUS_NOT_WRITTEN,
+                                      f"the translator cannot write this object's status ({e.status.code} "
+                                      f"{e.status.reason}: {e.status.message})"[:1000])  # fmt: skip
+                return
             if e.status.code != 404:
                 raise
 
