@@ -342,11 +342,13 @@ class BrokerController:
         if not mcs.has_type(ExposureType.LOAD_BALANCER):
             _, exists = await self.provider.get(mcs)
             if exists or mcs.status.load_balancer is not None:
-                await self.provider.ensure_deleted(mcs)
-                self.recorder.normal(raw, EventReason.LB_DELETED,
-                                     f"load balancer deleted ({self.provider.name}): LoadBalancer is no longer "
-                                     "in spec.types")
+                await self.provider.ensure_deleted(mcs)  # idempotent; the status may outlive a provider's memory
+                if exists:  # an address in the status alone may be anyone's write: no Event for it
+                    self.recorder.normal(raw, EventReason.LB_DELETED,
+                                         f"load balancer deleted ({self.provider.name}): LoadBalancer is no longer "
+                                         "in spec.types")
             self._lb_problem.pop(key, None)
+            self._lb.pop(uid, None)
             return None, None
         collected = [cast(Any, o).to_dict() for o in self.collected.cache.by_index(BY_MCS, key)]
         found = backends(collected, [p for p in providers if p in live])
