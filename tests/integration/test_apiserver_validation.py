@@ -362,3 +362,37 @@ async def test_the_deepest_allowed_object_works_everywhere(things: RunningApiSer
     status, answer = await _req(things, "PATCH", THINGS + "/deep",
                                 '[{"op":"replace","path":"' + path + '","value":2}]', "application/json-patch+json")
     assert status == 200
+
+
+CLASSES = "/apis/networking.k8s.io/v1/ingressclasses"
+
+
+@pytest.mark.parametrize(("spec", "causes"), [
+    ({}, [("spec.controller", "Required value")]),
+    ({"controller": "edgelb"}, [("spec.controller", 'Invalid value: "edgelb": must be a domain-prefixed path '
+                                                    '(such as "acme.io/foo")')]),
+    ({"controller": "isthmus.io/edge lb"}, [("spec.controller", "Invalid value: \"edge lb\": Invalid path (regex "
+                                             "used for validation is '[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+')")]),
+    ({"controller": "isthmus.io/edgelb", "parameters": {"kind": "Pool", "name": "a"}},
+     [("spec.parameters.scope", "Required value")]),
+    ({"controller": "isthmus.io/edgelb", "parameters": {"kind": "Pool", "name": "a", "scope": "Namespace"}},
+     [("spec.parameters.namespace", "Required value: `parameters.scope` is set to 'Namespace'")]),
+    ({"controller": "isthmus.io/edgelb", "parameters": {"kind": "Pool", "name": "a", "scope": "Cluster",
+                                                        "namespace": "x"}},
+     [("spec.parameters.namespace", "Forbidden: `parameters.scope` is set to 'Cluster'")]),
+])
+async def test_ingress_class_fields_are_validated_as_kube_does(apiserver: RunningApiServer, spec: dict[str, Any],
+                                                               causes: list[tuple[str, str]]) -> None:
+    cls = {"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "edgelb"}, "spec": spec}
+    status, body = await _req(apiserver, "POST", CLASSES, cls)
+    assert (status, _causes(body)) == (422, causes), body
+
+
+async def test_an_ingress_class_controller_is_immutable(apiserver: RunningApiServer) -> None:
+    cls = {"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "edgelb"},
+           "spec": {"controller": "isthmus.io/edgelb"}}
+    assert (await _req(apiserver, "POST", CLASSES, cls))[0] == 201
+    status, body = await _req(apiserver, "PATCH", CLASSES + "/edgelb", {"spec": {"controller": "example.com/other"}},
+                              "application/merge-patch+json")
+    assert (status, _causes(body)) == (422, [("spec.controller",
+                                              'Invalid value: "example.com/other": field is immutable')])

@@ -6,6 +6,7 @@ controller builds a load balancer from it."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any
 
 from isthmus.apiserver import validation as v
@@ -293,7 +294,68 @@ class IngressStrategy(Strategy):
         return _ingress(obj, now)
 
 
+_HTTP_PATH = re.compile(r"[A-Za-z0-9/\-._~%!$&'()*+,;=:]+")
+_HTTP_PATH_FMT = "[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+"
+
+
+def _domain_prefixed_path(path: str, value: str) -> list[Cause]:
+    """apimachinery's IsDomainPrefixedPath (an IngressClass's controller: `example.com/edge`)."""
+    if not value:
+        return [v.required(path)]
+    host, slash, rest = value.partition("/")
+    if not slash or not host or not rest:
+        return [v.invalid(path, value, 'must be a domain-prefixed path (such as "acme.io/foo")')]
+    errs = v.invalid_each(path, host, v.is_dns1123_subdomain(host))
+    if not _HTTP_PATH.fullmatch(rest):
+        errs.append(v.invalid(path, rest, v.regex_error("Invalid path", _HTTP_PATH_FMT)))
+    return errs
+
+
+def validate_ingress_class_spec(spec: Obj) -> list[Cause]:
+    """kube's validateIngressClassSpec, at `spec`."""
+    controller = _str(spec.get("controller"))
+    errs: list[Cause] = []
+    if len(controller) > 250:
+        errs.append(cause("spec.controller", "Too long: must have at most 250 bytes", "FieldValueTooLong"))
+    errs += _domain_prefixed_path("spec.controller", controller)
+    params = spec.get("parameters")
+    if not isinstance(params, dict):
+        return errs
+    path = "spec.parameters"
+    group = params.get("apiGroup")
+    if isinstance(group, str):
+        errs += v.invalid_each(f"{path}.apiGroup", group, v.is_dns1123_subdomain(group))
+    for key in ("kind", "name"):
+        value = _str(params.get(key))
+        errs += (v.invalid_each(f"{path}.{key}", value, v.is_path_segment_name(value)) if value
+                 else [v.required(f"{path}.{key}")])
+    scope = params.get("scope")
+    if scope is None:
+        return [*errs, v.required(f"{path}.scope")]
+    if scope not in PARAMETER_SCOPES:
+        return [*errs, v.not_supported(f"{path}.scope", scope, PARAMETER_SCOPES)]
+    namespace = params.get("namespace")
+    if scope == "Namespace":
+        if namespace is None:
+            errs.append(v.required(f"{path}.namespace", "`parameters.scope` is set to 'Namespace'"))
+        else:
+            errs += v.invalid_each(f"{path}.namespace", _str(namespace), v.is_dns1123_label(_str(namespace)))
+    elif namespace is not None:
+        errs.append(v.forbidden(f"{path}.namespace", "`parameters.scope` is set to 'Cluster'"))
+    return errs
+
+
 class IngressClassStrategy(Strategy):
+    schema_required = False  # validate() words a missing controller or scope as kube does
+
+    def validate(self, obj: Obj) -> list[Cause]:
+        return validate_ingress_class_spec(_spec(obj))
+
+    def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
+        controller, was = _spec(new).get("controller"), _spec(old).get("controller")
+        errs = [] if controller == was else [v.invalid("spec.controller", controller, "field is immutable")]
+        return errs + self.validate(new)
+
     def table_columns(self) -> list[Column]:
         return INGRESS_CLASS_COLUMNS
 
