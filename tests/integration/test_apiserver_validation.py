@@ -67,6 +67,7 @@ def _causes(body: Any) -> list[tuple[str, str]]:
      "prefix part " + SUBDOMAIN),
     ({"name": "ok", "labels": {"key": "v\n"}}, "metadata.labels", "v\\n", LABEL_VALUE),
     ({"name": "ok", "annotations": {"note\n": "v"}}, "metadata.annotations", "note\\n", NAME_PART),
+    ({"name": "ok", "finalizers": ["example.com/keep\n"]}, "metadata.finalizers", "example.com/keep\\n", NAME_PART),
 ])
 async def test_a_trailing_newline_is_refused_where_kube_refuses_it(
         apiserver: RunningApiServer, meta: dict[str, Any], field: str, value: str, detail: str) -> None:

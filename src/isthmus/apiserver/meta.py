@@ -144,14 +144,11 @@ def validate_metadata(meta: Any, *, name_rule: str, namespaced: bool) -> list[di
         if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
             out.append(cause("metadata.finalizers", "Invalid value: must be a list of strings", "FieldValueTypeInvalid"))
         else:
-            for i, f in enumerate(finalizers):
+            for f in finalizers:  # kube's ValidateFinalizerName, then its kube-specific rule; no index
+                out += validation.invalid_each("metadata.finalizers", f, validation.is_qualified_name(f))
                 if "/" not in f and f not in STANDARD_FINALIZERS:
-                    out.append(
-                        cause(
-                            f"metadata.finalizers[{i}]",
-                            f'Invalid value: "{f}": name is neither a standard finalizer name nor is it fully qualified',
-                        )
-                    )
+                    out.append(validation.invalid(
+                        "metadata.finalizers", f, "name is neither a standard finalizer name nor is it fully qualified"))
     owners = meta.get("ownerReferences")
     if owners is not None:
         if not isinstance(owners, list):
