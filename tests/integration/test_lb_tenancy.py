@@ -107,6 +107,13 @@ async def test_another_namespace_cannot_freeze_an_automatic_pool(env: Env) -> No
         assert not any(i.message for i in p.status.instances), p.status.to_dict()
 
     await eventually(edit_applied)
+    # An object of the pool's own namespace may still join it by name.
+    await _service(env, "default", "sidecar", [(18168, web2.port)], f"name: {VICTIM_POOL}\n")
+
+    async def joined() -> None:
+        await _serves(addr, 18168, "web2")
+
+    await eventually(joined)
 
 
 async def test_a_named_pool_is_joined_from_another_namespace_only_when_shared(env: Env) -> None:

@@ -290,7 +290,7 @@ class Translator:
                      frag: Fragment) -> Result | None:
         pool = self.pools.cache.get(frag.pool)
         model = LoadBalancerPool.from_dict(pool) if pool is not None else None
-        refusal = self._reserved_name(frag) or (self._not_shared(model, owner) if model is not None else None)
+        refusal = self._reserved_name(frag, model) or (self._not_shared(model, owner) if model is not None else None)
         if refusal is not None:  # settled on the newcomer, before anything is written
             await self._withdraw(owner, None)
             TRANSLATIONS.labels(kind, "invalid").inc()
@@ -329,15 +329,19 @@ class Translator:
         res = await self._status_from_pool(live, obj, kind, frag, model, result)
         return Result(requeue_after=1.0) if frag.pending else res
 
-    def _reserved_name(self, frag: Fragment) -> str | None:
+    def _reserved_name(self, frag: Fragment, model: LoadBalancerPool | None) -> str | None:
         """A config naming a pool in the automatic pools' name space that is not its own automatic
-        pool: refused, so nobody takes (or creates first) another namespace's automatic pool."""
+        pool: refused, so nobody takes (or creates first) another namespace's automatic pool. An
+        object may join the automatic pool of another object of its own namespace once it exists."""
         if not frag.explicit or not frag.pool.startswith(automatic_pool_prefixes(self.cluster)):
             return None
         o = frag.owner
         if frag.pool in (pool_name(self.cluster, o.namespace, o.name), pool_name(self.cluster, o.namespace, o.name,
                                                                                 ext=True)):
             return None  # its own automatic name, written out
+        creator = (model.metadata.annotations or {}).get(POOL_CREATOR_ANNOTATION) if model is not None else None
+        if creator is not None and _namespace_of(creator) == o.namespace:
+            return None  # joining a pool of its own namespace (never creating one under such a name)
         return (f"pool {frag.pool} is named like an automatic pool (<cluster>--<namespace>--<name>), which only its "
                 "own Service or Ingress may use; nothing was changed. Next step: choose another pool name in "
                 f"{DKLB_CONFIG_ANNOTATION} .name (and have its creator share it with this namespace, sharedWith)")
