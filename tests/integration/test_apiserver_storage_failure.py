@@ -102,3 +102,18 @@ async def test_a_server_that_stopped_on_a_truncated_database_does_not_start_empt
     assert (srv.data_dir / "state.db").stat().st_size == 0  # nothing written into it on the way out
     with pytest.raises(DataDirError, match="is empty"):
         await srv.restart()
+
+
+async def test_a_truncated_journal_refuses_writes_instead_of_crashing_the_server(apiserver: RunningApiServer) -> None:
+    """The journal is a memory map: a write into the pages a truncation cut off would kill the
+    process (SIGBUS). The store notices the truncation and refuses the writes first."""
+    assert (await _req(apiserver, "POST", CMS, _cm("before")))[0] == 201
+    journal = apiserver.data_dir / "state.db-log"
+    _truncate(journal)
+    for _ in range(100):  # inotify wakes the store's check at once; without it, within a second
+        if apiserver.store.failure is not None:
+            break
+        await asyncio.sleep(0.05)
+    status, text = await _req(apiserver, "POST", CMS, _cm("after"))
+    assert status == 500 and f"journal {journal} was truncated" in json.loads(text)["message"]
+    assert (await _req(apiserver, "GET", "/readyz"))[0] == 500

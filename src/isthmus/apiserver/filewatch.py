@@ -29,7 +29,9 @@ _IN_DELETE: Final = 0x200
 _IN_DELETE_SELF: Final = 0x400
 _IN_MOVE_SELF: Final = 0x800
 _FILE_EVENTS: Final = _IN_MODIFY | _IN_ATTRIB | _IN_DELETE_SELF | _IN_MOVE_SELF  # truncate is a modify
-_DIR_EVENTS: Final = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE  # renamed over, removed
+# Renamed over, removed, or (a sibling such as the journal) truncated: the journal's own appends go
+# through a memory map, which inotify does not report, so this wakes for SQLite's writes only.
+_DIR_EVENTS: Final = _IN_MODIFY | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
 
 
 class FileWatch:
