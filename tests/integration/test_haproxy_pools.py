@@ -327,6 +327,15 @@ async def test_one_owners_refused_part_never_holds_back_the_other_owners_changes
         status, body = await get(s, f"http://{env.private}:{frontend_port(p, 'c:a:two')}/")
         assert (status, body["backend"]) == (200, "a")
     assert m.running["holder"].state == "Running"  # the other pool keeps its port
+    # The other pool goes: the port is free, the part left out for it is served now.
+    await env.client.delete(POOL, "holder")
+
+    async def port_part_served() -> None:
+        p = await env.get("mixed")
+        assert {f.name for f in p.status.frontends} == {"c:a:one", "c:a:two", "c:b:port"}, p.status.to_dict()
+        assert "c:b:port" not in p.status.instances[0].message
+
+    await eventually(port_part_served, timeout=30.0)
     await runner.cleanup()
 
 

@@ -365,6 +365,9 @@ class PoolManager:
             await self._stop(pool, "pool deleted", remove=True)
             await self._release(pool)
             self._locks.pop(pool, None)
+            for other, run in list(self.running.items()):
+                if run.left_out:  # a port it was left out for may be free now
+                    self.controller.enqueue(other)
             self._invalid.discard(pool)
             for counter in POOL_COUNTERS:
                 with contextlib.suppress(KeyError):
@@ -407,12 +410,16 @@ class PoolManager:
             run = Running(pool, slot, Instance(self.haproxy, self._run_dir(pool, slot)))
             self.running[pool] = run
         generation = model.metadata.generation or 0
-        wanted = _spec_key(model.spec)
+        # Frontends on ports other pools here bind: left out, judged again at every reconcile (the
+        # other pool may go). Parts HAProxy refused: sorted out once per spec (`run.partial`).
+        spec, dropped = self._without_taken_ports(pool, model.spec)
+        wanted = _spec_key(spec)
+        refused: list[str] = []
         if run.partial is not None and run.partial[0] == wanted:
-            spec, left_out = run.partial[1], run.partial[2]  # this spec was sorted out already
+            spec, refused = run.partial[1], run.partial[2]
         else:
-            spec, left_out = self._without_taken_ports(pool, model.spec)
-        checked = False
+            run.partial = None
+        checked, text = False, ""
         try:
             layout, text = self._render(pool, spec, run)
             if self._needs_check(run, spec, layout, text):  # a start or a reload: checked first, here
@@ -424,19 +431,20 @@ class PoolManager:
             # One owner's part HAProxy refuses must not hold back the others': find whose it is.
             REJECTIONS.labels(pool).inc()
             isolated = await self._isolate(pool, spec, run)
-            if isolated is None:
+            if isolated is None:  # the pool-level settings themselves: not checked again before the backoff
+                if text:
+                    run.rejected = text
+                    run.retry_at = time.monotonic() + min(MAX_RESTART_DELAY, 0.5 * 2.0 ** min(run.failures + 1, 6))
                 return self._failed(run, model, str(e), Reason.CONFIG_REJECTED)
             spec, refused = isolated
-            left_out = [*left_out, *refused]
+            run.partial = (wanted, spec, refused)
             layout, text = self._render(pool, spec, run)
             checked = True
+        left_out = [*dropped, *refused]
         if left_out:
-            run.partial = (wanted, spec, left_out)
             if run.left_out != left_out:
                 self.recorder.warning(model, Reason.PARTS_LEFT_OUT, f"slot {slot} on {self.identity} serves the "
                                       f"pool without: {'; '.join(left_out)}"[:1000])  # fmt: skip
-        else:
-            run.partial = None
         run.left_out = left_out
         if run.instance.running and run.layout is not None and text == run.applied:
             run.generation, run.message = generation, _left_out_message(left_out)
