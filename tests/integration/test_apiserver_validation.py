@@ -397,3 +397,25 @@ async def test_an_ingress_class_controller_is_immutable(apiserver: RunningApiSer
                               "application/merge-patch+json")
     assert (status, _causes(body)) == (422, [("spec.controller",
                                               'Invalid value: "example.com/other": field is immutable')])
+
+
+async def test_yaml_aliases_that_recurse_or_explode_are_refused_as_yaml_v2_refuses_them(
+        things: RunningApiServer) -> None:
+    """Before: a recursive anchor was a 500 (`Recursion limit reached`), and a 300-byte body whose
+    aliases expand to 10^7 values was stored as a 20 MB object (10^9 at nine levels)."""
+    lines = ["apiVersion: example.com/v1", "kind: Thing", "metadata: {name: bomb}", "spec:",
+             "  x0: &a0 [a,a,a,a,a,a,a,a,a,a]"]
+    lines += [f"  x{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    bomb = "\n".join(lines) + "\n"
+    recursive = "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: loop}\nspec: &a {x: [*a]}\n"
+    for method, path, body, ctype, message in [
+        ("POST", THINGS, bomb, "application/yaml", "yaml: document contains excessive aliasing"),
+        ("PATCH", THINGS + "/bomb?fieldManager=m", bomb, "application/apply-patch+yaml",
+         "yaml: document contains excessive aliasing"),
+        ("POST", THINGS, recursive, "application/yaml", "yaml: anchor 'a' value contains itself"),
+    ]:
+        status, answer = await _req(things, method, path, body, ctype)
+        assert (status, answer["message"]) == (400, f"error converting YAML to JSON: {message}"), path
+    shared = "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: ok}\nspec: {a: &x {k: v}, b: *x, c: *x}\n"
+    status, answer = await _req(things, "POST", THINGS, shared, "application/yaml")
+    assert status == 201 and answer["spec"] == {"a": {"k": "v"}, "b": {"k": "v"}, "c": {"k": "v"}}

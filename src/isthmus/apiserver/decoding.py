@@ -215,8 +215,85 @@ def _decode_with_duplicates(raw: bytes, yaml_text: bool = False) -> tuple[Any, l
     return _plain(value), paths
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that records duplicate mapping keys (yaml.v2's strict-mode messages) instead of
+def _alias_ratio(decoded: int) -> float:
+    """yaml.v2's allowedAliasRatio: 99 % of a small document may come from aliases, 10 % of a huge one."""
+    low, high = 400_000, 4_000_000
+    if decoded <= low:
+        return 0.99
+    if decoded >= high:
+        return 0.10
+    return 0.99 - 0.89 * (decoded - low) / (high - low)
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader refusing what yaml.v2 refuses of aliases: one inside its own anchor's value (a
+    recursive value, which no walk of the object survives), and a document whose aliases expand
+    to far more than it spells out (a "billion laughs": a few lines that are 10^9 values to write)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._open_anchors: set[str] = set()
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:  # yaml.v2's words, as kube prints them
+                raise yaml.composer.ComposerError(None, None, f"yaml: anchor '{event.anchor}' value contains itself")
+            self._aliases += 1
+            return super().compose_node(parent, index)
+        anchor = getattr(event, "anchor", None)
+        if anchor is None:
+            return super().compose_node(parent, index)
+        self._open_anchors.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._open_anchors.discard(anchor)
+
+    def get_single_node(self) -> Any:
+        node = super().get_single_node()
+        if self._aliases and node is not None:
+            literal, decoded = _expansion(node)
+            aliased = decoded - literal
+            if aliased > 100 and decoded > 1000 and aliased / decoded > _alias_ratio(decoded):
+                raise yaml.composer.ComposerError(None, None, "yaml: document contains excessive aliasing")
+        return node
+
+
+def _expansion(root: yaml.Node) -> tuple[int, int]:
+    """(nodes the document spells out, nodes it decodes to with every alias expanded), counted
+    without expanding anything: each node's expanded size once, reused wherever an alias points."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes and not children_done:
+            continue
+        kids: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            kids = node.value
+        elif isinstance(node, yaml.MappingNode):
+            kids = [n for pair in node.value for n in pair]
+        if children_done:
+            sizes[id(node)] = 1 + sum(sizes[id(k)] for k in kids)
+            continue
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in sizes)
+    return len(sizes), sizes[id(root)]
+
+
+def yaml_load(raw: bytes) -> Any:
+    """A YAML document, leniently (the last of duplicate keys wins), as _Loader allows it."""
+    loader = _Loader(raw)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+class _StrictLoader(_Loader):
+    """_Loader that records duplicate mapping keys (yaml.v2's strict-mode messages) instead of
     silently keeping the last one."""
 
     def __init__(self, stream: Any) -> None:
@@ -290,7 +367,7 @@ def decode_strict(raw: bytes, ctype: str, check: bool = True) -> tuple[Any, Stri
             raise json_error(e, raw) from None
     try:
         if not check:
-            value = yaml.safe_load(raw)
+            value = yaml_load(raw)
             check_depth(raw, value, yaml_text=True)
             return value, StrictIssues()
         value, dups = yaml_duplicates(raw)

@@ -103,7 +103,7 @@ def decode(raw: bytes, ctype: str) -> Any:
         decoding.check_depth(raw, value)
         return value
     try:
-        value = yaml.safe_load(raw)
+        value = decoding.yaml_load(raw)
     except yaml.YAMLError as e:
         raise errors.bad_request(f"error converting YAML to JSON: {str(e).splitlines()[0]}") from None
     except RecursionError:
