@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -437,3 +439,35 @@ async def test_an_executed_component_writes_a_traceback_to_its_log_when_it_abort
     out = await _aborted_output(proc)
     assert "Fatal Python error: Aborted" in out
     assert "isthmus/runtime/loop.py" in out  # the event loop the abort interrupted
+
+
+CLOSE_ONCE = """
+import asyncio, json, sys
+import uvloop
+from isthmus.local.zygote import Zygote
+
+async def main():
+    z = Zygote(["isthmus.cli.main"], title=["--for", "close-once"], pdeathsig=True, env=json.loads(sys.argv[1]))
+    proc = await z.spawn([sys.executable, "-m", "isthmus", "--help"], env=json.loads(sys.argv[1]), pipe_stdout=True)
+    print("FD", proc.stdout._transport.get_extra_info("pipe").fileno(), flush=True)
+    await proc.stdout.read()
+    await proc.wait()
+    await asyncio.sleep(0.3)  # the transport closes after EOF
+    await z.close()
+
+uvloop.run(main())
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_a_childs_output_descriptor_is_closed_once_on_uvloop(tmp_path: Path) -> None:
+    """uvloop closes a pipe's descriptor and then the file object over it: the second close(2) hits
+    whatever another thread (libuv's workers run in kube-lite) was given that number meanwhile, and a
+    descriptor the loop watches, closed under it, makes libuv abort() the process without a word."""
+    trace = tmp_path / "trace"
+    done = subprocess.run(["strace", "-e", "trace=close", "-o", str(trace), sys.executable, "-c", CLOSE_ONCE,
+                           json.dumps(env_of(tmp_path))], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    fd = int(done.stdout.split("FD ", 1)[1].split()[0])
+    closes = [ln for ln in trace.read_text().splitlines() if ln.startswith(f"close({fd})")]
+    assert len(closes) >= 1 and not [ln for ln in closes if "EBADF" in ln], closes

@@ -342,9 +342,14 @@ class Zygote:
             raise ValueError(f"not an isthmus command of this interpreter: {argv[:3]}")
         if client and listen_fd is not None:
             raise ValueError("a child gets a zygote connection or a listening socket as fd 3, not both")
-        read_end = write_end = -1
+        read_end: socket.socket | None = None
+        write_end = -1
         if pipe_stdout:
-            read_end, write_end = os.pipe()
+            # A socket pair, not os.pipe(): uvloop closes a pipe's fd itself and then closes the file
+            # object over it too, a second close(2) of a number that another thread (libuv's
+            # workers) may have been given in between; a socket object it detaches instead.
+            read_end, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            write_end = theirs.detach()
             out_fd = write_end
         elif stdout is not None:
             out_fd = stdout
@@ -373,22 +378,22 @@ class Zygote:
                     reply.add_done_callback(_stop_unwanted)  # forked after all: nobody will wait for it
                     raise
         except BaseException:
-            if read_end >= 0:
-                os.close(read_end)
+            if read_end is not None:
+                read_end.close()
             raise
         finally:
             if write_end >= 0:
                 os.close(write_end)
         if "error" in answer:
-            if read_end >= 0:
-                os.close(read_end)
+            if read_end is not None:
+                read_end.close()
             raise OSError(int(answer.get("errno") or 0), str(answer["error"]))
         reader = None
-        if read_end >= 0:
+        if read_end is not None:
             loop = asyncio.get_running_loop()
             reader = asyncio.StreamReader(limit=2**16, loop=loop)
-            pipe = os.fdopen(read_end, "rb", 0)
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+            read_end.shutdown(socket.SHUT_WR)  # the child's output only comes in
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), read_end)
         proc = ZygoteProcess(int(answer["pid"]), reader)
         self._children[proc.pid] = proc
         if proc.pid in self._early:
@@ -451,7 +456,15 @@ class Zygote:
 
     async def _discard(self) -> None:
         """Give up on this zygote (it failed to start or to take a request): kill it."""
-        self._lost()
+        reader = self._reader
+        if reader is not None and not reader.done():
+            # Its sock_recv ends before the socket is closed (then by _read itself, through _lost):
+            # uvloop aborts the process on a watched descriptor closed under it.
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        if self._sock is not None or reader is None:
+            self._lost()
         proc, self._proc = self._proc, None
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
