@@ -291,6 +291,11 @@ def test_a_member_broker_token_writes_only_its_own_objects(cs: Clusterset) -> No
     _forbidden(cs, "broker", info.token, "-n", ns, "delete", "clusters.isthmus.io", "c2")
     _forbidden(cs, "broker", info.token, "-n", ns, "annotate", "clusters.isthmus.io", "c2", "x=y")
     _forbidden(cs, "broker", info.token, "-n", "kube-system", "get", "configmaps")
+    # Broker tenancy (docs/discovery.md): nothing shared is writable by a member: no MultiClusterService
+    # status (issue 40's reproduction), no ServiceImport on the broker.
+    _forbidden(cs, "broker", info.token, "-n", "shop", "patch", "mcs", "cart", "--subresource=status", "--type=merge",
+               "-p", '{"status":{"address":"127.33.6.6","loadBalancer":{"ingress":[{"ip":"127.33.6.6"}]}}}')
+    _forbidden(cs, "broker", info.token, "-n", ns, "delete", "serviceimports.multicluster.x-k8s.io", "--all")
     # Its own Cluster it may annotate (the agent's heartbeat does), and read everyone's.
     ok = subprocess.run(["kubectl", "--context", "broker", "--token", info.token, "-n", ns, "annotate",
                          "--overwrite", "clusters.isthmus.io", "c1", "example.com/checked=yes"],
