@@ -43,9 +43,9 @@ from isthmus.api.mcs import (
     broker_object_name,
 )
 from isthmus.apiserver.server import ApiServer
+from isthmus.kube.resources import resource_for
 from isthmus.mcs.aggregate import derive
 from isthmus.mcs.endpoints import broker_service_import
-from isthmus.kube.resources import resource_for
 from tests.conftest import RunningApiServer
 
 T = TypeVar("T")
