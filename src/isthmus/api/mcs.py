@@ -1,8 +1,9 @@
 """Discovery capability API: MCS kinds (multicluster.x-k8s.io), Isthmus broker kinds (isthmus.io),
 and every well-known label, annotation and condition string of the capability.
 
-Broker-side objects (Broker, Cluster, ExportedService, aggregated ServiceImports) are namespaced:
-they all live in the broker namespace, so a joining cluster's credentials can be scoped to it.
+Broker-side objects (Broker, Cluster, ExportedService) are namespaced: they all live in the broker
+namespace, so a joining cluster's credentials can be scoped to it. No aggregated ServiceImport is
+stored there: every agent derives it from the ExportedServices (docs/discovery.md "Broker tenancy").
 """
 
 from __future__ import annotations

@@ -5,11 +5,12 @@ docs/discovery.md: validation of an export ("ServiceExport conditions"), the clu
 service (ExportedServiceSpec), its broker EndpointSlice ("EndpointSlice content"), the copies placed
 next to the local ServiceImport, and the local ServiceImport itself.
 
-Where the exported labels/annotations live on the broker (decided here, used by both directions):
-the aggregated ServiceImport on the broker carries them as its own metadata labels/annotations,
-beside the broker bookkeeping labels (SERVICE_NAME_LABEL, SOURCE_NAMESPACE_LABEL, which win a key
-clash) and the two lighthouse annotations. `broker_service_import` writes that form and
-`local_service_import` turns it into the member-cluster copy (bookkeeping labels stripped).
+Where the exported labels/annotations go (decided here, used by both directions): the aggregated
+ServiceImport every agent derives (never stored on the broker: docs/discovery.md "Broker tenancy")
+carries them as its own metadata labels/annotations, beside the broker bookkeeping labels
+(SERVICE_NAME_LABEL, SOURCE_NAMESPACE_LABEL, which win a key clash) and the two lighthouse
+annotations. `broker_service_import` builds that form and `local_service_import` turns it into the
+member-cluster copy (bookkeeping labels stripped).
 """
 
 from __future__ import annotations
@@ -383,7 +384,7 @@ def broker_service_import(
     vip_enabled: bool,
     allocated_by: str | None,
 ) -> ServiceImport:
-    """The aggregated ServiceImport as written on the broker (metadata.namespace left to the caller).
+    """The aggregated ServiceImport as every agent derives it (metadata.namespace left to the caller).
 
     Exported labels/annotations go on its metadata (bookkeeping labels win a clash); the
     use-clusterset-ip annotation records the fixed VIP setting, allocated-by the VIP's cluster.
