@@ -419,3 +419,42 @@ async def test_yaml_aliases_that_recurse_or_explode_are_refused_as_yaml_v2_refus
     shared = "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: ok}\nspec: {a: &x {k: v}, b: *x, c: *x}\n"
     status, answer = await _req(things, "POST", THINGS, shared, "application/yaml")
     assert status == 201 and answer["spec"] == {"a": {"k": "v"}, "b": {"k": "v"}, "c": {"k": "v"}}
+
+
+# ------------------------------------------------------------------------ Services (item 3: names of ports)
+
+SERVICES = "/api/v1/namespaces/default/services"
+
+
+def _service(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": spec}
+
+
+@pytest.mark.parametrize(("spec", "causes"), [
+    ({"ports": [{"name": "http\n", "port": 80}]},
+     [("spec.ports[0].name", f'Invalid value: "http\\n": {LABEL}')]),
+    ({"ports": [{"port": 80}], "selector": {"app": "web\n"}},
+     [("spec.selector", f'Invalid value: "web\\n": {LABEL_VALUE}')]),
+    ({"ports": [{"port": 80, "targetPort": "web\n"}]},
+     [("spec.ports[0].targetPort",
+       'Invalid value: "web\\n": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)')]),
+    ({"ports": [{"port": 0}]}, [("spec.ports[0].port", "Invalid value: 0: must be between 1 and 65535, inclusive"),
+                                ("spec.ports[0].targetPort",  # defaulted to the port, as kube does
+                                 "Invalid value: 0: must be between 1 and 65535, inclusive")]),
+    ({"ports": [{"port": 80, "protocol": "HTTP"}]},
+     [("spec.ports[0].protocol", 'Unsupported value: "HTTP": supported values: "SCTP", "TCP", "UDP"')]),
+    ({"type": "Balanced", "ports": [{"port": 80}]},
+     [("spec.type", 'Unsupported value: "Balanced": supported values: "ClusterIP", "ExternalName", '
+                    '"LoadBalancer", "NodePort"')]),
+    ({}, [("spec.ports", "Required value")]),
+    ({"ports": [{"name": "a", "port": 80}, {"name": "a", "port": 81}]},
+     [("spec.ports[1].name", 'Duplicate value: "a"')]),
+])
+async def test_service_ports_and_selector_are_validated_as_kube_does(
+        apiserver: RunningApiServer, spec: dict[str, Any], causes: list[tuple[str, str]]) -> None:
+    status, body = await _req(apiserver, "POST", SERVICES, _service(**spec))
+    assert (status, _causes(body)) == (422, causes), body
+    ok = _service(ports=[{"name": "http", "port": 80, "targetPort": "http"}, {"name": "dns", "port": 53,
+                                                                              "protocol": "UDP"}],
+                  selector={"app": "web"})
+    assert (await _req(apiserver, "POST", SERVICES, ok))[0] == 201
