@@ -368,3 +368,30 @@ def test_checking_the_files_keeps_the_database_held(tmp_path: Path) -> None:
     other.open()
     assert other.count(CM) == 1
     other.close()
+
+
+def test_a_batch_growing_the_database_during_a_check_is_not_a_truncation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check runs on its own thread while batches grow state.db on the journal's: a batch that
+    ends between the check's stat and its comparison once made a healthy file look truncated
+    (`truncated to 12288 bytes (it had 1126400)`) and every later write was refused."""
+    path = str(tmp_path / "state.db")
+    s = Store(path)
+    s.open()
+    journal = s._journal
+    assert journal is not None
+    real_stat = os.stat
+
+    def stat_then_a_batch_lands(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        result = real_stat(p, *args, **kwargs)
+        if str(p) == path:
+            journal._db_size = result.st_size + 1_114_112  # what the journal's thread records meanwhile
+        return result
+
+    before = journal._db_size
+    monkeypatch.setattr(os, "stat", stat_then_a_batch_lands)
+    assert journal.check() is None
+    monkeypatch.undo()
+    journal._db_size = before  # the file did not really grow
+    s.create(CM, obj("a"))
+    s.close()

@@ -620,6 +620,10 @@ class _Journal:
         if self.failure is not None:
             return self.failure
         path = self._path
+        # The size the file had before this stat: a batch on the journal's thread may grow the file
+        # and raise _db_size between the stat and the comparison, which then took a file that had
+        # only grown for a truncated one. Read first, the size the stat sees can only be larger.
+        known = self._db_size
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -628,8 +632,8 @@ class _Journal:
             return self._fail(f"database {path} cannot be examined ({e.strerror})")
         if (st.st_dev, st.st_ino) != self._db_id:
             return self._fail(f"database {path} was replaced by another file")
-        if st.st_size < self._db_size:
-            return self._fail(f"database {path} was truncated to {st.st_size} bytes (it had {self._db_size})")
+        if st.st_size < known:
+            return self._fail(f"database {path} was truncated to {st.st_size} bytes (it had {known})")
         try:
             head = os.pread(self.db_fd, len(_SQLITE_MAGIC), 0)  # never open(path): see __init__
         except OSError as e:
