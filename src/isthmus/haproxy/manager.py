@@ -365,8 +365,8 @@ class PoolManager:
             await self._stop(pool, "pool deleted", remove=True)
             await self._release(pool)
             self._locks.pop(pool, None)
-            for other, run in list(self.running.items()):
-                if run.left_out:  # a port it was left out for may be free now
+            for other, other_run in list(self.running.items()):
+                if other_run.left_out:  # a port it was left out for may be free now
                     self.controller.enqueue(other)
             self._invalid.discard(pool)
             for counter in POOL_COUNTERS:
