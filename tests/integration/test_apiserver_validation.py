@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from isthmus.apiserver.decoding import MAX_DEPTH
+from isthmus.apiserver.registry.service import default_service
 from tests.conftest import RunningApiServer
 
 SUBDOMAIN = (
@@ -458,3 +459,23 @@ async def test_service_ports_and_selector_are_validated_as_kube_does(
                                                                               "protocol": "UDP"}],
                   selector={"app": "web"})
     assert (await _req(apiserver, "POST", SERVICES, ok))[0] == 201
+
+
+async def test_objects_stored_before_the_validation_still_take_status_writes(apiserver: RunningApiServer) -> None:
+    """A data dir written by an older server holds an Ingress without pathType and a Service with a
+    bad port name: their controllers' status writes must go on (kube validates only the status
+    there), while a change of their spec is held to the rules."""
+    meta = {"namespace": "default", "uid": "u-1", "creationTimestamp": "2026-12-01T00:00:00Z"}
+    apiserver.store.create("networking.k8s.io/ingresses", _ingress(
+        {"rules": [_rule(path_type=None)]}, **meta) | {"status": {"loadBalancer": {}}})
+    legacy = _service(ports=[{"name": "http\n", "port": 80}]) | {"metadata": {"name": "web", **meta},
+                                                                  "status": {"loadBalancer": {}}}
+    default_service(legacy)  # stored as the old server stored it: defaulted
+    apiserver.store.create("/services", legacy)
+    address = {"status": {"loadBalancer": {"ingress": [{"ip": "127.0.0.9"}]}}}
+    for path in (INGRESSES + "/web/status", SERVICES + "/web/status"):
+        status, body = await _req(apiserver, "PATCH", path, address, "application/merge-patch+json")
+        assert status == 200 and body["status"]["loadBalancer"]["ingress"] == [{"ip": "127.0.0.9"}], (path, body)
+    status, body = await _req(apiserver, "PATCH", INGRESSES + "/web", {"spec": {"ingressClassName": "edgelb"}},
+                              "application/merge-patch+json")
+    assert (status, _causes(body)) == (422, [(f"{P0}.pathType", "Required value: pathType must be specified")])

@@ -158,6 +158,11 @@ class ServiceStrategy(Strategy):
         spec = obj.get("spec")
         return validate_service_spec(spec if isinstance(spec, dict) else {})
 
+    def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
+        # An unchanged spec is not judged again: a status write (a load balancer's address) must
+        # reach a Service stored before this validation existed.
+        return [] if new.get("spec") == old.get("spec") else self.validate(new)
+
     def initial_status(self, obj: Obj) -> Obj | None:
         # kube's PrepareForCreate resets status; ServiceStatus.loadBalancer is a struct, always written.
         return {"loadBalancer": {}}
