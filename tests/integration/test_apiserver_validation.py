@@ -479,3 +479,16 @@ async def test_objects_stored_before_the_validation_still_take_status_writes(api
     status, body = await _req(apiserver, "PATCH", INGRESSES + "/web", {"spec": {"ingressClassName": "edgelb"}},
                               "application/merge-patch+json")
     assert (status, _causes(body)) == (422, [(f"{P0}.pathType", "Required value: pathType must be specified")])
+
+
+async def test_an_object_named_before_the_rule_can_still_be_updated_and_deleted(apiserver: RunningApiServer) -> None:
+    """`trail\\n` was stored by the lenient server; kube judges a name on create only, so its
+    finalizer can still be removed and the object deleted (not stuck forever)."""
+    apiserver.store.create("/configmaps", _cm(name="trail\n", namespace="default", uid="u-2", finalizers=["a.io/x"],
+                                              creationTimestamp="2026-12-01T00:00:00Z"))
+    path = "/api/v1/namespaces/default/configmaps/trail%0A"
+    status, body = await _req(apiserver, "PATCH", path, {"metadata": {"finalizers": None}},
+                              "application/merge-patch+json")
+    assert status == 200 and "finalizers" not in body["metadata"], body
+    assert (await _req(apiserver, "DELETE", path))[0] == 200
+    assert (await _req(apiserver, "GET", path))[0] == 404

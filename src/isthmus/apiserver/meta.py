@@ -100,18 +100,20 @@ def _validate_qualified_key(key: str, field: str) -> list[dict[str, str]]:
 _VALID_LABELS: set[tuple[str, str]] = set()
 
 
-def validate_metadata(meta: Any, *, name_rule: str, namespaced: bool) -> list[dict[str, str]]:
-    """Causes for everything wrong in metadata (the name itself included)."""
+def validate_metadata(meta: Any, *, name_rule: str, namespaced: bool, creating: bool = True) -> list[dict[str, str]]:
+    """Causes for everything wrong in metadata. The name and generateName are judged on create only,
+    as kube's ValidateObjectMetaUpdate leaves them (the name cannot change): an object stored before
+    a rule was tightened can still be updated, its finalizers removed."""
     if not isinstance(meta, dict):
         return [cause("metadata", "Invalid value: must be an object", "FieldValueTypeInvalid")]
     out: list[dict[str, str]] = []
     generate = meta.get("generateName")
-    if isinstance(generate, str) and generate:  # kube checks it even once a name was generated from it
+    if creating and isinstance(generate, str) and generate:  # checked even once a name was made from it
         out += validate_name(generate, name_rule, "metadata.generateName", prefix=True)
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         out.append(cause("metadata.name", "Required value: name or generateName is required", "FieldValueRequired"))
-    else:
+    elif creating:
         out += validate_name(name, name_rule)
     labels = meta.get("labels")
     if labels is not None:

@@ -145,7 +145,8 @@ class GenericStore:
         if field_validation != "Ignore" and (dropped or (strict is not None and strict.duplicates)):
             self._strict_decoding(info, obj, field_validation, warnings, dropped, strict or StrictIssues())
         m = obj["metadata"]
-        causes = meta.validate_metadata(m, name_rule=strategy.name_rule, namespaced=info.namespaced)
+        causes = meta.validate_metadata(m, name_rule=strategy.name_rule, namespaced=info.namespaced,
+                                        creating=old is None)
         if part is not None:
             causes += schema.validate(root, part, path)
         causes += strategy.validate(obj) if old is None else strategy.validate_update(obj, old)
