@@ -88,7 +88,7 @@ async def test_an_agent_without_cluster_id_waits_for_join_then_runs_as_the_joine
     cs: ClusterSet, tmp_path: Path
 ) -> None:
     """One member manifest fits every cluster: no --cluster-id; before join the agent waits, not ready."""
-    from isthmus.mcs import membership
+    from isthmus.clusterset import membership
 
     srv, client = await cs.spare_server("late")
     port, log = free_port(), tmp_path / "late.log"

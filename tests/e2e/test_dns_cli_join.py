@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from isthmus.mcs import membership
+from isthmus.clusterset import membership
 from tests.integration.mcs_harness import ClusterSet
 from tests.ports import free_port
 

@@ -280,7 +280,7 @@ def test_components_run_from_the_manifests_under_their_own_service_accounts(cs: 
 def test_a_member_broker_token_writes_only_its_own_objects(cs: Clusterset) -> None:
     import base64
 
-    from isthmus.mcs.brokerinfo import BrokerInfo
+    from isthmus.clusterset.brokerinfo import BrokerInfo
 
     secret = json.loads(cs.kubectl("c1", "-n", "isthmus-system", "get", "secret", "isthmus-broker", "-o", "json"))
     info = BrokerInfo.decode(base64.b64decode(secret["data"]["broker-info"]))

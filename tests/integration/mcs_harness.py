@@ -2,7 +2,7 @@
 
 `ClusterSet` starts a broker and n member clusters as embedded apiservers (random 127.0.0.1
 ports, persistent data dirs so `restart()` keeps state), deploys the broker and joins every
-cluster through `isthmus.mcs.membership`, then runs one `isthmus.mcs.agent.Agent` per cluster in
+cluster through `isthmus.clusterset.membership`, then runs one `isthmus.discovery.agent.Agent` per cluster in
 this event loop. Teardown stops every agent and server even when the test failed.
 
 Also here: `eventually` (poll an async predicate) and builders of the objects a user (or
@@ -43,9 +43,9 @@ from isthmus.api.mcs import (
     broker_object_name,
 )
 from isthmus.apiserver.server import ApiServer
+from isthmus.discovery.aggregate import derive
+from isthmus.discovery.endpoints import broker_service_import
 from isthmus.kube.resources import resource_for
-from isthmus.mcs.aggregate import derive
-from isthmus.mcs.endpoints import broker_service_import
 from tests.conftest import RunningApiServer
 
 T = TypeVar("T")
@@ -381,7 +381,7 @@ class ClusterSet:
         return srv
 
     async def _setup(self) -> None:
-        from isthmus.mcs.broker import deploy_broker
+        from isthmus.clusterset.broker import deploy_broker
 
         self.broker = await self._new_server("broker", token=BROKER_TOKEN)
         self.broker_client = self.broker.client()
@@ -410,7 +410,7 @@ class ClusterSet:
         dirname: str | None = None,
     ) -> Member:
         """Start a new member apiserver, join it as `cluster_id`, and (by default) start its agent."""
-        from isthmus.mcs import membership as joinmod
+        from isthmus.clusterset import membership as joinmod
 
         srv = await self._new_server(dirname or cluster_id)
         client = srv.client()
@@ -431,7 +431,7 @@ class ClusterSet:
         return m
 
     async def _start_agent_obj(self, m: Member) -> tuple[Any, asyncio.Task[Any]]:
-        from isthmus.mcs.agent import Agent
+        from isthmus.discovery.agent import Agent
 
         agent = await Agent.from_cluster(m.client, m.id)
         task = asyncio.create_task(agent.run(), name=f"agent-{m.id}")
@@ -536,8 +536,8 @@ class ClusterSet:
         await b.start()
 
     async def leave(self, i: int) -> Any:
-        """Uninstall cluster i: stop its agent(s), then `isthmus.mcs.membership.leave`."""
-        from isthmus.mcs import membership as joinmod
+        """Uninstall cluster i: stop its agent(s), then `isthmus.clusterset.membership.leave`."""
+        from isthmus.clusterset import membership as joinmod
 
         m = self.clusters[i]
         await self.stop_agent(i)

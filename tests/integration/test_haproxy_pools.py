@@ -374,8 +374,8 @@ async def test_a_frozen_backend_stops_getting_new_connections_within_seconds(env
     provider's pods kept getting connections, which hung for the whole dead-cluster grace. The pool
     here is the one the broker builds (`mcsvc.haproxy.pool_spec`, a port named http) over two real
     backend processes; one is SIGSTOPped (its kernel still accepts connections)."""
-    from isthmus.mcsvc.haproxy import pool_spec
-    from isthmus.mcsvc.plan import Backends, Server
+    from isthmus.exposure.haproxy import pool_spec
+    from isthmus.exposure.plan import Backends, Server
 
     (alive, alive_port), (frozen, frozen_port) = [await _http_process(env.tmp / n, n) for n in ("alive", "frozen")]
     try:

@@ -228,7 +228,7 @@ async def test_a_zygote_forked_from_its_caller_serves_like_an_exec_one(tmp_path:
 
 FORK_NOW_MEMORY = """
 import asyncio, os
-import isthmus.cli.main, isthmus.apiserver.server, isthmus.mcs.agent  # what the caller holds already
+import isthmus.cli.main, isthmus.apiserver.server, isthmus.discovery.agent  # what the caller holds already
 from isthmus.local.zygote import Zygote
 
 def kb(pid, field):
@@ -237,7 +237,7 @@ def kb(pid, field):
             return int(line.split()[1])
 
 # Not warmed (_warm): running code writes pages of its own, which is not what this measures.
-z = Zygote(["isthmus.cli.main", "isthmus.apiserver.server", "isthmus.mcs.agent"], title=["--for", "t"], pdeathsig=True,
+z = Zygote(["isthmus.cli.main", "isthmus.apiserver.server", "isthmus.discovery.agent"], title=["--for", "t"], pdeathsig=True,
            env={**os.environ, "ISTHMUS_ZYGOTE_WARM": "0"})
 assert z.fork_now()
 

@@ -23,9 +23,9 @@ from isthmus.apiserver.authentication import UserInfo
 from isthmus.apiserver.authorization.attributes import Attributes, request_attributes
 from isthmus.apiserver.authorization.rbac import PolicyRule, rule_allows
 from isthmus.apiserver.authorization.rbac import rules_of as policy_rules
+from isthmus.discovery.agent import Agent
 from isthmus.dns.service import DnsConfig, DnsService
 from isthmus.kube.manifests import deploy_dir, render
-from isthmus.mcs.agent import Agent
 from tests.integration.mcs_harness import ClusterSet, eventually
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]

@@ -23,8 +23,8 @@ from isthmus.api.mcs import (
     ServiceImport,
     broker_object_name,
 )
+from isthmus.clusterset.membership import membership
 from isthmus.kube.resources import resource_for
-from isthmus.mcs.membership import membership
 from tests.integration.mcs_harness import (
     BROKER_NS,
     ClusterSet,

@@ -24,7 +24,7 @@ from isthmus.api.mcs import (
     ValidReason,
     broker_object_name,
 )
-from isthmus.mcs.endpoints import imported_slice_name
+from isthmus.discovery.endpoints import imported_slice_name
 from tests.integration.mcs_harness import (
     BROKER_NS,
     SE,

@@ -43,9 +43,10 @@ from isthmus.api.mcs import (
     ServiceDiscovery,
     broker_object_name,
 )
+from isthmus.clusterset.brokerinfo import BROKER_TIMEOUT
+from isthmus.discovery.agent import Agent
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
-from isthmus.mcs.agent import BROKER_TIMEOUT, Agent
 from isthmus.runtime import REGISTRY
 from tests.integration.mcs_harness import (
     BROKER_NS,

@@ -25,11 +25,11 @@ from isthmus.api.mcsvc import (
     MultiClusterServiceReport,
     report_name,
 )
+from isthmus.clusterset.membership import membership
+from isthmus.exposure.broker import BrokerController
+from isthmus.exposure.member import MemberController
+from isthmus.exposure.provider import FakeLoadBalancer
 from isthmus.kube.resources import resource_for
-from isthmus.mcs.membership import membership
-from isthmus.mcsvc.broker import BrokerController
-from isthmus.mcsvc.member import MemberController
-from isthmus.mcsvc.provider import FakeLoadBalancer
 from tests.integration.mcs_harness import (
     ClusterSet,
     as_dict,

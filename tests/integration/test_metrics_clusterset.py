@@ -19,8 +19,8 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from isthmus.api.mcs import CLUSTERSET_DOMAIN, ConditionType, ConflictReason
+from isthmus.discovery.agent import Agent
 from isthmus.dns.service import DnsConfig, DnsService
-from isthmus.mcs.agent import Agent
 from isthmus.runtime import HealthServer
 from tests.integration.mcs_harness import SE, ClusterSet, Member, eventually, service, service_export
 

@@ -98,11 +98,11 @@ def controller_manager(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run the member's leader-elected controllers (lb, mcsvc, egress-operator) in one process."""
-    # Here, not at the top: cli/main.py's table has each command registered by one module, and
-    # "manager" is imported before "mcsvc" (it is after "egress" and "lb").
+    # Here, not at the top: `isthmus controller-manager` imports only this command module (cli/main.py's
+    # table), and the parts' modules are needed only once it runs.
     from isthmus.cli.egress import egress_operator_part
+    from isthmus.cli.exposure import mcsvc_part
     from isthmus.cli.lb import lb_part
-    from isthmus.cli.mcsvc import mcsvc_part
     from isthmus.kube.client import client_for, load_config
 
     wanted = parse_controllers(controllers)

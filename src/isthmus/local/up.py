@@ -811,9 +811,9 @@ async def read_members(layout: Layout) -> dict[str, Member]:
     deploy-broker) is no members.
     """
     from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, HEARTBEAT_ANNOTATION, Cluster
+    from isthmus.clusterset.brokerinfo import BrokerInfo
     from isthmus.kube.client import make_client
     from isthmus.kube.helpers import is_not_found, list_all
-    from isthmus.mcs.brokerinfo import BrokerInfo
 
     try:
         namespace = BrokerInfo.decode(layout.broker_info.read_text()).namespace

@@ -82,10 +82,10 @@ Obj = dict[str, Any]
 
 CONFIG_RETRY_SECONDS = 2.0
 POD_PRELOAD = (
-    "isthmus.cli.main", "isthmus.runtime.loop", "uvloop", "isthmus.kube.client", "isthmus.mcs.membership",
-    "isthmus.mcs.agent", "isthmus.dns.service", "isthmus.dns.server", "isthmus.dns.workers", "isthmus.lb.controller",
-    "isthmus.haproxy.manager", "isthmus.mcsvc.member", "isthmus.mcsvc.broker", "isthmus.mcsvc.haproxy",
-    "isthmus.runtime.webhook", "isthmus.lb.admission", "isthmus.mcsvc.admission", "isthmus.egress.admission",
+    "isthmus.cli.main", "isthmus.runtime.loop", "uvloop", "isthmus.kube.client", "isthmus.clusterset.membership",
+    "isthmus.discovery.agent", "isthmus.dns.service", "isthmus.dns.server", "isthmus.dns.workers", "isthmus.lb.controller",
+    "isthmus.haproxy.manager", "isthmus.exposure.member", "isthmus.exposure.broker", "isthmus.exposure.haproxy",
+    "isthmus.runtime.webhook", "isthmus.lb.admission", "isthmus.exposure.admission", "isthmus.egress.admission",
     "isthmus.egress.operator", "isthmus.egress.gateway", "isthmus.egress.forwarder",
 )
 """What the Isthmus image's components import: a pod's zygote loads it once for all of them."""

@@ -61,6 +61,18 @@ from isthmus.api.mcs import (
 )
 from isthmus.api.mcsvc import MANAGED_BY_LABEL as MCSVC_MANAGED_BY_LABEL
 from isthmus.api.mcsvc import MANAGED_BY_VALUE as MCSVC_MANAGED_BY_VALUE
+from isthmus.clusterset.broker import get_broker
+from isthmus.clusterset.brokerinfo import BrokerInfo
+from isthmus.clusterset.cidrs import CidrError, plan_cluster_cidr, validate_cluster_id
+from isthmus.clusterset.control import (
+    CRD_TIMEOUT,
+    FIELD_MANAGER,
+    ClustersetError,
+    delete_if_kind,
+    ensure_namespace,
+    get_if_kind,
+    list_if_kind,
+)
 from isthmus.kube.helpers import (
     create_or_update,
     ensure_deleted,
@@ -71,18 +83,6 @@ from isthmus.kube.helpers import (
     status_code,
 )
 from isthmus.kube.resources import to_lightkube
-from isthmus.mcs.allocator import CidrError, plan_cluster_cidr, validate_cluster_id
-from isthmus.mcs.broker import get_broker
-from isthmus.mcs.brokerinfo import BrokerInfo
-from isthmus.mcs.control import (
-    CRD_TIMEOUT,
-    FIELD_MANAGER,
-    DiscoveryError,
-    delete_if_kind,
-    ensure_namespace,
-    get_if_kind,
-    list_if_kind,
-)
 
 JOIN_ATTEMPTS = 40
 
@@ -114,7 +114,7 @@ async def join(
     """
     problem = validate_cluster_id(cluster_id)
     if problem is not None:
-        raise DiscoveryError(problem)
+        raise ClustersetError(problem)
     namespace = info.namespace
 
     current_sd = cast(
@@ -122,7 +122,7 @@ async def join(
         await get_if_kind(cluster_client, ServiceDiscovery, SERVICE_DISCOVERY_NAME, AGENT_NAMESPACE),
     )
     if current_sd is not None and current_sd.spec.cluster_id != cluster_id and not force:
-        raise DiscoveryError(
+        raise ClustersetError(
             f"this cluster already joined as {current_sd.spec.cluster_id!r}: run `isthmus leave` first, "
             f"or pass --force to re-join as {cluster_id!r}"
         )
@@ -134,7 +134,7 @@ async def join(
         )
     except ApiError as err:
         if status_code(err) == 403:
-            raise DiscoveryError(
+            raise ClustersetError(
                 f"the broker credentials may not register cluster {cluster_id!r} ({err.status.message}): "
                 f"pass the broker's admin kubeconfig as --broker-kubeconfig"
             ) from None
@@ -227,7 +227,7 @@ async def _grant(client: AsyncClient, namespace: str, cluster_id: str) -> None:
             await cast(Any, client).apply(obj, field_manager=FIELD_MANAGER, force=True, namespace=scoped)
     except ApiError as err:
         if status_code(err) == 403:
-            raise DiscoveryError(
+            raise ClustersetError(
                 f"the broker credentials may not set up cluster {cluster_id!r}'s ServiceAccount and roles "
                 f"({err.status.message}): pass the broker's admin kubeconfig as --broker-kubeconfig"
             ) from None
@@ -248,12 +248,12 @@ async def _member_token(client: AsyncClient, namespace: str, cluster_id: str) ->
     try:
         issued = await cast(Any, client).create(request, name=account, namespace=namespace)
     except ApiError as err:
-        raise DiscoveryError(
+        raise ClustersetError(
             f"the broker did not issue a token for ServiceAccount {namespace}/{account}: {err.status.message}"
         ) from None
     token = issued.status.token if issued.status is not None else None
     if not token:
-        raise DiscoveryError(f"the broker issued no token for ServiceAccount {namespace}/{account}")
+        raise ClustersetError(f"the broker issued no token for ServiceAccount {namespace}/{account}")
     return cast(str, token)
 
 
@@ -306,7 +306,7 @@ async def _register(
             return broker, stored
         await _undo(client, namespace, existing, stored)
         await _backoff(attempt)
-    raise DiscoveryError(
+    raise ClustersetError(
         f"could not register cluster {cluster_id!r}: {JOIN_ATTEMPTS} attempts lost to concurrent joins; try again"
     )
 
@@ -328,7 +328,7 @@ def _desired_cluster(
         other_uid = (existing.metadata.annotations or {}).get(CLUSTER_UID_ANNOTATION)
         if uid and other_uid and other_uid != uid:
             joined = f" (joined {format_time(existing.spec.joined_at)})" if existing.spec.joined_at else ""
-            raise DiscoveryError(
+            raise ClustersetError(
                 f"cluster ID {cluster_id!r} is already taken by another cluster{joined}: pick another "
                 f"--cluster-id, or if that cluster is gone run `isthmus leave --broker-info FILE "
                 f"--cluster-id {cluster_id}` (or pass --force to take the ID over)"
@@ -339,9 +339,9 @@ def _desired_cluster(
         else:
             cidr = plan_cluster_cidr(ranges, taken, cluster_id, requested, DEFAULT_CLUSTER_CIDR_PREFIX)
     except CidrError as err:
-        raise DiscoveryError(str(err)) from err
+        raise ClustersetError(str(err)) from err
     if current_cidr is not None and cidr != current_cidr and not force:
-        raise DiscoveryError(
+        raise ClustersetError(
             f"cluster {cluster_id!r} already has clusterset IP CIDR {current_cidr}; pass --force to change "
             f"it to {cidr} (VIPs already allocated from {current_cidr} keep working until their services "
             f"are unexported)"
@@ -436,14 +436,14 @@ async def leave(
     """
     problem = validate_cluster_id(cluster_id)
     if problem is not None:
-        raise DiscoveryError(problem)
+        raise ClustersetError(problem)
     await get_broker(broker_client, namespace)
     try:
         deregistered = await ensure_deleted(broker_client, Cluster, cluster_id, namespace=namespace)
         revoked = await _revoke(broker_client, namespace, cluster_id) > 0
     except ApiError as err:
         if status_code(err) == 403:
-            raise DiscoveryError(
+            raise ClustersetError(
                 f"the broker credentials may not remove cluster {cluster_id!r} ({err.status.message}): "
                 f"pass the broker's admin kubeconfig as --broker-kubeconfig"
             ) from None
@@ -477,17 +477,17 @@ async def membership(cluster_client: AsyncClient) -> tuple[str, BrokerInfo]:
         await get_if_kind(cluster_client, ServiceDiscovery, SERVICE_DISCOVERY_NAME, AGENT_NAMESPACE),
     )
     if secret is None or sd is None:
-        raise DiscoveryError(
+        raise ClustersetError(
             f"this cluster has not joined a clusterset (no Secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME} "
             f"or ServiceDiscovery {AGENT_NAMESPACE}/{SERVICE_DISCOVERY_NAME}): run `isthmus join` first"
         )
     raw = (secret.data or {}).get(BROKER_SECRET_KEY)
     if not raw:
-        raise DiscoveryError(f"Secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME} has no {BROKER_SECRET_KEY!r} key")
+        raise ClustersetError(f"Secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME} has no {BROKER_SECRET_KEY!r} key")
     try:
         info = BrokerInfo.decode(base64.b64decode(raw))
     except ValueError as err:
-        raise DiscoveryError(f"Secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME}: {err}") from None
+        raise ClustersetError(f"Secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME}: {err}") from None
     return sd.spec.cluster_id, info
 
 

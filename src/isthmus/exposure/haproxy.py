@@ -44,10 +44,10 @@ from isthmus.api.mcsvc import (
     PortStatus,
     pool_name,
 )
+from isthmus.exposure.plan import Backends, made_for
+from isthmus.exposure.provider import KeyFunc, ProviderError, register
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
-from isthmus.mcsvc.plan import Backends, made_for
-from isthmus.mcsvc.provider import KeyFunc, ProviderError, register
 from isthmus.runtime import Informer, SharedInformerFactory, object_labels, object_name
 
 PoolResource: Any = resource_for(LoadBalancerPool)

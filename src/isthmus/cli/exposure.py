@@ -58,10 +58,10 @@ def mcsvc(
 def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int) -> Background:
     """The member controller as a part of a command (`isthmus mcsvc`, `isthmus controller-manager`):
     it waits for the cluster to join (not ready meanwhile), then runs."""
-    from isthmus.mcs.agent import BROKER_TIMEOUT
-    from isthmus.mcs.control import DiscoveryError
-    from isthmus.mcs.membership import JOIN_POLL_SECONDS, membership
-    from isthmus.mcsvc.member import MemberController
+    from isthmus.clusterset.brokerinfo import BROKER_TIMEOUT
+    from isthmus.clusterset.control import ClustersetError
+    from isthmus.clusterset.membership import JOIN_POLL_SECONDS, membership
+    from isthmus.exposure.member import MemberController
 
     found: list[MemberController] = []
     said: list[str] = []
@@ -69,7 +69,7 @@ def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int) -
     async def attempt() -> MemberController | None:
         try:
             joined_id, info = await membership(client)
-        except DiscoveryError as err:
+        except ClustersetError as err:
             if not said:
                 log.warning("%s; waiting (not ready until then)", err)
                 said.append(str(err))
@@ -115,10 +115,10 @@ def mcsvc_broker(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Summarise MultiClusterServices and run their load balancers, on the broker (leader-elected)."""
+    from isthmus.exposure import haproxy as _haproxy  # noqa: F401  (registers the provider)
+    from isthmus.exposure.broker import BrokerController
+    from isthmus.exposure.provider import PROVIDERS, build
     from isthmus.kube.client import make_client
-    from isthmus.mcsvc import haproxy as _haproxy  # noqa: F401  (registers the provider)
-    from isthmus.mcsvc.broker import BrokerController
-    from isthmus.mcsvc.provider import PROVIDERS, build
 
     if provider not in PROVIDERS:
         raise fail(f"--provider must be one of {', '.join(sorted(PROVIDERS))}, not {provider!r}")
@@ -242,9 +242,9 @@ def show_mcs(req: ShowRequest) -> None:
     from lightkube import ALL_NS
 
     from isthmus.api.mcsvc import MultiClusterService
+    from isthmus.clusterset.control import list_if_kind
+    from isthmus.exposure.views import mcs_rows
     from isthmus.kube.resources import resource_for
-    from isthmus.mcs.control import list_if_kind
-    from isthmus.mcsvc.views import mcs_rows
 
     async def gather() -> tuple[list[dict[str, Any]], str]:
         client, where = await open_broker(req.kubeconfig, req.context, request_timeout=10.0)

@@ -25,6 +25,11 @@ from isthmus.kube.client import client_for
 FORMAT_VERSION = 1
 """Bumped only for incompatible changes; decoders reject versions they do not know."""
 
+BROKER_TIMEOUT = 5.0
+"""Per-request timeout of a component's broker client (`BrokerInfo.client(timeout=BROKER_TIMEOUT)`):
+an unreachable or silent broker shows in conditions within seconds, not after httpx's 30 s default
+(watches are not bounded by it)."""
+
 
 @dataclass(frozen=True)
 class BrokerInfo:

@@ -49,11 +49,11 @@ from isthmus.api.mcsvc import (
     report_name,
     resolve,
 )
+from isthmus.exposure import metrics
+from isthmus.exposure.plan import backends, made_for, resolve_providers, show_clusters, summarize
+from isthmus.exposure.provider import MCSLoadBalancer, ProviderError
 from isthmus.kube import helpers, keys
 from isthmus.kube.resources import resource_for
-from isthmus.mcsvc import metrics
-from isthmus.mcsvc.plan import backends, made_for, resolve_providers, show_clusters, summarize
-from isthmus.mcsvc.provider import MCSLoadBalancer, ProviderError
 from isthmus.runtime import (
     Controller,
     EventRecorder,

@@ -1,5 +1,6 @@
-"""What the discovery control-plane steps (broker, membership, exports, views) share: their user
-error, their field manager, and reads that treat an unknown kind as no object.
+"""What the clusterset's control-plane steps (broker set-up, join and leave, and discovery's export
+commands and views) share: their user error, their field manager, and reads that treat an unknown
+kind as no object.
 
 A cluster that has not joined yet does not serve the Isthmus and MCS CRDs; a GET, LIST or DELETE
 of such a kind answers 404 for the kind itself, which these steps read as "nothing there".
@@ -20,7 +21,7 @@ CRD_TIMEOUT = 60.0
 """How long deploy-broker and join wait for the CRDs they install to be served."""
 
 
-class DiscoveryError(Exception):
+class ClustersetError(Exception):
     """A user-caused problem (bad input, state that forbids the request); the message is for users."""
 
 

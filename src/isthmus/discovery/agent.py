@@ -86,13 +86,11 @@ from isthmus.api.mcs import (
     broker_object_name,
     conflict_condition,
 )
-from isthmus.kube import helpers, keys
-from isthmus.kube.resources import resource_for
-from isthmus.mcs import metrics
-from isthmus.mcs.aggregate import Aggregate, decided_ips, derive
-from isthmus.mcs.allocator import AllocatorFull, VipAllocator
-from isthmus.mcs.brokerinfo import BrokerInfo
-from isthmus.mcs.endpoints import (
+from isthmus.clusterset.brokerinfo import BROKER_TIMEOUT, BrokerInfo
+from isthmus.discovery import metrics
+from isthmus.discovery.aggregate import Aggregate, decided_ips, derive
+from isthmus.discovery.allocator import AllocatorFull, VipAllocator
+from isthmus.discovery.endpoints import (
     InvalidAnnotation,
     PortSelector,
     broker_service_import,
@@ -108,7 +106,9 @@ from isthmus.mcs.endpoints import (
     validate_export,
     vip_setting,
 )
-from isthmus.mcs.liveness import Liveness
+from isthmus.discovery.liveness import Liveness
+from isthmus.kube import helpers, keys
+from isthmus.kube.resources import resource_for
 from isthmus.runtime import (
     NORMAL,
     REGISTRY,
@@ -129,9 +129,6 @@ HEARTBEAT_SECONDS = 10.0
 FAILED_RETRY_SECONDS = 5.0
 PARSE_MEMO_SIZE = 1024
 _M = TypeVar("_M", bound=KubeModel)
-BROKER_TIMEOUT = 5.0
-"""Per-request timeout toward the broker: an unreachable or silent broker shows in conditions within
-seconds, not after httpx's 30 s default (watches are not bounded by it)."""
 
 IGNORED_SLICES = Counter(
     "isthmus_agent_ignored_slices_total",
@@ -305,7 +302,7 @@ class Agent:
 
     @property
     def silent_peers(self) -> frozenset[str]:
-        """The peers whose endpoints this agent withholds now (mcs/metrics.py reports them)."""
+        """The peers whose endpoints this agent withholds now (discovery/metrics.py reports them)."""
         return self._silent
 
     async def run(self) -> None:

@@ -19,7 +19,7 @@ from isthmus.api.mcsvc import ConditionType
 from isthmus.runtime import REGISTRY
 
 if TYPE_CHECKING:
-    from isthmus.mcsvc.broker import BrokerController
+    from isthmus.exposure.broker import BrokerController
 
 __all__ = ["CLUSTERSET_METRICS", "exposure_summary", "track"]
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from lightkube import AsyncClient
 
 from isthmus.api.mcsvc import LoadBalancerIngress, LoadBalancerStatus, MultiClusterService, PortStatus
-from isthmus.mcsvc.plan import Backends
+from isthmus.exposure.plan import Backends
 from isthmus.runtime import Informer, SharedInformerFactory
 
 KeyFunc = Callable[[Any], list[str]]

@@ -30,7 +30,7 @@ from isthmus.api.mcs import (
 from isthmus.runtime import REGISTRY
 
 if TYPE_CHECKING:
-    from isthmus.mcs.agent import Agent
+    from isthmus.discovery.agent import Agent
 
 __all__ = ["CLUSTERSET_METRICS", "EXPORT_STATES", "conflict_types", "export_state", "export_summary", "heartbeat_ages",
            "track"]

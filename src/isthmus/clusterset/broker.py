@@ -21,11 +21,11 @@ from isthmus.api.mcs import (
     Broker,
     BrokerSpec,
 )
+from isthmus.clusterset.brokerinfo import BrokerInfo
+from isthmus.clusterset.cidrs import validate_cluster_id
+from isthmus.clusterset.control import CRD_TIMEOUT, FIELD_MANAGER, ClustersetError, get_if_kind
 from isthmus.kube import manifests
 from isthmus.kube.helpers import create_or_update
-from isthmus.mcs.allocator import validate_cluster_id
-from isthmus.mcs.brokerinfo import BrokerInfo
-from isthmus.mcs.control import CRD_TIMEOUT, FIELD_MANAGER, DiscoveryError, get_if_kind
 
 GLOBALNET_UNSUPPORTED = (
     "Globalnet is not supported with ClusterSet IPs: every pod behind an exported service would need "
@@ -36,7 +36,7 @@ GLOBALNET_UNSUPPORTED = (
 def _check_namespace_name(namespace: str) -> None:
     problem = validate_cluster_id(namespace)
     if problem is not None:
-        raise DiscoveryError(f"invalid namespace {namespace!r}: must be a DNS-1123 label")
+        raise ClustersetError(f"invalid namespace {namespace!r}: must be a DNS-1123 label")
 
 
 def normalize_cidr_range(cidrs: Sequence[str] | None) -> list[str]:
@@ -53,15 +53,15 @@ def normalize_cidr_range(cidrs: Sequence[str] | None) -> list[str]:
         except ValueError as err:
             if "host bits set" in str(err):
                 fixed = ipaddress.IPv4Network(item, strict=False)
-                raise DiscoveryError(
+                raise ClustersetError(
                     f"clusterset IP CIDR range {item} has host bits set: the network is {fixed}; use that instead"
                 ) from None
-            raise DiscoveryError(
+            raise ClustersetError(
                 f"clusterset IP CIDR range {item!r} is not a valid IPv4 network (a.b.c.d/n)"
             ) from None
         for other in nets:
             if net.overlaps(other):
-                raise DiscoveryError(f"clusterset IP CIDR ranges {other} and {net} overlap")
+                raise ClustersetError(f"clusterset IP CIDR ranges {other} and {net} overlap")
         nets.append(net)
     return [str(n) for n in nets]
 
@@ -72,7 +72,7 @@ def broker_manifests(namespace: str) -> list[dict[str, Any]]:
     try:
         objs = manifests.render(manifests.deploy_dir() / "broker", namespace=namespace)
     except manifests.ManifestError as err:
-        raise DiscoveryError(f"the broker manifests cannot be built: {err}") from None
+        raise ClustersetError(f"the broker manifests cannot be built: {err}") from None
     for obj in objs:
         if obj.get("kind") in _CLUSTER_SCOPED_POLICY_KINDS:
             # kustomize's namespace transformer does not know these kinds are cluster-scoped
@@ -105,7 +105,7 @@ async def deploy_broker(
 
     Idempotent with the same settings. The clusterset settings cannot change once clusters may have
     joined (changing them means reinstalling the clusterset), so a re-run with
-    different ones is a DiscoveryError naming the current settings.
+    different ones is a ClustersetError naming the current settings.
     """
     _check_namespace_name(namespace)
     ranges = normalize_cidr_range(cidr_range)
@@ -117,7 +117,7 @@ async def deploy_broker(
         if current is None:
             return Broker(metadata=ObjectMeta(name=BROKER_NAME, namespace=namespace), spec=wanted)
         if current.spec != wanted:
-            raise DiscoveryError(
+            raise ClustersetError(
                 f"the broker in namespace {namespace} is already deployed with {_describe(current.spec)}; "
                 f"clusterset settings cannot change once deployed (to change them, reinstall the whole "
                 f"clusterset), so re-run with exactly these settings"
@@ -149,10 +149,10 @@ async def deploy_broker(
 
 
 async def get_broker(client: AsyncClient, namespace: str) -> Broker:
-    """The Broker object, or a DiscoveryError saying deploy-broker has not run there."""
+    """The Broker object, or a ClustersetError saying deploy-broker has not run there."""
     broker = cast(Broker | None, await get_if_kind(client, Broker, BROKER_NAME, namespace))
     if broker is None:
-        raise DiscoveryError(
+        raise ClustersetError(
             f"no broker in namespace {namespace} of the broker API: run `isthmus deploy-broker` there first"
         )
     return broker

@@ -10,8 +10,8 @@ from lightkube.resources.core_v1 import Namespace, Service
 
 from isthmus.api.base import ObjectMeta
 from isthmus.api.mcs import USE_CLUSTERSET_IP_ANNOTATION, ServiceExport
+from isthmus.clusterset.control import FIELD_MANAGER, ClustersetError, delete_if_kind
 from isthmus.kube.helpers import create_or_update, get_or_none, is_not_found
-from isthmus.mcs.control import FIELD_MANAGER, DiscoveryError, delete_if_kind
 
 Change = Literal["created", "configured", "unchanged"]
 _NO_MCS_CRDS = (
@@ -36,9 +36,9 @@ async def export(
     moves the Conflict condition: the service's behaviour is fixed while it is exported.
     """
     if await get_or_none(client, Namespace, namespace) is None:
-        raise DiscoveryError(f"namespace {namespace!r} does not exist")
+        raise ClustersetError(f"namespace {namespace!r} does not exist")
     if not allow_missing and await get_or_none(client, Service, name, namespace=namespace) is None:
-        raise DiscoveryError(
+        raise ClustersetError(
             f"service {namespace}/{name} not found (use --allow-missing to export it before it exists)"
         )
 
@@ -61,7 +61,7 @@ async def export(
                                         field_manager=FIELD_MANAGER)
     except ApiError as err:
         if is_not_found(err):
-            raise DiscoveryError(_NO_MCS_CRDS) from None
+            raise ClustersetError(_NO_MCS_CRDS) from None
         raise
     if stored is None:  # pragma: no cover - mutate always creates when absent
         raise AssertionError("ServiceExport vanished")

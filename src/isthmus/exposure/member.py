@@ -76,10 +76,10 @@ from isthmus.api.mcsvc import (
     report_name,
     resolve,
 )
+from isthmus.exposure.plan import exposed_ports, made_for, missing_ports
 from isthmus.kube import helpers, keys
 from isthmus.kube.endpointslices import endpoint_ready, own_slices, pod_endpoints
 from isthmus.kube.resources import resource_for
-from isthmus.mcsvc.plan import exposed_ports, made_for, missing_ports
 from isthmus.runtime import (
     Controller,
     EventRecorder,

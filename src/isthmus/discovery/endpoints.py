@@ -53,8 +53,8 @@ from isthmus.api.mcs import (
     ValidReason,
     broker_object_name,
 )
+from isthmus.discovery.aggregate import Aggregate
 from isthmus.kube.endpointslices import endpoint_ready, own_slices, pod_endpoints
-from isthmus.mcs.aggregate import Aggregate
 
 __all__ = [
     "BROKER_ONLY_LABELS",

@@ -20,9 +20,9 @@ from isthmus.api.mcs import (
     ServiceExport,
     ServiceImport,
 )
+from isthmus.clusterset.broker import get_broker
+from isthmus.clusterset.control import get_if_kind, list_if_kind
 from isthmus.kube.helpers import list_all
-from isthmus.mcs.broker import get_broker
-from isthmus.mcs.control import get_if_kind, list_if_kind
 
 MESSAGE_SEPARATOR = "; "
 """How `api.mcs.conflict_condition` joins the messages of several conflicts."""
