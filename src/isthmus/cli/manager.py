@@ -23,6 +23,7 @@ from isthmus.cli.agent import OptionalClusterIdOpt, default_identity
 from isthmus.cli.app import (
     COMPONENTS,
     Background,
+    Component,
     ComponentKubeconfigOpt,
     ContextOpt,
     IdentityOpt,
@@ -112,7 +113,7 @@ def controller_manager(
     namespace = service_account_namespace or os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
     config = load_config(kubeconfig, context)
 
-    def part(name: str, client: Any) -> Background:
+    def part(name: str, client: Any) -> Component:
         if name == "lb":
             assert cluster_name is not None
             return lb_part(client, cluster_name, holder, grace)
