@@ -5,8 +5,8 @@ ports, persistent data dirs so `restart()` keeps state), deploys the broker and 
 cluster through `isthmus.clusterset.membership`, then runs one `isthmus.discovery.agent.Agent` per cluster in
 this event loop. Teardown stops every agent and server even when the test failed.
 
-Also here: `eventually` (poll an async predicate) and builders of the objects a user (or
-kube's own controllers) would write: Services, kube-controller EndpointSlices, ServiceExports.
+Also here: builders of the objects a user (or kube's own controllers) would write: Services,
+kube-controller EndpointSlices, ServiceExports. Polling (`eventually`, `never`) is in tests.harness.polling.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,6 +46,7 @@ from isthmus.discovery.aggregate import derive
 from isthmus.discovery.endpoints import broker_service_import
 from isthmus.kube.resources import resource_for
 from tests.conftest import RunningApiServer
+from tests.harness.polling import eventually
 
 T = TypeVar("T")
 
@@ -67,47 +67,6 @@ SETUP_TIMEOUT = 60.0
 
 
 # --- polling ------------------------------------------------------------------------------------
-
-
-async def eventually(
-    predicate: Callable[[], Awaitable[T]],
-    timeout: float = 10.0,  # noqa: ASYNC109  (the brief's eventually(pred, timeout=10))
-    interval: float = 0.1,
-    what: str = "",
-) -> T:
-    """Poll `predicate` until it returns a truthy value (returned) without raising.
-
-    AssertionError / ApiError / LookupError / TypeError inside the predicate count as "not yet";
-    on timeout the last failure (or falsy value) is reported.
-    """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            value = await predicate()
-            if value:
-                return value
-            last = f"predicate returned {value!r}"
-        except (AssertionError, ApiError, LookupError, TypeError, ValueError, AttributeError) as err:
-            last = err
-        if time.monotonic() >= deadline:
-            msg = f"not true within {timeout}s{' (' + what + ')' if what else ''}: {last}"
-            raise AssertionError(msg) from (last if isinstance(last, BaseException) else None)
-        await asyncio.sleep(interval)
-
-
-async def never(
-    predicate: Callable[[], Awaitable[Any]], duration: float = 1.5, interval: float = 0.1, what: str = ""
-) -> None:
-    """Assert `predicate` stays falsy (errors count as falsy) for `duration` seconds."""
-    deadline = time.monotonic() + duration
-    while time.monotonic() < deadline:
-        try:
-            value = await predicate()
-        except (AssertionError, ApiError, LookupError, TypeError, ValueError, AttributeError):
-            value = None
-        assert not value, f"unexpectedly true{' (' + what + ')' if what else ''}: {value!r}"
-        await asyncio.sleep(interval)
 
 
 # --- object builders ----------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
-from collections.abc import Callable
 from typing import cast
 
 
@@ -115,16 +114,3 @@ async def udp_ask(
     finally:
         sock.close()
 
-
-async def eventually(check: Callable[[], object], timeout: float = 10, interval: float = 0.05) -> None:  # noqa: ASYNC109
-    """Wait until `check()` is truthy (async checks are awaited)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {check}")
-        await asyncio.sleep(interval)

@@ -28,7 +28,7 @@ from isthmus.egress.operator import EgressOperator
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
 from tests.conftest import RunningApiServer
-from tests.integration.test_kubelite import eventually
+from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 

@@ -12,7 +12,7 @@ import ipaddress
 import json
 import random
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -24,6 +24,7 @@ from lightkube.types import PatchType
 
 from isthmus.local.kubelite import KUBE_ENDPOINTSLICE_MANAGER, WORKLOAD_ANNOTATION, KubeLite
 from isthmus.local.kubelite.processes import ProcessOptions
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,26 +71,6 @@ class Lite:
                 async with asyncio.timeout(self.stop_timeout):
                     await self.task
             self.task = None
-
-
-async def eventually(
-    check: Callable[[], Awaitable[Any]], within: float = 20.0, what: str = "condition"
-) -> Any:
-    """Poll ``check`` until it returns something truthy (returned) or raise after ``within`` s."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + within
-    last: Any = None
-    while True:
-        try:
-            last = await check()
-        except (AssertionError, OSError) as e:
-            last = e
-        else:
-            if last:
-                return last
-        if loop.time() > end:
-            raise AssertionError(f"{what} not met in {within}s (last: {last!r})")
-        await asyncio.sleep(0.1)
 
 
 async def get_svc(client: AsyncClient, name: str) -> dict[str, Any]:

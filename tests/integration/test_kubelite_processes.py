@@ -34,7 +34,8 @@ from isthmus.kube.helpers import install_crds
 from isthmus.kube.manifests import apply, deploy_dir, render
 from isthmus.local.kubelite.processes import ProcessOptions
 from tests.conftest import RunningApiServer
-from tests.integration.test_kubelite import NS, Lite, eventually, kubectl
+from tests.harness.polling import eventually
+from tests.integration.test_kubelite import NS, Lite, kubectl
 
 pytestmark = pytest.mark.timeout(120)
 

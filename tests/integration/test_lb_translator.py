@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,23 +24,13 @@ from isthmus.haproxy.manager import PoolManager
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.resources import resource_for
 from isthmus.lb.controller import Translator
+from tests.harness.polling import eventually_passes
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
 POOL = resource_for(LoadBalancerPool)
 T = TypeVar("T")
 NS = "default"
-
-
-async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 20.0) -> T:  # noqa: ASYNC109
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            return await probe()
-        except AssertionError:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-        await asyncio.sleep(0.05)
 
 
 def free_node_port() -> int:
@@ -126,7 +116,7 @@ class Env:
             assert ingress, obj.get("status")
             return list(ingress)
 
-        return await eventually(probe)
+        return await eventually_passes(probe)
 
     async def events(self, name: str) -> list[tuple[str, str, str]]:
         out = []
@@ -256,7 +246,7 @@ async def test_phase_3_and_4_ingresses_route_by_host_and_path(env: Env) -> None:
         status, got = await fetch(addr, 18110, "/new", "foo.com")
         assert status == 200 and got["backend"] == "web2"
 
-    await eventually(new_rule)
+    await eventually_passes(new_rule)
 
 
 async def test_a_shared_pool_keeps_each_owner_to_its_parts_and_reports_conflicts(env: Env) -> None:
@@ -278,7 +268,7 @@ async def test_a_shared_pool_keeps_each_owner_to_its_parts_and_reports_conflicts
         conds = {c["type"]: c for c in svc["status"].get("conditions") or []}
         assert conds["isthmus.io/LoadBalancerPortsAllocated"]["status"] == "False"
 
-    await eventually(conflict)
+    await eventually_passes(conflict)
     pool = await env.pool("shared")
     assert pool is not None and "kube.one:default:three:18120" not in [f.name for f in pool.spec.haproxy.frontends]
     status, body = await fetch(env.public, 18120)
@@ -292,13 +282,13 @@ async def test_a_shared_pool_keeps_each_owner_to_its_parts_and_reports_conflicts
         assert p is not None and [f.name for f in p.spec.haproxy.frontends] == ["kube.one:default:two:18121"]
         assert [b.name for b in p.spec.haproxy.backends] == ["kube.one:default:two:18121"]
 
-    await eventually(only_two)
+    await eventually_passes(only_two)
     await env.client.delete(Service, "two", namespace=NS)
 
     async def deleted() -> None:
         assert await env.pool("shared") is None
 
-    await eventually(deleted)
+    await eventually_passes(deleted)
 
 
 async def test_invalid_config_is_reported_and_changes_nothing(env: Env) -> None:
@@ -308,7 +298,7 @@ async def test_invalid_config_is_reported_and_changes_nothing(env: Env) -> None:
         evs = await env.events("bad")
         assert any(r == "InvalidConfig" and 'unknown field "bogus"' in m and "size" in m for _, r, m in evs), evs
 
-    await eventually(reported)
+    await eventually_passes(reported)
     assert await env.pool("kube-one--default--bad") is None
 
 
@@ -324,7 +314,7 @@ async def test_creation_strategies_after_an_out_of_band_delete(env: Env) -> None
     async def never_reported() -> None:
         assert any(r == "PoolMissing" and "strategy Never" in m for _, r, m in await env.events("never"))
 
-    await eventually(never_reported)
+    await eventually_passes(never_reported)
     for name in ("again", "once"):
         await env.client.delete(POOL, f"kube-one--default--{name}")
 
@@ -333,7 +323,7 @@ async def test_creation_strategies_after_an_out_of_band_delete(env: Env) -> None
         evs = await env.events("once")
         assert any(r == "PoolMissing" and "not re-creating" in m for _, r, m in evs), evs
 
-    await eventually(recreated)
+    await eventually_passes(recreated)
     await asyncio.sleep(1.0)
     assert await env.pool("kube-one--default--once") is None
 
@@ -349,7 +339,7 @@ async def test_only_one_translator_acts(apiserver: Any, tmp_path: Path) -> None:
         async def one_leads() -> None:
             assert [t1.ready, t2.ready].count(True) == 1
 
-        await eventually(one_leads)
+        await eventually_passes(one_leads)
         await asyncio.sleep(1.5)
         assert [t1.ready, t2.ready].count(True) == 1
     finally:
@@ -379,7 +369,7 @@ async def test_a_service_that_stops_being_a_load_balancer_leaves_its_pool_and_a_
         p = await env.pool("kube-one--default--flip")
         assert p is not None and [f.bind_port for f in p.spec.haproxy.frontends] == [18151]
 
-    await eventually(moved)
+    await eventually_passes(moved)
     # No longer of type LoadBalancer: its parts go (the pool with them) and its status is cleared.
     await env.client.patch(Service, "flip", {"spec": {"type": "NodePort"}}, namespace=NS, patch_type=PatchType.MERGE)
 
@@ -388,7 +378,7 @@ async def test_a_service_that_stops_being_a_load_balancer_leaves_its_pool_and_a_
         svc = (await env.client.get(Service, "flip", namespace=NS)).to_dict()
         assert not ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
 
-    await eventually(left)
+    await eventually_passes(left)
 
 
 async def test_a_pool_stored_under_a_name_ending_in_a_newline_is_deleted_with_its_owner(
@@ -416,10 +406,10 @@ async def test_a_pool_stored_under_a_name_ending_in_a_newline_is_deleted_with_it
         evs = await env.events("legacy")
         assert any(r == "InvalidConfig" and "is not a valid pool name" in m for _, r, m in evs), evs
 
-    await eventually(refused)
+    await eventually_passes(refused)
     await env.client.delete(Service, "legacy", namespace=NS)
 
     async def deleted() -> None:
         assert legacy not in [p.metadata.name async for p in env.client.list(POOL)]
 
-    await eventually(deleted)
+    await eventually_passes(deleted)

@@ -25,14 +25,13 @@ from isthmus.api.mcs import (
 )
 from isthmus.clusterset.membership import membership
 from isthmus.kube.resources import resource_for
+from tests.harness.polling import eventually, never
 from tests.integration.mcs_harness import (
     BROKER_NS,
     ClusterSet,
     as_dict,
     clusters_of,
-    eventually,
     ips_of,
-    never,
     ports_of,
     service,
 )

@@ -17,6 +17,7 @@ from isthmus.api.mcs import (
     ServiceImportType,
     ValidReason,
 )
+from tests.harness.polling import eventually, never
 from tests.integration.mcs_harness import (
     SE,
     ClusterSet,
@@ -24,10 +25,8 @@ from tests.integration.mcs_harness import (
     annotations_of,
     cond_is,
     condition,
-    eventually,
     ips_of,
     labels_of,
-    never,
     ports_of,
     reasons,
     service,

@@ -25,6 +25,7 @@ from isthmus.api.mcs import (
     broker_object_name,
 )
 from isthmus.discovery.endpoints import imported_slice_name
+from tests.harness.polling import eventually, never
 from tests.integration.mcs_harness import (
     BROKER_NS,
     SE,
@@ -35,11 +36,9 @@ from tests.integration.mcs_harness import (
     as_dict,
     clusters_of,
     endpoint_slice,
-    eventually,
     get_or_none,
     ips_of,
     labels_of,
-    never,
     ports_of,
     service,
 )

@@ -16,13 +16,13 @@ import pytest_asyncio
 from isthmus.api.mcs import HEARTBEAT_ANNOTATION, SOURCE_CLUSTER_LABEL, ConditionType, ConflictReason
 from isthmus.clusterset import membership as joinmod
 from isthmus.clusterset.control import ClustersetError
+from tests.harness.polling import eventually
 from tests.integration.mcs_harness import (
     BROKER_NS,
     CLUSTER,
     SD,
     ClusterSet,
     annotations_of,
-    eventually,
     get_or_none,
     ips_of,
     labels_of,

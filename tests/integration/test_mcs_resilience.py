@@ -10,15 +10,14 @@ import pytest
 import pytest_asyncio
 
 from isthmus.api.mcs import CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION, ConditionType, ReadyReason, ValidReason
+from tests.harness.polling import eventually, never
 from tests.integration.mcs_harness import (
     ClusterSet,
     annotations_of,
     cond_is,
     condition,
-    eventually,
     ip_in,
     ips_of,
-    never,
     service,
     service_export,
 )

@@ -48,14 +48,13 @@ from isthmus.discovery.agent import Agent
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
 from isthmus.runtime import REGISTRY
+from tests.harness.polling import eventually, never
 from tests.integration.mcs_harness import (
     BROKER_NS,
     ClusterSet,
     Member,
     as_dict,
     cond_is,
-    eventually,
-    never,
     service,
 )
 

@@ -18,6 +18,7 @@ from isthmus.api.mcs import (
     ServiceImportType,
     ValidReason,
 )
+from tests.harness.polling import eventually, never
 from tests.integration.mcs_harness import (
     INVALID_ANNOTATION,
     SE,
@@ -27,10 +28,8 @@ from tests.integration.mcs_harness import (
     cond_is,
     condition,
     endpoint_slice,
-    eventually,
     ips_of,
     list_dicts,
-    never,
     service,
     service_export,
 )

@@ -18,6 +18,7 @@ from isthmus.api.mcs import (
     ConditionType,
     ConflictReason,
 )
+from tests.harness.polling import eventually
 from tests.integration.mcs_harness import (
     CLUSTER,
     SD,
@@ -26,7 +27,6 @@ from tests.integration.mcs_harness import (
     annotations_of,
     as_dict,
     clusters_of,
-    eventually,
     get_or_none,
     ip_add,
     ip_in,

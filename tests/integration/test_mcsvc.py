@@ -30,11 +30,11 @@ from isthmus.exposure.broker import BrokerController
 from isthmus.exposure.member import MemberController
 from isthmus.exposure.provider import FakeLoadBalancer
 from isthmus.kube.resources import resource_for
+from tests.harness.polling import eventually
 from tests.integration.mcs_harness import (
     ClusterSet,
     as_dict,
     endpoint_slice,
-    eventually,
     service,
     service_export,
 )

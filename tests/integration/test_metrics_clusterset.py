@@ -22,7 +22,8 @@ from isthmus.api.mcs import CLUSTERSET_DOMAIN, ConditionType, ConflictReason
 from isthmus.discovery.agent import Agent
 from isthmus.dns.service import DnsConfig, DnsService
 from isthmus.runtime import HealthServer
-from tests.integration.mcs_harness import SE, ClusterSet, Member, eventually, service, service_export
+from tests.harness.polling import eventually
+from tests.integration.mcs_harness import SE, ClusterSet, Member, service, service_export
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

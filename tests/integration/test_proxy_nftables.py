@@ -31,7 +31,7 @@ from isthmus.proxy import Backend, ListenerKey, ProxyConfig, ProxyService, Targe
 from isthmus.proxy.nftables import TABLE, NftablesDataplane, render
 from isthmus.runtime import REGISTRY
 from tests.conftest import RunningApiServer
-from tests.integration.proxy_backends import eventually
+from tests.harness.polling import eventually
 from tests.integration.test_proxy_service import (
     NS,
     SVC_PORT,

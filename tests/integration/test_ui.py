@@ -28,7 +28,8 @@ from isthmus.ui.kinds import BROKER_ROLE, MEMBER_ROLE
 from isthmus.ui.model import UNREACHABLE, apply_delta, cluster_health, parse_time
 from isthmus.ui.server import UiServer
 from isthmus.ui.watch import Source, discover
-from tests.integration.mcs_harness import ClusterSet, eventually, service, service_export
+from tests.harness.polling import eventually
+from tests.integration.mcs_harness import ClusterSet, service, service_export
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 NS = "ui-test"
