@@ -27,7 +27,7 @@ from isthmus.kube.manifests import apply, deploy_dir, render
 from isthmus.kube.tokens import ServiceAccountToken, request_token
 from tests.conftest import RunningApiServer
 from tests.harness.polling import eventually
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from lightkube.resources.core_v1 import Service
 
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -145,8 +145,9 @@ async def test_kube_lite_forks_its_pods_from_the_zygote_that_forked_it(apiserver
     along, and the zygote goes on serving its first caller."""
     import os
 
-    from isthmus.kube.helpers import install_crds
     from isthmus.local.zygote import Zygote
+
+    from isthmus.kube.helpers import install_crds
 
     a = random.randint(100, 199)
     client = apiserver.client()

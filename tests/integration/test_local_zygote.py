@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
 from isthmus.local.zygote import UNKNOWN_EXIT, Zygote, ZygoteProcess, forkable
-from tests.ports import free_port
+
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,7 @@ import pytest
 
 from isthmus.local import plan, up
 from isthmus.local.state import PHASE_RUNNING, PHASE_STARTING, Layout, State, private_dir, save_state
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 
 def _status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recorded_pid: int | None, live_pid: int | None,
