@@ -228,3 +228,18 @@ async def test_one_of_two_leads_each_term_is_fresh_and_stop_hands_the_lease_over
     assert len(FakeFactory.made) == 2 and FakeFactory.made[0].events[-1] == "stop"
     await b.stop()
     assert leases.holder() is None
+
+
+async def test_ready_when_adds_the_components_own_condition() -> None:
+    programmed = {"yes": False}
+    m = Manager("test")
+    m.ready_when(lambda: programmed["yes"])
+    task = asyncio.create_task(m.run())
+    await m.wait_ready()
+    assert not m.ready
+    programmed["yes"] = True
+    assert m.ready
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not m.ready

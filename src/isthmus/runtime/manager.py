@@ -36,7 +36,7 @@ What it owns:
   from `run()`'s start to its end whatever the Lease (a token refresher). The first runnable to
   fail ends the term, and `run()`, with its error.
 - **Readiness**: `ready` is True from the end of the term's `on_synced` hooks to the end of the term
-  (leading, synced, started). Health and metrics are served by whoever runs the Manager:
+  (leading, synced, started), and while every `ready_when(check)` passes. Health and metrics are served by whoever runs the Manager:
   `run_component` (cli/app.py) serves `/metrics` from the runtime's REGISTRY and `/readyz` from
   `ready`, since a Manager is a `Component` (`ready`, `start`, `wait`, `stop`). Several Managers run
   in one process side by side (`isthmus controller-manager`), each with its own Lease.
@@ -171,6 +171,7 @@ class Manager:
         self._always: list[Runnable] = []
         self._exit: list[Hook] = []
         self._stop: list[Hook] = []
+        self._checks: list[Callable[[], bool]] = []
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.term: Term | None = None
@@ -187,6 +188,11 @@ class Manager:
         """Run `runnable` in every term (`leader_only`), or from `run()`'s start to its end."""
         (self._leader if leader_only else self._always).append(runnable)
 
+    def ready_when(self, check: Callable[[], bool]) -> None:
+        """`ready` also needs `check()` (a component whose readiness is more than synced caches:
+        the egress gateway is ready once it programmed its rules)."""
+        self._checks.append(check)
+
     def on_exit(self, hook: Hook) -> None:
         """Await `hook` when `run()` ends, whatever the reason (close recorders)."""
         self._exit.append(hook)
@@ -199,10 +205,12 @@ class Manager:
 
     @property
     def ready(self) -> bool:
-        """Leading (or no election), every cache synced, the `on_synced` hooks done."""
-        return self._ready.is_set()
+        """Leading (or no election), every cache synced, the `on_synced` hooks done, and every
+        `ready_when` check passing."""
+        return self._ready.is_set() and all(check() for check in self._checks)
 
     async def wait_ready(self) -> None:
+        """Until the term's `on_synced` hooks are done (`ready_when` checks are not waited for)."""
         await self._ready.wait()
 
     @property
