@@ -45,7 +45,7 @@ from isthmus.apiserver.server import ApiServer
 from isthmus.discovery.aggregate import derive
 from isthmus.discovery.endpoints import broker_service_import
 from isthmus.kube.resources import resource_for
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually
 
 T = TypeVar("T")

@@ -18,7 +18,7 @@ import pytest
 
 from isthmus.apiserver.server import ApiServer
 from isthmus.apiserver.serviceaccounts import ServiceAccountTokens
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually
 
 TOKEN = "admin-token"

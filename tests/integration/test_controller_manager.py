@@ -25,7 +25,7 @@ from lightkube.resources.core_v1 import Secret, Service, ServiceAccount
 from isthmus.kube.client import client_for, load_config
 from isthmus.kube.manifests import apply, deploy_dir, render
 from isthmus.kube.tokens import ServiceAccountToken, request_token
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually
 from tests.harness.ports import free_port
 

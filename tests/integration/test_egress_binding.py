@@ -27,7 +27,7 @@ from isthmus.cli import admission_plugins
 from isthmus.egress.operator import EgressOperator
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]

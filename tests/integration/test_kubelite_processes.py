@@ -33,7 +33,7 @@ from isthmus.api.image import IMAGE, IMAGE_REPOSITORY
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.manifests import apply, deploy_dir, render
 from isthmus.local.kubelite.processes import ProcessOptions
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually
 from tests.integration.test_kubelite import NS, Lite, kubectl
 

@@ -385,7 +385,7 @@ async def test_a_child_handed_a_listening_socket_serves_on_it(zygote: Zygote, tm
 
     import aiohttp
 
-    from tests.conftest import RunningApiServer
+    from tests.harness.apiserver import RunningApiServer
 
     run = RunningApiServer(tmp_path / "apiserver")
     await run.start()

@@ -35,7 +35,7 @@ from isthmus.clusterset.brokerinfo import BrokerInfo
 from isthmus.clusterset.control import ClustersetError
 from isthmus.discovery import coredns
 from isthmus.kube.resources import resource_for
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.unit.test_coredns import KUBEADM
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]

@@ -50,7 +50,7 @@ from isthmus.clusterset.control import ClustersetError
 from isthmus.discovery import exports, views
 from isthmus.kube.helpers import get, get_or_none, list_all, patch_status
 from isthmus.kube.resources import to_lightkube
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 NS = "isthmus-broker"
 TOKEN = "broker-secret-token"

@@ -22,7 +22,7 @@ from isthmus.haproxy.manager import PoolResource
 from isthmus.kube import helpers
 from isthmus.kube.helpers import install_crds
 from isthmus.runtime import REGISTRY
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually_passes
 from tests.integration.test_egress_binding import ClaimRes
 from tests.integration.test_egress_binding import Env as EgressEnv

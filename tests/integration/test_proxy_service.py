@@ -33,7 +33,7 @@ from isthmus.api.mcs import (
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.resources import resource_for
 from isthmus.proxy import Backend, ListenerKey, ProxyConfig, ProxyService
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually
 from tests.integration.proxy_backends import TcpEcho, UdpEcho, random_net, tcp_ask, udp_ask
 
