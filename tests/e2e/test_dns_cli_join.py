@@ -18,8 +18,8 @@ import pytest
 import pytest_asyncio
 
 from isthmus.clusterset import membership
+from tests.harness.clusterset import ClusterSet
 from tests.harness.ports import free_port
-from tests.integration.mcs_harness import ClusterSet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(90)]
 

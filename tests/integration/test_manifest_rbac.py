@@ -26,8 +26,8 @@ from isthmus.apiserver.authorization.rbac import rules_of as policy_rules
 from isthmus.discovery.agent import Agent
 from isthmus.dns.service import DnsConfig, DnsService
 from isthmus.kube.manifests import deploy_dir, render
+from tests.harness.clusterset import ClusterSet
 from tests.harness.polling import eventually
-from tests.integration.mcs_harness import ClusterSet
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -25,8 +25,7 @@ from isthmus.api.mcs import (
 )
 from isthmus.clusterset.membership import membership
 from isthmus.kube.resources import resource_for
-from tests.harness.polling import eventually, never
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     BROKER_NS,
     ClusterSet,
     as_dict,
@@ -35,6 +34,7 @@ from tests.integration.mcs_harness import (
     ports_of,
     service,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 SI: Any = resource_for(ServiceImport)

@@ -17,8 +17,7 @@ from isthmus.api.mcs import (
     ServiceImportType,
     ValidReason,
 )
-from tests.harness.polling import eventually, never
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     SE,
     ClusterSet,
     addresses_of,
@@ -31,6 +30,7 @@ from tests.integration.mcs_harness import (
     reasons,
     service,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -25,8 +25,7 @@ from isthmus.api.mcs import (
     broker_object_name,
 )
 from isthmus.discovery.endpoints import imported_slice_name
-from tests.harness.polling import eventually, never
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     BROKER_NS,
     SE,
     SI,
@@ -42,6 +41,7 @@ from tests.integration.mcs_harness import (
     ports_of,
     service,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -16,8 +16,7 @@ import pytest_asyncio
 from isthmus.api.mcs import HEARTBEAT_ANNOTATION, SOURCE_CLUSTER_LABEL, ConditionType, ConflictReason
 from isthmus.clusterset import membership as joinmod
 from isthmus.clusterset.control import ClustersetError
-from tests.harness.polling import eventually
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     BROKER_NS,
     CLUSTER,
     SD,
@@ -29,6 +28,7 @@ from tests.integration.mcs_harness import (
     list_dicts,
     service,
 )
+from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -10,8 +10,7 @@ import pytest
 import pytest_asyncio
 
 from isthmus.api.mcs import CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION, ConditionType, ReadyReason, ValidReason
-from tests.harness.polling import eventually, never
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     ClusterSet,
     annotations_of,
     cond_is,
@@ -21,6 +20,7 @@ from tests.integration.mcs_harness import (
     service,
     service_export,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -48,8 +48,7 @@ from isthmus.discovery.agent import Agent
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
 from isthmus.runtime import REGISTRY
-from tests.harness.polling import eventually, never
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     BROKER_NS,
     ClusterSet,
     Member,
@@ -57,6 +56,7 @@ from tests.integration.mcs_harness import (
     cond_is,
     service,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -18,8 +18,7 @@ from isthmus.api.mcs import (
     ServiceImportType,
     ValidReason,
 )
-from tests.harness.polling import eventually, never
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     INVALID_ANNOTATION,
     SE,
     ClusterSet,
@@ -33,6 +32,7 @@ from tests.integration.mcs_harness import (
     service,
     service_export,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

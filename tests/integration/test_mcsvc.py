@@ -30,14 +30,14 @@ from isthmus.exposure.broker import BrokerController
 from isthmus.exposure.member import MemberController
 from isthmus.exposure.provider import FakeLoadBalancer
 from isthmus.kube.resources import resource_for
-from tests.harness.polling import eventually
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     ClusterSet,
     as_dict,
     endpoint_slice,
     service,
     service_export,
 )
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 MCS: Any = resource_for(MultiClusterService)

@@ -21,8 +21,8 @@ from isthmus.exposure.haproxy import HAProxyLoadBalancer
 from isthmus.exposure.member import MemberController
 from isthmus.haproxy.manager import PoolManager
 from isthmus.kube.resources import resource_for
+from tests.harness.clusterset import ClusterSet, as_dict, endpoint_slice, service
 from tests.harness.polling import eventually
-from tests.integration.mcs_harness import ClusterSet, as_dict, endpoint_slice, service
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 MCS: Any = resource_for(MultiClusterService)

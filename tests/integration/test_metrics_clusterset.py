@@ -1,5 +1,5 @@
 """The clusterset-level metrics have the values the clusterset's state says, scraped from a real
-/metrics endpoint while real agents (mcs_harness: a broker and three member apiservers) and a real
+/metrics endpoint while real agents (tests.harness.clusterset: a broker and three member apiservers) and a real
 DNS server run: exports by state, conflicts by type, imports, VIP pool usage, heartbeat age and
 silence, DNS answers by rcode."""
 
@@ -22,8 +22,8 @@ from isthmus.api.mcs import CLUSTERSET_DOMAIN, ConditionType, ConflictReason
 from isthmus.discovery.agent import Agent
 from isthmus.dns.service import DnsConfig, DnsService
 from isthmus.runtime import HealthServer
+from tests.harness.clusterset import SE, ClusterSet, Member, service, service_export
 from tests.harness.polling import eventually
-from tests.integration.mcs_harness import SE, ClusterSet, Member, service, service_export
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 
