@@ -22,8 +22,8 @@ from isthmus.proxy.metrics import ListenerStats
 from isthmus.proxy.tcp import EARLY_LIMIT, TcpListener
 from isthmus.proxy.udp import UdpListener
 from isthmus.runtime.loop import run
+from tests.harness.backends import TcpEcho, UdpEcho, random_net, tcp_ask, udp_ask
 from tests.harness.polling import eventually
-from tests.integration.proxy_backends import TcpEcho, UdpEcho, random_net, tcp_ask, udp_ask
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -34,8 +34,8 @@ from isthmus.kube.helpers import install_crds
 from isthmus.kube.resources import resource_for
 from isthmus.proxy import Backend, ListenerKey, ProxyConfig, ProxyService
 from tests.harness.apiserver import RunningApiServer
+from tests.harness.backends import TcpEcho, UdpEcho, random_net, tcp_ask, udp_ask
 from tests.harness.polling import eventually
-from tests.integration.proxy_backends import TcpEcho, UdpEcho, random_net, tcp_ask, udp_ask
 
 pytestmark = pytest.mark.timeout(90)
 
