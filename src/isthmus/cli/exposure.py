@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -30,8 +29,11 @@ from isthmus.cli.app import (
 from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_list
 from isthmus.cli.show import ShowRequest, open_broker, register_show
 
+if TYPE_CHECKING:
+    from isthmus.runtime.manager import Manager
+
 log = logging.getLogger(__name__)
-RELEASE_TIMEOUT = 3.0
+
 
 @command("mcsvc", panel=COMPONENTS)
 def mcsvc(
@@ -91,9 +93,7 @@ def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int) -
 
     async def release() -> None:
         if found:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(RELEASE_TIMEOUT):
-                    await found[0].elector.release()
+            await found[0].manager.release()
 
     return Background("mcsvc", run, lambda: bool(found) and found[0].ready, on_stop=release)
 
@@ -124,17 +124,10 @@ def mcsvc_broker(
         raise fail(f"--provider must be one of {', '.join(sorted(PROVIDERS))}, not {provider!r}")
     holder = identity or default_identity()
 
-    async def make() -> Background:
+    async def make() -> Manager:
         client = make_client(kubeconfig, context)
-        controller = BrokerController(client, build(provider, client), broker_namespace=broker_namespace,
-                                      identity=holder, grace=grace, workers=workers)
-
-        async def release() -> None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(RELEASE_TIMEOUT):
-                    await controller.elector.release()
-
-        return Background("mcsvc-broker", controller.run, lambda: controller.ready, on_stop=release)
+        return BrokerController(client, build(provider, client), broker_namespace=broker_namespace,
+                                identity=holder, grace=grace, workers=workers).manager
 
     run_component("mcsvc-broker", make, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 

@@ -15,6 +15,9 @@ Keyed by `<namespace>/<name>` of the MultiClusterService. A reconcile:
 
 A member cluster that is registered but silent (no heartbeat for `grace`) does not hold a delete
 up: its controller removes its leftovers when it comes back (orphan sweep at start).
+
+Built on `runtime.Manager` (the Lease, each term's informers, readiness, the Lease handed back on
+stop). The metrics collector (metrics.py) reads it through `metrics.MultiClusterServices`.
 """
 
 from __future__ import annotations
@@ -57,9 +60,10 @@ from isthmus.kube.resources import resource_for
 from isthmus.runtime import (
     Controller,
     EventRecorder,
-    LeaderElector,
+    LeaderElection,
+    Manager,
     Result,
-    SharedInformerFactory,
+    Term,
     object_labels,
     object_name,
 )
@@ -111,10 +115,11 @@ class BrokerController:
         self.grace = grace
         self.workers = workers
         self.recorder = EventRecorder(client, BROKER_FIELD_MANAGER, instance=identity)
-        self.elector = LeaderElector(client, BROKER_LEASE, CONTROLLER_NAMESPACE, identity=identity,
-                                     lease_duration=lease_duration, renew_deadline=renew_deadline,
-                                     retry_period=retry_period)
-        self.ready = False
+        self.manager = Manager("mcsvc-broker", election=LeaderElection(
+            client, BROKER_LEASE, CONTROLLER_NAMESPACE, identity=identity, lease_duration=lease_duration,
+            renew_deadline=renew_deadline, retry_period=retry_period))
+        self.manager.setup(self._wire)
+        self.manager.on_exit(self.recorder.aclose)
         self._warned: dict[str, tuple[str, ...]] = {}
         self._lb_problem: dict[str, str] = {}
         self._summaries: dict[str, tuple[str, int]] = {}
@@ -128,15 +133,16 @@ class BrokerController:
         """cluster → (last heartbeat value seen, monotonic time it changed)."""
         metrics.track(self)
 
-    async def run(self) -> None:
-        try:
-            while True:
-                await self.elector.run(self._lead)
-        finally:
-            await self.recorder.aclose()
+    @property
+    def ready(self) -> bool:
+        """Leading, caches synced."""
+        return self.manager.ready
 
-    async def _lead(self) -> None:
-        factory = SharedInformerFactory(self.client)
+    async def run(self) -> None:
+        await self.manager.run()
+
+    def _wire(self, term: Term) -> None:
+        factory = term.informers(self.client)
         self.mcs = factory.informer(MCSResource)
         self.clusters = factory.informer(resource_for(Cluster), self.broker_ns)
         self.collected = factory.informer(EndpointSlice, self.broker_ns,
@@ -164,17 +170,11 @@ class BrokerController:
         for informer, keyfn in self.provider.watches(factory):
             c.watch(informer, keyfn)
         self.controller = c
-        factory.start()
-        try:
-            await factory.wait_synced()
-            self.ready = True
-            log.info("mcsvc-broker leading (provider %s)", self.provider.name)
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(c.run())
-                tg.create_task(self._watch_liveness(c))
-        finally:
-            self.ready = False
-            await factory.stop()
+        term.add(c, lambda: self._watch_liveness(c))
+        term.on_synced(self._synced)
+
+    async def _synced(self) -> None:
+        log.info("mcsvc-broker leading (provider %s)", self.provider.name)
 
     async def _watch_liveness(self, c: Controller) -> None:
         """A provider cluster that falls silent leaves the load balancers' backends (its pods are

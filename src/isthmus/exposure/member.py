@@ -17,6 +17,9 @@ reconcile reads everything from caches and converges:
 
 Providers left to default are the clusters that have the Service (docs/mcsvc.md "Providers"): a
 cluster without it reports itself as no provider, which is not a failure.
+
+Built on `runtime.Manager`: the Lease (in this cluster), each term's informers of both clusters
+(this cluster's synced first, then the broker's), readiness and the Lease handed back on stop.
 """
 
 from __future__ import annotations
@@ -83,9 +86,10 @@ from isthmus.kube.resources import resource_for
 from isthmus.runtime import (
     Controller,
     EventRecorder,
-    LeaderElector,
+    LeaderElection,
+    Manager,
     Result,
-    SharedInformerFactory,
+    Term,
     object_labels,
     object_name,
 )
@@ -124,11 +128,12 @@ class MemberController:
         self.broker_ns = broker_namespace
         self.workers = workers
         self.recorder = EventRecorder(broker, f"{MEMBER_FIELD_MANAGER}/{cluster_id}", instance=identity)
-        self.elector = LeaderElector(cluster, MEMBER_LEASE, CONTROLLER_NAMESPACE, identity=identity,
-                                     lease_duration=lease_duration, renew_deadline=renew_deadline,
-                                     retry_period=retry_period)
+        self.manager = Manager(f"mcsvc-{cluster_id}", election=LeaderElection(
+            cluster, MEMBER_LEASE, CONTROLLER_NAMESPACE, identity=identity, lease_duration=lease_duration,
+            renew_deadline=renew_deadline, retry_period=retry_period))
+        self.manager.setup(self._wire)
+        self.manager.on_exit(self.recorder.aclose)
         self.field_manager = f"{MEMBER_FIELD_MANAGER}-{cluster_id}"
-        self.ready = False
         self.controller: Controller | None = None
         self._joined_at: tuple[bool, float] = (True, -JOINED_CHECK)
         self._written: dict[str, dict[str, Any] | None] = {}
@@ -137,27 +142,27 @@ class MemberController:
         self._reported: dict[str, tuple[str, str]] = {}
         """key → (reason, message) of the last failure event, so one problem is one Event."""
 
-    async def run(self) -> None:
-        try:
-            while True:
-                await self.elector.run(self._lead)
-        finally:
-            await self.recorder.aclose()
+    @property
+    def ready(self) -> bool:
+        """Leading, both clusters' caches synced."""
+        return self.manager.ready
 
-    async def _lead(self) -> None:
-        local = SharedInformerFactory(self.cluster)
-        broker = SharedInformerFactory(self.broker)
-        self.services = local.informer(Service)
-        self.exports = local.informer(resource_for(ServiceExport))
-        self.imports = local.informer(resource_for(ServiceImport))
-        self.namespaces = local.informer(Namespace)
-        self.slices = local.informer(EndpointSlice)
+    async def run(self) -> None:
+        await self.manager.run()
+
+    def _wire(self, term: Term) -> None:
+        self.services = term.informer(self.cluster, Service)
+        self.exports = term.informer(self.cluster, resource_for(ServiceExport))
+        self.imports = term.informer(self.cluster, resource_for(ServiceImport))
+        self.namespaces = term.informer(self.cluster, Namespace)
+        self.slices = term.informer(self.cluster, EndpointSlice)
         self.slices.add_indexer("kube-service", keys.kube_slice_keys)
-        self.mcs = broker.informer(MCSResource)
-        self.clusters = broker.informer(resource_for(Cluster), self.broker_ns)
-        self.collected = broker.informer(EndpointSlice, self.broker_ns, labels={
+        self.mcs = term.informer(self.broker, MCSResource)
+        self.clusters = term.informer(self.broker, resource_for(Cluster), self.broker_ns)
+        self.collected = term.informer(self.broker, EndpointSlice, self.broker_ns, labels={
             SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY_VALUE, SOURCE_CLUSTER_LABEL: self.cluster_id})
-        self.reports = broker.informer(ReportResource, self.broker_ns, labels={SOURCE_CLUSTER_LABEL: self.cluster_id})
+        self.reports = term.informer(self.broker, ReportResource, self.broker_ns,
+                                     labels={SOURCE_CLUSTER_LABEL: self.cluster_id})
         c = Controller(f"mcsvc-{self.cluster_id}", self.reconcile, workers=self.workers, qps=500.0, burst=5000)
         # The status is the broker controller's: only spec and metadata concern this cluster.
         c.watch(self.mcs, _key, predicate=_not_status_only)
@@ -175,21 +180,18 @@ class MemberController:
         c.watch(self.clusters, lambda _o: self._all_keys(),
                 predicate=lambda old, new: old is None or object_name(old) != object_name(new))
         self.controller = c
-        local.start()
-        broker.start()
-        try:
-            await local.wait_synced()
-            await broker.wait_synced()
-            for key in self._orphan_keys():  # objects whose MultiClusterService went while we were down
-                c.enqueue(key)
-            self.ready = True
-            log.info("mcsvc controller of cluster %s leading", self.cluster_id)
-            await c.run()
-        finally:
-            self.ready = False
-            self.controller = None
-            await local.stop()
-            await broker.stop()
+        term.add(c)
+        term.on_synced(self._synced)
+        term.on_stopped(self._stopped)
+
+    async def _synced(self) -> None:
+        assert self.controller is not None
+        for key in self._orphan_keys():  # objects whose MultiClusterService went while we were down
+            self.controller.enqueue(key)
+        log.info("mcsvc controller of cluster %s leading", self.cluster_id)
+
+    async def _stopped(self) -> None:
+        self.controller = None
 
     def _forget(self, obj: Any) -> None:
         self._written.pop(object_name(obj), None)

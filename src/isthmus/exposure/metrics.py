@@ -3,6 +3,9 @@
 Labels are the exposure type and the Ready condition, never the object: a clusterset with
 thousands of MultiClusterServices still has a handful of series. Only the leading controller
 reports, since a standby's cache is empty.
+
+The collector reads the controller through `MultiClusterServices`, which `broker.BrokerController`
+satisfies: this module does not import it.
 """
 
 from __future__ import annotations
@@ -10,27 +13,37 @@ from __future__ import annotations
 import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from isthmus.api.mcsvc import ConditionType
 from isthmus.runtime import REGISTRY
+from isthmus.runtime.metrics import InformerView
 
-if TYPE_CHECKING:
-    from isthmus.exposure.broker import BrokerController
-
-__all__ = ["CLUSTERSET_METRICS", "exposure_summary", "track"]
+__all__ = ["CLUSTERSET_METRICS", "MultiClusterServices", "exposure_summary", "track"]
 
 CLUSTERSET_METRICS = ("isthmus_multicluster_services",)
 """Every family this module exports (the dashboard test checks each is drawn)."""
 
 _READY = str(ConditionType.READY)
-_LIVE: weakref.WeakSet[BrokerController] = weakref.WeakSet()
 
 
-def track(controller: BrokerController) -> None:
+class MultiClusterServices(Protocol):
+    """What the collector reads of the broker controller: its MultiClusterService informer, while ready."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def mcs(self) -> InformerView: ...
+
+
+_LIVE: weakref.WeakSet[MultiClusterServices] = weakref.WeakSet()
+
+
+def track(controller: MultiClusterServices) -> None:
     """Report this controller's cache at every scrape while it leads (held weakly)."""
     _LIVE.add(controller)
 
