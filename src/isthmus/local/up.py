@@ -36,6 +36,7 @@ from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.tls import ensure_certs
 from isthmus.local import components, plan
+from isthmus.local.kubelite.processes import ENTRY
 from isthmus.local.plan import AGENT, APISERVER, BROKER, HOST, KUBE_LITE, PartId
 from isthmus.local.state import (
     PHASE_FAILED,
@@ -65,8 +66,9 @@ from isthmus.local.supervisor import (
     probe,
     terminate,
 )
-from isthmus.local.zygote import ForkedCommand, Zygote, fork_command
-from isthmus.local.zygote import enabled as zygote_enabled
+from isthmus.procs.child import ForkedCommand, fork_command
+from isthmus.procs.entry import enabled as zygote_enabled
+from isthmus.procs.zygote import Zygote
 
 log = logging.getLogger("isthmus.local")
 
@@ -767,7 +769,7 @@ def _die_with_parent() -> None:
 def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip: bool,
                      foreground: bool) -> subprocess.Popen[bytes] | ForkedCommand:
     """Start `up --supervise` in its own session, output to logs/supervisor.log: forked from this
-    process, which imported all it needs (see zygote.fork_command), else exec'ed."""
+    process, which imported all it needs (see procs/child.py, fork_command), else exec'ed."""
     private_dir(layout.logs)
     argv = [*isthmus_argv(), "up", "--state-dir", str(layout.root), SUPERVISE_FLAG]
     if clusters is not None:
@@ -775,7 +777,7 @@ def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip:
     if enable_clusterset_ip:
         argv.append("--enable-clusterset-ip")
     with open_log(layout.log("supervisor")) as out:
-        forked = fork_command(argv, env=child_env(), out_fd=out.fileno(), pdeathsig=foreground)
+        forked = fork_command(argv, ENTRY, env=child_env(), out_fd=out.fileno(), pdeathsig=foreground)
         if forked is not None:
             return forked
         return subprocess.Popen(
