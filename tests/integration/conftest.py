@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_kubelite import Lite
+from tests.harness.kubelite import Lite
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from isthmus.local.kubelite.daemonsets import (
     daemonset_status,
     node_should_run,
 )
+from tests.harness.kubelite import NS, Lite, create, kubectl, pods_of
 from tests.harness.polling import eventually
-from tests.integration.test_kubelite import NS, Lite, create, kubectl, pods_of
 
 pytestmark = [
     pytest.mark.timeout(120),

@@ -34,8 +34,8 @@ from isthmus.kube.helpers import install_crds
 from isthmus.kube.manifests import apply, deploy_dir, render
 from isthmus.local.kubelite.processes import ProcessOptions
 from tests.harness.apiserver import RunningApiServer
+from tests.harness.kubelite import NS, Lite, kubectl
 from tests.harness.polling import eventually
-from tests.integration.test_kubelite import NS, Lite, kubectl
 
 pytestmark = pytest.mark.timeout(120)
 
