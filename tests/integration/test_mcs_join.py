@@ -1,5 +1,5 @@
-"""The discovery control plane (isthmus.clusterset.broker, .membership, .exports, .views) against real
-embedded apiservers: deploy-broker, join (concurrency, idempotence,
+"""The discovery control plane (isthmus.clusterset.broker, .membership, isthmus.discovery.commands,
+.views) against real embedded apiservers: deploy-broker, join (concurrency, idempotence,
 force, bad input), leave (broker GC of the cluster's objects), export/unexport and the show rows."""
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ from isthmus.api.mcs import (
 from isthmus.clusterset import broker, membership
 from isthmus.clusterset.brokerinfo import BrokerInfo
 from isthmus.clusterset.control import ClustersetError
-from isthmus.discovery import exports, views
+from isthmus.discovery import commands as exports
+from isthmus.discovery import views
 from isthmus.kube.helpers import get, get_or_none, list_all, patch_status
 from isthmus.kube.resources import to_lightkube
 from tests.harness.apiserver import RunningApiServer

@@ -1,9 +1,10 @@
 """Discovery control-plane commands: deploy-broker, join, leave, export, unexport, show.
 
-Flags, clients and printing only; the work is in `isthmus.clusterset.broker`, `.membership`, `.exports`
-and `.views`. Every user error (bad CIDR, taken ID, unreadable broker-info, unreachable or silent
-API server) ends as one `error: ...` line and exit code 2 (cli/app.py). Requests time out after
-a few seconds (`COMMAND_TIMEOUT`), so a server that accepts and never answers fails fast.
+Flags, clients and printing only; the work is in `isthmus.clusterset.broker` and `.membership`,
+`isthmus.discovery.commands` and `.views`. Every user error (bad CIDR, taken ID, unreadable
+broker-info, unreachable or silent API server) ends as one `error: ...` line and exit code 2
+(cli/app.py). Requests time out after a few seconds (`COMMAND_TIMEOUT`), so a server that accepts
+and never answers fails fast.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from isthmus.clusterset import membership as clusterset_membership
 from isthmus.clusterset.brokerinfo import BrokerInfo, access_from_config
 from isthmus.clusterset.control import FIELD_MANAGER
 from isthmus.diagnose.model import plural
+from isthmus.discovery import commands as export_commands
 from isthmus.discovery import coredns, views
-from isthmus.discovery import exports as mcs_exports
 from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client
 
 T = TypeVar("T")
@@ -419,7 +420,7 @@ def export(
     ns = _namespace(kubeconfig, context, namespace)
 
     async def body(client: AsyncClient) -> tuple[Any, str]:
-        return await mcs_exports.export(client, name, ns, use, allow_missing=allow_missing)
+        return await export_commands.export(client, name, ns, use, allow_missing=allow_missing)
 
     obj, change = _run(_with_clients([_cluster_factory(kubeconfig, context)], body))
     if output in (JSON, YAML):
@@ -439,7 +440,7 @@ def unexport(
     ns = _namespace(kubeconfig, context, namespace)
 
     async def body(client: AsyncClient) -> bool:
-        return await mcs_exports.unexport(client, name, ns)
+        return await export_commands.unexport(client, name, ns)
 
     if not _run(_with_clients([_cluster_factory(kubeconfig, context)], body)):
         raise fail(f"serviceexport {ns}/{name} not found")

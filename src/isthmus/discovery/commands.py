@@ -1,5 +1,6 @@
-"""Exports: `isthmus export` creates or updates a ServiceExport, `isthmus unexport` deletes it; the
-agent does the rest (docs/discovery.md "ServiceExport conditions")."""
+"""The `isthmus export` and `isthmus unexport` commands: the first creates or updates a ServiceExport,
+the second deletes it; the agent does the rest (its export flow is exports.py; docs/discovery.md
+"ServiceExport conditions")."""
 
 from __future__ import annotations
 
