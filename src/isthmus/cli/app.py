@@ -420,7 +420,8 @@ MetricsAddrOpt = Annotated[
 
 
 class Component(Protocol):
-    """What `run_component` runs: it owns start, stop and readiness."""
+    """What `run_component` runs: it owns start, stop and readiness. A leader-elected component's
+    `runtime.Manager` is one (its `ready` is served on /readyz)."""
 
     @property
     def ready(self) -> bool: ...

@@ -8,6 +8,9 @@ karmada-controller-manager do, and they pay once. Each keeps its own Lease, metr
 `--use-service-account-credentials`, its own ServiceAccount: the manager may only ask for those
 accounts' tokens (TokenRequest), and every controller's requests carry its own account's token, so
 its RBAC role, the webhooks and the audit trail see the same identity as when it ran alone.
+
+Each controller is built on its own `runtime.Manager` (its Lease, informers and readiness), and a
+Manager is a component: the command runs them side by side (`Together`), ready when each is.
 """
 
 from __future__ import annotations
