@@ -1,7 +1,7 @@
 """Pools across namespaces (issue 40, item 2): one namespace must never freeze another's pool.
 
 The translator and a real pool manager running real HAProxy against a real apiserver (the harness
-of test_lb_translator): a part the pool manager would refuse is never written (conflicts are
+in tests/harness/lb.py): a part the pool manager would refuse is never written (conflicts are
 settled on the newcomer), and a pool is joined from another namespace only where its creator's
 config or an admin allows it — automatic `<cluster>--<ns>--<name>` pools never."""
 
@@ -17,9 +17,8 @@ from lightkube.resources.networking_v1 import Ingress, IngressClass
 from lightkube.types import PatchType
 
 from isthmus.api.lb import DKLB_CONFIG_ANNOTATION
+from tests.harness.lb import POOL, Env, fetch
 from tests.harness.polling import eventually_passes
-from tests.integration.test_lb_translator import POOL, Env, fetch
-from tests.integration.test_lb_translator import env as env  # the fixture, re-exported
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
