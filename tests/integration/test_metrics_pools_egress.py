@@ -23,10 +23,10 @@ from isthmus.kube import helpers
 from isthmus.kube.helpers import install_crds
 from isthmus.runtime import REGISTRY
 from tests.harness.apiserver import RunningApiServer
+from tests.harness.egress import ClaimRes
+from tests.harness.egress import Env as EgressEnv
 from tests.harness.polling import eventually_passes
-from tests.integration.test_egress_binding import ClaimRes
-from tests.integration.test_egress_binding import Env as EgressEnv
-from tests.integration.test_haproxy_pools import Env as PoolEnv
+from tests.harness.pools import Env as PoolEnv
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 
