@@ -12,8 +12,8 @@ from lightkube.resources.core_v1 import Namespace
 
 from isthmus.runtime import REGISTRY
 from tests.harness.clusterset import ClusterSet
+from tests.harness.exposure import MCS, NS, Exposure, _mcs, _serve
 from tests.harness.polling import eventually
-from tests.integration.test_mcsvc import MCS, NS, Exposure, _mcs, _serve
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -32,7 +32,7 @@ from isthmus.proxy.nftables import TABLE, NftablesDataplane, render
 from isthmus.runtime import REGISTRY
 from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually
-from tests.integration.test_proxy_service import (
+from tests.harness.proxy import (
     NS,
     SVC_PORT,
     TARGET,
