@@ -6,6 +6,14 @@ user gets, and a failure names the step a user would have seen break. Every wait
 poll (controllers are eventually consistent; a blind sleep is either flaky or slow), every
 address touched is checked to be in 127.0.0.0/8, and `isthmus down` runs whatever happens, so
 nothing is left running behind a failed or interrupted tour.
+
+The tour is a list of named steps (`Demo.steps`: a `Step` has a short name, its title and its
+body), run in order by `run_demo`; a test picks steps by name (`only("up", "export")`) or edits
+the list (`edit_steps`). A step builds on the ones before it (`up` first: it learns the clusters).
+
+Why one module of about 1,100 lines: it is one tour, read top to bottom as the user sees it: the
+steps share one `Demo`'s state in order (contexts, DNS addresses, the VIP), and the helpers above
+them (DNS, HTTP, UDP and source-address probes, the outside server) exist only for these steps.
 """
 
 from __future__ import annotations
@@ -66,10 +74,27 @@ class NotYet(Exception):
 
 @dataclass(frozen=True)
 class Step:
-    """One numbered step of the tour: a title (the name a failure is reported under) and its body."""
+    """One numbered step of the tour: a title (what a failure is reported under), its body, and a
+    short name tests pick it by (`only`; "" for a step a test made up)."""
 
     title: str
     run: Callable[[], None]
+    name: str = ""
+
+
+def only(*names: str) -> Callable[[list[Step]], list[Step]]:
+    """An `edit_steps` for tests: the tour cut to the named steps, in the tour's order. A step builds
+    on the ones before it: name `up` first, and the steps a later one needs (`export` before
+    `imports`)."""
+
+    def pick(steps: list[Step]) -> list[Step]:
+        known = {step.name for step in steps}
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise ValueError(f"no demo step named {', '.join(unknown)} (the steps: {', '.join(s.name for s in steps)})")
+        return [step for step in steps if step.name in names]
+
+    return pick
 
 
 @dataclass(frozen=True)
@@ -412,23 +437,24 @@ class Demo:
     # -- steps
 
     def steps(self) -> list[Step]:
+        """The tour, in order; `name` is what tests pick a step by (`only`)."""
         return [
-            Step("start a local clusterset (isthmus up)", self.step_up),
-            Step("run echo workloads in two clusters", self.step_workloads),
-            Step("export echo-vip with a ClusterSet IP and echo without", self.step_export),
-            Step("see the ServiceImports in every cluster", self.step_imports),
-            Step("resolve the names through each cluster's DNS server", self.step_dns),
-            Step("send traffic through the VIP: answers from both clusters", self.step_traffic),
-            Step("provoke conflicts: a port and the VIP setting", self.step_conflict),
-            Step("resolve the conflicts", self.step_resolve),
-            Step("MultiClusterService CrossCluster: c1 and c2 provide shop, only c3 consumes", self.step_mcs_cross),
-            Step("MultiClusterService LoadBalancer: one address in front of c1 and c2", self.step_mcs_lb),
-            Step("expose echo through an HAProxy pool: a Service of type LoadBalancer", self.step_lb_service),
-            Step("route an Ingress (class edgelb) by host and path", self.step_lb_ingress),
-            Step("share one pool between two Services", self.step_lb_shared),
-            Step("reload a pool under traffic: no failed request", self.step_lb_reload),
-            Step("egress: static source IPs toward an outside server (ExternalService)", self.step_egress),
-            Step("unexport and see it all go", self.step_unexport),
+            Step("start a local clusterset (isthmus up)", self.step_up, name="up"),
+            Step("run echo workloads in two clusters", self.step_workloads, name="workloads"),
+            Step("export echo-vip with a ClusterSet IP and echo without", self.step_export, name="export"),
+            Step("see the ServiceImports in every cluster", self.step_imports, name="imports"),
+            Step("resolve the names through each cluster's DNS server", self.step_dns, name="dns"),
+            Step("send traffic through the VIP: answers from both clusters", self.step_traffic, name="traffic"),
+            Step("provoke conflicts: a port and the VIP setting", self.step_conflict, name="conflict"),
+            Step("resolve the conflicts", self.step_resolve, name="resolve"),
+            Step("MultiClusterService CrossCluster: c1 and c2 provide shop, only c3 consumes", self.step_mcs_cross, name="mcs-cross"),
+            Step("MultiClusterService LoadBalancer: one address in front of c1 and c2", self.step_mcs_lb, name="mcs-lb"),
+            Step("expose echo through an HAProxy pool: a Service of type LoadBalancer", self.step_lb_service, name="lb-service"),
+            Step("route an Ingress (class edgelb) by host and path", self.step_lb_ingress, name="lb-ingress"),
+            Step("share one pool between two Services", self.step_lb_shared, name="lb-shared"),
+            Step("reload a pool under traffic: no failed request", self.step_lb_reload, name="lb-reload"),
+            Step("egress: static source IPs toward an outside server (ExternalService)", self.step_egress, name="egress"),
+            Step("unexport and see it all go", self.step_unexport, name="unexport"),
         ]
 
     def step_up(self) -> None:
@@ -1030,7 +1056,8 @@ def run_demo(
     """Run every step; 0 when all pass, 1 naming the failed step (130 on Ctrl-C), 2 for unusable arguments.
 
     `state_dir` None means a fresh temporary directory, removed at the end unless `keep`.
-    `edit_steps` is the tests' seam: it gets the step list and returns the one to run.
+    `edit_steps` is the tests' seam: it gets the step list and returns the one to run (`only`
+    picks steps by name).
     `isthmus down` always runs last, also after a failure or Ctrl-C.
     """
     if console is None:
