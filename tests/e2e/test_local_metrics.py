@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.test_local_up import Clusterset, wait_for
-from tests.unit.test_monitoring import dashboard, expressions, metric_names
+from tests.harness.local import Clusterset, wait_for
+from tests.harness.monitoring import dashboard, expressions, metric_names
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clusterset, pytest.mark.timeout(300)]
 

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 
 from tests.harness.apiserver import RunningApiServer
-from tests.unit.gnostic_proto import decode_document
+from tests.harness.gnostic_proto import decode_document
 
 KUBECTL_ACCEPT = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 PROTO_TYPE = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"

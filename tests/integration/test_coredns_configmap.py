@@ -7,7 +7,7 @@ from lightkube.resources.core_v1 import ConfigMap
 
 from isthmus.kube.coredns import ensure_coredns_stub, remove_coredns_stub
 from tests.harness.apiserver import RunningApiServer
-from tests.unit.test_coredns import KUBEADM
+from tests.harness.samples import KUBEADM
 
 
 async def test_stub_zone_round_trip(apiserver: RunningApiServer) -> None:

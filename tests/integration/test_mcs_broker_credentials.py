@@ -36,7 +36,7 @@ from isthmus.clusterset.control import ClustersetError
 from isthmus.discovery import coredns
 from isthmus.kube.resources import resource_for
 from tests.harness.apiserver import RunningApiServer
-from tests.unit.test_coredns import KUBEADM
+from tests.harness.samples import KUBEADM
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
 

@@ -5,31 +5,10 @@ from __future__ import annotations
 import pytest
 
 from isthmus.kube.coredns import CorefileError, add_stub_zone, remove_stub_zone, stub_zone_servers
+from tests.harness.samples import KUBEADM
 
 ZONE = "clusterset.local"
 
-# kubeadm v1.32's default (cmd/kubeadm/app/phases/addons/dns), as `kubectl get cm coredns` shows it.
-KUBEADM = """.:53 {
-    errors
-    health {
-       lameduck 5s
-    }
-    ready
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-       pods insecure
-       fallthrough in-addr.arpa ip6.arpa
-       ttl 30
-    }
-    prometheus :9153
-    forward . /etc/resolv.conf {
-       max_concurrent 1000
-    }
-    cache 30
-    loop
-    reload
-    loadbalance
-}
-"""
 
 # k3s's (manifests/coredns.yaml): NodeHosts, and an import of custom server blocks at the end.
 K3S = """.:53 {

@@ -23,22 +23,7 @@ from isthmus.api.lb import (
     service_backend_name,
 )
 from isthmus.lb import admission
-
-SEED_EXAMPLE = """\
-name: "foo"
-role: "foo_lb"
-network: "foo_network"
-cpus: 0.2
-memory: 256
-size: 3
-strategies:
-  creation: "IfNotPresent"
-frontends:
-- port: 10254
-  servicePort: 80
-- port: 23674
-  servicePort: 8080
-"""
+from tests.harness.samples import SEED_EXAMPLE
 
 
 def cfg(text: str) -> dict[str, str]:

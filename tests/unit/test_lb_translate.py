@@ -27,7 +27,7 @@ from isthmus.lb.translate import (
     translate_service,
 )
 from isthmus.lb.views import load_balancer_rows, pool_rows
-from tests.unit.test_lb_config import SEED_EXAMPLE
+from tests.harness.samples import SEED_EXAMPLE
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "lb"
 

@@ -16,7 +16,7 @@ import yaml
 from isthmus.apiserver.builtins import builtin_resources, crd_resources
 from isthmus.apiserver.openapi import openapi_v2
 from isthmus.apiserver.openapi_proto import encode_document
-from tests.unit.gnostic_proto import decode, decode_document
+from tests.harness.gnostic_proto import decode, decode_document
 
 CRD: dict[str, Any] = {
     "metadata": {"name": "gizmos.example.com"},
