@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_local_up import Clusterset, wait_for
+from tests.harness.local import Clusterset, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clusterset, pytest.mark.timeout(300)]
 

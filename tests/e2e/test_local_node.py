@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_local_up import Clusterset, wait_for
+from tests.harness.local import Clusterset, wait_for
 
 # clusterset: one local clusterset at a time (they share one 127.x plan); run serially.
 pytestmark = [pytest.mark.e2e, pytest.mark.clusterset, pytest.mark.timeout(240)]
