@@ -1,4 +1,4 @@
-"""A decoder for gnostic's `openapi.v2.Document` protobuf, driven only by fixtures/openapi/OpenAPIv2.proto.
+"""A decoder for gnostic's `openapi.v2.Document` protobuf, driven only by tests/unit/fixtures/openapi/OpenAPIv2.proto.
 
 It shares nothing with isthmus.apiserver.openapi_proto: field numbers and types come from the
 upstream .proto, and every wire type is checked against the declared type, so an encoder mistake
@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-PROTO = Path(__file__).parent / "fixtures" / "openapi" / "OpenAPIv2.proto"
+PROTO = Path(__file__).parents[1] / "unit" / "fixtures" / "openapi" / "OpenAPIv2.proto"
 _SCALARS = {"string": 2, "bool": 0, "int64": 0, "double": 1}
 
 Field = tuple[str, str, bool]  # proto field name, type, repeated
