@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from isthmus.local import plan, supervisor, up
+from isthmus.local import endpoints, plan, supervisor, up
 from isthmus.local.state import Layout, PartState, State, StateError, load_state, save_state
 
 
@@ -98,8 +98,8 @@ def test_every_part_command_names_the_state_dir(tmp_path: Path) -> None:
     assert ui[ui.index("--kubeconfig") + 1] == str(layout.kubeconfig)  # every context: broker and members
     assert ui[ui.index("--broker-context") + 1] == plan.BROKER
     assert ui[ui.index("--listen") + 1] == f"127.0.0.1:{port}"
-    assert up.ui_url(state) == f"http://127.0.0.1:{port}/"
-    assert up.ready_url(state, plan.PartId(plan.BROKER, plan.UI)) == f"http://127.0.0.1:{port}/readyz"
+    assert endpoints.ui_url(state) == f"http://127.0.0.1:{port}/"
+    assert endpoints.ready_url(state, plan.PartId(plan.BROKER, plan.UI)) == f"http://127.0.0.1:{port}/readyz"
 
 
 def test_the_local_overlay_patches_dns_for_the_plan(tmp_path: Path) -> None:

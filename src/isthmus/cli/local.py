@@ -49,13 +49,11 @@ from isthmus.local.status.health import (
     HEALTH_STARTING,
     PHASE_UNSUPERVISED,
 )
-from isthmus.local.supervisor import is_ours, tail, terminate
+from isthmus.local.supervisor import SUPERVISE_FLAG, is_ours, running_supervisor, tail, terminate
 from isthmus.local.up import (
     RETRY_SIGNAL,
-    SUPERVISE_FLAG,
     machine_holder,
     plan_in_use_message,
-    running_supervisor,
     spawn_supervisor,
     supervise,
 )

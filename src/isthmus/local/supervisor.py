@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 import aiohttp
 
 from isthmus.local.kubelite.processes import ENTRY, POD_PRELOAD
-from isthmus.local.state import PartState, open_private
+from isthmus.local.state import Layout, PartState, open_private
 from isthmus.procs.child import LISTEN_ENV
 from isthmus.procs.entry import enabled as zygote_enabled
 from isthmus.procs.zygote import Zygote, ZygoteProcess
@@ -43,6 +43,8 @@ BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
 HEALTHY_RESET = 60.0
 STOP_GRACE = 10.0
+SUPERVISE_FLAG = "--supervise"
+"""`isthmus up --supervise`: the supervisor's own command line, which `running_supervisor` looks for."""
 PART_PRELOAD = (
     "isthmus.cli.main", "isthmus.runtime.loop", "uvloop", "isthmus.kube.client", "isthmus.apiserver.server",
     "isthmus.apiserver.builtins:builtin_resources", "isthmus.local.kubelite.run", "isthmus.proxy", "isthmus.ui.server",
@@ -89,6 +91,15 @@ def is_ours(pid: int | None, root: Path, *, marker: str | None = None) -> bool:
         return False
     r = str(root)
     return any(_names(a, r) for a in args) and (marker is None or marker in args)
+
+
+def running_supervisor(layout: Layout) -> int | None:
+    """PID of the supervisor of this state dir, verified (None when none runs)."""
+    try:
+        pid = int(layout.supervisor_pid.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if is_ours(pid, layout.root, marker=SUPERVISE_FLAG) else None
 
 
 def _signal(pid: int, sig: signal.Signals, root: Path, marker: str | None = None) -> bool:

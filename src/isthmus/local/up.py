@@ -35,6 +35,7 @@ import aiohttp
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.tls import ensure_certs
 from isthmus.local import components, plan
+from isthmus.local.endpoints import metrics_addr, ready_url, server_url
 from isthmus.local.kubelite.processes import ENTRY
 from isthmus.local.plan import AGENT, APISERVER, BROKER, HOST, KUBE_LITE, PartId
 from isthmus.local.state import (
@@ -55,6 +56,7 @@ from isthmus.local.state import (
     write_atomic,
 )
 from isthmus.local.supervisor import (
+    SUPERVISE_FLAG,
     PartSpec,
     Supervisor,
     cmdline,
@@ -70,7 +72,6 @@ from isthmus.procs.zygote import Zygote
 
 log = logging.getLogger("isthmus.local")
 
-SUPERVISE_FLAG = "--supervise"
 RETRY_SIGNAL = signal.SIGUSR1
 """Sent by `up` to a running supervisor: start again the parts it gave up on."""
 PRIVATE_UMASK = 0o077
@@ -157,10 +158,6 @@ def resolve_ports(state: State, free: Callable[[int, bool], bool] = port_free,
     return changed
 
 
-def server_url(state: State, name: str) -> str:
-    return f"https://{HOST}:{state.ports[PartId(name, APISERVER).name]}"
-
-
 def ensure_token(layout: Layout, name: str) -> str:
     """The bearer token of one apiserver (0600 file in its data dir, created once)."""
     path = layout.token_file(name)
@@ -195,15 +192,6 @@ def write_kubeconfigs(layout: Layout, state: State) -> None:
 # --- parts ---------------------------------------------------------------------------------------
 
 
-def ready_url(state: State, part: PartId) -> str:
-    scheme = "https" if part.kind == APISERVER else "http"
-    return f"{scheme}://{HOST}:{state.ports[plan.metrics_port_name(part)]}/readyz"
-
-
-def metrics_addr(state: State, part: PartId) -> str:
-    return f"{HOST}:{state.ports[plan.metrics_port_name(part)]}"
-
-
 def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
     """The command line of one part; every one names a path inside the state dir (see is_ours)."""
     base = isthmus_argv()
@@ -228,12 +216,6 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
         return [*base, "ui", "--kubeconfig", str(layout.kubeconfig), "--broker-context", BROKER,
                 "--listen", f"{HOST}:{state.ports[part.name]}"]
     raise ValueError(f"unknown part kind {part.kind!r}")
-
-
-def ui_url(state: State) -> str | None:
-    """The web view's URL, or None in a state written before it was a part."""
-    port = state.ports.get(PartId(BROKER, plan.UI).name)
-    return f"http://{HOST}:{port}/" if port else None
 
 
 def part_spec(layout: Layout, state: State, part: PartId) -> PartSpec:
@@ -418,15 +400,6 @@ def plan_in_use_message(state_dir: str) -> str:
     return (f"another local clusterset is running in this network namespace, of {holder.user} "
             f"({pid}, state dir {holder.state_dir}): {why}. It is not yours to stop: wait until it "
             f"ends, or run yours in a network namespace of its own")
-
-
-def running_supervisor(layout: Layout) -> int | None:
-    """PID of the supervisor of this state dir, verified (None when none runs)."""
-    try:
-        pid = int(layout.supervisor_pid.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if is_ours(pid, layout.root, marker=SUPERVISE_FLAG) else None
 
 
 class Bringup:

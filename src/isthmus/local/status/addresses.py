@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from isthmus.local import plan
+from isthmus.local.endpoints import server_url
 from isthmus.local.plan import BROKER, HOST
 from isthmus.local.state import Layout, State
-from isthmus.local.up import server_url
 
 __all__ = ["broker_endpoints", "broker_node", "cluster_endpoints", "cluster_node"]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from isthmus.local import plan
+from isthmus.local.endpoints import ui_url
 from isthmus.local.plan import APISERVER, BROKER, PartId
 from isthmus.local.state import (
     PHASE_FAILED,
@@ -22,7 +23,7 @@ from isthmus.local.status.health import HEALTH_STANDBY, PHASE_UNSUPERVISED
 from isthmus.local.status.members import read_membership
 from isthmus.local.status.parts import read_parts
 from isthmus.local.status.pods import pod_detail, pod_health, pod_problem, read_pods
-from isthmus.local.up import running_supervisor, ui_url
+from isthmus.local.supervisor import running_supervisor
 
 __all__ = ["collect_status"]
 

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 
 from isthmus.local import plan
+from isthmus.local.endpoints import ready_url
 from isthmus.local.plan import PartId
 from isthmus.local.state import Layout, PartState, State
 from isthmus.local.status.health import (
@@ -23,7 +24,6 @@ from isthmus.local.status.health import (
     HEALTH_STARTING,
 )
 from isthmus.local.supervisor import is_ours, probe
-from isthmus.local.up import ready_url
 
 __all__ = ["SupervisedParts", "read_parts"]
 
