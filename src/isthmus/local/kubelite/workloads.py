@@ -21,6 +21,11 @@ Deleting a workload deletes what it owns through the apiserver's garbage collect
 Informer caches lag behind our own writes, so every create/delete is remembered
 (:class:`Expectations`, like kube's ControllerExpectations) and the workload is not acted on
 again until the cache has seen them: otherwise a quick second reconcile would create twice.
+
+Why one module of about 900 lines: the three controllers share the pod template, the pure
+plan/status shape and one controller skeleton (`_WorkloadController`: owned pods, expectations,
+apply). It reads in three sections: the pure planners first (most of the unit tests), then
+`Expectations`, then the controllers that apply the plans.
 """
 
 from __future__ import annotations
