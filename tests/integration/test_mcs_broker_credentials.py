@@ -320,7 +320,8 @@ async def test_the_join_and_leave_commands_edit_corefile_and_credentials(env: En
 
 
 async def test_an_agent_whose_token_is_revoked_stops_to_read_its_secret_again(env: Env) -> None:
-    from isthmus.discovery.agent import Agent, BrokerCredentialsRejected
+    from isthmus.discovery.agent import Agent
+    from isthmus.discovery.errors import BrokerCredentialsRejected
 
     await env.join("c1")
     agent = await Agent.from_cluster(env.members["c1"], None, dead_cluster_grace=2.0)

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from isthmus.cli.main import app
-from isthmus.discovery.agent import Agent, AgentConfigError
+from isthmus.discovery.agent import Agent
+from isthmus.discovery.errors import AgentConfigError
 
 
 @pytest.fixture(autouse=True)

@@ -79,7 +79,8 @@ def agent(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Export this cluster's services to the broker and import everyone's (leader-elected)."""
-    from isthmus.discovery.agent import Agent, AgentConfigError, AgentNotJoined
+    from isthmus.discovery.agent import Agent
+    from isthmus.discovery.errors import AgentConfigError, AgentNotJoined
     from isthmus.kube.client import make_client
 
     holder = identity or default_identity()

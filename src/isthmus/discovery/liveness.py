@@ -15,7 +15,7 @@ Two rules keep a broker outage from looking like every peer dying:
   before the outage stays so until it beats).
 
 A verdict survives the observer's restart: the agent passes `marked_silent` for a peer whose last
-heartbeat the broker recorded longer than the grace ago (in the broker's clock, agent.py), and that
+heartbeat the broker recorded longer than the grace ago (in the broker's clock, heartbeat.py), and that
 peer stays silent until its heartbeat changes. Nothing is written on the peer's `Cluster`: a member
 may write only its own.
 """

@@ -16,7 +16,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -27,13 +27,12 @@ from isthmus.api.mcs import (
     ConditionType,
     ReadyReason,
 )
+from isthmus.discovery.allocator import VipAllocator
+from isthmus.discovery.liveness import Liveness
 from isthmus.runtime import REGISTRY
 
-if TYPE_CHECKING:
-    from isthmus.discovery.agent import Agent
-
-__all__ = ["CLUSTERSET_METRICS", "EXPORT_STATES", "conflict_types", "export_state", "export_summary", "heartbeat_ages",
-           "track"]
+__all__ = ["CLUSTERSET_METRICS", "EXPORT_STATES", "Reported", "conflict_types", "export_state", "export_summary",
+           "heartbeat_ages", "track"]
 
 EXPORT_STATES = ("valid", "conflict", "invalid", "failed", "pending")
 """A ServiceExport's state, one per export: ``invalid`` (Valid=False), ``failed`` (Ready=False
@@ -145,10 +144,44 @@ def heartbeat_ages(
     return ages
 
 
-_LIVE: weakref.WeakSet[Agent] = weakref.WeakSet()
+class Reported(Protocol):
+    """What the collector reads of a discovery agent (`isthmus.discovery.agent.Agent` has it all;
+    this module never imports the agent)."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def ready(self) -> bool:
+        """Leading and synced: only then are the caches below worth reporting."""
+        ...
+
+    @property
+    def allocator(self) -> VipAllocator | None: ...
+
+    @property
+    def liveness(self) -> Liveness: ...
+
+    @property
+    def silent_peers(self) -> frozenset[str]: ...
+
+    def local_exports(self) -> list[Any]:
+        """This cluster's ServiceExports as cached."""
+        ...
+
+    def local_imports(self) -> list[Any]:
+        """This cluster's ServiceImports as cached."""
+        ...
+
+    def broker_clusters(self) -> list[Any]:
+        """The broker's Clusters as cached."""
+        ...
 
 
-def track(agent: Agent) -> None:
+_LIVE: weakref.WeakSet[Reported] = weakref.WeakSet()
+
+
+def track(agent: Reported) -> None:
     """Report this agent's caches at every scrape while it leads (held weakly)."""
     _LIVE.add(agent)
 
@@ -202,7 +235,7 @@ class _AgentCollector(Collector):
             cluster = agent.cluster_id
             states: Counter[str] = Counter(dict.fromkeys(EXPORT_STATES, 0))
             types: Counter[str] = Counter()
-            for obj in agent.exports.cache.list():
+            for obj in agent.local_exports():
                 state, conflicting = export_summary(obj)
                 states[state] += 1
                 if conflicting:
@@ -211,13 +244,13 @@ class _AgentCollector(Collector):
                 exports.add_metric([cluster, state], n)
             for type_, n in sorted(types.items()):
                 conflicts.add_metric([cluster, type_], n)
-            by_type = Counter(str((_d(o).get("spec") or {}).get("type") or "") for o in agent.imports.cache.list())
+            by_type = Counter(str((_d(o).get("spec") or {}).get("type") or "") for o in agent.local_imports())
             for type_, n in sorted(by_type.items()):
                 imports.add_metric([cluster, type_], n)
             if agent.allocator is not None:
                 allocated.add_metric([cluster, agent.allocator.cidr], agent.allocator.used)
                 capacity.add_metric([cluster, agent.allocator.cidr], agent.allocator.size)
-            peers = agent.b_clusters.cache.list()
+            peers = agent.broker_clusters()
             liveness = agent.liveness
             seen = {p: liveness.silent_for(p) for p in liveness.peers()}
             for peer, age in sorted(heartbeat_ages(cluster, peers, seen, now).items()):
