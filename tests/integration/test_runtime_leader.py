@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from lightkube.resources.coordination_v1 import Lease
 
+from tests.harness.polling import eventually
+
 pytestmark = pytest.mark.timeout(90)
 
 LEASE, RENEW, RETRY = 3.0, 2.0, 0.5
@@ -81,20 +83,11 @@ async def spawn(kubeconfig: str, ident: str) -> Candidate:
     return Candidate(proc, ident)
 
 
-async def wait_for(pred: Any, within: float) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + within
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
 async def test_two_processes_one_leader_and_takeover(apiserver: Any) -> None:
     client = apiserver.client()
     cands = [await spawn(apiserver.kubeconfig, "alpha"), await spawn(apiserver.kubeconfig, "beta")]
     try:
-        await wait_for(lambda: any(c.saw("LEADING") for c in cands), within=20)
+        await eventually(lambda: any(c.saw("LEADING") for c in cands), within=20)
         await asyncio.sleep(LEASE + 1)  # several renewals: still exactly one leader
         leaders = [c for c in cands if c.saw("LEADING")]
         assert len(leaders) == 1
@@ -106,7 +99,7 @@ async def test_two_processes_one_leader_and_takeover(apiserver: Any) -> None:
         killed_at = time.monotonic()
         os.kill(leader.proc.pid, signal.SIGKILL)  # a process this test started
         await leader.proc.wait()
-        await wait_for(lambda: follower.saw("LEADING") is not None, within=LEASE + 5)
+        await eventually(lambda: follower.saw("LEADING") is not None, within=LEASE + 5)
         takeover = follower.saw("LEADING") - killed_at  # type: ignore[operator]
         print(f"takeover after SIGKILL of the leader: {takeover:.2f}s")
         # The follower last saw the record change at most ~one retry period before the kill; it waits
@@ -133,10 +126,10 @@ async def test_two_processes_one_leader_and_takeover(apiserver: Any) -> None:
         await asyncio.sleep(0.3)
         stopped_at = time.monotonic()
         follower.proc.send_signal(signal.SIGTERM)
-        await wait_for(lambda: newcomer.saw("LEADING") is not None, within=LEASE + 5)
+        await eventually(lambda: newcomer.saw("LEADING") is not None, within=LEASE + 5)
         handover = newcomer.saw("LEADING") - stopped_at  # type: ignore[operator]
         print(f"handover after SIGTERM (lease released): {handover:.2f}s")
-        await wait_for(lambda: bool(seen) and seen[-1][0] == newcomer.ident, within=5)
+        await eventually(lambda: bool(seen) and seen[-1][0] == newcomer.ident, within=5)
         watcher.cancel()
         released = [i for i, (holder, duration) in enumerate(seen) if not holder and duration == 1]
         assert released, seen  # the stopping leader gave the lease up (holder cleared, 1 s duration)
