@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -41,10 +40,6 @@ OptionalClusterIdOpt = Annotated[
         show_default=False,
     ),
 ]
-
-RELEASE_TIMEOUT = 3.0
-"""How long a stopping agent tries to hand its Lease back."""
-
 
 def default_identity() -> str:
     """The pod's name where there is one (stable across restarts of the pod), else the host name."""
@@ -124,13 +119,10 @@ def agent(
                 raise fail(str(err)) from None
 
         async def release() -> None:
-            # Best effort and bounded: a successor need not wait out the lease, but an API server
-            # that does not answer must not hold up the shutdown (the lease expires on its own).
-            if not found:
-                return
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(RELEASE_TIMEOUT):
-                    await found[0].elector.release()
+            # Best effort and bounded (the Manager's release): a successor need not wait out the lease,
+            # but an API server that does not answer must not hold up the shutdown (it expires on its own).
+            if found:
+                await found[0].manager.release()
 
         return Background("agent", run, lambda: bool(found) and found[0].ready, on_stop=release)
 

@@ -9,11 +9,12 @@ This module wires the flows together; each flow is its own module:
 - imports.py: the local ServiceImport and the EndpointSlices of every exporting cluster next to it;
 - heartbeat.py: this agent's heartbeat on its broker `Cluster` and its verdict on the peers'.
 
-They share one informer context (caches.py), built at each leadership term, and one controller,
-keyed by service ("<namespace>/<name>"), level-triggered: whatever changed — the ServiceExport, the
-Service, its EndpointSlices, another cluster's export on the broker, a namespace appearing — the
-agent re-reads everything it knows about that service from its caches and converges four things,
-in order:
+They share one informer context (caches.py), built at each leadership term of the agent's
+`runtime.Manager` (which owns the Lease, the informers' start and stop, and readiness: this module
+only wires, in `_wire`), and one controller, keyed by service ("<namespace>/<name>"),
+level-triggered: whatever changed — the ServiceExport, the Service, its EndpointSlices, another
+cluster's export on the broker, a namespace appearing — the agent re-reads everything it knows
+about that service from its caches and converges four things, in order:
 
 1. this cluster's view on the broker (ExportedService + EndpointSlice), or its withdrawal; the view
    carries the service's VIP as this cluster holds it (allocated from its own CIDR by the first
@@ -35,7 +36,6 @@ endpoints.py, allocator.py), so the flows only read caches and write differences
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import random
@@ -73,9 +73,10 @@ from isthmus.runtime import (
     Controller,
     EventRecorder,
     Informer,
-    LeaderElector,
+    LeaderElection,
+    Manager,
     Result,
-    SharedInformerFactory,
+    Term,
     object_labels,
     object_name,
 )
@@ -110,10 +111,6 @@ class Agent:
         self.discovery = discovery
         self.broker_ns = discovery.broker_namespace
         self.workers = workers
-        self.elector = LeaderElector(
-            cluster, AGENT_LEASE_NAME, AGENT_NAMESPACE, identity=identity, lease_duration=lease_duration,
-            renew_deadline=renew_deadline, retry_period=retry_period,
-        )
         self.recorder = EventRecorder(cluster, AGENT_FIELD_MANAGER)
         self.broker_recorder = EventRecorder(broker, f"{AGENT_FIELD_MANAGER}/{cluster_id}")
         self.liveness = Liveness(dead_cluster_grace)
@@ -124,7 +121,12 @@ class Agent:
                                          clusterset_ip_enabled=discovery.clusterset_ip_enabled,
                                          aggregator=self.aggregator, recorder=self.recorder)
         self.importer = ImportSyncer(cluster=cluster, cluster_id=cluster_id, silent=lambda: self.heartbeat.silent)
-        self._ready = asyncio.Event()
+        self.manager = Manager("agent", election=LeaderElection(
+            cluster, AGENT_LEASE_NAME, AGENT_NAMESPACE, identity=identity, lease_duration=lease_duration,
+            renew_deadline=renew_deadline, retry_period=retry_period))
+        self.manager.setup(self._wire)
+        self.manager.on_exit(self.recorder.aclose)
+        self.manager.on_exit(self.broker_recorder.aclose)
         metrics.track(self)
 
     # ------------------------------------------------------------------ construction
@@ -158,11 +160,11 @@ class Agent:
 
     async def wait_ready(self) -> None:
         """Returns once this agent leads, its caches are synced and its VIP allocator is rebuilt."""
-        await self._ready.wait()
+        await self.manager.wait_ready()
 
     @property
     def ready(self) -> bool:
-        return self._ready.is_set()
+        return self.manager.ready
 
     @property
     def allocator(self) -> VipAllocator | None:
@@ -198,19 +200,15 @@ class Agent:
     async def run(self) -> None:
         """Campaign for the Lease; while leading, run the controller. Never returns on its own."""
         try:
-            while True:
-                try:
-                    await self.elector.run(self._lead)
-                except* BrokerCredentialsRejected as group:
-                    raise group.exceptions[0] from None
-        finally:
-            await self.recorder.aclose()
-            await self.broker_recorder.aclose()
+            await self.manager.run()
+        except* BrokerCredentialsRejected as group:
+            raise group.exceptions[0] from None
 
-    async def _lead(self) -> None:
+    def _wire(self, term: Term) -> None:
+        """A leadership term: the caches, the flows over them, the controller (run by the Manager)."""
         log.info("agent %s leading", self.cluster_id)
-        local = SharedInformerFactory(self.cluster)
-        broker = SharedInformerFactory(self.broker)
+        local = term.informers(self.cluster)  # synced first, then the broker's (reported while it is not)
+        broker = term.informers(self.broker, while_unsynced=self._report_waiting_for_broker, every=BROKER_TIMEOUT)
         caches = self.caches = Caches(local, broker, self.broker_ns)
         # Thousands of services are normal; the queue's global limiter is for protecting the API
         # from retry storms, not for throttling the first sync.
@@ -237,30 +235,22 @@ class Agent:
         # A cluster registering or leaving changes whose slices may be imported.
         c.watch(caches.b_clusters, self._cluster_slice_keys,
                 predicate=lambda old, new: old is None)
-        local.start()
-        broker.start()
-        try:
-            await local.wait_synced()
-            while not await broker.wait_synced(timeout=BROKER_TIMEOUT):
-                await self._report_waiting_for_broker(broker)
-            self.aggregator.rebuild()
-            await self.heartbeat.start()
-            self._ready.set()
-            allocator = self.allocator
-            log.info("agent %s ready (VIP CIDR %s, %d in use)", self.cluster_id,
-                     allocator.cidr if allocator else "none", allocator.used if allocator else 0)
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(c.run())
-                tg.create_task(self.heartbeat.run())
-                tg.create_task(self.heartbeat.judge())
-        finally:
-            self._ready.clear()
-            self.heartbeat.detach()
-            await local.stop()
-            await broker.stop()
+        term.on_synced(self._synced)
+        term.on_stopped(self._stopped)
+        term.add(c, self.heartbeat.run, self.heartbeat.judge)
 
-    async def _report_waiting_for_broker(self, broker: SharedInformerFactory) -> None:
-        errors = {inf.last_error for inf in broker.informers if inf.last_error}
+    async def _synced(self) -> None:
+        self.aggregator.rebuild()
+        await self.heartbeat.start()
+        allocator = self.allocator
+        log.info("agent %s ready (VIP CIDR %s, %d in use)", self.cluster_id,
+                 allocator.cidr if allocator else "none", allocator.used if allocator else 0)
+
+    async def _stopped(self) -> None:
+        self.heartbeat.detach()
+
+    async def _report_waiting_for_broker(self) -> None:
+        errors = {inf.last_error for inf in self.caches.broker.informers if inf.last_error}
         why = f"waiting for the broker at {broker_server(self.broker)}: " + ("; ".join(sorted(errors)) or "no answer yet")
         await self.publisher.report_waiting(why)
 
