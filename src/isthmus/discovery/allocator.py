@@ -1,8 +1,9 @@
 """ClusterSet IP (VIP) allocation inside this cluster's VIP CIDR.
 
-Pure logic, no API calls: the agent keeps one `VipAllocator` over its cluster's CIDR (rebuilt on
-start from the ExportedServices that hold VIPs, docs/discovery.md "VIP lifecycle"). Which CIDR a
-cluster gets is membership's business (`isthmus.clusterset.cidrs`, used by `isthmus join`).
+Pure logic, no API calls: the agent keeps one `VipAllocator` over its cluster's CIDR (aggregates.py,
+which decides when to allocate; rebuilt on start from the ExportedServices that hold VIPs,
+docs/discovery.md "VIP lifecycle"). Which CIDR a cluster gets is membership's business
+(`isthmus.clusterset.cidrs`, used by `isthmus join`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class VipAllocator:
     `allocate` hands out the first free address after the last one handed out, wrapping around at
     the end of the CIDR, so a freed address is reused as late as possible: other clusters may still
     hold an import with it for a while, and their proxies would otherwise serve it for two services.
-    `reserve` (the agent's start-up rebuild from the ServiceImports in use) moves that position to
+    `reserve` (the agent's start-up rebuild from the VIPs the ExportedServices hold) moves that position to
     the highest address it marks, so a restarted agent resumes after the newest VIPs instead of
     handing out the just-freed low addresses again.
     """
