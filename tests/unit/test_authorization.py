@@ -15,7 +15,7 @@ from isthmus.apiserver.authorization.rbac import (
     escalation_message,
     rule_allows,
 )
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 
 U = UserInfo("u", groups=("g", "system:authenticated"))
 

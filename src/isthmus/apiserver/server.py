@@ -3,7 +3,7 @@
 What lives where (see the package docstring): handlers/ serves requests by concern,
 registry/ holds the per-resource strategies and the generic store every write goes through,
 controllers/ runs the garbage collector, the namespace controller and the CRD controller,
-storage.py keeps the objects (memory + SQLite) and feeds watches.
+storage/ keeps the objects (memory + SQLite) and feeds watches.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import HttpVersion11, web
 
-from isthmus.apiserver import authorization, datadir, errors, openapi_proto
+from isthmus.apiserver import authorization, errors, openapi_proto
 from isthmus.apiserver.admission import Admission
 from isthmus.apiserver.authentication import (
     ADMIN,
@@ -76,7 +76,9 @@ from isthmus.apiserver.serviceaccounts import (
     load_or_create_key,
     load_public_keys,
 )
-from isthmus.apiserver.storage import HISTORY_SECONDS, Store, StoreInUse, UnusableStore
+from isthmus.apiserver.storage import datadir
+from isthmus.apiserver.storage.journal import StoreInUse, UnusableStore
+from isthmus.apiserver.storage.store import HISTORY_SECONDS, Store
 from isthmus.apiserver.tls import ensure_admin_cert, ensure_certs, ensure_client_ca, server_context
 
 log = logging.getLogger("isthmus.apiserver")

@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from isthmus.apiserver.authentication import API_AUDIENCES, AuthenticationError, Response, UserInfo
-from isthmus.apiserver.datadir import make_private_dir, make_private_file, write_private
+from isthmus.apiserver.storage.datadir import make_private_dir, make_private_file, write_private
 
 __all__ = [
     "CREDENTIAL_ID_KEY",

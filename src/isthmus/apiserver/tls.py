@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from isthmus.apiserver.datadir import make_private_dir, make_private_file, write_private
+from isthmus.apiserver.storage.datadir import make_private_dir, make_private_file, write_private
 
 log = logging.getLogger("isthmus.apiserver")
 

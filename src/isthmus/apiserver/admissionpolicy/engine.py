@@ -38,7 +38,8 @@ from isthmus.apiserver.admissionpolicy.spec import (
 from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.meta import new_uid
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 Obj = dict[str, Any]
 

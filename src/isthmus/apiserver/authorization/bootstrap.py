@@ -18,7 +18,7 @@ from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceRegistry
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 
 __all__ = ["AUTOUPDATE", "CLUSTER_ROLES", "CLUSTER_ROLE_BINDINGS", "ensure_bootstrap_policy"]
 

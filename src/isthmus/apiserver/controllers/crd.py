@@ -21,7 +21,8 @@ from isthmus.apiserver.registry.customresourcedefinition import CLEANUP_FINALIZE
 from isthmus.apiserver.registry.customresourcedefinition import KEY as CRD_KEY
 from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceRegistry
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 log = logging.getLogger("isthmus.apiserver")
 

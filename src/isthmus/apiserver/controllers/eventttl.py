@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 from isthmus.apiserver.table import parse_time
 
 log = logging.getLogger("isthmus.apiserver")

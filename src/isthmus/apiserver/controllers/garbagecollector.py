@@ -17,7 +17,8 @@ from isthmus.apiserver.controllers.base import QueueController
 from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceRegistry
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 Obj = dict[str, Any]
 Ref = tuple[str, str, str]  # (storage key, namespace, name)

@@ -17,7 +17,7 @@ from isthmus.apiserver.registry.namespace import FINALIZER
 from isthmus.apiserver.registry.namespace import KEY as NS_KEY
 from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 
 log = logging.getLogger("isthmus.apiserver")
 

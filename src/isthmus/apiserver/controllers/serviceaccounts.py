@@ -24,7 +24,8 @@ from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceRegistry
 from isthmus.apiserver.serviceaccounts import ServiceAccountTokens
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 log = logging.getLogger("isthmus.apiserver")
 

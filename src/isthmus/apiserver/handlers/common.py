@@ -15,7 +15,7 @@ from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.httpserver import JsonAnswer, LeanRequest
 from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 
 Obj = dict[str, Any]
 

@@ -25,7 +25,7 @@ from isthmus.apiserver.handlers.get import (
 )
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.resources import ResourceInfo
-from isthmus.apiserver.storage import Watch
+from isthmus.apiserver.storage.watch import Watch
 
 Obj = dict[str, Any]
 EVENT_CACHE_SIZE = 4096

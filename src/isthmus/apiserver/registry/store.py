@@ -27,7 +27,7 @@ from isthmus.apiserver.decoding import StrictIssues
 from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.registry import namespace
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 from isthmus.apiserver.webhooks import Webhooks
 
 __all__ = ["GenericStore", "clone"]

@@ -42,7 +42,8 @@ from isthmus.apiserver.admissionpolicy.engine import (
 from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.patch import apply_json_patch
 from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 Obj = dict[str, Any]
 

@@ -18,7 +18,7 @@ import stat
 import uuid
 from pathlib import Path
 
-from isthmus.apiserver.storage import JOURNAL, JOURNAL_OLD
+from isthmus.apiserver.storage.journal import JOURNAL, JOURNAL_OLD
 
 DB = "state.db"
 MARKER = "initialized.json"

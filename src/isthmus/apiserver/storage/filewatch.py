@@ -1,6 +1,6 @@
 """Wake a thread the moment a file is changed, replaced or removed (Linux inotify, through libc).
 
-The store's journal (storage._Journal) checks that state.db is still the database it writes; a
+The store's journal (storage/journal.py, Journal) checks that state.db is still the database it writes; a
 check once a second alone left a second in which writes were acknowledged into a database that
 was already gone. inotify tells at once, without a system call on the write path. Where inotify
 cannot be had (another OS, a sandbox without it, no watches left) `FileWatch.open` returns None
