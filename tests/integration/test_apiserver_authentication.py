@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 
 from isthmus.apiserver.admission import Admission, AdmissionRequest
+from isthmus.apiserver.authentication.tls import issue_client_cert
 from isthmus.apiserver.server import ApiServer
-from isthmus.apiserver.tls import issue_client_cert
 
 TOKEN = "s3cret-token"
 

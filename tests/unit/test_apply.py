@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.apply import decode_fields, encode_fields, path_string, server_side_apply, track_update
-from isthmus.apiserver.errors import ApiError
 
 CONTAINER: dict[str, Any] = {
     "type": "object",
@@ -693,7 +693,7 @@ def test_the_compiled_walk_of_an_apply_that_creates_gives_what_the_general_steps
     from hypothesis import strategies as st
 
     from isthmus.apiserver import apply as apply_mod
-    from isthmus.apiserver.schema import apply_defaults
+    from isthmus.apiserver.openapi.schema import apply_defaults
 
     compiled = apply_mod._created_apply_fields
     taken = {"compiled": 0, "general": 0}

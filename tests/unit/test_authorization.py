@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from isthmus.apiserver.authentication import UserInfo
+from isthmus.apiserver.authentication.authenticators import UserInfo
 from isthmus.apiserver.authorization import Authorizer, forbidden, request_attributes
 from isthmus.apiserver.authorization.rbac import (
     PolicyRule,

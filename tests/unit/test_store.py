@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.storage.journal import StoreInUse, UnusableStore
 from isthmus.apiserver.storage.store import Store
 from isthmus.apiserver.storage.watch import Obj, Watch, WatchEvent

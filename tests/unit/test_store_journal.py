@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.storage import datadir
 from isthmus.apiserver.storage import journal as storage
 from isthmus.apiserver.storage.journal import JOURNAL, JOURNAL_OLD

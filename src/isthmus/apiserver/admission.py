@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from isthmus.apiserver.authentication import UserInfo
-from isthmus.apiserver.resources import ResourceInfo
+from isthmus.apiserver.authentication.authenticators import UserInfo
+from isthmus.apiserver.registry.resources import ResourceInfo
 
 if TYPE_CHECKING:
     from isthmus.apiserver.admissionpolicy.engine import ValidatingAdmissionPolicies

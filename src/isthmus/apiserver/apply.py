@@ -21,9 +21,9 @@ from typing import Any, Final
 
 import orjson
 
-from isthmus.apiserver.errors import ApiError, bad_request
-from isthmus.apiserver.jsoncopy import clone, deep_copy
-from isthmus.apiserver.schema import resolve_all_of
+from isthmus.apiserver.apimachinery.errors import ApiError, bad_request
+from isthmus.apiserver.apimachinery.jsoncopy import clone, deep_copy
+from isthmus.apiserver.openapi.schema import resolve_all_of
 
 Path = tuple[str, ...]
 

@@ -33,8 +33,8 @@ from typing import Any
 import aiohttp
 
 from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
+from isthmus.apiserver.authentication.tls import ensure_certs
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
-from isthmus.apiserver.tls import ensure_certs
 from isthmus.local import components, plan
 from isthmus.local.plan import AGENT, APISERVER, BROKER, HOST, KUBE_LITE, PartId
 from isthmus.local.state import (

@@ -24,7 +24,6 @@ from typing import Any
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
-from isthmus.apiserver import errors
 from isthmus.apiserver.admission import AdmissionRequest
 from isthmus.apiserver.admissionpolicy.cel import EvalError, LazyMap, to_cel
 from isthmus.apiserver.admissionpolicy.spec import (
@@ -35,9 +34,10 @@ from isthmus.apiserver.admissionpolicy.spec import (
     Expression,
     compile_policy,
 )
-from isthmus.apiserver.jsoncopy import clone
-from isthmus.apiserver.meta import new_uid
-from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.jsoncopy import clone
+from isthmus.apiserver.apimachinery.meta import new_uid
+from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage.store import Store
 from isthmus.apiserver.storage.watch import WatchEvent
 

@@ -12,8 +12,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from isthmus.apiserver import errors
 from isthmus.apiserver.admissionpolicy.cel import CompileError, Program, compile_expression
+from isthmus.apiserver.apimachinery import errors
 
 Obj = dict[str, Any]
 Cause = dict[str, str]

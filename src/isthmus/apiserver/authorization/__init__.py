@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from isthmus.apiserver.authentication import MASTERS_GROUP, UserInfo
+from isthmus.apiserver.authentication.authenticators import MASTERS_GROUP, UserInfo
 from isthmus.apiserver.authorization.attributes import Attributes, forbidden, request_attributes
 from isthmus.apiserver.authorization.rbac import PolicyRule, RuleResolver, Source, aggregate
 

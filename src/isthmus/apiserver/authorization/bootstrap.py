@@ -13,11 +13,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.authorization.rbac import GROUP, PolicyRule, covers, rules_of
-from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.registry.resources import ResourceRegistry
 from isthmus.apiserver.registry.store import GenericStore
-from isthmus.apiserver.resources import ResourceRegistry
 from isthmus.apiserver.storage.store import Store
 
 __all__ = ["AUTOUPDATE", "CLUSTER_ROLES", "CLUSTER_ROLE_BINDINGS", "ensure_bootstrap_policy"]

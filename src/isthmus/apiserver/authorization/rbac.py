@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from isthmus.apiserver import errors
-from isthmus.apiserver.authentication import UserInfo
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.authentication.authenticators import UserInfo
 from isthmus.apiserver.authorization.attributes import Attributes
 from isthmus.apiserver.storage.store import Store
 from isthmus.apiserver.storage.watch import WatchEvent

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.apimachinery.errors import ApiError
 
 log = logging.getLogger("isthmus.apiserver")
 

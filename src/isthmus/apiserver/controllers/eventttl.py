@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from isthmus.apiserver.registry.table import parse_time
 from isthmus.apiserver.storage.store import Store
 from isthmus.apiserver.storage.watch import WatchEvent
-from isthmus.apiserver.table import parse_time
 
 log = logging.getLogger("isthmus.apiserver")
 

@@ -9,8 +9,7 @@ from typing import Any
 
 from isthmus.apiserver.admissionpolicy import spec
 from isthmus.apiserver.registry.strategy import Strategy
-from isthmus.apiserver.registry.workloads import EmptyStatusStrategy
-from isthmus.apiserver.table import (
+from isthmus.apiserver.registry.table import (
     AGE_COLUMN,
     NAME_COLUMN,
     Column,
@@ -20,6 +19,7 @@ from isthmus.apiserver.table import (
     label_selector_string,
     name_of,
 )
+from isthmus.apiserver.registry.workloads import EmptyStatusStrategy
 
 Obj = dict[str, Any]
 Cause = dict[str, str]

@@ -18,15 +18,16 @@ from typing import Any
 
 import orjson
 
-from isthmus.apiserver import errors, meta, schema
 from isthmus.apiserver.admission import Admission, AdmissionRequest
 from isthmus.apiserver.admissionpolicy import ValidatingAdmissionPolicies
+from isthmus.apiserver.apimachinery import errors, meta
+from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.apply import server_side_apply, track_update
-from isthmus.apiserver.authentication import UserInfo
-from isthmus.apiserver.decoding import StrictIssues
-from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.authentication.authenticators import UserInfo
+from isthmus.apiserver.openapi import schema
 from isthmus.apiserver.registry import namespace
-from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
+from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
+from isthmus.apiserver.serializer.decoding import StrictIssues
 from isthmus.apiserver.storage.store import Store
 from isthmus.apiserver.webhooks import Webhooks
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from isthmus.apiserver import errors, validation
 from isthmus.apiserver.admissionpolicy.cel import CompileError, compile_expression
 from isthmus.apiserver.admissionpolicy.spec import (
     _compile_cause,
@@ -17,8 +16,9 @@ from isthmus.apiserver.admissionpolicy.spec import (
     _validate_rules,
     _validate_selector,
 )
+from isthmus.apiserver.apimachinery import errors, validation
 from isthmus.apiserver.registry.strategy import Strategy
-from isthmus.apiserver.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, name_of
+from isthmus.apiserver.registry.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, name_of
 from isthmus.apiserver.webhooks.dispatch import MATCH_CONDITION_ROOTS
 
 Obj = dict[str, Any]

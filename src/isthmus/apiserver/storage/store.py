@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 
 import orjson
 
-from isthmus.apiserver import errors
+from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.storage import journal
 from isthmus.apiserver.storage.journal import Key
 from isthmus.apiserver.storage.watch import WATCH_QUEUE_SIZE, Obj, Watch, WatchEvent

@@ -28,7 +28,6 @@ import aiohttp
 import orjson
 from celpy import celtypes
 
-from isthmus.apiserver import errors
 from isthmus.apiserver.admission import AdmissionRequest
 from isthmus.apiserver.admissionpolicy.cel import CompileError, EvalError, Program, compile_expression, to_cel
 from isthmus.apiserver.admissionpolicy.engine import (
@@ -39,9 +38,10 @@ from isthmus.apiserver.admissionpolicy.engine import (
     _labels,
     _rule_matches,
 )
-from isthmus.apiserver.jsoncopy import clone
-from isthmus.apiserver.patch import apply_json_patch
-from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.jsoncopy import clone
+from isthmus.apiserver.apimachinery.patch import apply_json_patch
+from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage.store import Store
 from isthmus.apiserver.storage.watch import WatchEvent
 

@@ -32,8 +32,8 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from isthmus.apiserver import openapi
-from isthmus.apiserver.resources import ResourceInfo
+from isthmus.apiserver.openapi import builder
+from isthmus.apiserver.registry.resources import ResourceInfo
 
 __all__ = ["PROTO_CONTENT_TYPE", "encode_document", "negotiate", "v2_response"]
 
@@ -388,10 +388,10 @@ _latest: list[tuple[tuple[Any, ...], list[ResourceInfo], _Served]] = []
 
 
 def _served(resources: list[ResourceInfo]) -> _Served:
-    key = openapi.resources_key(resources)
+    key = builder.resources_key(resources)
     if _latest and _latest[0][0] == key:
         return _latest[0][2]
-    served = _Served(openapi.openapi_v2(resources))
+    served = _Served(builder.openapi_v2(resources))
     _latest[:] = [(key, list(resources), served)]  # the resources keep the key's schema ids valid
     return served
 

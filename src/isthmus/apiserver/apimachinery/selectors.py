@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from isthmus.apiserver import errors, validation
+from isthmus.apiserver.apimachinery import errors, validation
 
 # ----- validation: k8s.io/apimachinery/pkg/util/validation, in validation.py ------------
 

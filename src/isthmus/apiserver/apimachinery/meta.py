@@ -8,8 +8,8 @@ import secrets
 import time
 from typing import Any
 
-from isthmus.apiserver import validation
-from isthmus.apiserver.errors import cause
+from isthmus.apiserver.apimachinery import validation
+from isthmus.apiserver.apimachinery.errors import cause
 
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # kube's: no vowels, no confusable digits
 # Finalizers kube accepts without a '/' (the apiextensions one included).

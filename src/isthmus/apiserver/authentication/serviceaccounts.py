@@ -34,7 +34,12 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from isthmus.apiserver.authentication import API_AUDIENCES, AuthenticationError, Response, UserInfo
+from isthmus.apiserver.authentication.authenticators import (
+    API_AUDIENCES,
+    AuthenticationError,
+    Response,
+    UserInfo,
+)
 from isthmus.apiserver.storage.datadir import make_private_dir, make_private_file, write_private
 
 __all__ = [

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Final
 
-from isthmus.apiserver.errors import cause, go_quote
+from isthmus.apiserver.apimachinery.errors import cause, go_quote
 
 Cause = dict[str, str]
 

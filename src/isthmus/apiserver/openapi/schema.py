@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from isthmus.apiserver.errors import cause
+from isthmus.apiserver.apimachinery.errors import cause
 
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 INT_OR_STRING = "x-kubernetes-int-or-string"

@@ -28,7 +28,8 @@ import orjson
 import yaml
 from aiohttp import web
 
-from isthmus.apiserver import errors, protobuf
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.serializer import protobuf
 
 MAX_DEPTH: Final = 128  # levels of objects and lists an object may nest (its root is level 1)
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from isthmus.apiserver.resources import ResourceInfo
+    from isthmus.apiserver.registry.resources import ResourceInfo
 
 Obj = dict[str, Any]
 Column = dict[str, Any]

@@ -20,9 +20,17 @@ from typing import Any, Final
 
 import orjson
 
-from . import errors
-from ._proto_tables import INLINE, MAP, MESSAGES, OMITEMPTY, POINTER, REPEATED, ROOTS
-from .errors import ApiError
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.serializer._proto_tables import (
+    INLINE,
+    MAP,
+    MESSAGES,
+    OMITEMPTY,
+    POINTER,
+    REPEATED,
+    ROOTS,
+)
 
 __all__ = ["CONTENT_TYPE", "MAGIC", "decode_object"]
 

@@ -8,7 +8,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from isthmus.apiserver import errors
+from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.registry.strategy import Strategy
 
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]

@@ -22,7 +22,7 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-from isthmus.apiserver.resources import ResourceInfo
+from isthmus.apiserver.registry.resources import ResourceInfo
 
 Doc = dict[str, Any]
 _VERSION = "v1.32.0"

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from isthmus.apiserver.decoding import MAX_DEPTH, nesting_over, too_deep
-from isthmus.apiserver.errors import ApiError, bad_request
-from isthmus.apiserver.jsoncopy import clone, deep_copy
-from isthmus.apiserver.schema import resolve_all_of
+from isthmus.apiserver.apimachinery.errors import ApiError, bad_request
+from isthmus.apiserver.apimachinery.jsoncopy import clone, deep_copy
+from isthmus.apiserver.openapi.schema import resolve_all_of
+from isthmus.apiserver.serializer.decoding import MAX_DEPTH, nesting_over, too_deep
 
 # kube-apiserver refuses bigger JSON patches (maxJSONPatchOperations).
 MAX_JSON_PATCH_OPERATIONS: Final = 10000
