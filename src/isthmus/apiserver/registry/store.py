@@ -22,8 +22,8 @@ from isthmus.apiserver.admission import Admission, AdmissionRequest
 from isthmus.apiserver.admissionpolicy import ValidatingAdmissionPolicies
 from isthmus.apiserver.apimachinery import errors, meta
 from isthmus.apiserver.apimachinery.jsoncopy import clone
-from isthmus.apiserver.apply import server_side_apply, track_update
 from isthmus.apiserver.authentication.authenticators import UserInfo
+from isthmus.apiserver.fieldmanager.fieldmanager import server_side_apply, track_update
 from isthmus.apiserver.openapi import schema
 from isthmus.apiserver.registry import namespace
 from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry

@@ -128,7 +128,6 @@ def create_database(path: str) -> None:
     os.replace(tmp, path)
 
 
-
 JOURNAL = "-log"  # state.db-log: the writes SQLite has not taken in yet
 JOURNAL_OLD = "-log.old"  # the batch being taken in
 _RECORD = struct.Struct("<II")  # a record's head: its payload's length and CRC-32
