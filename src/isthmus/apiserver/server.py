@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import HttpVersion11, web
 
 from isthmus.apiserver import authorization
-from isthmus.apiserver.admission import Admission
+from isthmus.apiserver.admission.chain import Admission
 from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.apimachinery.jsoncopy import clone

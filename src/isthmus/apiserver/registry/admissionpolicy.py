@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from isthmus.apiserver.admissionpolicy import spec
+from isthmus.apiserver.admission.policy import spec
 from isthmus.apiserver.registry.strategy import Strategy
 from isthmus.apiserver.registry.table import (
     AGE_COLUMN,

@@ -18,8 +18,10 @@ from typing import Any
 
 import orjson
 
-from isthmus.apiserver.admission import Admission, AdmissionRequest
-from isthmus.apiserver.admissionpolicy import ValidatingAdmissionPolicies
+from isthmus.apiserver.admission.attributes import AdmissionRequest
+from isthmus.apiserver.admission.chain import Admission
+from isthmus.apiserver.admission.policy.engine import ValidatingAdmissionPolicies
+from isthmus.apiserver.admission.webhook.dispatch import Webhooks
 from isthmus.apiserver.apimachinery import errors, meta
 from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.authentication.authenticators import UserInfo
@@ -29,7 +31,6 @@ from isthmus.apiserver.registry import namespace
 from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.serializer.decoding import StrictIssues
 from isthmus.apiserver.storage.store import Store
-from isthmus.apiserver.webhooks import Webhooks
 
 __all__ = ["GenericStore", "clone"]
 

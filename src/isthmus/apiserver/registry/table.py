@@ -16,13 +16,25 @@ import json
 import re
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from isthmus.apiserver.registry.resources import ResourceInfo
+from typing import Any, Protocol
 
 Obj = dict[str, Any]
 Column = dict[str, Any]
+
+
+class Printer(Protocol):
+    """What a Table is made with: a strategy's columns and rows (registry/strategy.py's Strategy)."""
+
+    def table_columns(self) -> list[Column]: ...
+
+    def table_row(self, obj: Obj, now: float) -> list[Any]: ...
+
+
+class Printed(Protocol):
+    """A served type as to_table reads it (registry/resources.py's ResourceInfo): its strategy."""
+
+    @property
+    def strategy(self) -> Printer: ...
 
 NAME_DESC = (
     "Name must be unique within a namespace. Is required when creating resources, although some resources may "
@@ -377,7 +389,7 @@ class JSONPathPrinter:
 
 
 def to_table(
-    info: ResourceInfo,
+    info: Printed,
     objects: list[dict[str, Any]],
     *,
     resource_version: str,

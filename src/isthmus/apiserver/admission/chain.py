@@ -1,40 +1,21 @@
-"""In-process admission: mutating hooks, mutating webhooks, then the ValidatingAdmissionPolicy
+"""The admission chain: mutating hooks, mutating webhooks, then the ValidatingAdmissionPolicy
 plugin, validating hooks and validating webhooks, before storage (kube's plugin order: in-tree
-mutating plugins, MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook)."""
+mutating plugins, MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook).
+
+In-process hooks are registered here; the two plugins live in policy/ and webhook/ and are set on
+`Admission` by the generic store (registry/store.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from isthmus.apiserver.admission.attributes import AdmissionRequest
+from isthmus.apiserver.admission.policy.engine import ValidatingAdmissionPolicies
+from isthmus.apiserver.admission.webhook.dispatch import Webhooks
 from isthmus.apiserver.authentication.authenticators import UserInfo
 from isthmus.apiserver.registry.resources import ResourceInfo
-
-if TYPE_CHECKING:
-    from isthmus.apiserver.admissionpolicy.engine import ValidatingAdmissionPolicies
-    from isthmus.apiserver.webhooks import Webhooks
-
-
-@dataclass
-class AdmissionRequest:
-    operation: str  # "CREATE" | "UPDATE" | "DELETE"
-    resource: ResourceInfo
-    subresource: str  # "" or "status"
-    namespace: str
-    name: str
-    object: dict[str, Any] | None  # the object to store (mutating hooks edit it in place)
-    old_object: dict[str, Any] | None
-    user_info: UserInfo  # who sent the request, as authentication decided
-    dry_run: bool = False
-    # Warning headers of the response (a Warn binding's failures add theirs here).
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def user(self) -> str:
-        """The requester's name (what hooks written before user_info existed read)."""
-        return self.user_info.username
-
 
 # A hook raises errors.ApiError (e.g. errors.invalid / errors.forbidden) to deny.
 Hook = Callable[[AdmissionRequest], Awaitable[None]]

@@ -24,9 +24,17 @@ from typing import Any
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
-from isthmus.apiserver.admission import AdmissionRequest
-from isthmus.apiserver.admissionpolicy.cel import EvalError, LazyMap, to_cel
-from isthmus.apiserver.admissionpolicy.spec import (
+from isthmus.apiserver.admission.attributes import AdmissionRequest, admission_review_request
+from isthmus.apiserver.admission.matching import (
+    EXEMPT,
+    NAMESPACES_KEY,
+    label_selector_matches,
+    object_labels,
+    rule_matches,
+    split_resource,
+)
+from isthmus.apiserver.admission.policy.cel import EvalError, LazyMap, to_cel
+from isthmus.apiserver.admission.policy.spec import (
     BINDING_KEY,
     GROUP,
     POLICY_KEY,
@@ -36,18 +44,12 @@ from isthmus.apiserver.admissionpolicy.spec import (
 )
 from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.apimachinery.jsoncopy import clone
-from isthmus.apiserver.apimachinery.meta import new_uid
 from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage.store import Store
 from isthmus.apiserver.storage.watch import WatchEvent
 
 Obj = dict[str, Any]
 
-NAMESPACES_KEY = "/namespaces"
-# kube's IsExemptAdmissionConfigurationResource: policies never judge writes of these.
-EXEMPT = frozenset({"validatingadmissionpolicies", "validatingadmissionpolicybindings",
-                    "mutatingadmissionpolicies", "mutatingadmissionpolicybindings",
-                    "validatingwebhookconfigurations", "mutatingwebhookconfigurations"})
 REASON_CODES = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413, "Invalid": 422}
 MAX_MESSAGE_BYTES = 5 * 1024  # kube's MaxEvaluatedMessageExpressionSizeBytes
 
@@ -70,65 +72,8 @@ class ConfigError(Exception):
     """A policy or binding that cannot be applied (kube's configuration errors)."""
 
 
-def _label_selector_matches(sel: Any, labels: dict[str, str] | None) -> bool:
-    """metav1.LabelSelector semantics; an empty selector matches everything."""
-    if not isinstance(sel, dict):
-        return True
-    lbl = labels or {}
-    for k, v in (sel.get("matchLabels") or {}).items():
-        if lbl.get(k) != v:
-            return False
-    for req in sel.get("matchExpressions") or []:
-        key, op, values = req.get("key"), req.get("operator"), req.get("values") or []
-        if op == "In" and lbl.get(key) not in values:
-            return False
-        if op == "NotIn" and key in lbl and lbl[key] in values:
-            return False
-        if op == "Exists" and key not in lbl:
-            return False
-        if op == "DoesNotExist" and key in lbl:
-            return False
-    return True
-
-
 def _is_bool(v: Any) -> bool:
     return isinstance(v, (bool, celtypes.BoolType))
-
-
-def _labels(obj: Obj | None) -> dict[str, str] | None:
-    if not isinstance(obj, dict):
-        return None
-    labels = (obj.get("metadata") or {}).get("labels")
-    return labels if isinstance(labels, dict) else {}
-
-
-def _split_resource(res: str) -> tuple[str, str]:
-    base, _, sub = res.partition("/")
-    return base, sub
-
-
-def _rule_matches(rule: Obj, a: AdmissionRequest, info: ResourceInfo) -> bool:
-    """kube's rules.Matcher on one resource (`info`, the request's or an equivalent)."""
-    scope = rule.get("scope") or "*"
-    is_namespace = info.group == "" and info.plural == "namespaces"
-    if scope == "Namespaced" and (is_namespace or not a.namespace):
-        return False
-    if scope == "Cluster" and not (is_namespace or not a.namespace):
-        return False
-    ops = rule.get("operations") or []
-    if "*" not in ops and a.operation not in ops:
-        return False
-    groups = rule.get("apiGroups") or []
-    if "*" not in groups and info.group not in groups:
-        return False
-    versions = rule.get("apiVersions") or []
-    if "*" not in versions and info.version not in versions:
-        return False
-    for res in rule.get("resources") or []:
-        base, sub = _split_resource(str(res))
-        if (base in ("*", info.plural)) and (sub in ("*", a.subresource)):
-            return True
-    return False
 
 
 class ValidatingAdmissionPolicies:
@@ -171,7 +116,7 @@ class ValidatingAdmissionPolicies:
         for policy, _ in self._hooks:
             mc = policy.spec.get("matchConstraints") or {}
             for rule in mc.get("resourceRules") or []:
-                bases.update(_split_resource(str(r))[0] for r in rule.get("resources") or [])
+                bases.update(split_resource(str(r))[0] for r in rule.get("resources") or [])
         self._bases = frozenset(bases)
 
     def covers(self, info: ResourceInfo) -> bool:
@@ -190,19 +135,19 @@ class ValidatingAdmissionPolicies:
 
     def _namespace_labels(self, a: AdmissionRequest) -> dict[str, str] | None:
         if a.resource.group == "" and a.resource.plural == "namespaces":
-            return _labels(a.object) or _labels(a.old_object)
+            return object_labels(a.object) or object_labels(a.old_object)
         ns = self.storage.get(NAMESPACES_KEY, "", a.namespace) if a.namespace else None
-        return _labels(ns)
+        return object_labels(ns)
 
     def _matches(self, mr: Obj, a: AdmissionRequest) -> ResourceInfo | None:
         """The resource (the request's or an equivalent) `mr` matches the request as, else None."""
         is_namespace = a.resource.group == "" and a.resource.plural == "namespaces"
         sel = mr.get("namespaceSelector")
-        if sel and (a.namespace or is_namespace) and not _label_selector_matches(sel, self._namespace_labels(a)):
+        if sel and (a.namespace or is_namespace) and not label_selector_matches(sel, self._namespace_labels(a)):
             return None
         sel = mr.get("objectSelector")
-        if sel and not ((_label_selector_matches(sel, _labels(a.object)) and a.object is not None)
-                        or (_label_selector_matches(sel, _labels(a.old_object)) and a.old_object is not None)):
+        if sel and not ((label_selector_matches(sel, object_labels(a.object)) and a.object is not None)
+                        or (label_selector_matches(sel, object_labels(a.old_object)) and a.old_object is not None)):
             return None
         equivalent = mr.get("matchPolicy", "Equivalent") != "Exact"
         if self._rules_match(mr.get("excludeResourceRules") or [], a, equivalent) is not None:
@@ -214,7 +159,7 @@ class ValidatingAdmissionPolicies:
 
     def _rules_match(self, rules: list[Obj], a: AdmissionRequest, equivalent: bool) -> ResourceInfo | None:
         for rule in rules:
-            if _rule_matches(rule, a, a.resource):
+            if rule_matches(rule, a, a.resource):
                 names = rule.get("resourceNames") or []
                 if not names or a.name in names:
                     return a.resource
@@ -222,7 +167,7 @@ class ValidatingAdmissionPolicies:
             return None
         for rule in rules:
             for other in self._equivalents(a.resource):
-                if _rule_matches(rule, a, other):
+                if rule_matches(rule, a, other):
                     return other
         return None
 
@@ -255,33 +200,10 @@ class ValidatingAdmissionPolicies:
                 found = [info.strategy.from_storage(obj)]
         else:
             found = [info.strategy.from_storage(o) for o in self.storage.list(info.key, ns if info.namespaced else None)
-                     if _label_selector_matches(ref.get("selector") or {}, _labels(o))]
+                     if label_selector_matches(ref.get("selector") or {}, object_labels(o))]
         if not found and ref.get("parameterNotFoundAction", "Deny") == "Deny":
             raise ConfigError("no params found for policy binding with `Deny` parameterNotFoundAction")
         return found
-
-    @staticmethod
-    def _request(a: AdmissionRequest, matched: ResourceInfo) -> Obj:
-        """The `request` variable: kube's admissionv1.AdmissionRequest (every field present)."""
-        def kind(i: ResourceInfo) -> Obj:
-            return {"group": i.group, "version": i.version, "kind": i.kind}
-
-        def gvr(i: ResourceInfo) -> Obj:
-            return {"group": i.group, "version": i.version, "resource": i.plural}
-
-        u = a.user_info
-        namespace = a.name if a.resource.group == "" and a.resource.plural == "namespaces" else a.namespace
-        options = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}.get(a.operation)
-        return {
-            "uid": new_uid(),
-            "kind": kind(matched), "resource": gvr(matched), "subResource": a.subresource,
-            "requestKind": kind(a.resource), "requestResource": gvr(a.resource), "requestSubResource": a.subresource,
-            "name": a.name, "namespace": namespace, "operation": a.operation,
-            "userInfo": {"username": u.username, "uid": u.uid, "groups": list(u.groups),
-                         "extra": {k: list(v) for k, v in u.extra.items()}},
-            "dryRun": a.dry_run,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": options} if options else None,
-        }
 
     def _converted(self, obj: Obj | None, a: AdmissionRequest, matched: ResourceInfo) -> Obj | None:
         """The object as the matched (equivalent) version serves it."""
@@ -297,7 +219,7 @@ class ValidatingAdmissionPolicies:
         activation: dict[str, Any] = {
             "object": to_cel(self._converted(a.object, a, matched)),
             "oldObject": to_cel(self._converted(a.old_object, a, matched)),
-            "request": to_cel(self._request(a, matched)),
+            "request": to_cel(admission_review_request(a, matched)),
             "params": to_cel(param),
             "namespaceObject": to_cel(None),
         }

@@ -26,7 +26,7 @@ from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, base_functions, boolean
 
-from isthmus.apiserver.admissionpolicy.celfast import Compiler, StringKeyed
+from isthmus.apiserver.admission.policy.celfast import Compiler, StringKeyed
 
 # celpy's StringType defines __eq__, __ne__ and __hash__ in Python, each only calling str's: every
 # map lookup by a CEL string key paid a Python call for the hash and another for the comparison

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from isthmus.apiserver.admissionpolicy.cel import CompileError, Program, compile_expression
+from isthmus.apiserver.admission.policy.cel import CompileError, Program, compile_expression
 from isthmus.apiserver.apimachinery import errors
 
 Obj = dict[str, Any]

@@ -28,15 +28,20 @@ import aiohttp
 import orjson
 from celpy import celtypes
 
-from isthmus.apiserver.admission import AdmissionRequest
-from isthmus.apiserver.admissionpolicy.cel import CompileError, EvalError, Program, compile_expression, to_cel
-from isthmus.apiserver.admissionpolicy.engine import (
+from isthmus.apiserver.admission.attributes import AdmissionRequest, admission_review_request
+from isthmus.apiserver.admission.matching import (
     EXEMPT,
     NAMESPACES_KEY,
-    ValidatingAdmissionPolicies,
-    _label_selector_matches,
-    _labels,
-    _rule_matches,
+    label_selector_matches,
+    object_labels,
+    rule_matches,
+)
+from isthmus.apiserver.admission.policy.cel import (
+    CompileError,
+    EvalError,
+    Program,
+    compile_expression,
+    to_cel,
 )
 from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.apimachinery.jsoncopy import clone
@@ -176,9 +181,9 @@ class Webhooks:
 
     def _namespace_labels(self, a: AdmissionRequest) -> dict[str, str] | None:
         if a.resource.group == "" and a.resource.plural == "namespaces":
-            return _labels(a.object) or _labels(a.old_object)
+            return object_labels(a.object) or object_labels(a.old_object)
         ns = self.storage.get(NAMESPACES_KEY, "", a.namespace) if a.namespace else None
-        return _labels(ns)
+        return object_labels(ns)
 
     def _equivalents(self, info: ResourceInfo) -> list[ResourceInfo]:
         return [i for i in self.resources.all() if i.key == info.key and i is not info and i.plural == info.plural]
@@ -188,21 +193,21 @@ class Webhooks:
         spec = h.spec
         is_namespace = a.resource.group == "" and a.resource.plural == "namespaces"
         sel = spec.get("namespaceSelector")
-        if sel and (a.namespace or is_namespace) and not _label_selector_matches(sel, self._namespace_labels(a)):
+        if sel and (a.namespace or is_namespace) and not label_selector_matches(sel, self._namespace_labels(a)):
             return None
         sel = spec.get("objectSelector")
-        if sel and not ((a.object is not None and _label_selector_matches(sel, _labels(a.object)))
-                        or (a.old_object is not None and _label_selector_matches(sel, _labels(a.old_object)))):
+        if sel and not ((a.object is not None and label_selector_matches(sel, object_labels(a.object)))
+                        or (a.old_object is not None and label_selector_matches(sel, object_labels(a.old_object)))):
             return None
         rules = [r for r in spec.get("rules") or [] if isinstance(r, dict)]
         for rule in rules:
-            if _rule_matches(rule, a, a.resource):
+            if rule_matches(rule, a, a.resource):
                 return a.resource
         if spec.get("matchPolicy", "Equivalent") == "Exact":
             return None
         for rule in rules:
             for other in self._equivalents(a.resource):
-                if _rule_matches(rule, a, other):
+                if rule_matches(rule, a, other):
                     return other
         return None
 
@@ -343,7 +348,7 @@ class Webhooks:
         return errors.ApiError(code, reason, message, details)
 
     def _review(self, h: Hook, a: AdmissionRequest, matched: ResourceInfo) -> Obj:
-        request = ValidatingAdmissionPolicies._request(a, matched)
+        request = admission_review_request(a, matched)
         request["uid"] = str(uuid.uuid4())
         request["object"] = self._converted(a.object, a, matched)
         request["oldObject"] = self._converted(a.old_object, a, matched)
