@@ -50,8 +50,8 @@ from isthmus.apiserver.authentication.tls import (
     server_context,
 )
 from isthmus.apiserver.authorization.attributes import Attributes
-from isthmus.apiserver.authorization.bootstrap import ensure_bootstrap_policy
 from isthmus.apiserver.builtins import builtin_resources
+from isthmus.apiserver.controllers.bootstraprbac import ensure_bootstrap_policy
 from isthmus.apiserver.controllers.crd import CRDController
 from isthmus.apiserver.controllers.eventttl import DEFAULT_TTL as DEFAULT_EVENT_TTL
 from isthmus.apiserver.controllers.eventttl import EventTTLController
