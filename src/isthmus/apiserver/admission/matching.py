@@ -3,8 +3,8 @@ plugin (policy/engine.py) and the admission webhooks (webhook/dispatch.py), as k
 admission/plugin/webhook/predicates (rules, namespace and object selectors) serve both.
 
 `rule_matches` is kube's rules.Matcher on one resource; `label_selector_matches` metav1.LabelSelector
-semantics over an object's labels (`object_labels`); EXEMPT the admission configuration resources
-that neither plugin ever judges (no admin lock-out).
+semantics over an object's labels (`object_labels`) or its namespace's (`namespace_labels`); EXEMPT
+the admission configuration resources that neither plugin ever judges (no admin lock-out).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from isthmus.apiserver.admission.attributes import AdmissionRequest
 from isthmus.apiserver.registry.resources import ResourceInfo
+from isthmus.apiserver.storage.store import Store
 
 Obj = dict[str, Any]
 
@@ -49,6 +50,15 @@ def object_labels(obj: Obj | None) -> dict[str, str] | None:
         return None
     labels = (obj.get("metadata") or {}).get("labels")
     return labels if isinstance(labels, dict) else {}
+
+
+def namespace_labels(a: AdmissionRequest, storage: Store) -> dict[str, str] | None:
+    """The labels a namespaceSelector is matched against: the namespace's, or the object's own when
+    the write is of a Namespace."""
+    if a.resource.group == "" and a.resource.plural == "namespaces":
+        return object_labels(a.object) or object_labels(a.old_object)
+    ns = storage.get(NAMESPACES_KEY, "", a.namespace) if a.namespace else None
+    return object_labels(ns)
 
 
 def split_resource(res: str) -> tuple[str, str]:

@@ -29,6 +29,7 @@ from isthmus.apiserver.admission.matching import (
     EXEMPT,
     NAMESPACES_KEY,
     label_selector_matches,
+    namespace_labels,
     object_labels,
     rule_matches,
     split_resource,
@@ -133,17 +134,11 @@ class ValidatingAdmissionPolicies:
         """The resource in its other groups/versions (kube's EquivalentResourceMapper): same storage."""
         return [i for i in self.resources.all() if i.key == info.key and i is not info and i.plural == info.plural]
 
-    def _namespace_labels(self, a: AdmissionRequest) -> dict[str, str] | None:
-        if a.resource.group == "" and a.resource.plural == "namespaces":
-            return object_labels(a.object) or object_labels(a.old_object)
-        ns = self.storage.get(NAMESPACES_KEY, "", a.namespace) if a.namespace else None
-        return object_labels(ns)
-
     def _matches(self, mr: Obj, a: AdmissionRequest) -> ResourceInfo | None:
         """The resource (the request's or an equivalent) `mr` matches the request as, else None."""
         is_namespace = a.resource.group == "" and a.resource.plural == "namespaces"
         sel = mr.get("namespaceSelector")
-        if sel and (a.namespace or is_namespace) and not label_selector_matches(sel, self._namespace_labels(a)):
+        if sel and (a.namespace or is_namespace) and not label_selector_matches(sel, namespace_labels(a, self.storage)):
             return None
         sel = mr.get("objectSelector")
         if sel and not ((label_selector_matches(sel, object_labels(a.object)) and a.object is not None)

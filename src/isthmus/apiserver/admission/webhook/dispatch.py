@@ -31,8 +31,8 @@ from celpy import celtypes
 from isthmus.apiserver.admission.attributes import AdmissionRequest, admission_review_request
 from isthmus.apiserver.admission.matching import (
     EXEMPT,
-    NAMESPACES_KEY,
     label_selector_matches,
+    namespace_labels,
     object_labels,
     rule_matches,
 )
@@ -179,12 +179,6 @@ class Webhooks:
 
     # ------------------------------------------------------------------ matching
 
-    def _namespace_labels(self, a: AdmissionRequest) -> dict[str, str] | None:
-        if a.resource.group == "" and a.resource.plural == "namespaces":
-            return object_labels(a.object) or object_labels(a.old_object)
-        ns = self.storage.get(NAMESPACES_KEY, "", a.namespace) if a.namespace else None
-        return object_labels(ns)
-
     def _equivalents(self, info: ResourceInfo) -> list[ResourceInfo]:
         return [i for i in self.resources.all() if i.key == info.key and i is not info and i.plural == info.plural]
 
@@ -193,7 +187,7 @@ class Webhooks:
         spec = h.spec
         is_namespace = a.resource.group == "" and a.resource.plural == "namespaces"
         sel = spec.get("namespaceSelector")
-        if sel and (a.namespace or is_namespace) and not label_selector_matches(sel, self._namespace_labels(a)):
+        if sel and (a.namespace or is_namespace) and not label_selector_matches(sel, namespace_labels(a, self.storage)):
             return None
         sel = spec.get("objectSelector")
         if sel and not ((a.object is not None and label_selector_matches(sel, object_labels(a.object)))
