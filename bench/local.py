@@ -99,7 +99,7 @@ def kinds_of(doc: dict[str, Any]) -> dict[int, str]:
     out = {}
     for pid in descendants(sup) if sup else list(kinds):
         try:
-            zygote = b"isthmus.local.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            zygote = b"isthmus.procs.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             zygote = False
         out[pid] = kinds.get(pid) or ("zygote" if zygote else "supervisor" if pid == sup else "other")

@@ -43,10 +43,10 @@ from lightkube.resources.core_v1 import Namespace, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.api.mcs import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MCS_GROUP, MCS_VERSION
+from isthmus.discovery.allocator import VipAllocator
 from isthmus.kube import transport
 from isthmus.kube.client import client_for
 from isthmus.local.up import pick_port
-from isthmus.mcs.allocator import VipAllocator
 from isthmus.runtime.loop import loop_name, run
 
 SvcExport = create_namespaced_resource(MCS_GROUP, MCS_VERSION, "ServiceExport", "serviceexports")

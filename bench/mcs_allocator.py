@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # runnable without installing
 
-from isthmus.mcs.allocator import AllocatorFull, VipAllocator
+from isthmus.discovery.allocator import AllocatorFull, VipAllocator
 
 
 def fill(prefix: int) -> tuple[float, int]:

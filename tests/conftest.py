@@ -4,57 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from lightkube import AsyncClient, KubeConfig
 
-from isthmus.apiserver.server import ApiServer
-
-
-class RunningApiServer:
-    """A started ApiServer persisted under a temp dir; `restart()` keeps port, data and token."""
-
-    def __init__(self, data_dir: Path, **kwargs: Any) -> None:
-        self.data_dir = data_dir
-        self.kwargs = kwargs
-        self.server = ApiServer(data_dir=data_dir, **kwargs)
-        self.kubeconfig = str(data_dir / "kubeconfig")
-        self._clients: list[AsyncClient] = []
-
-    async def start(self) -> None:
-        await self.server.start()
-        self.server.write_kubeconfig(self.kubeconfig)
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    @property
-    def store(self) -> Any:
-        return self.server.store
-
-    def client(self, **kwargs: Any) -> AsyncClient:
-        c = AsyncClient(config=KubeConfig.from_file(self.kubeconfig), **kwargs)
-        self._clients.append(c)
-        return c
-
-    async def stop(self) -> None:
-        await self.server.stop()
-
-    async def restart(self) -> None:
-        port = self.server.port
-        await self.server.stop()
-        self.server = ApiServer(data_dir=self.data_dir, **{**self.kwargs, "port": port})
-        await self.start()
-
-    async def close(self) -> None:
-        for c in self._clients:
-            try:
-                await c.close()
-            except Exception:
-                pass
-        await self.server.stop()
+from tests.harness.apiserver import RunningApiServer
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ import pytest_asyncio
 from lightkube.resources.coordination_v1 import Lease
 
 from isthmus.api.mcs import AGENT_LEASE_NAME, AGENT_NAMESPACE
-from tests.integration.mcs_harness import ClusterSet
-from tests.ports import free_port
+from tests.harness.clusterset import ClusterSet
+from tests.harness.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(90)]
 
@@ -88,7 +88,7 @@ async def test_an_agent_without_cluster_id_waits_for_join_then_runs_as_the_joine
     cs: ClusterSet, tmp_path: Path
 ) -> None:
     """One member manifest fits every cluster: no --cluster-id; before join the agent waits, not ready."""
-    from isthmus.mcs import membership
+    from isthmus.clusterset import membership
 
     srv, client = await cs.spare_server("late")
     port, log = free_port(), tmp_path / "late.log"

@@ -32,10 +32,10 @@ from isthmus.api.mcs import (
     ServiceImportSpec,
     conflict_condition,
 )
+from isthmus.clusterset.brokerinfo import BrokerInfo
 from isthmus.kube.client import make_client
 from isthmus.kube.helpers import get, patch_status
 from isthmus.kube.resources import to_lightkube
-from isthmus.mcs.brokerinfo import BrokerInfo
 
 pytestmark = pytest.mark.e2e
 

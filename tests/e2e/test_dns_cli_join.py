@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from isthmus.mcs import membership
-from tests.integration.mcs_harness import ClusterSet
-from tests.ports import free_port
+from isthmus.clusterset import membership
+from tests.harness.clusterset import ClusterSet
+from tests.harness.ports import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(90)]
 

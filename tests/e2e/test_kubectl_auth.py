@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from isthmus.apiserver.authentication.tls import issue_client_cert
+from tests.harness.polling import eventually_sync
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")]
 
@@ -222,13 +223,6 @@ def test_kubernetes_service_points_at_the_apiserver(server: Kubeconfigs) -> None
     assert eps["ports"] == [{"name": "https", "port": port, "protocol": "TCP"}]
 
 
-def eventually(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 20
-    while not check():
-        assert time.monotonic() < deadline, "not reconciled"
-        time.sleep(0.1)
-
-
 def test_kubernetes_service_and_endpoints_come_back(server: Kubeconfigs) -> None:
     k, port = server.kubectl, server_port(server)
 
@@ -239,10 +233,10 @@ def test_kubernetes_service_and_endpoints_come_back(server: Kubeconfigs) -> None
     kinds = ("service", "endpoints", "endpointslice")
     before = {kind: uid(kind) for kind in kinds}
     k(server.token, "delete", "service,endpoints,endpointslice", "kubernetes")
-    eventually(lambda: all(uid(kind) not in ("", before[kind]) for kind in kinds))
+    eventually_sync(lambda: all(uid(kind) not in ("", before[kind]) for kind in kinds))
     assert f"127.0.0.1:{port}" in k(server.token, "get", "endpoints", "kubernetes").stdout
     # Ports someone changed are reset, as kube does (the Service is the apiserver's).
     k(server.token, "patch", "service", "kubernetes", "--type=merge",
       "-p", '{"spec": {"ports": [{"name": "https", "port": 8443, "targetPort": 1}]}}')
-    eventually(lambda: "443/TCP" in k(server.token, "get", "svc", "kubernetes").stdout
+    eventually_sync(lambda: "443/TCP" in k(server.token, "get", "svc", "kubernetes").stdout
                and "8443" not in k(server.token, "get", "svc", "kubernetes").stdout)

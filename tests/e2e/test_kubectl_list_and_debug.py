@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")]
 

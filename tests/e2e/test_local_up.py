@@ -280,7 +280,7 @@ def test_components_run_from_the_manifests_under_their_own_service_accounts(cs: 
 def test_a_member_broker_token_writes_only_its_own_objects(cs: Clusterset) -> None:
     import base64
 
-    from isthmus.mcs.brokerinfo import BrokerInfo
+    from isthmus.clusterset.brokerinfo import BrokerInfo
 
     secret = json.loads(cs.kubectl("c1", "-n", "isthmus-system", "get", "secret", "isthmus-broker", "-o", "json"))
     info = BrokerInfo.decode(base64.b64decode(secret["data"]["broker-info"]))
@@ -701,7 +701,7 @@ def test_a_killed_zygote_takes_the_pods_down_and_their_kube_lites_start_them_aga
     kube-lite starts them again from a zygote of its own; the parts run on untouched."""
     before = wait_for("ready", lambda: (d := cs.status())["ready"] and d)
     zygotes = [int(line.split(":")[0]) for line in cs.our_processes()
-               if "isthmus.local.zygote" in line and "--for supervisor" in line]
+               if "isthmus.procs.zygote" in line and "--for supervisor" in line]
     assert len(zygotes) == 1, cs.our_processes()  # one zygote for the whole clusterset
     pods = {(c["name"], k): p["pid"] for c in before["clusters"] for k, p in c["processes"].items() if "pod" in p}
     parts = {(c["name"], k): p["pid"] for c in before["clusters"] for k, p in c["processes"].items() if "pod" not in p}

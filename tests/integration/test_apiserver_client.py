@@ -14,7 +14,7 @@ from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.types import CascadeType, PatchType
 
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 GADGET_CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",

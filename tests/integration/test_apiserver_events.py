@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 Obj = dict[str, Any]
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from isthmus.apiserver import httpserver
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 CM_PATH = "/api/v1/namespaces/default/configmaps"
 _DATE = re.compile(rb"\r\nDate: [^\r]+")

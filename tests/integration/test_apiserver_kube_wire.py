@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.unit.gnostic_proto import decode_document
 
 KUBECTL_ACCEPT = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"

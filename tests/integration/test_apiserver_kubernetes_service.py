@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from isthmus.apiserver.server import ApiServer
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 
 def endpoints(srv: ApiServer) -> tuple[object, object, object]:

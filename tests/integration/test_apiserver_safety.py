@@ -12,7 +12,7 @@ import pytest
 
 from isthmus.apiserver.server import ApiServer
 from isthmus.apiserver.storage.datadir import DataDirError
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 TOKEN = "s3cret-token"
 CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "keep", "namespace": "default"}}

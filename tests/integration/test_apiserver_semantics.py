@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from isthmus.apiserver.apimachinery import meta
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 

@@ -9,7 +9,7 @@ import json
 import ssl
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ import pytest
 
 from isthmus.apiserver.authentication.serviceaccounts import ServiceAccountTokens
 from isthmus.apiserver.server import ApiServer
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
+from tests.harness.polling import eventually
 
 TOKEN = "admin-token"
 KUBECTL = "/usr/bin/kubectl"
@@ -79,17 +80,6 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
         yield Api(run)
     finally:
         await run.close()
-
-
-async def eventually(check: Callable[[], Any], within: float = 5.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.05)
 
 
 def claims(token: str) -> dict[str, Any]:

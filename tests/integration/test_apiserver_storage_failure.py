@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from isthmus.apiserver.storage.datadir import DataDirError
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 CMS = "/api/v1/namespaces/default/configmaps"
 

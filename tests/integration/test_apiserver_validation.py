@@ -12,7 +12,7 @@ import pytest
 
 from isthmus.apiserver.registry.service import default_service
 from isthmus.apiserver.serializer.decoding import MAX_DEPTH
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 SUBDOMAIN = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "

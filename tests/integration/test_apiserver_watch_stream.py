@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 CMS = "/api/v1/namespaces/default/configmaps"
 

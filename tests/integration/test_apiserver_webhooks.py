@@ -22,7 +22,7 @@ from aiohttp import web
 
 from isthmus.apiserver.authentication.tls import ensure_certs
 from isthmus.apiserver.server import ApiServer
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 TOKEN = "admin-token"
 NS = "default"

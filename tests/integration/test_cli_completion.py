@@ -22,8 +22,8 @@ from lightkube.resources.core_v1 import Namespace
 from isthmus.api.mcs import ServiceExport
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.resources import resource_for
-from tests.conftest import RunningApiServer
-from tests.integration.mcs_harness import service
+from tests.harness.apiserver import RunningApiServer
+from tests.harness.clusterset import service
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -20,7 +20,7 @@ from lightkube.resources.core_v1 import Namespace
 
 from isthmus.api.mcsvc import MultiClusterService
 from isthmus.kube.resources import resource_for
-from tests.integration.mcs_harness import ClusterSet
+from tests.harness.clusterset import ClusterSet
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

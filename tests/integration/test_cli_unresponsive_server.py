@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from isthmus.cli.main import app
-from isthmus.mcs.brokerinfo import BrokerInfo
+from isthmus.clusterset.brokerinfo import BrokerInfo
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,7 +19,7 @@ from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import Namespace
 
 from isthmus.api.image import IMAGE, IMAGE_TAG, NAMESPACE
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

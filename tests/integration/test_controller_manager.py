@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,8 +25,9 @@ from lightkube.resources.core_v1 import Secret, Service, ServiceAccount
 from isthmus.kube.client import client_for, load_config
 from isthmus.kube.manifests import apply, deploy_dir, render
 from isthmus.kube.tokens import ServiceAccountToken, request_token
-from tests.conftest import RunningApiServer
-from tests.ports import free_port
+from tests.harness.apiserver import RunningApiServer
+from tests.harness.polling import eventually
+from tests.harness.ports import free_port
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
@@ -34,17 +35,6 @@ NS = "isthmus-system"
 TOKEN = "admin-token"
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-
-
-async def eventually(probe: Callable[[], Awaitable[T]], what: str, within: float = 30.0) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never: {what}")
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -155,8 +145,8 @@ async def test_the_manager_runs_its_controllers_as_their_accounts_and_hands_thei
 
             # The manager's own account may not write Leases: held Leases were written by the
             # controllers' accounts.
-            await eventually(leading, f"both controllers lead ({log.read_text()[-2000:]})")
-            assert await eventually(lambda: _ok(base + "/readyz"), "ready") == 200
+            await eventually(leading, what=f"both controllers lead ({log.read_text()[-2000:]})")
+            assert await eventually(lambda: _ok(base + "/readyz"), what="ready") == 200
             with pytest.raises(ApiError):  # left out: never ran
                 await admin.get(Lease, "isthmus-mcsvc", namespace=NS)
             proc.send_signal(signal.SIGTERM)
@@ -181,12 +171,12 @@ async def test_a_manager_without_token_rights_stays_alive_not_ready_and_says_why
         kubeconfig = kubeconfig_as(installed, token, tmp_path / "nobody.yaml")
         async with manager_process(kubeconfig, "--controllers=lb", "--use-service-account-credentials",
                                    "--cluster-name", "c1") as (proc, base, log):
-            await eventually(lambda: _ok(base + "/healthz"), "alive")
+            await eventually(lambda: _ok(base + "/healthz"), what="alive")
 
             async def said() -> bool:
                 return "cannot get a token for system:serviceaccount:isthmus-system:isthmus-lb" in log.read_text()
 
-            await eventually(said, "the reason in the log")
+            await eventually(said, what="the reason in the log")
             assert await status_of(base + "/readyz") != 200
             assert proc.returncode is None
     finally:

@@ -6,7 +6,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 
 from isthmus.kube.coredns import ensure_coredns_stub, remove_coredns_stub
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.unit.test_coredns import KUBEADM
 
 

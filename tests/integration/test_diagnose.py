@@ -40,7 +40,8 @@ from isthmus.diagnose.run import select_contexts
 from isthmus.dns.service import DnsConfig, DnsService
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.resources import resource_for
-from tests.integration.mcs_harness import BROKER_NS, CLUSTER, ClusterSet, eventually, service
+from tests.harness.clusterset import BROKER_NS, CLUSTER, ClusterSet, service
+from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
 

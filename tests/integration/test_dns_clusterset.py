@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 
 from isthmus.dns.service import DnsConfig, DnsService
-from tests.integration.mcs_harness import ClusterSet, endpoint_slice, ips_of, service
+from tests.harness.clusterset import ClusterSet, endpoint_slice, ips_of, service
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

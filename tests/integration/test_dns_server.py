@@ -40,7 +40,7 @@ from isthmus.api.mcs import (
 from isthmus.dns.service import DnsConfig, DnsService
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.resources import resource_for
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

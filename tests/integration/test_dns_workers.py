@@ -20,7 +20,7 @@ import dns.message
 import pytest
 
 from isthmus.kube.helpers import install_crds
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -22,7 +22,7 @@ from isthmus.egress.admission import VALIDATE_PATH, webhook_handlers
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
 from isthmus.runtime.webhook import WebhookServer, self_signed
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 

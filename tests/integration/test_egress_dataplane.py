@@ -36,8 +36,8 @@ from isthmus.egress.gateway import GatewayRuntime
 from isthmus.egress.operator import EgressOperator
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
-from tests.conftest import RunningApiServer
-from tests.integration.test_kubelite import eventually
+from tests.harness.apiserver import RunningApiServer
+from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 

@@ -287,8 +287,8 @@ async def test_the_gateway_in_kernel_mode_programs_its_gateway_objects(topo: Top
     from isthmus.egress.operator import EgressOperator
     from isthmus.kube import helpers
     from isthmus.kube.resources import resource_for
-    from tests.conftest import RunningApiServer
-    from tests.integration.test_kubelite import eventually
+    from tests.harness.apiserver import RunningApiServer
+    from tests.harness.polling import eventually
 
     tcp = topo.server(topo.out, "TCP", TARGET, 8080)
     srv = RunningApiServer(tmp_path / "apiserver", admission=admission_plugins.build([]))

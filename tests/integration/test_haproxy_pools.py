@@ -11,7 +11,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,25 +26,13 @@ from lightkube.resources.core_v1 import Namespace
 
 from isthmus.api.lb import LB_NAMESPACE, LoadBalancerPool, api_name
 from isthmus.haproxy.config import render
-from isthmus.haproxy.manager import PoolManager
 from isthmus.kube.helpers import install_crds
-from isthmus.kube.resources import resource_for
+from tests.harness.polling import eventually_passes
+from tests.harness.pools import POOL, Env
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 
-POOL = resource_for(LoadBalancerPool)
 T = TypeVar("T")
-
-
-async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 15.0) -> T:  # noqa: ASYNC109
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            return await probe()
-        except AssertionError:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-        await asyncio.sleep(0.05)
 
 
 async def http_backend(name: str) -> tuple[web.AppRunner, int]:
@@ -74,46 +62,6 @@ async def proxy_v2_backend() -> tuple[asyncio.Server, int, list[bytes]]:
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     return server, server.sockets[0].getsockname()[1], seen
-
-
-class Env:
-    def __init__(self, apiserver: Any, tmp: Path, n: int) -> None:
-        self.client = apiserver.client()
-        self.tmp = tmp
-        self.public, self.private = f"127.30.{200 + n}.1", f"127.31.{200 + n}.1"
-        self.managers: list[tuple[PoolManager, asyncio.Task[None]]] = []
-
-    async def manager(self, identity: str, public: str | None = None, private: str | None = None) -> PoolManager:
-        m = PoolManager(self.client, identity=identity, public_address=public or self.public,
-                        private_address=private or self.private, state_dir=self.tmp / identity,
-                        lease_duration=3, renew_period=0.5)  # fmt: skip
-        self.managers.append((m, asyncio.create_task(m.run())))
-        return m
-
-    async def pool(self, name: str, spec: dict[str, Any]) -> None:
-        await self.client.create(POOL.from_dict({"apiVersion": "isthmus.io/v1alpha1", "kind": "LoadBalancerPool",
-                                                 "metadata": {"name": name}, "spec": spec}))
-
-    async def get(self, name: str) -> LoadBalancerPool:
-        return LoadBalancerPool.from_dict(await self.client.get(POOL, name))
-
-    async def ready(self, name: str, instances: int = 1) -> LoadBalancerPool:
-        async def probe() -> LoadBalancerPool:
-            pool = await self.get(name)
-            conds = {c.type: c for c in pool.status.conditions}
-            assert "Ready" in conds and conds["Ready"].status == "True", pool.status.to_dict()
-            assert pool.status.ready_instances == instances, pool.status.to_dict()
-            assert pool.status.observed_generation == pool.metadata.generation
-            return pool
-
-        return await eventually(probe)
-
-    async def close(self) -> None:
-        for m, task in self.managers:
-            await m.shutdown()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
 
 
 @pytest.fixture
@@ -280,7 +228,7 @@ async def test_a_rejected_config_keeps_the_old_one_serving(env: Env) -> None:
         assert "balance 'fastest' is not one of" in p.status.instances[0].message, p.status.to_dict()
         return p
 
-    p = await eventually(rejected)
+    p = await eventually_passes(rejected)
     assert p.status.instances[0].state == "Running"  # still serving the previous config
     async with aiohttp.ClientSession() as s, s.get(url) as r:
         assert r.status == 200
@@ -317,7 +265,7 @@ async def test_one_owners_refused_part_never_holds_back_the_other_owners_changes
         assert "c:a:two" in {f.name for f in p.status.frontends}, p.status.to_dict()
         return p
 
-    p = await eventually(applied)
+    p = await eventually_passes(applied)
     inst = p.status.instances[0]
     assert inst.state == "Running" and p.status.ready == "1/1"
     assert "Ingress b/bad" in inst.message and "balance 'fastest'" in inst.message, inst.message
@@ -335,7 +283,7 @@ async def test_one_owners_refused_part_never_holds_back_the_other_owners_changes
         assert {f.name for f in p.status.frontends} == {"c:a:one", "c:a:two", "c:b:port"}, p.status.to_dict()
         assert "c:b:port" not in p.status.instances[0].message
 
-    await eventually(port_part_served, timeout=30.0)
+    await eventually_passes(port_part_served, timeout=30.0)
     await runner.cleanup()
 
 
@@ -374,8 +322,8 @@ async def test_a_frozen_backend_stops_getting_new_connections_within_seconds(env
     provider's pods kept getting connections, which hung for the whole dead-cluster grace. The pool
     here is the one the broker builds (`mcsvc.haproxy.pool_spec`, a port named http) over two real
     backend processes; one is SIGSTOPped (its kernel still accepts connections)."""
-    from isthmus.mcsvc.haproxy import pool_spec
-    from isthmus.mcsvc.plan import Backends, Server
+    from isthmus.exposure.haproxy import pool_spec
+    from isthmus.exposure.plan import Backends, Server
 
     (alive, alive_port), (frozen, frozen_port) = [await _http_process(env.tmp / n, n) for n in ("alive", "frozen")]
     try:
@@ -398,13 +346,13 @@ async def test_a_frozen_backend_stops_getting_new_connections_within_seconds(env
             async def both() -> None:
                 assert {await who(s) for _ in range(6)} == {"alive", "frozen"}
 
-            await eventually(both)
+            await eventually_passes(both)
             os.kill(frozen.pid, signal.SIGSTOP)
 
             async def only_alive() -> None:  # every new connection answered, by the live one
                 assert [await who(s) for _ in range(10)] == ["alive"] * 10
 
-            await eventually(only_alive, timeout=10.0)  # before: every other connection hung (60 s)
+            await eventually_passes(only_alive, timeout=10.0)  # before: every other connection hung (60 s)
             p = await env.get("frozen")
             assert p.status.ready == "1/1"
     finally:
@@ -431,7 +379,7 @@ async def test_a_dead_instance_is_restarted_and_a_deleted_pool_stops(env: Env) -
         assert inst.state == "Running" and inst.pid not in (0, first) and inst.restarts == 1, p.status.to_dict()
         return p
 
-    await eventually(restarted)
+    await eventually_passes(restarted)
     pid = m.running["die"].instance.pid
     await env.client.delete(POOL, "die")
 
@@ -442,7 +390,7 @@ async def test_a_dead_instance_is_restarted_and_a_deleted_pool_stops(env: Env) -
 
     # A stop may take its whole sequence (soft stop 5 s, SIGTERM 2 s, SIGKILL 2 s: process.py) once
     # the deletion is seen; a loaded CI machine needed more than 15 s.
-    await eventually(gone, timeout=30.0)
+    await eventually_passes(gone, timeout=30.0)
     # Nothing of the deleted pool stays on disk (issue 40, item 13: its run directory did).
     assert not (env.tmp / "m1" / "die-0").exists()
     assert list((env.tmp / "m1").iterdir()) == []
@@ -458,7 +406,7 @@ async def test_run_directories_of_pools_deleted_while_no_manager_ran_are_removed
     async def removed() -> None:
         assert m.ready and not leftover.exists()
 
-    await eventually(removed)
+    await eventually_passes(removed)
 
 
 async def test_a_pool_stored_with_an_invalid_name_is_reported_once_and_deletable(env: Env, apiserver: Any) -> None:
@@ -512,7 +460,7 @@ async def test_a_status_the_apiserver_refuses_sets_a_condition_instead_of_retryi
         assert conds["StatusWritten"].status == "False" and conds["StatusWritten"].reason == "StatusNotWritten"
         assert "413" in conds["StatusWritten"].message and "limit is 4096" in conds["StatusWritten"].message
 
-    await eventually(reported)
+    await eventually_passes(reported)
     tries = len(refused)
     await asyncio.sleep(2.0)  # several renew periods: a refused status is not retried in a loop
     assert len(refused) - tries <= 2, refused
@@ -524,7 +472,7 @@ async def test_a_status_the_apiserver_refuses_sets_a_condition_instead_of_retryi
         assert "StatusWritten" not in {c.type for c in p.status.conditions}, p.status.to_dict()
         assert p.status.ready == "1/2"
 
-    await eventually(written)
+    await eventually_passes(written)
 
 
 async def test_two_managers_split_the_slots_and_take_over_a_quiet_one(env: Env) -> None:
@@ -552,7 +500,7 @@ async def test_two_managers_split_the_slots_and_take_over_a_quiet_one(env: Env) 
         assert p.status.ready == "1/2", p.status.to_dict()
         assert any(i.state == "Pending" and "m1 stopped renewing" in i.message for i in p.status.instances)
 
-    await eventually(degraded, timeout=20)
+    await eventually_passes(degraded, timeout=20)
     await runner.cleanup()
 
 

@@ -24,7 +24,7 @@ from lightkube.types import PatchType
 from isthmus.kube import helpers
 from isthmus.kube.client import load_config, make_client
 from isthmus.kube.transport import AiohttpTransport, install
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 
 async def test_refused_connection_is_httpx_connect_error() -> None:

@@ -7,12 +7,10 @@ never collide; every address used is loopback.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import json
-import random
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -22,87 +20,15 @@ from lightkube.resources.core_v1 import Event, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 
-from isthmus.local.kubelite import KUBE_ENDPOINTSLICE_MANAGER, WORKLOAD_ANNOTATION, KubeLite
-from isthmus.local.kubelite.processes import ProcessOptions
+from isthmus.local.kubelite import KUBE_ENDPOINTSLICE_MANAGER, WORKLOAD_ANNOTATION
+from tests.harness.kubelite import NODE_PORTS, NS, Lite, create, echo_deployment, http_twice, kubectl, pods_of
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.timeout(120)
-
-NS = "default"
-NODE_PORTS = (30000, 30099)
-
-
-def _cidrs() -> tuple[str, str]:
-    a, b = random.randint(100, 199), random.randint(0, 255)
-    return f"127.{a}.{b}.0/24", f"127.{a + 100 if a < 155 else a - 50}.{b}.0/24"
-
-
-class Lite:
-    """A running KubeLite in a task; restartable on the same CIDRs."""
-
-    stop_timeout = 15.0
-
-    def __init__(self, client: AsyncClient, cluster: str = "c1", processes: ProcessOptions | None = None) -> None:
-        self.client = client
-        self.cluster = cluster
-        self.processes = processes
-        self.pod_cidr, self.service_cidr = _cidrs()
-        self.task: asyncio.Task[None] | None = None
-        self.lite: KubeLite | None = None
-
-    async def start(self) -> None:
-        self.lite = KubeLite(
-            self.client,
-            cluster=self.cluster,
-            pod_cidr=self.pod_cidr,
-            service_cidr=self.service_cidr,
-            node_ports=NODE_PORTS,
-            processes=self.processes,
-        )
-        ready = asyncio.Event()
-        self.task = asyncio.create_task(self.lite.run(ready))
-        async with asyncio.timeout(15):
-            await ready.wait()
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                async with asyncio.timeout(self.stop_timeout):
-                    await self.task
-            self.task = None
-
-
-async def eventually(
-    check: Callable[[], Awaitable[Any]], within: float = 20.0, what: str = "condition"
-) -> Any:
-    """Poll ``check`` until it returns something truthy (returned) or raise after ``within`` s."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + within
-    last: Any = None
-    while True:
-        try:
-            last = await check()
-        except (AssertionError, OSError) as e:
-            last = e
-        else:
-            if last:
-                return last
-        if loop.time() > end:
-            raise AssertionError(f"{what} not met in {within}s (last: {last!r})")
-        await asyncio.sleep(0.1)
 
 
 async def get_svc(client: AsyncClient, name: str) -> dict[str, Any]:
     return (await client.get(Service, name, namespace=NS)).to_dict()
-
-
-async def create(client: AsyncClient, res: Any, body: dict[str, Any]) -> None:
-    body.setdefault("metadata", {}).setdefault("namespace", NS)
-    await client.create(res.from_dict(body))
-
-
-async def pods_of(client: AsyncClient, labels: dict[str, str]) -> list[dict[str, Any]]:
-    return [p.to_dict() async for p in client.list(Pod, namespace=NS, labels=labels)]
 
 
 async def slices_of(client: AsyncClient, svc: str) -> list[dict[str, Any]]:
@@ -110,33 +36,6 @@ async def slices_of(client: AsyncClient, svc: str) -> list[dict[str, Any]]:
         s.to_dict()
         async for s in client.list(EndpointSlice, namespace=NS, labels={"kubernetes.io/service-name": svc})
     ]
-
-
-async def http_twice(ip: str, port: int) -> list[dict[str, Any]]:
-    """Two requests on one kept-alive HTTP/1.1 connection; the decoded JSON answers."""
-    reader, writer = await asyncio.open_connection(ip, port)
-    out = []
-    try:
-        for path in ("/first?x=1", "/second"):
-            writer.write(
-                f"POST {path} HTTP/1.1\r\nHost: echo\r\nX-Test: yes\r\nContent-Length: 4\r\n\r\nping".encode()
-            )
-            await writer.drain()
-            head = await reader.readuntil(b"\r\n\r\n")
-            assert head.startswith(b"HTTP/1.1 200"), head
-            length = next(
-                int(line.split(b":", 1)[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length")
-            )
-            out.append(json.loads(await reader.readexactly(length)))
-        host, port_ = writer.get_extra_info("sockname")[:2]
-        out.append({"local": f"{host}:{port_}"})
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
-    return out
 
 
 async def udp_ask(ip: str, port: int) -> dict[str, Any]:
@@ -155,36 +54,6 @@ async def udp_ask(ip: str, port: int) -> dict[str, Any]:
             return dict(json.loads(await answer))
     finally:
         transport.close()
-
-
-def echo_deployment(name: str, replicas: int, version: str = "v1") -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {
-                    "labels": {"app": name},
-                    "annotations": {WORKLOAD_ANNOTATION: "echo", "v": version},
-                },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "echo",
-                            "image": f"echo:{version}",
-                            "ports": [
-                                {"name": "http", "containerPort": 8080},
-                                {"name": "dns", "containerPort": 5353, "protocol": "UDP"},
-                            ],
-                        }
-                    ]
-                },
-            },
-        },
-    }
 
 
 async def deployment_done(client: AsyncClient, name: str, replicas: int) -> bool:
@@ -577,20 +446,6 @@ async def _sized(coro: Awaitable[dict[str, Any]], n: int) -> dict[str, Any] | No
 
 
 # ------------------------------------------------------------------------------------- kubectl
-
-
-async def kubectl(kubeconfig: str, *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        "kubectl",
-        "--kubeconfig",
-        kubeconfig,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    async with asyncio.timeout(60):
-        out, _ = await proc.communicate()
-    return proc.returncode or 0, out.decode()
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from lightkube.resources.core_v1 import Service
 
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -146,13 +146,14 @@ async def test_kube_lite_forks_its_pods_from_the_zygote_that_forked_it(apiserver
     import os
 
     from isthmus.kube.helpers import install_crds
-    from isthmus.local.zygote import Zygote
+    from isthmus.local.kubelite.processes import ENTRY
+    from isthmus.procs.zygote import Zygote
 
     a = random.randint(100, 199)
     client = apiserver.client()
     await install_crds(client)
     env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH", "LANG") if k in os.environ}
-    zygote = Zygote(["isthmus.cli.main"], title=["--for", "test"])
+    zygote = Zygote(["isthmus.cli.main"], ENTRY, title=["--for", "test"])
     lite = await zygote.spawn(
         [sys.executable, "-m", "isthmus", "kube-lite",
          "--kubeconfig", apiserver.kubeconfig, "--cluster-name", "c9",

@@ -21,7 +21,8 @@ from isthmus.local.kubelite.daemonsets import (
     daemonset_status,
     node_should_run,
 )
-from tests.integration.test_kubelite import NS, Lite, create, eventually, kubectl, pods_of
+from tests.harness.kubelite import NS, Lite, create, kubectl, pods_of
+from tests.harness.polling import eventually
 
 pytestmark = [
     pytest.mark.timeout(120),

@@ -18,7 +18,8 @@ from lightkube.resources.core_v1 import Node, Pod
 from isthmus.local.kubelite import WORKLOAD_ANNOTATION
 from isthmus.local.kubelite.kubelet import KubeletServer
 from isthmus.local.kubelite.logs import PodLogs
-from tests.integration.test_kubelite import NS, Lite, create, eventually, http_twice, kubectl
+from tests.harness.kubelite import NS, Lite, create, http_twice, kubectl
+from tests.harness.polling import eventually
 
 pytestmark = [
     pytest.mark.timeout(120),

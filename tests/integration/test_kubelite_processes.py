@@ -33,8 +33,9 @@ from isthmus.api.image import IMAGE, IMAGE_REPOSITORY
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.manifests import apply, deploy_dir, render
 from isthmus.local.kubelite.processes import ProcessOptions
-from tests.conftest import RunningApiServer
-from tests.integration.test_kubelite import NS, Lite, eventually, kubectl
+from tests.harness.apiserver import RunningApiServer
+from tests.harness.kubelite import NS, Lite, kubectl
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,7 +11,8 @@ from lightkube.resources.apps_v1 import ControllerRevision, Deployment, ReplicaS
 from lightkube.resources.core_v1 import Endpoints, Service
 
 from isthmus.local.kubelite import WORKLOAD_ANNOTATION
-from tests.integration.test_kubelite import NS, Lite, create, echo_deployment, eventually, kubectl, pods_of
+from tests.harness.kubelite import NS, Lite, create, echo_deployment, kubectl, pods_of
+from tests.harness.polling import eventually
 
 pytestmark = [
     pytest.mark.timeout(120),

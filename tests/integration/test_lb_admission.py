@@ -27,8 +27,8 @@ from isthmus.cli import admission_plugins
 from isthmus.cli.webhook import ensure_secret, patch_ca_bundle
 from isthmus.lb.admission import HANDLERS, MUTATE_PATH, VALIDATE_PATH
 from isthmus.runtime.webhook import WebhookServer, self_signed
-from tests.conftest import RunningApiServer
-from tests.ports import free_port
+from tests.harness.apiserver import RunningApiServer
+from tests.harness.ports import free_port
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 

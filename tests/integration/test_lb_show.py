@@ -21,7 +21,7 @@ from lightkube.types import PatchType
 from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, INGRESS_CLASS_ANNOTATION, LoadBalancerPool
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.resources import resource_for
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 

@@ -1,7 +1,7 @@
 """Pools across namespaces (issue 40, item 2): one namespace must never freeze another's pool.
 
 The translator and a real pool manager running real HAProxy against a real apiserver (the harness
-of test_lb_translator): a part the pool manager would refuse is never written (conflicts are
+in tests/harness/lb.py): a part the pool manager would refuse is never written (conflicts are
 settled on the newcomer), and a pool is joined from another namespace only where its creator's
 config or an admin allows it — automatic `<cluster>--<ns>--<name>` pools never."""
 
@@ -17,8 +17,8 @@ from lightkube.resources.networking_v1 import Ingress, IngressClass
 from lightkube.types import PatchType
 
 from isthmus.api.lb import DKLB_CONFIG_ANNOTATION
-from tests.integration.test_lb_translator import POOL, Env, eventually, fetch
-from tests.integration.test_lb_translator import env as env  # the fixture, re-exported
+from tests.harness.lb import POOL, Env, fetch
+from tests.harness.polling import eventually_passes
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
@@ -90,7 +90,7 @@ async def test_another_namespace_cannot_freeze_an_automatic_pool(env: Env) -> No
         assert "only its own Service or Ingress may use" in conds[ADMITTED]["message"]
         assert any(r == "PoolNotShared" for r, _ in await _events(env, "bad", "grab"))
 
-    await eventually(refused)
+    await eventually_passes(refused)
     pool = await env.pool(VICTIM_POOL)
     assert pool is not None
     names = [p.name for p in [*pool.spec.haproxy.frontends, *pool.spec.haproxy.backends]]
@@ -106,14 +106,14 @@ async def test_another_namespace_cannot_freeze_an_automatic_pool(env: Env) -> No
         assert p is not None and p.status.ready == "1/1", p.status.to_dict() if p else None
         assert not any(i.message for i in p.status.instances), p.status.to_dict()
 
-    await eventually(edit_applied)
+    await eventually_passes(edit_applied)
     # An object of the pool's own namespace may still join it by name.
     await _service(env, "default", "sidecar", [(18168, web2.port)], f"name: {VICTIM_POOL}\n")
 
     async def joined() -> None:
         await _serves(addr, 18168, "web2")
 
-    await eventually(joined)
+    await eventually_passes(joined)
 
 
 async def test_a_named_pool_is_joined_from_another_namespace_only_when_shared(env: Env) -> None:
@@ -129,7 +129,7 @@ async def test_a_named_pool_is_joined_from_another_namespace_only_when_shared(en
         assert "belongs to namespace default" in conds[ADMITTED]["message"]
         assert "sharedWith" in conds[ADMITTED]["message"]
 
-    await eventually(refused)
+    await eventually_passes(refused)
     pool = await env.pool("shop")
     assert pool is not None and [f.name for f in pool.spec.haproxy.frontends] == ["kube.one:default:maker:18162"]
     # The creator shares it with `team`: the joiner is admitted and served.
@@ -142,7 +142,7 @@ async def test_a_named_pool_is_joined_from_another_namespace_only_when_shared(en
         assert conds.get(ADMITTED, {}).get("status") == "True", conds
         await _serves(env.public, 18163, "a")
 
-    await eventually(admitted)
+    await eventually_passes(admitted)
     # An admin can allow a namespace too, on the pool itself.
     await env.client.create(Namespace(metadata=ObjectMeta(name="ops")))
     await env.client.patch(POOL, "shop", {"metadata": {"annotations": {
@@ -152,7 +152,7 @@ async def test_a_named_pool_is_joined_from_another_namespace_only_when_shared(en
     async def ops_served() -> None:
         await _serves(env.public, 18164, "a")
 
-    await eventually(ops_served)
+    await eventually_passes(ops_served)
 
 
 async def test_a_port_another_pool_binds_is_refused_to_the_newcomer(env: Env) -> None:
@@ -168,17 +168,17 @@ async def test_a_port_another_pool_binds_is_refused_to_the_newcomer(env: Env) ->
         evs = await _events(env, "default", "second")
         assert any(r == "PortConflict" and "pool kube-one--default--first" in m for r, m in evs), evs
 
-    await eventually(conflict)
+    await eventually_passes(conflict)
 
     async def both_served() -> None:  # the holder keeps its port, the newcomer's other port serves
         await _serves(env.public, 18165, "a")
         await _serves(env.public, 18166, "b")
 
-    await eventually(both_served)
+    await eventually_passes(both_served)
 
     async def second_ready() -> None:  # the newcomer's pool serves what it was given, Ready
         second = await env.pool("kube-one--default--second")
         assert second is not None and second.status.ready == "1/1", second.status.to_dict() if second else None
         assert [f.bind_port for f in second.spec.haproxy.frontends] == [18166]
 
-    await eventually(second_ready)
+    await eventually_passes(second_ready)

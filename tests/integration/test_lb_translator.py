@@ -5,170 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiohttp
 import pytest
-from aiohttp import web
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Event, Namespace, Node, Service
+from lightkube.resources.core_v1 import Namespace, Service
 from lightkube.resources.networking_v1 import Ingress, IngressClass
 from lightkube.types import PatchType
 
-from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, LB_NAMESPACE, POOL_CREATED_ANNOTATION, LoadBalancerPool
-from isthmus.haproxy.manager import PoolManager
+from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, LB_NAMESPACE, POOL_CREATED_ANNOTATION
 from isthmus.kube.helpers import install_crds
-from isthmus.kube.resources import resource_for
 from isthmus.lb.controller import Translator
+from tests.harness.lb import NS, POOL, Env, fetch
+from tests.harness.polling import eventually_passes
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
-POOL = resource_for(LoadBalancerPool)
 T = TypeVar("T")
-NS = "default"
-
-
-async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 20.0) -> T:  # noqa: ASYNC109
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            return await probe()
-        except AssertionError:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-        await asyncio.sleep(0.05)
-
-
-def free_node_port() -> int:
-    for port in range(31000, 32700):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free NodePort")
-
-
-class Backend:
-    """An HTTP server standing for a node's NodePort: answers JSON naming itself."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.port = 0
-        self.runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        async def handle(request: web.Request) -> web.Response:
-            return web.json_response({"backend": self.name, "path": request.path, "headers": dict(request.headers)})
-
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", handle)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        for _ in range(20):
-            self.port = free_node_port()
-            try:
-                await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-                return
-            except OSError:
-                continue
-        raise RuntimeError("cannot listen")
-
-
-class Env:
-    def __init__(self, apiserver: Any, tmp: Path, n: int) -> None:
-        self.client = apiserver.client()
-        self.public, self.private = f"127.30.{150 + n}.1", f"127.31.{150 + n}.1"
-        self.tmp = tmp
-        self.tasks: list[asyncio.Task[None]] = []
-        self.manager: PoolManager | None = None
-        self.translator: Translator | None = None
-        self.backends: list[Backend] = []
-
-    async def start(self) -> None:
-        await install_crds(self.client)
-        await self.client.create(Namespace(metadata=ObjectMeta(name=LB_NAMESPACE)))
-        await self.client.create(Node(metadata=ObjectMeta(name="node-1")))
-        await self.client.patch(Node.Status, "node-1", {"status": {
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}, patch_type=PatchType.MERGE)
-        self.manager = PoolManager(self.client, identity="edge-1", public_address=self.public,
-                                   private_address=self.private, state_dir=self.tmp / "pools",
-                                   lease_duration=3, renew_period=0.5)  # fmt: skip
-        self.translator = Translator(self.client, "kube/one", identity="lb-1", grace=2.0,
-                                     lease_duration=3, renew_deadline=2, retry_period=0.5)  # fmt: skip
-        self.tasks = [asyncio.create_task(self.manager.run()), asyncio.create_task(self.translator.run())]
-
-    async def backend(self, name: str) -> Backend:
-        b = Backend(name)
-        await b.start()
-        self.backends.append(b)
-        return b
-
-    async def service(self, name: str, ports: list[tuple[int, int]], config: str | None = None,
-                      type_: str = "LoadBalancer") -> None:
-        annotations = {DKLB_CONFIG_ANNOTATION: config} if config is not None else {}
-        await self.client.create(Service.from_dict({
-            "metadata": {"name": name, "namespace": NS, "annotations": annotations},
-            "spec": {"type": type_, "selector": {"app": name},
-                     "ports": [{"name": f"p{p}", "port": p, "targetPort": p, "nodePort": np} for p, np in ports]},
-        }))  # fmt: skip
-
-    async def lb_address(self, kind: Any, name: str) -> list[dict[str, Any]]:
-        async def probe() -> list[dict[str, Any]]:
-            obj = (await self.client.get(kind, name, namespace=NS)).to_dict()
-            ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-            assert ingress, obj.get("status")
-            return list(ingress)
-
-        return await eventually(probe)
-
-    async def events(self, name: str) -> list[tuple[str, str, str]]:
-        out = []
-        async for e in self.client.list(Event, namespace=NS):
-            if e.involvedObject.name == name:
-                out.append((e.type or "", e.reason or "", e.message or ""))
-        return out
-
-    async def pool(self, name: str) -> LoadBalancerPool | None:
-        with contextlib.suppress(Exception):
-            return LoadBalancerPool.from_dict(await self.client.get(POOL, name))
-        return None
-
-    async def close(self) -> None:
-        for t in self.tasks:
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        if self.manager is not None:
-            await self.manager.shutdown()
-        for b in self.backends:
-            if b.runner is not None:
-                await b.runner.cleanup()
-
-
-@pytest.fixture
-async def env(apiserver: Any, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Env]:
-    e = Env(apiserver, tmp_path, abs(hash(request.node.name)) % 50)
-    await e.start()
-    try:
-        yield e
-    finally:
-        await e.close()
-
-
-async def fetch(host_ip: str, port: int, path: str = "/", host: str = "x") -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as s, s.get(f"http://{host_ip}:{port}{path}", headers={"Host": host}) as r:
-        text = await r.text()
-        try:
-            return r.status, json.loads(text)
-        except ValueError:
-            return r.status, text
 
 
 async def test_phase_1_and_2_tcp_services_internal_and_public(env: Env) -> None:
@@ -256,7 +110,7 @@ async def test_phase_3_and_4_ingresses_route_by_host_and_path(env: Env) -> None:
         status, got = await fetch(addr, 18110, "/new", "foo.com")
         assert status == 200 and got["backend"] == "web2"
 
-    await eventually(new_rule)
+    await eventually_passes(new_rule)
 
 
 async def test_a_shared_pool_keeps_each_owner_to_its_parts_and_reports_conflicts(env: Env) -> None:
@@ -278,7 +132,7 @@ async def test_a_shared_pool_keeps_each_owner_to_its_parts_and_reports_conflicts
         conds = {c["type"]: c for c in svc["status"].get("conditions") or []}
         assert conds["isthmus.io/LoadBalancerPortsAllocated"]["status"] == "False"
 
-    await eventually(conflict)
+    await eventually_passes(conflict)
     pool = await env.pool("shared")
     assert pool is not None and "kube.one:default:three:18120" not in [f.name for f in pool.spec.haproxy.frontends]
     status, body = await fetch(env.public, 18120)
@@ -292,13 +146,13 @@ async def test_a_shared_pool_keeps_each_owner_to_its_parts_and_reports_conflicts
         assert p is not None and [f.name for f in p.spec.haproxy.frontends] == ["kube.one:default:two:18121"]
         assert [b.name for b in p.spec.haproxy.backends] == ["kube.one:default:two:18121"]
 
-    await eventually(only_two)
+    await eventually_passes(only_two)
     await env.client.delete(Service, "two", namespace=NS)
 
     async def deleted() -> None:
         assert await env.pool("shared") is None
 
-    await eventually(deleted)
+    await eventually_passes(deleted)
 
 
 async def test_invalid_config_is_reported_and_changes_nothing(env: Env) -> None:
@@ -308,7 +162,7 @@ async def test_invalid_config_is_reported_and_changes_nothing(env: Env) -> None:
         evs = await env.events("bad")
         assert any(r == "InvalidConfig" and 'unknown field "bogus"' in m and "size" in m for _, r, m in evs), evs
 
-    await eventually(reported)
+    await eventually_passes(reported)
     assert await env.pool("kube-one--default--bad") is None
 
 
@@ -324,7 +178,7 @@ async def test_creation_strategies_after_an_out_of_band_delete(env: Env) -> None
     async def never_reported() -> None:
         assert any(r == "PoolMissing" and "strategy Never" in m for _, r, m in await env.events("never"))
 
-    await eventually(never_reported)
+    await eventually_passes(never_reported)
     for name in ("again", "once"):
         await env.client.delete(POOL, f"kube-one--default--{name}")
 
@@ -333,7 +187,7 @@ async def test_creation_strategies_after_an_out_of_band_delete(env: Env) -> None
         evs = await env.events("once")
         assert any(r == "PoolMissing" and "not re-creating" in m for _, r, m in evs), evs
 
-    await eventually(recreated)
+    await eventually_passes(recreated)
     await asyncio.sleep(1.0)
     assert await env.pool("kube-one--default--once") is None
 
@@ -349,7 +203,7 @@ async def test_only_one_translator_acts(apiserver: Any, tmp_path: Path) -> None:
         async def one_leads() -> None:
             assert [t1.ready, t2.ready].count(True) == 1
 
-        await eventually(one_leads)
+        await eventually_passes(one_leads)
         await asyncio.sleep(1.5)
         assert [t1.ready, t2.ready].count(True) == 1
     finally:
@@ -379,7 +233,7 @@ async def test_a_service_that_stops_being_a_load_balancer_leaves_its_pool_and_a_
         p = await env.pool("kube-one--default--flip")
         assert p is not None and [f.bind_port for f in p.spec.haproxy.frontends] == [18151]
 
-    await eventually(moved)
+    await eventually_passes(moved)
     # No longer of type LoadBalancer: its parts go (the pool with them) and its status is cleared.
     await env.client.patch(Service, "flip", {"spec": {"type": "NodePort"}}, namespace=NS, patch_type=PatchType.MERGE)
 
@@ -388,7 +242,7 @@ async def test_a_service_that_stops_being_a_load_balancer_leaves_its_pool_and_a_
         svc = (await env.client.get(Service, "flip", namespace=NS)).to_dict()
         assert not ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress")
 
-    await eventually(left)
+    await eventually_passes(left)
 
 
 async def test_a_pool_stored_under_a_name_ending_in_a_newline_is_deleted_with_its_owner(
@@ -416,10 +270,10 @@ async def test_a_pool_stored_under_a_name_ending_in_a_newline_is_deleted_with_it
         evs = await env.events("legacy")
         assert any(r == "InvalidConfig" and "is not a valid pool name" in m for _, r, m in evs), evs
 
-    await eventually(refused)
+    await eventually_passes(refused)
     await env.client.delete(Service, "legacy", namespace=NS)
 
     async def deleted() -> None:
         assert legacy not in [p.metadata.name async for p in env.client.list(POOL)]
 
-    await eventually(deleted)
+    await eventually_passes(deleted)

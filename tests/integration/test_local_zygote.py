@@ -17,10 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from isthmus.local.zygote import UNKNOWN_EXIT, Zygote, ZygoteProcess, forkable
-from tests.ports import free_port
+from isthmus.local.kubelite.processes import ENTRY
+from isthmus.procs.child import UNKNOWN_EXIT
+from isthmus.procs.zygote import Zygote, ZygoteProcess
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
+
+forkable = ENTRY.forkable
 
 ISTHMUS = [sys.executable, "-m", "isthmus"]
 
@@ -58,7 +62,7 @@ async def gone(pid: int, within: float = 10.0) -> bool:
 
 @pytest.fixture
 async def zygote() -> AsyncIterator[Zygote]:
-    z = Zygote(["isthmus.cli.main"], title=["--for", "test"], pdeathsig=True)
+    z = Zygote(["isthmus.cli.main"], ENTRY, title=["--for", "test"], pdeathsig=True)
     try:
         yield z
     finally:
@@ -69,7 +73,7 @@ def test_only_isthmus_commands_of_this_interpreter_are_forked() -> None:
     assert forkable([sys.executable, "-m", "isthmus", "dns"])
     assert not forkable(["isthmus", "dns"])
     assert not forkable(["/usr/bin/python3-other", "-m", "isthmus"])
-    assert not forkable([sys.executable, "-m", "isthmus.local.zygote"])
+    assert not forkable([sys.executable, "-m", "isthmus.procs.zygote"])
     assert not forkable(["sh", "-c", "true"])
 
 
@@ -144,7 +148,7 @@ async def test_signals_reach_the_child_and_its_exit_is_reported(zygote: Zygote, 
 
 
 async def test_children_die_with_the_zygote_only_when_asked(tmp_path: Path) -> None:
-    z = Zygote(["isthmus.cli.main"], title=["--for", "test"])
+    z = Zygote(["isthmus.cli.main"], ENTRY, title=["--for", "test"])
     bound = await z.spawn(apiserver_argv(tmp_path / "a"), env=env_of(tmp_path), pipe_stdout=True, pdeathsig=True)
     free = await z.spawn(apiserver_argv(tmp_path / "b"), env=env_of(tmp_path), pipe_stdout=True)
     try:
@@ -182,12 +186,13 @@ async def test_a_killed_zygote_is_replaced_and_its_children_still_watched(zygote
 
 FORK_NOW = """
 import asyncio, json, os, sys, threading
-from isthmus.local.zygote import Zygote
+from isthmus.local.kubelite.processes import ENTRY
+from isthmus.procs.zygote import Zygote
 
-z = Zygote(["isthmus.cli.main"], title=["--for", "fork-now"], pdeathsig=True, env=json.loads(sys.argv[1]))
+z = Zygote(["isthmus.cli.main"], ENTRY, title=["--for", "fork-now"], pdeathsig=True, env=json.loads(sys.argv[1]))
 assert z.fork_now(), "no thread runs yet: fork_now forks"
 assert not z.fork_now(), "one zygote per Zygote"
-unused = Zygote(["isthmus.cli.main"], title=["--for", "unused"])
+unused = Zygote(["isthmus.cli.main"], ENTRY, title=["--for", "unused"])
 assert unused.fork_now()
 
 
@@ -220,7 +225,7 @@ async def test_a_zygote_forked_from_its_caller_serves_like_an_exec_one(tmp_path:
     first, second = (json.loads(line) for line in out.decode().splitlines())
     assert first["code"] == 0 and first["help"] and first["session"]
     assert int(first["ppid"]) == proc.pid  # the caller's child: pdeathsig ties it to the caller
-    assert first["cmdline"][:3] == [sys.executable, "-m", "isthmus.local.zygote"]
+    assert first["cmdline"][:3] == [sys.executable, "-m", "isthmus.procs.zygote"]
     assert first["cmdline"][-3:] == ["--pdeathsig", "--for", "fork-now"]
     assert second == {"closed": True}
     assert await gone(first["zygote"])
@@ -228,8 +233,9 @@ async def test_a_zygote_forked_from_its_caller_serves_like_an_exec_one(tmp_path:
 
 FORK_NOW_MEMORY = """
 import asyncio, os
-import isthmus.cli.main, isthmus.apiserver.server, isthmus.mcs.agent  # what the caller holds already
-from isthmus.local.zygote import Zygote
+import isthmus.cli.main, isthmus.apiserver.server, isthmus.discovery.agent  # what the caller holds already
+from isthmus.local.kubelite.processes import ENTRY
+from isthmus.procs.zygote import Zygote
 
 def kb(pid, field):
     for line in open(f"/proc/{pid}/smaps_rollup"):
@@ -237,7 +243,7 @@ def kb(pid, field):
             return int(line.split()[1])
 
 # Not warmed (_warm): running code writes pages of its own, which is not what this measures.
-z = Zygote(["isthmus.cli.main", "isthmus.apiserver.server", "isthmus.mcs.agent"], title=["--for", "t"], pdeathsig=True,
+z = Zygote(["isthmus.cli.main", "isthmus.apiserver.server", "isthmus.discovery.agent"], ENTRY, title=["--for", "t"], pdeathsig=True,
            env={**os.environ, "ISTHMUS_ZYGOTE_WARM": "0"})
 assert z.fork_now()
 
@@ -269,7 +275,7 @@ async def test_fork_now_declines_once_a_thread_runs() -> None:
     t = threading.Thread(target=stop.wait)
     t.start()
     try:
-        assert not Zygote(["isthmus.cli.main"]).fork_now()  # forking a threaded process is unsafe
+        assert not Zygote(["isthmus.cli.main"], ENTRY).fork_now()  # forking a threaded process is unsafe
     finally:
         stop.set()
         t.join()
@@ -277,15 +283,16 @@ async def test_fork_now_declines_once_a_thread_runs() -> None:
 
 FORK_COMMAND = """
 import json, os, subprocess, sys
-from isthmus.local.zygote import fork_command
+from isthmus.local.kubelite.processes import ENTRY
+from isthmus.procs.child import fork_command
 
 env = json.loads(sys.argv[1])
 out = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-quick = fork_command([sys.executable, "-m", "isthmus", "--help"], env=env, out_fd=out)
+quick = fork_command([sys.executable, "-m", "isthmus", "--help"], ENTRY, env=env, out_fd=out)
 assert quick is not None and quick.wait(30) == 0 and quick.poll() == 0
 port = sys.argv[3]
 slow = fork_command([sys.executable, "-m", "isthmus", "apiserver", "--host", "127.0.0.1", "--port", port, "--no-tls",
-                     "--data-dir", sys.argv[4]], env=env, out_fd=out)
+                     "--data-dir", sys.argv[4]], ENTRY, env=env, out_fd=out)
 cmdline = open(f"/proc/{slow.pid}/cmdline", "rb").read().split(b"\\0")[:-1]
 try:
     slow.wait(0.3)
@@ -296,7 +303,7 @@ session = os.getsid(slow.pid) == slow.pid
 slow.send_signal(15)
 code = slow.wait(30)
 print(json.dumps({"cmdline": [a.decode() for a in cmdline], "timed_out": timed_out, "session": session, "code": code,
-                  "not_forkable": fork_command(["sh", "-c", "true"], env=env, out_fd=out) is None}))
+                  "not_forkable": fork_command(["sh", "-c", "true"], ENTRY, env=env, out_fd=out) is None}))
 """
 
 
@@ -319,7 +326,7 @@ async def test_fork_command_runs_an_isthmus_command_as_popen_would(tmp_path: Pat
 _FORK_MEMORY = """
 import gc, os, sys
 gc.disable()
-from isthmus.local import zygote
+from isthmus.procs import server as zygote
 import isthmus.cli.main, isthmus.apiserver.server  # a zygote's preload, roughly
 gc.collect()
 before = sum(zygote._pymalloc_free_space()[0].values())
@@ -385,7 +392,7 @@ async def test_a_child_handed_a_listening_socket_serves_on_it(zygote: Zygote, tm
 
     import aiohttp
 
-    from tests.conftest import RunningApiServer
+    from tests.harness.apiserver import RunningApiServer
 
     run = RunningApiServer(tmp_path / "apiserver")
     await run.start()
@@ -444,10 +451,11 @@ async def test_an_executed_component_writes_a_traceback_to_its_log_when_it_abort
 CLOSE_ONCE = """
 import asyncio, json, sys
 import uvloop
-from isthmus.local.zygote import Zygote
+from isthmus.local.kubelite.processes import ENTRY
+from isthmus.procs.zygote import Zygote
 
 async def main():
-    z = Zygote(["isthmus.cli.main"], title=["--for", "close-once"], pdeathsig=True, env=json.loads(sys.argv[1]))
+    z = Zygote(["isthmus.cli.main"], ENTRY, title=["--for", "close-once"], pdeathsig=True, env=json.loads(sys.argv[1]))
     proc = await z.spawn([sys.executable, "-m", "isthmus", "--help"], env=json.loads(sys.argv[1]), pipe_stdout=True)
     print("FD", proc.stdout._transport.get_extra_info("pipe").fileno(), flush=True)
     await proc.stdout.read()

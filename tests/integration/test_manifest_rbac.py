@@ -23,10 +23,11 @@ from isthmus.apiserver.authentication.authenticators import UserInfo
 from isthmus.apiserver.authorization.attributes import Attributes, request_attributes
 from isthmus.apiserver.authorization.rbac import PolicyRule, rule_allows
 from isthmus.apiserver.authorization.rbac import rules_of as policy_rules
+from isthmus.discovery.agent import Agent
 from isthmus.dns.service import DnsConfig, DnsService
 from isthmus.kube.manifests import deploy_dir, render
-from isthmus.mcs.agent import Agent
-from tests.integration.mcs_harness import ClusterSet, eventually
+from tests.harness.clusterset import ClusterSet
+from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

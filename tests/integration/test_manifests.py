@@ -21,7 +21,7 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRole, RoleBinding
 from isthmus.api.image import IMAGE, IMAGE_REPOSITORY, IMAGE_TAG
 from isthmus.api.mcs import AGENT_NAMESPACE
 from isthmus.kube.manifests import ManifestError, apply, deploy_dir, render
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 DEPLOY = deploy_dir()
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")

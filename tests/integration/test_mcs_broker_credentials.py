@@ -30,11 +30,12 @@ from isthmus.api.mcs import (
     SOURCE_CLUSTER_LABEL,
     Cluster,
 )
+from isthmus.clusterset import broker, membership
+from isthmus.clusterset.brokerinfo import BrokerInfo
+from isthmus.clusterset.control import ClustersetError
+from isthmus.discovery import coredns
 from isthmus.kube.resources import resource_for
-from isthmus.mcs import broker, coredns, membership
-from isthmus.mcs.brokerinfo import BrokerInfo
-from isthmus.mcs.control import DiscoveryError
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 from tests.unit.test_coredns import KUBEADM
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(120)]
@@ -228,10 +229,10 @@ async def test_a_member_token_may_neither_join_others_nor_leave(env: Env) -> Non
         srv = RunningApiServer(env.tmp / "other", bookmark_interval=1.0)
         await srv.start()
         env.servers.append(srv)
-        with pytest.raises(DiscoveryError, match="pass the broker's admin kubeconfig as --broker-kubeconfig"):
+        with pytest.raises(ClustersetError, match="pass the broker's admin kubeconfig as --broker-kubeconfig"):
             await membership.join(member, srv.client(), env.info, cluster_id="c7", enable_clusterset_ip=None,
                                   clusterset_ip_cidr=None, force=False, member_credentials=True)
-        with pytest.raises(DiscoveryError, match=r"may not remove cluster .c1.*--broker-kubeconfig"):
+        with pytest.raises(ClustersetError, match=r"may not remove cluster .c1.*--broker-kubeconfig"):
             await membership.leave(member, None, NS, "c1")
     finally:
         await member.close()
@@ -319,7 +320,7 @@ async def test_the_join_and_leave_commands_edit_corefile_and_credentials(env: En
 
 
 async def test_an_agent_whose_token_is_revoked_stops_to_read_its_secret_again(env: Env) -> None:
-    from isthmus.mcs.agent import Agent, BrokerCredentialsRejected
+    from isthmus.discovery.agent import Agent, BrokerCredentialsRejected
 
     await env.join("c1")
     agent = await Agent.from_cluster(env.members["c1"], None, dead_cluster_grace=2.0)

@@ -23,19 +23,18 @@ from isthmus.api.mcs import (
     ServiceImport,
     broker_object_name,
 )
+from isthmus.clusterset.membership import membership
 from isthmus.kube.resources import resource_for
-from isthmus.mcs.membership import membership
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     BROKER_NS,
     ClusterSet,
     as_dict,
     clusters_of,
-    eventually,
     ips_of,
-    never,
     ports_of,
     service,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 SI: Any = resource_for(ServiceImport)

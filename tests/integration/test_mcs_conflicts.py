@@ -17,21 +17,20 @@ from isthmus.api.mcs import (
     ServiceImportType,
     ValidReason,
 )
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     SE,
     ClusterSet,
     addresses_of,
     annotations_of,
     cond_is,
     condition,
-    eventually,
     ips_of,
     labels_of,
-    never,
     ports_of,
     reasons,
     service,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

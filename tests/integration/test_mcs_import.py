@@ -24,8 +24,8 @@ from isthmus.api.mcs import (
     ValidReason,
     broker_object_name,
 )
-from isthmus.mcs.endpoints import imported_slice_name
-from tests.integration.mcs_harness import (
+from isthmus.discovery.endpoints import imported_slice_name
+from tests.harness.clusterset import (
     BROKER_NS,
     SE,
     SI,
@@ -35,14 +35,13 @@ from tests.integration.mcs_harness import (
     as_dict,
     clusters_of,
     endpoint_slice,
-    eventually,
     get_or_none,
     ips_of,
     labels_of,
-    never,
     ports_of,
     service,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -1,5 +1,5 @@
-"""The discovery control plane (isthmus.mcs.broker, .membership, .exports, .views) against real
-embedded apiservers: deploy-broker, join (concurrency, idempotence,
+"""The discovery control plane (isthmus.clusterset.broker, .membership, isthmus.discovery.commands,
+.views) against real embedded apiservers: deploy-broker, join (concurrency, idempotence,
 force, bad input), leave (broker GC of the cluster's objects), export/unexport and the show rows."""
 
 from __future__ import annotations
@@ -44,12 +44,14 @@ from isthmus.api.mcs import (
     ServiceImportType,
     conflict_condition,
 )
+from isthmus.clusterset import broker, membership
+from isthmus.clusterset.brokerinfo import BrokerInfo
+from isthmus.clusterset.control import ClustersetError
+from isthmus.discovery import commands as exports
+from isthmus.discovery import views
 from isthmus.kube.helpers import get, get_or_none, list_all, patch_status
 from isthmus.kube.resources import to_lightkube
-from isthmus.mcs import broker, exports, membership, views
-from isthmus.mcs.brokerinfo import BrokerInfo
-from isthmus.mcs.control import DiscoveryError
-from tests.conftest import RunningApiServer
+from tests.harness.apiserver import RunningApiServer
 
 NS = "isthmus-broker"
 TOKEN = "broker-secret-token"
@@ -120,7 +122,7 @@ async def test_deploy_broker_defaults_and_idempotent(env: Env) -> None:
 
 async def test_deploy_broker_settings_cannot_change(env: Env) -> None:
     await env.deploy(enable_clusterset_ip=True, cidr_range=["10.0.0.0/8, 11.0.0.0/16"])
-    with pytest.raises(DiscoveryError) as exc:
+    with pytest.raises(ClustersetError) as exc:
         await env.deploy(enable_clusterset_ip=False, cidr_range=None)
     assert (
         "already deployed with clustersetIPEnabled=true, clustersetIPCIDRRange=10.0.0.0/8,11.0.0.0/16"
@@ -142,7 +144,7 @@ async def test_deploy_broker_settings_cannot_change(env: Env) -> None:
     ],
 )
 async def test_deploy_broker_bad_range(env: Env, ranges: list[str], message: str) -> None:
-    with pytest.raises(DiscoveryError) as exc:
+    with pytest.raises(ClustersetError) as exc:
         await env.deploy(cidr_range=ranges)
     assert str(exc.value).startswith(message)
     assert await get_or_none(env.bc, Namespace, NS) is None  # nothing written
@@ -200,7 +202,7 @@ async def test_concurrent_joins_same_requested_cidr_one_wins(env: Env) -> None:
         return_exceptions=True,
     )
     errors = [r for r in results if isinstance(r, BaseException)]
-    assert len(errors) == 1 and isinstance(errors[0], DiscoveryError)
+    assert len(errors) == 1 and isinstance(errors[0], ClustersetError)
     assert "overlaps 243.9.0.0/16, the clusterset IP CIDR of cluster" in str(errors[0])
     assert len(await list_all(env.bc, Cluster, namespace=NS)) == 1
 
@@ -215,7 +217,7 @@ async def test_rejoin_is_idempotent_and_force_replaces(env: Env) -> None:
     same = await _join(env, c1, info, "c1", clusterset_ip_cidr="243.0.0.0/16")
     assert same.metadata.resource_version == first.metadata.resource_version
 
-    with pytest.raises(DiscoveryError) as exc:
+    with pytest.raises(ClustersetError) as exc:
         await _join(env, c1, info, "c1", clusterset_ip_cidr="243.5.0.0/16")
     assert str(exc.value).startswith(
         "cluster 'c1' already has clusterset IP CIDR 243.0.0.0/16; pass --force to change it to 243.5.0.0/16"
@@ -231,14 +233,14 @@ async def test_duplicate_id_from_another_cluster(env: Env) -> None:
     info = await env.deploy()
     c1, other = await env.member("c1"), await env.member("other")
     await _join(env, c1, info, "c1")
-    with pytest.raises(DiscoveryError) as exc:
+    with pytest.raises(ClustersetError) as exc:
         await _join(env, other, info, "c1")
     assert str(exc.value).startswith("cluster ID 'c1' is already taken by another cluster (joined ")
     taken = await _join(env, other, info, "c1", force=True)
     assert taken.spec.clusterset_ip_cidr == ["243.0.0.0/16"]
     # A cluster joined under one ID cannot silently re-join under another.
     with pytest.raises(
-        DiscoveryError, match="this cluster already joined as 'c1': run `isthmus leave` first"
+        ClustersetError, match="this cluster already joined as 'c1': run `isthmus leave` first"
     ):
         await _join(env, other, info, "c2")
 
@@ -273,7 +275,7 @@ async def test_join_bad_input(env: Env, cid: str, cidr: str | None, message: str
     info = await env.deploy()
     await _join(env, await env.member("taken"), info, "taken")
     c1 = await env.member("c1")
-    with pytest.raises(DiscoveryError) as exc:
+    with pytest.raises(ClustersetError) as exc:
         await _join(env, c1, info, cid, clusterset_ip_cidr=cidr)
     assert str(exc.value).startswith(message)
     assert [c.name for c in await list_all(env.bc, Cluster, namespace=NS)] == ["taken"]
@@ -282,7 +284,7 @@ async def test_join_bad_input(env: Env, cid: str, cidr: str | None, message: str
 
 async def test_join_without_broker(env: Env) -> None:
     info = BrokerInfo(server=env.broker.url, token=TOKEN, namespace="nowhere")
-    with pytest.raises(DiscoveryError, match="no broker in namespace nowhere of the broker API"):
+    with pytest.raises(ClustersetError, match="no broker in namespace nowhere of the broker API"):
         await _join(env, await env.member("c1"), info, "c1")
 
 
@@ -401,7 +403,7 @@ async def test_export_refuses_a_service_that_does_not_exist(env: Env) -> None:
     c1 = await env.member("c1")
     await _join(env, c1, info, "c1")
     await c1.create(Namespace(metadata=LkMeta(name="shop")))
-    with pytest.raises(DiscoveryError) as exc:
+    with pytest.raises(ClustersetError) as exc:
         await exports.export(c1, "nosuch", "shop", None)
     assert str(exc.value) == "service shop/nosuch not found (use --allow-missing to export it before it exists)"
     assert await list_all(c1, ServiceExport, namespace="shop") == []
@@ -414,10 +416,10 @@ async def test_export_unexport_and_rows(env: Env) -> None:
     c1 = await env.member("c1")
     await c1.create(Namespace(metadata=LkMeta(name="shop")))
     await c1.create(_service("web", "shop"))
-    with pytest.raises(DiscoveryError, match="CRDs are not installed"):
+    with pytest.raises(ClustersetError, match="CRDs are not installed"):
         await exports.export(c1, "web", "shop", None)
     await _join(env, c1, info, "c1")
-    with pytest.raises(DiscoveryError, match="namespace 'nope' does not exist"):
+    with pytest.raises(ClustersetError, match="namespace 'nope' does not exist"):
         await exports.export(c1, "web", "nope", None)
     obj, change = await exports.export(c1, "web", "shop", None)
     assert change == "created" and not (obj.metadata.annotations or {})

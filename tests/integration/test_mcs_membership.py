@@ -14,27 +14,27 @@ import pytest
 import pytest_asyncio
 
 from isthmus.api.mcs import HEARTBEAT_ANNOTATION, SOURCE_CLUSTER_LABEL, ConditionType, ConflictReason
-from isthmus.mcs import membership as joinmod
-from isthmus.mcs.control import DiscoveryError
-from tests.integration.mcs_harness import (
+from isthmus.clusterset import membership as joinmod
+from isthmus.clusterset.control import ClustersetError
+from tests.harness.clusterset import (
     BROKER_NS,
     CLUSTER,
     SD,
     ClusterSet,
     annotations_of,
-    eventually,
     get_or_none,
     ips_of,
     labels_of,
     list_dicts,
     service,
 )
+from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 
 CIDRS = ["243.1.0.0/16", "243.2.0.0/16"]
 NS = "m-apps"
-JoinError: type[Exception] = DiscoveryError
+JoinError: type[Exception] = ClustersetError
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -10,18 +10,17 @@ import pytest
 import pytest_asyncio
 
 from isthmus.api.mcs import CLUSTERSET_IP_ALLOCATED_BY_ANNOTATION, ConditionType, ReadyReason, ValidReason
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     ClusterSet,
     annotations_of,
     cond_is,
     condition,
-    eventually,
     ip_in,
     ips_of,
-    never,
     service,
     service_export,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -43,20 +43,20 @@ from isthmus.api.mcs import (
     ServiceDiscovery,
     broker_object_name,
 )
+from isthmus.clusterset.brokerinfo import BROKER_TIMEOUT
+from isthmus.discovery.agent import Agent
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
-from isthmus.mcs.agent import BROKER_TIMEOUT, Agent
 from isthmus.runtime import REGISTRY
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     BROKER_NS,
     ClusterSet,
     Member,
     as_dict,
     cond_is,
-    eventually,
-    never,
     service,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

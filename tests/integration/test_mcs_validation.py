@@ -18,7 +18,7 @@ from isthmus.api.mcs import (
     ServiceImportType,
     ValidReason,
 )
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     INVALID_ANNOTATION,
     SE,
     ClusterSet,
@@ -27,13 +27,12 @@ from tests.integration.mcs_harness import (
     cond_is,
     condition,
     endpoint_slice,
-    eventually,
     ips_of,
     list_dicts,
-    never,
     service,
     service_export,
 )
+from tests.harness.polling import eventually, never
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -18,7 +18,7 @@ from isthmus.api.mcs import (
     ConditionType,
     ConflictReason,
 )
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     CLUSTER,
     SD,
     ClusterSet,
@@ -26,7 +26,6 @@ from tests.integration.mcs_harness import (
     annotations_of,
     as_dict,
     clusters_of,
-    eventually,
     get_or_none,
     ip_add,
     ip_in,
@@ -35,6 +34,7 @@ from tests.integration.mcs_harness import (
     reasons,
     service_export,
 )
+from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -5,7 +5,6 @@ broker controller with the `fake` load-balancer provider (the seed's tests run o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,59 +20,23 @@ from isthmus.api.mcsvc import (
     FINALIZER,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
-    MultiClusterService,
     MultiClusterServiceReport,
     report_name,
 )
+from isthmus.clusterset.membership import membership
 from isthmus.kube.resources import resource_for
-from isthmus.mcs.membership import membership
-from isthmus.mcsvc.broker import BrokerController
-from isthmus.mcsvc.member import MemberController
-from isthmus.mcsvc.provider import FakeLoadBalancer
-from tests.integration.mcs_harness import (
+from tests.harness.clusterset import (
     ClusterSet,
     as_dict,
     endpoint_slice,
-    eventually,
     service,
     service_export,
 )
+from tests.harness.exposure import MCS, NS, Exposure, _mcs, _serve
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-MCS: Any = resource_for(MultiClusterService)
 REPORT: Any = resource_for(MultiClusterServiceReport)
-NS = "shop"
-
-
-class Exposure:
-    def __init__(self, cs: ClusterSet) -> None:
-        self.cs = cs
-        self.fake = FakeLoadBalancer()
-        self.tasks: list[asyncio.Task[Any]] = []
-        self.members: list[MemberController] = []
-
-    async def start(self) -> None:
-        for m in self.cs.clusters:
-            cluster_id, info = await membership(m.client)
-            ctl = MemberController(cluster=m.client, broker=info.client(), cluster_id=cluster_id,
-                                   broker_namespace=info.namespace, identity=f"test-{cluster_id}")
-            self.members.append(ctl)
-            self.tasks.append(asyncio.create_task(ctl.run()))
-        self.broker = BrokerController(self.cs.broker_client, self.fake, broker_namespace="isthmus-broker",
-                                       identity="test-broker", grace=5.0)
-        self.tasks.append(asyncio.create_task(self.broker.run()))
-        await eventually(lambda: _true(all(c.ready for c in self.members) and self.broker.ready), timeout=30)
-
-    async def stop(self) -> None:
-        for t in self.tasks:
-            t.cancel()
-        for t in self.tasks:
-            with contextlib.suppress(BaseException):
-                await t
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -89,22 +52,6 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[C
             yield cs, ex
         finally:
             await ex.stop()
-
-
-async def _serve(cs: ClusterSet, i: int, name: str, pod_ip: str, ports: list[dict[str, Any]] | None = None) -> None:
-    ports = ports or [{"name": "http", "port": 80, "targetPort": 8080}, {"name": "metrics", "port": 9090}]
-    await cs.put(i, service(name, NS, ports=ports, cluster_ip=f"127.{201 + i}.0.{len(name)}"))
-    await cs.put(i, endpoint_slice(name, NS, endpoints=[(pod_ip, True)],
-                                   ports=[{"name": "http", "port": 8080}, {"name": "metrics", "port": 9090}]))
-
-
-async def _mcs(cs: ClusterSet, name: str, spec: dict[str, Any], annotations: dict[str, str] | None = None) -> None:
-    meta: dict[str, Any] = {"name": name, "namespace": NS}
-    if annotations:
-        meta["annotations"] = annotations
-    obj = MCS.from_dict({"apiVersion": "networking.karmada.io/v1alpha1", "kind": "MultiClusterService",
-                         "metadata": meta, "spec": spec})
-    await cs.broker_client.apply(obj, field_manager="test", force=True)
 
 
 async def _get_mcs(cs: ClusterSet, name: str) -> dict[str, Any] | None:

@@ -15,13 +15,14 @@ from lightkube.resources.core_v1 import Namespace
 
 from isthmus.api.lb import LB_NAMESPACE, LoadBalancerPool
 from isthmus.api.mcsvc import MultiClusterService, pool_name
+from isthmus.clusterset.membership import membership
+from isthmus.exposure.broker import BrokerController
+from isthmus.exposure.haproxy import HAProxyLoadBalancer
+from isthmus.exposure.member import MemberController
 from isthmus.haproxy.manager import PoolManager
 from isthmus.kube.resources import resource_for
-from isthmus.mcs.membership import membership
-from isthmus.mcsvc.broker import BrokerController
-from isthmus.mcsvc.haproxy import HAProxyLoadBalancer
-from isthmus.mcsvc.member import MemberController
-from tests.integration.mcs_harness import ClusterSet, as_dict, endpoint_slice, eventually, service
+from tests.harness.clusterset import ClusterSet, as_dict, endpoint_slice, service
+from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 MCS: Any = resource_for(MultiClusterService)

@@ -1,5 +1,5 @@
 """The clusterset-level metrics have the values the clusterset's state says, scraped from a real
-/metrics endpoint while real agents (mcs_harness: a broker and three member apiservers) and a real
+/metrics endpoint while real agents (tests.harness.clusterset: a broker and three member apiservers) and a real
 DNS server run: exports by state, conflicts by type, imports, VIP pool usage, heartbeat age and
 silence, DNS answers by rcode."""
 
@@ -19,10 +19,11 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from isthmus.api.mcs import CLUSTERSET_DOMAIN, ConditionType, ConflictReason
+from isthmus.discovery.agent import Agent
 from isthmus.dns.service import DnsConfig, DnsService
-from isthmus.mcs.agent import Agent
 from isthmus.runtime import HealthServer
-from tests.integration.mcs_harness import SE, ClusterSet, Member, eventually, service, service_export
+from tests.harness.clusterset import SE, ClusterSet, Member, service, service_export
+from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -11,8 +11,9 @@ import pytest_asyncio
 from lightkube.resources.core_v1 import Namespace
 
 from isthmus.runtime import REGISTRY
-from tests.integration.mcs_harness import ClusterSet, eventually
-from tests.integration.test_mcsvc import MCS, NS, Exposure, _mcs, _serve
+from tests.harness.clusterset import ClusterSet
+from tests.harness.exposure import MCS, NS, Exposure, _mcs, _serve
+from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 

@@ -22,11 +22,11 @@ from isthmus.haproxy.manager import PoolResource
 from isthmus.kube import helpers
 from isthmus.kube.helpers import install_crds
 from isthmus.runtime import REGISTRY
-from tests.conftest import RunningApiServer
-from tests.integration.test_egress_binding import ClaimRes
-from tests.integration.test_egress_binding import Env as EgressEnv
-from tests.integration.test_haproxy_pools import Env as PoolEnv
-from tests.integration.test_haproxy_pools import eventually
+from tests.harness.apiserver import RunningApiServer
+from tests.harness.egress import ClaimRes
+from tests.harness.egress import Env as EgressEnv
+from tests.harness.polling import eventually_passes
+from tests.harness.pools import Env as PoolEnv
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 
@@ -67,7 +67,7 @@ async def test_pool_health(pools: PoolEnv) -> None:
         assert sample("isthmus_pool_haproxy_up", pool="metrics-ok", slot="1") is None, "not this manager's slot"
         return True
 
-    await eventually(ok)
+    await eventually_passes(ok)
     # Counters labelled by pool have their series at 0 from the start (issue 40, item 23: none until
     # the first event, so dashboards showed "No data").
     for counter in ("reloads", "runtime_updates", "config_rejections", "instance_restarts"):
@@ -85,7 +85,7 @@ async def test_pool_health(pools: PoolEnv) -> None:
             assert sample("isthmus_pool_haproxy_up", pool="metrics-bad", slot="0") == 0
             return True
 
-        await eventually(failed)
+        await eventually_passes(failed)
     await pools.client.delete(PoolResource, "metrics-ok")
 
     async def gone() -> bool:
@@ -95,7 +95,7 @@ async def test_pool_health(pools: PoolEnv) -> None:
         assert sample("isthmus_pools_config_rejections_total", pool="metrics-ok") is None
         return True
 
-    await eventually(gone)
+    await eventually_passes(gone)
 
 
 async def test_translation_counters_start_at_zero(apiserver: Any) -> None:
@@ -117,7 +117,7 @@ async def egress(tmp_path: Path) -> AsyncIterator[EgressEnv]:
     op = EgressOperator(client, identity="metrics", lease_duration=3.0, renew_deadline=2.0, retry_period=0.5)
     task = asyncio.create_task(op.run())
     try:
-        await eventually(lambda: asyncio.sleep(0, op.ready))
+        await eventually_passes(lambda: asyncio.sleep(0, op.ready))
         yield EgressEnv(srv, client)
     finally:
         task.cancel()
@@ -143,7 +143,7 @@ async def test_egress_bindings(egress: EgressEnv) -> None:
         assert sample("isthmus_egress_class_capacity", **{"class": "metrics-nosuch"}) is None
         return True
 
-    await eventually(bound)
+    await eventually_passes(bound)
     await egress.client.delete(ClaimRes, "a", namespace="default")  # reclaim policy Delete frees its address
 
     async def freed() -> bool:
@@ -151,4 +151,4 @@ async def test_egress_bindings(egress: EgressEnv) -> None:
         assert sample("isthmus_egress_class_allocated", **{"class": "metrics-lab"}) == 1
         return True
 
-    await eventually(freed)
+    await eventually_passes(freed)

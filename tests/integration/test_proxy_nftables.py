@@ -30,9 +30,9 @@ from isthmus.kube.helpers import install_crds
 from isthmus.proxy import Backend, ListenerKey, ProxyConfig, ProxyService, Target
 from isthmus.proxy.nftables import TABLE, NftablesDataplane, render
 from isthmus.runtime import REGISTRY
-from tests.conftest import RunningApiServer
-from tests.integration.proxy_backends import eventually
-from tests.integration.test_proxy_service import (
+from tests.harness.apiserver import RunningApiServer
+from tests.harness.polling import eventually
+from tests.harness.proxy import (
     NS,
     SVC_PORT,
     TARGET,

@@ -22,7 +22,8 @@ from isthmus.proxy.metrics import ListenerStats
 from isthmus.proxy.tcp import EARLY_LIMIT, TcpListener
 from isthmus.proxy.udp import UdpListener
 from isthmus.runtime.loop import run
-from tests.integration.proxy_backends import TcpEcho, UdpEcho, eventually, random_net, tcp_ask, udp_ask
+from tests.harness.backends import TcpEcho, UdpEcho, random_net, tcp_ask, udp_ask
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 

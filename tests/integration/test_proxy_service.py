@@ -13,7 +13,6 @@ import socket
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import pytest
@@ -24,24 +23,26 @@ from lightkube.types import PatchType
 
 from isthmus.api.mcs import (
     KUBE_SERVICE_NAME_LABEL,
-    MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
-    SERVICE_NAME_LABEL,
-    SOURCE_CLUSTER_LABEL,
-    ServiceImport,
 )
 from isthmus.kube.helpers import install_crds
-from isthmus.kube.resources import resource_for
 from isthmus.proxy import Backend, ListenerKey, ProxyConfig, ProxyService
-from tests.conftest import RunningApiServer
-from tests.integration.proxy_backends import TcpEcho, UdpEcho, eventually, random_net, tcp_ask, udp_ask
+from tests.harness.apiserver import RunningApiServer
+from tests.harness.backends import TcpEcho, UdpEcho, random_net, tcp_ask, udp_ask
+from tests.harness.polling import eventually
+from tests.harness.proxy import (
+    NS,
+    SI,
+    SVC_PORT,
+    TARGET,
+    create_import,
+    endpoints,
+    imported_slice,
+    kube_slice,
+    service,
+    set_import_clusters,
+)
 
 pytestmark = pytest.mark.timeout(90)
-
-SI = resource_for(ServiceImport)
-NS = "shop"
-SVC_PORT = 8000
-TARGET = 18080
 
 
 @dataclass
@@ -101,83 +102,6 @@ async def _env(apiserver: RunningApiServer, *, socket_lb: bool) -> AsyncIterator
 
 
 # --- object builders --------------------------------------------------------------------------------
-
-
-def service(name: str, cluster_ip: str, ports: list[dict[str, Any]] | None = None, **spec: Any) -> Service:
-    return Service.from_dict(
-        {
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "clusterIP": cluster_ip,
-                "clusterIPs": [cluster_ip],
-                "ports": ports
-                or [{"name": "http", "port": SVC_PORT, "targetPort": TARGET, "protocol": "TCP"}],
-                **spec,
-            },
-        }
-    )
-
-
-def endpoints(*ips: str, ready: bool = True) -> list[dict[str, Any]]:
-    return [{"addresses": [ip], "conditions": {"ready": ready}} for ip in ips]
-
-
-def kube_slice(svc: str, ips: list[str], ports: list[dict[str, Any]] | None = None) -> EndpointSlice:
-    return EndpointSlice.from_dict(
-        {
-            "metadata": {"name": f"{svc}-abcde", "namespace": NS, "labels": {KUBE_SERVICE_NAME_LABEL: svc}},
-            "addressType": "IPv4",
-            "endpoints": endpoints(*ips),
-            "ports": ports or [{"name": "http", "port": TARGET, "protocol": "TCP"}],
-        }
-    )
-
-
-def imported_slice(svc: str, cluster: str, ips: list[str]) -> EndpointSlice:
-    return EndpointSlice.from_dict(
-        {
-            "metadata": {
-                "name": f"{svc}-{cluster}",
-                "namespace": NS,
-                "labels": {
-                    SERVICE_NAME_LABEL: svc,
-                    SOURCE_CLUSTER_LABEL: cluster,
-                    MANAGED_BY_LABEL: MANAGED_BY_VALUE,
-                },
-            },
-            "addressType": "IPv4",
-            "endpoints": endpoints(*ips),
-            "ports": [{"name": "http", "port": TARGET, "protocol": "TCP"}],
-        }
-    )
-
-
-async def create_import(client: AsyncClient, name: str, vip: str, clusters: list[str], **spec: Any) -> None:
-    obj = SI.from_dict(
-        {
-            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
-            "kind": "ServiceImport",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "type": "ClusterSetIP",
-                "ips": [vip],
-                "ports": [{"name": "http", "port": SVC_PORT, "protocol": "TCP"}],
-                **spec,
-            },
-        }
-    )
-    await client.create(obj)
-    await set_import_clusters(client, name, clusters)
-
-
-async def set_import_clusters(client: AsyncClient, name: str, clusters: list[str]) -> None:
-    await client.patch(
-        SI.Status,
-        name,
-        {"status": {"clusters": [{"cluster": c} for c in clusters]}},
-        namespace=NS,
-        patch_type=PatchType.MERGE,
-    )
 
 
 async def set_endpoints(client: AsyncClient, slice_name: str, ips: list[str]) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from isthmus.proxy.socketlb import SocketLB, SocketLBUnavailable
-from tests.integration.proxy_backends import random_net
+from tests.harness.backends import random_net
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,17 +19,9 @@ from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.resources.core_v1 import ConfigMap
 
 from isthmus.runtime import Controller, Result, SharedInformerFactory, enqueue_owner, metrics, split_key
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.timeout(90)
-
-
-async def eventually(pred: Callable[[], Any], within: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + within
-    while not await pred():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.1)
 
 
 async def test_sample_controller_converges(apiserver: Any) -> None:

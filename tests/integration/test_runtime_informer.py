@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,17 +13,9 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 
 from isthmus.runtime import Informer, SharedInformerFactory, label_index, metrics
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def eventually(pred: Callable[[], bool], within: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + within
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 class Recorder:

@@ -1,4 +1,4 @@
-"""`isthmus ui` against a real clusterset in this process (mcs_harness: a broker, c1, c2, agents):
+"""`isthmus ui` against a real clusterset in this process (tests.harness.clusterset: a broker, c1, c2, agents):
 the HTTP and SSE endpoints, and the page in a real browser (Playwright driving Debian's chromium).
 
 The tests share one clusterset and one UI server and run in order; the last one stops c2's
@@ -28,7 +28,8 @@ from isthmus.ui.kinds import BROKER_ROLE, MEMBER_ROLE
 from isthmus.ui.model import UNREACHABLE, apply_delta, cluster_health, parse_time
 from isthmus.ui.server import UiServer
 from isthmus.ui.watch import Source, discover
-from tests.integration.mcs_harness import ClusterSet, eventually, service, service_export
+from tests.harness.clusterset import ClusterSet, service, service_export
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 NS = "ui-test"

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from isthmus.cli.main import app
-from isthmus.mcs.agent import Agent, AgentConfigError
+from isthmus.discovery.agent import Agent, AgentConfigError
 
 
 @pytest.fixture(autouse=True)

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from isthmus.api.mcs import AGENT_FIELD_MANAGER, HEARTBEAT_ANNOTATION
+from isthmus.discovery.metrics import EXPORT_STATES, conflict_types, export_state, heartbeat_ages
 from isthmus.dns.metrics import DnsStats, add_snapshots
 from isthmus.egress.gateway import GatewayRuntime
+from isthmus.exposure.metrics import exposure_summary
 from isthmus.haproxy.metrics import pool_health
-from isthmus.mcs.metrics import EXPORT_STATES, conflict_types, export_state, heartbeat_ages
-from isthmus.mcsvc.metrics import exposure_summary
 from isthmus.runtime import REGISTRY
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -248,8 +248,8 @@ def test_health_checks_are_rendered_on_every_server_slot() -> None:
 
 
 def test_the_broker_pool_checks_http_ports_over_http_and_others_by_connecting() -> None:
-    from isthmus.mcsvc.haproxy import pool_spec
-    from isthmus.mcsvc.plan import Backends, Server
+    from isthmus.exposure.haproxy import pool_spec
+    from isthmus.exposure.plan import Backends, Server
 
     spec, _ = pool_spec(Backends(ports=[("http", 80, "TCP"), ("db", 5432, "TCP")],
                                  servers={"http": [Server("c1", "127.0.0.5", 8080)], "db": [Server("c1", "127.0.0.5", 5432)]}))

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from isthmus.local.kubelite.probes import Prober, ProbeResult, probe_once, resolve_port
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 CONTAINER = {"name": "main", "ports": [{"name": "metrics", "containerPort": 0}]}
 

@@ -16,7 +16,7 @@ import pytest
 from isthmus.local import plan, up
 from isthmus.local.state import Layout, PartState, State, load_state, save_state
 from isthmus.local.supervisor import is_ours, open_log
-from tests.ports import free_port
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from isthmus.local import plan, up
+from isthmus.local import plan
 from isthmus.local.state import PHASE_RUNNING, PHASE_STARTING, Layout, State, private_dir, save_state
-from tests.ports import free_port
+from isthmus.local.status import collect
+from tests.harness.ports import free_port
 
 
 def _status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recorded_pid: int | None, live_pid: int | None,
@@ -21,8 +22,8 @@ def _status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recorded_pid: int |
     state = State(clusters=1, ports={name: free_port() for name in plan.port_names(1)},
                   supervisor_pid=recorded_pid, phase=phase)
     save_state(layout, state)
-    monkeypatch.setattr(up, "running_supervisor", lambda _layout: live_pid)
-    return asyncio.run(up.collect_status(layout))
+    monkeypatch.setattr(collect, "running_supervisor", lambda _layout: live_pid)
+    return asyncio.run(collect.collect_status(layout))
 
 
 def test_a_new_supervisor_is_starting_until_it_claims_the_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -191,7 +191,7 @@ def _ask(port: int) -> str:
 
 
 async def test_a_part_started_on_first_use_waits_for_a_connection_and_serves_it(tmp_path: Path) -> None:
-    from tests.ports import free_port
+    from tests.harness.ports import free_port
 
     port = free_port()
     sup = Supervisor(tmp_path, lambda name, st: None)

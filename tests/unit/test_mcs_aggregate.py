@@ -1,4 +1,4 @@
-"""Aggregation and conflict rules (isthmus.mcs.aggregate; docs/discovery.md "Aggregation rules")."""
+"""Aggregation and conflict rules (isthmus.discovery.aggregate; docs/discovery.md "Aggregation rules")."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from isthmus.api.mcs import (
     SessionAffinityConfig,
     conflict_condition,
 )
-from isthmus.mcs.aggregate import aggregate, decided_ips, derive, port_key, sort_exports
+from isthmus.discovery.aggregate import aggregate, decided_ips, derive, port_key, sort_exports
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""VIP allocator, cluster CIDR planning and cluster ID validation (isthmus.mcs.allocator)."""
+"""VIP allocator, cluster CIDR planning and cluster ID validation (isthmus.discovery.allocator)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,8 @@ import ipaddress
 
 import pytest
 
-from isthmus.mcs.allocator import (
-    AllocatorFull,
-    CidrError,
-    VipAllocator,
-    plan_cluster_cidr,
-    validate_cluster_id,
-)
+from isthmus.clusterset.cidrs import CidrError, plan_cluster_cidr, validate_cluster_id
+from isthmus.discovery.allocator import AllocatorFull, VipAllocator
 
 # --- VipAllocator ------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from isthmus.api.mcs import (
     DEFAULT_BROKER_NAMESPACE,
     SOURCE_CLUSTER_LABEL,
 )
-from isthmus.mcs.broker import broker_manifests
+from isthmus.clusterset.broker import broker_manifests
 
 
 def _by_kind(namespace: str) -> dict[str, list[dict[str, Any]]]:

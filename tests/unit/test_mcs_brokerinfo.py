@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from lightkube import KubeConfig
 
-from isthmus.mcs.brokerinfo import BrokerInfo, access_from_config
+from isthmus.clusterset.brokerinfo import BrokerInfo, access_from_config
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 

@@ -1,4 +1,4 @@
-"""Translation of a cluster's objects to what it publishes and imports (isthmus.mcs.endpoints)."""
+"""Translation of a cluster's objects to what it publishes and imports (isthmus.discovery.endpoints)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from isthmus.api.mcs import (
     ValidReason,
     broker_object_name,
 )
-from isthmus.mcs.aggregate import Aggregate, aggregate
-from isthmus.mcs.endpoints import (
+from isthmus.discovery.aggregate import Aggregate, aggregate
+from isthmus.discovery.endpoints import (
     InvalidAnnotation,
     broker_service_import,
     broker_slice,

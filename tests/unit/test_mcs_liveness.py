@@ -1,8 +1,8 @@
-"""isthmus.mcs.liveness: when a peer counts as silent (withdrawn from every import)."""
+"""isthmus.discovery.liveness: when a peer counts as silent (withdrawn from every import)."""
 
 from __future__ import annotations
 
-from isthmus.mcs.liveness import Liveness
+from isthmus.discovery.liveness import Liveness
 
 
 class Clock:

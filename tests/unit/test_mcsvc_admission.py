@@ -1,4 +1,4 @@
-"""Karmada's MultiClusterService webhook rules (isthmus.mcsvc.admission), with kube's wording."""
+"""Karmada's MultiClusterService webhook rules (isthmus.exposure.admission), with kube's wording."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from isthmus.api.mcsvc import PERMANENT_ID_LABEL
-from isthmus.mcsvc import admission
+from isthmus.exposure import admission
 
 
 def mcs(name: str = "web", **spec: Any) -> dict[str, Any]:
@@ -96,7 +96,7 @@ async def test_webhook_reviews_answer_like_the_plugin() -> None:
 def test_discovery_port_annotations_take_ascii_digits_only() -> None:
     """"²" is a digit to str.isdigit() but not to int(): a value with it is refused, not a crash."""
     from isthmus.api.mcsvc import parse_service_ports
-    from isthmus.mcs.endpoints import InvalidAnnotation, exported_ports
+    from isthmus.discovery.endpoints import InvalidAnnotation, exported_ports
 
     with pytest.raises(InvalidAnnotation):
         exported_ports({"isthmus.io/exported-ports": "8²"})

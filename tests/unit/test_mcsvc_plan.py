@@ -20,9 +20,9 @@ from isthmus.api.mcsvc import (
     port_selector,
     resolve,
 )
-from isthmus.mcs.endpoints import InvalidAnnotation, consumer_clusters, exported_ports, port_selected
-from isthmus.mcsvc.haproxy import pool_spec, status_of
-from isthmus.mcsvc.plan import (
+from isthmus.discovery.endpoints import InvalidAnnotation, consumer_clusters, exported_ports, port_selected
+from isthmus.exposure.haproxy import pool_spec, status_of
+from isthmus.exposure.plan import (
     backends,
     exposed_ports,
     missing_ports,
@@ -30,7 +30,7 @@ from isthmus.mcsvc.plan import (
     show_clusters,
     summarize,
 )
-from isthmus.mcsvc.views import mcs_rows
+from isthmus.exposure.views import mcs_rows
 
 
 def svc(*ports: tuple[str, int, str]) -> Service:

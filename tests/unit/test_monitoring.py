@@ -29,13 +29,13 @@ DASHBOARD_KEY = "isthmus-clusterset.json"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 COMPONENT_MODULES = (
-    "isthmus.mcs.agent",
+    "isthmus.discovery.agent",
     "isthmus.dns.service",
     "isthmus.proxy.proxy",
     "isthmus.lb.controller",
     "isthmus.haproxy.manager",
-    "isthmus.mcsvc.member",
-    "isthmus.mcsvc.broker",
+    "isthmus.exposure.member",
+    "isthmus.exposure.broker",
     "isthmus.egress.operator",
     "isthmus.egress.gateway",
     "isthmus.egress.forwarder",
@@ -44,7 +44,7 @@ COMPONENT_MODULES = (
 )
 """Every component a Deployment in deploy/ runs: importing them registers all their metrics."""
 
-CLUSTERSET_MODULES = ("isthmus.mcs.metrics", "isthmus.dns.metrics", "isthmus.mcsvc.metrics", "isthmus.haproxy.metrics",
+CLUSTERSET_MODULES = ("isthmus.discovery.metrics", "isthmus.dns.metrics", "isthmus.exposure.metrics", "isthmus.haproxy.metrics",
                       "isthmus.egress.metrics")
 
 

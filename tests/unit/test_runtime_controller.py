@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -15,17 +15,9 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from isthmus.runtime import Controller, Informer, Result, enqueue_owner, label_index
 from isthmus.runtime.informer import Cache
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.timeout(20)
-
-
-async def eventually(pred: Callable[[], bool], within: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + within
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def fed_informer(resource: Any = ConfigMap) -> Informer[Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -13,6 +12,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.coordination_v1 import Lease
 
 from isthmus.runtime import LeaderElector, LeadershipLost
+from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -80,15 +80,6 @@ class FakeClient:
     def holder(self) -> str | None:
         raw = self.store.data.get(("default", "lock"))
         return msgspec.json.decode(raw, type=Lease).spec.holderIdentity if raw else None
-
-
-async def eventually(pred: Callable[[], bool], within: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + within
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def elector(client: FakeClient, ident: str) -> LeaderElector:

@@ -6,7 +6,7 @@ wires them, as kube-apiserver compiles its plugins in).
   defaults written into the annotation (mutating), bad configs and changes to `name`, `role` or
   `network` refused with 422 Invalid naming the field (validating). On real clusters `isthmus
   webhook` serves the same checks.
-- `MultiClusterService` — Karmada's MultiClusterService webhook (`isthmus.mcsvc.admission`): the
+- `MultiClusterService` — Karmada's MultiClusterService webhook (`isthmus.exposure.admission`): the
   permanent-id label (mutating), field errors as 422 Invalid (validating); on a real broker
   `isthmus webhook` serves the same.
 - `Egress` — the egress kinds (`isthmus.egress.admission`): no raw source IP in an ExternalService,
@@ -59,7 +59,7 @@ def _dklb(admission: Admission) -> None:
 
 def _mcsvc(admission: Admission) -> None:
     from isthmus.api.mcsvc import GROUP
-    from isthmus.mcsvc import admission as mcsvc
+    from isthmus.exposure import admission as mcsvc
 
     async def mutate(req: AdmissionRequest) -> None:
         if req.subresource or req.object is None:

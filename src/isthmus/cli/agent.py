@@ -27,7 +27,7 @@ from isthmus.cli.app import (
 )
 
 if TYPE_CHECKING:
-    from isthmus.mcs.agent import Agent
+    from isthmus.discovery.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +79,15 @@ def agent(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Export this cluster's services to the broker and import everyone's (leader-elected)."""
+    from isthmus.discovery.agent import Agent, AgentConfigError, AgentNotJoined
     from isthmus.kube.client import make_client
-    from isthmus.mcs.agent import Agent, AgentConfigError, AgentNotJoined
 
     holder = identity or default_identity()
     if not holder.strip():
         raise fail("--identity must not be empty")
 
     async def build() -> Background:
-        from isthmus.mcs.membership import JOIN_POLL_SECONDS
+        from isthmus.clusterset.membership import JOIN_POLL_SECONDS
 
         client = make_client(kubeconfig, context)
         waiting: list[str] = []

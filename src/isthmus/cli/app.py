@@ -61,11 +61,11 @@ def user_error_message(err: BaseException) -> str | None:
     import httpx2
     from lightkube import ApiError
 
+    from isthmus.clusterset.control import ClustersetError
     from isthmus.kube.client import KubeConfigError
     from isthmus.kube.helpers import describe_error
-    from isthmus.mcs.control import DiscoveryError
 
-    if isinstance(err, KubeConfigError | DiscoveryError):
+    if isinstance(err, KubeConfigError | ClustersetError):
         return str(err)
     if isinstance(err, ApiError):
         return _api_message(err)
@@ -320,7 +320,7 @@ def command(name: str, *, panel: str, **kwargs: Any) -> Callable[[F], F]:
 
 
 def _cluster_id(value: str | None) -> str | None:
-    from isthmus.mcs.allocator import validate_cluster_id
+    from isthmus.clusterset.cidrs import validate_cluster_id
 
     if value is not None:
         problem = validate_cluster_id(value)
@@ -420,7 +420,8 @@ MetricsAddrOpt = Annotated[
 
 
 class Component(Protocol):
-    """What `run_component` runs: it owns start, stop and readiness."""
+    """What `run_component` runs: it owns start, stop and readiness. A leader-elected component's
+    `runtime.Manager` is one (its `ready` is served on /readyz)."""
 
     @property
     def ready(self) -> bool: ...

@@ -1,9 +1,10 @@
 """Discovery control-plane commands: deploy-broker, join, leave, export, unexport, show.
 
-Flags, clients and printing only; the work is in `isthmus.mcs.broker`, `.membership`, `.exports`
-and `.views`. Every user error (bad CIDR, taken ID, unreadable broker-info, unreachable or silent
-API server) ends as one `error: ...` line and exit code 2 (cli/app.py). Requests time out after
-a few seconds (`COMMAND_TIMEOUT`), so a server that accepts and never answers fails fast.
+Flags, clients and printing only; the work is in `isthmus.clusterset.broker` and `.membership`,
+`isthmus.discovery.commands` and `.views`. Every user error (bad CIDR, taken ID, unreadable
+broker-info, unreachable or silent API server) ends as one `error: ...` line and exit code 2
+(cli/app.py). Requests time out after a few seconds (`COMMAND_TIMEOUT`), so a server that accepts
+and never answers fails fast.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ from isthmus.cli import complete
 from isthmus.cli.app import MEMBERSHIP, SERVICES, ContextOpt, KubeconfigOpt, command, fail
 from isthmus.cli.output import JSON, TABLE, YAML, Column, OutputOpt, print_document, print_list
 from isthmus.cli.show import SHOWS, ShowRequest, age
+from isthmus.clusterset import broker as clusterset_broker
+from isthmus.clusterset import membership as clusterset_membership
+from isthmus.clusterset.brokerinfo import BrokerInfo, access_from_config
+from isthmus.clusterset.control import FIELD_MANAGER
 from isthmus.diagnose.model import plural
+from isthmus.discovery import commands as export_commands
+from isthmus.discovery import coredns, views
 from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client
-from isthmus.mcs import broker as mcs_broker
-from isthmus.mcs import coredns, views
-from isthmus.mcs import exports as mcs_exports
-from isthmus.mcs import membership as mcs_membership
-from isthmus.mcs.brokerinfo import BrokerInfo, access_from_config
-from isthmus.mcs.control import FIELD_MANAGER
 
 T = TypeVar("T")
 
@@ -163,7 +164,7 @@ def deploy_broker(
 ) -> None:
     """Set up the broker on the API of --kubeconfig and write broker-info.subm for `isthmus join`."""
     if globalnet:
-        raise fail(mcs_broker.GLOBALNET_UNSUPPORTED)
+        raise fail(clusterset_broker.GLOBALNET_UNSUPPORTED)
     output = broker_info
     if old_output is not None:  # -o means an output format everywhere else; scripts of before still work
         typer.echo("warning: deploy-broker --output/-o is deprecated: use --broker-info", err=True)
@@ -174,7 +175,7 @@ def deploy_broker(
         raise fail(str(err)) from None
 
     async def body(client: AsyncClient) -> BrokerInfo:
-        return await mcs_broker.deploy_broker(
+        return await clusterset_broker.deploy_broker(
             client,
             namespace=namespace,
             enable_clusterset_ip=enable_clusterset_ip,
@@ -240,7 +241,7 @@ def join(
     unless --no-coredns. With -o json or yaml, prints the cluster's Cluster object on the broker.
     """
     if globalnet:
-        raise fail(mcs_broker.GLOBALNET_UNSUPPORTED)
+        raise fail(clusterset_broker.GLOBALNET_UNSUPPORTED)
     if not cluster_id:
         raise fail("--cluster-id is required (a DNS-1123 label naming this cluster in the clusterset)")
     info = _read_broker_info(broker_info)
@@ -250,7 +251,7 @@ def join(
     notes: list[str] = []
 
     async def body(broker: AsyncClient, cluster: AsyncClient) -> tuple[Any, bool]:
-        registered = await mcs_membership.join(
+        registered = await clusterset_membership.join(
             broker,
             cluster,
             info,
@@ -260,7 +261,7 @@ def join(
             force=force,
             member_credentials=broker_kubeconfig is not None,
         )
-        broker_obj = await mcs_broker.get_broker(broker, info.namespace)
+        broker_obj = await clusterset_broker.get_broker(broker, info.namespace)
         if not no_coredns:
             notes.append(await coredns.ensure_coredns_stub(cluster))
         return registered, broker_obj.spec.clusterset_ip_enabled
@@ -319,7 +320,7 @@ def leave(
     _needs_terminal(yes, "leave would remove this cluster from its clusterset")
 
     async def lookup(cluster: AsyncClient) -> tuple[str, BrokerInfo]:
-        return await mcs_membership.membership(cluster)
+        return await clusterset_membership.membership(cluster)
 
     joined_as, info = _run(_with_clients([_cluster_factory(kubeconfig, context)], lookup))
     if cluster_id and cluster_id != joined_as:
@@ -332,8 +333,8 @@ def leave(
 
     notes: list[str] = []
 
-    async def this_cluster(broker: AsyncClient, cluster: AsyncClient) -> mcs_membership.LeaveResult:
-        result = await mcs_membership.leave(broker, cluster, info.namespace, joined_as)
+    async def this_cluster(broker: AsyncClient, cluster: AsyncClient) -> clusterset_membership.LeaveResult:
+        result = await clusterset_membership.leave(broker, cluster, info.namespace, joined_as)
         notes.append(await coredns.remove_coredns_stub(cluster))
         return result
 
@@ -364,8 +365,8 @@ def _leave_broker_only(
         yes,
     )
 
-    async def remove(broker: AsyncClient) -> mcs_membership.LeaveResult:
-        return await mcs_membership.leave(broker, None, info.namespace, gone_id)
+    async def remove(broker: AsyncClient) -> clusterset_membership.LeaveResult:
+        return await clusterset_membership.leave(broker, None, info.namespace, gone_id)
 
     result = _run(_with_clients([broker_factory], remove))
     if not result.deregistered:  # someone else removed it meanwhile: the outcome the user asked for
@@ -419,7 +420,7 @@ def export(
     ns = _namespace(kubeconfig, context, namespace)
 
     async def body(client: AsyncClient) -> tuple[Any, str]:
-        return await mcs_exports.export(client, name, ns, use, allow_missing=allow_missing)
+        return await export_commands.export(client, name, ns, use, allow_missing=allow_missing)
 
     obj, change = _run(_with_clients([_cluster_factory(kubeconfig, context)], body))
     if output in (JSON, YAML):
@@ -439,7 +440,7 @@ def unexport(
     ns = _namespace(kubeconfig, context, namespace)
 
     async def body(client: AsyncClient) -> bool:
-        return await mcs_exports.unexport(client, name, ns)
+        return await export_commands.unexport(client, name, ns)
 
     if not _run(_with_clients([_cluster_factory(kubeconfig, context)], body)):
         raise fail(f"serviceexport {ns}/{name} not found")
@@ -460,7 +461,7 @@ def _cond(view: views.ConditionView | None) -> str:
     return "\n".join([f"{view.status} {first}".strip(), *more])
 
 
-SHOW_CHOICES = ("clusters", "exports", "imports", "egress", "pools", "loadbalancers", "mcs")
+SHOW_CHOICES = ("clusters", "exports", "imports", "egress", "mcs", "pools", "loadbalancers")
 """For help and shell completion; what `show` accepts is SHOW_WHAT and the registered plug-ins."""
 
 
@@ -557,7 +558,7 @@ def _show_clusters(
     else:
 
         async def via_cluster(cluster: AsyncClient) -> list[views.ClusterRow]:
-            _, joined = await mcs_membership.membership(cluster)
+            _, joined = await clusterset_membership.membership(cluster)
             broker = _broker_factory(joined)()
             try:
                 return await views.cluster_rows(broker, joined.namespace)

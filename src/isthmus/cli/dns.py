@@ -258,8 +258,8 @@ class _AfterJoin:
         self._task = asyncio.get_running_loop().create_task(self._serve_when_joined(), name="dns after join")
 
     async def _serve_when_joined(self) -> None:
+        from isthmus.clusterset.membership import wait_for_cluster_id
         from isthmus.dns.service import DnsService
-        from isthmus.mcs.membership import wait_for_cluster_id
 
         def waiting(why: str) -> None:
             if why not in self._said:  # once per reason, not every poll

@@ -4,10 +4,8 @@ forwarder Deployments), `isthmus egress-gateway` (on the gateway host) and `isth
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from lightkube import ApiError
@@ -29,23 +27,13 @@ from isthmus.cli.app import (
 from isthmus.cli.output import JSON, YAML, Column, list_document, print_document, print_table
 from isthmus.cli.show import ShowRequest, register_show
 
-RELEASE_TIMEOUT = 3.0
+if TYPE_CHECKING:
+    from isthmus.runtime.manager import Manager
 
 ForwarderImageOpt = Annotated[
     str | None, typer.Option("--forwarder-image", metavar="IMAGE", help="Image of the forwarder pods (default: this "
                              "version's Isthmus image).", show_default=False)
 ]
-
-
-def _releaser(elector: Any) -> Callable[[], Awaitable[None]]:
-    """On stop: give the Lease back at once, so a standby takes over without waiting for it to expire."""
-
-    async def release() -> None:
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(RELEASE_TIMEOUT):
-                await elector.release()
-
-    return release
 
 
 def _ip(value: str, flag: str) -> str:
@@ -71,19 +59,19 @@ def egress_operator(
 
     holder = identity or default_identity()
 
-    async def build() -> Background:
+    async def build() -> Manager:
         return egress_operator_part(make_client(kubeconfig, context), holder, image, workers)
 
     run_component("egress-operator", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 
 
-def egress_operator_part(client: Any, holder: str, image: str | None, workers: int) -> Background:
-    """The operator as a part of a command (`isthmus egress-operator`, `isthmus controller-manager`)."""
+def egress_operator_part(client: Any, holder: str, image: str | None, workers: int) -> Manager:
+    """The operator as a part of a command (`isthmus egress-operator`, `isthmus controller-manager`): its
+    Manager."""
     from isthmus.api.image import IMAGE
     from isthmus.egress.operator import EgressOperator
 
-    op = EgressOperator(client, identity=holder, image=image or IMAGE, workers=workers)
-    return Background("egress-operator", op.run, lambda: op.ready, on_stop=_releaser(op.elector))
+    return EgressOperator(client, identity=holder, image=image or IMAGE, workers=workers).manager
 
 
 @command("egress-forwarder", panel=COMPONENTS)
@@ -151,12 +139,12 @@ def egress_gateway(
 
         settle_for_relaying()  # it relays every byte: as the forwarder
 
-    async def build() -> Background:
+    async def build() -> Manager:
         gw = GatewayRuntime(make_client(kubeconfig, context), namespace=namespace, identity=holder,
                             relay_ip=address, mode="kernel" if mode == "kernel" else "userspace",
                             interface=interface, lease_duration=lease_duration,
                             renew_deadline=lease_duration * 2 / 3, retry_period=max(0.2, lease_duration / 8))
-        return Background("egress-gateway", gw.run, lambda: gw.ready, on_stop=_releaser(gw.elector))
+        return gw.manager
 
     run_component("egress-gateway", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 

@@ -86,7 +86,7 @@ def kube_lite(
     from isthmus.local.kubelite.pods import node_zygote
     from isthmus.local.kubelite.processes import ProcessOptions
     from isthmus.local.kubelite.run import KubeLite, validate_config
-    from isthmus.local.zygote import enabled as zygote_enabled
+    from isthmus.procs.entry import enabled as zygote_enabled
 
     try:
         node_ports = parse_port_range(node_port_range)

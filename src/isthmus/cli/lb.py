@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from isthmus.cli.app import (
     COMPONENTS,
-    Background,
     ComponentKubeconfigOpt,
     ContextOpt,
     LogFormatOpt,
@@ -26,7 +24,8 @@ from isthmus.cli.output import Column, print_list
 from isthmus.cli.show import ShowRequest, age, register_show
 from isthmus.diagnose.model import plural
 
-RELEASE_TIMEOUT = 3.0
+if TYPE_CHECKING:
+    from isthmus.runtime.manager import Manager
 
 CLUSTER_NAME = typer.Option("--cluster-name", help="This cluster's name: the first part of every pool, frontend "
                             "and backend name it makes (slashes become dots).")
@@ -59,24 +58,17 @@ def lb(
         raise fail("--cluster-name must be non-empty and contain no ':'")
     holder = identity or os.environ.get("POD_NAME") or socket.gethostname()
 
-    async def build() -> Background:
+    async def build() -> Manager:
         return lb_part(make_client(kubeconfig, context), cluster_name, holder, grace)
 
     run_component("lb", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 
 
-def lb_part(client: Any, cluster_name: str, holder: str, grace: float) -> Background:
-    """The translator as a part of a command (`isthmus lb`, `isthmus controller-manager`)."""
+def lb_part(client: Any, cluster_name: str, holder: str, grace: float) -> Manager:
+    """The translator as a part of a command (`isthmus lb`, `isthmus controller-manager`): its Manager."""
     from isthmus.lb.controller import Translator
 
-    translator = Translator(client, cluster_name, identity=holder, grace=grace)
-
-    async def release() -> None:
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(RELEASE_TIMEOUT):
-                await translator.elector.release()
-
-    return Background("lb", translator.run, lambda: translator.ready, on_stop=release)
+    return Translator(client, cluster_name, identity=holder, grace=grace).manager
 
 
 def show_lb(req: ShowRequest) -> None:

@@ -1,7 +1,7 @@
 """`isthmus up`, `isthmus status`, `isthmus down`: the local clusterset (docs/local.md).
 
-Flags, progress and printing only; the work is in `isthmus.local.up` (bring-up, status) and
-`isthmus.local.supervisor` (processes).
+Flags, progress and printing only; the work is in `isthmus.local.up` (bring-up),
+`isthmus.local.status` (status) and `isthmus.local.supervisor` (processes).
 """
 
 from __future__ import annotations
@@ -40,17 +40,19 @@ from isthmus.local.state import (
     salvage_pids,
     save_state,
 )
-from isthmus.local.supervisor import is_ours, tail, terminate
-from isthmus.local.up import (
+from isthmus.local.status.collect import collect_status
+from isthmus.local.status.health import (
     HEALTH_FAILED,
     HEALTH_READY,
     HEALTH_RESTARTING,
     HEALTH_STANDBY,
     HEALTH_STARTING,
     PHASE_UNSUPERVISED,
+)
+from isthmus.local.supervisor import is_ours, tail, terminate
+from isthmus.local.up import (
     RETRY_SIGNAL,
     SUPERVISE_FLAG,
-    collect_status,
     machine_holder,
     plan_in_use_message,
     running_supervisor,

@@ -12,11 +12,11 @@ import importlib
 import sys
 from typing import Any
 
-ALL = ("agent", "apiserver", "crds", "demo", "diagnose", "discovery", "dns", "egress", "kubelite", "lb", "local",
-       "manager", "mcsvc", "pools", "proxy", "ui", "version", "webhook")
+ALL = ("agent", "apiserver", "crds", "demo", "diagnose", "discovery", "dns", "egress", "exposure", "kubelite", "lb",
+       "local", "manager", "pools", "proxy", "ui", "version", "webhook")
 COMPONENTS = {
     "agent": "agent", "apiserver": "apiserver", "dns": "dns", "proxy": "proxy", "kube-lite": "kubelite",
-    "lb": "lb", "pools": "pools", "webhook": "webhook", "mcsvc": "mcsvc", "mcsvc-broker": "mcsvc",
+    "lb": "lb", "pools": "pools", "webhook": "webhook", "mcsvc": "exposure", "mcsvc-broker": "exposure",
     "egress-operator": "egress", "egress-forwarder": "egress", "egress-gateway": "egress",
     "controller-manager": "manager", "ui": "ui",
 }

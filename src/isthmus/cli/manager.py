@@ -8,6 +8,9 @@ karmada-controller-manager do, and they pay once. Each keeps its own Lease, metr
 `--use-service-account-credentials`, its own ServiceAccount: the manager may only ask for those
 accounts' tokens (TokenRequest), and every controller's requests carry its own account's token, so
 its RBAC role, the webhooks and the audit trail see the same identity as when it ran alone.
+
+Each controller is built on its own `runtime.Manager` (its Lease, informers and readiness), and a
+Manager is a component: the command runs them side by side (`Together`), ready when each is.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from isthmus.cli.agent import OptionalClusterIdOpt, default_identity
 from isthmus.cli.app import (
     COMPONENTS,
     Background,
+    Component,
     ComponentKubeconfigOpt,
     ContextOpt,
     IdentityOpt,
@@ -98,11 +102,11 @@ def controller_manager(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run the member's leader-elected controllers (lb, mcsvc, egress-operator) in one process."""
-    # Here, not at the top: cli/main.py's table has each command registered by one module, and
-    # "manager" is imported before "mcsvc" (it is after "egress" and "lb").
+    # Here, not at the top: `isthmus controller-manager` imports only this command module (cli/main.py's
+    # table), and the parts' modules are needed only once it runs.
     from isthmus.cli.egress import egress_operator_part
+    from isthmus.cli.exposure import mcsvc_part
     from isthmus.cli.lb import lb_part
-    from isthmus.cli.mcsvc import mcsvc_part
     from isthmus.kube.client import client_for, load_config
 
     wanted = parse_controllers(controllers)
@@ -112,7 +116,7 @@ def controller_manager(
     namespace = service_account_namespace or os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
     config = load_config(kubeconfig, context)
 
-    def part(name: str, client: Any) -> Background:
+    def part(name: str, client: Any) -> Component:
         if name == "lb":
             assert cluster_name is not None
             return lb_part(client, cluster_name, holder, grace)

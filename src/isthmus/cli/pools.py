@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from isthmus.cli.app import (
     COMPONENTS,
-    Background,
     ComponentKubeconfigOpt,
     ContextOpt,
     LogFormatOpt,
@@ -25,6 +23,9 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
+
+if TYPE_CHECKING:
+    from isthmus.runtime.manager import Manager
 
 
 def _address(value: str) -> str:
@@ -75,14 +76,8 @@ def pools(
     except OSError as e:
         raise fail(f"cannot use --state-dir {directory}: {e.strerror or e}") from None
 
-    async def build() -> Background:
-        manager = PoolManager(make_client(kubeconfig, context), identity=holder, public_address=public_address,
-                              private_address=private_address, state_dir=directory, haproxy=binary)
-
-        async def stop() -> None:
-            with contextlib.suppress(Exception):
-                await manager.shutdown()
-
-        return Background("pools", manager.run, lambda: manager.ready, on_stop=stop)
+    async def build() -> Manager:
+        return PoolManager(make_client(kubeconfig, context), identity=holder, public_address=public_address,
+                           private_address=private_address, state_dir=directory, haproxy=binary).manager
 
     run_component("pools", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)

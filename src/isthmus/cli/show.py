@@ -80,16 +80,16 @@ async def open_broker(
 
     from isthmus.api.mcs import Broker
     from isthmus.cli.app import fail
+    from isthmus.clusterset.control import ClustersetError, list_if_kind
+    from isthmus.clusterset.membership import membership
     from isthmus.kube.client import load_config, make_client
-    from isthmus.mcs.control import DiscoveryError, list_if_kind
-    from isthmus.mcs.membership import membership
 
     name = load_config(kubeconfig, context).context_name
     cluster = make_client(kubeconfig, context, timeout=request_timeout)
     try:
         try:
             _, info = await membership(cluster)
-        except (DiscoveryError, ApiError):  # not a member (or may not read what join stored): use it as it is
+        except (ClustersetError, ApiError):  # not a member (or may not read what join stored): use it as it is
             if write:
                 return cluster, f"in context {name}"
             with contextlib.suppress(ApiError):

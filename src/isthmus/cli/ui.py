@@ -73,7 +73,7 @@ def ui(
     import os
     import socket
 
-    from isthmus.local.zygote import LISTEN_ENV
+    from isthmus.procs.child import LISTEN_ENV
     from isthmus.runtime import parse_addr
     from isthmus.ui.server import UiServer
     from isthmus.ui.watch import discover

@@ -152,9 +152,9 @@ def webhook(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Serve admission webhooks (AdmissionReview v1 over TLS) for Isthmus's objects on a real cluster."""
+    from isthmus.exposure.admission import HANDLERS as MCSVC_HANDLERS
     from isthmus.kube.client import make_client
     from isthmus.lb.admission import HANDLERS as LB_HANDLERS
-    from isthmus.mcsvc.admission import HANDLERS as MCSVC_HANDLERS
 
     handlers: dict[str, Any] = {**LB_HANDLERS, **MCSVC_HANDLERS}
     from isthmus.runtime.webhook import WebhookServer, server_context

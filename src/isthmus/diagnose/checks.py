@@ -37,13 +37,13 @@ from isthmus.api.mcs import (
     ServiceImport,
 )
 from isthmus.api.mcsvc import MultiClusterService
+from isthmus.clusterset.brokerinfo import BrokerInfo
+from isthmus.clusterset.cidrs import CidrError, plan_cluster_cidr
+from isthmus.clusterset.control import get_if_kind, list_if_kind
 from isthmus.diagnose.model import Check, Status, failed, passed, plural, warned
 from isthmus.diagnose.net import ApiProbe, answer_addresses, dns_query, tcp_connect
+from isthmus.discovery import views
 from isthmus.kube.helpers import describe_error, list_all
-from isthmus.mcs import views
-from isthmus.mcs.allocator import CidrError, plan_cluster_cidr
-from isthmus.mcs.brokerinfo import BrokerInfo
-from isthmus.mcs.control import get_if_kind, list_if_kind
 
 AGENT_DEPLOYMENT = "isthmus-agent"
 CLOCK_WARN_SECONDS = 5.0

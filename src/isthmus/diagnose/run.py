@@ -17,13 +17,13 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.resources.core_v1 import Node
 
 from isthmus.api.mcs import BROKER_NAME, Broker, Cluster
+from isthmus.clusterset.control import ClustersetError, get_if_kind, list_if_kind
+from isthmus.clusterset.membership import membership
 from isthmus.diagnose import checks as c
 from isthmus.diagnose.model import Check, Diagnosis, Status, TargetReport, failed
 from isthmus.diagnose.net import probe_api, raw_get, utc_now
 from isthmus.kube.client import client_for, context_names, load_config
 from isthmus.kube.helpers import describe_error, list_all
-from isthmus.mcs.control import DiscoveryError, get_if_kind, list_if_kind
-from isthmus.mcs.membership import membership
 
 REQUEST_TIMEOUT = httpx2.Timeout(4.0, connect=3.0)
 PROBE_TIMEOUT = 6.0
@@ -67,8 +67,8 @@ async def _probe(t: c.Target) -> None:
         async with asyncio.timeout(PROBE_TIMEOUT):
             try:
                 t.cluster_id, t.broker_info = await membership(t.client)
-            except (DiscoveryError, ApiError) as err:
-                t.membership_error = str(err) if isinstance(err, DiscoveryError) else _error(err)
+            except (ClustersetError, ApiError) as err:
+                t.membership_error = str(err) if isinstance(err, ClustersetError) else _error(err)
             with contextlib.suppress(ApiError):  # a member's own credentials may not list Brokers
                 brokers = await list_if_kind(t.client, Broker, ALL_NS)
                 t.broker_namespaces = sorted({b.namespace for b in brokers if b.namespace})

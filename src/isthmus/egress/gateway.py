@@ -14,6 +14,9 @@ The leader programs every Gateway object of its namespace:
 A rule is programmed only if its source IP is a SourceIP bound to a claim of the ExternalService's
 namespace: a Gateway object written by anyone else cannot make the gateway send from an address
 nobody claimed. Losing the lease closes every listener and aborts every flow (fail closed).
+
+Built on `runtime.Manager` (the Lease, each term's informers, the Lease handed back on stop); ready
+is the gateway's own: leading and its rules programmed once.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from isthmus.egress.metrics import FLOWS, LEADING, REFUSED, RULES, start_series,
 from isthmus.egress.splice import Pipe, link, open_pipe
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
-from isthmus.runtime import LeaderElector, SharedInformerFactory
+from isthmus.runtime import LeaderElection, Manager, Term
 
 log = logging.getLogger(__name__)
 GatewayRes: Any = resource_for(Gateway)
@@ -84,9 +87,11 @@ class GatewayRuntime:
         self.identity = identity
         self.relay_ip = relay_ip
         self.mode = mode
-        self.elector = LeaderElector(client, GATEWAY_LEASE, namespace, identity=identity,
-                                     lease_duration=lease_duration, renew_deadline=renew_deadline,
-                                     retry_period=retry_period)
+        self.manager = Manager("egress-gateway", election=LeaderElection(
+            client, GATEWAY_LEASE, namespace, identity=identity, lease_duration=lease_duration,
+            renew_deadline=renew_deadline, retry_period=retry_period))
+        self.manager.setup(self._wire)
+        self.manager.ready_when(lambda: self.ready)
         self.listeners = Listeners(self._on_tcp, self._on_udp, on_pipe=self._on_pipe,
                                    piped=lambda k: k.port == GATEWAY_RELAY_PORT and k.ip == relay_ip)
         self._relaying: set[asyncio.Task[None]] = set()
@@ -108,49 +113,53 @@ class GatewayRuntime:
         start_series("gateway")
 
     async def run(self) -> None:
-        while True:
-            await self.elector.run(self._lead)
+        await self.manager.run()
 
-    async def _lead(self) -> None:
-        factory = SharedInformerFactory(self.client)
-        gateways = factory.informer(GatewayRes, self.namespace)
-        sips = factory.informer(SourceIPRes)
-        for inf in (gateways, sips):
+    def _wire(self, term: Term) -> None:
+        self._gateways = term.informer(self.client, GatewayRes, self.namespace)
+        self._sips = term.informer(self.client, SourceIPRes)
+        for inf in (self._gateways, self._sips):
             inf.add_handler(lambda _o: self._changed.set(), lambda _o, _n: self._changed.set(),
                             lambda _o: self._changed.set())
-        factory.start()
         LEADING.set(1)
+        term.on_synced(self._synced)
+        term.add(self._program_loop)
+        term.on_stopped(self._stopped)
+
+    async def _synced(self) -> None:
+        log.info("egress-gateway %s leading (%s mode)", self.identity, self.mode)
+
+    async def _program_loop(self) -> None:
+        """Program the rules at every change of the Gateways or SourceIPs (ready once programmed)."""
         written: dict[str, tuple[Any, ...]] = {}
-        try:
-            await factory.wait_synced()
-            log.info("egress-gateway %s leading (%s mode)", self.identity, self.mode)
-            self._changed.set()
-            while True:
-                with contextlib.suppress(TimeoutError):  # a status write that failed is retried
-                    async with asyncio.timeout(RETRY_SECONDS):
-                        await self._changed.wait()
-                self._changed.clear()
-                objs = [Gateway.from_dict(o) for o in gateways.cache.list()]
-                bound = {o.name: o for o in (SourceIP.from_dict(s) for s in sips.cache.list())}
-                problems = await self._program(objs, bound)
-                self.ready = True
-                for gw in objs:
-                    state = (gw.metadata.generation, problems.get(gw.name, ""))
-                    if written.get(gw.name) != state and await self._write_status(gw, problems.get(gw.name, "")):
-                        written[gw.name] = state
-                await asyncio.sleep(0.02)  # coalesce bursts of changes
-        finally:
-            self.ready = False
-            LEADING.set(0)
-            self.listeners.close()
-            self.egress, self.ingress = {}, {}
-            if self.kernel is not None:
-                self._applied = None
-                try:
-                    await self.kernel.release()
-                except Exception:
-                    log.exception("releasing the kernel rules failed")
-            await factory.stop()
+        self._changed.set()
+        while True:
+            with contextlib.suppress(TimeoutError):  # a status write that failed is retried
+                async with asyncio.timeout(RETRY_SECONDS):
+                    await self._changed.wait()
+            self._changed.clear()
+            objs = [Gateway.from_dict(o) for o in self._gateways.cache.list()]
+            bound = {o.name: o for o in (SourceIP.from_dict(s) for s in self._sips.cache.list())}
+            problems = await self._program(objs, bound)
+            self.ready = True
+            for gw in objs:
+                state = (gw.metadata.generation, problems.get(gw.name, ""))
+                if written.get(gw.name) != state and await self._write_status(gw, problems.get(gw.name, "")):
+                    written[gw.name] = state
+            await asyncio.sleep(0.02)  # coalesce bursts of changes
+
+    async def _stopped(self) -> None:
+        """Leadership ended: no listener, no flow, no kernel rule stays (fail closed)."""
+        self.ready = False
+        LEADING.set(0)
+        self.listeners.close()
+        self.egress, self.ingress = {}, {}
+        if self.kernel is not None:
+            self._applied = None
+            try:
+                await self.kernel.release()
+            except Exception:
+                log.exception("releasing the kernel rules failed")
 
     async def _program(self, objs: list[Gateway], sips: dict[str, SourceIP]) -> dict[str, str]:
         """Program every claimed rule; returns the problem of each Gateway object that has one."""

@@ -8,14 +8,17 @@ few classes), never claims or services.
 
 A series exists as soon as its label values are known, at 0: the flow and refusal counters from the
 component's start (their labels are fixed), the binding gauges for every phase of each class that
-exists. A dashboard then reads 0, not "No data"."""
+exists. A dashboard then reads 0, not "No data".
+
+The collector reads the operator and the gateway through `OperatorView` and `GatewayView`, which
+`operator.EgressOperator` and `gateway.GatewayRuntime` satisfy: this module imports neither."""
 
 from __future__ import annotations
 
 import weakref
 from collections import Counter as Tally
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
@@ -25,13 +28,10 @@ from isthmus.api.egress import READY, ClaimPhase, SourceIPClass, SourceIPPhase
 from isthmus.egress import binding
 from isthmus.egress.binder import BY_CLASS
 from isthmus.runtime import REGISTRY
+from isthmus.runtime.metrics import InformerView
 
-if TYPE_CHECKING:
-    from isthmus.egress.gateway import GatewayRuntime
-    from isthmus.egress.operator import EgressOperator
-
-__all__ = ["CLUSTERSET_METRICS", "FLOWS", "LEADING", "REFUSED", "RULES", "SERIES", "start_series", "track_gateway",
-           "track_operator"]
+__all__ = ["CLUSTERSET_METRICS", "FLOWS", "LEADING", "REFUSED", "RULES", "SERIES", "GatewayView", "OperatorView",
+           "start_series", "track_gateway", "track_operator"]
 
 FLOWS = Counter("isthmus_egress_flows", "Flows relayed (connections, or UDP peer flows).",
                 ["component", "direction", "protocol"], registry=REGISTRY)
@@ -85,16 +85,57 @@ CLUSTERSET_METRICS = (
 )
 """The binding families (the dashboard test checks each is drawn)."""
 
-_OPERATORS: weakref.WeakSet[EgressOperator] = weakref.WeakSet()
-_GATEWAYS: weakref.WeakSet[GatewayRuntime] = weakref.WeakSet()
+class BinderView(Protocol):
+    """The binder's informers (egress/binder.py), and the classes a class shares addresses with."""
+
+    @property
+    def classes(self) -> InformerView: ...
+
+    @property
+    def claims(self) -> InformerView: ...
+
+    @property
+    def sips(self) -> InformerView: ...
+
+    @property
+    def externals(self) -> InformerView: ...
+
+    def older(self, cls: SourceIPClass, /) -> list[SourceIPClass]: ...
 
 
-def track_operator(operator: EgressOperator) -> None:
+class OperatorView(Protocol):
+    """What the collector reads of the egress operator (its caches are read only while it is ready)."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def binder(self) -> BinderView: ...
+
+
+class GatewayView(Protocol):
+    """What the collector reads of a gateway replica: the rules it programs while ready."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def egress(self) -> Mapping[tuple[str, str, str, int], Any]: ...
+
+    @property
+    def ingress(self) -> Mapping[tuple[str, str, int], Any]: ...
+
+
+_OPERATORS: weakref.WeakSet[OperatorView] = weakref.WeakSet()
+_GATEWAYS: weakref.WeakSet[GatewayView] = weakref.WeakSet()
+
+
+def track_operator(operator: OperatorView) -> None:
     """Report this operator's caches at every scrape while it leads (held weakly)."""
     _OPERATORS.add(operator)
 
 
-def track_gateway(gateway: GatewayRuntime) -> None:
+def track_gateway(gateway: GatewayView) -> None:
     """Report the source IPs this gateway replica owns (held weakly)."""
     _GATEWAYS.add(gateway)
 

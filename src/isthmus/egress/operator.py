@@ -14,7 +14,6 @@ ExternalService goes.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -67,9 +66,10 @@ from isthmus.runtime import (
     Controller,
     EventRecorder,
     Informer,
-    LeaderElector,
+    LeaderElection,
+    Manager,
     Result,
-    SharedInformerFactory,
+    Term,
     object_key,
     object_labels,
 )
@@ -123,22 +123,24 @@ class EgressOperator:
         self.forwarder_args = forwarder_args
         self.recorder = EventRecorder(client, OPERATOR_FIELD_MANAGER, instance=identity)
         self.binder = Binder(client, self.recorder, workers=workers)
-        self.elector = LeaderElector(client, OPERATOR_LEASE, OPERATOR_NAMESPACE, identity=identity,
-                                     lease_duration=lease_duration, renew_deadline=renew_deadline,
-                                     retry_period=retry_period)
-        self.ready = False
+        self.manager = Manager("egress-operator", election=LeaderElection(
+            client, OPERATOR_LEASE, OPERATOR_NAMESPACE, identity=identity, lease_duration=lease_duration,
+            renew_deadline=renew_deadline, retry_period=retry_period))
+        self.manager.setup(self._wire)
+        self.manager.on_exit(self.recorder.aclose)
         self._said: dict[str, str] = {}
         metrics.track_operator(self)
 
-    async def run(self) -> None:
-        try:
-            while True:
-                await self.elector.run(self._lead)
-        finally:
-            await self.recorder.aclose()
+    @property
+    def ready(self) -> bool:
+        """Leading, caches synced, the forwarders' namespace made."""
+        return self.manager.ready
 
-    async def _lead(self) -> None:
-        factory = SharedInformerFactory(self.client)
+    async def run(self) -> None:
+        await self.manager.run()
+
+    def _wire(self, term: Term) -> None:
+        factory = term.informers(self.client)
         controllers = self.binder.register(factory)
         self.externals: Informer[Any] = self.binder.externals
         self.claims: Informer[Any] = self.binder.claims
@@ -170,18 +172,12 @@ class EgressOperator:
         for informer in (self.deployments, self.forwarders, self.gateways):
             c.watch(informer, _owner_key)
         self.controller = c
-        factory.start()
-        try:
-            await factory.wait_synced()
-            await self._ensure_namespace()
-            self.ready = True
-            log.info("egress-operator leading")
-            async with asyncio.TaskGroup() as tg:
-                for ctl in (*controllers, c):
-                    tg.create_task(ctl.run())
-        finally:
-            self.ready = False
-            await factory.stop()
+        term.add(*controllers, c)
+        term.on_synced(self._synced)
+
+    async def _synced(self) -> None:
+        await self._ensure_namespace()
+        log.info("egress-operator leading")
 
     # ------------------------------------------------------------------ reconcile
 

@@ -13,6 +13,9 @@ changed and the slots suffice — runtime-API commands with no reload, the file 
 Each manager writes its own instance entry in the pool's status; every manager recomputes the
 summary the same way (`summarize_status`), and marks the entries of slots whose Lease expired
 Pending. An instance that dies is restarted with backoff (Events InstanceDied/InstanceRestarted).
+
+Built on `runtime.Manager` without an election (every pool manager works; its slot Leases are its
+own, above): the informers, the controller and the renew loop are the Manager's to start and stop.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ from isthmus.haproxy.config import (
 )
 from isthmus.haproxy.process import HAProxyError, Instance, has_prometheus_exporter
 from isthmus.kube.resources import resource_for
-from isthmus.runtime import Controller, EventRecorder, Result, SharedInformerFactory
+from isthmus.runtime import Controller, EventRecorder, Manager, Result, SharedInformerFactory, Term
 from isthmus.runtime.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -193,15 +196,13 @@ class PoolManager:
         self.haproxy = haproxy
         self.lease_duration = lease_duration
         self.renew_period = renew_period
-        self.factory = SharedInformerFactory(client)
-        self.pools = self.factory.informer(PoolResource)
-        self.leases = self.factory.informer(Lease, namespace=LB_NAMESPACE, labels={POOL_LABEL: None})
+        self.workers = workers
+        self.factory: SharedInformerFactory | None = None
         self.recorder = EventRecorder(client, POOL_MANAGER, instance=identity)
-        self.controller = Controller("pools", self.reconcile, workers=workers)
-        self.controller.watch(self.pools)
-        # Our own renewals change nothing to act on; another holder's Lease (taken, released) does.
-        self.controller.watch(self.leases, lambda lease: [] if lease.spec is not None and lease.spec.holderIdentity
-                              == self.identity else [(lease.metadata.labels or {}).get(POOL_LABEL, "")])
+        # Every pool manager works at once: no Lease of its own (its slots have theirs, below).
+        self.manager = Manager("pools")
+        self.manager.setup(self._wire)
+        self.manager.on_stop(self.shutdown)
         self.running: dict[str, Running] = {}
         self.held: dict[str, tuple[int, str]] = {}
         """pool → (slot, lease resourceVersion) this manager holds."""
@@ -209,26 +210,35 @@ class PoolManager:
         self._locks: dict[str, asyncio.Lock] = {}
         self._invalid: set[str] = set()
         """Pools with names no pool can have, already reported."""
-        self.ready = False
         metrics.track(self)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
+    @property
+    def ready(self) -> bool:
+        """Caches synced, leftover run directories removed."""
+        return self.manager.ready
+
     async def run(self) -> None:
+        await self.manager.run()
+
+    def _wire(self, term: Term) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.factory = term.informers(self.client)
+        self.pools = self.factory.informer(PoolResource)
+        self.leases = self.factory.informer(Lease, namespace=LB_NAMESPACE, labels={POOL_LABEL: None})
+        self.controller = Controller("pools", self.reconcile, workers=self.workers)
+        self.controller.watch(self.pools)
+        # Our own renewals change nothing to act on; another holder's Lease (taken, released) does.
+        self.controller.watch(self.leases, lambda lease: [] if lease.spec is not None and lease.spec.holderIdentity
+                              == self.identity else [(lease.metadata.labels or {}).get(POOL_LABEL, "")])
         self.leases.add_handler(on_add=self._observe, on_update=lambda _o, n: self._observe(n))
-        self.factory.start()
-        await self.factory.wait_synced()
+        term.on_synced(self._synced)
+        term.add(self.controller, self._renew_loop)
+
+    async def _synced(self) -> None:
         self._remove_leftover_run_dirs()
         self._count()
-        self.ready = True
-        renew = asyncio.create_task(self._renew_loop(), name="pool leases")
-        try:
-            await self.controller.run()
-        finally:
-            renew.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renew
 
     async def shutdown(self) -> None:
         """Stop every instance, say so in status, and hand the slots back (best effort, bounded)."""
@@ -241,7 +251,8 @@ class PoolManager:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(3):
                 await self.recorder.flush()
-        await self.factory.stop()
+        if self.factory is not None:
+            await self.factory.stop()
 
     def _run_dir(self, pool: str, slot: int) -> Path:
         return self.state_dir / f"{pool}-{slot}"

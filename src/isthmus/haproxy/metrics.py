@@ -4,24 +4,25 @@ Per pool (bounded: pools are shared by many Services, tens to hundreds per clust
 instances it asks for and those serving its current generation (from the pool's status, which
 every pool manager watches, so each replica reports the same figures: take `max by (pool)`), its
 Ready condition, and whether the HAProxy this manager runs for it is up. No API request is made.
+
+The collector reads the pool manager through `PoolsView`, which `manager.PoolManager` satisfies:
+this module does not import it.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from isthmus.api.lb import READY, InstanceState
 from isthmus.runtime import REGISTRY
+from isthmus.runtime.metrics import InformerView
 
-if TYPE_CHECKING:
-    from isthmus.haproxy.manager import PoolManager
-
-__all__ = ["CLUSTERSET_METRICS", "track"]
+__all__ = ["CLUSTERSET_METRICS", "PoolsView", "track"]
 
 CLUSTERSET_METRICS = (
     "isthmus_pool_instances_desired",
@@ -31,10 +32,41 @@ CLUSTERSET_METRICS = (
 )
 """Every family this module exports (the dashboard test checks each is drawn)."""
 
-_LIVE: weakref.WeakSet[PoolManager] = weakref.WeakSet()
+class _ProcessView(Protocol):
+    @property
+    def running(self) -> bool: ...
 
 
-def track(manager: PoolManager) -> None:
+class _InstanceView(Protocol):
+    """One slot this manager runs: its HAProxy process and state."""
+
+    @property
+    def slot(self) -> int: ...
+
+    @property
+    def state(self) -> InstanceState: ...
+
+    @property
+    def instance(self) -> _ProcessView: ...
+
+
+class PoolsView(Protocol):
+    """What the collector reads of a pool manager: its pools' cache and its instances, while ready."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def pools(self) -> InformerView: ...
+
+    @property
+    def running(self) -> Mapping[str, _InstanceView]: ...
+
+
+_LIVE: weakref.WeakSet[PoolsView] = weakref.WeakSet()
+
+
+def track(manager: PoolsView) -> None:
     """Report this manager's pools at every scrape once its caches are synced (held weakly)."""
     _LIVE.add(manager)
 

@@ -7,6 +7,9 @@ the nodes and the pool from caches, computes the owner's fragment and its merge 
 status. An object that is gone, paused-no, no longer eligible, has its parts removed from every pool
 (owners are read from part names: no finalizer, nothing to forget while the translator is down).
 Creation strategies, out-of-band pool deletion and unprovisioned pools follow the seed's Scenarios.
+
+Built on `runtime.Manager`: the Lease, the informers of each leadership term, readiness and the
+Lease handed back on stop are the Manager's; this module only wires the controller (`_wire`).
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ from isthmus.lb.translate import (
     translate_ingress,
     translate_service,
 )
-from isthmus.runtime import Controller, EventRecorder, LeaderElector, Result, SharedInformerFactory
+from isthmus.runtime import Controller, EventRecorder, LeaderElection, Manager, Result, Term
 from isthmus.runtime.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -156,10 +159,11 @@ class Translator:
         self.grace = grace
         self.workers = workers
         self.recorder = EventRecorder(client, TRANSLATOR_MANAGER, instance=identity)
-        self.elector = LeaderElector(client, TRANSLATOR_LEASE_NAME, LB_NAMESPACE, identity=identity,
-                                     lease_duration=lease_duration, renew_deadline=renew_deadline,
-                                     retry_period=retry_period)  # fmt: skip
-        self.ready = False
+        self.manager = Manager("lb", election=LeaderElection(
+            client, TRANSLATOR_LEASE_NAME, LB_NAMESPACE, identity=identity, lease_duration=lease_duration,
+            renew_deadline=renew_deadline, retry_period=retry_period))  # fmt: skip
+        self.manager.setup(self._wire)
+        self.manager.on_exit(self.recorder.aclose)
         for kind in ("Service", "Ingress"):  # every series at 0 before the first translation (no "No data")
             for result in TRANSLATION_RESULTS:
                 TRANSLATIONS.labels(kind, result)
@@ -171,20 +175,20 @@ class Translator:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        try:
-            while True:
-                await self.elector.run(self._lead)
-        finally:
-            await self.recorder.aclose()
+    @property
+    def ready(self) -> bool:
+        """Leading, caches synced."""
+        return self.manager.ready
 
-    async def _lead(self) -> None:
-        factory = SharedInformerFactory(self.client)
-        self.services = factory.informer(Service)
-        self.ingresses = factory.informer(Ingress)
-        self.classes = factory.informer(IngressClass)
-        self.nodes = factory.informer(Node)
-        self.pools = factory.informer(PoolResource)
+    async def run(self) -> None:
+        await self.manager.run()
+
+    def _wire(self, term: Term) -> None:
+        self.services = term.informer(self.client, Service)
+        self.ingresses = term.informer(self.client, Ingress)
+        self.classes = term.informer(self.client, IngressClass)
+        self.nodes = term.informer(self.client, Node)
+        self.pools = term.informer(self.client, PoolResource)
         c = Controller("lb", self.reconcile, workers=self.workers)
         c.watch(self.services, self._keys_for_service)
         c.watch(self.ingresses, lambda o: [f"Ingress/{_key(o)}"])
@@ -192,17 +196,13 @@ class Translator:
         c.watch(self.nodes, lambda _o: self._all_keys())
         c.watch(self.pools, self._keys_for_pool)
         self.controller = c
-        factory.start()
-        try:
-            await factory.wait_synced()
-            for key in self._orphan_keys():  # owners deleted while no translator ran
-                c.enqueue(key)
-            self.ready = True
-            log.info("translator leading", extra={"cluster": self.cluster})
-            await c.run()
-        finally:
-            self.ready = False
-            await factory.stop()
+        term.add(c)
+        term.on_synced(self._synced)
+
+    async def _synced(self) -> None:
+        for key in self._orphan_keys():  # owners deleted while no translator ran
+            self.controller.enqueue(key)
+        log.info("translator leading", extra={"cluster": self.cluster})
 
     # -- key mapping ------------------------------------------------------------------------------
 

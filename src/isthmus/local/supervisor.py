@@ -31,10 +31,11 @@ from typing import Any, BinaryIO
 
 import aiohttp
 
-from isthmus.local.kubelite.processes import POD_PRELOAD
+from isthmus.local.kubelite.processes import ENTRY, POD_PRELOAD
 from isthmus.local.state import PartState, open_private
-from isthmus.local.zygote import LISTEN_ENV, Zygote, ZygoteProcess, forkable
-from isthmus.local.zygote import enabled as zygote_enabled
+from isthmus.procs.child import LISTEN_ENV
+from isthmus.procs.entry import enabled as zygote_enabled
+from isthmus.procs.zygote import Zygote, ZygoteProcess
 
 log = logging.getLogger("isthmus.local")
 
@@ -54,7 +55,7 @@ modules too: every kube-lite forks its pods from this zygote as well (a connecti
 
 def part_zygote(root: Path, env: dict[str, str] | None) -> Zygote:
     """The fork server of a clusterset's parts (named for `root`, so `down` finds it)."""
-    return Zygote(PART_PRELOAD, title=["--for", "supervisor", str(root)], env=env)
+    return Zygote(PART_PRELOAD, ENTRY, title=["--for", "supervisor", str(root)], env=env)
 
 
 # --- process identity ----------------------------------------------------------------------------
@@ -329,7 +330,7 @@ class Supervisor:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
         self._zygote: Zygote | None = zygote
-        if zygote is None and zygote_enabled():  # parts are forked from it (local/zygote.py); it goes when we do, they stay
+        if zygote is None and zygote_enabled():  # parts are forked from it (procs/zygote.py); it goes when we do, they stay
             self._zygote = part_zygote(root, env)
 
     @property
@@ -384,7 +385,7 @@ class Supervisor:
         with _open_log(spec.log, f"starting {spec.name}") as out:
             offset = out.tell()
             proc: asyncio.subprocess.Process | ZygoteProcess
-            if self._zygote is not None and forkable(spec.argv):
+            if self._zygote is not None and self._zygote.forkable(spec.argv):
                 proc = await self._zygote.spawn(spec.argv, env=self.env or dict(os.environ), stdout=out.fileno(),
                                                 client=spec.zygote_client, listen_fd=listen_fd)
             else:
@@ -556,7 +557,7 @@ async def run_command(argv: list[str], log_path: Path, within: float, env: dict[
     `zygote` when it is an isthmus command)."""
     with _open_log(log_path, " ".join(argv[1:])) as out:
         proc: asyncio.subprocess.Process | ZygoteProcess
-        if zygote is not None and forkable(argv):
+        if zygote is not None and zygote.forkable(argv):
             proc = await zygote.spawn(argv, env=env or dict(os.environ), stdout=out.fileno())
         else:
             proc = await asyncio.create_subprocess_exec(

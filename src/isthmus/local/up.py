@@ -1,4 +1,5 @@
-"""Bring-up of the local clusterset, and the read side (`status`) both `up` and users rely on.
+"""Bring-up of the local clusterset. The read side (`status`), which both `up` and users rely on,
+is the `local/status/` package, one reader per part.
 
 `isthmus up` always runs the clusterset through a supervisor process
 (`python -m isthmus up --state-dir DIR --supervise`), in the foreground or detached: one code
@@ -14,7 +15,6 @@ import asyncio
 import contextlib
 import ctypes
 import dataclasses
-import datetime
 import errno
 import fcntl
 import logging
@@ -32,10 +32,10 @@ from typing import Any
 
 import aiohttp
 
-from isthmus.api.mcs import STALE_HEARTBEAT_SECONDS
 from isthmus.apiserver.authentication.tls import ensure_certs
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.local import components, plan
+from isthmus.local.kubelite.processes import ENTRY
 from isthmus.local.plan import AGENT, APISERVER, BROKER, HOST, KUBE_LITE, PartId
 from isthmus.local.state import (
     PHASE_FAILED,
@@ -47,7 +47,6 @@ from isthmus.local.state import (
     Layout,
     PartState,
     State,
-    StateError,
     load_state,
     open_private,
     private_dir,
@@ -65,15 +64,15 @@ from isthmus.local.supervisor import (
     probe,
     terminate,
 )
-from isthmus.local.zygote import ForkedCommand, Zygote, fork_command
-from isthmus.local.zygote import enabled as zygote_enabled
+from isthmus.procs.child import ForkedCommand, fork_command
+from isthmus.procs.entry import enabled as zygote_enabled
+from isthmus.procs.zygote import Zygote
 
 log = logging.getLogger("isthmus.local")
 
 SUPERVISE_FLAG = "--supervise"
 RETRY_SIGNAL = signal.SIGUSR1
 """Sent by `up` to a running supervisor: start again the parts it gave up on."""
-PHASE_UNSUPERVISED = "unsupervised"
 PRIVATE_UMASK = 0o077
 """The supervisor's umask, inherited by every part: what they create is private to the user."""
 APISERVER_READY_TIMEOUT = 60.0
@@ -767,7 +766,7 @@ def _die_with_parent() -> None:
 def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip: bool,
                      foreground: bool) -> subprocess.Popen[bytes] | ForkedCommand:
     """Start `up --supervise` in its own session, output to logs/supervisor.log: forked from this
-    process, which imported all it needs (see zygote.fork_command), else exec'ed."""
+    process, which imported all it needs (see procs/child.py, fork_command), else exec'ed."""
     private_dir(layout.logs)
     argv = [*isthmus_argv(), "up", "--state-dir", str(layout.root), SUPERVISE_FLAG]
     if clusters is not None:
@@ -775,275 +774,10 @@ def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip:
     if enable_clusterset_ip:
         argv.append("--enable-clusterset-ip")
     with open_log(layout.log("supervisor")) as out:
-        forked = fork_command(argv, env=child_env(), out_fd=out.fileno(), pdeathsig=foreground)
+        forked = fork_command(argv, ENTRY, env=child_env(), out_fd=out.fileno(), pdeathsig=foreground)
         if forked is not None:
             return forked
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             env=child_env(), preexec_fn=_die_with_parent if foreground else None,
         )
-
-
-# --- status --------------------------------------------------------------------------------------
-
-BROKER_READ_TIMEOUT = 2.0
-
-HEALTH_READY = "ready"
-HEALTH_STARTING = "starting"
-HEALTH_RESTARTING = "restarting"
-HEALTH_FAILED = "failed"
-HEALTH_DOWN = "down"
-HEALTH_STANDBY = "standby"
-"""Started on first use (the web view): the supervisor listens for it and no process runs yet."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-    """A Cluster object on the broker."""
-
-    heartbeat: datetime.datetime | None
-
-
-async def read_members(layout: Layout) -> dict[str, Member]:
-    """The member clusters registered on the broker (its Cluster objects), by name.
-
-    Raises on anything that prevents reading them; no Cluster kind or namespace yet (before
-    deploy-broker) is no members.
-    """
-    from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, HEARTBEAT_ANNOTATION, Cluster
-    from isthmus.kube.client import make_client
-    from isthmus.kube.helpers import is_not_found, list_all
-    from isthmus.mcs.brokerinfo import BrokerInfo
-
-    try:
-        namespace = BrokerInfo.decode(layout.broker_info.read_text()).namespace
-    except (OSError, ValueError):
-        namespace = DEFAULT_BROKER_NAMESPACE
-    client = make_client(layout.kubeconfig_of(BROKER), timeout=BROKER_READ_TIMEOUT)
-    try:
-        async with asyncio.timeout(BROKER_READ_TIMEOUT):
-            clusters = await list_all(client, Cluster, namespace=namespace)
-    except Exception as e:
-        if is_not_found(e):
-            return {}
-        raise
-    finally:
-        await client.close()
-    return {c.name: Member(_parse_time((c.metadata.annotations or {}).get(HEARTBEAT_ANNOTATION)))
-            for c in clusters}
-
-
-def _parse_time(value: str | None) -> datetime.datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _short(e: BaseException) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {text}"[:200] if text else type(e).__name__
-
-
-async def collect_status(layout: Layout) -> dict[str, Any]:
-    """The `status -o json` document: the plan, every part's state (probed now), membership and
-    heartbeats as the broker has them, and every reason the clusterset is not ready."""
-    state = load_state(layout)
-    if state is None:
-        raise FileNotFoundError(str(layout.state_file))
-    ui_part = PartId(BROKER, plan.UI)
-    missing = [n for n in plan.port_names(state.clusters) if n not in state.ports and n != ui_part.name]
-    if missing:
-        raise StateError(f"{layout.state_file} is damaged: ports.{missing[0]} is missing; fix or restore that "
-                         f"value (`isthmus up --state-dir {layout.root}` picks missing ports)")
-    sup_pid = running_supervisor(layout)
-    # A new supervisor holds the PID file a moment before it claims state.json: until then the
-    # phase there is its crashed predecessor's (maybe `running`), not this one's.
-    sup_phase = PHASE_STARTING if state.supervisor_pid not in (None, sup_pid) else state.phase
-    parts = [p for p in plan.parts(state.clusters) if plan.metrics_port_name(p) in state.ports]
-    alive = {p.name: is_ours(state.parts.get(p.name, PartState()).pid, layout.root) for p in parts}
-    async with aiohttp.ClientSession(trust_env=False) as session:
-        probes = await asyncio.gather(*(
-            probe(session, ready_url(state, p)) if alive[p.name] and p.name in state.parts else _false()
-            for p in parts
-        ))
-    ready = {p.name: ok for p, ok in zip(parts, probes, strict=True)}
-    broker_part = PartId(BROKER, APISERVER)
-    members: dict[str, Member] | None = None
-    if ready[broker_part.name]:
-        try:
-            members = await read_members(layout)
-            broker_error = None
-        except Exception as e:  # reported per cluster: membership is unknown, not guessed
-            broker_error = f"cannot read the broker's clusters: {_short(e)}"
-    else:
-        broker_error = "the broker apiserver is not ready"
-    now = datetime.datetime.now(datetime.UTC)
-    problems: list[str] = []
-    cluster_plans = plan.address_plan(state.clusters)
-
-    async def pods_of(cp: plan.ClusterPlan) -> dict[str, components.PodPart]:
-        deployments = plan.BROKER_DEPLOYMENTS if cp.name == BROKER else plan.DEPLOYMENTS
-        if not ready[PartId(cp.name, APISERVER).name]:
-            return {kind: components.PodPart(last_error="its apiserver is not ready") for kind in deployments}
-        try:
-            return await components.read_components(layout.kubeconfig_of(cp.name), deployments)
-        except Exception as e:
-            return {kind: components.PodPart(last_error=f"cannot read it: {_short(e)}") for kind in deployments}
-
-    everyone = [plan.broker_plan(), *cluster_plans]
-    pod_parts = dict(zip([cp.name for cp in everyone],
-                         await asyncio.gather(*(pods_of(cp) for cp in everyone)), strict=True))
-
-    def health(p: PartId) -> str:
-        st = state.parts.get(p.name, PartState())
-        if ready[p.name]:
-            return HEALTH_READY
-        if st.failed:
-            return HEALTH_FAILED
-        if st.standby and sup_pid:
-            return HEALTH_STANDBY
-        if alive[p.name]:
-            return HEALTH_STARTING
-        if sup_pid:
-            return HEALTH_RESTARTING if st.last_exit is not None or st.last_error else HEALTH_STARTING
-        return HEALTH_DOWN
-
-    def detail(p: PartId) -> dict[str, Any]:
-        st = state.parts.get(p.name, PartState())
-        return {"pid": st.pid if alive[p.name] else None, "restarts": st.restarts, "lastExit": st.last_exit,
-                "lastError": st.last_error, "failed": st.failed,
-                "log": str(layout.log(p.name)), "readyz": ready_url(state, p)}
-
-    def part_problem(p: PartId) -> str | None:
-        h = health(p)
-        if h in (HEALTH_READY, HEALTH_STANDBY):
-            return None
-        st = state.parts.get(p.name, PartState())
-        said = f": {st.last_error}" if st.last_error and h in (HEALTH_FAILED, HEALTH_RESTARTING) else ""
-        if h == HEALTH_FAILED:
-            return f"{p.name} failed, not restarted{said}"
-        return f"{p.name} {h}{said}"
-
-    if not sup_pid:
-        problems.append("the supervisor is not running")
-    elif sup_phase != PHASE_RUNNING:
-        problems.append(f"phase is {sup_phase}, not {PHASE_RUNNING}")
-    broker_plan = plan.broker_plan()
-    broker_pods = pod_parts[BROKER]
-    ui_standby = ui_part.name in ready and health(ui_part) == HEALTH_STANDBY
-    broker_parts = [PartId(BROKER, kind) for kind in plan.BROKER_SUPERVISED_KINDS
-                    if PartId(BROKER, kind).name in ready]
-    problems += [pp for p in broker_parts if (pp := part_problem(p)) is not None]
-
-    def pod_detail(cp: plan.ClusterPlan, kind: str, part: components.PodPart) -> dict[str, Any]:
-        deployment = (plan.BROKER_DEPLOYMENTS if cp.name == BROKER else plan.DEPLOYMENTS)[kind]
-        return {"pid": part.pid, "restarts": part.restarts, "lastExit": part.last_exit,
-                "lastError": part.last_error, "failed": False, "pod": part.pod,
-                "deployment": f"{plan.COMPONENT_NAMESPACE}/{deployment}",
-                "readyReplicas": part.ready_replicas, "replicas": part.replicas,
-                "log": f"kubectl --context {cp.name} -n {plan.COMPONENT_NAMESPACE} logs deploy/{deployment}"}
-
-    def pod_problem(cp: plan.ClusterPlan, kind: str, part: components.PodPart) -> str | None:
-        if part.health == HEALTH_READY:
-            return None
-        said = f": {part.last_error}" if part.last_error else ""
-        return f"{cp.name}-{kind} {part.health if sup_pid else HEALTH_DOWN}{said}"
-
-    problems += [pp for kind, part in broker_pods.items() if (pp := pod_problem(broker_plan, kind, part)) is not None]
-    clusters = []
-    for cp in cluster_plans:
-        mine = [p for p in parts if p.cluster == cp.name]
-        pods = pod_parts[cp.name]
-        mine_problems = [pp for p in mine if (pp := part_problem(p)) is not None]
-        mine_problems += [pp for kind, part in pods.items() if (pp := pod_problem(cp, kind, part)) is not None]
-        member = members.get(cp.name) if members is not None else None
-        joined = None if members is None else member is not None
-        age = None
-        if member is not None and member.heartbeat is not None:
-            age = max(0, int((now - member.heartbeat).total_seconds()))
-        if members is None:
-            mine_problems.append(f"{cp.name}: membership unknown ({broker_error})")
-        elif member is None:
-            left = "left the clusterset (not registered on the broker)" if cp.name in state.joined \
-                else "not joined yet"
-            mine_problems.append(f"{cp.name} {left}")
-        elif age is None:
-            mine_problems.append(f"{cp.name}: no heartbeat from its agent on the broker yet")
-        elif age > STALE_HEARTBEAT_SECONDS:
-            mine_problems.append(f"{cp.name}: its agent's last heartbeat is {age}s old "
-                                 f"(stale after {STALE_HEARTBEAT_SECONDS:.0f}s)")
-        problems += mine_problems
-        clusters.append({
-            "name": cp.name, "context": cp.name, "server": server_url(state, cp.name),
-            "kubeconfig": str(layout.kubeconfig_of(cp.name)),
-            "dns": f"{plan.NODE_ADDRESS}:{plan.dns_node_port(cp)}", "localZone": plan.LOCAL_ZONE,
-            "kubelet": f"{HOST}:{state.ports[plan.kubelet_port_name(cp.name)]}",
-            "podCIDR": cp.pod_cidr, "serviceCIDR": cp.service_cidr,
-            "clustersetIPCIDR": state.joined.get(cp.name, cp.clusterset_ip_cidr),
-            "joined": joined,
-            "heartbeat": member.heartbeat.strftime("%Y-%m-%dT%H:%M:%SZ") if member and member.heartbeat else None,
-            "heartbeatAge": age,
-            "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": cp.node_port_range,
-            "poolPublicAddress": cp.pool_public_address, "poolPrivateAddress": cp.pool_private_address,
-            "egressSourceIPs": "-".join(cp.egress_range or ()),
-            "ready": not mine_problems,
-            "restarts": sum(state.parts.get(p.name, PartState()).restarts for p in mine)
-                        + sum(part.restarts for part in pods.values()),
-            "problems": mine_problems,
-            "parts": {kind: health(PartId(cp.name, kind)) if kind in plan.SUPERVISED_KINDS
-                      else pods[kind].health if sup_pid or pods[kind].health == HEALTH_READY else HEALTH_DOWN
-                      for kind in plan.CLUSTER_PART_KINDS},
-            "processes": {kind: detail(PartId(cp.name, kind)) if kind in plan.SUPERVISED_KINDS
-                          else pod_detail(cp, kind, pods[kind]) for kind in plan.CLUSTER_PART_KINDS},
-        })
-    if sup_pid:
-        phase = sup_phase
-    elif any(alive.values()):
-        phase = PHASE_UNSUPERVISED  # the supervisor crashed: nothing restarts parts; `down` stops them
-    else:
-        phase = PHASE_FAILED if state.phase == PHASE_FAILED else PHASE_STOPPED
-        # Nothing runs: one reason, not one per part.
-        problems = [f"the last `isthmus up` failed: {state.error}" if phase == PHASE_FAILED and state.error
-                    else f"nothing runs (`isthmus up --state-dir {layout.root}` starts it)"]
-    return {
-        "ready": not problems,
-        "phase": phase,
-        "error": state.error,
-        "problems": problems,
-        "stateDir": str(layout.root),
-        "kubeconfig": str(layout.kubeconfig),
-        "supervisor": {"pid": sup_pid, "running": sup_pid is not None, "log": str(layout.log("supervisor"))},
-        "broker": {
-            "name": BROKER, "context": BROKER, "server": server_url(state, BROKER),
-            "kubeconfig": str(layout.kubeconfig_of(BROKER)), "brokerInfo": str(layout.broker_info),
-            "clustersetIPCIDRRange": plan.CLUSTERSET_IP_RANGE,
-            "clustersetIPEnabled": state.enable_clusterset_ip,
-            "ready": ready[broker_part.name],
-            "reachable": members is not None,
-            "reachError": broker_error,
-            "restarts": sum(state.parts.get(p.name, PartState()).restarts for p in broker_parts)
-                        + sum(part.restarts for part in broker_pods.values()),
-            "kubelet": f"{HOST}:{state.ports[plan.kubelet_port_name(BROKER)]}",
-            "podCIDR": broker_plan.pod_cidr, "serviceCIDR": broker_plan.service_cidr,
-            "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": broker_plan.node_port_range,
-            "poolPublicAddress": broker_plan.pool_public_address,
-            "poolPrivateAddress": broker_plan.pool_private_address,
-            "parts": {kind: health(PartId(BROKER, kind)) if kind in plan.BROKER_SUPERVISED_KINDS
-                      else broker_pods[kind].health if sup_pid or broker_pods[kind].health == HEALTH_READY
-                      else HEALTH_DOWN for kind in plan.BROKER_PART_KINDS
-                      if kind not in plan.BROKER_SUPERVISED_KINDS or PartId(BROKER, kind).name in ready},
-            "processes": {kind: detail(PartId(BROKER, kind)) if kind in plan.BROKER_SUPERVISED_KINDS
-                          else pod_detail(broker_plan, kind, broker_pods[kind]) for kind in plan.BROKER_PART_KINDS
-                          if kind not in plan.BROKER_SUPERVISED_KINDS or PartId(BROKER, kind).name in ready},
-        },
-        # Standby is ready: the first request starts it (and waits for it).
-        "ui": {"url": ui_url(state), "ready": ready.get(ui_part.name, False) or ui_standby, "standby": ui_standby},
-        "clusters": clusters,
-    }
-
-
-async def _false() -> bool:
-    return False

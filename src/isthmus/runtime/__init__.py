@@ -1,4 +1,5 @@
-"""Controller runtime: informers, work queues, controllers, events, leader election, metrics.
+"""Controller runtime: informers, work queues, controllers, events, leader election, metrics, and the
+Manager every leader-elected component is built on.
 
 How a controller is written with them: docs/architecture.md and docs/runtime.md.
 """
@@ -18,6 +19,7 @@ from isthmus.runtime.informer import (
 )
 from isthmus.runtime.leader import LeaderElector, LeadershipLost
 from isthmus.runtime.logging import setup_logging
+from isthmus.runtime.manager import LeaderElection, Manager, Term
 from isthmus.runtime.metrics import REGISTRY, HealthServer, parse_addr
 from isthmus.runtime.objects import (
     OwnerRef,
@@ -48,13 +50,16 @@ __all__ = [
     "IndexFunc",
     "Informer",
     "KeyMapper",
+    "LeaderElection",
     "LeaderElector",
     "LeadershipLost",
+    "Manager",
     "OwnerRef",
     "QueueShutDown",
     "Reconciler",
     "Result",
     "SharedInformerFactory",
+    "Term",
     "WatchError",
     "WorkQueue",
     "enqueue_owner",

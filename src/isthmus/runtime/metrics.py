@@ -4,12 +4,18 @@ All runtime metrics live in :data:`REGISTRY` (not prometheus_client's global one
 process exposes exactly what Isthmus defines, and components add theirs to the same
 registry. Readiness is a set of named checks (e.g. "informers synced"); liveness is "the
 event loop answers", plus optional checks.
+
+`CacheView` and `InformerView` are what a component's metrics collector reads of its informers
+(a component's `metrics.py` declares the rest of what it reads as a Protocol the component
+satisfies, so the collector never imports the component back).
 """
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import prometheus_client
 from aiohttp import web
@@ -17,7 +23,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = [
     "REGISTRY",
+    "CacheView",
     "HealthServer",
+    "InformerView",
     "parse_addr",
 ]
 
@@ -82,6 +90,21 @@ EVENTS_EMITTED = Counter(
 )
 
 Check = Callable[[], bool]
+
+
+class CacheView(Protocol):
+    """What a metrics collector reads of an informer's cache (`informer.Cache` is one)."""
+
+    def list(self) -> builtins.list[Any]: ...
+
+    def index_keys(self, index: str, value: str, /) -> builtins.list[str]: ...
+
+
+class InformerView(Protocol):
+    """An informer, as a metrics collector sees it: its cache."""
+
+    @property
+    def cache(self) -> CacheView: ...
 
 
 def parse_addr(addr: str) -> tuple[str, int]:

@@ -107,7 +107,7 @@ async def discover(
 async def _broker_of_members(members: list[Source], taken: set[str]) -> Source | None:
     """The broker as a joined member knows it (the broker-info `isthmus join` stored there, with that
     cluster's own broker token), as `show clusters` finds it; None when no member answers."""
-    from isthmus.mcs.membership import membership
+    from isthmus.clusterset.membership import membership
 
     async def one(source: Source) -> SingleConfig | None:
         client = client_for(source.config, timeout=PROBE_TIMEOUT)

@@ -6,7 +6,8 @@ and Endpoints, and kubelets register their Node, run the Pods and serve their lo
 does the same, level-triggered over informer caches, so that Isthmus runs on
 an embedded apiserver exactly as on a real cluster (docs/local.md). Pods annotated
 ``isthmus.io/workload: echo`` get real echo servers on their pod IP; Pods of the Isthmus image
-run as supervised processes, as a kubelet runs containers (processes.py).
+run as supervised processes, as a kubelet runs containers (processes.py). Every Pod is started
+in pods.py (`PodRuntime.reconcile`).
 
 Everything is rebuilt from the API objects when kube-lite starts: it keeps no state of its own.
 """

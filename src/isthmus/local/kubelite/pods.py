@@ -10,6 +10,11 @@ status is what they report (processes.py); containers of other images are never 
 
 After a restart the addresses are re-reserved from the Pods' status before anything is
 allocated, and the echo servers of existing Pods are started again on the same addresses.
+
+Where a pod is started: here. `PodRuntime.reconcile` gives the Pod its address, then starts its
+echo servers (`_ensure_echo`) or its containers (`_sync_process_pod`, which makes the Pod's
+`ProcessPod` in processes.py, the runtime that runs each container as a process forked from the
+node's zygote, isthmus.procs).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from isthmus.local.kubelite.echo import EchoIdentity, EchoServer
 from isthmus.local.kubelite.ipam import IPPool, PoolFull
 from isthmus.local.kubelite.logs import PodLogs
 from isthmus.local.kubelite.processes import (
+    ENTRY,
     POD_PRELOAD,
     Leftover,
     ProcessOptions,
@@ -48,8 +54,8 @@ from isthmus.local.kubelite.termination import (
     grace_seconds,
     pre_stop,
 )
-from isthmus.local.zygote import Zygote
-from isthmus.local.zygote import enabled as zygote_enabled
+from isthmus.procs.entry import enabled as zygote_enabled
+from isthmus.procs.zygote import Zygote
 from isthmus.runtime import Controller, EventRecorder, Informer, Result, split_key
 
 __all__ = [
@@ -188,7 +194,7 @@ def status_up_to_date(current: Mapping[str, Any], desired: Mapping[str, Any]) ->
 def node_zygote(cluster: str, options: ProcessOptions) -> Zygote:
     """The fork server of a node's process pods: it dies with kube-lite, and the pods with it."""
     root = options.root_dir
-    return Zygote(POD_PRELOAD, title=["--for", f"kube-lite {cluster}", str(root)], pdeathsig=True,
+    return Zygote(POD_PRELOAD, ENTRY, title=["--for", f"kube-lite {cluster}", str(root)], pdeathsig=True,
                   env=base_environment(str(root)))
 
 

@@ -21,6 +21,10 @@ lifecycle is followed:
 
 Children get SIGTERM if kube-lite dies without stopping them (PR_SET_PDEATHSIG): no orphans. Only
 processes kube-lite started are ever signalled.
+
+A Pod is started in pods.py (`PodRuntime.reconcile`), which makes its `ProcessPod` here; an
+``isthmus`` container is forked from the node's zygote (isthmus.procs, handed `POD_PRELOAD` and
+`ENTRY` below), any other command exec'ed.
 """
 
 from __future__ import annotations
@@ -62,10 +66,12 @@ from isthmus.local.kubelite.credentials import Credentials, automount
 from isthmus.local.kubelite.logs import PodLogs
 from isthmus.local.kubelite.probes import Prober, probe_once
 from isthmus.local.kubelite.termination import MIN_KILL_GRACE, pre_stop
-from isthmus.local.zygote import Zygote, ZygoteProcess, forkable
+from isthmus.procs.entry import Entry
+from isthmus.procs.zygote import Zygote, ZygoteProcess
 from isthmus.runtime import EventRecorder
 
 __all__ = [
+    "ENTRY",
     "POD_PRELOAD",
     "Leftover",
     "ProcessOptions",
@@ -82,13 +88,16 @@ Obj = dict[str, Any]
 
 CONFIG_RETRY_SECONDS = 2.0
 POD_PRELOAD = (
-    "isthmus.cli.main", "isthmus.runtime.loop", "uvloop", "isthmus.kube.client", "isthmus.mcs.membership",
-    "isthmus.mcs.agent", "isthmus.dns.service", "isthmus.dns.server", "isthmus.dns.workers", "isthmus.lb.controller",
-    "isthmus.haproxy.manager", "isthmus.mcsvc.member", "isthmus.mcsvc.broker", "isthmus.mcsvc.haproxy",
-    "isthmus.runtime.webhook", "isthmus.lb.admission", "isthmus.mcsvc.admission", "isthmus.egress.admission",
+    "isthmus.cli.main", "isthmus.runtime.loop", "uvloop", "isthmus.kube.client", "isthmus.clusterset.membership",
+    "isthmus.discovery.agent", "isthmus.dns.service", "isthmus.dns.server", "isthmus.dns.workers", "isthmus.lb.controller",
+    "isthmus.haproxy.manager", "isthmus.exposure.member", "isthmus.exposure.broker", "isthmus.exposure.haproxy",
+    "isthmus.runtime.webhook", "isthmus.lb.admission", "isthmus.exposure.admission", "isthmus.egress.admission",
     "isthmus.egress.operator", "isthmus.egress.gateway", "isthmus.egress.forwarder",
 )
 """What the Isthmus image's components import: a pod's zygote loads it once for all of them."""
+ENTRY = Entry(module="isthmus", program="isthmus.cli.forked:PROGRAM")
+"""What the local clusterset's zygotes fork: ``python -m isthmus ...`` commands, run by the CLI's
+forked-child program (named, not imported: isthmus.procs imports nothing above it)."""
 IMAGE_ID = f"{IMAGE_REPOSITORY}@sha256:{hashlib.sha256(f'{sys.executable} {IMAGE_TAG}'.encode()).hexdigest()}"
 """This interpreter and version are the image: its ID changes when either does."""
 
@@ -316,7 +325,7 @@ class ProcessPod:
         zygote: Zygote | None = None,
         predecessors: list[Leftover] | None = None,
     ) -> None:
-        """zygote: forks the containers that run `isthmus` (see local/zygote.py); None: exec them.
+        """zygote: forks the containers that run `isthmus` (see procs/zygote.py); None: exec them.
         predecessors: what a previous kube-lite ran for this Pod and is still stopping: no container
         starts before they are gone (they hold the Pod's address and ports), SIGKILL after the
         Pod's grace period (capped as kube-lite's own stop is)."""
@@ -608,7 +617,7 @@ class ProcessPod:
         started_at = _now()
         proc: asyncio.subprocess.Process | ZygoteProcess
         try:
-            if self.zygote is not None and forkable(argv):
+            if self.zygote is not None and self.zygote.forkable(argv):
                 proc = await self.zygote.spawn(argv, env=env, cwd=str(self.dir), pipe_stdout=True, pdeathsig=True)
             else:
                 proc = await asyncio.create_subprocess_exec(

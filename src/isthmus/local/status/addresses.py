@@ -1,0 +1,56 @@
+"""Where each cluster of the local clusterset answers, from its state (ports) and the address
+plan (plan.py): its apiserver and kubeconfig, DNS and kubelet endpoints, pod and service CIDRs,
+its ClusterSet IP range, node ports, pool and egress addresses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from isthmus.local import plan
+from isthmus.local.plan import BROKER, HOST
+from isthmus.local.state import Layout, State
+from isthmus.local.up import server_url
+
+__all__ = ["broker_endpoints", "broker_node", "cluster_endpoints", "cluster_node"]
+
+
+def cluster_endpoints(layout: Layout, state: State, cp: plan.ClusterPlan) -> dict[str, Any]:
+    """A member cluster's names, endpoints and CIDRs (the first keys of its status)."""
+    return {
+        "name": cp.name, "context": cp.name, "server": server_url(state, cp.name),
+        "kubeconfig": str(layout.kubeconfig_of(cp.name)),
+        "dns": f"{plan.NODE_ADDRESS}:{plan.dns_node_port(cp)}", "localZone": plan.LOCAL_ZONE,
+        "kubelet": f"{HOST}:{state.ports[plan.kubelet_port_name(cp.name)]}",
+        "podCIDR": cp.pod_cidr, "serviceCIDR": cp.service_cidr,
+        "clustersetIPCIDR": state.joined.get(cp.name, cp.clusterset_ip_cidr),
+    }
+
+
+def cluster_node(cp: plan.ClusterPlan) -> dict[str, Any]:
+    """A member cluster's node: its address, node ports, pool and egress addresses."""
+    return {
+        "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": cp.node_port_range,
+        "poolPublicAddress": cp.pool_public_address, "poolPrivateAddress": cp.pool_private_address,
+        "egressSourceIPs": "-".join(cp.egress_range or ()),
+    }
+
+
+def broker_endpoints(layout: Layout, state: State) -> dict[str, Any]:
+    """The broker's names and endpoints, and the ClusterSet IP range it hands out."""
+    return {
+        "name": BROKER, "context": BROKER, "server": server_url(state, BROKER),
+        "kubeconfig": str(layout.kubeconfig_of(BROKER)), "brokerInfo": str(layout.broker_info),
+        "clustersetIPCIDRRange": plan.CLUSTERSET_IP_RANGE,
+        "clustersetIPEnabled": state.enable_clusterset_ip,
+    }
+
+
+def broker_node(state: State, bp: plan.ClusterPlan) -> dict[str, Any]:
+    """The broker's node: kubelet, CIDRs, node ports and pool addresses."""
+    return {
+        "kubelet": f"{HOST}:{state.ports[plan.kubelet_port_name(BROKER)]}",
+        "podCIDR": bp.pod_cidr, "serviceCIDR": bp.service_cidr,
+        "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": bp.node_port_range,
+        "poolPublicAddress": bp.pool_public_address,
+        "poolPrivateAddress": bp.pool_private_address,
+    }
