@@ -1,7 +1,7 @@
 """ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding (admissionregistration.k8s.io/v1):
 kube's defaults and validation, with every CEL expression compiled on write (a policy that does
 not compile is refused with 422, naming the field). The plugin that enforces them is
-apiserver/admissionpolicy."""
+apiserver/admission/policy."""
 
 from __future__ import annotations
 
