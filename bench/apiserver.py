@@ -217,7 +217,7 @@ async def produce_events(url: str, n: int, rate: float) -> None:
 
 def populate_direct(data: Path, n: int) -> float:
     """Fill a data dir with n objects through the store (HTTP would take minutes for 100k)."""
-    from isthmus.apiserver.storage import Store
+    from isthmus.apiserver.storage.store import Store
 
     st = Store(str(data / "state.db"))
     st.open()

@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # runnable without installing
 
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 
 KEY = "/configmaps"
 

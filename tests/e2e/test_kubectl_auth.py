@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from isthmus.apiserver.tls import issue_client_cert
+from isthmus.apiserver.authentication.tls import issue_client_cert
 from tests.harness.polling import eventually_sync
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")]

@@ -1,6 +1,6 @@
 """A decoder for gnostic's `openapi.v2.Document` protobuf, driven only by tests/unit/fixtures/openapi/OpenAPIv2.proto.
 
-It shares nothing with isthmus.apiserver.openapi_proto: field numbers and types come from the
+It shares nothing with isthmus.apiserver.openapi.proto: field numbers and types come from the
 upstream .proto, and every wire type is checked against the declared type, so an encoder mistake
 (wrong number, wrong wire type, a field the schema does not have) raises instead of decoding.
 `to_openapi` then turns the decoded messages back into the Swagger JSON shape the way kube-openapi's

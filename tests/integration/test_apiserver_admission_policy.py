@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from isthmus.apiserver.authentication.tls import issue_client_cert
 from isthmus.apiserver.server import ApiServer
-from isthmus.apiserver.tls import issue_client_cert
 
 TOKEN = "admin-token"
 NS = "broker"

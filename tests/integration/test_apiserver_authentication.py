@@ -10,9 +10,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from isthmus.apiserver.admission import Admission, AdmissionRequest
+from isthmus.apiserver.admission.attributes import AdmissionRequest
+from isthmus.apiserver.admission.chain import Admission
+from isthmus.apiserver.authentication.tls import issue_client_cert
 from isthmus.apiserver.server import ApiServer
-from isthmus.apiserver.tls import issue_client_cert
 
 TOKEN = "s3cret-token"
 

@@ -14,9 +14,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from isthmus.apiserver.authentication.tls import issue_client_cert
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.server import ApiServer
-from isthmus.apiserver.tls import issue_client_cert
 
 TOKEN = "rbac-admin-token"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"

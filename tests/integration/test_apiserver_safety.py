@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from isthmus.apiserver.datadir import DataDirError
 from isthmus.apiserver.server import ApiServer
+from isthmus.apiserver.storage.datadir import DataDirError
 from tests.harness.apiserver import RunningApiServer
 
 TOKEN = "s3cret-token"

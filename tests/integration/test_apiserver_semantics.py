@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from isthmus.apiserver import meta
+from isthmus.apiserver.apimachinery import meta
 from tests.harness.apiserver import RunningApiServer
 
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")

@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from isthmus.apiserver.authentication.serviceaccounts import ServiceAccountTokens
 from isthmus.apiserver.server import ApiServer
-from isthmus.apiserver.serviceaccounts import ServiceAccountTokens
 from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually
 

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from isthmus.apiserver.datadir import DataDirError
+from isthmus.apiserver.storage.datadir import DataDirError
 from tests.harness.apiserver import RunningApiServer
 
 CMS = "/api/v1/namespaces/default/configmaps"

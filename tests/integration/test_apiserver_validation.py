@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from isthmus.apiserver.decoding import MAX_DEPTH
 from isthmus.apiserver.registry.service import default_service
+from isthmus.apiserver.serializer.decoding import MAX_DEPTH
 from tests.harness.apiserver import RunningApiServer
 
 SUBDOMAIN = (

@@ -20,8 +20,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from isthmus.apiserver.authentication.tls import ensure_certs
 from isthmus.apiserver.server import ApiServer
-from isthmus.apiserver.tls import ensure_certs
 from tests.harness.ports import free_port
 
 TOKEN = "admin-token"

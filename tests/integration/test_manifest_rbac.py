@@ -19,7 +19,7 @@ import pytest_asyncio
 from lightkube import AsyncClient, KubeConfig
 
 from isthmus.api.mcs import AGENT_NAMESPACE
-from isthmus.apiserver.authentication import UserInfo
+from isthmus.apiserver.authentication.authenticators import UserInfo
 from isthmus.apiserver.authorization.attributes import Attributes, request_attributes
 from isthmus.apiserver.authorization.rbac import PolicyRule, rule_allows
 from isthmus.apiserver.authorization.rbac import rules_of as policy_rules

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from isthmus.apiserver.admissionpolicy.cel import (
+from isthmus.apiserver.admission.policy.cel import (
     CompileError,
     EvalError,
     LazyMap,

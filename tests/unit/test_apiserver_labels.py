@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from isthmus.apiserver.meta import validate_metadata
+from isthmus.apiserver.apimachinery.meta import validate_metadata
 
 
 def _causes(labels: Any) -> list[str]:

@@ -7,7 +7,7 @@ import os
 import re
 import uuid
 
-from isthmus.apiserver.meta import new_uid
+from isthmus.apiserver.apimachinery.meta import new_uid
 
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 

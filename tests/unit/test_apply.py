@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from isthmus.apiserver.apply import decode_fields, encode_fields, path_string, server_side_apply, track_update
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.fieldmanager.fieldmanager import server_side_apply, track_update
+from isthmus.apiserver.fieldmanager.fieldpath import decode_fields, encode_fields, path_string
 
 CONTAINER: dict[str, Any] = {
     "type": "object",
@@ -588,7 +589,10 @@ def _applied_create(obj: dict[str, Any], schema: dict[str, Any] | None) -> dict[
 
 def _applied_create_by_paths(obj: dict[str, Any], schema: dict[str, Any] | None) -> dict[str, Any]:
     """What the general route writes: the applied path set, stripped, encoded through a tree."""
-    from isthmus.apiserver.apply import _applied_fields, _clean, _schema, _strip
+    from isthmus.apiserver.fieldmanager.merge import clean as _clean
+    from isthmus.apiserver.fieldmanager.typed import _schema
+    from isthmus.apiserver.fieldmanager.typed import applied_fields as _applied_fields
+    from isthmus.apiserver.fieldmanager.typed import strip_untracked as _strip
 
     paths: set[tuple[str, ...]] = set()
     _applied_fields(obj, _schema(schema), (), paths)
@@ -692,8 +696,8 @@ def test_the_compiled_walk_of_an_apply_that_creates_gives_what_the_general_steps
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from isthmus.apiserver import apply as apply_mod
-    from isthmus.apiserver.schema import apply_defaults
+    from isthmus.apiserver.fieldmanager import fieldmanager as apply_mod
+    from isthmus.apiserver.openapi.schema import apply_defaults
 
     compiled = apply_mod._created_apply_fields
     taken = {"compiled": 0, "general": 0}

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from isthmus.apiserver.authentication import (
+from isthmus.apiserver.authentication.authenticators import (
     ADMIN,
     ANONYMOUS,
     UNSECURED,
@@ -20,7 +20,12 @@ from isthmus.apiserver.authentication import (
     StaticTokens,
     X509Authenticator,
 )
-from isthmus.apiserver.tls import CLIENT_CA_CRT, CLIENT_CA_KEY, ensure_client_ca, issue_client_cert
+from isthmus.apiserver.authentication.tls import (
+    CLIENT_CA_CRT,
+    CLIENT_CA_KEY,
+    ensure_client_ca,
+    issue_client_cert,
+)
 
 PUBLIC = ("/healthz", "/version")
 

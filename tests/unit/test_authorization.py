@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from isthmus.apiserver.authentication import UserInfo
+from isthmus.apiserver.authentication.authenticators import UserInfo
 from isthmus.apiserver.authorization import Authorizer, forbidden, request_attributes
 from isthmus.apiserver.authorization.rbac import (
     PolicyRule,
@@ -15,7 +15,7 @@ from isthmus.apiserver.authorization.rbac import (
     escalation_message,
     rule_allows,
 )
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 
 U = UserInfo("u", groups=("g", "system:authenticated"))
 

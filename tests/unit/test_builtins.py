@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from isthmus.apiserver.builtins import builtin_resources, crd_resources
+from isthmus.apiserver.openapi.schema import apply_defaults, prune, validate
 from isthmus.apiserver.registry.customresourcedefinition import validate_crd
-from isthmus.apiserver.resources import ResourceInfo
-from isthmus.apiserver.schema import apply_defaults, prune, validate
+from isthmus.apiserver.registry.resources import ResourceInfo
 
 MANIFESTS = """
 apiVersion: apps/v1

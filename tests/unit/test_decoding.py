@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isthmus.apiserver.decoding import _decode_with_duplicates, json_duplicates
+from isthmus.apiserver.serializer.decoding import _decode_with_duplicates, json_duplicates
 
 TRICKY = [
     b'{"a":1,"a":2}',

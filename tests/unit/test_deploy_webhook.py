@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, INGRESS_CLASS_ANNOTATION
-from isthmus.apiserver.admissionpolicy.cel import compile_expression, to_cel
+from isthmus.apiserver.admission.policy.cel import compile_expression, to_cel
 from isthmus.lb.admission import concerned
 
 WEBHOOKS = Path(__file__).parents[2] / "deploy/member/webhook/webhooks.yaml"

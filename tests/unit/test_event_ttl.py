@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from isthmus.apiserver.controllers.eventttl import KEY, EventTTLController, last_written
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 from isthmus.cli.apiserver import go_duration_seconds
 from isthmus.cli.main import app
 

@@ -1,10 +1,10 @@
-"""apiserver/jsoncopy.py: copies of JSON data that share nothing mutable with the original."""
+"""apiserver/apimachinery/jsoncopy.py: copies of JSON data that share nothing mutable with the original."""
 
 from __future__ import annotations
 
 import datetime
 
-from isthmus.apiserver.jsoncopy import clone, deep_copy
+from isthmus.apiserver.apimachinery.jsoncopy import clone, deep_copy
 
 
 def test_deep_copy_keeps_types_and_shares_no_container() -> None:

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from isthmus.apiserver.builtins import builtin_resources, crd_resources
-from isthmus.apiserver.openapi import definition_name, openapi_v2, openapi_v3_group, openapi_v3_index
-from isthmus.apiserver.resources import ResourceInfo
+from isthmus.apiserver.openapi.builder import definition_name, openapi_v2, openapi_v3_group, openapi_v3_index
+from isthmus.apiserver.registry.resources import ResourceInfo
 
 CRD: dict[str, Any] = {
     "metadata": {"name": "widgets.example.com"},

@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from isthmus.apiserver.builtins import builtin_resources, crd_resources
-from isthmus.apiserver.openapi import openapi_v2
-from isthmus.apiserver.openapi_proto import encode_document
+from isthmus.apiserver.openapi.builder import openapi_v2
+from isthmus.apiserver.openapi.proto import encode_document
 from tests.harness.gnostic_proto import decode, decode_document
 
 CRD: dict[str, Any] = {

@@ -7,8 +7,12 @@ from typing import Any
 
 import pytest
 
-from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.apimachinery.patch import (
+    apply_json_patch,
+    apply_merge_patch,
+    apply_strategic_merge_patch,
+)
 
 # ---------------------------------------------------------------- schemas (hand-written, kube extensions)
 

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from isthmus.apiserver import protobuf
-from isthmus.apiserver._proto_tables import INLINE, MAP, MESSAGES, REPEATED, ROOTS
-from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.protobuf import decode_object, go_duration
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.serializer import protobuf
+from isthmus.apiserver.serializer._proto_tables import INLINE, MAP, MESSAGES, REPEATED, ROOTS
+from isthmus.apiserver.serializer.protobuf import decode_object, go_duration
 
 FIXTURES = Path(__file__).parent / "fixtures" / "protobuf"
 ORACLE_CASES = sorted(p.stem for p in FIXTURES.glob("*.pb") if (FIXTURES / f"{p.stem}.json").exists())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from isthmus.apiserver.schema import apply_defaults, prune, validate
+from isthmus.apiserver.openapi.schema import apply_defaults, prune, validate
 
 WIDGET: dict[str, Any] = {
     "type": "object",

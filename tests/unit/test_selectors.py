@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.selectors import parse_field_selector, parse_label_selector
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.apimachinery.selectors import parse_field_selector, parse_label_selector
 
 LABELS = {"app": "web", "tier": "frontend", "example.com/team": "blue", "n": "5"}
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from isthmus.apiserver.authentication import AuthenticationError
-from isthmus.apiserver.serviceaccounts import (
+from isthmus.apiserver.authentication.authenticators import AuthenticationError
+from isthmus.apiserver.authentication.serviceaccounts import (
     ServiceAccountTokens,
     key_id,
     load_or_create_key,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from isthmus.apiserver import errors
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.errors import ApiError
 
 HEAD = b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
 

@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.storage import Obj, Store, StoreInUse, UnusableStore, Watch, WatchEvent
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.storage.journal import StoreInUse, UnusableStore
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import Obj, Watch, WatchEvent
 
 CM = "/configmaps"
 NS = "/namespaces"
@@ -218,7 +220,7 @@ def test_a_data_dir_of_an_older_layout_is_converted_and_keeps_everything(tmp_pat
 
 _WRITER = """
 import sys, time
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 s = Store(sys.argv[1])
 s.open()
 for i in range(50):
@@ -400,7 +402,7 @@ async def test_history_keeps_five_minutes_of_events(monkeypatch: pytest.MonkeyPa
     """As etcd compacted every five minutes: an idle cluster's steady writes (leases, heartbeats) do
     not pile up in memory until the count cap, and a watch from before the window gets 410."""
     now = [1000.0]
-    monkeypatch.setattr("isthmus.apiserver.storage.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("isthmus.apiserver.storage.store.time.monotonic", lambda: now[0])
     s = Store()
     for i in range(400):  # one write a second for 400 s
         s.create(CM, obj(f"o{i}"))

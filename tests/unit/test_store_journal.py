@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
-from isthmus.apiserver import datadir, storage
-from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.storage import JOURNAL, JOURNAL_OLD, Obj, Store
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.storage import datadir
+from isthmus.apiserver.storage import journal as storage
+from isthmus.apiserver.storage.journal import JOURNAL, JOURNAL_OLD
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import Obj
 
 CM = "/configmaps"
 
@@ -56,7 +59,7 @@ FRESH = {"state.db-log": 0}  # an open store's journal with nothing in it
 
 _KILLED = """
 import os, sys
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 s = Store(sys.argv[1])
 s.open()
 {writes}
@@ -276,7 +279,7 @@ def test_a_replay_sqlite_cannot_take_fails_the_open_and_keeps_the_journal(
     def full_disk(*args: Any) -> int:
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr("isthmus.apiserver.storage._commit", full_disk)
+    monkeypatch.setattr("isthmus.apiserver.storage.journal.commit", full_disk)
     with pytest.raises(OSError, match=r"cannot move the journal into the database \(database or disk is full\)"):
         Store(str(path)).open()
     assert (tmp_path / "state.db-log").read_bytes() == before

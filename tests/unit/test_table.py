@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from isthmus.apiserver.builtins import builtin_resources, crd_resources
-from isthmus.apiserver.resources import ResourceInfo
-from isthmus.apiserver.table import JSONPath, human_duration, to_table
+from isthmus.apiserver.registry.resources import ResourceInfo
+from isthmus.apiserver.registry.table import JSONPath, human_duration, to_table
 
 NOW = datetime(2024, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 CREATED = "2024-01-01T11:55:00Z"  # 5 minutes before NOW

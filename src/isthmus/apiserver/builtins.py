@@ -4,7 +4,7 @@ The table is data: `data/discovery-v1.32.json` holds kube v1.32's own discovery 
 each resource there becomes one `Builtin` (group, version, plural, singular, kind, scope, verbs,
 short names, categories, its subresources and storageVersionHash, exactly as kube lists them).
 What is particular to a type is its strategy class (registry/<kind>.py), named in `STRATEGIES`;
-types without one get the generic behaviour. Every schema comes from `_builtin_schemas`
+types without one get the generic behaviour. Every schema comes from `openapi/builtin_schemas.py`
 (lightkube's models plus kube's x-kubernetes-* tags) by group, version and kind.
 
 Of the subresources kube lists, `status` and `scale` are served here (scale where the strategy
@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from isthmus.apiserver import _builtin_schemas
+from isthmus.apiserver.openapi import builtin_schemas
 from isthmus.apiserver.registry import horizontalpodautoscaler
 from isthmus.apiserver.registry.admissionpolicy import (
     ValidatingAdmissionPolicyBindingStrategy,
@@ -54,6 +54,7 @@ from isthmus.apiserver.registry.rbac import (
     RoleBindingStrategy,
     RoleStrategy,
 )
+from isthmus.apiserver.registry.resources import ResourceInfo
 from isthmus.apiserver.registry.secret import SecretStrategy
 from isthmus.apiserver.registry.service import ServiceStrategy
 from isthmus.apiserver.registry.statefulset import StatefulSetStrategy
@@ -81,7 +82,6 @@ from isthmus.apiserver.registry.workloads import (
     StorageClassStrategy,
     VolumeAttachmentStrategy,
 )
-from isthmus.apiserver.resources import ResourceInfo
 
 __all__ = ["BUILTINS", "DISCOVERY_JSON", "GROUP_ORDER", "STRATEGIES", "Builtin", "builtin_resources",
            "crd_resources"]
@@ -248,7 +248,7 @@ def builtin_resources() -> list[ResourceInfo]:
             verbs=list(b.verbs),
             has_status="status" in served,
             has_scale="scale" in served,
-            schema=_builtin_schemas.kind_schema(b.group, b.version, b.kind, required=b.strategy.schema_required),
+            schema=builtin_schemas.kind_schema(b.group, b.version, b.kind, required=b.strategy.schema_required),
             builtin=True,
             storage_version=(b.group, b.version, b.plural) not in NOT_STORED_VERSIONS,
             strategy=strategy,

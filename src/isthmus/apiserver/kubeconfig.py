@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from isthmus.apiserver.datadir import write_private
+from isthmus.apiserver.storage.datadir import write_private
 
 
 def kubeconfig_dict(name: str, server: str, *, ca_pem: bytes | None = None, token: str | None = None,

@@ -3,7 +3,7 @@
 What lives where (see the package docstring): handlers/ serves requests by concern,
 registry/ holds the per-resource strategies and the generic store every write goes through,
 controllers/ runs the garbage collector, the namespace controller and the CRD controller,
-storage.py keeps the objects (memory + SQLite) and feeds watches.
+storage/ keeps the objects (memory + SQLite) and feeds watches.
 """
 
 from __future__ import annotations
@@ -22,9 +22,12 @@ from typing import Any
 
 from aiohttp import HttpVersion11, web
 
-from isthmus.apiserver import authorization, datadir, errors, openapi_proto
-from isthmus.apiserver.admission import Admission
-from isthmus.apiserver.authentication import (
+from isthmus.apiserver import authorization
+from isthmus.apiserver.admission.chain import Admission
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.apimachinery.jsoncopy import clone
+from isthmus.apiserver.authentication.authenticators import (
     ADMIN,
     API_AUDIENCES,
     MASTERS_GROUP,
@@ -34,9 +37,21 @@ from isthmus.apiserver.authentication import (
     UserInfo,
     X509Authenticator,
 )
+from isthmus.apiserver.authentication.serviceaccounts import (
+    DEFAULT_ISSUER,
+    ServiceAccountTokens,
+    load_or_create_key,
+    load_public_keys,
+)
+from isthmus.apiserver.authentication.tls import (
+    ensure_admin_cert,
+    ensure_certs,
+    ensure_client_ca,
+    server_context,
+)
 from isthmus.apiserver.authorization.attributes import Attributes
-from isthmus.apiserver.authorization.bootstrap import ensure_bootstrap_policy
 from isthmus.apiserver.builtins import builtin_resources
+from isthmus.apiserver.controllers.bootstraprbac import ensure_bootstrap_policy
 from isthmus.apiserver.controllers.crd import CRDController
 from isthmus.apiserver.controllers.eventttl import DEFAULT_TTL as DEFAULT_EVENT_TTL
 from isthmus.apiserver.controllers.eventttl import EventTTLController
@@ -48,7 +63,6 @@ from isthmus.apiserver.controllers.serviceaccounts import (
     ServiceAccountsController,
     TokensController,
 )
-from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.handlers import (
     create,
     delete,
@@ -65,19 +79,14 @@ from isthmus.apiserver.handlers import (
 from isthmus.apiserver.handlers.common import USER, HandlerContext, not_found, status_response
 from isthmus.apiserver.handlers.scope import resolve
 from isthmus.apiserver.httpserver import LeanServer
-from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
+from isthmus.apiserver.openapi import proto as openapi_proto
 from isthmus.apiserver.registry.customresourcedefinition import KEY as CRD_KEY
+from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.registry.store import GenericStore
-from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
-from isthmus.apiserver.serviceaccounts import (
-    DEFAULT_ISSUER,
-    ServiceAccountTokens,
-    load_or_create_key,
-    load_public_keys,
-)
-from isthmus.apiserver.storage import HISTORY_SECONDS, Store, StoreInUse, UnusableStore
-from isthmus.apiserver.tls import ensure_admin_cert, ensure_certs, ensure_client_ca, server_context
+from isthmus.apiserver.storage import datadir
+from isthmus.apiserver.storage.journal import StoreInUse, UnusableStore
+from isthmus.apiserver.storage.store import HISTORY_SECONDS, Store
 
 log = logging.getLogger("isthmus.apiserver")
 
@@ -118,7 +127,7 @@ class ApiServer:
         """token None serves everyone (for in-process use); `isthmus apiserver` always sets one.
 
         token_user: who the token authenticates as. With TLS, clients may also authenticate with a
-        certificate from the server's client CA (authentication.py has the whole chain).
+        certificate from the server's client CA (authentication/authenticators.py has the whole chain).
 
         advertise_address: the IP the `default/kubernetes` endpoints name (default: the listen
         address when it is one, else 127.0.0.1).
@@ -126,7 +135,7 @@ class ApiServer:
         anonymous_auth: kube's --anonymous-auth: requests without credentials are system:anonymous
         (on the public paths only, until authorization decides for them); otherwise they are 401.
 
-        ServiceAccount tokens (serviceaccounts.py): signed with service_account_signing_key_file,
+        ServiceAccount tokens (authentication/serviceaccounts.py): signed with service_account_signing_key_file,
         else `<data dir>/tls/sa.key` (made once), else a key that lives as long as the server;
         also verified with the keys in service_account_key_files. api_audiences default to the
         issuer, as kube's do.

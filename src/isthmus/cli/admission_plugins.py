@@ -21,8 +21,9 @@ from typing import Any
 
 from isthmus.api.lb import DKLB_CONFIG_ANNOTATION
 from isthmus.api.mcsvc import PERMANENT_ID_LABEL
-from isthmus.apiserver import errors
-from isthmus.apiserver.admission import Admission, AdmissionRequest
+from isthmus.apiserver.admission.attributes import AdmissionRequest
+from isthmus.apiserver.admission.chain import Admission
+from isthmus.apiserver.apimachinery import errors
 
 DKLB_CONFIG = "DklbConfig"
 MULTI_CLUSTER_SERVICE = "MultiClusterService"

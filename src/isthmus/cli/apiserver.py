@@ -25,7 +25,7 @@ class KubeconfigAuth(enum.StrEnum):
 
 def _read_or_create_token(path: Path) -> str:
     """k3s-style: use the token in the file, or create one (0600) when the file does not exist."""
-    from isthmus.apiserver.datadir import make_private_file, write_private
+    from isthmus.apiserver.storage.datadir import make_private_file, write_private
 
     try:
         if not path.exists():
@@ -121,8 +121,8 @@ def apiserver(
     token`), or (with TLS) a client certificate from the server's client CA. With --anonymous-auth,
     /healthz, /livez, /readyz and /version are open to anyone.
     """
-    from isthmus.apiserver.datadir import DataDirError
     from isthmus.apiserver.server import ApiServer, serve
+    from isthmus.apiserver.storage.datadir import DataDirError
     from isthmus.cli import admission_plugins
     from isthmus.runtime.logging import setup_logging
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import aiohttp
 
+from isthmus.apiserver.authentication.tls import ensure_certs
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
-from isthmus.apiserver.tls import ensure_certs
 from isthmus.local import components, plan
 from isthmus.local.endpoints import metrics_addr, ready_url, server_url
 from isthmus.local.kubelite.processes import ENTRY

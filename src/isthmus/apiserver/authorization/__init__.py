@@ -6,8 +6,8 @@ non-resource path) go to a union of authorizers, the first that allows or denies
 request nobody allowed gets a 403 worded by `attributes.forbidden`. The chain here is kube's:
 members of `system:masters` are always allowed (its privileged-groups authorizer, ahead of every
 mode), then the modes of `--authorization-mode` in order: `RBAC` (rbac.py, over the store's
-Roles, ClusterRoles and their bindings; bootstrap.py creates kube's default policy),
-`AlwaysAllow`, `AlwaysDeny`.
+Roles, ClusterRoles and their bindings; bootstrappolicy.py holds kube's default policy, which
+controllers/bootstraprbac.py writes at start), `AlwaysAllow`, `AlwaysDeny`.
 
 The same chain answers the access reviews (registry/authorization.py) and, through `CURRENT`,
 the RBAC strategies' escalation checks (registry/rbac.py), which run deep in the write pipeline
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from isthmus.apiserver.authentication import MASTERS_GROUP, UserInfo
+from isthmus.apiserver.authentication.authenticators import MASTERS_GROUP, UserInfo
 from isthmus.apiserver.authorization.attributes import Attributes, forbidden, request_attributes
 from isthmus.apiserver.authorization.rbac import PolicyRule, RuleResolver, Source, aggregate
 

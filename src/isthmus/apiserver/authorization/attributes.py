@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from isthmus.apiserver import errors
-from isthmus.apiserver.authentication import UserInfo
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.authentication.authenticators import UserInfo
 
 __all__ = ["Attributes", "forbidden", "request_attributes"]
 

@@ -17,10 +17,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from isthmus.apiserver import errors
-from isthmus.apiserver.authentication import UserInfo
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.authentication.authenticators import UserInfo
 from isthmus.apiserver.authorization.attributes import Attributes
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 __all__ = [
     "CLUSTER_ROLES",

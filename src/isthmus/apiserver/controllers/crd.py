@@ -13,15 +13,16 @@ import contextlib
 import logging
 from typing import Any
 
-from isthmus.apiserver import meta
+from isthmus.apiserver.apimachinery import meta
+from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.controllers.base import QueueController
-from isthmus.apiserver.errors import ApiError
 from isthmus.apiserver.registry.customresource import crd_resources
 from isthmus.apiserver.registry.customresourcedefinition import CLEANUP_FINALIZER as CRD_CLEANUP_FINALIZER
 from isthmus.apiserver.registry.customresourcedefinition import KEY as CRD_KEY
+from isthmus.apiserver.registry.resources import ResourceRegistry
 from isthmus.apiserver.registry.store import GenericStore
-from isthmus.apiserver.resources import ResourceRegistry
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 log = logging.getLogger("isthmus.apiserver")
 

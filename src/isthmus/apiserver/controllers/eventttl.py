@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from isthmus.apiserver.storage import Store, WatchEvent
-from isthmus.apiserver.table import parse_time
+from isthmus.apiserver.registry.table import parse_time
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 log = logging.getLogger("isthmus.apiserver")
 

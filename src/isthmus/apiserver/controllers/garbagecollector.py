@@ -13,11 +13,12 @@ import contextlib
 from collections import defaultdict
 from typing import Any
 
+from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.controllers.base import QueueController
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.registry.resources import ResourceRegistry
 from isthmus.apiserver.registry.store import GenericStore
-from isthmus.apiserver.resources import ResourceRegistry
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 Obj = dict[str, Any]
 Ref = tuple[str, str, str]  # (storage key, namespace, name)

@@ -23,12 +23,13 @@ import ipaddress
 import logging
 from typing import Any
 
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.controllers.base import QueueController
-from isthmus.apiserver.errors import ApiError
-from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.registry.store import GenericStore
-from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 log = logging.getLogger("isthmus.apiserver")
 

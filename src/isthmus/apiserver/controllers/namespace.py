@@ -12,12 +12,12 @@ import contextlib
 import logging
 from typing import Any
 
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.registry.namespace import FINALIZER
 from isthmus.apiserver.registry.namespace import KEY as NS_KEY
+from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.registry.store import GenericStore
-from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.storage.store import Store
 
 log = logging.getLogger("isthmus.apiserver")
 

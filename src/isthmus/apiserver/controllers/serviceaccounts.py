@@ -19,12 +19,13 @@ import base64
 import logging
 from typing import Any
 
+from isthmus.apiserver.apimachinery.jsoncopy import clone
+from isthmus.apiserver.authentication.serviceaccounts import ServiceAccountTokens
 from isthmus.apiserver.controllers.base import QueueController
-from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.registry.resources import ResourceRegistry
 from isthmus.apiserver.registry.store import GenericStore
-from isthmus.apiserver.resources import ResourceRegistry
-from isthmus.apiserver.serviceaccounts import ServiceAccountTokens
-from isthmus.apiserver.storage import Store, WatchEvent
+from isthmus.apiserver.storage.store import Store
+from isthmus.apiserver.storage.watch import WatchEvent
 
 log = logging.getLogger("isthmus.apiserver")
 

@@ -9,13 +9,14 @@ import orjson
 import yaml
 from aiohttp import web
 
-from isthmus.apiserver import decoding, errors, protobuf
-from isthmus.apiserver.authentication import UNSECURED, Authenticator, UserInfo
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.authentication.authenticators import UNSECURED, Authenticator, UserInfo
 from isthmus.apiserver.httpserver import JsonAnswer, LeanRequest
+from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.registry.store import GenericStore
-from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
-from isthmus.apiserver.storage import Store
+from isthmus.apiserver.serializer import decoding, protobuf
+from isthmus.apiserver.storage.store import Store
 
 Obj = dict[str, Any]
 

@@ -6,11 +6,11 @@ from typing import Any
 
 from aiohttp import web
 
-from isthmus.apiserver import errors
-from isthmus.apiserver.decoding import read_body_strict
+from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
 from isthmus.apiserver.registry.strategy import VirtualRequest
+from isthmus.apiserver.serializer.decoding import read_body_strict
 
 
 async def create_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:

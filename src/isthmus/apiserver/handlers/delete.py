@@ -7,8 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
-from isthmus.apiserver import errors
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.handlers.common import HandlerContext, decode, json_response, output, truthy, user_of
 from isthmus.apiserver.handlers.get import selection
 from isthmus.apiserver.handlers.scope import RequestScope

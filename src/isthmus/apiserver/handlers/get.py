@@ -12,12 +12,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from isthmus.apiserver import errors, table
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.selectors import parse_field_selector, parse_label_selector
 from isthmus.apiserver.handlers import scale
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, output
 from isthmus.apiserver.handlers.scope import RequestScope
-from isthmus.apiserver.resources import ResourceInfo
-from isthmus.apiserver.selectors import parse_field_selector, parse_label_selector
+from isthmus.apiserver.registry import table
+from isthmus.apiserver.registry.resources import ResourceInfo
 
 Obj = dict[str, Any]
 

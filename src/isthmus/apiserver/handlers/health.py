@@ -7,7 +7,7 @@ runs one check (`ok`, or 500 `internal server error: <reason>`); `?exclude=<chec
 
 kube's `etcd` check is the storage's here, under kube's name (as k3s names its SQLite one), so that
 probes and tools written for kube read it: it fails once the store's files were changed under the
-server (storage.Store.failure), and the server then refuses every write. kube fails all three
+server (storage/store.py, Store.failure), and the server then refuses every write. kube fails all three
 endpoints when its storage fails, and so does this server: a supervisor restarting it on /livez
 gets a clear refusal to start on the damaged database rather than a server that goes on
 acknowledging writes it cannot keep.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from isthmus.apiserver import openapi as docs
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, not_found
+from isthmus.apiserver.openapi import builder as docs
 
 
 def serve(ctx: HandlerContext, rest: list[str]) -> web.Response:

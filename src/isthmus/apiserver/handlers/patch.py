@@ -12,13 +12,17 @@ from typing import Any
 
 from aiohttp import web
 
-from isthmus.apiserver import errors
-from isthmus.apiserver.decoding import StrictIssues, decode_strict, yaml_duplicate_lines
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.jsoncopy import clone
+from isthmus.apiserver.apimachinery.patch import (
+    apply_json_patch,
+    apply_merge_patch,
+    apply_strategic_merge_patch,
+)
 from isthmus.apiserver.handlers import scale
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, truthy, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
-from isthmus.apiserver.jsoncopy import clone
-from isthmus.apiserver.patch import apply_json_patch, apply_merge_patch, apply_strategic_merge_patch
+from isthmus.apiserver.serializer.decoding import StrictIssues, decode_strict, yaml_duplicate_lines
 
 Obj = dict[str, Any]
 

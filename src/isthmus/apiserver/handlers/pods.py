@@ -33,8 +33,8 @@ from urllib.parse import quote, urlencode
 import aiohttp
 from aiohttp import web
 
-from isthmus.apiserver import errors
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.handlers.common import HandlerContext
 
 __all__ = ["NODE_SUBRESOURCES", "is_node_subresource", "serve"]

@@ -14,13 +14,13 @@ from typing import Any
 
 from aiohttp import web
 
-from isthmus.apiserver import errors
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.jsoncopy import clone
+from isthmus.apiserver.apimachinery.patch import apply_merge_patch
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
-from isthmus.apiserver.jsoncopy import clone
-from isthmus.apiserver.patch import apply_merge_patch
+from isthmus.apiserver.registry.resources import ResourceInfo
 from isthmus.apiserver.registry.strategy import ScaleStrategy
-from isthmus.apiserver.resources import ResourceInfo
 
 Obj = dict[str, Any]
 

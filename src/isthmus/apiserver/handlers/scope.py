@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from isthmus.apiserver import errors
+from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.handlers.common import HandlerContext, not_found, truthy
-from isthmus.apiserver.resources import ResourceInfo
+from isthmus.apiserver.registry.resources import ResourceInfo
 
 
 @dataclass(slots=True)

@@ -12,13 +12,13 @@ from typing import Any
 
 from aiohttp import web
 
-from isthmus.apiserver import errors
-from isthmus.apiserver.handlers.common import HandlerContext, json_response, read_body
-from isthmus.apiserver.serviceaccounts import (
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.authentication.serviceaccounts import (
     EXTENDED_EXPIRATION_SECONDS,
     WARN_ONLY_EXPIRATION_SECONDS,
     ServiceAccountTokens,
 )
+from isthmus.apiserver.handlers.common import HandlerContext, json_response, read_body
 
 Obj = dict[str, Any]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from isthmus.apiserver.decoding import read_body_strict
+from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.handlers import scale
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, output, user_of
 from isthmus.apiserver.handlers.scope import RequestScope
-from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.serializer.decoding import read_body_strict
 
 
 async def update_resource(ctx: HandlerContext, scope: RequestScope) -> web.Response:

@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from isthmus.apiserver import errors, table
-from isthmus.apiserver.errors import ApiError
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.handlers.common import HandlerContext, output, truthy
 from isthmus.apiserver.handlers.get import (
     parse_resource_version,
@@ -24,8 +24,9 @@ from isthmus.apiserver.handlers.get import (
     wait_for_resource_version,
 )
 from isthmus.apiserver.handlers.scope import RequestScope
-from isthmus.apiserver.resources import ResourceInfo
-from isthmus.apiserver.storage import Watch
+from isthmus.apiserver.registry import table
+from isthmus.apiserver.registry.resources import ResourceInfo
+from isthmus.apiserver.storage.watch import Watch
 
 Obj = dict[str, Any]
 EVENT_CACHE_SIZE = 4096

@@ -1,16 +1,15 @@
 """ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding (admissionregistration.k8s.io/v1):
 kube's defaults and validation, with every CEL expression compiled on write (a policy that does
 not compile is refused with 422, naming the field). The plugin that enforces them is
-apiserver/admissionpolicy."""
+apiserver/admission/policy."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from isthmus.apiserver.admissionpolicy import spec
+from isthmus.apiserver.admission.policy import spec
 from isthmus.apiserver.registry.strategy import Strategy
-from isthmus.apiserver.registry.workloads import EmptyStatusStrategy
-from isthmus.apiserver.table import (
+from isthmus.apiserver.registry.table import (
     AGE_COLUMN,
     NAME_COLUMN,
     Column,
@@ -20,6 +19,7 @@ from isthmus.apiserver.table import (
     label_selector_string,
     name_of,
 )
+from isthmus.apiserver.registry.workloads import EmptyStatusStrategy
 
 Obj = dict[str, Any]
 Cause = dict[str, str]

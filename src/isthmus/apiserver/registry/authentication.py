@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from isthmus.apiserver import errors, meta
-from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.apimachinery import errors, meta
+from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.registry.strategy import Strategy, VirtualRequest
 
 Obj = dict[str, Any]

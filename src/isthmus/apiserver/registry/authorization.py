@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from isthmus.apiserver import authorization, errors
-from isthmus.apiserver.authentication import UserInfo
+from isthmus.apiserver import authorization
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.jsoncopy import clone
+from isthmus.apiserver.authentication.authenticators import UserInfo
 from isthmus.apiserver.authorization import Attributes, Authorizer, RulesReview
 from isthmus.apiserver.authorization.rbac import PolicyRule
-from isthmus.apiserver.jsoncopy import clone
 from isthmus.apiserver.registry.strategy import Cause, Strategy, VirtualRequest
 
 Obj = dict[str, Any]

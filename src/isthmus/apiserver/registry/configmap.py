@@ -6,16 +6,9 @@ import base64
 import binascii
 from typing import Any
 
-from isthmus.apiserver.errors import cause
+from isthmus.apiserver.apimachinery.errors import cause
 from isthmus.apiserver.registry.strategy import Strategy
-from isthmus.apiserver.table import (
-    AGE_COLUMN,
-    NAME_COLUMN,
-    Column,
-    age,
-    col,
-    name_of,
-)
+from isthmus.apiserver.registry.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, name_of
 
 Obj = dict[str, Any]
 Cause = dict[str, str]

@@ -11,10 +11,10 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from isthmus.apiserver import _builtin_schemas
+from isthmus.apiserver.openapi import builtin_schemas
+from isthmus.apiserver.registry.resources import ResourceInfo
 from isthmus.apiserver.registry.strategy import Strategy, fields
-from isthmus.apiserver.resources import ResourceInfo
-from isthmus.apiserver.table import dig
+from isthmus.apiserver.registry.table import dig
 
 Obj = dict[str, Any]
 
@@ -39,7 +39,7 @@ def crd_object_schema(version_schema: Any) -> dict[str, Any]:
     props = root.setdefault("properties", {})
     props.setdefault("apiVersion", {"type": "string"})
     props.setdefault("kind", {"type": "string"})
-    meta = copy.deepcopy(_builtin_schemas.object_meta_schema())
+    meta = copy.deepcopy(builtin_schemas.object_meta_schema())
     user_meta = props.get("metadata")
     if isinstance(user_meta, dict):  # name/generateName constraints a CRD may declare
         meta["properties"].update(user_meta.get("properties") or {})

@@ -11,12 +11,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from isthmus.apiserver import validation
-from isthmus.apiserver.errors import cause
+from isthmus.apiserver.apimachinery import validation
+from isthmus.apiserver.apimachinery.errors import cause
+from isthmus.apiserver.openapi.schema import go_sharp, go_value
 from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
 from isthmus.apiserver.registry.strategy import Strategy
-from isthmus.apiserver.schema import go_sharp, go_value
-from isthmus.apiserver.table import CREATED_DESC, NAME_COLUMN, Column, col, dig, name_of, parse_time
+from isthmus.apiserver.registry.table import CREATED_DESC, NAME_COLUMN, Column, col, dig, name_of, parse_time
 
 Obj = dict[str, Any]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from isthmus.apiserver.registry.strategy import Strategy
-from isthmus.apiserver.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, dicts, more, name_of
+from isthmus.apiserver.registry.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, dicts, more, name_of
 
 Obj = dict[str, Any]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from isthmus.apiserver.registry.defaulting import set_default
 from isthmus.apiserver.registry.strategy import Strategy
-from isthmus.apiserver.table import (
+from isthmus.apiserver.registry.table import (
     AGE_COLUMN,
     NAME_COLUMN,
     Column,

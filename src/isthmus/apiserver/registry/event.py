@@ -9,17 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from isthmus.apiserver import errors
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.selectors import FieldGetter, field_value
 from isthmus.apiserver.registry.strategy import Cause, Strategy, fields
-from isthmus.apiserver.selectors import FieldGetter, field_value
-from isthmus.apiserver.table import (
-    NAME_DESC,
-    Column,
-    col,
-    name_of,
-    parse_time,
-    since,
-)
+from isthmus.apiserver.registry.table import NAME_DESC, Column, col, name_of, parse_time, since
 
 Obj = dict[str, Any]
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import orjson
 
-from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.registry import printers
+from isthmus.apiserver.registry.table import Column
 from isthmus.apiserver.registry.workloads import HorizontalPodAutoscalerV1Strategy as _V1Base
-from isthmus.apiserver.table import Column
 
 Obj = dict[str, Any]
 

@@ -9,10 +9,10 @@ import ipaddress
 import re
 from typing import Any
 
-from isthmus.apiserver import validation as v
-from isthmus.apiserver.errors import cause
+from isthmus.apiserver.apimachinery import validation as v
+from isthmus.apiserver.apimachinery.errors import cause
 from isthmus.apiserver.registry.strategy import Strategy
-from isthmus.apiserver.table import (
+from isthmus.apiserver.registry.table import (
     AGE_COLUMN,
     NAME_COLUMN,
     Column,

@@ -11,15 +11,7 @@ from typing import Any
 
 from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
 from isthmus.apiserver.registry.strategy import StatusStrategy, Strategy, fields
-from isthmus.apiserver.table import (
-    AGE_COLUMN,
-    NAME_COLUMN,
-    Column,
-    age,
-    col,
-    dig,
-    name_of,
-)
+from isthmus.apiserver.registry.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, dig, name_of
 
 Obj = dict[str, Any]
 

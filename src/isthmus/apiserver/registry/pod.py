@@ -8,7 +8,7 @@ from typing import Any
 
 from isthmus.apiserver.registry.defaulting import set_default
 from isthmus.apiserver.registry.strategy import Strategy, fields
-from isthmus.apiserver.table import (
+from isthmus.apiserver.registry.table import (
     AGE_COLUMN,
     NAME_COLUMN,
     Column,

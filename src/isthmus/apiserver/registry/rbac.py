@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from isthmus.apiserver import authorization, errors
-from isthmus.apiserver.authentication import MASTERS_GROUP
+from isthmus.apiserver import authorization
+from isthmus.apiserver.apimachinery import errors
+from isthmus.apiserver.apimachinery.meta import validate_name
+from isthmus.apiserver.authentication.authenticators import MASTERS_GROUP
 from isthmus.apiserver.authorization.attributes import Attributes
 from isthmus.apiserver.authorization.rbac import (
     GROUP,
@@ -23,7 +25,6 @@ from isthmus.apiserver.authorization.rbac import (
     only_gc_fields_changed,
     rules_of,
 )
-from isthmus.apiserver.meta import validate_name
 from isthmus.apiserver.registry.strategy import Cause, Strategy
 
 Obj = dict[str, Any]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from isthmus.apiserver.errors import cause
+from isthmus.apiserver.apimachinery.errors import cause
+from isthmus.apiserver.openapi.schema import go_value
 from isthmus.apiserver.registry.configmap import (
     MAX_DATA_BYTES,
     Cause,
@@ -16,15 +17,7 @@ from isthmus.apiserver.registry.configmap import (
 )
 from isthmus.apiserver.registry.defaulting import set_default
 from isthmus.apiserver.registry.strategy import Strategy, fields
-from isthmus.apiserver.schema import go_value
-from isthmus.apiserver.table import (
-    AGE_COLUMN,
-    NAME_COLUMN,
-    Column,
-    age,
-    col,
-    name_of,
-)
+from isthmus.apiserver.registry.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, name_of
 
 Obj = dict[str, Any]
 

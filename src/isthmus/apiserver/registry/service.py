@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from isthmus.apiserver import validation as v
-from isthmus.apiserver.errors import cause
+from isthmus.apiserver.apimachinery import validation as v
+from isthmus.apiserver.apimachinery.errors import cause
 from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
 from isthmus.apiserver.registry.strategy import Strategy, fields
-from isthmus.apiserver.table import (
+from isthmus.apiserver.registry.table import (
     AGE_COLUMN,
     NAME_COLUMN,
     Column,
@@ -143,7 +143,7 @@ def validate_service_spec(spec: Obj) -> list[Cause]:
             errs += v.invalid_each("spec.selector", str(key), v.is_qualified_name(str(key)))
             if isinstance(value, str):
                 errs += v.invalid_each("spec.selector", value, v.is_valid_label_value(value))
-    # The same protocol and port twice: the schema's list-map keys refuse it already (schema.py).
+    # The same protocol and port twice: the schema's list-map keys refuse it already (openapi/schema.py).
     return errs
 
 

@@ -18,17 +18,19 @@ from typing import Any
 
 import orjson
 
-from isthmus.apiserver import errors, meta, schema
-from isthmus.apiserver.admission import Admission, AdmissionRequest
-from isthmus.apiserver.admissionpolicy import ValidatingAdmissionPolicies
-from isthmus.apiserver.apply import server_side_apply, track_update
-from isthmus.apiserver.authentication import UserInfo
-from isthmus.apiserver.decoding import StrictIssues
-from isthmus.apiserver.jsoncopy import clone
+from isthmus.apiserver.admission.attributes import AdmissionRequest
+from isthmus.apiserver.admission.chain import Admission
+from isthmus.apiserver.admission.policy.engine import ValidatingAdmissionPolicies
+from isthmus.apiserver.admission.webhook.dispatch import Webhooks
+from isthmus.apiserver.apimachinery import errors, meta
+from isthmus.apiserver.apimachinery.jsoncopy import clone
+from isthmus.apiserver.authentication.authenticators import UserInfo
+from isthmus.apiserver.fieldmanager.fieldmanager import server_side_apply, track_update
+from isthmus.apiserver.openapi import schema
 from isthmus.apiserver.registry import namespace
-from isthmus.apiserver.resources import ResourceInfo, ResourceRegistry
-from isthmus.apiserver.storage import Store
-from isthmus.apiserver.webhooks import Webhooks
+from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
+from isthmus.apiserver.serializer.decoding import StrictIssues
+from isthmus.apiserver.storage.store import Store
 
 __all__ = ["GenericStore", "clone"]
 

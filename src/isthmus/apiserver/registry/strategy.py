@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
-from isthmus.apiserver.authentication import Authenticator, UserInfo
-from isthmus.apiserver.jsoncopy import clone
-from isthmus.apiserver.selectors import FieldGetter, field_path
-from isthmus.apiserver.table import Column, JSONPathPrinter
+from isthmus.apiserver.apimachinery.jsoncopy import clone
+from isthmus.apiserver.apimachinery.selectors import FieldGetter, field_path
+from isthmus.apiserver.authentication.authenticators import Authenticator, UserInfo
+from isthmus.apiserver.registry.table import Column, JSONPathPrinter
 
 Obj = dict[str, Any]
 Cause = dict[str, str]

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from isthmus.apiserver import errors, validation
-from isthmus.apiserver.admissionpolicy.cel import CompileError, compile_expression
-from isthmus.apiserver.admissionpolicy.spec import (
+from isthmus.apiserver.admission.policy.cel import CompileError, compile_expression
+from isthmus.apiserver.admission.policy.spec import (
     _compile_cause,
     _invalid,
     _required,
@@ -17,9 +16,10 @@ from isthmus.apiserver.admissionpolicy.spec import (
     _validate_rules,
     _validate_selector,
 )
+from isthmus.apiserver.admission.webhook.dispatch import MATCH_CONDITION_ROOTS
+from isthmus.apiserver.apimachinery import errors, validation
 from isthmus.apiserver.registry.strategy import Strategy
-from isthmus.apiserver.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, name_of
-from isthmus.apiserver.webhooks.dispatch import MATCH_CONDITION_ROOTS
+from isthmus.apiserver.registry.table import AGE_COLUMN, NAME_COLUMN, Column, age, col, name_of
 
 Obj = dict[str, Any]
 Cause = dict[str, str]

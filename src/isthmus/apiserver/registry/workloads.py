@@ -13,7 +13,7 @@ from isthmus.apiserver.registry import printers
 from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
 from isthmus.apiserver.registry.pod import default_template
 from isthmus.apiserver.registry.strategy import ScaleStrategy, Strategy
-from isthmus.apiserver.table import (
+from isthmus.apiserver.registry.table import (
     AGE_COLUMN,
     NAME_COLUMN,
     Column,
