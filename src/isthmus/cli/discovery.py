@@ -461,7 +461,7 @@ def _cond(view: views.ConditionView | None) -> str:
     return "\n".join([f"{view.status} {first}".strip(), *more])
 
 
-SHOW_CHOICES = ("clusters", "exports", "imports", "egress", "mcs", "pools", "loadbalancers")
+SHOW_CHOICES = ("clusters", "exports", "imports", "egress", "pools", "loadbalancers", "mcs")
 """For help and shell completion; what `show` accepts is SHOW_WHAT and the registered plug-ins."""
 
 

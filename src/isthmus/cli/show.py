@@ -43,12 +43,19 @@ class Show:
 
 SHOWS: dict[str, Show] = {}
 
+LISTED = ("egress", "pools", "loadbalancers", "mcs")
+"""The order help, completion and errors list the plug-ins in, whatever order their command modules
+were imported in (a kind not named here comes last)."""
+
 
 def register_show(
     what: str, run: Callable[[ShowRequest], None], *, default_all_namespaces: bool = False, on_broker: bool = False
 ) -> None:
     """Make `isthmus show <what>` call `run`."""
     SHOWS[what] = Show(run, default_all_namespaces, on_broker)
+    ordered = sorted(SHOWS.items(), key=lambda kv: LISTED.index(kv[0]) if kv[0] in LISTED else len(LISTED))
+    SHOWS.clear()
+    SHOWS.update(ordered)
 
 
 def _same_server(a: str, b: str) -> bool:
