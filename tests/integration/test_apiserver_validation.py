@@ -450,6 +450,8 @@ def _service(**spec: Any) -> dict[str, Any]:
     ({}, [("spec.ports", "Required value")]),
     ({"ports": [{"name": "a", "port": 80}, {"name": "a", "port": 81}]},
      [("spec.ports[1].name", 'Duplicate value: "a"')]),
+    ({"ports": [{"port": 80}, {"name": "b", "port": 81}, {"port": 82}]},  # one port may go unnamed, not several
+     [("spec.ports[0].name", "Required value"), ("spec.ports[2].name", "Required value")]),
 ])
 async def test_service_ports_and_selector_are_validated_as_kube_does(
         apiserver: RunningApiServer, spec: dict[str, Any], causes: list[tuple[str, str]]) -> None:

@@ -85,7 +85,7 @@ async def test_services_get_cluster_ips_and_node_ports(lite: Lite) -> None:
         Service,
         {
             "metadata": {"name": "np"},
-            "spec": {"type": "NodePort", "ports": [port, {"name": "b", "port": 81}]},
+            "spec": {"type": "NodePort", "ports": [{**port, "name": "a"}, {"name": "b", "port": 81}]},
         },
     )
     await create(c, Service, {"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer", "ports": [port]}})

@@ -38,7 +38,7 @@ def service(name: str, config: str | None, ports: tuple[int, ...] = (80,)) -> Se
     if config is not None:
         meta["annotations"] = {DKLB_CONFIG_ANNOTATION: config}
     return Service.from_dict({"metadata": meta, "spec": {"type": "LoadBalancer",
-                                                         "ports": [{"port": p} for p in ports]}})
+                                                         "ports": [{"name": f"p{p}", "port": p} for p in ports]}})
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ metadata:
         servicePort: 81
 spec:
   type: LoadBalancer
-  ports: [{{port: 80}}, {{port: 8080}}]
+  ports: [{{name: http, port: 80}}, {{name: alt, port: 8080}}]
 """
 
 GOOD_INGRESS = """

@@ -117,11 +117,12 @@ def validate_service_spec(spec: Obj) -> list[Cause]:
     if not ports and spec.get("clusterIP") != "None" and stype != "ExternalName":
         errs.append(v.required("spec.ports"))
     names: set[str] = set()
+    require_name = len(ports) > 1  # kube: a port of a multi-port Service must be named
     for i, port in enumerate(ports):
         path = f"spec.ports[{i}]"
         name = port.get("name")
-        # kube also requires a name of each port when there are several (spec.ports[i].name: Required
-        # value); left out for now: tests of other parts still create such Services (see docs).
+        if require_name and not (isinstance(name, str) and name):
+            errs.append(v.required(f"{path}.name"))
         if isinstance(name, str) and name:
             errs += v.invalid_each(f"{path}.name", name, v.is_dns1123_label(name))
             if name in names:
