@@ -179,7 +179,8 @@ def _pools_pod(cs: Clusterset) -> dict[str, Any]:
 
 
 def _kube_lite_pid(cs: Clusterset) -> int:
-    return int(cs.status()["clusters"][0]["processes"]["kube-lite"]["pid"])
+    """kube-lite's pid, 0 while the supervisor has none (between the kill and the restart)."""
+    return int(cs.status()["clusters"][0]["processes"]["kube-lite"]["pid"] or 0)
 
 
 def test_a_restarted_kube_lite_starts_the_pool_manager_once_its_predecessor_is_gone(cs: Clusterset) -> None:
