@@ -208,15 +208,18 @@ function graph() {
     const n = Math.hypot(nx, ny) || 1;
     [nx, ny] = n > 0.5 ? [nx / n, ny / n] : [0, -1];
     const qx = (x1 + 2 * mx + x2) / 4, qy = (y1 + 2 * my + y2) / 4;
+    // Off its own arrow (the box's half-extent along the normal, plus a gap), then the nearest
+    // clear spot, trying the outside of the curve before the inside at each distance.
+    const t0 = Math.abs(nx) * w / 2 + Math.abs(ny) * lh / 2 + 3;
+    const at = (dir, t) => ({ x: qx + dir * nx * t - w / 2, y: qy + dir * ny * t - lh / 2, w, h: lh });
     let box = null;
-    for (const dir of [1, -1]) {
-      for (let t = 0; t <= 300 && !box; t += 4) {
-        const b = { x: qx + dir * nx * t - w / 2, y: qy + dir * ny * t - lh / 2, w, h: lh };
-        if (!overlaps(b)) box = b;
+    for (let t = t0; t <= 300 && !box; t += 4) {
+      for (const dir of [1, -1]) {
+        const b = at(dir, t);
+        if (!overlaps(b)) { box = b; break; }
       }
-      if (box) break;
     }
-    box = box || { x: qx - w / 2, y: qy - lh / 2, w, h: lh };
+    box = box || at(1, t0);
     taken.push(box);
     return [box.x + w / 2, box.y + lh / 2 + 4];
   };
