@@ -212,11 +212,18 @@ function graph() {
     // clear spot, trying the outside of the curve before the inside at each distance.
     const t0 = Math.abs(nx) * w / 2 + Math.abs(ny) * lh / 2 + 3;
     const at = (dir, t) => ({ x: qx + dir * nx * t - w / 2, y: qy + dir * ny * t - lh / 2, w, h: lh });
+    // The whole curve, not only its middle: where the label lies on the inside of the bend, the
+    // curve's ends come back toward it.
+    const curve = Array.from({ length: 41 }, (_, i) => {
+      const u = i / 40, v = 1 - u;
+      return [v * v * x1 + 2 * u * v * mx + u * u * x2, v * v * y1 + 2 * u * v * my + u * u * y2];
+    });
+    const onCurve = (b) => curve.some(([x, y]) => b.x - 4 < x && x < b.x + b.w + 4 && b.y - 4 < y && y < b.y + b.h + 4);
     let box = null;
     for (let t = t0; t <= 300 && !box; t += 4) {
       for (const dir of [1, -1]) {
         const b = at(dir, t);
-        if (!overlaps(b)) { box = b; break; }
+        if (!overlaps(b) && !onCurve(b)) { box = b; break; }
       }
     }
     box = box || at(1, t0);
