@@ -280,13 +280,20 @@ _LABEL_OVERLAPS = """() => {
     labels.slice(i + 1).forEach(([u, b]) => { if (meet(a, b)) out.push(`${t} / ${u}`); });
     nodes.forEach(([n, b]) => { if (meet(a, b)) out.push(`${t} / node ${n}`); });
   });
-  // A label is not drawn across its own arrow: no point of the curve falls inside the label's box.
-  document.querySelectorAll(".graph .edge-group").forEach((g) => {
-    const path = g.querySelector("path.edge"), a = box(g.querySelector(".edge-label")), m = path.getScreenCTM();
-    for (let s = 0, n = path.getTotalLength(); s <= n; s += 2) {
-      const p = path.getPointAtLength(s), x = m.a * p.x + m.c * p.y + m.e, y = m.b * p.x + m.d * p.y + m.f;
-      if (a.left < x && x < a.right && a.top < y && y < a.bottom) { out.push(`${g.dataset.edge} / its arrow`); break; }
-    }
+  // No label is drawn across an arrow, its own or another's: no point of a curve falls inside its box.
+  const groups = [...document.querySelectorAll(".graph .edge-group")];
+  groups.forEach((g) => {
+    const a = box(g.querySelector(".edge-label"));
+    groups.forEach((h) => {
+      const path = h.querySelector("path.edge"), m = path.getScreenCTM();
+      for (let s = 0, n = path.getTotalLength(); s <= n; s += 2) {
+        const p = path.getPointAtLength(s), x = m.a * p.x + m.c * p.y + m.e, y = m.b * p.x + m.d * p.y + m.f;
+        if (a.left < x && x < a.right && a.top < y && y < a.bottom) {
+          out.push(`${g.dataset.edge} / ${h === g ? "its arrow" : `arrow ${h.dataset.edge}`}`);
+          break;
+        }
+      }
+    });
   });
   return [labels.length, out];
 }"""

@@ -193,53 +193,57 @@ function graph() {
       }
   }
   const colour = { healthy: "#1f9d55", unhealthy: "#d68a00", unreachable: "#d64545", unknown: "#8a94a6" };
-  // Labels go where they cover no other label and no cluster: from the middle of their curve, out
-  // along the side it bends to (a→b and b→a bend apart), step by step. Without this, a→b's and
-  // b→a's labels printed over each other, and over the broker in the middle.
+  // Labels go where they cover no other label, no cluster and no arrow: from just off the middle of
+  // their curve, out along the side it bends to (a→b and b→a bend apart) before the inside, step by
+  // step. Without this, a→b's and b→a's labels printed over each other, over the broker in the
+  // middle, or across an arrow. Every curve is laid out first, so a label also keeps off the arrows
+  // drawn after it; where no spot clears every arrow, it keeps clear of its own.
   const radius = (name) => (name === broker?.name ? 30 : 26);
   const taken = Object.entries(pos).map(([name, [x, y]]) => {
     const r = radius(name) + 2;
     return { x: x - r, y: y - r, w: 2 * r, h: 2 * r };
   });
   const overlaps = (b) => taken.some((o) => b.x < o.x + o.w && o.x < b.x + b.w && b.y < o.y + o.h && o.y < b.y + b.h);
-  const placeLabel = (text, x1, y1, mx, my, x2, y2) => {
-    const w = text.length * 7 + 6, lh = 15;
-    let nx = mx - (x1 + x2) / 2, ny = my - (y1 + y2) / 2;
-    const n = Math.hypot(nx, ny) || 1;
-    [nx, ny] = n > 0.5 ? [nx / n, ny / n] : [0, -1];
-    const qx = (x1 + 2 * mx + x2) / 4, qy = (y1 + 2 * my + y2) / 4;
-    // Off its own arrow (the box's half-extent along the normal, plus a gap), then the nearest
-    // clear spot, trying the outside of the curve before the inside at each distance.
-    const t0 = Math.abs(nx) * w / 2 + Math.abs(ny) * lh / 2 + 3;
-    const at = (dir, t) => ({ x: qx + dir * nx * t - w / 2, y: qy + dir * ny * t - lh / 2, w, h: lh });
-    // The whole curve, not only its middle: where the label lies on the inside of the bend, the
-    // curve's ends come back toward it.
-    const curve = Array.from({ length: 41 }, (_, i) => {
-      const u = i / 40, v = 1 - u;
-      return [v * v * x1 + 2 * u * v * mx + u * u * x2, v * v * y1 + 2 * u * v * my + u * u * y2];
-    });
-    const onCurve = (b) => curve.some(([x, y]) => b.x - 4 < x && x < b.x + b.w + 4 && b.y - 4 < y && y < b.y + b.h + 4);
-    let box = null;
-    for (let t = t0; t <= 300 && !box; t += 4) {
-      for (const dir of [1, -1]) {
-        const b = at(dir, t);
-        if (!overlaps(b) && !onCurve(b)) { box = b; break; }
-      }
-    }
-    box = box || at(1, t0);
-    taken.push(box);
-    return [box.x + w / 2, box.y + lh / 2 + 4];
-  };
-  const edges = Object.values(pairs).sort((a, b) => `${a.from}>${a.to}`.localeCompare(`${b.from}>${b.to}`)).map((p) => {
+  const crosses = (b, points) => points.some(([x, y]) => b.x - 4 < x && x < b.x + b.w + 4 && b.y - 4 < y && y < b.y + b.h + 4);
+  const curves = Object.values(pairs).sort((a, b) => `${a.from}>${a.to}`.localeCompare(`${b.from}>${b.to}`)).map((p) => {
     const [x1, y1] = pos[p.from], [x2, y2] = pos[p.to];
     // Curve each direction to its own side so a→b and b→a do not overlap.
     const mx = (x1 + x2) / 2 + (y2 - y1) * 0.15, my = (y1 + y2) / 2 - (x2 - x1) * 0.15;
     // End the curve at the target's rim (radius + a gap) so the arrowhead shows.
-    const dx = x2 - mx, dy = y2 - my, d = Math.hypot(dx, dy) || 1, r = (p.to === broker?.name ? 30 : 26) + 4;
+    const dx = x2 - mx, dy = y2 - my, d = Math.hypot(dx, dy) || 1, r = radius(p.to) + 4;
     const ex = x2 - (dx / d) * r, ey = y2 - (dy / d) * r;
+    const points = Array.from({ length: 41 }, (_, i) => {
+      const u = i / 40, v = 1 - u;
+      return [v * v * x1 + 2 * u * v * mx + u * u * ex, v * v * y1 + 2 * u * v * my + u * u * ey];
+    });
+    return { p, x1, y1, mx, my, ex, ey, points };
+  });
+  const placeLabel = (text, { x1, y1, mx, my, ex, ey, points }) => {
+    const w = text.length * 7 + 6, lh = 15;
+    let nx = mx - (x1 + ex) / 2, ny = my - (y1 + ey) / 2;
+    const n = Math.hypot(nx, ny) || 1;
+    [nx, ny] = n > 0.5 ? [nx / n, ny / n] : [0, -1];
+    const qx = (x1 + 2 * mx + ex) / 4, qy = (y1 + 2 * my + ey) / 4;
+    const t0 = Math.abs(nx) * w / 2 + Math.abs(ny) * lh / 2 + 3;  // the box's half-extent along the normal
+    const at = (dir, t) => ({ x: qx + dir * nx * t - w / 2, y: qy + dir * ny * t - lh / 2, w, h: lh });
+    const search = (clear) => {
+      for (let t = t0; t <= 300; t += 4) {
+        for (const dir of [1, -1]) {
+          const b = at(dir, t);
+          if (!overlaps(b) && clear(b)) return b;
+        }
+      }
+      return null;
+    };
+    const box = search((b) => curves.every((c) => !crosses(b, c.points))) || search((b) => !crosses(b, points)) || at(1, t0);
+    taken.push(box);
+    return [box.x + w / 2, box.y + lh / 2 + 4];
+  };
+  const edges = curves.map((c) => {
+    const { p, x1, y1, mx, my, ex, ey } = c;
     const bad = p.conflicts.length;
     const text = bad ? `${p.services.length} (${bad} in conflict)` : String(p.services.length);
-    const [lx, ly] = placeLabel(text, x1, y1, mx, my, ex, ey);
+    const [lx, ly] = placeLabel(text, c);
     return svg("g", { class: "edge-group", "data-edge": `${p.from}>${p.to}` },
       svg("path", { class: `edge${bad ? " conflict" : ""}`, d: `M${x1},${y1} Q${mx},${my} ${ex},${ey}`,
         "stroke-width": Math.min(6, 1 + p.services.length), "marker-end": bad ? "url(#arrow-bad)" : "url(#arrow)" },
