@@ -4,7 +4,9 @@ admission/plugin/webhook/predicates (rules, namespace and object selectors) serv
 
 `rule_matches` is kube's rules.Matcher on one resource; `label_selector_matches` metav1.LabelSelector
 semantics over an object's labels (`object_labels`) or its namespace's (`namespace_labels`); EXEMPT
-the admission configuration resources that neither plugin ever judges (no admin lock-out).
+the admission configuration resources that neither plugin ever judges (no admin lock-out);
+`may_cover` the cheap pre-check both make before any rule is read, and `equivalents` kube's
+EquivalentResourceMapper.
 """
 
 from __future__ import annotations
@@ -12,16 +14,30 @@ from __future__ import annotations
 from typing import Any
 
 from isthmus.apiserver.admission.attributes import AdmissionRequest
-from isthmus.apiserver.registry.resources import ResourceInfo
+from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.storage.store import Store
 
 Obj = dict[str, Any]
 
 NAMESPACES_KEY = "/namespaces"
+ADMISSION_GROUP = "admissionregistration.k8s.io"
 # kube's IsExemptAdmissionConfigurationResource: neither policies nor webhooks judge writes of these.
 EXEMPT = frozenset({"validatingadmissionpolicies", "validatingadmissionpolicybindings",
                     "mutatingadmissionpolicies", "mutatingadmissionpolicybindings",
                     "validatingwebhookconfigurations", "mutatingwebhookconfigurations"})
+
+
+def may_cover(bases: frozenset[str], info: ResourceInfo) -> bool:
+    """Whether rules naming the resources `bases` ("*" for all) may match writes of `info`: no rule,
+    no cost, and the exempt configuration kinds never."""
+    if not bases or (info.group == ADMISSION_GROUP and info.plural in EXEMPT):
+        return False
+    return "*" in bases or info.plural in bases
+
+
+def equivalents(resources: ResourceRegistry, info: ResourceInfo) -> list[ResourceInfo]:
+    """The resource in its other groups/versions (kube's EquivalentResourceMapper): same storage."""
+    return [i for i in resources.all() if i.key == info.key and i is not info and i.plural == info.plural]
 
 
 def label_selector_matches(sel: Any, labels: dict[str, str] | None) -> bool:

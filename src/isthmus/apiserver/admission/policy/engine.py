@@ -28,7 +28,9 @@ from isthmus.apiserver.admission.attributes import AdmissionRequest, admission_r
 from isthmus.apiserver.admission.matching import (
     EXEMPT,
     NAMESPACES_KEY,
+    equivalents,
     label_selector_matches,
+    may_cover,
     namespace_labels,
     object_labels,
     rule_matches,
@@ -124,15 +126,9 @@ class ValidatingAdmissionPolicies:
         """Whether some bound policy may apply to writes of `info` (cheap: no policy, no cost)."""
         if self._dirty:
             self._refresh()
-        if not self._bases or (info.group == GROUP and info.plural in EXEMPT):
-            return False
-        return "*" in self._bases or info.plural in self._bases
+        return may_cover(self._bases, info)
 
     # ------------------------------------------------------------------ matching
-
-    def _equivalents(self, info: ResourceInfo) -> list[ResourceInfo]:
-        """The resource in its other groups/versions (kube's EquivalentResourceMapper): same storage."""
-        return [i for i in self.resources.all() if i.key == info.key and i is not info and i.plural == info.plural]
 
     def _matches(self, mr: Obj, a: AdmissionRequest) -> ResourceInfo | None:
         """The resource (the request's or an equivalent) `mr` matches the request as, else None."""
@@ -161,7 +157,7 @@ class ValidatingAdmissionPolicies:
         if not equivalent:
             return None
         for rule in rules:
-            for other in self._equivalents(a.resource):
+            for other in equivalents(self.resources, a.resource):
                 if rule_matches(rule, a, other):
                     return other
         return None

@@ -30,8 +30,9 @@ from celpy import celtypes
 
 from isthmus.apiserver.admission.attributes import AdmissionRequest, admission_review_request
 from isthmus.apiserver.admission.matching import (
-    EXEMPT,
+    equivalents,
     label_selector_matches,
+    may_cover,
     namespace_labels,
     object_labels,
     rule_matches,
@@ -173,14 +174,9 @@ class Webhooks:
         """Whether some webhook's rules may name `info` (cheap: no configuration, no cost)."""
         if self._dirty:
             self._refresh()
-        if not self._bases or (info.group == GROUP and info.plural in EXEMPT):
-            return False
-        return "*" in self._bases or info.plural in self._bases
+        return may_cover(self._bases, info)
 
     # ------------------------------------------------------------------ matching
-
-    def _equivalents(self, info: ResourceInfo) -> list[ResourceInfo]:
-        return [i for i in self.resources.all() if i.key == info.key and i is not info and i.plural == info.plural]
 
     def _matches(self, h: Hook, a: AdmissionRequest) -> ResourceInfo | None:
         """kube's ShouldCallHook: the resource (the request's or an equivalent) `h` is called as."""
@@ -200,7 +196,7 @@ class Webhooks:
         if spec.get("matchPolicy", "Equivalent") == "Exact":
             return None
         for rule in rules:
-            for other in self._equivalents(a.resource):
+            for other in equivalents(self.resources, a.resource):
                 if rule_matches(rule, a, other):
                     return other
         return None
