@@ -101,6 +101,12 @@ def up(
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Return once ready; leave the clusterset running.")
     ] = False,
+    runtime: Annotated[
+        str | None,
+        typer.Option("--runtime", help="How pods run: `process` (the fast default: processes of this machine on "
+                     "127.0.0.0/8) or `runc` (OCI containers of the images built here, a network namespace "
+                     "per pod, root only). Fixed when the state dir is made.", show_default=False),
+    ] = None,
     supervise_flag: Annotated[bool, typer.Option(SUPERVISE_FLAG, hidden=True)] = False,
 ) -> None:
     """Start a broker and N clusters on this machine (127.0.0.0/8 only) and keep them running.
@@ -120,9 +126,22 @@ def up(
     if state is not None and clusters is not None and clusters != state.clusters:
         raise fail(f"{layout.root} holds a clusterset of {plural(state.clusters, 'cluster')}, not {clusters}: "
                    "drop --clusters, or use another --state-dir")
+    try:
+        if runtime is not None:
+            plan.validate_runtime(runtime)
+        if state is not None and runtime is not None and runtime != state.runtime:
+            raise plan.PlanError(f"{layout.root} holds a clusterset of the {state.runtime} runtime, not {runtime}: "
+                                 "drop --runtime, or use another --state-dir")
+        effective = runtime or (state.runtime if state is not None else plan.PROCESS)
+        if effective == plan.RUNC and not supervise_flag:
+            from isthmus.local.runcmode import check_prerequisites
+
+            check_prerequisites()
+    except plan.PlanError as e:
+        raise fail(str(e)) from None
     if supervise_flag:
         try:
-            raise typer.Exit(supervise(layout, clusters, enable_clusterset_ip))
+            raise typer.Exit(supervise(layout, clusters, enable_clusterset_ip, runtime))
         except plan.PlanError as e:
             raise fail(str(e)) from None
     console = _console()
@@ -130,12 +149,12 @@ def up(
     if pid is not None:
         _up_while_running(console, layout, pid)
         return
-    holder = machine_holder()
+    holder = machine_holder() if effective == plan.PROCESS else None  # runc mode: namespaces of its own
     if holder is not None and holder != str(layout.root):
         raise fail(plan_in_use_message(holder))
     started = time.monotonic()
     try:
-        proc = spawn_supervisor(layout, clusters, enable_clusterset_ip, foreground=not detach)
+        proc = spawn_supervisor(layout, clusters, enable_clusterset_ip, foreground=not detach, runtime=runtime)
     except OSError as e:
         raise fail(f"cannot use the state dir {layout.root}: {e.strerror or e}") from None
     stop_requested = False

@@ -11,6 +11,11 @@ controller and the pool manager of its load balancers), as cluster index 0: pod 
 service CIDR 127.200.0.0/16, NodePorts 29500-29999, pools on 127.30.0.1 / 127.31.0.1.
 127.48.0.0/12 stays the user's. VIP blocks are passed to `join`
 explicitly: clusters joining concurrently then still get the block their name promises.
+
+The runc runtime (`up --runtime runc`) has the same plan with 10 for 127: every pod has a network
+namespace of its own and nodes are namespaces joined by a fabric (local/network/), so addresses
+must route between namespaces, which 127.0.0.0/8 never does. Its node of cluster ``ci`` has the
+address 10.255.0.(10+i) (NodePorts listen there), and nothing of it is routed from the host.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+PROCESS = "process"
+RUNC = "runc"
+RUNTIMES = (PROCESS, RUNC)
+"""`up --runtime`: pods as processes of the host (the fast default) or as OCI containers under runc."""
 MAX_CLUSTERS = 30
 DEFAULT_CLUSTERS = 3
 BROKER = "broker"
@@ -35,6 +44,8 @@ EGRESS_RANGE = "127.32.0.0/16"
 """Source IPs of the clusters' local SourceIPClass `isthmus-local` (c<i>: 127.32.i.1-127.32.i.254)."""
 DEMO_OUTSIDE_RANGE = "127.33.0.0/16"
 """Outside servers `isthmus demo` starts (its egress step's echo server is 127.33.0.1)."""
+RUNC_FABRIC_ADDRESS = "10.255.0.1"
+"""runc mode: the fabric's own address, where the apiservers are published to the pods (local/network/)."""
 LOCAL_SOURCE_IP_CLASS = "isthmus-local"
 LOCAL_SOURCE_IP_NAMESPACES = ("default", "demo")
 """Namespaces the local SourceIPClass lets claim (`default` and the demo's); admins add others."""
@@ -51,6 +62,11 @@ MCSVC_BROKER = "mcsvc-broker"
 EGRESS_GATEWAY = "egress-gateway"
 UI = "ui"
 """`isthmus ui`, the web view of the whole clusterset: a supervised process filed under the broker."""
+RELAY = "relay"
+"""runc mode: `isthmus netrelay`, publishing the apiservers into the fabric (10.255.0.1:<port>) and
+the fabric's registry on the host (127.0.0.1:<port>): the clusterset's only doors to the host."""
+REGISTRY = "registry"
+"""runc mode: Debian's `docker-registry` in the fabric (10.255.0.2:5000), holding the images pods pull."""
 CLUSTER_PART_KINDS = (APISERVER, KUBE_LITE, AGENT, DNS, CONTROLLER_MANAGER, POOLS, WEBHOOK, EGRESS_GATEWAY)
 """Every part of a cluster, in the order tables show them."""
 SUPERVISED_KINDS = (APISERVER, KUBE_LITE)
@@ -71,6 +87,8 @@ BROKER_PART_KINDS = (APISERVER, KUBE_LITE, MCSVC_BROKER, POOLS, UI)
 BROKER_SUPERVISED_KINDS = (APISERVER, KUBE_LITE, UI)
 """The broker's processes run by the supervisor (the web view watches every cluster, so it is
 started last, once they all exist)."""
+RUNC_BROKER_KINDS = (RELAY, REGISTRY)
+"""What runc mode adds to the broker's supervised parts (started after the apiservers)."""
 BROKER_POD_KINDS = (MCSVC_BROKER, POOLS)
 """The broker's workloads: installed from deploy/broker/controllers, run by the broker's kube-lite."""
 BROKER_DEPLOYMENTS = {MCSVC_BROKER: "isthmus-mcsvc-broker", POOLS: "isthmus-pools"}
@@ -95,15 +113,23 @@ class ClusterPlan:
     clusterset_ip_cidr: str
     pool_public_address: str
     pool_private_address: str
+    runtime: str = PROCESS
+    node_address: str = NODE_ADDRESS
+    """Where NodePorts listen: the machine's loopback, or (runc) the node namespace's own address."""
 
     @property
     def node_port_range(self) -> str:
         return f"{self.node_port_low}-{self.node_port_high}"
 
     @property
+    def first_octet(self) -> int:
+        return 10 if self.runtime == RUNC else 127
+
+    @property
     def egress_range(self) -> tuple[str, str] | None:
         """First and last address of the cluster's local SourceIPClass (none on the broker)."""
-        return (f"127.32.{self.index}.1", f"127.32.{self.index}.254") if self.index > 0 else None
+        o = self.first_octet
+        return (f"{o}.32.{self.index}.1", f"{o}.32.{self.index}.254") if self.index > 0 else None
 
 
 @dataclass(frozen=True)
@@ -127,6 +153,21 @@ def cluster_name(i: int) -> str:
     return f"c{i}"
 
 
+def validate_runtime(runtime: str) -> None:
+    if runtime not in RUNTIMES:
+        raise PlanError(f"--runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+
+
+def clusterset_ip_range(runtime: str = PROCESS) -> str:
+    """The broker's ClusterSet IP range: 127.240.0.0/12, or 10.240.0.0/12 under runc."""
+    return "10.240.0.0/12" if runtime == RUNC else CLUSTERSET_IP_RANGE
+
+
+def runc_node_address(index: int) -> str:
+    """runc mode: the node of cluster index ``index`` (the broker is 0) on the fabric."""
+    return f"10.255.0.{10 + index}"
+
+
 def vip_prefix(n: int) -> int:
     """/16 per cluster while they fit in the /12 (16 clusters), /17 beyond (up to 32)."""
     rng = ipaddress.ip_network(CLUSTERSET_IP_RANGE)
@@ -136,54 +177,75 @@ def vip_prefix(n: int) -> int:
     return prefix
 
 
-def cluster_plan(i: int, n: int) -> ClusterPlan:
+def cluster_plan(i: int, n: int, runtime: str = PROCESS) -> ClusterPlan:
     """Addresses of cluster ``ci`` in a clusterset of ``n``."""
     validate_count(n)
+    validate_runtime(runtime)
     if not 1 <= i <= n:
         raise PlanError(f"cluster index {i} outside 1..{n}")
-    rng = ipaddress.ip_network(CLUSTERSET_IP_RANGE)
+    rng = ipaddress.ip_network(clusterset_ip_range(runtime))
     prefix = vip_prefix(n)
     block = ipaddress.ip_network((int(rng.network_address) + (i - 1) * 2 ** (32 - prefix), prefix))
     low = NODE_PORT_BASE + (i - 1) * NODE_PORTS_PER_CLUSTER
+    o = 10 if runtime == RUNC else 127
     return ClusterPlan(
         name=cluster_name(i),
         index=i,
-        pod_cidr=f"127.{100 + i}.0.0/16",
-        service_cidr=f"127.{200 + i}.0.0/16",
+        pod_cidr=f"{o}.{100 + i}.0.0/16",
+        service_cidr=f"{o}.{200 + i}.0.0/16",
         node_port_low=low,
         node_port_high=low + NODE_PORTS_PER_CLUSTER - 1,
         clusterset_ip_cidr=str(block),
-        pool_public_address=f"127.30.{i}.1",
-        pool_private_address=f"127.31.{i}.1",
+        pool_public_address=f"{o}.30.{i}.1",
+        pool_private_address=f"{o}.31.{i}.1",
+        runtime=runtime,
+        node_address=runc_node_address(i) if runtime == RUNC else NODE_ADDRESS,
     )
 
 
-def broker_plan() -> ClusterPlan:
+def broker_plan(runtime: str = PROCESS) -> ClusterPlan:
     """The broker's addresses: index 0 of the member scheme (its ClusterSet IP CIDR is the range)."""
+    validate_runtime(runtime)
+    o = 10 if runtime == RUNC else 127
     return ClusterPlan(
-        name=BROKER, index=0, pod_cidr="127.100.0.0/16", service_cidr="127.200.0.0/16",
+        name=BROKER, index=0, pod_cidr=f"{o}.100.0.0/16", service_cidr=f"{o}.200.0.0/16",
         node_port_low=NODE_PORT_BASE - NODE_PORTS_PER_CLUSTER, node_port_high=NODE_PORT_BASE - 1,
-        clusterset_ip_cidr=CLUSTERSET_IP_RANGE, pool_public_address="127.30.0.1", pool_private_address="127.31.0.1",
+        clusterset_ip_cidr=clusterset_ip_range(runtime), pool_public_address=f"{o}.30.0.1",
+        pool_private_address=f"{o}.31.0.1", runtime=runtime,
+        node_address=runc_node_address(0) if runtime == RUNC else NODE_ADDRESS,
     )
 
 
-def plan_of(name: str, n: int) -> ClusterPlan:
+def plan_of(name: str, n: int, runtime: str = PROCESS) -> ClusterPlan:
     """The plan of the broker or of cluster `c<i>`."""
-    return broker_plan() if name == BROKER else cluster_plan(int(name[1:]), n)
+    return broker_plan(runtime) if name == BROKER else cluster_plan(int(name[1:]), n, runtime)
 
 
-def address_plan(n: int) -> list[ClusterPlan]:
+def address_plan(n: int, runtime: str = PROCESS) -> list[ClusterPlan]:
     validate_count(n)
-    return [cluster_plan(i, n) for i in range(1, n + 1)]
+    return [cluster_plan(i, n, runtime) for i in range(1, n + 1)]
 
 
-def parts(n: int) -> list[PartId]:
-    """Every supervised process in start order: the broker, every apiserver, the broker's kube-lite,
-    then each cluster's kube-lite (its node's proxy too), then the web view (the agent and DNS
-    server are pods: see `pod_parts`)."""
+def broker_supervised_kinds(runtime: str = PROCESS) -> tuple[str, ...]:
+    """The broker's supervised parts in table order (runc mode adds the relay and the registry)."""
+    return (APISERVER, *(RUNC_BROKER_KINDS if runtime == RUNC else ()), KUBE_LITE, UI)
+
+
+def broker_part_kinds(runtime: str = PROCESS) -> tuple[str, ...]:
+    """Every part of the broker in table order."""
+    return (APISERVER, *(RUNC_BROKER_KINDS if runtime == RUNC else ()), KUBE_LITE, MCSVC_BROKER, POOLS, UI)
+
+
+def parts(n: int, runtime: str = PROCESS) -> list[PartId]:
+    """Every supervised process in start order: the broker, every apiserver, (runc) the relay and
+    the registry, the broker's kube-lite, then each cluster's kube-lite (its node's proxy too), then
+    the web view (the agent and DNS server are pods: see `pod_parts`)."""
     validate_count(n)
     names = [cluster_name(i) for i in range(1, n + 1)]
-    out = [PartId(BROKER, APISERVER)] + [PartId(c, APISERVER) for c in names] + [PartId(BROKER, KUBE_LITE)]
+    out = [PartId(BROKER, APISERVER)] + [PartId(c, APISERVER) for c in names]
+    if runtime == RUNC:
+        out += [PartId(BROKER, kind) for kind in RUNC_BROKER_KINDS]
+    out.append(PartId(BROKER, KUBE_LITE))
     out += [PartId(c, kind) for c in names for kind in SUPERVISED_KINDS if kind != APISERVER]
     out.append(PartId(BROKER, UI))
     return out
@@ -202,12 +264,12 @@ def dns_node_port(cluster: ClusterPlan) -> int:
     return cluster.node_port_high
 
 
-def port_names(n: int) -> list[str]:
+def port_names(n: int, runtime: str = PROCESS) -> list[str]:
     """The ports picked at first `up` and kept: API ports, kubelet endpoints, one metrics port per
-    supervised part, the web view's port."""
+    supervised part, the web view's port, (runc) the registry's port on the host."""
     out: list[str] = []
-    for part in parts(n):
-        if part.kind in (APISERVER, UI):
+    for part in parts(n, runtime):
+        if part.kind in (APISERVER, UI, REGISTRY):
             out.append(part.name)
         else:
             if part.kind == KUBE_LITE:
@@ -222,8 +284,9 @@ def kubelet_port_name(cluster: str) -> str:
 
 
 def metrics_port_name(part: PartId) -> str:
-    """The apiserver and the web view serve /readyz on their own port; the others on a metrics port."""
-    return part.name if part.kind in (APISERVER, UI) else f"{part.name}-metrics"
+    """The apiserver and the web view serve /readyz on their own port (the registry /v2/, through
+    the relay); the others on a metrics port."""
+    return part.name if part.kind in (APISERVER, UI, REGISTRY) else f"{part.name}-metrics"
 
 
 def udp_too(port_name: str) -> bool:

@@ -169,6 +169,8 @@ class State:
 
     clusters: int
     enable_clusterset_ip: bool = False
+    runtime: str = "process"
+    """`up --runtime`: fixed when the state dir is made (the address plans differ)."""
     ports: dict[str, int] = field(default_factory=dict)
     broker_server: str | None = None
     """The broker URL broker-info.subm was written for; a different one means setup is redone."""
@@ -188,6 +190,7 @@ class State:
             "version": STATE_VERSION,
             "clusters": d["clusters"],
             "enableClustersetIP": d["enable_clusterset_ip"],
+            "runtime": d["runtime"],
             "ports": d["ports"],
             "setup": {"brokerServer": d["broker_server"], "joined": d["joined"], "clustersetIPEnabled": d["setup_vip"]},
             "supervisorPID": d["supervisor_pid"],
@@ -208,7 +211,7 @@ class State:
         version = d.get("version")
         if version != STATE_VERSION:
             raise StateError(f"version {version!r} is not {STATE_VERSION}")
-        from isthmus.local.plan import MAX_CLUSTERS
+        from isthmus.local.plan import MAX_CLUSTERS, RUNTIMES
 
         clusters = r.int_("clusters", low=1, high=MAX_CLUSTERS)
         setup = r.obj("setup")
@@ -226,6 +229,7 @@ class State:
         return cls(
             clusters=clusters,
             enable_clusterset_ip=r.bool_("enableClustersetIP", default=False),
+            runtime=r.choice("runtime", RUNTIMES, default="process"),
             ports={str(k): r.port(f"ports.{k}", v) for k, v in r.obj("ports").items()},
             broker_server=s.opt_str("brokerServer"),
             joined={str(k): s.str_(f"joined.{k}", v) for k, v in s.obj("joined").items()},

@@ -144,7 +144,7 @@ def resolve_ports(state: State, free: Callable[[int, bool], bool] = port_free,
     """Keep every saved port that is still free; pick the missing or taken ones. Returns the
     names of ports that changed (their kubeconfigs or broker-info must be rewritten)."""
     changed: list[str] = []
-    names = plan.port_names(state.clusters)
+    names = plan.port_names(state.clusters, state.runtime)
     taken: set[int] = set()
     for name in names:
         port = state.ports.get(name)
@@ -180,7 +180,7 @@ def write_kubeconfigs(layout: Layout, state: State) -> None:
     """One kubeconfig per apiserver (context = its name) and the merged one (current: c1)."""
     merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [], "users": [], "contexts": [],
                               "current-context": plan.cluster_name(1), "preferences": {}}
-    for name in [BROKER] + [c.name for c in plan.address_plan(state.clusters)]:
+    for name in [BROKER] + [c.name for c in plan.address_plan(state.clusters, state.runtime)]:
         one = kubeconfig_dict(name, server_url(state, name), ca_pem=ensure_ca(layout, name),
                               token=ensure_token(layout, name))
         write_kubeconfig(layout.kubeconfig_of(name), one)
@@ -202,7 +202,7 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
                 # As kubeadm keeps it: anonymous requests authenticate, and RBAC gives them only the
                 # public health and version paths, which the supervisor probes.
                 "--anonymous-auth"]
-    cp = plan.plan_of(part.cluster, state.clusters)
+    cp = plan.plan_of(part.cluster, state.clusters, state.runtime)
     kc = ["--kubeconfig", str(layout.kubeconfig_of(part.cluster))]
     metrics = ["--metrics-addr", metrics_addr(state, part)]
     if part.kind == KUBE_LITE:
@@ -462,7 +462,7 @@ class Bringup:
     async def _bring_up(self) -> None:
         self.sup.prestart()
         try:
-            all_parts = plan.parts(self.state.clusters)
+            all_parts = plan.parts(self.state.clusters, self.state.runtime)
             previous = dict(self.state.parts)
             apiservers = [p for p in all_parts if p.kind == APISERVER]
             for p in apiservers:
@@ -518,7 +518,8 @@ class Bringup:
                 save_state(layout, st)
             await self._install(cluster, restart_agent=not joined)
 
-        await asyncio.gather(self._install_broker(), *(join_and_install(c) for c in plan.address_plan(st.clusters)))
+        await asyncio.gather(self._install_broker(),
+                             *(join_and_install(c) for c in plan.address_plan(st.clusters, st.runtime)))
 
     async def _install_broker(self) -> None:
         """The broker's workloads from deploy/broker/controllers, as an admin installs them on a real
@@ -568,7 +569,7 @@ class Bringup:
                 return f"{cluster.name} SourceIPClass {plan.LOCAL_SOURCE_IP_CLASS}"
             return None
 
-        found = await asyncio.gather(*(one(c) for c in plan.address_plan(self.state.clusters)))
+        found = await asyncio.gather(*(one(c) for c in plan.address_plan(self.state.clusters, self.state.runtime)))
         return [f for f in found if f is not None]
 
     async def _wait_components(self) -> list[str]:
@@ -577,7 +578,7 @@ class Bringup:
         late: list[str] = []
         while True:
             late = []
-            for name in (BROKER, *(cp.name for cp in plan.address_plan(self.state.clusters))):
+            for name in (BROKER, *(cp.name for cp in plan.address_plan(self.state.clusters, self.state.runtime))):
                 deployments = plan.BROKER_DEPLOYMENTS if name == BROKER else plan.DEPLOYMENTS
                 try:
                     found = await components.read_components(self.layout.kubeconfig_of(name), deployments)
@@ -613,7 +614,7 @@ def adoptable(layout: Layout, state: State) -> dict[str, int]:
     """Parts a crashed supervisor left running that can be kept as they are (name → PID): the
     recorded PID is alive, its command line is exactly what would be launched now, and it is ready."""
     candidates: dict[str, tuple[int, str]] = {}
-    for part in plan.parts(state.clusters):
+    for part in plan.parts(state.clusters, state.runtime):
         pid = state.parts.get(part.name, PartState()).pid
         if not pid or not is_ours(pid, layout.root):
             continue
@@ -640,7 +641,8 @@ def _part_ports(part: PartId) -> set[str]:
     return {part.name, plan.metrics_port_name(part)} | extra
 
 
-def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -> tuple[State, dict[str, int]]:
+def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool,
+            runtime: str | None = None) -> tuple[State, dict[str, int]]:
     """Load or create the state, settle ports and kubeconfigs (called with the lock held).
 
     Returns the state and the parts to adopt: after a supervisor crash, the healthy parts keep
@@ -648,16 +650,18 @@ def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -
     """
     state = load_state(layout)
     if state is None:
-        state = State(clusters=requested or plan.DEFAULT_CLUSTERS)
+        state = State(clusters=requested or plan.DEFAULT_CLUSTERS, runtime=runtime or plan.PROCESS)
     elif requested is not None and requested != state.clusters:
         raise plan.PlanError(
             f"{layout.root} holds a clusterset of {state.clusters} cluster(s), not {requested}: "
             "drop --clusters, or `isthmus down` and use another --state-dir"
         )
+    elif runtime is not None and runtime != state.runtime:
+        raise plan.PlanError(f"{layout.root} holds a clusterset of the {state.runtime} runtime, not {runtime}")
     plan.validate_count(state.clusters)
-    secure_state_dir(layout, [BROKER] + [c.name for c in plan.address_plan(state.clusters)])
+    secure_state_dir(layout, [BROKER] + [c.name for c in plan.address_plan(state.clusters, state.runtime)])
     state.enable_clusterset_ip = state.enable_clusterset_ip or enable_clusterset_ip
-    by_name = {p.name: p for p in plan.parts(state.clusters)}
+    by_name = {p.name: p for p in plan.parts(state.clusters, state.runtime)}
     adopt = adoptable(layout, state)
     # Every other part a crashed supervisor left behind holds our ports: stop it (verified PIDs only).
     leftovers = {n: p.pid for n, p in state.parts.items() if p.pid and n not in adopt}
@@ -692,7 +696,7 @@ def _stop_leftovers(layout: Layout, pids: dict[str, int]) -> None:
             raise OSError(f"processes of a previous run do not stop: {left}")
 
 
-def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool) -> int:
+def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool, runtime: str | None = None) -> int:
     """Body of `up --supervise`: exit code 0 after a clean stop, 1 when setup failed."""
     from isthmus.runtime import setup_logging
     from isthmus.runtime.loop import enable_fault_tracebacks
@@ -705,8 +709,11 @@ def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool)
     except AlreadyRunning:
         log.info("a supervisor already runs for %s", layout.root)
         return 0
+    existing = load_state(layout)
+    runc = (runtime or (existing.runtime if existing is not None else plan.PROCESS)) == plan.RUNC
     try:
-        machine = lock_machine(layout)
+        # The process plan is the network namespace's 127.0.0.0/8; runc mode has namespaces of its own.
+        machine = None if runc else lock_machine(layout)
     except AddressPlanInUse as e:
         log.error("%s", plan_in_use_message(str(e)))
         with contextlib.suppress(OSError):
@@ -718,12 +725,13 @@ def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool)
         zygote = part_zygote(layout.root, child_env())
         zygote.fork_now()
     try:
-        state, adopt = prepare(layout, requested, enable_clusterset_ip)
+        state, adopt = prepare(layout, requested, enable_clusterset_ip, runtime)
         return asyncio.run(Bringup(layout, state, adopt, zygote).run())
     finally:
         with contextlib.suppress(OSError):
             layout.supervisor_pid.unlink()
-        os.close(machine)
+        if machine is not None:
+            os.close(machine)
         os.close(lock)
 
 
@@ -737,7 +745,7 @@ def _die_with_parent() -> None:
 
 
 def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip: bool,
-                     foreground: bool) -> subprocess.Popen[bytes] | ForkedCommand:
+                     foreground: bool, runtime: str | None = None) -> subprocess.Popen[bytes] | ForkedCommand:
     """Start `up --supervise` in its own session, output to logs/supervisor.log: forked from this
     process, which imported all it needs (see procs/child.py, fork_command), else exec'ed."""
     private_dir(layout.logs)
@@ -746,6 +754,8 @@ def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip:
         argv += ["--clusters", str(clusters)]
     if enable_clusterset_ip:
         argv.append("--enable-clusterset-ip")
+    if runtime is not None:
+        argv += ["--runtime", runtime]
     with open_log(layout.log("supervisor")) as out:
         forked = fork_command(argv, ENTRY, env=child_env(), out_fd=out.fileno(), pdeathsig=foreground)
         if forked is not None:

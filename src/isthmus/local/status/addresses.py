@@ -11,7 +11,7 @@ from isthmus.local.endpoints import server_url
 from isthmus.local.plan import BROKER, HOST
 from isthmus.local.state import Layout, State
 
-__all__ = ["broker_endpoints", "broker_node", "cluster_endpoints", "cluster_node"]
+__all__ = ["broker_endpoints", "broker_node", "cluster_endpoints", "cluster_node", "network_fields"]
 
 
 def cluster_endpoints(layout: Layout, state: State, cp: plan.ClusterPlan) -> dict[str, Any]:
@@ -19,7 +19,7 @@ def cluster_endpoints(layout: Layout, state: State, cp: plan.ClusterPlan) -> dic
     return {
         "name": cp.name, "context": cp.name, "server": server_url(state, cp.name),
         "kubeconfig": str(layout.kubeconfig_of(cp.name)),
-        "dns": f"{plan.NODE_ADDRESS}:{plan.dns_node_port(cp)}", "localZone": plan.LOCAL_ZONE,
+        "dns": f"{cp.node_address}:{plan.dns_node_port(cp)}", "localZone": plan.LOCAL_ZONE,
         "kubelet": f"{HOST}:{state.ports[plan.kubelet_port_name(cp.name)]}",
         "podCIDR": cp.pod_cidr, "serviceCIDR": cp.service_cidr,
         "clustersetIPCIDR": state.joined.get(cp.name, cp.clusterset_ip_cidr),
@@ -29,7 +29,7 @@ def cluster_endpoints(layout: Layout, state: State, cp: plan.ClusterPlan) -> dic
 def cluster_node(cp: plan.ClusterPlan) -> dict[str, Any]:
     """A member cluster's node: its address, node ports, pool and egress addresses."""
     return {
-        "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": cp.node_port_range,
+        "nodeAddress": cp.node_address, "nodePortRange": cp.node_port_range,
         "poolPublicAddress": cp.pool_public_address, "poolPrivateAddress": cp.pool_private_address,
         "egressSourceIPs": "-".join(cp.egress_range or ()),
     }
@@ -40,7 +40,7 @@ def broker_endpoints(layout: Layout, state: State) -> dict[str, Any]:
     return {
         "name": BROKER, "context": BROKER, "server": server_url(state, BROKER),
         "kubeconfig": str(layout.kubeconfig_of(BROKER)), "brokerInfo": str(layout.broker_info),
-        "clustersetIPCIDRRange": plan.CLUSTERSET_IP_RANGE,
+        "clustersetIPCIDRRange": plan.clusterset_ip_range(state.runtime),
         "clustersetIPEnabled": state.enable_clusterset_ip,
     }
 
@@ -50,7 +50,24 @@ def broker_node(state: State, bp: plan.ClusterPlan) -> dict[str, Any]:
     return {
         "kubelet": f"{HOST}:{state.ports[plan.kubelet_port_name(BROKER)]}",
         "podCIDR": bp.pod_cidr, "serviceCIDR": bp.service_cidr,
-        "nodeAddress": plan.NODE_ADDRESS, "nodePortRange": bp.node_port_range,
+        "nodeAddress": bp.node_address, "nodePortRange": bp.node_port_range,
         "poolPublicAddress": bp.pool_public_address,
         "poolPrivateAddress": bp.pool_private_address,
     }
+
+
+def network_fields(layout: Layout, state: State) -> dict[str, Any]:
+    """runc mode: the clusterset's network namespaces and where the host reaches into them (the
+    registry's published port); process mode has none (everything is on the host's 127.0.0.0/8)."""
+    if state.runtime != plan.RUNC:
+        return {"network": None}
+    from isthmus.local.network.plan import OUTSIDE_RANGE, fabric_plan
+
+    fp = fabric_plan(layout.root, state.clusters)
+    registry_port = state.ports.get(plan.PartId(BROKER, plan.REGISTRY).name)
+    return {"network": {
+        "netns": fp.netns, "fabricAddress": fp.gateway, "registry": fp.registry,
+        "registryOnHost": f"{HOST}:{registry_port}" if registry_port else None,
+        "outsideRange": OUTSIDE_RANGE,
+        "nodes": {n.cluster: {"netns": n.netns, "address": n.address} for n in fp.nodes},
+    }}

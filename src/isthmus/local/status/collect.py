@@ -18,7 +18,13 @@ from isthmus.local.state import (
     StateError,
     load_state,
 )
-from isthmus.local.status.addresses import broker_endpoints, broker_node, cluster_endpoints, cluster_node
+from isthmus.local.status.addresses import (
+    broker_endpoints,
+    broker_node,
+    cluster_endpoints,
+    cluster_node,
+    network_fields,
+)
 from isthmus.local.status.health import HEALTH_STANDBY, PHASE_UNSUPERVISED
 from isthmus.local.status.members import read_membership
 from isthmus.local.status.parts import read_parts
@@ -35,7 +41,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
     if state is None:
         raise FileNotFoundError(str(layout.state_file))
     ui_part = PartId(BROKER, plan.UI)
-    missing = [n for n in plan.port_names(state.clusters) if n not in state.ports and n != ui_part.name]
+    missing = [n for n in plan.port_names(state.clusters, state.runtime) if n not in state.ports and n != ui_part.name]
     if missing:
         raise StateError(f"{layout.state_file} is damaged: ports.{missing[0]} is missing; fix or restore that "
                          f"value (`isthmus up --state-dir {layout.root}` picks missing ports)")
@@ -48,8 +54,9 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
     broker_part = PartId(BROKER, APISERVER)
     membership = await read_membership(layout, sp.ready[broker_part.name])
     problems: list[str] = []
-    cluster_plans = plan.address_plan(state.clusters)
-    broker_plan = plan.broker_plan()
+    cluster_plans = plan.address_plan(state.clusters, state.runtime)
+    broker_plan = plan.broker_plan(state.runtime)
+    broker_supervised = plan.broker_supervised_kinds(state.runtime)
     pod_parts = await read_pods(layout, [broker_plan, *cluster_plans], sp.ready)
 
     if not sup_pid:
@@ -58,7 +65,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
         problems.append(f"phase is {sup_phase}, not {PHASE_RUNNING}")
     broker_pods = pod_parts[BROKER]
     ui_standby = ui_part.name in sp.ready and sp.health(ui_part) == HEALTH_STANDBY
-    broker_parts = [PartId(BROKER, kind) for kind in plan.BROKER_SUPERVISED_KINDS
+    broker_parts = [PartId(BROKER, kind) for kind in broker_supervised
                     if PartId(BROKER, kind).name in sp.ready]
     problems += [pp for p in broker_parts if (pp := sp.problem(p)) is not None]
     problems += [pp for kind, part in broker_pods.items()
@@ -93,14 +100,16 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
         # Nothing runs: one reason, not one per part.
         problems = [f"the last `isthmus up` failed: {state.error}" if phase == PHASE_FAILED and state.error
                     else f"nothing runs (`isthmus up --state-dir {layout.root}` starts it)"]
-    broker_kinds = [kind for kind in plan.BROKER_PART_KINDS
-                    if kind not in plan.BROKER_SUPERVISED_KINDS or PartId(BROKER, kind).name in sp.ready]
+    broker_kinds = [kind for kind in plan.broker_part_kinds(state.runtime)
+                    if kind not in broker_supervised or PartId(BROKER, kind).name in sp.ready]
     return {
         "ready": not problems,
         "phase": phase,
         "error": state.error,
         "problems": problems,
         "stateDir": str(layout.root),
+        "runtime": state.runtime,
+        **network_fields(layout, state),
         "kubeconfig": str(layout.kubeconfig),
         "supervisor": {"pid": sup_pid, "running": sup_pid is not None, "log": str(layout.log("supervisor"))},
         "broker": {
@@ -110,9 +119,9 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             "reachError": membership.error,
             "restarts": sp.restarts(broker_parts) + sum(part.restarts for part in broker_pods.values()),
             **broker_node(state, broker_plan),
-            "parts": {kind: sp.health(PartId(BROKER, kind)) if kind in plan.BROKER_SUPERVISED_KINDS
+            "parts": {kind: sp.health(PartId(BROKER, kind)) if kind in broker_supervised
                       else pod_health(broker_pods[kind], supervised) for kind in broker_kinds},
-            "processes": {kind: sp.detail(PartId(BROKER, kind)) if kind in plan.BROKER_SUPERVISED_KINDS
+            "processes": {kind: sp.detail(PartId(BROKER, kind)) if kind in broker_supervised
                           else pod_detail(broker_plan, kind, broker_pods[kind]) for kind in broker_kinds},
         },
         # Standby is ready: the first request starts it (and waits for it).
