@@ -209,7 +209,8 @@ def resolve_user(userstr: str, rootfs: Path | None) -> User:
     extra = [gid]
     if name:
         for g in groups:
-            if len(g) > 3 and g[0] != name and name in g[3].split(",") and _is_int(g[2]):
+            if len(g) > 3 and g[0] != name and name in g[3].split(",") and _is_int(g[2]) \
+                    and int(g[2]) not in extra:
                 extra.append(int(g[2]))
     return User(uid, gid, extra)
 
