@@ -18,7 +18,7 @@ COMPONENTS = {
     "agent": "agent", "apiserver": "apiserver", "dns": "dns", "proxy": "proxy", "kube-lite": "kubelite",
     "lb": "lb", "pools": "pools", "webhook": "webhook", "mcsvc": "exposure", "mcsvc-broker": "exposure",
     "egress-operator": "egress", "egress-forwarder": "egress", "egress-gateway": "egress",
-    "controller-manager": "manager", "ui": "ui", "netrelay": "netrelay",
+    "controller-manager": "manager", "ui": "ui", "netrelay": "netrelay", "shell": "shell",
 }
 """Command → the one module that registers it (tests/unit/test_cli_main.py checks the table)."""
 
