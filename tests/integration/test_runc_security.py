@@ -8,6 +8,7 @@ APT_PACKAGES); a missing tool fails with a message instead of skipping.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from isthmus.local.kubelite.oci import ImageConfig, container_env, runtime_spec
-from isthmus.local.kubelite.volumes import Mount
+from isthmus.local.kubelite.volumes import SERVICEACCOUNT_MOUNT, Mount, PodVolumes
 
 BUSYBOX = Path("/bin/busybox")
 APPLETS = ["sh", "id", "nc", "grep", "cut", "cat", "kill", "sleep", "touch", "chown", "unshare",
@@ -209,3 +210,26 @@ def test_memory_limit_oom_kills(env: Env) -> None:
     r = run(env, "tail /dev/zero", resources={"limits": {"memory": "32Mi"}})
     assert r.code == 137, (r.code, r.err)
     assert r.oom_kills is not None and r.oom_kills >= 1
+
+
+async def test_volumes_readable_by_the_container_user_and_read_only(env: Env, tmp_path: Path) -> None:
+    """A configMap and the ServiceAccount token, set up by PodVolumes, as uid 65532 sees them."""
+
+    async def lookup(kind: str, ns: str, name: str) -> dict[str, Any] | None:
+        return {"data": {"app.conf": "listen 8080\n", "ca.crt": "CA"}} if kind == "ConfigMap" else None
+
+    async def token(audience: str | None, expiration: int) -> tuple[str, float]:
+        return "a.b.c", 2e9
+
+    sc = {"runAsUser": 65532, "allowPrivilegeEscalation": False}
+    pod = _pod({"name": "c", "securityContext": sc,
+                "volumeMounts": [{"name": "cfg", "mountPath": "/etc/app"}]})
+    pod["spec"]["volumes"] = [{"name": "cfg", "configMap": {"name": "app"}}]
+    volumes = PodVolumes(pod, tmp_path / "pod", lookup=lookup, token=token, automount=True)
+    await volumes.setup()
+    mounts = volumes.mounts(pod["spec"]["containers"][0])
+    r = await asyncio.to_thread(
+        run, env, f"cat /etc/app/app.conf {SERVICEACCOUNT_MOUNT}/token {SERVICEACCOUNT_MOUNT}/namespace; echo; "
+        "echo x > /etc/app/new; echo rc=$?", sc, mounts=mounts)
+    assert r.out.splitlines() == ["listen 8080", "a.b.cdefault", "rc=1"], (r.out, r.err)
+    assert "Read-only file system" in r.err
