@@ -274,3 +274,36 @@ def test_image_load_refuses_bad_input_in_one_line(work: Path, tmp_path: Path) ->
 async def _both(store: ImageStore, image: str) -> tuple[PulledImage, PulledImage]:
     a, b = await asyncio.gather(store.ensure(image), store.ensure(image))
     return a, b
+
+
+# --- inside a network namespace, as on a node ----------------------------------------------------
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    name = f"isthmus-t-{os.getpid()}-img"
+    _run("ip", "netns", "add", name)
+    try:
+        _run("ip", "netns", "exec", name, "ip", "link", "set", "lo", "up")
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], check=False)
+
+
+def test_registry_and_pulls_inside_a_namespace(work: Path, tmp_path: Path, netns: str) -> None:
+    """The registry listens on the namespace's own loopback: only a pull made inside reaches it."""
+    addr = f"127.0.0.1:{_free_port()}"  # free on the host's loopback: nothing answers there
+    config = registry.write_config(tmp_path / "state", addr)
+    proc = subprocess.Popen(["ip", "netns", "exec", netns, *registry.argv(config)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        asyncio.run(registry.wait_ready(addr, netns=netns))
+        assert asyncio.run(registry.push(work / "src", "v2", addr, "library/busybox:latest", netns)) is True
+        mirrors = {"docker.io": f"http://{addr}"}
+        inside = asyncio.run(ImageStore(tmp_path / "node", mirrors=mirrors, netns=netns).ensure("busybox"))
+        assert (inside.rootfs / "marker").read_text() == "two"
+        with pytest.raises(ImagePullError):  # the host's loopback is another machine's
+            asyncio.run(ImageStore(tmp_path / "host", mirrors=mirrors).ensure("busybox"))
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -15,7 +15,6 @@ import http.client
 import json
 import os
 import secrets
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -102,18 +101,6 @@ def _in_netns(netns: str | None, command: Sequence[str]) -> list[str]:
     return list(command) if netns is None else [NSENTER, f"--net={_netns_path(netns)}", "--", *command]
 
 
-_PROBE = """
-import http.client, sys
-host, _, port = sys.argv[1].rpartition(":")
-try:
-    c = http.client.HTTPConnection(host, int(port), timeout=2)
-    c.request("GET", "/v2/")
-    sys.exit(0 if c.getresponse().status == 200 else 1)
-except OSError:
-    sys.exit(1)
-"""
-
-
 def _probe_here(addr: str) -> bool:
     host, _, port = addr.rpartition(":")
     try:
@@ -124,15 +111,33 @@ def _probe_here(addr: str) -> bool:
         return False
 
 
+async def _probe_in(netns: str, addr: str) -> bool:
+    """GET /v2/ over a connection made inside the namespace (the host has no route to it)."""
+    from isthmus.local.network.netns import open_connection_in
+
+    host, _, port = addr.rpartition(":")
+    try:
+        reader, writer = await open_connection_in(_netns_path(netns), host, int(port), timeout=2.0)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        writer.write(f"GET /v2/ HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), 2.0)
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        writer.close()
+    parts = status.split()
+    return len(parts) >= 2 and parts[1] == b"200"
+
+
 async def is_ready(addr: str = DEFAULT_ADDR, *, netns: str | None = None) -> bool:
     """Does ``GET /v2/`` answer 200 (an open registry's API root)? Asked from inside ``netns``
-    (name or path) when given, by a short Python child entered into it."""
+    (name or path) when given."""
     if netns is None:
         return await asyncio.to_thread(_probe_here, addr)
-    proc = await asyncio.create_subprocess_exec(
-        *_in_netns(netns, [sys.executable, "-I", "-c", _PROBE, addr]),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    return await proc.wait() == 0
+    return await _probe_in(netns, addr)
 
 
 async def wait_ready(addr: str = DEFAULT_ADDR, *, netns: str | None = None, within: float = 15.0) -> None:

@@ -65,9 +65,11 @@ import tempfile
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from isthmus.local.kubelite.oci import ImageConfig
 
 __all__ = [
     "ALWAYS",
@@ -525,26 +527,6 @@ class PullBackOff:
 
 
 @dataclass(frozen=True)
-class ImageConfig:
-    """What the OCI image config says a container runs (its ``config`` object)."""
-
-    entrypoint: list[str] = field(default_factory=list)
-    cmd: list[str] = field(default_factory=list)
-    env: list[str] = field(default_factory=list)
-    working_dir: str = ""
-    user: str = ""
-
-    @classmethod
-    def from_oci(cls, document: Mapping[str, Any]) -> ImageConfig:
-        config = document.get("config") or {}
-        return cls(entrypoint=[str(a) for a in config.get("Entrypoint") or []],
-                   cmd=[str(a) for a in config.get("Cmd") or []],
-                   env=[str(a) for a in config.get("Env") or []],
-                   working_dir=str(config.get("WorkingDir") or ""),
-                   user=str(config.get("User") or ""))
-
-
-@dataclass(frozen=True)
 class StoredImage:
     """One reference the store holds."""
 
@@ -729,7 +711,7 @@ class ImageStore:
 
     def _config(self, manifest_digest: str) -> ImageConfig:
         manifest = self._read_blob_json(manifest_digest)
-        return ImageConfig.from_oci(self._read_blob_json(manifest["config"]["digest"]))
+        return ImageConfig.from_oci_config(self._read_blob_json(manifest["config"]["digest"]))
 
     def _size(self, manifest_digest: str) -> int:
         manifest = self._read_blob_json(manifest_digest)
