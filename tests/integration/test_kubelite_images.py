@@ -245,10 +245,19 @@ def test_image_load_puts_an_archive_on_every_node(work: Path, tmp_path: Path) ->
         assert (image.rootfs / "marker").read_text() == "two"
         rootfs.add(image.rootfs)
     assert len(rootfs) == 2  # each node its own store
+    docker_archive = tmp_path / "docker.tar"  # `docker save`'s format names images by RepoTags
+    _run("skopeo", "--insecure-policy", "copy", "--quiet", f"oci:{work / 'src'}:v1",
+         f"docker-archive:{docker_archive}:busybox:1")
+    done = _isthmus("image", "load", docker_archive, "--state-dir", state)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Loaded docker.io/library/busybox:1 onto broker, c1"
+    image = asyncio.run(ImageStore(state / "kubelet" / "c1").ensure("busybox:1", "Never"))
+    assert (image.rootfs / "marker").read_text() == "one"
     listed = _isthmus("image", "ls", "--state-dir", state)
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[:2] for line in listed.stdout.splitlines()[1:]] == [
-        ["broker", "example.com/team/app:2"], ["c1", "example.com/team/app:2"]]
+        ["broker", "docker.io/library/busybox:1"], ["broker", "example.com/team/app:2"],
+        ["c1", "docker.io/library/busybox:1"], ["c1", "example.com/team/app:2"]]
 
 
 def test_image_load_refuses_bad_input_in_one_line(work: Path, tmp_path: Path) -> None:
