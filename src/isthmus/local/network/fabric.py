@@ -69,19 +69,27 @@ carrier and holds them as a `dummy` would, and needs no module (the kernel here 
 driver, and loading one would add a dummy0 to the host's namespace)."""
 
 
-def _fabric_batch(plan: FabricPlan, links: set[str]) -> str:
+def _mac(last: int) -> str:
+    """The fixed MAC of a fabric address 10.255.0.<last> (locally administered): a node or the
+    fabric remade keeps its MAC, so the neighbours' ARP entries for it stay right instead of
+    black-holing traffic until they expire."""
+    return f"02:00:0a:ff:00:{last:02x}"
+
+
+def _fabric_batch(plan: FabricPlan, links: set[str], cabled: set[str]) -> str:
     lines = ["link set lo up"]
     if FABRIC_BRIDGE not in links:
         lines.append(f"link add {FABRIC_BRIDGE} type bridge")
-    lines += [f"link set {FABRIC_BRIDGE} up",
+    lines += [f"link set {FABRIC_BRIDGE} address {_mac(1)} up",
               f"addr replace {FABRIC_GATEWAY}/{FABRIC_PREFIX} dev {FABRIC_BRIDGE}",
               f"addr replace {REGISTRY_ADDRESS}/{FABRIC_PREFIX} dev {FABRIC_BRIDGE}"]
     if OUTSIDE_DEVICE not in links:
         lines.append(f"link add {OUTSIDE_DEVICE} type {HOLDER_KIND}")
     lines.append(f"link set {OUTSIDE_DEVICE} up")
     for node in plan.nodes:
-        if node.fabric_veth not in links:
-            lines.append(f"link add {node.fabric_veth} type veth peer name {NODE_DEVICE} netns {node.netns}")
+        if node.cluster not in cabled:
+            lines.append(f"link add {node.fabric_veth} type veth peer name {NODE_DEVICE} address {_mac(node.index + 10)} "
+                         f"netns {node.netns}")
         lines.append(f"link set {node.fabric_veth} master {FABRIC_BRIDGE} up")
         lines += [f"route replace {dst} via {node.address} dev {FABRIC_BRIDGE}" for dst in node.routed]
     return "".join(line + "\n" for line in lines)
@@ -99,17 +107,18 @@ def _node_batch(node: NodeNet, links: set[str]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def _batches(jobs: Sequence[tuple[str, str]]) -> None:
-    """Run `ip -n <ns> -batch -` for each (ns, commands) at once; raise with every failure."""
+def _batches(jobs: Sequence[tuple[str, str]], *, force: bool = False) -> None:
+    """Run `ip -n <ns> -batch -` for each (ns, commands) at once; raise with every failure (with
+    `force`, run every command whatever fails and raise nothing)."""
     procs = []
     for name, batch in jobs:
-        p = subprocess.Popen(["ip", "-n", name, "-batch", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+        argv = ["ip", "-n", name, *(["-force"] if force else []), "-batch", "-"]
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append((name, p, batch))
     failures = []
     for name, p, batch in procs:
         _, err = p.communicate(batch)
-        if p.returncode != 0:
+        if p.returncode != 0 and not force:
             failures.append(f"{name}: {err.strip() or f'ip exit {p.returncode}'}")
     if failures:
         raise FabricError("setting up the clusterset's network failed: " + "; ".join(failures))
@@ -117,17 +126,34 @@ def _batches(jobs: Sequence[tuple[str, str]]) -> None:
 
 def ensure(plan: FabricPlan) -> None:
     """Make the fabric and every node namespace of the plan as it describes (idempotent: what is
-    there is kept, what is missing or changed is set). Blocking (~30 ms): call it from a thread in
-    async code if that matters."""
+    there is kept, what is missing or changed is set). Blocking (~20 ms): call it from a thread in
+    async code if that matters.
+
+    A node is cabled to the fabric by a veth pair. The pair is remade when either end is missing,
+    or when either namespace was just (re)made: a namespace removed while a process still holds it
+    (a socket of kube-lite or the relay) lives on unnamed with its devices, so an end that is
+    still there may lead into it; its left-over end is deleted first."""
     try:
-        netns.add_many(plan.namespaces())
+        created = set(netns.add_many(plan.namespaces()))
         fabric_links = netns.call_in(plan.netns_path, _prepare, FABRIC_SYSCTLS)
-        _batches([(plan.netns, _fabric_batch(plan, fabric_links))])
-        jobs = []
+        node_links = {node.cluster: netns.call_in(node.netns_path, _prepare, NODE_SYSCTLS) for node in plan.nodes}
+        cabled: set[str] = set()
+        stale: list[tuple[str, str]] = []
         for node in plan.nodes:
-            links = netns.call_in(node.netns_path, _prepare, NODE_SYSCTLS)
-            jobs.append((node.netns, _node_batch(node, links)))
-        _batches(jobs)
+            ends = (node.fabric_veth in fabric_links, NODE_DEVICE in node_links[node.cluster])
+            fresh = plan.netns in created or node.netns in created
+            if all(ends) and not fresh:
+                cabled.add(node.cluster)
+                continue
+            if ends[0]:
+                stale.append((plan.netns, f"link del {node.fabric_veth}\n"))
+            if ends[1]:
+                stale.append((node.netns, f"link del {NODE_DEVICE}\n"))
+        if stale:
+            # Forced: the kernel may be removing an end of a deleted namespace at this very moment.
+            _batches(stale, force=True)
+        _batches([(plan.netns, _fabric_batch(plan, fabric_links, cabled))])
+        _batches([(node.netns, _node_batch(node, node_links[node.cluster])) for node in plan.nodes])
     except (netns.NetnsError, OSError) as err:
         raise FabricError(f"setting up the clusterset's network failed: {err}") from err
 

@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from isthmus.runtime.sockets import connect
+
 __all__ = [
     "NETNS_DIR", "Completed", "NetnsError", "add", "add_many", "call_in", "datagram_in", "delete", "delete_many",
     "exists", "listening_socket_in", "names", "open_connection_in", "path", "run_in", "setns", "setns_preexec", "socket_in",
@@ -204,8 +206,8 @@ async def open_connection_in(netns_path: str, host: str, port: int, *, timeout: 
     sock = socket_in(netns_path, _family(host), socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setblocking(False)
-        async with asyncio.timeout(timeout):
-            await asyncio.get_running_loop().sock_connect(sock, (host, port))
+        # runtime.sockets.connect: uvloop's sock_connect would resolve even a literal IP on a thread.
+        await connect(asyncio.get_running_loop(), sock, (host, port), timeout)
         return await asyncio.open_connection(sock=sock, **kw)
     except BaseException:
         sock.close()
