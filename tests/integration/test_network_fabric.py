@@ -225,6 +225,19 @@ async def test_ensure_is_idempotent_and_teardown_leaves_nothing_behind(tmp_path:
         routes = _routes(plan.netns)
         fabric.ensure(plan)
         assert _routes(plan.netns) == routes and len(routes) == 9, routes  # 4 per node and fabric0's own
+        # A node namespace removed while something still holds it lives on, cabled to the fabric:
+        # ensure() makes a new one and cables that instead.
+        held = netns.socket_in(plan.node("c1").netns_path)
+        try:
+            netns.delete(plan.node("c1").netns)
+            fabric.ensure(plan)
+        finally:
+            held.close()
+        edge = await _echo_server(plan.node("c1").netns_path, plan.node("c1").edge_private, 9000)
+        try:
+            assert await _ask(plan.netns_path, plan.node("c1").edge_private, 9000, "again") == "again from 10.255.0.1"
+        finally:
+            edge.close()
         net = _pod_network(plan, "c1", tmp_path)
         await net.attach(plan.node("c1").pod_netns("55555555"), "sandbox-e")
         assert _host_view() == before
