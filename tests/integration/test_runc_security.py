@@ -26,7 +26,7 @@ from isthmus.local.kubelite.volumes import SERVICEACCOUNT_MOUNT, Mount, PodVolum
 
 BUSYBOX = Path("/bin/busybox")
 APPLETS = ["sh", "id", "nc", "grep", "cut", "cat", "kill", "sleep", "touch", "chown", "unshare",
-           "tail", "echo", "true", "printf", "sysctl"]
+           "tail", "echo", "true", "printf", "sysctl", "mount", "mkdir"]
 PREFIX = f"isthmus-t-{os.getpid()}"
 
 
@@ -197,6 +197,20 @@ def test_runtime_default_seccomp_blocks_user_namespaces(env: Env) -> None:
     blocked = run(env, "unshare -U true && echo made-userns", {"seccompProfile": {"type": "RuntimeDefault"}})
     assert blocked.code != 0 and "made-userns" not in blocked.out
     assert "Operation not permitted" in blocked.err
+
+
+def test_runtime_default_widens_with_sys_admin(env: Env) -> None:
+    r = run(env, "unshare -U true && echo made-userns",
+            {"capabilities": {"add": ["SYS_ADMIN"]}, "seccompProfile": {"type": "RuntimeDefault"}})
+    assert "made-userns" in r.out, r.err
+
+
+def test_privileged_mounts_what_the_default_set_cannot(env: Env) -> None:
+    script = "mkdir -p /mnt && mount -t tmpfs none /mnt && echo mounted"
+    confined = run(env, script)
+    assert confined.code != 0 and "mounted" not in confined.out and "permission denied" in confined.err
+    privileged = run(env, script, {"privileged": True})
+    assert "mounted" in privileged.out, privileged.err
 
 
 def test_no_new_privileges_follows_allow_privilege_escalation(env: Env) -> None:
