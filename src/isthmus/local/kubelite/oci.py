@@ -273,12 +273,21 @@ _ALL_CAPABILITIES = (
 
 
 def known_capabilities() -> list[str]:
-    """Every capability this kernel knows (containerd's WithAllKnownCapabilities)."""
+    """Every capability this kernel knows that kube-lite itself holds: containerd's
+    WithAllCurrentCapabilities (runc cannot grant what its caller lacks; this host's bounding set
+    may be narrower than the kernel's list)."""
     try:
         last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     except (OSError, ValueError):
         last = len(_ALL_CAPABILITIES) - 1
-    return list(_ALL_CAPABILITIES[: last + 1])
+    held = (1 << (last + 1)) - 1
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                held = int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        pass
+    return [c for i, c in enumerate(_ALL_CAPABILITIES[: last + 1]) if held >> i & 1]
 
 
 def _cap(name: Any) -> str:
