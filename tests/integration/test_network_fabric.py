@@ -125,6 +125,7 @@ async def test_del_releases_the_address_and_is_idempotent(fab: tuple[FabricPlan,
     assert str(err.value) == 'plugin type="bridge" failed (add): container veth name provided (eth0) already exists'
     assert err.value.sandbox_message("sandbox-c").startswith('failed to setup network for sandbox "sandbox-c": plugin')
     await net.check(path, "sandbox-c")
+    assert await net.attach(name, "sandbox-c") == (path, ip)  # attached already (kube-lite restarted): kept
     await net.detach(name, "sandbox-c")
     assert net.allocated() == {} and not netns.exists(name)
     await net.detach(name, "sandbox-c")  # a second DEL, the namespace gone: still fine

@@ -196,8 +196,19 @@ class PodNetwork:
 
     async def attach(self, pod_netns: str, sandbox_id: str, args: Mapping[str, str] | None = None) -> tuple[str, str]:
         """Create the pod's namespace (by name) and ADD it: (its path, the pod IP). On failure the
-        namespace is removed again and the CNIError raised."""
+        namespace is removed again and the CNIError raised.
+
+        A namespace already attached for this sandbox (kube-lite restarted before it recorded the
+        IP) passes CNI CHECK and keeps its address; one that fails CHECK is DEL'ed and added anew."""
+        existed = await asyncio.to_thread(netns.exists, pod_netns)
         path = await asyncio.to_thread(netns.add, pod_netns)
+        prev = self._cached(sandbox_id, "eth0") if existed else None
+        if prev is not None and prev.get("ips"):
+            try:
+                await self.check(path, sandbox_id, args=args)
+                return path, str(prev["ips"][0]["address"]).split("/", 1)[0]
+            except CNIError:
+                await self.delete(path, sandbox_id, args=args)
         try:
             return path, await self.add(path, sandbox_id, args=args)
         except BaseException:
