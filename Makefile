@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # nftables mode (conntrack: its UDP flow clean-up); Playwright drives chromium in the web view's
 # browser tests (Debian's build: never `playwright install`); bind9-dnsutils (`dig`) and curl are what
 # the README's hands-on part asks the clusterset with.
-APT_PACKAGES ?= haproxy nftables iproute2 conntrack chromium bind9-dnsutils curl busybox-static skopeo umoci docker-registry
+APT_PACKAGES ?= haproxy nftables iproute2 conntrack chromium bind9-dnsutils curl busybox-static skopeo umoci docker-registry containernetworking-plugins
 
 .PHONY: install demo test lint bench bench-quick clean apt image
 
