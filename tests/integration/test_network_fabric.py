@@ -247,3 +247,16 @@ async def test_ensure_is_idempotent_and_teardown_leaves_nothing_behind(tmp_path:
     assert sorted(removed) == sorted([*plan.namespaces(), plan.node("c1").pod_netns("55555555")])
     assert not [n for n in netns.names() if plan.owns(n)]
     assert _host_view() == before
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--listen", "10.255.0.1:80"], "error: --listen '10.255.0.1:80': expected LISTEN_ADDR:PORT=TARGET_ADDR:PORT"),
+    (["--publish", "127.0.0.1:80=registry:5000"], "error: --publish '127.0.0.1:80=registry:5000': 'registry' is "
+                                                  "not an IP address"),
+    ([], "error: give at least one --listen or --publish"),
+])
+def test_netrelay_refuses_a_malformed_door(args: list[str], message: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "isthmus", "netrelay", "--netns", "isthmus-t-none", *args],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                          timeout=30)
+    assert (done.returncode, done.stderr) == (2, message + "\n")
