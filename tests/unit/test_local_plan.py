@@ -114,3 +114,34 @@ def test_egress_ranges_are_per_cluster_and_outside_every_other_range() -> None:
         seen.append(block)
     assert plan.broker_plan().egress_range is None
     assert c.egress_range == (f"127.32.{plan.MAX_CLUSTERS}.1", f"127.32.{plan.MAX_CLUSTERS}.254")
+
+
+def test_runc_plan_is_the_process_plan_moved_out_of_loopback() -> None:
+    """runc mode: addresses that route between namespaces (never 127.0.0.0/8), the same shapes, and
+    the same names and numbers as the network plan the namespaces are built from."""
+    from isthmus.local.network.plan import fabric_plan
+
+    n = 3
+    fp = fabric_plan("/tmp/x", n, cs="isthmus-test")
+    loopback = ipaddress.ip_network("127.0.0.0/8")
+    for c in [plan.broker_plan(plan.RUNC), *plan.address_plan(n, plan.RUNC)]:
+        node = fp.node(c.name)
+        assert (c.pod_cidr, c.service_cidr, c.node_address) == (node.pod_cidr, node.service_cidr, node.address)
+        assert (c.pool_public_address, c.pool_private_address) == (node.edge_public, node.edge_private)
+        assert c.clusterset_ip_cidr == node.clusterset_ip_cidr
+        assert c.egress_range == node.egress_range
+        for net in (c.pod_cidr, c.service_cidr, c.clusterset_ip_cidr):
+            assert not ipaddress.ip_network(net).overlaps(loopback)
+    # The process plan is unchanged by the runtime parameter's default.
+    assert plan.cluster_plan(1, n) == plan.cluster_plan(1, n, plan.PROCESS)
+    assert plan.cluster_plan(1, n).node_address == "127.0.0.1"
+
+
+def test_runc_parts_add_the_relay_and_the_registry() -> None:
+    names = [p.name for p in plan.parts(2, plan.RUNC)]
+    assert names.index("broker-relay") > names.index("c2-apiserver")
+    assert names.index("broker-registry") < names.index("broker-kube-lite")
+    assert "broker-relay" not in [p.name for p in plan.parts(2)]
+    assert "broker-registry" in plan.port_names(2, plan.RUNC)
+    with pytest.raises(plan.PlanError, match="--runtime must be one of"):
+        plan.cluster_plan(1, 2, "docker")

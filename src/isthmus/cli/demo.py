@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from isthmus.cli.app import LOCAL, STATE_DIR_ENV, command
+from isthmus.cli.app import LOCAL, STATE_DIR_ENV, command, fail
 
 
 @command("demo", panel=LOCAL)
@@ -21,12 +21,24 @@ def demo(
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep the temporary state dir (logs, kubeconfigs) after the tour.")
     ] = False,
+    runtime: Annotated[
+        str, typer.Option("--runtime", help="`process` (default) or `runc`: see `isthmus up --runtime`.")
+    ] = "process",
 ) -> None:
     """Run the scripted tour on a local clusterset; exits non-zero naming the step that failed.
 
     The clusterset is always stopped (`isthmus down`) at the end, whatever happened; a temporary
     state dir is then removed (it says so), unless --keep.
     """
+    from isthmus.local import plan
     from isthmus.local.demo import run_demo
 
-    raise typer.Exit(run_demo(state_dir=state_dir, clusters=clusters, keep=keep))
+    try:
+        plan.validate_runtime(runtime)
+        if runtime == plan.RUNC:
+            from isthmus.local.runcmode import check_prerequisites
+
+            check_prerequisites()
+    except plan.PlanError as e:
+        raise fail(str(e)) from None
+    raise typer.Exit(run_demo(state_dir=state_dir, clusters=clusters, keep=keep, runtime=runtime))

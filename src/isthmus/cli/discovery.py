@@ -160,6 +160,12 @@ def deploy_broker(
     old_output: Annotated[
         Path | None, typer.Option("--output", "-o", hidden=True, help="Deprecated spelling of --broker-info.")
     ] = None,
+    server_url: Annotated[
+        str | None,
+        typer.Option("--server-url", metavar="URL",
+                     help="The broker API's address as members reach it, when it is not --kubeconfig's (a "
+                          "private address, a load balancer); written into broker-info for their agents."),
+    ] = None,
     globalnet: GlobalnetOpt = False,
 ) -> None:
     """Set up the broker on the API of --kubeconfig and write broker-info.subm for `isthmus join`."""
@@ -173,6 +179,10 @@ def deploy_broker(
         server, ca_pem, _ = access_from_config(load_config(kubeconfig, context))
     except ValueError as err:
         raise fail(str(err)) from None
+    if server_url is not None:
+        if not server_url.startswith("https://") or len(server_url) <= len("https://"):
+            raise fail(f"--server-url {server_url!r} is not an https:// URL")
+        server = server_url.rstrip("/")
 
     async def body(client: AsyncClient) -> BrokerInfo:
         return await clusterset_broker.deploy_broker(

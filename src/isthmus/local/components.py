@@ -39,7 +39,15 @@ FAST_READINESS = {
 at once, while it is still importing, then after a whole period; `isthmus up` waits for every pod."""
 
 
-def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path) -> Path:
+def pinned_image(digest: str | None) -> dict[str, Any]:
+    """The overlay's `images:` entry pinning the Isthmus image by the digest `make image` recorded
+    (runc mode: the pods run exactly the image built here); nothing without one."""
+    from isthmus.api.image import IMAGE_REPOSITORY
+
+    return {"images": [{"name": IMAGE_REPOSITORY, "digest": digest}]} if digest else {}
+
+
+def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path, digest: str | None = None) -> Path:
     """Write the local overlay of deploy/member for one cluster into `into` (a directory of its own,
     rewritten every `up`); returns it. The base is referenced by a relative path: kustomize refuses
     absolute ones. `pools_dir` is the cluster's pool manager's state dir (pods here share one
@@ -51,6 +59,7 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path)
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [base],
+        **pinned_image(digest),
         "patches": [
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[DNS]},
              "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
@@ -59,6 +68,7 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path)
              "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
                                         "value": f"--cluster-name={cluster.name}"}])},
             _pools_patch(cluster, pools_dir),
+            *_runc_patches(cluster),
             FAST_READINESS,
             # One webhook and one DNS replica per cluster here (two on real clusters, for availability):
             # every pod is a Python process on this one machine, so a second one adds memory (about
@@ -84,16 +94,18 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path)
     return _write(into, kustomization)
 
 
-def broker_overlay(deploy_dir: Path, into: Path, pools_dir: Path) -> Path:
+def broker_overlay(deploy_dir: Path, into: Path, pools_dir: Path, runtime: str = plan.PROCESS,
+                   digest: str | None = None) -> Path:
     """The local overlay of deploy/broker/controllers: the broker's pool manager on the broker's edge
-    addresses (127.30.0.1 / 127.31.0.1), exactly as a member's."""
+    addresses (127.30.0.1 / 127.31.0.1, or 10.30.0.1 / 10.31.0.1 under runc), exactly as a member's."""
     into.mkdir(parents=True, exist_ok=True)
     base = os.path.relpath(deploy_dir / BROKER_BASE, into)
     return _write(into, {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [base],
-        "patches": [_pools_patch(plan.broker_plan(), pools_dir), FAST_READINESS],
+        **pinned_image(digest),
+        "patches": [_pools_patch(plan.broker_plan(runtime), pools_dir), FAST_READINESS],
     })
 
 
@@ -139,18 +151,34 @@ async def ensure_source_ip_class(kubeconfig: Path, cluster: ClusterPlan) -> None
         await client.close()
 
 
+def _runc_patches(cluster: ClusterPlan) -> list[dict[str, Any]]:
+    """runc mode: the egress gateway on its node's network (hostNetwork, as docs/egress.md has it on
+    a real cluster), where `up` made the cluster's whole egress range local (the gateway binds the
+    claimed source IPs; the fabric routes their answers back to this node)."""
+    if cluster.runtime != plan.RUNC:
+        return []
+    return [{"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]},
+             "patch": yaml.safe_dump([
+                 {"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True},
+                 {"op": "add", "path": "/spec/template/spec/dnsPolicy", "value": "ClusterFirstWithHostNet"},
+             ])}]
+
+
 def _pools_patch(cluster: ClusterPlan, pools_dir: Path) -> dict[str, Any]:
-    """The edge host's addresses are the cluster's own; pods here share the machine's network, so the
-    pod keeps a pod IP of its own for its health endpoint instead of the host network."""
+    """The edge host's addresses are the cluster's own. Process pods share the machine's network, so
+    the pod keeps a pod IP of its own for its health endpoint instead of the host network, and a state
+    dir of its own per cluster; under runc the manifest's hostNetwork and emptyDir stand as written."""
+    edges = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": arg} for arg in (
+        f"--public-address={cluster.pool_public_address}", f"--private-address={cluster.pool_private_address}")]
+    if cluster.runtime == plan.RUNC:
+        return {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.POOLS]},
+                "patch": yaml.safe_dump(edges)}
     return {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.POOLS]},
             "patch": yaml.safe_dump([
                 {"op": "replace", "path": "/spec/template/spec/hostNetwork", "value": False},
                 {"op": "replace", "path": "/spec/template/spec/dnsPolicy", "value": "ClusterFirst"},
-                *({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": arg} for arg in (
-                    f"--public-address={cluster.pool_public_address}",
-                    f"--private-address={cluster.pool_private_address}",
-                    f"--state-dir={pools_dir}",
-                )),
+                *edges,
+                {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": f"--state-dir={pools_dir}"},
             ])}
 
 

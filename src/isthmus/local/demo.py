@@ -115,14 +115,60 @@ def examples_dir() -> Path:
     raise StepFailed("cannot find examples/echo-deployment.yaml (run the demo from the Isthmus repository)")
 
 
+class Vantage:
+    """Where the demo's own packets start. Process mode: this machine's loopback (every 127.x is
+    local, so the demo may also speak from a pod's address). runc mode: inside the clusterset's
+    namespaces, which nothing routes to from the host: as a hostNetwork pod of one node (`via`),
+    from a pod's own namespace when it speaks as that pod, from the fabric as an outside server.
+    Every address it touches is checked to be in the range it may use: 127.0.0.0/8, or (runc)
+    10.0.0.0/8, which exists only inside those namespaces."""
+
+    def __init__(self) -> None:
+        self.allowed = LOOPBACK
+        self.where = "127.0.0.0/8"
+        self.via: str | None = None
+        """runc mode: the node namespace (path) the demo's clients run in; None: this namespace."""
+        self.sources: dict[str, str] = {}
+        """runc mode: address → the namespace (path) where a socket bound to it must be made."""
+
+    def use_namespaces(self, via: str, sources: dict[str, str]) -> None:
+        self.allowed, self.where, self.via = RUNC_NETWORK, "10.0.0.0/8 (the clusterset's namespaces)", via
+        self.sources = dict(sources)
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a client (blocking sockets) where the demo's packets start."""
+        if self.via is None:
+            return fn(*args)
+        from isthmus.local.network.netns import call_in
+
+        return call_in(self.via, fn, *args)
+
+    def socket_from(self, src: str) -> socket.socket:
+        """A TCP socket that will speak from `src` (a pod's address, an outside server's)."""
+        netns_path = self.sources.get(src)
+        if self.via is None or netns_path is None:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            if self.via is not None:  # runc mode: an address nobody registered is never made up
+                s.close()
+                raise StepFailed(f"the demo has no namespace for {src}")
+            return s
+        from isthmus.local.network.netns import socket_in
+
+        return socket_in(netns_path)
+
+
+RUNC_NETWORK = ipaddress.ip_network("10.0.0.0/8")
+VANTAGE = Vantage()
+
+
 def loopback(address: str) -> str:
-    """The address itself if it is in 127.0.0.0/8; the demo never sends anything elsewhere."""
+    """The address itself if it is in the range the demo may use (see Vantage); never anything else."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         raise StepFailed(f"{address!r} is not an IP address") from None
-    if ip not in LOOPBACK:
-        raise StepFailed(f"{address} is outside 127.0.0.0/8: the local clusterset must stay on loopback")
+    if ip not in VANTAGE.allowed:
+        raise StepFailed(f"{address} is outside {VANTAGE.where}: the local clusterset must stay there")
     return address
 
 
@@ -154,6 +200,10 @@ def poll(what: str, probe: Callable[[], T], timeout: float = WAIT, interval: flo
 
 def dns_query(server: tuple[str, int], name: str, rdtype: str) -> tuple[str, list[str]]:
     """(rcode text, answer rdata texts) of one UDP query to `server`."""
+    return VANTAGE.call(_dns_query, server, name, rdtype)
+
+
+def _dns_query(server: tuple[str, int], name: str, rdtype: str) -> tuple[str, list[str]]:
     import dns.exception
     import dns.message
     import dns.query
@@ -178,6 +228,10 @@ def http_get(ip: str, port: int) -> dict[str, Any]:
 
 def udp_echo(ip: str, port: int, timeout: float = 1.0) -> dict[str, Any]:
     """One datagram from a fresh socket (a new source port, so a new balancing decision)."""
+    return VANTAGE.call(_udp_echo, ip, port, timeout)
+
+
+def _udp_echo(ip: str, port: int, timeout: float) -> dict[str, Any]:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.settimeout(timeout)
         try:
@@ -191,6 +245,10 @@ def udp_echo(ip: str, port: int, timeout: float = 1.0) -> dict[str, Any]:
 
 def http_host(ip: str, port: int, host: str, path: str) -> tuple[int, dict[str, Any] | None]:
     """One request with a Host header on a fresh connection: (status, JSON answer or None)."""
+    return VANTAGE.call(_http_host, ip, port, host, path)
+
+
+def _http_host(ip: str, port: int, host: str, path: str) -> tuple[int, dict[str, Any] | None]:
     conn = http.client.HTTPConnection(loopback(ip), port, timeout=2.0)
     try:
         conn.request("GET", path, headers={"Host": host, "Connection": "close"})
@@ -207,6 +265,10 @@ def http_host(ip: str, port: int, host: str, path: str) -> tuple[int, dict[str, 
 
 def tcp_refused(ip: str, port: int) -> bool:
     """Whether nothing accepts TCP on ip:port any more (refused or silent)."""
+    return VANTAGE.call(_tcp_refused, ip, port)
+
+
+def _tcp_refused(ip: str, port: int) -> bool:
     try:
         with socket.create_connection((loopback(ip), port), timeout=0.5):
             return False
@@ -234,6 +296,9 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 OUTSIDE_ADDRESS = "127.33.0.1"
 """The demo's outside server (127.33.0.0/16 is the plan's range for them)."""
 OUTSIDE_OTHER = "127.33.0.2"
+RUNC_OUTSIDE_ADDRESS = "10.33.0.1"
+"""runc mode: the outside servers are on the fabric (10.33.0.0/16, docs/network.md)."""
+RUNC_OUTSIDE_OTHER = "10.33.0.2"
 OUTSIDE_PORT = 7000
 EGRESS_MANIFEST = """\
 apiVersion: egress.isthmus.io/v1alpha1
@@ -271,7 +336,12 @@ class OutsideServer:
             daemon_threads = True
 
         self.connections = 0
-        self.server = Server((loopback(address), port), Handler)
+        self.server = Server((loopback(address), port), Handler, bind_and_activate=False)
+        if VANTAGE.via is not None:  # runc mode: the server lives on the fabric, outside every cluster
+            self.server.socket.close()
+            self.server.socket = VANTAGE.socket_from(address)
+        self.server.server_bind()
+        self.server.server_activate()
         self.thread = threading.Thread(target=self.server.serve_forever, name="outside server", daemon=True)
 
     def __enter__(self) -> OutsideServer:
@@ -285,11 +355,16 @@ class OutsideServer:
 
 def _from(src: str, ip: str, port: int) -> socket.socket:
     """A connection from `src` (a pod's address: every 127.x is local here, so the demo can speak as
-    that pod, which is what its traffic looks like to the network)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    that pod, which is what its traffic looks like to the network; under runc the socket is made in
+    that pod's own namespace)."""
+    s = VANTAGE.socket_from(loopback(src))
     s.settimeout(3.0)
-    s.bind((loopback(src), 0))
-    s.connect((loopback(ip), port))
+    try:
+        s.bind((src, 0))
+        s.connect((loopback(ip), port))
+    except BaseException:
+        s.close()
+        raise
     return s
 
 
@@ -334,10 +409,16 @@ def outside_http(src: str, ip: str, port: int) -> dict[str, Any]:
 class Demo:
     """The steps, sharing what earlier ones learned (contexts, DNS addresses, the VIP)."""
 
-    def __init__(self, console: Console, state_dir: Path, clusters: int) -> None:
+    def __init__(self, console: Console, state_dir: Path, clusters: int, runtime: str = "process") -> None:
         self.console = console
         self.state_dir = state_dir
         self.n = clusters
+        self.runtime = runtime
+        self.outside, self.outside_other = ((RUNC_OUTSIDE_ADDRESS, RUNC_OUTSIDE_OTHER) if runtime == "runc"
+                                            else (OUTSIDE_ADDRESS, OUTSIDE_OTHER))
+        self.shell = ""
+        """What a user types before `curl`/`dig` to run them where the demo's clients run (runc mode)."""
+        VANTAGE.__init__()  # type: ignore[misc]  # a fresh tour starts on this machine's loopback
         self.cache_dir = state_dir / ".demo-kubectl-cache"
         self.env = dict(os.environ)
         self.env.pop("KUBECONFIG", None)  # set from `isthmus status` once the clusterset is up
@@ -458,7 +539,8 @@ class Demo:
         ]
 
     def step_up(self) -> None:
-        p = self.isthmus("up", "--clusters", str(self.n), "--state-dir", str(self.state_dir), "--detach",
+        runtime = ["--runtime", self.runtime] if self.runtime != "process" else []
+        p = self.isthmus("up", "--clusters", str(self.n), "--state-dir", str(self.state_dir), "--detach", *runtime,
                          timeout=UP_TIMEOUT, output=False)
         lines = p.stdout.strip().splitlines()
         self.show("\n".join([ln for ln in lines if " ready in " in ln] or lines[-3:]))
@@ -468,6 +550,12 @@ class Demo:
                     for part, state in (c.get("parts") or {}).items() if state != "ready"]
             raise StepFailed("`isthmus status` says the clusterset is not ready: " + (", ".join(sick) or "?"))
         self.env["KUBECONFIG"] = str(status["kubeconfig"])
+        network = status.get("network")
+        if network:  # runc mode: the demo's clients run inside the clusterset, as a host-network pod of the last cluster
+            nodes = network["nodes"]
+            last = status["clusters"][-1]["name"]
+            VANTAGE.use_namespaces(f"/run/netns/{nodes[last]['netns']}", {})
+            self.shell = f"isthmus shell --state-dir {self.state_dir} --node {last} -- "
         self.broker = dict(status.get("broker") or {})
         self.members = [Member(c["name"], c["context"], parse_hostport(c["dns"]), c) for c in status["clusters"]]
         if len(self.members) != self.n:
@@ -479,7 +567,7 @@ class Demo:
         for m in self.members:
             plan.add_row(m.name, str(m.raw.get("server", "-")), f"{m.dns[0]}:{m.dns[1]}", str(m.raw.get("podCIDR")),
                          str(m.raw.get("serviceCIDR")), str(m.raw.get("clustersetIPCIDR")))
-        self.note("address plan ([bold]isthmus status[/bold]): everything on 127.0.0.0/8")
+        self.note(f"address plan ([bold]isthmus status[/bold]): everything on {VANTAGE.where}")
         self.print_table(plan)
         self.note(f"kubectl: [bold]export KUBECONFIG={escape(str(status['kubeconfig']))}[/bold]")
 
@@ -590,7 +678,7 @@ class Demo:
             table.add_row(*row)
         self.print_table(table)
         d = self.observer.dns
-        self.note(f"[dim]try it: dig @{d[0]} -p {d[1]} {fqdn(VIP_SVC)}[/dim]")
+        self.note(f"[dim]try it: {escape(self.shell)}dig @{d[0]} -p {d[1]} {fqdn(VIP_SVC)}[/dim]")
 
     def _batch(self, send: Callable[[], dict[str, Any]]) -> tuple[Counter[str], Counter[str], dict[str, Any]]:
         clusters: Counter[str] = Counter()
@@ -625,7 +713,7 @@ class Demo:
         sample = results[0][4]
         shown = {k: sample.get(k) for k in ("pod", "namespace", "cluster", "client", "method", "path")}
         self.note(f"one HTTP answer: [dim]{escape(json.dumps(shown))}[/dim]")
-        self.note(f"[dim]try it: curl http://{self.vip}/[/dim]")
+        self.note(f"[dim]try it: {escape(self.shell)}curl http://{self.vip}:{HTTP_PORT}/[/dim]")
 
     def _conflicts(self) -> dict[tuple[str, str], dict[str, Any]]:
         out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -811,7 +899,7 @@ class Demo:
         self.print_table(table)
         self.note(f"the broker's HAProxy pool {obj['metadata']['namespace']}/cart → LoadBalancerPool "
                   f"mcs--{NAMESPACE}--cart; its backends are the pod IPs of both clusters")
-        self.note(f"[dim]try it: curl http://{address}/[/dim]")
+        self.note(f"[dim]try it: {escape(self.shell)}curl http://{address}/[/dim]")
         self.kubectl("--context", b, "delete", "mcs", "shop", "cart", "-n", NAMESPACE)
 
         def cleaned() -> None:
@@ -827,17 +915,42 @@ class Demo:
 
     # -- egress (ExternalService)
 
+    def _outside_addresses(self) -> None:
+        """runc mode: the outside server's addresses are the fabric's (outside every cluster)."""
+        if VANTAGE.via is None:
+            return
+        from isthmus.local.network import fabric
+        from isthmus.local.network.plan import fabric_plan
+
+        fp = fabric_plan(self.state_dir, self.n)
+        for address in (self.outside, self.outside_other):
+            fabric.add_outside_address(fp, address)
+            VANTAGE.sources[address] = fp.netns_path
+
+    def _pod_sources(self, m: Member, apps: tuple[str, ...]) -> None:
+        """runc mode: speaking as a pod means a socket in that pod's own namespace."""
+        if VANTAGE.via is None:
+            return
+        from isthmus.local.network.plan import clusterset_id, pod_netns_name
+
+        cs = clusterset_id(self.state_dir)
+        for pod in self.items(m, "pods"):
+            meta, ip = pod["metadata"], (pod.get("status") or {}).get("podIP")
+            if ip and (meta.get("labels") or {}).get("app") in apps:
+                VANTAGE.sources[ip] = f"/run/netns/{pod_netns_name(cs, m.name, meta['uid'])}"
+
     def _egress_manifest(self) -> str:
         """The demo's ExternalService: the examples' sources, toward the demo's own outside server."""
         path = self.state_dir / "demo-egress.yaml"
-        path.write_text(EGRESS_MANIFEST.format(target=OUTSIDE_ADDRESS, port=OUTSIDE_PORT))
+        path.write_text(EGRESS_MANIFEST.format(target=self.outside, port=OUTSIDE_PORT))
         return str(path)
 
     def step_egress(self) -> None:
         m = self.lb_cluster
         c = m.context
-        with OutsideServer(OUTSIDE_ADDRESS, OUTSIDE_PORT) as outside:
-            self.note(f"an outside server on {OUTSIDE_ADDRESS}:{OUTSIDE_PORT} answers each connection with the "
+        self._outside_addresses()
+        with OutsideServer(self.outside, OUTSIDE_PORT) as outside:
+            self.note(f"an outside server on {self.outside}:{OUTSIDE_PORT} answers each connection with the "
                       "address it came from")
             self.kubectl("--context", c, "apply", "-n", NAMESPACE, "-f", self.example("egress/apps.yaml"),
                          "-f", self.example("egress/claims.yaml"), quiet=True)
@@ -861,6 +974,7 @@ class Demo:
             pods = {i["metadata"]["labels"]["app"]: i["status"]["podIP"] for i in self.items(m, "pods")
                     if (i["metadata"].get("labels") or {}).get("app") in ("checkout", "billing", "other")
                     and (i.get("status") or {}).get("podIP")}
+            self._pod_sources(m, ("checkout", "billing", "other"))
             table = self.table("from pod of", "pod address", "to", "the outside server saw")
             for app, claim in (("checkout", "checkout-ip"), ("billing", "billing-ip")):
                 want = claims.get(claim)
@@ -877,13 +991,13 @@ class Demo:
                 raise StepFailed("a pod of `other` (not a source) was let through the forwarder")
             table.add_row("other", pods["other"], f"outside.external-services:{OUTSIDE_PORT}", "(refused)")
             self.print_table(table)
-            back = outside_http(OUTSIDE_ADDRESS, str(claims["checkout-ip"]), HTTP_PORT)
+            back = outside_http(self.outside, str(claims["checkout-ip"]), HTTP_PORT)
             if not str(back.get("pod", "")).startswith("checkout"):
                 raise StepFailed(f"{claims['checkout-ip']}:{HTTP_PORT} was answered by {back.get('pod')}, not checkout")
-            if not refused_from(OUTSIDE_OTHER, str(claims["checkout-ip"]), HTTP_PORT):
-                raise StepFailed(f"{OUTSIDE_OTHER} (not the target) reached {claims['checkout-ip']}:{HTTP_PORT}")
+            if not refused_from(self.outside_other, str(claims["checkout-ip"]), HTTP_PORT):
+                raise StepFailed(f"{self.outside_other} (not the target) reached {claims['checkout-ip']}:{HTTP_PORT}")
             self.note(f"back: the outside server reached {claims['checkout-ip']}:{HTTP_PORT} → pod {back.get('pod')}; "
-                      f"{OUTSIDE_OTHER} was refused (only targetIP may connect back)")
+                      f"{self.outside_other} was refused (only targetIP may connect back)")
             self.note(f"{outside.connections} connections reached the outside server, each from a claimed address")
         self.kubectl("--context", c, "delete", "-n", NAMESPACE, "externalservice", "outside", quiet=True)
         self.kubectl("--context", c, "delete", "-n", NAMESPACE, "sourceipclaims", "--all", quiet=True)
@@ -1052,6 +1166,7 @@ def run_demo(
     clusters: int = 3,
     keep: bool = False,
     edit_steps: Callable[[list[Step]], Iterable[Step]] | None = None,
+    runtime: str = "process",
 ) -> int:
     """Run every step; 0 when all pass, 1 naming the failed step (130 on Ctrl-C), 2 for unusable arguments.
 
@@ -1078,7 +1193,7 @@ def run_demo(
         return 1
     os.umask(0o077)  # kubectl's cache and everything else the demo writes in the state dir stay private
 
-    demo = Demo(console, state_dir.resolve(), clusters)
+    demo = Demo(console, state_dir.resolve(), clusters, runtime)
     demo.discard_state = temporary and not keep
     steps = list(edit_steps(demo.steps()) if edit_steps else demo.steps())
     total = len(steps) + 1  # + isthmus down

@@ -17,7 +17,9 @@ def server_url(state: State, name: str) -> str:
 
 def ready_url(state: State, part: PartId) -> str:
     scheme = "https" if part.kind == APISERVER else "http"
-    return f"{scheme}://{HOST}:{state.ports[plan.metrics_port_name(part)]}/readyz"
+    # The registry (runc mode) is asked through the relay's door on the host: its API root answers 200.
+    path = "/v2/" if part.kind == plan.REGISTRY else "/readyz"
+    return f"{scheme}://{HOST}:{state.ports[plan.metrics_port_name(part)]}{path}"
 
 
 def metrics_addr(state: State, part: PartId) -> str:

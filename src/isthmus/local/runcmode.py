@@ -12,8 +12,15 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from isthmus.local.plan import PlanError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from isthmus.local.images.build import BuiltImages
+    from isthmus.local.network.plan import FabricPlan
 
 CNI_BIN = Path("/usr/lib/cni")
 REQUIRED_COMMANDS = ("runc", "ip", "nft", "skopeo", "umoci", "docker-registry", "mmdebstrap")
@@ -40,3 +47,113 @@ def check_prerequisites() -> None:
         raise PlanError("--runtime runc needs " + ", ".join(missing)
                         + " (`make install` installs the Debian packages: runc, iproute2, nftables, skopeo, "
                           "umoci, docker-registry, mmdebstrap, containernetworking-plugins)")
+
+
+# --- the network ------------------------------------------------------------------------------------
+
+MIRRORED_REGISTRIES = ("docker.io", "ghcr.io", "registry.k8s.io", "quay.io")
+"""Registries kube-lite reads from the clusterset's own registry instead (containerd's mirrors, as
+kind configures them): images keep their usual names and no pull leaves the clusterset."""
+
+
+def fabric_of(root: Path, clusters: int) -> FabricPlan:
+    from isthmus.local.network.plan import fabric_plan
+
+    return fabric_plan(root, clusters)
+
+
+def ensure_network(root: Path, clusters: int) -> FabricPlan:
+    """Make the clusterset's namespaces (idempotent), and make each node's whole egress range local
+    there, as 127.0.0.0/8 is on the host: the gateway binds any claimed source IP of its class
+    without adding addresses one by one, and the fabric routes the answers back to that node."""
+    from isthmus.local.network import fabric, netns
+
+    fp = fabric_of(root, clusters)
+    fabric.ensure(fp)
+    for node in fp.nodes:
+        if node.egress_range is not None:
+            block = node.egress_range[0].rsplit(".", 1)[0] + ".0/24"
+            netns.call_in(node.netns_path, _route_local, block)
+    return fp
+
+
+def _route_local(block: str) -> None:
+    import subprocess
+
+    subprocess.run(["ip", "route", "replace", "local", block, "dev", "lo", "table", "local"],
+                   check=True, capture_output=True, timeout=10)
+
+
+def teardown_network(root: Path) -> list[str]:
+    """Remove every namespace of this state dir's clusterset (its pods' too); the names removed."""
+    from isthmus.local.network import fabric
+    from isthmus.local.network.plan import clusterset_id
+
+    return fabric.teardown_id(clusterset_id(root))
+
+
+def kube_lite_args(fp: FabricPlan, cluster: str, api_port: int) -> list[str]:
+    """What kube-lite is told in runc mode: its node's namespace and address, where images come
+    from, and where pods reach its apiserver (the relay on the fabric)."""
+    from isthmus.local.network.plan import FABRIC_GATEWAY
+
+    node = fp.node(cluster)
+    mirrors = [a for host in MIRRORED_REGISTRIES for a in ("--registry-mirror", f"{host}=http://{fp.registry}")]
+    return ["--runtime", "runc", "--netns", node.netns, "--node-address", node.address, *mirrors,
+            "--api-address-in-pods", f"{FABRIC_GATEWAY}:{api_port}"]
+
+
+def relay_args(fp: FabricPlan, registry_port: int, api_ports: list[int]) -> list[str]:
+    """`isthmus netrelay`'s doors: every apiserver into the fabric (pods dial 10.255.0.1:<its port>),
+    and the fabric's registry onto the host (127.0.0.1:<registry_port>: `up` pushes the images there,
+    and the supervisor asks it whether it is ready)."""
+    from isthmus.local.network.plan import FABRIC_GATEWAY
+    from isthmus.local.plan import HOST
+
+    out = ["--netns", fp.netns]
+    for port in api_ports:
+        # Also on the fabric's own loopback: the kubeconfigs of the state dir work in `isthmus shell`.
+        out += ["--listen", f"{FABRIC_GATEWAY}:{port}={HOST}:{port}", "--listen", f"{HOST}:{port}={HOST}:{port}"]
+    out += ["--publish", f"{HOST}:{registry_port}={fp.registry}"]
+    return out
+
+
+def registry_argv(fp: FabricPlan, root: Path) -> list[str]:
+    """Debian's docker-registry, exec'ed inside the fabric (`ip netns exec` execs in place: the PID
+    the supervisor records is the registry's own, and its command line names the state dir)."""
+    from isthmus.local import registry
+
+    return ["ip", "netns", "exec", fp.netns, *registry.argv(registry.registry_paths(root).config)]
+
+
+# --- images -------------------------------------------------------------------------------------------
+
+
+def build_images(say: Callable[[str], None]) -> BuiltImages:
+    """`make image`'s build (local/images/), from its cache when nothing it is made of changed."""
+    from isthmus.local.images.build import build_images as build
+
+    return build(None, log=say)
+
+
+async def push_images(built: BuiltImages, registry: str) -> str | None:
+    """Push every built image under its usual path (without the registry host: kube-lite reads these
+    registries through the mirror), skipping what the registry holds already; the Isthmus image's
+    digest."""
+    from isthmus.api.image import IMAGE
+    from isthmus.local.registry import push
+
+    digest = None
+    for ref, art in built.images.items():
+        path = ref.split("/", 1)[1]  # docker.io/library/busybox:latest -> library/busybox:latest
+        await push(art.layout, art.ref_name, registry, path)
+        if ref == IMAGE:
+            digest = art.digest
+    return digest
+
+
+def write_registry_config(root: Path, fp: FabricPlan) -> Path:
+    """The registry's config in the state dir (`<root>/registry/`, its data beside it)."""
+    from isthmus.local.registry import write_config
+
+    return write_config(root, fp.registry)

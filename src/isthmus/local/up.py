@@ -34,7 +34,7 @@ import aiohttp
 
 from isthmus.apiserver.authentication.tls import ensure_certs
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
-from isthmus.local import components, plan
+from isthmus.local import components, plan, runcmode
 from isthmus.local.endpoints import metrics_addr, ready_url, server_url
 from isthmus.local.kubelite.processes import ENTRY
 from isthmus.local.plan import AGENT, APISERVER, BROKER, HOST, KUBE_LITE, PartId
@@ -168,11 +168,13 @@ def ensure_token(layout: Layout, name: str) -> str:
     return token
 
 
-def ensure_ca(layout: Layout, name: str) -> bytes:
+def ensure_ca(layout: Layout, name: str, runtime: str = plan.PROCESS) -> bytes:
     """The apiserver's CA, made before its first start (it finds and serves the same files), so
-    kubeconfigs exist before the server does. TLS because kubectl sends tokens only over TLS."""
+    kubeconfigs exist before the server does. TLS because kubectl sends tokens only over TLS. Under
+    runc its certificate also names the fabric's address, where pods reach it through the relay."""
     private_dir(layout.data_dir(name) / "tls")
-    ca, _, _ = ensure_certs(layout.data_dir(name) / "tls", [HOST, "localhost"])
+    hosts = [HOST, "localhost", *([plan.RUNC_FABRIC_ADDRESS] if runtime == plan.RUNC else [])]
+    ca, _, _ = ensure_certs(layout.data_dir(name) / "tls", hosts)
     return ca.read_bytes()
 
 
@@ -181,7 +183,7 @@ def write_kubeconfigs(layout: Layout, state: State) -> None:
     merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [], "users": [], "contexts": [],
                               "current-context": plan.cluster_name(1), "preferences": {}}
     for name in [BROKER] + [c.name for c in plan.address_plan(state.clusters, state.runtime)]:
-        one = kubeconfig_dict(name, server_url(state, name), ca_pem=ensure_ca(layout, name),
+        one = kubeconfig_dict(name, server_url(state, name), ca_pem=ensure_ca(layout, name, state.runtime),
                               token=ensure_token(layout, name))
         write_kubeconfig(layout.kubeconfig_of(name), one)
         for key in ("clusters", "users", "contexts"):
@@ -207,11 +209,23 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
     metrics = ["--metrics-addr", metrics_addr(state, part)]
     if part.kind == KUBE_LITE:
         # A member's node proxies its ClusterIPs, NodePorts and VIPs (nothing on the broker is reached so).
-        proxy = ["--proxy", "--node-address", plan.NODE_ADDRESS] if part.cluster != BROKER else []
+        proxy = ["--proxy"] if part.cluster != BROKER else []
+        if state.runtime == plan.RUNC:
+            runc = runcmode.kube_lite_args(runcmode.fabric_of(layout.root, state.clusters), part.cluster,
+                                           state.ports[PartId(part.cluster, APISERVER).name])
+        else:
+            runc = ["--node-address", cp.node_address] if proxy else []
         return [*base, "kube-lite", *kc, "--cluster-name", cp.name, "--pod-cidr", cp.pod_cidr,
                 "--service-cidr", cp.service_cidr, "--node-port-range", cp.node_port_range,
                 "--kubelet-port", str(state.ports[plan.kubelet_port_name(cp.name)]),
-                "--root-dir", str(layout.root / "kubelet" / cp.name), *proxy, *metrics]
+                "--root-dir", str(layout.root / "kubelet" / cp.name), *proxy, *runc, *metrics]
+    if part.kind == plan.RELAY:
+        fp = runcmode.fabric_of(layout.root, state.clusters)
+        return [*base, "netrelay", *runcmode.relay_args(fp, state.ports[PartId(BROKER, plan.REGISTRY).name],
+                                                        [state.ports[p.name] for p in plan.parts(state.clusters, state.runtime)
+                                                         if p.kind == APISERVER]), *metrics]
+    if part.kind == plan.REGISTRY:
+        return runcmode.registry_argv(runcmode.fabric_of(layout.root, state.clusters), layout.root)
     if part.kind == plan.UI:  # every context of the merged kubeconfig; the broker named, not probed
         return [*base, "ui", "--kubeconfig", str(layout.kubeconfig), "--broker-context", BROKER,
                 "--listen", f"{HOST}:{state.ports[part.name]}"]
@@ -229,8 +243,12 @@ def part_spec(layout: Layout, state: State, part: PartId) -> PartSpec:
 
 def deploy_broker_argv(layout: Layout, state: State) -> list[str]:
     vip = ["--enable-clusterset-ip"] if state.enable_clusterset_ip else []
+    # runc mode: members' agents reach the broker from their pods, through the relay on the fabric.
+    url = (["--server-url", f"https://{plan.RUNC_FABRIC_ADDRESS}:{state.ports[PartId(BROKER, APISERVER).name]}"]
+           if state.runtime == plan.RUNC else [])
     return [*isthmus_argv(), "deploy-broker", "--kubeconfig", str(layout.kubeconfig_of(BROKER)), *vip,
-            "--clusterset-ip-cidr-range", plan.CLUSTERSET_IP_RANGE, "--broker-info", str(layout.broker_info)]
+            "--clusterset-ip-cidr-range", plan.clusterset_ip_range(state.runtime), *url,
+            "--broker-info", str(layout.broker_info)]
 
 
 def join_argv(layout: Layout, state: State, cluster: plan.ClusterPlan) -> list[str]:
@@ -413,6 +431,9 @@ class Bringup:
         """Parts a crashed supervisor left running and healthy (name → PID), kept instead of restarted."""
         self.sup = Supervisor(layout.root, self._on_change, env=child_env(), zygote=zygote)
         self.stop = asyncio.Event()
+        self.images: asyncio.Task[str | None] | None = None
+        """runc mode: the images built (or found in the cache) and pushed to the registry; the Isthmus
+        image's digest, which the overlays pin."""
 
     def _on_change(self, name: str, part: PartState) -> None:
         self.state.parts[name] = dataclasses.replace(part)
@@ -451,7 +472,12 @@ class Bringup:
         failed = self.state.phase == PHASE_FAILED
         self._phase(PHASE_STOPPING, self.state.error)
         log.info("stopping every part")
+        if self.images is not None:
+            self.images.cancel()
         await self.sup.stop()
+        if self.state.runtime == plan.RUNC:  # kube-lites stopped their pods: the namespaces go too
+            gone = await asyncio.to_thread(runcmode.teardown_network, self.layout.root)
+            log.info("removed %d network namespace(s)", len(gone))
         self.state.supervisor_pid = None
         for p in self.state.parts.values():
             p.pid = None
@@ -462,6 +488,11 @@ class Bringup:
     async def _bring_up(self) -> None:
         self.sup.prestart()
         try:
+            if self.state.runtime == plan.RUNC:
+                await asyncio.to_thread(runcmode.ensure_network, self.layout.root, self.state.clusters)
+                runcmode.write_registry_config(self.layout.root,
+                                               runcmode.fabric_of(self.layout.root, self.state.clusters))
+                self.images = asyncio.create_task(self._build_and_push())
             all_parts = plan.parts(self.state.clusters, self.state.runtime)
             previous = dict(self.state.parts)
             apiservers = [p for p in all_parts if p.kind == APISERVER]
@@ -521,13 +552,28 @@ class Bringup:
         await asyncio.gather(self._install_broker(),
                              *(join_and_install(c) for c in plan.address_plan(st.clusters, st.runtime)))
 
+    async def _build_and_push(self) -> str | None:
+        """runc mode: build the images (cached by their inputs), then push them into the clusterset's
+        registry through the relay's door on the host; the Isthmus image's digest."""
+        built = await asyncio.to_thread(runcmode.build_images, log.info)
+        registry = PartId(BROKER, plan.REGISTRY).name
+        late = await self.sup.wait_ready([registry, PartId(BROKER, plan.RELAY).name], PARTS_READY_TIMEOUT)
+        if late:
+            raise SetupFailed(f"the registry is not ready within {PARTS_READY_TIMEOUT:.0f}s: {', '.join(late)}")
+        return await runcmode.push_images(built, f"{HOST}:{self.state.ports[registry]}")
+
+    async def _digest(self) -> str | None:
+        """The digest the overlays pin (runc mode), once the images are in the registry."""
+        return await asyncio.shield(self.images) if self.images is not None else None
+
     async def _install_broker(self) -> None:
         """The broker's workloads from deploy/broker/controllers, as an admin installs them on a real
         broker (deploy-broker applied deploy/broker itself)."""
         from isthmus.kube.manifests import deploy_dir
 
         directory = components.broker_overlay(deploy_dir(), self.layout.root / "manifests" / BROKER,
-                                              self.layout.root / "pools" / BROKER)
+                                              self.layout.root / "pools" / BROKER, self.state.runtime,
+                                              await self._digest())
         await self._apply(BROKER, directory)
 
     async def _install(self, cluster: plan.ClusterPlan, restart_agent: bool) -> None:
@@ -538,7 +584,7 @@ class Bringup:
         from isthmus.kube.manifests import deploy_dir
 
         directory = components.overlay(cluster, deploy_dir(), self.layout.root / "manifests" / cluster.name,
-                                       self.layout.root / "pools" / cluster.name)
+                                       self.layout.root / "pools" / cluster.name, await self._digest())
         kubeconfig = self.layout.kubeconfig_of(cluster.name)
         restart = restart_agent and await components.deployment_exists(kubeconfig, plan.DEPLOYMENTS[AGENT])
         await self._apply(cluster.name, directory)
