@@ -448,8 +448,16 @@ def _print_table(console: Console, doc: dict[str, Any], output: str = TABLE) -> 
         for problem in doc["problems"]:
             console.print(f"  {problem}", highlight=False, markup=False, soft_wrap=True)
     vip = "on" if b["clustersetIPEnabled"] else "off (per export: --use-clusterset-ip true)"
-    console.print(f"Nodes and NodePorts on {plan.NODE_ADDRESS}; ClusterSet IP by default: {vip}; "
+    network = doc.get("network")
+    nodes = (f"runc: pods in network namespaces of their own; nodes on {', '.join(c['nodeAddress'] for c in doc['clusters'])}"
+             if network else f"Nodes and NodePorts on {plan.NODE_ADDRESS}")
+    console.print(f"{nodes}; ClusterSet IP by default: {vip}; "
                   f"DNS zones clusterset.local and {plan.LOCAL_ZONE}.", highlight=False)
+    if network:
+        console.print(f"The clusterset's network: namespace {network['netns']} (`isthmus shell` enters it; "
+                      f"`isthmus shell --node c1` a node's), apiservers at {network['fabricAddress']}:<port> inside, "
+                      f"registry {network['registry']} ({network['registryOnHost']} from here), outside servers "
+                      f"{network['outsideRange']}.", highlight=False, soft_wrap=True)
     console.print(f"KUBECONFIG={doc['kubeconfig']}  (contexts: broker, "
                   f"{', '.join(c['context'] for c in doc['clusters'])})", highlight=False, soft_wrap=True)
     ui = doc.get("ui") or {}
@@ -540,6 +548,13 @@ def _down(console: Console, layout: Layout) -> bool:
     if left:
         console.print(f"[red]error:[/red] still running: {', '.join(f'{n} (pid {p})' for n, p in left.items())}")
         return False
+    if state is not None and state.runtime == plan.RUNC:  # what a killed kube-lite could not take down
+        from isthmus.local.runcmode import cleanup
+
+        containers, namespaces = cleanup(layout.root)
+        if containers or namespaces:
+            console.print(f"removed {plural(containers, 'leftover container')} and "
+                          f"{plural(len(namespaces), 'network namespace')}")
     return True
 
 

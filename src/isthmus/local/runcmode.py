@@ -157,3 +157,37 @@ def write_registry_config(root: Path, fp: FabricPlan) -> Path:
     from isthmus.local.registry import write_config
 
     return write_config(root, fp.registry)
+
+
+# --- down -----------------------------------------------------------------------------------------------
+
+
+def leftover_containers(root: Path) -> list[tuple[Path, str]]:
+    """Containers a node of this state dir left running (its kube-lite was killed, not stopped):
+    (runc state dir, container id) from every node's `runc list`."""
+    import json
+    import subprocess
+
+    out: list[tuple[Path, str]] = []
+    for state in sorted((root / "kubelet").glob("*/runc")):
+        try:
+            p = subprocess.run(["runc", "--root", str(state), "list", "--format", "json"], capture_output=True,
+                               text=True, timeout=10, check=False)
+            listed = json.loads(p.stdout or "null") or []
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            continue
+        out += [(state, str(c["id"])) for c in listed if isinstance(c, dict) and c.get("id")]
+    return out
+
+
+def cleanup(root: Path) -> tuple[int, list[str]]:
+    """What `down` does after the parts are gone: kill the containers nothing stops any more
+    (SIGKILL: their kube-lite, which would have given them their grace period, is gone), then remove
+    the clusterset's namespaces. (containers removed, namespaces removed)."""
+    import subprocess
+
+    left = leftover_containers(root)
+    for state, cid in left:
+        subprocess.run(["runc", "--root", str(state), "delete", "--force", cid], capture_output=True, timeout=30,
+                       check=False)
+    return len(left), teardown_network(root)

@@ -476,8 +476,8 @@ class Bringup:
             self.images.cancel()
         await self.sup.stop()
         if self.state.runtime == plan.RUNC:  # kube-lites stopped their pods: the namespaces go too
-            gone = await asyncio.to_thread(runcmode.teardown_network, self.layout.root)
-            log.info("removed %d network namespace(s)", len(gone))
+            containers, gone = await asyncio.to_thread(runcmode.cleanup, self.layout.root)
+            log.info("removed %d leftover container(s) and %d network namespace(s)", containers, len(gone))
         self.state.supervisor_pid = None
         for p in self.state.parts.values():
             p.pid = None
