@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _need() -> None:
     missing = [what for what, ok in (
         ("root", os.geteuid() == 0), ("ip (iproute2)", shutil.which("ip") is not None),
+        ("nft (nftables)", shutil.which("nft") is not None),
         ("the CNI plugins in /usr/lib/cni (containernetworking-plugins)",
          all((cni.CNI_BIN / p).exists() for p in ("bridge", "host-local", "loopback"))),
     ) if not ok]
@@ -132,6 +133,28 @@ async def test_del_releases_the_address_and_is_idempotent(fab: tuple[FabricPlan,
     links = (await netns.run_in(None, ["ip", "-n", plan.node("broker").netns, "-br", "link", "show", "master",
                                        "cni0"])).check().stdout.decode()
     assert links.strip() == "", links  # the pod's veth went with it
+
+
+async def test_a_pod_reaches_a_pod_of_its_own_node_through_a_dnat_as_kube_proxy_sets_it(
+        fab: tuple[FabricPlan, Path]) -> None:
+    """A ClusterIP whose endpoint is on the caller's own node: the answer is bridged back on cni0,
+    and only passes the node's conntrack (to be translated back) with bridge netfilter."""
+    plan, data = fab
+    assert fabric.bridge_netfilter(), "the kernel has no br_netfilter (modprobe br_netfilter)"
+    node = plan.node("c2")
+    net = _pod_network(plan, "c2", data)
+    (pa, ipa), (pb, ipb) = [await net.attach(node.pod_netns(uid), f"sandbox-{uid}") for uid in ("66666666", "77777777")]
+    rules = (f"table ip t {{\n chain pre {{\n type nat hook prerouting priority -100;\n"
+             f" ip daddr 10.202.0.10 tcp dport 80 dnat to {ipb}:8080\n }}\n}}\n")
+    (await netns.run_in(node.netns_path, ["nft", "-f", "-"], input=rules.encode())).check()
+    server = await _echo_server(pb, "0.0.0.0", 8080)
+    try:
+        assert await _ask(pa, "10.202.0.10", 80, "svc") == f"svc from {ipa}"
+    finally:
+        server.close()
+        (await netns.run_in(node.netns_path, ["nft", "delete", "table", "ip", "t"])).check()
+        for uid in ("66666666", "77777777"):
+            await net.detach(node.pod_netns(uid), f"sandbox-{uid}")
 
 
 def _free_port() -> int:

@@ -18,6 +18,7 @@ a thread inside each namespace. Nothing runs in, or is added to, the host's own 
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ from isthmus.local.network.plan import (
     NodeNet,
 )
 
-__all__ = ["FabricError", "FabricState", "add_outside_address", "ensure", "state", "teardown", "teardown_id"]
+__all__ = ["FabricError", "FabricState", "add_outside_address", "bridge_netfilter", "ensure", "state", "teardown", "teardown_id"]
 
 
 class FabricError(RuntimeError):
@@ -45,8 +46,21 @@ class FabricError(RuntimeError):
 
 def _sysctl(values: dict[str, str]) -> None:
     for key, value in values.items():
-        with open(f"/proc/sys/{key.replace('.', '/')}", "w") as f:
+        optional = key.startswith("?")
+        path = f"/proc/sys/{key.lstrip('?').replace('.', '/')}"
+        if optional and not os.path.exists(path):
+            continue
+        with open(path, "w") as f:
             f.write(value)
+
+
+def bridge_netfilter() -> bool:
+    """Whether bridged traffic can pass the namespaces' nftables (the host has br_netfilter loaded).
+
+    kube-proxy's reason to need it holds here: a pod that calls a ClusterIP whose endpoint is a pod
+    on the same node gets its answer bridged straight back on cni0; without br_netfilter conntrack
+    never sees that answer, so it is not translated back and the call fails."""
+    return os.path.exists("/proc/sys/net/bridge/bridge-nf-call-iptables")
 
 
 def _prepare(values: dict[str, str]) -> set[str]:
@@ -62,7 +76,8 @@ FABRIC_SYSCTLS = {
     "net.ipv4.conf.all.send_redirects": "0",
     "net.ipv4.conf.default.send_redirects": "0",
 }
-NODE_SYSCTLS = {"net.ipv4.ip_forward": "1"}
+NODE_SYSCTLS = {"net.ipv4.ip_forward": "1", "?net.bridge.bridge-nf-call-iptables": "1"}
+"""`?`: set where the kernel has it (see bridge_netfilter)."""
 HOLDER_KIND = "bridge"
 """The kind of edge0 and outside0, devices that only hold addresses: a bridge without ports has
 carrier and holds them as a `dummy` would, and needs no module (the kernel here has no dummy
