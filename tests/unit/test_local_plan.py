@@ -121,9 +121,15 @@ def test_runc_plan_is_the_process_plan_moved_out_of_loopback() -> None:
     the same names and numbers as the network plan the namespaces are built from."""
     from isthmus.local.network.plan import fabric_plan
 
+    loopback = ipaddress.ip_network("127.0.0.0/8")
+    fabric = ipaddress.ip_network("10.255.0.0/24")
+    for n in (3, 16, 30):
+        fp = fabric_plan("/tmp/x", n, cs="isthmus-test")
+        for c in plan.address_plan(n, plan.RUNC):
+            assert not ipaddress.ip_network(c.clusterset_ip_cidr).overlaps(fabric), (n, c)
+            assert c.clusterset_ip_cidr == fp.node(c.name).clusterset_ip_cidr
     n = 3
     fp = fabric_plan("/tmp/x", n, cs="isthmus-test")
-    loopback = ipaddress.ip_network("127.0.0.0/8")
     for c in [plan.broker_plan(plan.RUNC), *plan.address_plan(n, plan.RUNC)]:
         node = fp.node(c.name)
         assert (c.pod_cidr, c.service_cidr, c.node_address) == (node.pod_cidr, node.service_cidr, node.address)

@@ -168,12 +168,18 @@ def runc_node_address(index: int) -> str:
     return f"10.255.0.{10 + index}"
 
 
-def vip_prefix(n: int) -> int:
-    """/16 per cluster while they fit in the /12 (16 clusters), /17 beyond (up to 32)."""
-    rng = ipaddress.ip_network(CLUSTERSET_IP_RANGE)
+def vip_prefix(n: int, runtime: str = PROCESS) -> int:
+    """/16 per cluster while they fit in the /12 (16 clusters), /17 beyond (up to 32). Under runc the
+    range's last /16 holds the fabric (10.255.0.0/24): no block may reach it, so 16 clusters get a /17
+    each too."""
+    rng = ipaddress.ip_network(clusterset_ip_range(runtime))
     prefix = 16
     while 2 ** (prefix - rng.prefixlen) < n:
         prefix += 1
+    if runtime == RUNC:
+        fabric = int(ipaddress.ip_address(RUNC_FABRIC_ADDRESS)) & ~0xFFFF
+        while int(rng.network_address) + n * 2 ** (32 - prefix) > fabric:
+            prefix += 1
     return prefix
 
 
@@ -184,7 +190,7 @@ def cluster_plan(i: int, n: int, runtime: str = PROCESS) -> ClusterPlan:
     if not 1 <= i <= n:
         raise PlanError(f"cluster index {i} outside 1..{n}")
     rng = ipaddress.ip_network(clusterset_ip_range(runtime))
-    prefix = vip_prefix(n)
+    prefix = vip_prefix(n, runtime)
     block = ipaddress.ip_network((int(rng.network_address) + (i - 1) * 2 ** (32 - prefix), prefix))
     low = NODE_PORT_BASE + (i - 1) * NODE_PORTS_PER_CLUSTER
     o = 10 if runtime == RUNC else 127

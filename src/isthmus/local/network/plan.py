@@ -88,14 +88,9 @@ def _index(cluster: str) -> int:
 
 
 def vip_prefix(n: int) -> int:
-    """The process plan's split of the ClusterSet IP range (a /16 per cluster while 16 fit, /17
-    beyond) — except that no block may reach 10.255.0.0/16, the fabric's: the /12 here ends with
-    it. So 16 clusters get a /17 each, as 17 to 30 do (fewer and more split as the process plan)."""
-    rng = ipaddress.ip_network(CLUSTERSET_IP_RANGE)
-    prefix = process_plan.vip_prefix(n)
-    while int(rng.network_address) + n * 2 ** (32 - prefix) > int(ipaddress.ip_address(FABRIC_CIDR.split("/")[0])):
-        prefix += 1
-    return prefix
+    """The runc plan's split of the ClusterSet IP range (local/plan.py's rule: never into
+    10.255.0.0/16, the fabric's)."""
+    return process_plan.vip_prefix(n, process_plan.RUNC)
 
 
 def _vip_block(index: int, n: int) -> str:
