@@ -6,7 +6,7 @@ Started by `isthmus up` for each cluster; hidden because users never run it them
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -62,8 +62,26 @@ def kube_lite(
         ),
     ] = False,
     node_address: Annotated[
-        str, typer.Option("--node-address", help="With --proxy: the IP address NodePorts listen on.")
+        str, typer.Option("--node-address", help="With --proxy: the IP address NodePorts listen on; in runc mode "
+                          "also the Node's InternalIP (its address in --netns).")
     ] = "127.0.0.1",
+    runtime: Annotated[
+        str, typer.Option("--runtime", help="process: Isthmus-image Pods as processes of this machine; runc: every "
+                          "Pod as OCI containers (runc), each in a network namespace of its own (needs root).")
+    ] = "process",
+    runc_path: Annotated[str, typer.Option("--runc", help="runc mode: the runc binary.")] = "runc",
+    netns_name: Annotated[
+        str | None, typer.Option("--netns", help="runc mode: the node's network namespace (ip netns name); pods "
+                                 "get namespaces of their own attached to its bridge cni0.")
+    ] = None,
+    registry_mirrors: Annotated[
+        list[str] | None, typer.Option("--registry-mirror", help="runc mode: HOST=URL, pull images of registry HOST "
+                                       "from URL (repeatable), e.g. docker.io=http://10.255.0.2:5000.")
+    ] = None,
+    api_address_in_pods: Annotated[
+        str | None, typer.Option("--api-address-in-pods", help="runc mode: HOST:PORT where containers reach the "
+                                 "apiserver (KUBERNETES_SERVICE_HOST/PORT); default the kubeconfig's server.")
+    ] = None,
     context: ContextOpt = None,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
@@ -101,6 +119,18 @@ def kube_lite(
         node_ip = str(ipaddress.ip_address(node_address))
     except ValueError:
         raise fail(f"--node-address {node_address!r} is not an IP address") from None
+    if runtime not in ("process", "runc"):
+        raise fail(f"--runtime {runtime!r}: use process or runc")
+    mirrors: dict[str, str] = {}
+    for m in registry_mirrors or []:
+        host, sep, url = m.partition("=")
+        if not sep or not host or not url:
+            raise fail(f"--registry-mirror {m!r} is not HOST=URL (e.g. docker.io=http://10.255.0.2:5000)")
+        mirrors[host] = url
+    if runtime == "runc":
+        problem = _runc_mode_problem(runc_path, netns_name)
+        if problem:
+            raise fail(problem)
     try:
         config = load_config(kubeconfig, context)
     except KubeConfigError as e:
@@ -129,7 +159,16 @@ def kube_lite(
         root_dir=root, api_host=server.host, api_port=server.port or (443 if server.scheme == "https" else 80),
         api_ca=ca,
     )
-    if zygote_enabled():
+    runc_node = None
+    network = None
+    if runtime == "runc":
+        assert netns_name is not None
+        runc_node, network = _runc_mode(
+            client, root=root, cluster=cluster_name, runc=runc_path, netns_name=netns_name, node_address=node_ip,
+            pod_cidr=pod_cidr, mirrors=mirrors, api_in_pods=api_address_in_pods or f"{processes.api_host}:"
+            f"{processes.api_port}", api_ca=ca, allocatable=processes.allocatable,
+        )
+    elif zygote_enabled():
         processes.zygote = node_zygote(cluster_name, processes)
         # The supervisor's zygote when it started us with a connection to it (one zygote for every
         # node's pods); else one forked now, while this process has no loop or thread (fork_now).
@@ -146,6 +185,8 @@ def kube_lite(
             kubelet_port=kubelet_port,
             kubelet_token=token,
             processes=processes,
+            runc=runc_node,
+            network=network,
         )
         part = Background("kube-lite", lite.run, lambda: lite.ready, on_stop=client.close)
         if not proxy:
@@ -153,8 +194,62 @@ def kube_lite(
         from isthmus.proxy import ProxyConfig, ProxyService
 
         # A client of its own: the proxy's watches and kube-lite's writes never queue behind each other.
-        service = ProxyService(client_for(config, field_manager="isthmus-proxy"),
-                               ProxyConfig(cluster_id=cluster_name, node_address=node_ip))
+        proxy_client = client_for(config, field_manager="isthmus-proxy")
+        if runtime == "runc":  # kube-proxy's place in the node's namespace: the kernel DNATs
+            from isthmus.proxy.nftables import NftablesDataplane
+
+            service = ProxyService(proxy_client,
+                                   ProxyConfig(cluster_id=cluster_name, node_address=node_ip, mode="nftables"),
+                                   dataplane=NftablesDataplane(netns=netns_name))
+        else:
+            service = ProxyService(proxy_client, ProxyConfig(cluster_id=cluster_name, node_address=node_ip))
         return Together([part, service])
 
     run_component("kube-lite", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
+
+
+def _runc_mode_problem(runc: str, netns_name: str | None) -> str | None:
+    """Why runc mode cannot run here (a message for users), None when it can."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return "--runtime runc needs root (runc, network namespaces, overlay mounts)"
+    if shutil.which(runc) is None:
+        return f"--runtime runc: {runc!r} not found (Debian: apt-get install runc)"
+    if not netns_name:
+        return "--runtime runc needs --netns, the node's network namespace"
+    from isthmus.local.network import netns
+
+    if not netns.exists(netns_name):
+        return f"--netns {netns_name!r}: no such network namespace (ip netns list)"
+    return None
+
+
+def _runc_mode(client: Any, *, root: Any, cluster: str, runc: str, netns_name: str, node_address: str,
+               pod_cidr: str, mirrors: dict[str, str], api_in_pods: str, api_ca: bytes | None,
+               allocatable: Any) -> tuple[Any, Any]:
+    """The runc side of the node: runc, the image store (pulls from the node's namespace), the pod network."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    from isthmus.local.kubelite.images import ImageStore
+    from isthmus.local.kubelite.pods import node_name
+    from isthmus.local.kubelite.runc import RuncNode, RuncRuntime, seccomp_supported
+    from isthmus.local.network import netns
+    from isthmus.local.network.cni import PodNetwork
+
+    host, sep, port = api_in_pods.rpartition(":")
+    if not sep or not port.isdigit():
+        raise fail(f"--api-address-in-pods {api_in_pods!r} is not HOST:PORT")
+    net = ipaddress.IPv4Network(pod_cidr)
+    insecure = [urlsplit(u).netloc for u in mirrors.values() if u.startswith("http://")]
+    images = ImageStore(root, mirrors=mirrors, netns=netns_name, insecure=insecure)
+    node = RuncNode(
+        runtime=RuncRuntime(root, node=node_name(cluster), runc=runc), images=images,
+        node_netns=netns.path(netns_name), node_address=node_address, api_host=host.strip("[]"), api_port=int(port),
+        cluster=cluster, node_name=node_name(cluster), client=client, api_ca=api_ca, seccomp=seccomp_supported(runc),
+        allocatable=allocatable,
+    )
+    network = PodNetwork(netns_name, pod_cidr, str(net.network_address + 1), root / "cni")
+    return node, network

@@ -28,12 +28,15 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from isthmus.local.kubelite.containers import is_isthmus_image
 from isthmus.local.kubelite.logs import LogLine, PodLogs, rfc3339nano
+
+if TYPE_CHECKING:
+    from isthmus.local.kubelite.runc import RuncPod
 
 __all__ = ["KubeletServer"]
 
@@ -95,7 +98,11 @@ class KubeletServer:
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = None,
+        runc_pod: Callable[[str, str], RuncPod | None] | None = None,
     ) -> None:
+        """runc_pod: (namespace, name) → the runc side of a Pod (runc mode: exec, attach and
+        port-forward are served); None: they are refused."""
+        self.runc_pod = runc_pod
         self.logs = logs
         self.lookup = lookup
         self.node = node

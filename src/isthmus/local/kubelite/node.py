@@ -85,7 +85,7 @@ def node_object(name: str, pod_cidr: str) -> Obj:
     }
 
 
-def node_status(name: str, kubelet_port: int, *, now: str, old: Obj | None = None) -> Obj:
+def node_status(name: str, kubelet_port: int, *, now: str, old: Obj | None = None, address: str = HOST_IP) -> Obj:
     """The status a kubelet posts: Ready, no pressure, this machine's capacity; transition times kept."""
     old_conds = {c.get("type"): c for c in (old or {}).get("conditions") or []}
 
@@ -111,7 +111,7 @@ def node_status(name: str, kubelet_port: int, *, now: str, old: Obj | None = Non
             cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
             cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
         ],
-        "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": name}],
+        "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "capacity": resources,
         "allocatable": dict(resources),
@@ -139,7 +139,10 @@ def _micro_time(t: datetime) -> str:
 class NodeAgent:
     """Registers the Node and beats its status and Lease until cancelled."""
 
-    def __init__(self, client: AsyncClient, *, name: str, pod_cidr: str, kubelet_port: int) -> None:
+    def __init__(self, client: AsyncClient, *, name: str, pod_cidr: str, kubelet_port: int,
+                 address: str = HOST_IP) -> None:
+        """address: the InternalIP (runc mode: the node's address in its network namespace)."""
+        self.address = address
         self.client = client
         self.name = name
         self.pod_cidr = pod_cidr
@@ -169,7 +172,7 @@ class NodeAgent:
             current = created.to_dict()
             log.info("node registered", extra={"node": self.name})
         now = format_time(datetime.now(UTC))
-        status = node_status(self.name, self.kubelet_port, now=now, old=current.get("status"))
+        status = node_status(self.name, self.kubelet_port, now=now, old=current.get("status"), address=self.address)
         await self.client.patch(
             Node.Status, self.name, {"status": status}, patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER
         )

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import ipaddress
 import logging
 import shutil
 import tempfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
@@ -48,6 +50,7 @@ from isthmus.local.kubelite.processes import (
     find_leftovers,
     stop_leftovers,
 )
+from isthmus.local.kubelite.runc import RuncNode, RuncPod
 from isthmus.local.kubelite.termination import (
     MIN_KILL_GRACE,
     endpoints_withdrawn,
@@ -57,6 +60,9 @@ from isthmus.local.kubelite.termination import (
 from isthmus.procs.entry import enabled as zygote_enabled
 from isthmus.procs.zygote import Zygote
 from isthmus.runtime import Controller, EventRecorder, Informer, Result, split_key
+
+if TYPE_CHECKING:
+    from isthmus.local.network.cni import PodNetwork
 
 __all__ = [
     "HOST_IP",
@@ -191,6 +197,12 @@ def status_up_to_date(current: Mapping[str, Any], desired: Mapping[str, Any]) ->
     return all(norm(current.get(k)) == norm(v) for k, v in desired.items())
 
 
+def sandbox_id(netns_name: str) -> str:
+    """A Pod sandbox's id as containerd names one (64 hex), fixed by its namespace's name, so a
+    restarted kube-lite finds the CNI state it left."""
+    return hashlib.sha256(netns_name.encode()).hexdigest()
+
+
 def node_zygote(cluster: str, options: ProcessOptions) -> Zygote:
     """The fork server of a node's process pods: it dies with kube-lite, and the pods with it."""
     root = options.root_dir
@@ -213,10 +225,18 @@ class PodRuntime:
         logs: PodLogs | None = None,
         processes: ProcessOptions | None = None,
         slices: Informer[EndpointSlice] | None = None,
+        runc: RuncNode | None = None,
+        network: PodNetwork | None = None,
     ) -> None:
         """processes: how Pods of the Isthmus image run (default: pod dirs in a new temporary dir);
         slices: the EndpointSlices a deleted Pod's endpoints must be withdrawn from before its
-        containers are signalled (termination.py); None: signalled at once."""
+        containers are signalled (termination.py); None: signalled at once.
+        runc, network: runc mode — every Pod (echo Pods too) runs as runc containers in a network
+        namespace of its own, attached by CNI (`network`), which gives its IP (no ipam here)."""
+        self.runc = runc
+        self.network = network
+        self._sandboxes: dict[str, tuple[str, str]] = {}
+        """runc mode: Pod uid → its network namespace's name and IP (attached)."""
         self.client = client
         self.pods = pods
         self.slices = slices
@@ -224,7 +244,7 @@ class PodRuntime:
         self.cluster = cluster
         self.node = node_name(cluster)
         self.logs = logs if logs is not None else PodLogs()
-        self.ips = IPPool(pod_cidr)
+        self.ips = IPPool(ipaddress.IPv4Network(pod_cidr))  # validated by the caller (run.validate_config)
         self.servers: dict[str, EchoServer] = {}
         self._uids: dict[str, str | None] = {}
         self._process_options = processes
@@ -260,7 +280,7 @@ class PodRuntime:
             # What the previous kube-lite ran is still stopping (SIGTERM when it died): each Pod's
             # successors wait for its predecessors to be gone (they hold its address and ports);
             # those of Pods deleted meanwhile are stopped here.
-            self._leftovers = find_leftovers(pods_dir)
+            self._leftovers = find_leftovers(pods_dir) if self.runc is None else {}
             for uid in [u for u in self._leftovers if u not in known]:
                 gone = self._leftovers.pop(uid)
                 self._background(f"orphan/{uid}", None, stop_leftovers(gone, self.process_options.stop_grace_cap))
@@ -273,9 +293,74 @@ class PodRuntime:
                     log.info("orphaned pod dir removed", extra={"dir": str(d)})
 
     async def run(self) -> None:
-        if self._process_options is not None and self.zygote is not None:  # a node that runs process pods:
+        if self.runc is not None:
+            await self._runc_leftovers()
+        elif self._process_options is not None and self.zygote is not None:  # a node that runs process pods:
             self.zygote.prestart()  # the zygote's imports take seconds, not on the first Pod's path
         await self.controller.run()
+
+    async def _runc_leftovers(self) -> None:
+        """runc mode, before any Pod starts: the containers and pod namespaces a previous kube-lite
+        left. Those of Pods that still exist are stopped before their successors start (they
+        restart, restartCount + 1, as after a node reboot); the others are stopped and removed."""
+        assert self.runc is not None
+        known = {str(p.to_dict()["metadata"].get("uid")) for p in self.pods.cache.list()}
+        pods_dir = self.process_options.root_dir / "pods"
+        found = await self.runc.runtime.leftovers(pods_dir)
+        cap = self.process_options.stop_grace_cap
+        for uid, containers in found.items():
+            log.info("containers of the previous kube-lite found", extra={"pod_uid": uid, "containers": len(containers)})
+            await self.runc.runtime.stop_leftovers(containers, cap if uid in known else 0.0)
+            if uid not in known:
+                self.runc.runtime.remove_pod_cgroups(uid)
+        if self.network is not None:
+            from isthmus.local.network import netns
+
+            prefix = f"{self._node_netns_name}-"
+            shorts = {self._pod_netns(u): u for u in known}
+            for name in netns.names():
+                if name.startswith(prefix) and name not in shorts:
+                    with contextlib.suppress(Exception):
+                        await self.network.detach(name, sandbox_id(name))
+                    log.info("pod network namespace of a deleted Pod removed", extra={"netns": name})
+
+    @property
+    def _node_netns_name(self) -> str:
+        assert self.runc is not None
+        return self.runc.node_netns.rsplit("/", 1)[-1]
+
+    def _pod_netns(self, uid: str) -> str:
+        """`<node netns>-<first 12 hex of the uid>`: network/plan.py's pod_netns_name."""
+        return f"{self._node_netns_name}-{uid.replace('-', '')[:12]}"
+
+    async def _sandbox(self, pod: Obj) -> str:
+        """runc mode: the Pod's network namespace attached to the node's bridge; its IP (kept from
+        the status when kube-lite restarts and the namespace is still there). CNIError on failure."""
+        assert self.runc is not None and self.network is not None
+        from isthmus.local.network import netns
+
+        uid = str(pod["metadata"].get("uid"))
+        name = self._pod_netns(uid)
+        ip = (pod.get("status") or {}).get("podIP")
+        if uid in self._sandboxes:  # the cache may not show the IP posted a moment ago yet
+            return self._sandboxes[uid][1]
+        if ip and await asyncio.to_thread(netns.exists, name):
+            self._sandboxes[uid] = (name, str(ip))
+            return str(ip)
+        _, new_ip = await self.network.attach(name, sandbox_id(name))
+        self._sandboxes[uid] = (name, new_ip)
+        log.info("pod network attached", extra={"netns": name, "ip": new_ip})
+        return new_ip
+
+    async def _drop_sandbox(self, uid: str) -> None:
+        """CNI DEL and the namespace gone (the Pod is gone and nothing of it runs)."""
+        if self.network is None:
+            return
+        name = self._sandboxes.pop(uid, (self._pod_netns(uid), ""))[0]
+        try:
+            await self.network.detach(name, sandbox_id(name))
+        except Exception as e:
+            log.warning("pod network not removed", extra={"netns": name, "error": str(e)})
 
     async def close(self) -> None:
         """Stop every echo server and process (kube-lite is shutting down; the Pods stay as they are,
@@ -330,6 +415,8 @@ class PodRuntime:
                 await self._finish_deletion(key, delete_uid, always=True)
             else:
                 await worker.stop(remove=True, reason="deleted")
+            if self.runc is not None:
+                await self._drop_sandbox(worker.uid)
             self._release_if_gone(key)
 
         self._background(key, delete_uid, retire())
@@ -477,6 +564,8 @@ class PodRuntime:
             data = updated.to_dict()
 
         ip = status.get("podIP")
+        if self.runc is not None:
+            return await self._reconcile_runc(key, pod, data)
         if spec.get("hostNetwork"):
             ip = ip or HOST_IP
         elif ip:
@@ -522,34 +611,67 @@ class PodRuntime:
             )
         return None if ready else Result(requeue_after=RETRY_SECONDS)
 
+    async def _reconcile_runc(self, key: str, pod: Pod, data: Obj) -> Result | None:
+        """runc mode: the sandbox (network namespace, CNI) then the containers, echo Pods too."""
+        assert self.runc is not None
+        spec = data.get("spec") or {}
+        if spec.get("hostNetwork"):
+            ip = self.runc.node_address
+        else:
+            try:
+                ip = await self._sandbox(data)
+            except Exception as e:
+                from isthmus.local.network.cni import CNIError
+
+                why = e.sandbox_message(sandbox_id(self._pod_netns(str(data["metadata"].get("uid"))))) \
+                    if isinstance(e, CNIError) else str(e)
+                self.recorder.warning(pod, "FailedCreatePodSandBox",
+                                      f"Failed to create pod sandbox: rpc error: code = Unknown desc = {why}")
+                return Result(requeue_after=RETRY_SECONDS)
+        pod_log = self.logs.pod(key, data["metadata"].get("uid"))
+        for c in spec.get("containers") or []:
+            pod_log.container(str(c.get("name")))
+        await self._sync_process_pod(key, data, ip)
+        return None
+
     async def _sync_process_pod(self, key: str, data: Obj, ip: str) -> None:
         """Start the Pod's processes (first time) and post the status they report."""
         ns, name = split_key(key)
         stored = data.get("status") or {}
         data = {**data, "status": dict(stored)}  # as the containers will see it (downward API)
         status = data["status"]
+        host_ip = self.runc.node_address if self.runc is not None else HOST_IP
         status.setdefault("podIP", ip)
         status.setdefault("podIPs", [{"ip": ip}])
-        status.setdefault("hostIP", HOST_IP)
-        status.setdefault("hostIPs", [{"ip": HOST_IP}])
+        status.setdefault("hostIP", host_ip)
+        status.setdefault("hostIPs", [{"ip": host_ip}])
         worker = self.workers.get(key)
         if worker is None:
+            runc = None
+            if self.runc is not None:
+                uid = str(data["metadata"].get("uid"))
+                netns_path = self.runc.node_netns if (data.get("spec") or {}).get("hostNetwork") \
+                    else f"/run/netns/{self._pod_netns(uid)}"
+                runc = RuncPod(self.runc, self.recorder, data, self.process_options.root_dir / "pods" / uid,
+                               netns_path=netns_path, lookup=self._lookup, echo=is_echo(data))
             worker = ProcessPod(
                 self.client, self.recorder, self.logs, self.process_options, key=key, pod=data, node=self.node,
-                changed=lambda: self.controller.enqueue(key), zygote=self.zygote,
-                predecessors=self._leftovers.pop(str(data["metadata"].get("uid")), []),
+                changed=lambda: self.controller.enqueue(key), zygote=self.zygote if runc is None else None,
+                predecessors=self._leftovers.pop(str(data["metadata"].get("uid")), []), runc=runc,
             )
             self.workers[key] = worker
             worker.start()
         else:
             worker.update(data)
+            if worker.runc is not None:
+                worker.runc.pod = data
         current = worker.status()
         statuses = current["containerStatuses"]
         unready = [str(c["name"]) for c in statuses if not c["ready"]]
         desired = desired_pod_status(
             data, ip, now=format_time(datetime.now(UTC)), ready=bool(statuses) and not unready,
             message=f"containers with unready status: [{' '.join(unready)}]", containers=statuses,
-            phase=current["phase"], init_containers=current.get("initContainerStatuses"),
+            phase=current["phase"], init_containers=current.get("initContainerStatuses"), host_ip=host_ip,
         )
         if not status_up_to_date(stored, desired):
             await self.client.patch(
@@ -598,6 +720,25 @@ class PodRuntime:
         self._uids[key] = meta.get("uid")
         log.info("echo servers listening", extra={"pod": key, "ip": ip, "ports": wanted.ports})
         return True, None
+
+    async def _lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """A ConfigMap or Secret for a runc Pod's volumes (None when it does not exist)."""
+        from lightkube.resources.core_v1 import ConfigMap, Secret
+
+        from isthmus.kube.helpers import is_not_found
+
+        res: Any = ConfigMap if kind == "ConfigMap" else Secret
+        try:
+            return dict((await self.client.get(res, name, namespace=namespace)).to_dict())
+        except ApiError as e:
+            if is_not_found(e):
+                return None
+            raise
+
+    def runc_pod(self, namespace: str, name: str) -> RuncPod | None:
+        """The runc side of a Pod this node runs (kubectl exec, attach, port-forward)."""
+        worker = self.workers.get(f"{namespace}/{name}")
+        return worker.runc if worker is not None else None
 
     def _close_logs(self, key: str) -> None:
         """The containers stopped: followers of their logs reach the end; the lines stay readable."""

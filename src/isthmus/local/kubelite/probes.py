@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import ssl
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-__all__ = ["ProbeResult", "Prober", "probe_once", "resolve_port"]
+__all__ = ["ExecRunner", "ProbeResult", "Prober", "SocketFactory", "probe_once", "resolve_port"]
 
 USER_AGENT = "kube-probe/1.32"
 MAX_OUTPUT = 10 * 1024
@@ -32,6 +33,14 @@ handler needs a moment to reap a command it killed)."""
 class ProbeResult:
     ok: bool
     message: str = ""
+
+
+SocketFactory = Callable[[int, int], socket.socket]
+"""(family, type) → an unconnected socket made where the kubelet probes from: in runc mode the
+node's network namespace (a socket keeps the namespace it was made in), so httpGet and tcpSocket
+probes reach the Pod's IP as a kubelet on that node does. None: this process's own namespace."""
+ExecRunner = Callable[[Sequence[str], float], Awaitable[ProbeResult]]
+"""(command, seconds) → the result of running it in the container (runc mode: `runc exec`)."""
 
 
 def resolve_port(port: Any, container: Mapping[str, Any]) -> int:
@@ -54,7 +63,14 @@ def _reason(e: OSError | None) -> str:
     return str(e).lower()
 
 
-async def _http(spec: Mapping[str, Any], host: str, container: Mapping[str, Any], seconds: float) -> ProbeResult:
+def _connector(factory: SocketFactory | None) -> aiohttp.TCPConnector | None:
+    if factory is None:
+        return None
+    return aiohttp.TCPConnector(socket_factory=lambda addr: factory(addr[0], addr[1]), force_close=True)
+
+
+async def _http(spec: Mapping[str, Any], host: str, container: Mapping[str, Any], seconds: float,
+                factory: SocketFactory | None = None) -> ProbeResult:
     scheme = str(spec.get("scheme") or "HTTP").lower()
     port = resolve_port(spec.get("port"), container)
     path = str(spec.get("path") or "/")
@@ -67,7 +83,8 @@ async def _http(spec: Mapping[str, Any], host: str, container: Mapping[str, Any]
         headers[str(h.get("name"))] = str(h.get("value") or "")
     ctx: ssl.SSLContext | bool = False if scheme == "https" else True  # kube does not verify probes
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=seconds)) as session:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=seconds),
+                                         connector=_connector(factory)) as session:
             async with session.get(url, headers=headers, ssl=ctx, allow_redirects=True) as resp:
                 await resp.content.read(MAX_OUTPUT)
                 if 200 <= resp.status < 400:
@@ -82,12 +99,16 @@ async def _http(spec: Mapping[str, Any], host: str, container: Mapping[str, Any]
         return ProbeResult(False, f'Get "{url}": {e}')
 
 
-async def _tcp(spec: Mapping[str, Any], host: str, container: Mapping[str, Any], seconds: float) -> ProbeResult:
+async def _tcp(spec: Mapping[str, Any], host: str, container: Mapping[str, Any], seconds: float,
+               factory: SocketFactory | None = None) -> ProbeResult:
     port = resolve_port(spec.get("port"), container)
     host = str(spec.get("host") or host)
     try:
         async with asyncio.timeout(seconds):
-            _, writer = await asyncio.open_connection(host, port)
+            if factory is None:
+                _, writer = await asyncio.open_connection(host, port)
+            else:
+                writer = await _connect_with(factory, host, port)
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
@@ -96,6 +117,20 @@ async def _tcp(spec: Mapping[str, Any], host: str, container: Mapping[str, Any],
         return ProbeResult(False, f"dial tcp {host}:{port}: i/o timeout")
     except OSError as e:
         return ProbeResult(False, f"dial tcp {host}:{port}: connect: {_reason(e)}")
+
+
+async def _connect_with(factory: SocketFactory, host: str, port: int) -> asyncio.StreamWriter:
+    """A connection from a socket the factory made (numeric hosts only: a Pod IP or the probe's host)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = factory(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, port))
+        _, writer = await asyncio.open_connection(sock=sock)
+    except BaseException:
+        sock.close()
+        raise
+    return writer
 
 
 async def _exec(command: Sequence[str], env: Mapping[str, str], cwd: str | None, seconds: float) -> ProbeResult:
@@ -130,7 +165,11 @@ async def probe_once(
     env: Mapping[str, str],
     cwd: str | None = None,
     expand: Callable[[str], str] = lambda s: s,
+    socket_factory: SocketFactory | None = None,
+    exec_runner: ExecRunner | None = None,
 ) -> ProbeResult:
+    """socket_factory: where httpGet/tcpSocket connect from (see SocketFactory); exec_runner: how
+    an exec command runs in the container (None: a process here, with `env` and `cwd`)."""
     timeout = float(probe.get("timeoutSeconds") or 1)
     try:
         # Each handler bounds its own wait and words its timeout as the kubelet does; this bound
@@ -138,11 +177,15 @@ async def probe_once(
         # probe always ends as a failure after timeoutSeconds and failureThreshold stays a count.
         async with asyncio.timeout(timeout + PROBE_SLACK):
             if probe.get("httpGet"):
-                return await _http(probe["httpGet"], host, container, timeout)
+                return await _http(probe["httpGet"], host, container, timeout, socket_factory)
             if probe.get("tcpSocket"):
-                return await _tcp(probe["tcpSocket"], host, container, timeout)
+                return await _tcp(probe["tcpSocket"], host, container, timeout, socket_factory)
             if probe.get("exec"):
                 command = [expand(str(c)) for c in probe["exec"].get("command") or []]
+                if exec_runner is not None:
+                    if not command:
+                        return ProbeResult(False, "exec probe has no command")
+                    return await exec_runner(command, timeout)
                 return await _exec(command, env, cwd, timeout)
     except ValueError as e:
         return ProbeResult(False, str(e))

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import ConfigMap, Secret
@@ -63,19 +63,35 @@ from isthmus.local.kubelite.containers import (
     service_environment,
 )
 from isthmus.local.kubelite.credentials import Credentials, automount
+from isthmus.local.kubelite.images import (
+    ERR_IMAGE_PULL,
+    IMAGE_PULL_BACKOFF,
+    INVALID_IMAGE_NAME,
+    ImageError,
+    backoff_message,
+    error_message,
+    failed_message,
+)
 from isthmus.local.kubelite.logs import PodLogs
 from isthmus.local.kubelite.probes import Prober, probe_once
+from isthmus.local.kubelite.runc import CreateContainerError, StartFailed
 from isthmus.local.kubelite.termination import MIN_KILL_GRACE, pre_stop
 from isthmus.procs.entry import Entry
 from isthmus.procs.zygote import Zygote, ZygoteProcess
 from isthmus.runtime import EventRecorder
 
+if TYPE_CHECKING:
+    from isthmus.local.kubelite.runc import RuncPod
+
 __all__ = [
     "ENTRY",
     "POD_PRELOAD",
+    "ContainerHandle",
+    "ContainerRunner",
     "Leftover",
     "ProcessOptions",
     "ProcessPod",
+    "ProcessRunner",
     "find_leftovers",
     "is_process_pod",
     "pod_phase",
@@ -253,6 +269,89 @@ async def stop_leftovers(procs: list[Leftover], grace: float) -> None:
         await asyncio.sleep(0.05)
 
 
+class ContainerHandle(Protocol):
+    """A running container instance as ProcessPod follows it: its output, its end, its signals."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+    @property
+    def container_id(self) -> str: ...
+    @property
+    def oom_killed(self) -> bool:
+        """After `wait`: the kernel's OOM killer ended it (the kubelet's OOMKilled)."""
+        ...
+
+    async def wait(self) -> int:
+        """Its exit code (128+N when killed by signal N), once it and what it leaves behind are gone."""
+        ...
+
+    async def signal(self, sig: int) -> None: ...
+
+
+class ContainerRunner(Protocol):
+    """How a container instance is started: a process here (ProcessRunner), or a runc container
+    (runc.RuncPod). Raises StartFailed with the runtime's reason when it cannot start."""
+
+    async def start(self, name: str, argv: list[str], env: dict[str, str]) -> ContainerHandle: ...
+
+
+class _ProcessHandle:
+    """A container that is a process of this machine: signalled as its process group."""
+
+    def __init__(self, proc: asyncio.subprocess.Process | ZygoteProcess, node: str) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.stdout: asyncio.StreamReader | None = proc.stdout
+        self.container_id = container_id(node, proc.pid)
+        self.oom_killed = False
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    async def wait(self) -> int:
+        code = await self.proc.wait()
+        return code if code >= 0 else 128 - code
+
+    async def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)  # its own process group (start_new_session)
+            if sig == signal.SIGTERM:
+                # A stopped process (SIGSTOP, a debugger) would hold SIGTERM pending for the whole grace
+                # period: continued, as systemd does after SIGTERM, it handles it and exits cleanly now.
+                os.killpg(self.proc.pid, signal.SIGCONT)
+
+
+class ProcessRunner:
+    """Today's process pods: `isthmus` forked from the node's zygote, anything else exec'ed, in the pod dir."""
+
+    def __init__(self, zygote: Zygote | None, cwd: Path, node: str) -> None:
+        self.zygote = zygote
+        self.cwd = cwd
+        self.node = node
+
+    async def start(self, name: str, argv: list[str], env: dict[str, str]) -> ContainerHandle:
+        proc: asyncio.subprocess.Process | ZygoteProcess
+        try:
+            if self.zygote is not None and self.zygote.forkable(argv):
+                proc = await self.zygote.spawn(argv, env=env, cwd=str(self.cwd), pipe_stdout=True, pdeathsig=True)
+            else:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, env=env, cwd=str(self.cwd), stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True, preexec_fn=_pdeathsig if _prctl is not None else None,
+                )
+        except OSError as e:
+            reason = "executable file not found in $PATH" if isinstance(e, FileNotFoundError) else (e.strerror or str(e))
+            raise StartFailed(f"failed to create containerd task: failed to create shim task: OCI runtime create "
+                              f'failed: exec: "{argv[0]}": {reason}') from None
+        return _ProcessHandle(proc, self.node)
+
+
 class _Container:
     """One container of a process Pod: its current process and what the kubelet reports for it."""
 
@@ -266,7 +365,9 @@ class _Container:
         self.ready = False
         self.started = False
         self.container_id: str | None = None
-        self.proc: asyncio.subprocess.Process | ZygoteProcess | None = None
+        self.proc: ContainerHandle | None = None
+        self.image_id: str | None = None
+        """runc mode: the pulled image's `<repo>@<digest>` (process mode: the interpreter's IMAGE_ID)."""
         self.ran = False
         self.killing: str | None = None
         self.lost: Obj | None = None
@@ -296,7 +397,7 @@ class _Container:
         s: Obj = {
             "name": self.name,
             "image": self.image,
-            "imageID": IMAGE_ID if self.ran else "",
+            "imageID": self.image_id if self.image_id is not None else IMAGE_ID if self.ran else "",
             "ready": self.ready,
             "started": self.started,
             "restartCount": self.restart_count,
@@ -324,13 +425,20 @@ class ProcessPod:
         changed: Callable[[], None],
         zygote: Zygote | None = None,
         predecessors: list[Leftover] | None = None,
+        runc: RuncPod | None = None,
     ) -> None:
         """zygote: forks the containers that run `isthmus` (see procs/zygote.py); None: exec them.
         predecessors: what a previous kube-lite ran for this Pod and is still stopping: no container
         starts before they are gone (they hold the Pod's address and ports), SIGKILL after the
-        Pod's grace period (capped as kube-lite's own stop is)."""
+        Pod's grace period (capped as kube-lite's own stop is).
+        runc: run the containers as runc containers of this Pod's sandbox (runc mode) instead."""
         self.client = client
         self.zygote = zygote
+        self.runc = runc
+        self.runner: ContainerRunner = ProcessRunner(zygote, options.root_dir / "pods" / str(pod["metadata"].get("uid")),
+                                                     node)
+        if runc is not None:
+            self.runner = runc
         self.predecessors = list(predecessors or [])
         self.recorder = recorder
         self.logs = logs
@@ -365,7 +473,8 @@ class ProcessPod:
     def start(self) -> None:
         for d in (self.dir, self.dir / "tmp"):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._tasks.append(asyncio.create_task(self._credentials(), name=f"kube-lite sa {self.key}"))
+        setup = self._credentials() if self.runc is None else self._volumes()
+        self._tasks.append(asyncio.create_task(setup, name=f"kube-lite sa {self.key}"))
         if self.init_containers:
             self._tasks.append(asyncio.create_task(self._initialize(), name=f"kube-lite {self.key} init"))
         else:
@@ -408,6 +517,8 @@ class ProcessPod:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         self._tasks.clear()
+        if self.runc is not None:
+            await self.runc.close(remove=remove)  # every bundle unmounted before the directory goes
         if remove:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -430,12 +541,17 @@ class ProcessPod:
             handler = (c.spec.get("lifecycle") or {}).get("preStop")
             if not handler or c.proc is None or c.proc.returncode is not None:
                 return
-            try:
-                _, env = await self._configure(c)
-            except ContainerConfigError:
-                env = base_environment(str(self.dir))
+            if self.runc is not None:  # in the container (runc exec), connecting from the node
+                env: dict[str, str] = {}
+                options = self.runc.probe_options(c.proc)
+            else:
+                options = {}
+                try:
+                    _, env = await self._configure(c)
+                except ContainerConfigError:
+                    env = base_environment(str(self.dir))
             result = await pre_stop(handler, host=ip, container=c.spec, env=env, cwd=str(self.dir),
-                                    seconds=deadline - loop.time())
+                                    seconds=deadline - loop.time(), **options)
             if not result.ok:
                 self.recorder.warning(self.pod, "FailedPreStopHook", f"PreStopHook failed: {result.message}")
 
@@ -454,17 +570,12 @@ class ProcessPod:
         proc = c.proc
         if proc is None or proc.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)  # its own process group (start_new_session)
-            # A stopped process (SIGSTOP, a debugger) would hold SIGTERM pending for the whole grace
-            # period: continued, as systemd does after SIGTERM, it handles it and exits cleanly now.
-            os.killpg(proc.pid, signal.SIGCONT)
+        await proc.signal(signal.SIGTERM)
         try:
             async with asyncio.timeout(max(grace, 0.0)):
                 await proc.wait()
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.signal(signal.SIGKILL)
             await proc.wait()
 
     # ---- status ---------------------------------------------------------------------------
@@ -538,7 +649,7 @@ class ProcessPod:
     async def _container(self, c: _Container, *, init: bool = False) -> None:
         """One container's life under the restart policy (an init container's: until it succeeds)."""
         name, ns, uid = self.pod["metadata"]["name"], self.pod["metadata"].get("namespace"), self.uid
-        if not is_isthmus_image(c.image):  # as a kubelet whose registry refuses: pull error, then back-off
+        if self.runc is None and not is_isthmus_image(c.image):  # as a kubelet whose registry refuses: pull error, then back-off
             why = f"kube-lite runs only the Isthmus image ({IMAGE_REPOSITORY}), as processes"
             self.recorder.normal(self.pod, "Pulling", f'Pulling image "{c.image}"')
             self.recorder.warning(self.pod, "Failed", f'Failed to pull image "{c.image}": {why}')
@@ -566,12 +677,15 @@ class ProcessPod:
             await self._predecessors_gone()
         backoff = 0.0
         while not self._stopping:
+            if self.runc is not None and not await self._pull(c):
+                return
             try:
                 argv, env = await self._configure(c)
-            except ContainerConfigError as e:
+            except (ContainerConfigError, CreateContainerError) as e:
                 if (c.state.get("waiting") or {}).get("message") != str(e):
                     self.recorder.warning(self.pod, "Failed", f"Error: {e}")
-                self._set(c, state={"waiting": {"reason": "CreateContainerConfigError", "message": str(e)}})
+                why = "CreateContainerError" if isinstance(e, CreateContainerError) else "CreateContainerConfigError"
+                self._set(c, state={"waiting": {"reason": why, "message": str(e)}})
                 await asyncio.sleep(CONFIG_RETRY_SECONDS)
                 continue
             started = time.monotonic()
@@ -596,7 +710,68 @@ class ProcessPod:
             c.restart_count += 1
             c.last_state = finished_state
 
+    async def _pull(self, c: _Container) -> bool:
+        """runc mode: the image, as the kubelet's image manager ensures it before each start
+        (ErrImagePull, then ImagePullBackOff with the kubelet's back-off); False once stopping."""
+        assert self.runc is not None
+        delay = self.options.backoff_base
+        while not self._stopping:
+            try:
+                pulled = await self.runc.pull(c.spec)
+            except ImageError as e:
+                reason, message = e.reason, e.message
+                if reason == ERR_IMAGE_PULL:
+                    self.recorder.warning(self.pod, "Failed", failed_message(c.image, e))
+                elif reason == INVALID_IMAGE_NAME:
+                    self.recorder.warning(self.pod, "InspectFailed", message)
+                else:  # ErrImageNeverPull
+                    self.recorder.warning(self.pod, reason, message)
+                self.recorder.warning(self.pod, "Failed", error_message(reason))
+                self._set(c, state={"waiting": {"reason": reason, "message": message}})
+                if reason != ERR_IMAGE_PULL:  # nothing a retry would change soon: the kubelet's next sync
+                    await asyncio.sleep(delay)
+                    continue
+                await asyncio.sleep(min(1.0, delay))
+                self.recorder.normal(self.pod, "BackOff", backoff_message(c.image))
+                self.recorder.warning(self.pod, "Failed", error_message(IMAGE_PULL_BACKOFF))
+                self._set(c, state={"waiting": {"reason": IMAGE_PULL_BACKOFF,
+                                                "message": f"{backoff_message(c.image)}: ErrImagePull: {message}"}})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.options.backoff_max)
+                continue
+            c.image_id = pulled
+            return True
+        return False
+
+    async def _volumes(self) -> None:
+        """runc mode: the Pod's volumes (its ServiceAccount token among them) before any container
+        starts, refreshed as the kubelet does; FailedMount and ContainerCreating until they work."""
+        assert self.runc is not None
+        delay = 1.0
+        while True:
+            try:
+                wait = await (self.runc.refresh() if self._mounted.is_set() else self.runc.setup())
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                message = str(e.status.message if isinstance(e, ApiError) else e)
+                self.recorder.warning(self.pod, "FailedMount", message)
+                log.warning("volumes not set up", extra={"pod": self.key, "error": message})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 120.0)
+                continue
+            delay = 1.0
+            self._mounted.set()
+            await asyncio.sleep(max(1.0, min(wait, 60.0)))
+
     async def _configure(self, c: _Container) -> tuple[list[str], dict[str, str]]:
+        if self.runc is not None:  # the image's PATH etc. come from the image, not kube-lite's own
+            env = await container_environment(
+                self.pod, c.spec, base=self.runc.base_environment(),
+                service=self.runc.service_environment(), lookup=self._lookup,
+                allocatable=self.options.allocatable,
+            )
+            return self.runc.prepare(c.spec, env, restart=c.restart_count), env
         base = base_environment(str(self.dir))
         if self._mounted.is_set() and (self.dir / "serviceaccount" / "token").exists():
             base[SERVICEACCOUNT_DIR_ENV] = str(self.dir / "serviceaccount")
@@ -613,22 +788,13 @@ class ProcessPod:
         log_dir = self.dir / "logs" / c.name
         log_dir.mkdir(parents=True, exist_ok=True)
         clog = pod_log.restart(c.name, str(log_dir / f"{c.restart_count}.log"), keep_previous=c.ran)
-        self.recorder.normal(self.pod, "Pulled", f'Container image "{c.image}" already present on machine')
+        if self.runc is None:
+            self.recorder.normal(self.pod, "Pulled", f'Container image "{c.image}" already present on machine')
         started_at = _now()
-        proc: asyncio.subprocess.Process | ZygoteProcess
         try:
-            if self.zygote is not None and self.zygote.forkable(argv):
-                proc = await self.zygote.spawn(argv, env=env, cwd=str(self.dir), pipe_stdout=True, pdeathsig=True)
-            else:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, env=env, cwd=str(self.dir), stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True, preexec_fn=_pdeathsig if _prctl is not None else None,
-                )
-        except OSError as e:
-            reason = "executable file not found in $PATH" if isinstance(e, FileNotFoundError) else (e.strerror or str(e))
-            message = (f"failed to create containerd task: failed to create shim task: OCI runtime create failed: "
-                       f'exec: "{argv[0]}": {reason}')
+            proc = await self.runner.start(c.name, argv, env)
+        except StartFailed as e:
+            message = str(e)
             self.recorder.warning(self.pod, "Failed", f"Error: {message}")
             state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": message,
                                     "startedAt": started_at, "finishedAt": _now()}}
@@ -636,7 +802,7 @@ class ProcessPod:
             self._set(c, state=state, ready=False, started=False)
             return state
         c.proc, c.ran, c.killing = proc, True, None
-        cid = container_id(self.node, proc.pid)
+        cid = proc.container_id
         self.recorder.normal(self.pod, "Created", f"Created container: {c.name}")
         self.recorder.normal(self.pod, "Started", f"Started container {c.name}")
         spec = c.spec
@@ -659,11 +825,13 @@ class ProcessPod:
         probes: list[asyncio.Task[None]] = []
         probe_env = dict(env)
 
+        probe_options = self.runc.probe_options(proc) if self.runc is not None else {}
+
         def runner(probe: Mapping[str, Any]) -> Callable[[], Any]:
             def once() -> Any:
                 ip = str((self.pod.get("status") or {}).get("podIP") or "127.0.0.1")
                 return probe_once(probe, host=ip, container=spec, env=probe_env, cwd=str(self.dir),
-                                  expand=lambda s: expand(s, probe_env))
+                                  expand=lambda s: expand(s, probe_env), **probe_options)
             return once
 
         def unhealthy(kind: str) -> Callable[[str], None]:
@@ -702,7 +870,7 @@ class ProcessPod:
         else:
             start_others()
         try:
-            code = await proc.wait()
+            exit_code = await proc.wait()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2.0):  # a grandchild may hold the pipe open
                     await pumping
@@ -713,10 +881,10 @@ class ProcessPod:
             for t in probes:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
-        exit_code = code if code >= 0 else 128 - code
         clog.close()
+        reason = "OOMKilled" if proc.oom_killed else "Completed" if exit_code == 0 else "Error"
         state = {"terminated": {
-            "exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+            "exitCode": exit_code, "reason": reason,
             "startedAt": started_at, "finishedAt": _now(), "containerID": cid,
         }}
         log.info("container exited", extra={"pod": self.key, "container": c.name, "exit_code": exit_code})

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet
@@ -31,6 +32,10 @@ from isthmus.local.kubelite.services import ServiceIPController
 from isthmus.local.kubelite.workloads import DeploymentController, ReplicaSetController, StatefulSetController
 from isthmus.runtime import EventRecorder, SharedInformerFactory
 
+if TYPE_CHECKING:
+    from isthmus.local.kubelite.runc import RuncNode
+    from isthmus.local.network.cni import PodNetwork
+
 __all__ = ["KubeLite", "run_kubelite", "validate_config"]
 
 log = logging.getLogger(__name__)
@@ -38,10 +43,23 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT = 5.0
 
 
-def validate_config(pod_cidr: str, service_cidr: str, node_ports: tuple[int, int]) -> None:
-    """ValueError (message for users) unless both CIDRs are usable, disjoint, and the range sane."""
-    pods = parse_cidr(pod_cidr, "pod CIDR")
-    services = parse_cidr(service_cidr, "service CIDR")
+def _any_cidr(text: str, what: str) -> ipaddress.IPv4Network:
+    try:
+        net = ipaddress.IPv4Network(text.strip(), strict=True)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} is not an IPv4 CIDR such as 10.101.0.0/16") from None
+    if net.prefixlen > 30:
+        raise ValueError(f"{what} {text!r} is too small: use a prefix of /30 or shorter")
+    return net
+
+
+def validate_config(pod_cidr: str, service_cidr: str, node_ports: tuple[int, int], *, loopback: bool = True) -> None:
+    """ValueError (message for users) unless both CIDRs are usable, disjoint, and the range sane.
+    loopback: the process mode's rule (inside 127.0.0.0/8); runc mode's ranges live in namespaces
+    of their own and may be anything."""
+    check = parse_cidr if loopback else _any_cidr
+    pods = check(pod_cidr, "pod CIDR")
+    services = check(service_cidr, "service CIDR")
     if pods.overlaps(services):
         raise ValueError(f"pod CIDR {pod_cidr} and service CIDR {service_cidr} overlap")
     lo, hi = node_ports
@@ -66,11 +84,16 @@ class KubeLite:
         kubelet_port: int = 0,
         kubelet_token: str | None = None,
         processes: ProcessOptions | None = None,
+        runc: RuncNode | None = None,
+        network: PodNetwork | None = None,
     ) -> None:
         """kubelet_port 0: any free port (published in the Node); kubelet_token: the bearer token
         the kubelet endpoint requires (the cluster's: the apiserver proxies with it), None for none;
-        processes: how Pods of the Isthmus image run (root dir, the apiserver address they get)."""
-        validate_config(pod_cidr, service_cidr, node_ports)
+        processes: how Pods of the Isthmus image run (root dir, the apiserver address they get);
+        runc, network: runc mode (every Pod in runc containers, each in a network namespace of its
+        own attached by CNI; the Node's InternalIP is runc.node_address)."""
+        validate_config(pod_cidr, service_cidr, node_ports, loopback=runc is None)
+        self.runc = runc
         self.client = client
         self.cluster = cluster
         self.node_name = node_name(cluster)
@@ -91,11 +114,11 @@ class KubeLite:
         self.logs = PodLogs()
         self.pods = PodRuntime(
             client, pods, self.recorder, cluster=cluster, pod_cidr=pod_cidr, workers=workers, logs=self.logs,
-            processes=processes, slices=slices,
+            processes=processes, slices=slices, runc=runc, network=network,
         )
         self.kubelet = KubeletServer(
             self.logs, self._pod_on_node, node=self.node_name, host=kubelet_host, port=kubelet_port,
-            token=kubelet_token,
+            token=kubelet_token, runc_pod=self.pods.runc_pod if runc is not None else None,
         )
         self.node: NodeAgent | None = None
         self.deployments = DeploymentController(client, deployments, replicasets, pods)
@@ -128,7 +151,8 @@ class KubeLite:
             self.pods.rebuild()
             await self.kubelet.start()
             self.node = NodeAgent(
-                self.client, name=self.node_name, pod_cidr=self.pod_cidr, kubelet_port=self.kubelet.port
+                self.client, name=self.node_name, pod_cidr=self.pod_cidr, kubelet_port=self.kubelet.port,
+                **({"address": self.runc.node_address} if self.runc is not None else {}),
             )
             try:  # registered before we say ready, unless the apiserver refuses (then the beats retry)
                 await self.node.beat()

@@ -12,6 +12,7 @@ the user looks). Values are released when the Service is deleted or no longer ne
 from __future__ import annotations
 
 import copy
+import ipaddress
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -193,7 +194,7 @@ class ServiceIPController:
         self.client = client
         self.services = services
         self.recorder = recorder
-        self.ips = IPPool(service_cidr)
+        self.ips = IPPool(ipaddress.IPv4Network(service_cidr))  # validated by the caller (loopback or not, per mode)
         self.ports = PortPool(*node_ports)
         self.controller = Controller("kubelite-service-ips", self.reconcile, workers=workers)
         self.controller.watch(services)

@@ -53,9 +53,10 @@ def endpoints_withdrawn(slices: Iterable[EndpointSlice], uid: str) -> bool:
 
 async def pre_stop(
     hook: Mapping[str, Any], *, host: str, container: Mapping[str, Any], env: Mapping[str, str],
-    cwd: str | None, seconds: float,
+    cwd: str | None, seconds: float, **probe_options: Any,
 ) -> ProbeResult:
-    """Run one container's preStop handler, for at most ``seconds``."""
+    """Run one container's preStop handler, for at most ``seconds``; ``probe_options``: probe_once's
+    (where httpGet connects from, how exec runs in runc mode)."""
     seconds = max(seconds, 0.0)
     sleep = hook.get("sleep")
     if sleep is not None:
@@ -65,4 +66,4 @@ async def pre_stop(
         return ProbeResult(False, "unsupported preStop handler (kube-lite runs sleep, httpGet and exec)")
     # The handlers are a probe's, bounded by what is left of the grace period rather than timeoutSeconds.
     return await probe_once({**hook, "timeoutSeconds": max(seconds, 0.001)}, host=host, container=container,
-                            env=env, cwd=cwd)
+                            env=env, cwd=cwd, **probe_options)

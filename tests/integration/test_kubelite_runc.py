@@ -1,0 +1,326 @@
+"""kube-lite in runc mode: every Pod a runc container in a network namespace of its own.
+
+An embedded apiserver and a KubeLite with `RuncNode` run in this event loop; the node's network is
+a fabric this module creates with a unique id (`isthmus-t-<pid>-k...`) and removes at the end; the
+image is a tiny busybox one made here (umoci + Debian's busybox-static) and loaded into the node's
+store (pull policy Never: nothing is pulled from anywhere). What is checked is what a user sees:
+the Pod's status and Events, its logs, its IP answering from the node's namespace, exec.
+
+Needs root, runc, umoci, skopeo, busybox-static and the CNI plugins (the Makefile installs them);
+fails, never skips, without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import ConfigMap, Event, Pod
+
+from isthmus.local.kubelite import KubeLite
+from isthmus.local.kubelite.images import ImageStore
+from isthmus.local.kubelite.processes import ProcessOptions
+from isthmus.local.kubelite.runc import RuncNode, RuncRuntime, seccomp_supported
+from isthmus.local.network import cni, fabric, netns
+from isthmus.local.network.plan import FabricPlan, NodeNet, fabric_plan
+from tests.harness.apiserver import RunningApiServer
+from tests.harness.polling import eventually
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
+
+BUSYBOX = Path("/bin/busybox")
+IMAGE = "busybox:runc-test"
+APPLETS = ("sh", "echo", "cat", "sleep", "hostname", "httpd", "ls", "env", "id", "true", "false", "head")
+NS = "default"
+
+
+def _need() -> None:
+    missing = [what for what, ok in (
+        ("root", os.geteuid() == 0),
+        *((tool, shutil.which(tool) is not None) for tool in ("runc", "umoci", "skopeo", "ip")),
+        ("/bin/busybox (busybox-static)", BUSYBOX.exists()),
+        ("the CNI plugins in /usr/lib/cni", all((cni.CNI_BIN / p).exists() for p in ("bridge", "host-local", "loopback"))),
+    ) if not ok]
+    if missing:
+        pytest.fail("the runc-mode kube-lite test needs " + ", ".join(missing) + " (`make install` installs them)")
+
+
+def _run(*argv: str | Path) -> None:
+    subprocess.run([str(a) for a in argv], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """docker.io/library/busybox:runc-test as an oci-archive: busybox and a few applets, CMD sh."""
+    _need()
+    work = tmp_path_factory.mktemp("image")
+    layout, bundle = work / "layout", work / "bundle"
+    _run("umoci", "init", "--layout", layout)
+    _run("umoci", "new", "--image", f"{layout}:t")
+    _run("umoci", "unpack", "--image", f"{layout}:t", bundle)
+    rootfs = bundle / "rootfs"
+    for d in ("bin", "etc", "tmp", "www"):
+        (rootfs / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(BUSYBOX, rootfs / "bin" / "busybox")
+    for applet in APPLETS:
+        (rootfs / "bin" / applet).symlink_to("busybox")
+    (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n")
+    (rootfs / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    _run("umoci", "repack", "--image", f"{layout}:t", bundle)
+    _run("umoci", "config", "--image", f"{layout}:t", "--config.cmd", "sh", "--config.env", "PATH=/bin",
+         "--config.workingdir", "/")
+    out = work / "busybox.tar"
+    _run("skopeo", "--insecure-policy", "copy", "--quiet", f"oci:{layout}:t",
+         f"oci-archive:{out}:docker.io/library/{IMAGE}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def fab() -> Iterator[FabricPlan]:
+    _need()
+    plan = fabric_plan("/unused", 1, cs=f"isthmus-t-{os.getpid()}-k")
+    try:
+        fabric.ensure(plan)
+        yield plan
+    finally:
+        fabric.teardown(plan)
+
+
+@dataclass
+class Cluster:
+    client: AsyncClient
+    lite: KubeLite
+    node: NodeNet
+    root: Path
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster(fab: FabricPlan, archive: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
+    tmp = tmp_path_factory.mktemp("runc")
+    srv = RunningApiServer(tmp / "apiserver", bookmark_interval=1.0)
+    await srv.start()
+    client = srv.client()
+    root = tmp / "kubelet"
+    node = fab.node("c1")
+    images = ImageStore(root, netns=node.netns)
+    assert await images.load_archive(archive) == [f"docker.io/library/{IMAGE}"]
+    options = ProcessOptions(root_dir=root, backoff_base=0.5, backoff_max=2.0, stop_grace_cap=3.0)
+    runc = RuncNode(
+        runtime=RuncRuntime(root, node="c1-node"), images=images, node_netns=node.netns_path,
+        node_address=node.address, api_host="10.255.0.1", api_port=srv.server.port, cluster="c1",
+        node_name="c1-node", client=client, seccomp=seccomp_supported(), allocatable=options.allocatable,
+    )
+    network = cni.PodNetwork(node.netns, node.pod_cidr, node.pod_gateway, root / "cni")
+    lite = KubeLite(client, cluster="c1", pod_cidr=node.pod_cidr, service_cidr=node.service_cidr,
+                    node_ports=(30000, 30099), processes=options, runc=runc, network=network)
+    ready = asyncio.Event()
+    task = asyncio.create_task(lite.run(ready))
+    try:
+        async with asyncio.timeout(20):
+            await ready.wait()
+        yield Cluster(client, lite, node, root)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            async with asyncio.timeout(30):
+                await task
+        await asyncio.to_thread(_clean_up, root)
+        await srv.close()
+
+
+def _runc_ids(root: Path) -> list[str]:
+    out = subprocess.run(["runc", "--root", str(root / "runc"), "list", "--format", "json"], capture_output=True,
+                         text=True, check=False).stdout
+    return [str(c["id"]) for c in json.loads(out or "null") or []]
+
+
+def _clean_up(root: Path) -> None:
+    """Whatever a failed test left: never a container or a mount outliving the module."""
+    for cid in _runc_ids(root):
+        subprocess.run(["runc", "--root", str(root / "runc"), "delete", "--force", cid], check=False)
+    subprocess.run(["sh", "-c", f"grep -o ' {root}[^ ]*rootfs' /proc/mounts | xargs -r -n1 umount -l"], check=False)
+
+
+# ---- helpers ----------------------------------------------------------------------------------------
+
+
+async def make_pod(c: Cluster, name: str, *containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    spec.setdefault("automountServiceAccountToken", False)
+    spec.setdefault("terminationGracePeriodSeconds", 2)
+    for ctr in containers:
+        ctr.setdefault("image", IMAGE)
+        ctr.setdefault("imagePullPolicy", "Never")
+    body = {"metadata": {"name": name, "namespace": NS}, "spec": {"containers": list(containers), **spec}}
+    return (await c.client.create(Pod.from_dict(body))).to_dict()
+
+
+async def get_pod(c: Cluster, name: str) -> dict[str, Any]:
+    return (await c.client.get(Pod, name, namespace=NS)).to_dict()
+
+
+def cstatus(p: dict[str, Any]) -> dict[str, Any]:
+    return ((p.get("status") or {}).get("containerStatuses") or [{}])[0]
+
+
+async def status_where(c: Cluster, name: str, check: Any, within: float = 20.0) -> dict[str, Any]:
+    async def ready() -> dict[str, Any]:
+        s = cstatus(await get_pod(c, name))
+        assert check(s), s
+        return s
+    return await eventually(ready, within=within)
+
+
+async def events(c: Cluster, name: str) -> list[tuple[str, str]]:
+    return [(e.reason or "", e.message or "") async for e in c.client.list(Event, namespace=NS)
+            if e.involvedObject.name == name]
+
+
+async def kubelet_logs(c: Cluster, pod: str, container: str, **query: str) -> tuple[int, str]:
+    url = f"http://127.0.0.1:{c.lite.kubelet.port}/containerLogs/{NS}/{pod}/{container}"
+    async with aiohttp.ClientSession() as s, s.get(url, params=query) as r:
+        return r.status, await r.text()
+
+
+async def delete_and_wait(c: Cluster, name: str) -> None:
+    await c.client.delete(Pod, name, namespace=NS)
+
+    async def gone() -> bool:
+        return not [p async for p in c.client.list(Pod, namespace=NS) if p.metadata.name == name]
+    await eventually(gone, timeout=20)
+
+
+async def http_get_in(netns_path: str, ip: str, port: int, path: str) -> tuple[str, str]:
+    reader, writer = await netns.open_connection_in(netns_path, ip, port)
+    try:
+        writer.write(f"GET {path} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+    head, _, body = data.decode().partition("\r\n\r\n")
+    return head.splitlines()[0], body
+
+
+# ---- tests ------------------------------------------------------------------------------------------
+
+
+async def test_a_pod_runs_in_its_own_namespace_and_its_output_is_its_log(cluster: Cluster) -> None:
+    c = cluster
+    await make_pod(c, "hello", {"name": "main", "command": ["sh", "-c", "echo hello from $(hostname) as $(id -u); exit 3"]},
+                   restartPolicy="Never")
+    s = await status_where(c, "hello", lambda s: "terminated" in (s.get("state") or {}))
+    term = s["state"]["terminated"]
+    assert (term["exitCode"], term["reason"]) == (3, "Error")
+    assert re.fullmatch(r"runc://[0-9a-f]{64}", s["containerID"]), s["containerID"]
+    assert s["image"] == IMAGE
+    assert re.fullmatch(r"docker.io/library/busybox@sha256:[0-9a-f]{64}", s["imageID"]), s["imageID"]
+    p = await get_pod(c, "hello")
+    assert p["status"]["phase"] == "Failed"
+    assert ipaddress.ip_address(p["status"]["podIP"]) in ipaddress.ip_network(c.node.pod_cidr)
+    assert p["status"]["hostIP"] == c.node.address
+    code, text = await kubelet_logs(c, "hello", "main")
+    assert (code, text) == (200, "hello from hello as 0\n")
+    evs = await events(c, "hello")
+    reasons = [r for r, _ in evs if r != "MissingClusterDNS"]
+    assert reasons[:3] == ["Pulled", "Created", "Started"], evs
+    await delete_and_wait(c, "hello")
+
+
+async def test_restarts_back_off_and_keep_the_previous_log(cluster: Cluster) -> None:
+    c = cluster
+    await make_pod(c, "crash", {"name": "main", "command": ["sh", "-c", "echo run; exit 1"]})
+    s = await status_where(c, "crash", lambda s: s.get("restartCount", 0) >= 2, within=30)
+    assert s["lastState"]["terminated"]["exitCode"] == 1
+    seen = await status_where(c, "crash", lambda s: "CrashLoopBackOff" in json.dumps(s.get("state")), within=30)
+    assert "back-off" in seen["state"]["waiting"]["message"]
+    code, text = await kubelet_logs(c, "crash", "main", previous="true")
+    assert (code, text) == (200, "run\n")
+    await delete_and_wait(c, "crash")
+
+
+async def test_a_container_over_its_memory_limit_is_oom_killed(cluster: Cluster) -> None:
+    c = cluster
+    await make_pod(c, "hog", {"name": "main", "command": ["sh", "-c", "x=aaaaaaaa; while true; do x=$x$x; done"],
+                              "resources": {"limits": {"memory": "16Mi"}}}, restartPolicy="Never")
+    s = await status_where(c, "hog", lambda s: "terminated" in (s.get("state") or {}), within=30)
+    assert (s["state"]["terminated"]["reason"], s["state"]["terminated"]["exitCode"]) == ("OOMKilled", 137)
+    await delete_and_wait(c, "hog")
+
+
+async def test_run_as_non_root_refused_with_kubes_message(cluster: Cluster) -> None:
+    c = cluster
+    p = await make_pod(c, "rooty", {"name": "main", "command": ["sleep", "60"],
+                                    "securityContext": {"runAsNonRoot": True}})
+    s = await status_where(c, "rooty", lambda s: "CreateContainerConfigError" in json.dumps(s.get("state")))
+    uid = p["metadata"]["uid"]
+    assert s["state"]["waiting"]["message"] == (
+        f"container has runAsNonRoot and image will run as root (pod: \"rooty_{NS}({uid})\", container: main)")
+    assert ("Failed", f"Error: {s['state']['waiting']['message']}") in await events(c, "rooty")
+    await delete_and_wait(c, "rooty")
+
+
+async def test_an_executable_missing_from_the_image_is_a_start_error(cluster: Cluster) -> None:
+    c = cluster
+    await make_pod(c, "nocmd", {"name": "main", "command": ["nosuch"]}, restartPolicy="Never")
+    s = await status_where(c, "nocmd", lambda s: "terminated" in (s.get("state") or {}))
+    term = s["state"]["terminated"]
+    assert (term["reason"], term["exitCode"]) == ("StartError", 128)
+    assert 'exec: "nosuch": executable file not found in $PATH' in term["message"], term["message"]
+    assert term["message"].startswith("failed to create containerd task: failed to create shim task: OCI runtime")
+    await delete_and_wait(c, "nocmd")
+
+
+async def test_http_readiness_probe_volume_exec_and_cleanup(cluster: Cluster) -> None:
+    """busybox httpd serving a configMap volume: Ready through an httpGet probe from the node's
+    namespace, the page answers there too, exec runs in the container; deleting the Pod removes its
+    namespace, cgroup and bundle."""
+    c = cluster
+    await c.client.create(ConfigMap.from_dict({"metadata": {"name": "www", "namespace": NS},
+                                               "data": {"index.html": "served from a configMap\n"}}))
+    p = await make_pod(c, "web", {
+        "name": "httpd", "command": ["httpd", "-f", "-p", "8080", "-h", "/www"],
+        "ports": [{"containerPort": 8080}],
+        "readinessProbe": {"httpGet": {"path": "/index.html", "port": 8080}, "periodSeconds": 1},
+        "volumeMounts": [{"name": "www", "mountPath": "/www"}],
+    }, volumes=[{"name": "www", "configMap": {"name": "www"}}])
+    uid = p["metadata"]["uid"]
+    await status_where(c, "web", lambda s: s.get("ready") is True, within=30)
+    ip = (await get_pod(c, "web"))["status"]["podIP"]
+    first, body = await http_get_in(c.node.netns_path, ip, 8080, "/index.html")
+    assert " 200 " in first and body == "served from a configMap\n"
+
+    runc_pod = c.lite.pods.runc_pod(NS, "web")
+    assert runc_pod is not None and runc_pod.container("httpd") is not None
+    running = runc_pod.container("httpd")
+    assert running is not None
+    proc = await c.lite.pods.runc.runtime.exec(running.id, ["cat", "/www/index.html"])  # type: ignore[union-attr]
+    out, _ = await proc.communicate()
+    assert (proc.returncode, out) == (0, b"served from a configMap\n")
+
+    pod_netns = f"{c.node.netns}-{uid.replace('-', '')[:12]}"
+    assert netns.exists(pod_netns)
+    cgroup = Path(f"/sys/fs/cgroup/memory/isthmus/c1-node/pod{uid}")
+    assert await asyncio.to_thread(cgroup.is_dir)
+    await delete_and_wait(c, "web")
+
+    def cleaned() -> bool:
+        assert not netns.exists(pod_netns)
+        assert not cgroup.exists()
+        assert not (c.root / "pods" / uid).exists()
+        return _runc_ids(c.root) == []
+    await eventually(cleaned, within=10)
+
