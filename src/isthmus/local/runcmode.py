@@ -103,14 +103,27 @@ def kube_lite_args(fp: FabricPlan, cluster: str, api_port: int) -> list[str]:
             "--api-address-in-pods", f"{FABRIC_GATEWAY}:{api_port}"]
 
 
-def relay_args(fp: FabricPlan, registry_port: int, api_ports: list[int]) -> list[str]:
+def fabric_link(fp: FabricPlan, root: Path) -> Path:
+    """`<state dir>/network/fabric`, a link to the fabric namespace: what the relay is told, so its
+    command line names the state dir as every part's does (the supervisor signals only those)."""
+    link = root / "network" / "fabric"
+    link.parent.mkdir(mode=0o700, exist_ok=True)
+    if not link.is_symlink() or os.readlink(link) != fp.netns_path:
+        tmp = link.with_name(".fabric.tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(fp.netns_path)
+        tmp.replace(link)
+    return link
+
+
+def relay_args(fp: FabricPlan, root: Path, registry_port: int, api_ports: list[int]) -> list[str]:
     """`isthmus netrelay`'s doors: every apiserver into the fabric (pods dial 10.255.0.1:<its port>),
     and the fabric's registry onto the host (127.0.0.1:<registry_port>: `up` pushes the images there,
     and the supervisor asks it whether it is ready)."""
     from isthmus.local.network.plan import FABRIC_GATEWAY
     from isthmus.local.plan import HOST
 
-    out = ["--netns", fp.netns]
+    out = ["--netns", str(fabric_link(fp, root))]
     for port in api_ports:
         # Also on the fabric's own loopback: the kubeconfigs of the state dir work in `isthmus shell`.
         out += ["--listen", f"{FABRIC_GATEWAY}:{port}={HOST}:{port}", "--listen", f"{HOST}:{port}={HOST}:{port}"]

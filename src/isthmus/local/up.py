@@ -78,6 +78,8 @@ PRIVATE_UMASK = 0o077
 """The supervisor's umask, inherited by every part: what they create is private to the user."""
 APISERVER_READY_TIMEOUT = 60.0
 PARTS_READY_TIMEOUT = 60.0
+IMAGE_BUILD_TIMEOUT = 1200.0
+"""runc mode: building every image on a fresh machine (cached afterwards: seconds)."""
 SETUP_COMMAND_TIMEOUT = 90.0
 SETUP_ATTEMPTS = 3
 RESERVED_PORTS = range(plan.NODE_PORT_BASE, plan.NODE_PORT_BASE + plan.MAX_CLUSTERS * plan.NODE_PORTS_PER_CLUSTER)
@@ -221,7 +223,7 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
                 "--root-dir", str(layout.root / "kubelet" / cp.name), *proxy, *runc, *metrics]
     if part.kind == plan.RELAY:
         fp = runcmode.fabric_of(layout.root, state.clusters)
-        return [*base, "netrelay", *runcmode.relay_args(fp, state.ports[PartId(BROKER, plan.REGISTRY).name],
+        return [*base, "netrelay", *runcmode.relay_args(fp, layout.root, state.ports[PartId(BROKER, plan.REGISTRY).name],
                                                         [state.ports[p.name] for p in plan.parts(state.clusters, state.runtime)
                                                          if p.kind == APISERVER]), *metrics]
     if part.kind == plan.REGISTRY:
@@ -555,6 +557,11 @@ class Bringup:
     async def _build_and_push(self) -> str | None:
         """runc mode: build the images (cached by their inputs), then push them into the clusterset's
         registry through the relay's door on the host; the Isthmus image's digest."""
+        # A process of its own (killed with the bring-up if it is stopped), then read from its cache.
+        rc = await self.sup.run_command([sys.executable, "-m", "isthmus.local.images.build"],
+                                        self.layout.log("images"), IMAGE_BUILD_TIMEOUT)
+        if rc != 0:
+            raise SetupFailed(f"building the images failed (exit {rc}); see {self.layout.log('images')}")
         built = await asyncio.to_thread(runcmode.build_images, log.info)
         registry = PartId(BROKER, plan.REGISTRY).name
         late = await self.sup.wait_ready([registry, PartId(BROKER, plan.RELAY).name], PARTS_READY_TIMEOUT)
