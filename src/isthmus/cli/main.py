@@ -12,13 +12,13 @@ import importlib
 import sys
 from typing import Any
 
-ALL = ("agent", "apiserver", "crds", "demo", "diagnose", "discovery", "dns", "egress", "exposure", "image",
+ALL = ("agent", "agnhost", "apiserver", "crds", "demo", "diagnose", "discovery", "dns", "egress", "exposure", "image",
        "kubelite", "lb", "local", "manager", "netrelay", "pools", "proxy", "shell", "ui", "version", "webhook")
 COMPONENTS = {
     "agent": "agent", "apiserver": "apiserver", "dns": "dns", "proxy": "proxy", "kube-lite": "kubelite",
     "lb": "lb", "pools": "pools", "webhook": "webhook", "mcsvc": "exposure", "mcsvc-broker": "exposure",
     "egress-operator": "egress", "egress-forwarder": "egress", "egress-gateway": "egress",
-    "controller-manager": "manager", "ui": "ui", "netrelay": "netrelay", "shell": "shell",
+    "controller-manager": "manager", "ui": "ui", "netrelay": "netrelay", "shell": "shell", "agnhost": "agnhost",
 }
 """Command → the one module that registers it (tests/unit/test_cli_main.py checks the table)."""
 
