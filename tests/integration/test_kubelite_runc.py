@@ -203,6 +203,46 @@ async def delete_and_wait(c: Cluster, name: str) -> None:
     await eventually(gone, timeout=20)
 
 
+async def kubelet_exec(c: Cluster, pod: str, container: str, command: list[str],
+                       stdin: bytes | None = None) -> tuple[dict[int, bytes], dict[str, Any]]:
+    """What kubectl exec does at the kubelet (v5.channel.k8s.io): output per channel, and the Status."""
+    query = [("command", a) for a in command] + [("stdout", "true"), ("stderr", "true")]
+    if stdin is not None:
+        query.append(("stdin", "true"))
+    url = f"http://127.0.0.1:{c.lite.kubelet.port}/exec/{NS}/{pod}/{container}"
+    out: dict[int, bytes] = {}
+    status: dict[str, Any] = {}
+    async with aiohttp.ClientSession() as s, s.ws_connect(url, params=query, protocols=("v5.channel.k8s.io",)) as ws:
+        assert ws.protocol == "v5.channel.k8s.io"
+        if stdin is not None:
+            await ws.send_bytes(b"\x00" + stdin)
+            await ws.send_bytes(b"\xff\x00")  # v5: stdin is done
+        async for msg in ws:
+            if msg.type != aiohttp.WSMsgType.BINARY:
+                break
+            if msg.data[0] == 3:
+                status = json.loads(msg.data[1:])
+            elif len(msg.data) > 1:
+                out[msg.data[0]] = out.get(msg.data[0], b"") + msg.data[1:]
+    return out, status
+
+
+async def kubelet_port_forward(c: Cluster, pod: str, port: int, request: bytes) -> bytes:
+    url = f"http://127.0.0.1:{c.lite.kubelet.port}/portForward/{NS}/{pod}"
+    got = b""
+    async with aiohttp.ClientSession() as s, s.ws_connect(url, params={"ports": str(port)},
+                                                          protocols=("v4.channel.k8s.io",)) as ws:
+        first = [await ws.receive_bytes(), await ws.receive_bytes()]
+        assert sorted(first) == [b"\x00" + port.to_bytes(2, "little"), b"\x01" + port.to_bytes(2, "little")]
+        await ws.send_bytes(b"\x00" + request)
+        async for msg in ws:
+            if msg.type != aiohttp.WSMsgType.BINARY:
+                break
+            assert msg.data[0] == 0, msg.data
+            got += msg.data[1:]
+    return got
+
+
 async def http_get_in(netns_path: str, ip: str, port: int, path: str) -> tuple[str, str]:
     reader, writer = await netns.open_connection_in(netns_path, ip, port)
     try:
@@ -303,13 +343,17 @@ async def test_http_readiness_probe_volume_exec_and_cleanup(cluster: Cluster) ->
     first, body = await http_get_in(c.node.netns_path, ip, 8080, "/index.html")
     assert " 200 " in first and body == "served from a configMap\n"
 
-    runc_pod = c.lite.pods.runc_pod(NS, "web")
-    assert runc_pod is not None and runc_pod.container("httpd") is not None
-    running = runc_pod.container("httpd")
-    assert running is not None
-    proc = await c.lite.pods.runc.runtime.exec(running.id, ["cat", "/www/index.html"])  # type: ignore[union-attr]
-    out, _ = await proc.communicate()
-    assert (proc.returncode, out) == (0, b"served from a configMap\n")
+    # kubectl exec's protocol at the kubelet endpoint: stdin in, stdout/stderr out, the exit code
+    out, status = await kubelet_exec(c, "web", "httpd", ["cat", "/www/index.html"])
+    assert (out, status) == ({1: b"served from a configMap\n"}, {"metadata": {}, "status": "Success"})
+    out, status = await kubelet_exec(c, "web", "httpd", ["cat"], stdin=b"typed in\n")
+    assert out == {1: b"typed in\n"} and status["status"] == "Success"
+    out, status = await kubelet_exec(c, "web", "httpd", ["sh", "-c", "echo out; echo err >&2; exit 7"])
+    assert out == {1: b"out\n", 2: b"err\n"}
+    assert (status["reason"], status["details"]["causes"]) == ("NonZeroExitCode", [{"reason": "ExitCode", "message": "7"}])
+    # port-forward's: the page through a connection made inside the Pod's namespace (its localhost)
+    page = await kubelet_port_forward(c, "web", 8080, b"GET /index.html HTTP/1.0\r\n\r\n")
+    assert page.startswith(b"HTTP/1.1 200 OK") and page.endswith(b"served from a configMap\n"), page
 
     pod_netns = f"{c.node.netns}-{uid.replace('-', '')[:12]}"
     assert netns.exists(pod_netns)

@@ -9,9 +9,11 @@ does the same (apiserver/handlers/pods.py), and this is what answers: kube-lite'
   kubelet's query (``follow``, ``tailLines``, ``sinceSeconds``, ``sinceTime``, ``timestamps``,
   ``limitBytes``, ``previous`` — the instance before a process container's last restart) and its
   plain-text errors;
-- ``/exec``, ``/attach``, ``/portForward``: refused with a ``Status`` (400 BadRequest) saying
-  why — kube-lite's workloads are its own servers, there is no container to enter — which the
-  apiserver passes on as kube-apiserver passes on a kubelet's answer that is not an upgrade;
+- ``/exec``, ``/attach``, ``/portForward``: in runc mode served over WebSockets (streaming.py:
+  ``runc exec``, the container's output, a connection inside the Pod's network namespace);
+  otherwise refused with a ``Status`` (400 BadRequest) saying why — kube-lite's workloads are its
+  own servers or processes, there is no container to enter — which the apiserver passes on as
+  kube-apiserver passes on a kubelet's answer that is not an upgrade;
 - ``GET /healthz``.
 
 Like a kubelet it authenticates its caller: with a token (the cluster's, the one kube-lite uses
@@ -118,8 +120,8 @@ class KubeletServer:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._logs)
         for verb in ("exec", "attach"):
-            app.router.add_route("*", f"/{verb}/{{namespace}}/{{pod}}/{{container}}", self._refuse)
-        app.router.add_route("*", "/portForward/{namespace}/{pod}", self._refuse)
+            app.router.add_route("*", f"/{verb}/{{namespace}}/{{pod}}/{{container}}", self._stream)
+        app.router.add_route("*", "/portForward/{namespace}/{pod}", self._stream)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
@@ -240,6 +242,30 @@ class KubeletServer:
             self.following -= follow
         await resp.write_eof()
         return resp
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        """exec, attach, port-forward: served in runc mode over WebSockets (streaming.py), refused
+        otherwise (and for SPDY, which is not spoken)."""
+        from isthmus.local.kubelite import streaming
+
+        verb = request.path.split("/", 2)[1]
+        ns, name, pod = self._pod(request)
+        runc_pod = self.runc_pod(ns, name) if self.runc_pod is not None and pod is not None else None
+        if runc_pod is None or pod is None:
+            return await self._refuse(request)
+        if request.headers.get("Upgrade", "").lower() != "websocket":
+            return _status(400, "BadRequest", f"node {self.node} (isthmus kube-lite) speaks the WebSocket streaming "
+                           f"protocols ({', '.join(streaming.EXEC_PROTOCOLS)}) only, not SPDY: use kubectl 1.30 or later")
+        if verb == "portForward":
+            return await streaming.port_forward(request, runc_pod.netns_path)
+        container = request.match_info["container"]
+        running = runc_pod.container(container)
+        if running is None:
+            return web.Response(status=400, text=f'container "{container}" in pod "{name}" is not running')
+        if verb == "exec":
+            return await streaming.exec_in(request, runc_pod, running)
+        pod_log = self.logs.get(f"{ns}/{name}")
+        return await streaming.attach(request, pod_log.containers.get(container) if pod_log else None, running)
 
     async def _refuse(self, request: web.Request) -> web.Response:
         verb = request.path.split("/", 2)[1]

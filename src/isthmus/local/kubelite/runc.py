@@ -120,6 +120,13 @@ def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork a
         _libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
+def _controlling_tty() -> None:  # pragma: no cover - runs in the child between fork and exec
+    import fcntl
+    import termios
+
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 def _mount_overlay(lower: Path, upper: Path, work: Path, target: Path) -> None:
     options = f"lowerdir={lower},upperdir={upper},workdir={work}".encode()
     if _libc is None or _libc.mount(b"overlay", str(target).encode(), b"overlay", 0, options) != 0:
@@ -386,11 +393,13 @@ class RuncRuntime:
 
     async def exec(
         self, cid: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdin: Any = None,
-        stdout: Any = None, stderr: Any = None,
+        stdout: Any = None, stderr: Any = None, tty: bool = False,
     ) -> asyncio.subprocess.Process:
         """`runc exec` in the container: its spec's process (env, user, capabilities, cwd) with `argv`
-        and the extra `env`; the caller owns the process (its stdio as given)."""
-        extra: list[str] = []
+        and the extra `env`; the caller owns the process (its stdio as given). `tty`: the process
+        gets a terminal of runc's, which runc feeds from its own stdio — then a pty's other side,
+        made runc's controlling terminal so that resizing it reaches the container (SIGWINCH)."""
+        extra: list[str] = ["--tty"] if tty else []
         for k, v in (env or {}).items():
             extra += ["--env", f"{k}={v}"]
         return await asyncio.create_subprocess_exec(
@@ -398,6 +407,7 @@ class RuncRuntime:
             stdin=stdin if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=stdout if stdout is not None else asyncio.subprocess.PIPE,
             stderr=stderr if stderr is not None else asyncio.subprocess.STDOUT,
+            start_new_session=tty, preexec_fn=_controlling_tty if tty else None,
         )
 
 
