@@ -106,6 +106,7 @@ class Cluster:
     lite: KubeLite
     node: NodeNet
     root: Path
+    kubeconfig: str
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -132,7 +133,7 @@ async def cluster(fab: FabricPlan, archive: Path, tmp_path_factory: pytest.TempP
     try:
         async with asyncio.timeout(20):
             await ready.wait()
-        yield Cluster(client, lite, node, root)
+        yield Cluster(client, lite, node, root, srv.kubeconfig)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -201,6 +202,18 @@ async def delete_and_wait(c: Cluster, name: str) -> None:
     async def gone() -> bool:
         return not [p async for p in c.client.list(Pod, namespace=NS) if p.metadata.name == name]
     await eventually(gone, timeout=20)
+
+
+async def kubectl(c: Cluster, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
+    if shutil.which("kubectl") is None:
+        pytest.fail("kubectl is missing: this test (like the e2e tests) runs it")
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", c.kubeconfig, "--namespace", NS, *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    async with asyncio.timeout(30):
+        out, _ = await proc.communicate(stdin)
+    return proc.returncode or 0, out.decode()
 
 
 async def kubelet_exec(c: Cluster, pod: str, container: str, command: list[str],
@@ -274,6 +287,7 @@ async def test_a_pod_runs_in_its_own_namespace_and_its_output_is_its_log(cluster
     assert p["status"]["hostIP"] == c.node.address
     code, text = await kubelet_logs(c, "hello", "main")
     assert (code, text) == (200, "hello from hello as 0\n")
+    assert await kubectl(c, "logs", "hello") == (0, "hello from hello as 0\n")
     evs = await events(c, "hello")
     reasons = [r for r, _ in evs if r != "MissingClusterDNS"]
     assert reasons[:3] == ["Pulled", "Created", "Started"], evs
@@ -351,6 +365,11 @@ async def test_http_readiness_probe_volume_exec_and_cleanup(cluster: Cluster) ->
     out, status = await kubelet_exec(c, "web", "httpd", ["sh", "-c", "echo out; echo err >&2; exit 7"])
     assert out == {1: b"out\n", 2: b"err\n"}
     assert (status["reason"], status["details"]["causes"]) == ("NonZeroExitCode", [{"reason": "ExitCode", "message": "7"}])
+    # the same through the apiserver, as a user types it (kubectl speaks v5.channel.k8s.io)
+    assert await kubectl(c, "exec", "web", "--", "cat", "/www/index.html") == (0, "served from a configMap\n")
+    assert await kubectl(c, "exec", "-i", "web", "--", "cat", stdin=b"piped\n") == (0, "piped\n")
+    code, text = await kubectl(c, "exec", "web", "--", "sh", "-c", "exit 5")
+    assert code == 5, text
     # port-forward's: the page through a connection made inside the Pod's namespace (its localhost)
     page = await kubelet_port_forward(c, "web", 8080, b"GET /index.html HTTP/1.0\r\n\r\n")
     assert page.startswith(b"HTTP/1.1 200 OK") and page.endswith(b"served from a configMap\n"), page

@@ -122,9 +122,22 @@ def _kubelet(ctx: HandlerContext, node_name: str) -> tuple[str, int]:
     except ValueError:
         loopback = host == "localhost"
     if not loopback:
+        if _on_this_machine(host):
+            # A runc-mode node: its InternalIP lives in the node's own network namespace, its
+            # kubelet endpoint (kube-lite, in the host's) on this machine's loopback.
+            return "127.0.0.1", port
         raise _unknown(500, f"error dialing backend: node {node_name}'s address {host} is not a loopback "
                             "address: this apiserver reaches kubelets on this machine only")
     return host, port
+
+
+def _on_this_machine(host: str) -> bool:
+    """A node address of the local clusterset's runc mode (10.255.0.0/24, the fabric: see
+    local/network/plan.py), whose kubelet is a kube-lite of this machine."""
+    try:
+        return ipaddress.ip_address(host) in ipaddress.ip_network("10.255.0.0/24")
+    except ValueError:
+        return False
 
 
 def _unknown(code: int, message: str) -> ApiError:
@@ -252,6 +265,44 @@ def _dial_error(host: str, port: int, e: BaseException) -> str:
 # ------------------------------------------------------------------------------------------ exec, attach, portforward
 
 
+async def _websocket(request: web.Request, url: str, token: str | None) -> web.StreamResponse | None:
+    """A WebSocket upgrade (kubectl 1.30+: v5.channel.k8s.io) the kubelet accepts: both sides'
+    messages relayed as they come, in the subprotocol the kubelet chose. None when the kubelet
+    does not upgrade (its answer is then passed on as for any other request)."""
+    protocols = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+    session = _session()
+    try:
+        upstream = await session.ws_connect(url, protocols=protocols, headers=_headers(token), max_msg_size=0,
+                                            autoping=True)
+    except (aiohttp.ClientError, OSError):
+        await session.close()
+        return None
+    try:
+        client = web.WebSocketResponse(protocols=[upstream.protocol] if upstream.protocol else (), max_msg_size=0)
+        await client.prepare(request)
+
+        async def pipe(src: Any, dst: Any) -> None:
+            async for msg in src:
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    await dst.send_bytes(msg.data)
+                elif msg.type == aiohttp.WSMsgType.TEXT:
+                    await dst.send_str(msg.data)
+                else:
+                    break
+
+        tasks = [asyncio.create_task(pipe(client, upstream)), asyncio.create_task(pipe(upstream, client))]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for t in tasks:
+            t.cancel()
+        with contextlib.suppress(Exception):
+            await client.close()
+        return client
+    finally:
+        with contextlib.suppress(Exception):
+            await upstream.close()
+        await session.close()
+
+
 def _is_upgrade(request: web.Request) -> bool:
     """httpstream.IsUpgradeRequest: a Connection header naming Upgrade."""
     return any("upgrade" in v.lower() for v in request.headers.getall("Connection", []))
@@ -274,6 +325,10 @@ async def _connect(ctx: HandlerContext, request: web.Request, ns: str, name: str
         raise errors.bad_request("Upgrade request required")
     params = [(k, v) for k, v in q.items() if k != "container"]
     url = f"http://{_hostport(host, port)}/{path}" + (f"?{urlencode(params)}" if params else "")
+    if request.headers.get("Upgrade", "").lower() == "websocket":
+        relayed = await _websocket(request, url, token)
+        if relayed is not None:
+            return relayed
     async with _session() as session:
         try:
             upstream = await session.request(request.method, url, headers=_headers(token))
