@@ -12,13 +12,15 @@ Pod's node (``spec.nodeName`` → the Node object → its address and
   (``the server could not find the requested resource ( pods/log x)`` for its 404).
 - ``exec``, ``attach`` (GET, POST), ``portforward`` (GET, POST): 400 ``pod x does not have a
   host assigned`` without a node, 400 ``Upgrade request required`` without an upgrade request;
-  otherwise the kubelet's answer is passed on as kube's upgrade-aware proxy passes on an answer
-  that is not an upgrade (kube-lite's kubelet refuses these with a Status saying why). A node that
-  cannot be reached is a 500 ``error dialing backend: ...``, as in kube.
+  a WebSocket upgrade the kubelet accepts (kube-lite in runc mode: ``v5.channel.k8s.io``, what
+  kubectl 1.30+ asks for) is relayed message by message; otherwise the kubelet's answer is passed
+  on as kube's upgrade-aware proxy passes on an answer that is not an upgrade (kube-lite's kubelet
+  refuses with a Status saying why). A node that cannot be reached is a 500 ``error dialing
+  backend: ...``, as in kube.
 
 Simplified: kubelets are reached over plain HTTP on loopback addresses only (this apiserver
-never sends its credentials elsewhere), with the apiserver's own bearer token; an upgrade the
-kubelet accepted would not be spliced (kube-lite's never does).
+never sends its credentials elsewhere; a runc-mode node's fabric address stands for its kube-lite
+on this machine's loopback), with the apiserver's own bearer token; SPDY upgrades are not spliced.
 """
 
 from __future__ import annotations
