@@ -103,10 +103,37 @@ def fab() -> Iterator[FabricPlan]:
 @dataclass
 class Cluster:
     client: AsyncClient
-    lite: KubeLite
     node: NodeNet
     root: Path
     kubeconfig: str
+    runc: RuncNode
+    options: ProcessOptions
+    lite: KubeLite | None = None
+    task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """A KubeLite of this node (a new one each time: as after a restart)."""
+        network = cni.PodNetwork(self.node.netns, self.node.pod_cidr, self.node.pod_gateway, self.root / "cni")
+        self.lite = KubeLite(self.client, cluster="c1", pod_cidr=self.node.pod_cidr,
+                             service_cidr=self.node.service_cidr, node_ports=(30000, 30099), processes=self.options,
+                             runc=self.runc, network=network)
+        ready = asyncio.Event()
+        self.task = asyncio.create_task(self.lite.run(ready))
+        async with asyncio.timeout(20):
+            await ready.wait()
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                async with asyncio.timeout(30):
+                    await self.task
+            self.task = None
+
+    @property
+    def kubelet_port(self) -> int:
+        assert self.lite is not None
+        return self.lite.kubelet.port
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -125,20 +152,12 @@ async def cluster(fab: FabricPlan, archive: Path, tmp_path_factory: pytest.TempP
         node_address=node.address, api_host="10.255.0.1", api_port=srv.server.port, cluster="c1",
         node_name="c1-node", client=client, seccomp=seccomp_supported(), allocatable=options.allocatable,
     )
-    network = cni.PodNetwork(node.netns, node.pod_cidr, node.pod_gateway, root / "cni")
-    lite = KubeLite(client, cluster="c1", pod_cidr=node.pod_cidr, service_cidr=node.service_cidr,
-                    node_ports=(30000, 30099), processes=options, runc=runc, network=network)
-    ready = asyncio.Event()
-    task = asyncio.create_task(lite.run(ready))
+    c = Cluster(client, node, root, srv.kubeconfig, runc, options)
     try:
-        async with asyncio.timeout(20):
-            await ready.wait()
-        yield Cluster(client, lite, node, root, srv.kubeconfig)
+        await c.start()
+        yield c
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            async with asyncio.timeout(30):
-                await task
+        await c.stop()
         await asyncio.to_thread(_clean_up, root)
         await srv.close()
 
@@ -191,7 +210,7 @@ async def events(c: Cluster, name: str) -> list[tuple[str, str]]:
 
 
 async def kubelet_logs(c: Cluster, pod: str, container: str, **query: str) -> tuple[int, str]:
-    url = f"http://127.0.0.1:{c.lite.kubelet.port}/containerLogs/{NS}/{pod}/{container}"
+    url = f"http://127.0.0.1:{c.kubelet_port}/containerLogs/{NS}/{pod}/{container}"
     async with aiohttp.ClientSession() as s, s.get(url, params=query) as r:
         return r.status, await r.text()
 
@@ -222,7 +241,7 @@ async def kubelet_exec(c: Cluster, pod: str, container: str, command: list[str],
     query = [("command", a) for a in command] + [("stdout", "true"), ("stderr", "true")]
     if stdin is not None:
         query.append(("stdin", "true"))
-    url = f"http://127.0.0.1:{c.lite.kubelet.port}/exec/{NS}/{pod}/{container}"
+    url = f"http://127.0.0.1:{c.kubelet_port}/exec/{NS}/{pod}/{container}"
     out: dict[int, bytes] = {}
     status: dict[str, Any] = {}
     async with aiohttp.ClientSession() as s, s.ws_connect(url, params=query, protocols=("v5.channel.k8s.io",)) as ws:
@@ -241,7 +260,7 @@ async def kubelet_exec(c: Cluster, pod: str, container: str, command: list[str],
 
 
 async def kubelet_port_forward(c: Cluster, pod: str, port: int, request: bytes) -> bytes:
-    url = f"http://127.0.0.1:{c.lite.kubelet.port}/portForward/{NS}/{pod}"
+    url = f"http://127.0.0.1:{c.kubelet_port}/portForward/{NS}/{pod}"
     got = b""
     async with aiohttp.ClientSession() as s, s.ws_connect(url, params={"ports": str(port)},
                                                           protocols=("v4.channel.k8s.io",)) as ws:
@@ -387,3 +406,31 @@ async def test_http_readiness_probe_volume_exec_and_cleanup(cluster: Cluster) ->
         return _runc_ids(c.root) == []
     await eventually(cleaned, within=10)
 
+
+
+async def test_a_restarted_kube_lite_stops_what_it_finds_and_starts_the_pod_again(cluster: Cluster) -> None:
+    """kube-lite restarts: the Pod keeps its IP, its container starts again (restartCount + 1, the
+    lost instance ContainerStatusUnknown as the kubelet reports it), and a container a killed
+    kube-lite left behind (in runc's state, under the Pod's dir) is stopped and removed first."""
+    c = cluster
+    p = await make_pod(c, "survivor", {"name": "main", "command": ["sleep", "300"]})
+    uid = p["metadata"]["uid"]
+    await status_where(c, "survivor", lambda s: "running" in (s.get("state") or {}))
+    ip = (await get_pod(c, "survivor"))["status"]["podIP"]
+    spec = json.loads(await asyncio.to_thread((c.root / "pods" / uid / "containers" / "main" / "0" / "config.json").read_text))
+    await c.stop()
+    # What a SIGKILLed kube-lite leaves: a container of the Pod still running under runc.
+    image = await c.runc.images.ensure(IMAGE, "Never")
+    bundle = c.root / "pods" / uid / "containers" / "main" / "9"
+    await asyncio.to_thread(c.runc.runtime.prepare, bundle, image.rootfs, spec)
+    orphan = await c.runc.runtime.run("leftover" + "0" * 56, bundle, spec["linux"]["cgroupsPath"])
+    await orphan.started()
+    assert "leftover" + "0" * 56 in await asyncio.to_thread(_runc_ids, c.root)
+
+    await c.start()
+    s = await status_where(c, "survivor", lambda s: s.get("restartCount") == 1 and "running" in (s.get("state") or {}))
+    assert s["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert (await get_pod(c, "survivor"))["status"]["podIP"] == ip
+    assert "leftover" + "0" * 56 not in await asyncio.to_thread(_runc_ids, c.root)
+    assert orphan.returncode is not None or await asyncio.wait_for(orphan.proc.wait(), 10) is not None
+    await delete_and_wait(c, "survivor")

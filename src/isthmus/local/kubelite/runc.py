@@ -375,11 +375,14 @@ class RuncRuntime:
         async def one(c: Mapping[str, Any]) -> None:
             cid, bundle = str(c["id"]), Path(str(c.get("bundle") or ""))
             if c.get("status") in ("running", "paused", "created"):
-                with contextlib.suppress(RuncError):
-                    await self.runc("kill", cid, "TERM")
-                deadline = loop.time() + grace
-                while await self._running(cid) and loop.time() < deadline:  # noqa: ASYNC110 - runc has no wait
-                    await asyncio.sleep(0.1)
+                for sig, wait in (("TERM", grace), ("KILL", COMMAND_TIMEOUT)):
+                    with contextlib.suppress(RuncError):
+                        await self.runc("kill", cid, sig)
+                    deadline = loop.time() + wait
+                    while await self._running(cid) and loop.time() < deadline:  # noqa: ASYNC110 - runc has no wait
+                        await asyncio.sleep(0.1)
+                    if not await self._running(cid):
+                        break
             await self.remove(cid, bundle if c.get("bundle") else None)
 
         await asyncio.gather(*(one(c) for c in containers))
