@@ -8,9 +8,9 @@ STAMP  := $(VENV)/.installed
 # nftables mode (conntrack: its UDP flow clean-up); Playwright drives chromium in the web view's
 # browser tests (Debian's build: never `playwright install`); bind9-dnsutils (`dig`) and curl are what
 # the README's hands-on part asks the clusterset with.
-APT_PACKAGES ?= haproxy nftables iproute2 conntrack chromium bind9-dnsutils curl busybox-static skopeo umoci docker-registry containernetworking-plugins
+APT_PACKAGES ?= haproxy nftables iproute2 conntrack chromium bind9-dnsutils curl busybox-static skopeo umoci docker-registry mmdebstrap runc gcc libc6-dev containernetworking-plugins
 
-.PHONY: install demo test lint bench bench-quick clean apt image
+.PHONY: install demo test lint bench bench-quick clean apt image image-containerfile lock
 
 # `apt` runs on every install: a package added after the venv was made is still installed.
 install: $(STAMP)
@@ -71,14 +71,30 @@ bench-quick: install
 	$(PY) bench/mcsvc.py --services 50 --samples 10
 	$(PY) bench/egress.py --quick
 
-# The one Isthmus image (Containerfile), tagged with isthmus.api.image.IMAGE, by docker or podman
-# (CONTAINER_ENGINE picks one; the first found otherwise).
+# The images, built here from Debian packages and PyPI only (no engine, no other registry): the Isthmus
+# image (build/image/packages.txt + build/image/recipe.sh + requirements.lock) and busybox, nginx, pause
+# and agnhost, as OCI layouts in $ISTHMUS_IMAGE_CACHE (default ~/.cache/isthmus/images), each with its
+# digest, SBOM and oci-archive; unchanged inputs are not rebuilt. See docs/image.md.
+image: install
+	$(PY) -m isthmus.local.images.build
+
+# The same Isthmus image from the Containerfile, which installs the same package list and runs the same
+# recipe, by docker or podman (CONTAINER_ENGINE picks one; the first found otherwise), tagged with
+# isthmus.api.image.IMAGE.
 CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
 IMAGE = $(shell $(PY) -c 'from isthmus.api.image import IMAGE; print(IMAGE)')
 
-image: install
-	@test -n "$(CONTAINER_ENGINE)" || { echo "make image: neither docker nor podman is installed (or set CONTAINER_ENGINE)" >&2; exit 1; }
+image-containerfile: install
+	@test -n "$(CONTAINER_ENGINE)" || { echo "make image-containerfile: neither docker nor podman is installed (or set CONTAINER_ENGINE)" >&2; exit 1; }
 	$(CONTAINER_ENGINE) build -f Containerfile -t $(IMAGE) .
 
+# requirements.lock: the runtime dependencies of pyproject.toml pinned, with every file's hash, from PyPI
+# alone (pip's default index: the machine's pip configuration, local mirrors included, is left out).
+# Run after changing [project].dependencies; a unit test fails while the lock no longer satisfies them.
+lock: install
+	env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null \
+	  CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras \
+	  --allow-unsafe --no-emit-index-url --output-file requirements.lock pyproject.toml
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build/lib build/bdist.* *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

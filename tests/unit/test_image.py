@@ -1,4 +1,5 @@
-"""The Containerfile and `make image` agree with isthmus.api.image; the wheel carries deploy/."""
+"""The Containerfile, `make image` and `make image-containerfile` agree with isthmus.api.image; the wheel
+carries deploy/. (tests/unit/test_image_inputs.py holds the Containerfile and `make image` to one recipe.)"""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ def final_stage() -> list[tuple[str, str]]:
         instruction, _, args = line.partition(" ")
         if instruction.upper() == "FROM":
             stages.append([])
-        stages[-1].append((instruction.upper(), args.strip()))
+        if stages:  # an ARG before the first FROM belongs to no stage
+            stages[-1].append((instruction.upper(), args.strip()))
     return stages[-1]
 
 
 def test_image_runs_as_non_root_isthmus() -> None:
     stage = final_stage()
-    assert stage[0][0] == "FROM" and "python:3.11-slim" in stage[0][1]
+    assert stage[0][0] == "FROM" and "debian:bookworm-slim" in stage[0][1]
     users = [args for ins, args in stage if ins == "USER"]
     assert users, "the image must set a USER"
     uid = users[-1].split(":")[0]
@@ -40,7 +42,9 @@ def test_image_runs_as_non_root_isthmus() -> None:
     entrypoint = [args for ins, args in stage if ins == "ENTRYPOINT"]
     assert json.loads(entrypoint[-1]) == ["isthmus"]
     runs = " ".join(args for ins, args in stage if ins == "RUN")
-    assert "haproxy" in runs  # the pool manager's data plane
+    assert "build/image" in runs and "packages.txt" in runs
+    packages = (REPO / "build" / "image" / "packages.txt").read_text().split()
+    assert "haproxy" in packages  # the pool manager's data plane
 
 
 def fake_venv(tmp_path: Path) -> Path:
@@ -59,9 +63,20 @@ def fake_venv(tmp_path: Path) -> Path:
 
 
 @needs_make
-def test_make_image_builds_the_containerfile_with_the_api_image_tag(tmp_path: Path) -> None:
+def test_make_image_builds_the_images_without_an_engine(tmp_path: Path) -> None:
     venv = fake_venv(tmp_path)
-    p = subprocess.run(["make", "-n", "-C", str(REPO), "image", f"VENV={venv}", "CONTAINER_ENGINE=podman"],
+    p = subprocess.run(["make", "-n", "-C", str(REPO), "image", f"VENV={venv}", "CONTAINER_ENGINE="],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert f"{venv}/bin/python -m isthmus.local.images.build" in p.stdout
+    assert "pip install" not in p.stdout
+
+
+@needs_make
+def test_make_image_containerfile_builds_it_with_the_api_image_tag(tmp_path: Path) -> None:
+    venv = fake_venv(tmp_path)
+    p = subprocess.run(["make", "-n", "-C", str(REPO), "image-containerfile", f"VENV={venv}",
+                        "CONTAINER_ENGINE=podman"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert f"podman build -f Containerfile -t {IMAGE} ." in p.stdout
@@ -69,9 +84,9 @@ def test_make_image_builds_the_containerfile_with_the_api_image_tag(tmp_path: Pa
 
 
 @needs_make
-def test_make_image_without_an_engine_says_so(tmp_path: Path) -> None:
+def test_make_image_containerfile_without_an_engine_says_so(tmp_path: Path) -> None:
     venv = fake_venv(tmp_path)
-    p = subprocess.run(["make", "-C", str(REPO), "image", f"VENV={venv}", "CONTAINER_ENGINE="],
+    p = subprocess.run(["make", "-C", str(REPO), "image-containerfile", f"VENV={venv}", "CONTAINER_ENGINE="],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert "neither docker nor podman is installed" in p.stderr
