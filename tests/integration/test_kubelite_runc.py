@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -434,3 +435,52 @@ async def test_a_restarted_kube_lite_stops_what_it_finds_and_starts_the_pod_agai
     assert "leftover" + "0" * 56 not in await asyncio.to_thread(_runc_ids, c.root)
     assert orphan.returncode is not None or await asyncio.wait_for(orphan.proc.wait(), 10) is not None
     await delete_and_wait(c, "survivor")
+
+
+async def test_bad_input_gets_the_kubelets_status_and_an_event(cluster: Cluster) -> None:
+    """An image the node lacks under policy Never, a volume type kube-lite has no plugin for:
+    never a silent start, always the kubelet's waiting reason and an Event saying why."""
+    c = cluster
+    await make_pod(c, "noimage", {"name": "main", "image": "example.com/missing:1", "command": ["true"]})
+    s = await status_where(c, "noimage", lambda s: "ErrImageNeverPull" in json.dumps(s.get("state")))
+    message = 'Container image "example.com/missing:1" is not present with pull policy of Never'
+    assert s["state"]["waiting"]["message"] == message
+    assert ("ErrImageNeverPull", message) in await events(c, "noimage")
+
+    await make_pod(c, "novolume", {"name": "main", "command": ["true"], "volumeMounts": [{"name": "v", "mountPath": "/v"}]},
+                   volumes=[{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}])
+
+    async def failed_mount() -> list[str]:
+        found = [m for r, m in await events(c, "novolume") if r == "FailedMount"]
+        assert found
+        return found
+    found = await eventually(failed_mount, within=20)
+    assert found[0] == ('MountVolume.SetUp failed for volume "v" : persistentVolumeClaim volumes are not supported '
+                        "by kube-lite (no volume plugin matched)"), found
+    s = cstatus(await get_pod(c, "novolume"))
+    assert s["state"] == {"waiting": {"reason": "ContainerCreating"}} and "containerID" not in s
+    await delete_and_wait(c, "noimage")
+    await delete_and_wait(c, "novolume")
+
+
+async def test_an_echo_pod_is_told_who_it_is(cluster: Cluster) -> None:
+    """The echo annotation's promise in runc mode: POD_NAME, POD_NAMESPACE, ISTHMUS_CLUSTER."""
+    c = cluster
+    body = {"metadata": {"name": "echoer", "namespace": NS, "annotations": {"isthmus.io/workload": "echo"}},
+            "spec": {"automountServiceAccountToken": False, "restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["sh", "-c", "echo $POD_NAME $POD_NAMESPACE $ISTHMUS_CLUSTER"]}]}}
+    await c.client.create(Pod.from_dict(body))
+    await status_where(c, "echoer", lambda s: "terminated" in (s.get("state") or {}))
+    assert await kubelet_logs(c, "echoer", "main") == (200, f"echoer {NS} c1\n")
+    await delete_and_wait(c, "echoer")
+
+
+async def test_runc_mode_is_refused_without_runc() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "isthmus", "kube-lite", "--kubeconfig", "/nonexistent", "--cluster-name", "c1",
+        "--pod-cidr", "10.101.0.0/16", "--service-cidr", "10.201.0.0/16", "--runtime", "runc",
+        "--runc", "/nonexistent/runc", "--netns", "x", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    assert proc.returncode == 2, err
+    assert "--runtime runc: '/nonexistent/runc' not found (Debian: apt-get install runc)" in err.decode()

@@ -106,9 +106,11 @@ def kube_lite(
     from isthmus.local.kubelite.run import KubeLite, validate_config
     from isthmus.procs.entry import enabled as zygote_enabled
 
+    if runtime not in ("process", "runc"):
+        raise fail(f"--runtime {runtime!r}: use process or runc")
     try:
         node_ports = parse_port_range(node_port_range)
-        validate_config(pod_cidr, service_cidr, node_ports)
+        validate_config(pod_cidr, service_cidr, node_ports, loopback=runtime == "process")
     except ValueError as e:
         raise fail(str(e)) from None
     if not _DNS_LABEL.fullmatch(cluster_name):
@@ -119,8 +121,6 @@ def kube_lite(
         node_ip = str(ipaddress.ip_address(node_address))
     except ValueError:
         raise fail(f"--node-address {node_address!r} is not an IP address") from None
-    if runtime not in ("process", "runc"):
-        raise fail(f"--runtime {runtime!r}: use process or runc")
     mirrors: dict[str, str] = {}
     for m in registry_mirrors or []:
         host, sep, url = m.partition("=")
