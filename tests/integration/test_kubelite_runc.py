@@ -30,7 +30,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import ConfigMap, Event, Pod
+from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod, Service
 
 from isthmus.local.kubelite import KubeLite
 from isthmus.local.kubelite.images import ImageStore
@@ -484,3 +484,63 @@ async def test_runc_mode_is_refused_without_runc() -> None:
     _, err = await proc.communicate()
     assert proc.returncode == 2, err
     assert "--runtime runc: '/nonexistent/runc' not found (Debian: apt-get install runc)" in err.decode()
+
+
+async def test_the_command_runs_a_node_with_its_service_proxy(fab: FabricPlan, archive: Path, tmp_path: Path) -> None:
+    """`isthmus kube-lite --runtime runc --proxy` as `up` starts it (on the fabric's broker node, with an
+    apiserver of its own): a Pod behind a Service answers on the ClusterIP from the node's namespace
+    (the proxy's nftables there), and a hostNetwork Pod listens on the node's address."""
+    node = fab.node("broker")
+    srv = RunningApiServer(tmp_path / "apiserver", bookmark_interval=1.0)
+    await srv.start()
+    client = srv.client()
+    root = tmp_path / "kubelet"
+    await ImageStore(root, netns=node.netns).load_archive(archive)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "isthmus", "kube-lite", "--kubeconfig", srv.kubeconfig, "--cluster-name", "broker",
+        "--pod-cidr", node.pod_cidr, "--service-cidr", node.service_cidr, "--root-dir", str(root),
+        "--runtime", "runc", "--netns", node.netns, "--node-address", node.address, "--proxy",
+        "--api-address-in-pods", f"10.255.0.1:{srv.server.port}", stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL)
+    try:
+        for name, extra in (("web", {}), ("hostweb", {"hostNetwork": True})):
+            port = 8080 if name == "web" else 18080
+            await client.create(Pod.from_dict({
+                "metadata": {"name": name, "namespace": NS, "labels": {"app": name}},
+                "spec": {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1, **extra,
+                         "containers": [{"name": "httpd", "image": IMAGE, "imagePullPolicy": "Never",
+                                         "command": ["sh", "-c", f"echo up > /www/index.html; httpd -f -p {port} -h /www"],
+                                         "ports": [{"containerPort": port}],
+                                         "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1}}]}}))
+        await client.create(Service.from_dict({
+            "metadata": {"name": "web", "namespace": NS},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
+
+        async def ready(name: str) -> dict[str, Any]:
+            p = (await client.get(Pod, name, namespace=NS)).to_dict()
+            assert cstatus(p).get("ready") is True, p.get("status")
+            return p
+        host = await eventually(lambda: ready("hostweb"), within=30)
+        assert host["status"]["podIP"] == node.address
+        assert (await http_get_in(node.netns_path, node.address, 18080, "/index.html"))[1] == "up\n"
+        await eventually(lambda: ready("web"), within=30)
+        cluster_ip = (await client.get(Service, "web", namespace=NS)).to_dict()["spec"]["clusterIP"]
+        assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network(node.service_cidr)
+
+        async def through_the_service() -> bool:
+            return (await http_get_in(node.netns_path, cluster_ip, 80, "/index.html"))[1] == "up\n"
+        assert await eventually(through_the_service, within=20)
+        node_obj = (await client.get(Node, "broker-node")).to_dict()
+        assert node_obj["status"]["addresses"][0] == {"type": "InternalIP", "address": node.address}
+    finally:
+        proc.terminate()
+        async with asyncio.timeout(30):
+            await proc.wait()
+        for name in ("web", "hostweb"):
+            with contextlib.suppress(Exception):
+                await client.delete(Pod, name, namespace=NS, grace_period=0)
+        await asyncio.to_thread(_clean_up, root)
+        netns_left = [n for n in netns.names() if n.startswith(f"{node.netns}-")]
+        for n in netns_left:
+            netns.delete(n)
+        await srv.close()
