@@ -319,7 +319,9 @@ class PodRuntime:
             prefix = f"{self._node_netns_name}-"
             shorts = {self._pod_netns(u): u for u in known}
             for name in netns.names():
-                if name.startswith(prefix) and name not in shorts:
+                rest = name[len(prefix):]
+                if name.startswith(prefix) and len(rest) == 12 and all(ch in "0123456789abcdef" for ch in rest) \
+                        and name not in shorts:
                     with contextlib.suppress(Exception):
                         await self.network.detach(name, sandbox_id(name))
                     log.info("pod network namespace of a deleted Pod removed", extra={"netns": name})
