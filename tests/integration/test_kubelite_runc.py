@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)
 
 BUSYBOX = Path("/bin/busybox")
 IMAGE = "busybox:runc-test"
-APPLETS = ("sh", "echo", "cat", "sleep", "hostname", "httpd", "ls", "env", "id", "true", "false", "head")
+APPLETS = ("sh", "echo", "cat", "sleep", "hostname", "httpd", "ls", "env", "id", "true", "false", "head", "tty", "stty")
 NS = "default"
 
 
@@ -236,17 +236,22 @@ async def kubectl(c: Cluster, *args: str, stdin: bytes | None = None) -> tuple[i
     return proc.returncode or 0, out.decode()
 
 
-async def kubelet_exec(c: Cluster, pod: str, container: str, command: list[str],
-                       stdin: bytes | None = None) -> tuple[dict[int, bytes], dict[str, Any]]:
-    """What kubectl exec does at the kubelet (v5.channel.k8s.io): output per channel, and the Status."""
-    query = [("command", a) for a in command] + [("stdout", "true"), ("stderr", "true")]
+async def kubelet_exec(c: Cluster, pod: str, container: str, command: list[str], stdin: bytes | None = None,
+                       size: tuple[int, int] | None = None) -> tuple[dict[int, bytes], dict[str, Any]]:
+    """What kubectl exec does at the kubelet (v5.channel.k8s.io): output per channel, and the Status.
+    size: with a terminal of (width, height)."""
+    query = [("command", a) for a in command] + [("stdout", "true"), ("stderr", "true" if size is None else "false")]
     if stdin is not None:
         query.append(("stdin", "true"))
+    if size is not None:
+        query.append(("tty", "true"))
     url = f"http://127.0.0.1:{c.kubelet_port}/exec/{NS}/{pod}/{container}"
     out: dict[int, bytes] = {}
     status: dict[str, Any] = {}
     async with aiohttp.ClientSession() as s, s.ws_connect(url, params=query, protocols=("v5.channel.k8s.io",)) as ws:
         assert ws.protocol == "v5.channel.k8s.io"
+        if size is not None:
+            await ws.send_bytes(b"\x04" + json.dumps({"Width": size[0], "Height": size[1]}).encode())
         if stdin is not None:
             await ws.send_bytes(b"\x00" + stdin)
             await ws.send_bytes(b"\xff\x00")  # v5: stdin is done
@@ -385,6 +390,8 @@ async def test_http_readiness_probe_volume_exec_and_cleanup(cluster: Cluster) ->
     out, status = await kubelet_exec(c, "web", "httpd", ["sh", "-c", "echo out; echo err >&2; exit 7"])
     assert out == {1: b"out\n", 2: b"err\n"}
     assert (status["reason"], status["details"]["causes"]) == ("NonZeroExitCode", [{"reason": "ExitCode", "message": "7"}])
+    out, status = await kubelet_exec(c, "web", "httpd", ["sh", "-c", "sleep 0.5; tty; stty size"], size=(100, 30))
+    assert (out, status["status"]) == ({1: b"/dev/pts/0\r\n30 100\r\n"}, "Success"), out
     # the same through the apiserver, as a user types it (kubectl speaks v5.channel.k8s.io)
     assert await kubectl(c, "exec", "web", "--", "cat", "/www/index.html") == (0, "served from a configMap\n")
     assert await kubectl(c, "exec", "-i", "web", "--", "cat", stdin=b"piped\n") == (0, "piped\n")
@@ -414,9 +421,14 @@ async def test_a_restarted_kube_lite_stops_what_it_finds_and_starts_the_pod_agai
     lost instance ContainerStatusUnknown as the kubelet reports it), and a container a killed
     kube-lite left behind (in runc's state, under the Pod's dir) is stopped and removed first."""
     c = cluster
-    p = await make_pod(c, "survivor", {"name": "main", "command": ["sleep", "300"]})
+    p = await make_pod(c, "survivor", {"name": "main", "command": ["sh", "-c", "while true; do echo tick; sleep 0.2; done"]})
     uid = p["metadata"]["uid"]
     await status_where(c, "survivor", lambda s: "running" in (s.get("state") or {}))
+    # attach: what it prints from now on
+    url = f"http://127.0.0.1:{c.kubelet_port}/attach/{NS}/survivor/main"
+    async with aiohttp.ClientSession() as s, s.ws_connect(url, params={"stdout": "true"},
+                                                          protocols=("v5.channel.k8s.io",)) as ws:
+        assert await asyncio.wait_for(ws.receive_bytes(), 10) == b"\x01tick\n"
     ip = (await get_pod(c, "survivor"))["status"]["podIP"]
     spec = json.loads(await asyncio.to_thread((c.root / "pods" / uid / "containers" / "main" / "0" / "config.json").read_text))
     await c.stop()
