@@ -349,6 +349,8 @@ async def test_run_as_non_root_refused_with_kubes_message(cluster: Cluster) -> N
     assert s["state"]["waiting"]["message"] == (
         f"container has runAsNonRoot and image will run as root (pod: \"rooty_{NS}({uid})\", container: main)")
     assert ("Failed", f"Error: {s['state']['waiting']['message']}") in await events(c, "rooty")
+    code, text = await kubectl(c, "exec", "rooty", "--", "true")
+    assert code != 0 and 'container "main" in pod "rooty" is not running' in text, text
     await delete_and_wait(c, "rooty")
 
 

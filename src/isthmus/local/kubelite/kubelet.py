@@ -253,15 +253,17 @@ class KubeletServer:
         runc_pod = self.runc_pod(ns, name) if self.runc_pod is not None and pod is not None else None
         if runc_pod is None or pod is None:
             return await self._refuse(request)
+        running = None
+        if verb != "portForward":
+            container = request.match_info["container"]
+            running = runc_pod.container(container)
+            if running is None:
+                return web.Response(status=400, text=f'container "{container}" in pod "{name}" is not running')
         if request.headers.get("Upgrade", "").lower() != "websocket":
             return _status(400, "BadRequest", f"node {self.node} (isthmus kube-lite) speaks the WebSocket streaming "
                            f"protocols ({', '.join(streaming.EXEC_PROTOCOLS)}) only, not SPDY: use kubectl 1.30 or later")
-        if verb == "portForward":
-            return await streaming.port_forward(request, runc_pod.netns_path)
-        container = request.match_info["container"]
-        running = runc_pod.container(container)
         if running is None:
-            return web.Response(status=400, text=f'container "{container}" in pod "{name}" is not running')
+            return await streaming.port_forward(request, runc_pod.netns_path)
         if verb == "exec":
             return await streaming.exec_in(request, runc_pod, running)
         pod_log = self.logs.get(f"{ns}/{name}")
