@@ -298,11 +298,12 @@ async def http_get_in(netns_path: str, ip: str, port: int, path: str) -> tuple[s
 
 async def test_a_pod_runs_in_its_own_namespace_and_its_output_is_its_log(cluster: Cluster) -> None:
     c = cluster
-    await make_pod(c, "hello", {"name": "main", "command": ["sh", "-c", "echo hello from $(hostname) as $(id -u); exit 3"]},
-                   restartPolicy="Never")
+    await make_pod(c, "hello", {"name": "main", "command": [
+        "sh", "-c", "echo hello from $(hostname) as $(id -u); echo last words > /dev/termination-log; exit 3"]},
+        restartPolicy="Never")
     s = await status_where(c, "hello", lambda s: "terminated" in (s.get("state") or {}))
     term = s["state"]["terminated"]
-    assert (term["exitCode"], term["reason"]) == (3, "Error")
+    assert (term["exitCode"], term["reason"], term["message"]) == (3, "Error", "last words\n")
     assert re.fullmatch(r"runc://[0-9a-f]{64}", s["containerID"]), s["containerID"]
     assert s["image"] == IMAGE
     assert re.fullmatch(r"docker.io/library/busybox@sha256:[0-9a-f]{64}", s["imageID"]), s["imageID"]
@@ -321,9 +322,10 @@ async def test_a_pod_runs_in_its_own_namespace_and_its_output_is_its_log(cluster
 
 async def test_restarts_back_off_and_keep_the_previous_log(cluster: Cluster) -> None:
     c = cluster
-    await make_pod(c, "crash", {"name": "main", "command": ["sh", "-c", "echo run; exit 1"]})
+    await make_pod(c, "crash", {"name": "main", "command": ["sh", "-c", "echo run; exit 1"],
+                                "terminationMessagePolicy": "FallbackToLogsOnError"})
     s = await status_where(c, "crash", lambda s: s.get("restartCount", 0) >= 2, within=30)
-    assert s["lastState"]["terminated"]["exitCode"] == 1
+    assert (s["lastState"]["terminated"]["exitCode"], s["lastState"]["terminated"]["message"]) == (1, "run\n")
     seen = await status_where(c, "crash", lambda s: "CrashLoopBackOff" in json.dumps(s.get("state")), within=30)
     assert "back-off" in seen["state"]["waiting"]["message"]
     code, text = await kubelet_logs(c, "crash", "main", previous="true")

@@ -887,6 +887,14 @@ class ProcessPod:
             "exitCode": exit_code, "reason": reason,
             "startedAt": started_at, "finishedAt": _now(), "containerID": cid,
         }}
+        if self.runc is not None:
+            from isthmus.local.kubelite.runc import FALLBACK_LOG_LINES
+
+            message = self.runc.termination_message(
+                c.spec, c.restart_count, exit_code,
+                lambda: b"".join(ln.data for ln in clog.select(tail=FALLBACK_LOG_LINES)[0]))
+            if message:
+                state["terminated"]["message"] = message
         log.info("container exited", extra={"pod": self.key, "container": c.name, "exit_code": exit_code})
         self._set(c, state=state, ready=False, started=False, proc=None)
         return state

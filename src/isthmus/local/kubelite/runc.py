@@ -417,6 +417,10 @@ class RuncRuntime:
 # ---- a Pod's containers in runc mode ------------------------------------------------------------
 
 CLUSTER_DOMAIN = "cluster.local"
+TERMINATION_LOG = "/dev/termination-log"
+MAX_TERMINATION_MESSAGE = 4096
+MAX_FALLBACK_LOG = 2048
+FALLBACK_LOG_LINES = 80
 DNS_SERVICE = ("isthmus-system", "isthmus-dns")
 """(namespace, name) of the Service whose ClusterIP is the cluster's DNS (kubelet's --cluster-dns)."""
 MAX_DNS_SEARCH = 32
@@ -662,9 +666,36 @@ class RuncPod:
             expires = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
         return str(status.get("token") or ""), expires
 
-    def _mounts(self, container: Obj, env: Mapping[str, str]) -> list[dict[str, Any]]:
+    def _mounts(self, container: Obj, env: Mapping[str, str], restart: int) -> list[dict[str, Any]]:
         assert self._volumes is not None
-        return [m.to_oci() for m in self._volumes.mounts(container, env)]
+        mounts = [m.to_oci() for m in self._volumes.mounts(container, env)]
+        path = str(container.get("terminationMessagePath") or TERMINATION_LOG)
+        if not any(os.path.normpath(m["destination"]) == os.path.normpath(path) for m in mounts):
+            mounts.append({"destination": path, "type": "bind", "source": str(self._termination_file(container, restart)),
+                           "options": ["rbind", "rprivate", "rw"]})
+        return mounts
+
+    def _termination_file(self, container: Obj, restart: int, *, create: bool = True) -> Path:
+        """The file a container instance may write its termination message to (the kubelet's
+        `<pod dir>/containers/<name>/<id>`), world-writable as the kubelet makes it."""
+        f = self.dir / "termination" / str(container.get("name")) / str(restart)
+        if create and not f.exists():
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.touch()
+            f.chmod(0o666)
+        return f
+
+    def termination_message(self, container: Obj, restart: int, exit_code: int, log_tail: Callable[[], bytes]) -> str:
+        """`state.terminated.message`: the termination file (4096 bytes at most), or, under
+        FallbackToLogsOnError for a failed container that wrote none, the log's end (80 lines,
+        2048 bytes at most) — as the kubelet reads them."""
+        try:
+            data = self._termination_file(container, restart, create=False).read_bytes()[:MAX_TERMINATION_MESSAGE]
+        except OSError:
+            data = b""
+        if not data and exit_code != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            data = log_tail()[-MAX_FALLBACK_LOG:]
+        return data.decode("utf-8", "replace")
 
     # ---- images ----------------------------------------------------------------------------
 
@@ -729,7 +760,8 @@ class RuncPod:
         proc_env = oci.container_env(image.env, env, hostname=self.hostname)
         bundle = self.node.runtime.bundle(self.dir, name, restart)
         spec = oci.runtime_spec(
-            pod=self.pod, container=container, image=image, argv=argv, env=proc_env, mounts=self._mounts(container, env),
+            pod=self.pod, container=container, image=image, argv=argv, env=proc_env,
+            mounts=self._mounts(container, env, restart),
             rootfs=bundle / "rootfs", image_rootfs=pulled.rootfs, netns_path=self.netns_path,
             cgroups_path=cgroups_path(self.node.node_name, self.uid, name), hostname=self.hostname,
             seccomp=self.node.seccomp, image_name=pulled.ref,
