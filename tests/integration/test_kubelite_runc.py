@@ -265,6 +265,29 @@ async def kubelet_exec(c: Cluster, pod: str, container: str, command: list[str],
     return out, status
 
 
+async def kubectl_port_forward(c: Cluster, pod: str, port: int, request: bytes, times: int) -> list[bytes]:
+    """`kubectl port-forward pod :port`, then `times` connections through it (on this host's loopback)."""
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", c.kubeconfig, "--namespace", NS, "port-forward", f"pod/{pod}", f":{port}",
+        "--address", "127.0.0.1", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
+        found = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> (\d+)", line)
+        assert found and int(found.group(2)) == port, line
+        out = []
+        for _ in range(times):
+            reader, writer = await asyncio.open_connection("127.0.0.1", int(found.group(1)))
+            writer.write(request)
+            await writer.drain()
+            out.append(await asyncio.wait_for(reader.read(), 10))
+            writer.close()
+        return out
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
 async def kubelet_port_forward(c: Cluster, pod: str, port: int, request: bytes) -> bytes:
     url = f"http://127.0.0.1:{c.kubelet_port}/portForward/{NS}/{pod}"
     got = b""
@@ -404,6 +427,10 @@ async def test_http_readiness_probe_volume_exec_and_cleanup(cluster: Cluster) ->
     # port-forward's: the page through a connection made inside the Pod's namespace (its localhost)
     page = await kubelet_port_forward(c, "web", 8080, b"GET /index.html HTTP/1.0\r\n\r\n")
     assert page.startswith(b"HTTP/1.1 200 OK") and page.endswith(b"served from a configMap\n"), page
+    # kubectl port-forward (SPDY in the WebSocket), twice on one tunnel
+    pages = await kubectl_port_forward(c, "web", 8080, b"GET /index.html HTTP/1.0\r\n\r\n", times=2)
+    for page in pages:
+        assert page.startswith(b"HTTP/1.1 200 OK") and page.endswith(b"served from a configMap\n"), page
 
     pod_netns = f"{c.node.netns}-{uid.replace('-', '')[:12]}"
     assert netns.exists(pod_netns)

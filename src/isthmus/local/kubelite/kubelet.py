@@ -263,6 +263,10 @@ class KubeletServer:
             return _status(400, "BadRequest", f"node {self.node} (isthmus kube-lite) speaks the WebSocket streaming "
                            f"protocols ({', '.join(streaming.EXEC_PROTOCOLS)}) only, not SPDY: use kubectl 1.30 or later")
         if running is None:
+            from isthmus.local.kubelite import spdy
+
+            if spdy.offered(request):  # kubectl port-forward: SPDY tunnelled in the WebSocket
+                return await spdy.port_forward_tunnel(request, runc_pod.netns_path)
             return await streaming.port_forward(request, runc_pod.netns_path)
         if verb == "exec":
             return await streaming.exec_in(request, runc_pod, running)
