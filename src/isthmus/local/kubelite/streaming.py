@@ -15,8 +15,8 @@ each binary message starts with one byte naming its channel.
   opened with the port as two little-endian bytes; the connection is made inside the Pod's network
   namespace to 127.0.0.1:P (as containerd's port forward enters the sandbox's namespace).
 
-SPDY (kubectl's fallback, and what kubectl port-forward tunnels through the WebSocket) is not
-spoken: docs/runc.md says what that leaves out.
+kubectl port-forward tunnels SPDY through its WebSocket: spdy.py serves that. Plain SPDY
+upgrades (kubectl's fallback when a WebSocket is refused) are not spoken.
 """
 
 from __future__ import annotations
