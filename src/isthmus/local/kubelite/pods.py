@@ -197,6 +197,18 @@ def status_up_to_date(current: Mapping[str, Any], desired: Mapping[str, Any]) ->
     return all(norm(current.get(k)) == norm(v) for k, v in desired.items())
 
 
+def _remove_orphaned_dirs(pods_dir: Path, known: set[str]) -> None:
+    """The dirs of Pods that no longer exist, as the kubelet's cleanupOrphanedPodDirs (a rootfs
+    still mounted in one is unmounted first: nothing is removed through a mount)."""
+    from isthmus.local.kubelite.runc import unmount_all_under
+
+    for d in pods_dir.iterdir() if pods_dir.is_dir() else ():
+        if d.is_dir() and d.name not in known:
+            unmount_all_under(d)
+            shutil.rmtree(d, ignore_errors=True)
+            log.info("orphaned pod dir removed", extra={"dir": str(d)})
+
+
 def sandbox_id(netns_name: str) -> str:
     """A Pod sandbox's id as containerd names one (64 hex), fixed by its namespace's name, so a
     restarted kube-lite finds the CNI state it left."""
@@ -287,10 +299,8 @@ class PodRuntime:
             if self._leftovers:
                 log.info("processes of the previous kube-lite still running",
                          extra={"pods": len(self._leftovers), "pids": [x.pid for v in self._leftovers.values() for x in v]})
-            for d in pods_dir.iterdir() if pods_dir.is_dir() else ():
-                if d.is_dir() and d.name not in known:
-                    shutil.rmtree(d, ignore_errors=True)
-                    log.info("orphaned pod dir removed", extra={"dir": str(d)})
+            if self.runc is None:  # runc mode: once their containers are gone (_runc_leftovers)
+                _remove_orphaned_dirs(pods_dir, known)
 
     async def run(self) -> None:
         if self.runc is not None:
@@ -313,6 +323,7 @@ class PodRuntime:
             await self.runc.runtime.stop_leftovers(containers, cap if uid in known else 0.0)
             if uid not in known:
                 self.runc.runtime.remove_pod_cgroups(uid)
+        await asyncio.to_thread(_remove_orphaned_dirs, pods_dir, known)
         if self.network is not None:
             from isthmus.local.network import netns
 

@@ -69,6 +69,7 @@ __all__ = [
     "new_container_id",
     "seccomp_supported",
     "start_error_message",
+    "unmount_all_under",
 ]
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,18 @@ def _unmount(target: Path) -> None:
         if _libc.umount2(str(target).encode(), 2) != 0:
             err = ctypes.get_errno()
             log.warning("rootfs not unmounted", extra={"path": str(target), "error": os.strerror(err)})
+
+
+def unmount_all_under(directory: Path) -> None:
+    """Every mount below `directory` (deepest first), from /proc/self/mounts."""
+    prefix = os.path.abspath(directory) + os.sep
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return
+    targets = [f.split()[1].replace("\\040", " ") for f in lines if len(f.split()) > 1]
+    for t in sorted((t for t in targets if t.startswith(prefix)), key=len, reverse=True):
+        _unmount(Path(t))
 
 
 def _oom_kills(path: str) -> int:
