@@ -856,6 +856,7 @@ class RuncPod:
         if remove:
             if self._volumes is not None:
                 await self._volumes.teardown()
+            await asyncio.to_thread(unmount_all_under, self.dir)  # the pod dir is removed next: never through a mount
             await asyncio.to_thread(self.node.runtime.remove_pod_cgroups, self.uid)
 
 
