@@ -566,6 +566,10 @@ async def test_the_command_runs_a_node_with_its_service_proxy(fab: FabricPlan, a
         host = await eventually(lambda: ready("hostweb"), within=30)
         assert host["status"]["podIP"] == node.address
         assert (await http_get_in(node.netns_path, node.address, 18080, "/index.html"))[1] == "up\n"
+        kubectl = await asyncio.create_subprocess_exec(
+            "kubectl", "--kubeconfig", srv.kubeconfig, "--namespace", NS, "exec", "hostweb", "--", "hostname",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        assert (await kubectl.communicate())[0] == b"broker-node\n"  # the node's name, as on a kubelet
         await eventually(lambda: ready("web"), within=30)
         cluster_ip = (await client.get(Service, "web", namespace=NS)).to_dict()["spec"]["clusterIP"]
         assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network(node.service_cidr)

@@ -596,7 +596,9 @@ class RuncPod:
         self.echo = echo
         meta = pod.get("metadata") or {}
         self.uid = str(meta.get("uid"))
-        self.hostname = str((pod.get("spec") or {}).get("hostname") or meta.get("name") or "")[:63]
+        # hostNetwork Pods see the node's name, as they share the host's UTS namespace on a kubelet
+        self.hostname = node.node_name if (pod.get("spec") or {}).get("hostNetwork") else \
+            str((pod.get("spec") or {}).get("hostname") or meta.get("name") or "")[:63]
         self.images: dict[str, PulledImage] = {}
         self.prepared: dict[str, tuple[dict[str, Any], int, Path]] = {}
         self.running: dict[str, RuncContainer] = {}
@@ -615,7 +617,7 @@ class RuncPod:
         host_network = bool(spec.get("hostNetwork"))
         (self.etc / "hosts").write_text(hosts_file(self.pod, ip, host_network=host_network,
                                                    node_name=self.node.node_name))
-        (self.etc / "hostname").write_text((self.node.node_name if host_network else self.hostname) + "\n")
+        (self.etc / "hostname").write_text(self.hostname + "\n")
         dns = await self.node.cluster_dns() if self.node.cluster_dns is not None else None
         warning, resolv = dns_config(self.pod, dns)
         if warning and not (self.etc / "resolv.conf").exists():
