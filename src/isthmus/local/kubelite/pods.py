@@ -15,6 +15,11 @@ Where a pod is started: here. `PodRuntime.reconcile` gives the Pod its address, 
 echo servers (`_ensure_echo`) or its containers (`_sync_process_pod`, which makes the Pod's
 `ProcessPod` in processes.py, the runtime that runs each container as a process forked from the
 node's zygote, isthmus.procs).
+
+In runc mode (`runc`, `network` given) every Pod, echo Pods too, goes to `_reconcile_runc`: its
+network namespace attached by CNI gives its IP (no address pool here), then its containers run
+under runc (runc.py); the namespace is detached and deleted when the Pod is gone, and what a
+previous kube-lite left in runc's state is stopped before any Pod starts.
 """
 
 from __future__ import annotations

@@ -25,6 +25,13 @@ processes kube-lite started are ever signalled.
 A Pod is started in pods.py (`PodRuntime.reconcile`), which makes its `ProcessPod` here; an
 ``isthmus`` container is forked from the node's zygote (isthmus.procs, handed `POD_PRELOAD` and
 `ENTRY` below), any other command exec'ed.
+
+In runc mode the same lifecycle drives runc containers: `ProcessPod` is given a `runc.RuncPod`,
+its `ContainerRunner` (the seam: `start(name, argv, env)` → a `ContainerHandle` with its output,
+`wait()`, `signal()`; `ProcessRunner` is the process side). Then each start first ensures the
+image (ErrImagePull/ImagePullBackOff), the Pod's volumes replace the ServiceAccount files, the
+argv and environment come from the image and the Pod (oci.py), and probes, preStop hooks and
+OOMKilled go through runc (docs/runc.md, "kube-lite over runc").
 """
 
 from __future__ import annotations
