@@ -502,8 +502,20 @@ async def test_bad_input_gets_the_kubelets_status_and_an_event(cluster: Cluster)
                         "by kube-lite (no volume plugin matched)"), found
     s = cstatus(await get_pod(c, "novolume"))
     assert s["state"] == {"waiting": {"reason": "ContainerCreating"}} and "containerID" not in s
-    await delete_and_wait(c, "noimage")
-    await delete_and_wait(c, "novolume")
+    await make_pod(c, "nosysctl", {"name": "main", "command": ["true"]},
+                   securityContext={"sysctls": [{"name": "kernel.hostname", "value": "x"}]})
+
+    async def rejected() -> dict[str, Any]:
+        status = (await get_pod(c, "nosysctl"))["status"]
+        assert status.get("phase") == "Failed", status
+        return status
+    status = await eventually(rejected, within=20)
+    assert (status["reason"], status["message"]) == (
+        "SysctlForbidden", 'Pod was rejected: forbidden sysctl: "kernel.hostname" not allowlisted')
+    assert not status.get("containerStatuses") and not netns.exists(
+        f"{c.node.netns}-{(await get_pod(c, 'nosysctl'))['metadata']['uid'].replace('-', '')[:12]}")
+    for name in ("noimage", "novolume", "nosysctl"):
+        await delete_and_wait(c, name)
 
 
 async def test_an_echo_pod_is_told_who_it_is(cluster: Cluster) -> None:

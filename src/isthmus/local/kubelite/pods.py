@@ -633,6 +633,17 @@ class PodRuntime:
         """runc mode: the sandbox (network namespace, CNI) then the containers, echo Pods too."""
         assert self.runc is not None
         spec = data.get("spec") or {}
+        from isthmus.local.kubelite.oci import SysctlForbiddenError, check_sysctls
+
+        try:  # the kubelet's admission: a Pod it cannot honour is rejected whole, never started without it
+            check_sysctls(data)
+        except SysctlForbiddenError as e:
+            self.recorder.warning(pod, e.reason, str(e))
+            ns, name = split_key(key)
+            await self.client.patch(Pod.Status, name, {"status": {
+                "phase": "Failed", "reason": e.reason, "message": f"Pod was rejected: {e}"}},
+                namespace=ns, patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER)
+            return None
         if spec.get("hostNetwork"):
             ip = self.runc.node_address
         else:
