@@ -603,3 +603,14 @@ async def test_the_command_runs_a_node_with_its_service_proxy(fab: FabricPlan, a
         for n in netns_left:
             netns.delete(n)
         await srv.close()
+
+
+async def test_a_prestop_exec_hook_runs_in_the_container(cluster: Cluster, tmp_path: Path) -> None:
+    c = cluster
+    await make_pod(c, "hooked", {
+        "name": "main", "command": ["sleep", "300"], "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+        "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "echo bye from $(hostname) > /out/stopped"]}}},
+    }, volumes=[{"name": "out", "hostPath": {"path": str(tmp_path), "type": "Directory"}}])
+    await status_where(c, "hooked", lambda s: "running" in (s.get("state") or {}))
+    await delete_and_wait(c, "hooked")
+    assert await asyncio.to_thread((tmp_path / "stopped").read_text) == "bye from hooked\n"
