@@ -31,6 +31,7 @@ from isthmus.diagnose.model import plural
 from isthmus.local import plan
 from isthmus.local.state import (
     PHASE_FAILED,
+    PHASE_IMAGES,
     PHASE_RUNNING,
     PHASE_STOPPED,
     Layout,
@@ -304,13 +305,18 @@ def _watch_bringup(console: Console, layout: Layout, running: Callable[[], bool]
     """Show a line per part until all are ready, one is given up on, the supervisor exits, a
     signal, or the timeout."""
     started = time.monotonic()
+    building = 0.0
+    """Time spent building images (runc mode, a fresh machine: minutes): not counted against the timeout."""
     doc: dict[str, Any] | None = None
     with Live(_progress(None, 0), console=console, refresh_per_second=8, transient=False) as live:
-        while time.monotonic() - started < READY_TIMEOUT and running() and not stopped():
+        while time.monotonic() - started - building < READY_TIMEOUT and running() and not stopped():
+            before = time.monotonic()
             try:
                 doc = _status(layout) if layout.exists() else None
             except (StateError, FileNotFoundError):
                 doc = None  # the supervisor is still writing its first state.json
+            if doc is not None and doc["phase"] == PHASE_IMAGES:
+                building += 0.3 + time.monotonic() - before
             live.update(_progress(doc, time.monotonic() - started))
             if doc is not None and (doc["ready"] or (doc["phase"] == PHASE_RUNNING and any(
                     r.health == HEALTH_FAILED for r in _part_rows(doc)))):

@@ -27,11 +27,13 @@ FILE_MODE = 0o600
 
 PHASE_STARTING = "starting"
 PHASE_SETUP = "setup"
+PHASE_IMAGES = "images"
+"""runc mode: building (or finding in the cache) and pushing the images the pods run."""
 PHASE_RUNNING = "running"
 PHASE_STOPPING = "stopping"
 PHASE_STOPPED = "stopped"
 PHASE_FAILED = "failed"
-PHASES = (PHASE_STARTING, PHASE_SETUP, PHASE_RUNNING, PHASE_STOPPING, PHASE_STOPPED, PHASE_FAILED)
+PHASES = (PHASE_STARTING, PHASE_SETUP, PHASE_IMAGES, PHASE_RUNNING, PHASE_STOPPING, PHASE_STOPPED, PHASE_FAILED)
 
 
 class StateError(Exception):

@@ -40,6 +40,7 @@ from isthmus.local.kubelite.processes import ENTRY
 from isthmus.local.plan import AGENT, APISERVER, BROKER, HOST, KUBE_LITE, PartId
 from isthmus.local.state import (
     PHASE_FAILED,
+    PHASE_IMAGES,
     PHASE_RUNNING,
     PHASE_SETUP,
     PHASE_STARTING,
@@ -535,6 +536,10 @@ class Bringup:
 
     async def _setup(self) -> None:
         st, layout = self.state, self.layout
+        if self.images is not None and not self.images.done():  # runc mode: nothing installs before them
+            self._phase(PHASE_IMAGES)
+            await asyncio.wait([self.images])
+            self._phase(PHASE_SETUP)
         if needs_deploy(layout, st):
             await self._one_shot("deploy-broker", deploy_broker_argv(layout, st), "deploy-broker")
             st.broker_server, st.setup_vip, st.joined = server_url(st, BROKER), st.enable_clusterset_ip, {}
@@ -558,8 +563,9 @@ class Bringup:
         """runc mode: build the images (cached by their inputs), then push them into the clusterset's
         registry through the relay's door on the host; the Isthmus image's digest."""
         # A process of its own (killed with the bring-up if it is stopped), then read from its cache.
-        rc = await self.sup.run_command([sys.executable, "-m", "isthmus.local.images.build"],
-                                        self.layout.log("images"), IMAGE_BUILD_TIMEOUT)
+        # umask 022: an image's files are for every user of the image, unlike the state dir's (077).
+        rc = await self.sup.run_command(["sh", "-c", 'umask 022 && exec "$@"', "sh", sys.executable, "-m",
+                                         "isthmus.local.images.build"], self.layout.log("images"), IMAGE_BUILD_TIMEOUT)
         if rc != 0:
             raise SetupFailed(f"building the images failed (exit {rc}); see {self.layout.log('images')}")
         built = await asyncio.to_thread(runcmode.build_images, log.info)
