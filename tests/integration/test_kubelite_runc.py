@@ -13,6 +13,7 @@ fails, never skips, without them.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ipaddress
 import json
@@ -30,12 +31,12 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod, Secret, Service, ServiceAccount
 
 from isthmus.local.kubelite import KubeLite
 from isthmus.local.kubelite.images import ImageStore
 from isthmus.local.kubelite.processes import ProcessOptions
-from isthmus.local.kubelite.runc import RuncNode, RuncRuntime, seccomp_supported
+from isthmus.local.kubelite.runc import RuncNode, RuncPod, RuncRuntime, seccomp_supported
 from isthmus.local.network import cni, fabric, netns
 from isthmus.local.network.plan import FabricPlan, NodeNet, fabric_plan
 from tests.harness.apiserver import RunningApiServer
@@ -614,3 +615,24 @@ async def test_a_prestop_exec_hook_runs_in_the_container(cluster: Cluster, tmp_p
     await status_where(c, "hooked", lambda s: "running" in (s.get("state") or {}))
     await delete_and_wait(c, "hooked")
     assert await asyncio.to_thread((tmp_path / "stopped").read_text) == "bye from hooked\n"
+
+
+async def test_pull_credentials_are_the_pods_then_its_service_accounts(cluster: Cluster) -> None:
+    """What a pull of a Pod's image is given: its imagePullSecrets, then its ServiceAccount's, a
+    missing one skipped (the kubelet's keyring)."""
+    c = cluster
+
+    def docker_secret(name: str, registry: str, user: str) -> Secret:
+        config = {"auths": {registry: {"auth": base64.b64encode(f"{user}:pw".encode()).decode()}}}
+        return Secret.from_dict({"metadata": {"name": name, "namespace": NS}, "type": "kubernetes.io/dockerconfigjson",
+                                 "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()}})
+    await c.client.create(docker_secret("mine", "registry.example", "alice"))
+    await c.client.create(docker_secret("sas", "other.example", "bob"))
+    await c.client.create(ServiceAccount.from_dict({"metadata": {"name": "puller", "namespace": NS},
+                                                    "imagePullSecrets": [{"name": "sas"}]}))
+    pod = {"metadata": {"name": "p", "namespace": NS, "uid": "u"},
+           "spec": {"serviceAccountName": "puller", "imagePullSecrets": [{"name": "mine"}, {"name": "absent"}]}}
+    runc_pod = RuncPod(c.runc, None, pod, c.root / "unused", netns_path="", lookup=None)  # type: ignore[arg-type]
+    auths = await runc_pod._auths()
+    assert [(a.registry, a.username, a.password) for a in auths] == [
+        ("registry.example", "alice", "pw"), ("other.example", "bob", "pw")]
