@@ -178,6 +178,9 @@ def test_the_same_inputs_give_the_same_digest_and_a_second_build_is_the_cache(
     rebuilt = build.build_images(cache, only=["busybox", "pause"], log=lambda _: None)
     for ref in (BUSYBOX, PAUSE):
         assert rebuilt.images[ref].digest == built.images[ref].digest, ref
+        first, second = built.images[ref].archive, rebuilt.images[ref].archive
+        assert first is not None and second is not None
+        assert first.read_bytes() == second.read_bytes(), f"{ref}: the oci-archive differs"
     said: list[str] = []
     again = build.build_images(cache, only=["busybox", "pause"], log=said.append)
     assert said == [f"{BUSYBOX}: cached", f"{PAUSE}: cached"]

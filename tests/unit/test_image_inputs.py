@@ -95,14 +95,16 @@ def test_the_containerfile_installs_the_package_file_and_runs_the_recipe() -> No
     stage = final_stage()
     assert stage[0] == ("FROM", "docker.io/library/debian:bookworm-slim")
     runs = [args for ins, args in stage if ins == "RUN"]
-    assert len(runs) == 1, "one RUN: packages and recipe in one layer, so the trim step shrinks it"
-    mounts = dict(re.findall(r"--mount=type=bind,source=(\S+?),target=(\S+)", runs[0]))
+    assert len(runs) == 2, "two layers, as make image writes them: packages and deps, then the app"
     image_dir = str(build.IMAGE_DIR.relative_to(REPO))
-    assert image_dir in mounts, f"the RUN must mount {image_dir} (the recipe's directory): {runs[0]}"
-    inside = mounts[image_dir]
-    assert f"$(sed 's/#.*//' {inside}/{build.PACKAGES_FILE.name})" in runs[0]
-    assert f"sh {inside}/{build.RECIPE.name} /tmp/isthmus-build" in runs[0]
-    assert "--mount=type=bind,from=wheels,source=/out,target=/tmp/isthmus-build" in runs[0]
+    for run, phase in zip(runs, ("deps", "app"), strict=True):
+        mounts = dict(re.findall(r"--mount=type=bind,source=(\S+?),target=(\S+)", run))
+        assert image_dir in mounts, f"the RUN must mount {image_dir} (the recipe's directory): {run}"
+        inside = mounts[image_dir]
+        assert run.endswith(f"sh {inside}/{build.RECIPE.name} {phase} /tmp/isthmus-build")
+        assert f"--mount=type=bind,from=wheels,source=/out/{phase},target=/tmp/isthmus-build" in run
+    packages_dir = dict(re.findall(r"--mount=type=bind,source=(\S+?),target=(\S+)", runs[0]))[image_dir]
+    assert f"$(sed 's/#.*//' {packages_dir}/{build.PACKAGES_FILE.name})" in runs[0]
     wheels = containerfile_stages()[0]
     assert any("--require-hashes" in args and "requirements.lock" in args for ins, args in wheels if ins == "RUN")
 
@@ -132,14 +134,14 @@ def test_the_package_file_holds_what_the_components_run() -> None:
 def test_the_recipe_installs_only_hash_checked_wheels_without_a_network() -> None:
     recipe = build.RECIPE.read_text()
     assert "--no-index --require-hashes" in recipe and '-r "$src/requirements.lock"' in recipe
-    assert "--no-deps" in recipe  # the isthmus wheel: its dependencies are the lock's
-    assert "uninstall" in recipe and "pip" in recipe
+    assert "--no-index --no-deps" in recipe  # the isthmus wheel: its dependencies are the lock's
+    assert "uninstall --isolated -y -q pip" in recipe
     assert "--uid 65532 --gid 65532" in recipe and "--gid 65532 nonroot" in recipe
 
 
 def test_make_image_runs_the_package_file_and_the_recipe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """What build_isthmus hands mmdebstrap: the packages of packages.txt, and a customize hook that
-    runs a copy of recipe.sh (with requirements.lock beside it) inside the chroot."""
+    """What build_isthmus_base hands mmdebstrap: the packages of packages.txt, and a customize hook
+    that runs a copy of recipe.sh's deps phase (with requirements.lock beside it) in the chroot."""
     calls: list[list[str]] = []
     copied: dict[str, bytes] = {}
 
@@ -158,20 +160,61 @@ def test_make_image_runs_the_package_file_and_the_recipe(monkeypatch: pytest.Mon
     monkeypatch.setattr(build, "run", fake_run)
     monkeypatch.setattr(build, "fetch_wheels", lambda dest, b: dest.mkdir(parents=True))
     monkeypatch.setattr(build, "pack", fake_pack)
-    monkeypatch.setattr(build._Build, "finish", lambda self, digest, components, description: None)
+    monkeypatch.setattr(build._Build, "finish", lambda self, digest, components, description, **kw: None)
     (tmp_path / "build").mkdir()
-    build.build_isthmus(build._Build("isthmus", build.ISTHMUS, tmp_path / "build", lambda _: None))
+    build.build_isthmus_base(build._Build("isthmus-base", build.ISTHMUS_BASE, tmp_path / "build", lambda _: None))
 
     mm = next(c for c in calls if c[0] == "mmdebstrap")
     assert "--variant=minbase" in mm and build.SUITE in mm
     assert f"--include={','.join(build.read_packages(build.PACKAGES_FILE))}" in mm
     hooks = [a.split("=", 1)[1] for a in mm if a.startswith("--customize-hook=")]
-    assert any(h.startswith('chroot "$1"') and "sh /tmp/isthmus-build/recipe.sh /tmp/isthmus-build" in h
+    assert any(h.startswith('chroot "$1"') and "sh /tmp/isthmus-build/recipe.sh deps /tmp/isthmus-build" in h
                for h in hooks)
     assert copied["recipe.sh"] == build.RECIPE.read_bytes()
     assert copied["trim.sh"] == build.TRIM.read_bytes()
     assert copied["requirements.lock"] == (REPO / "requirements.lock").read_bytes()
     assert ["pack", IMAGE_TAG, '["isthmus"]'] in calls
+
+
+def test_make_image_adds_the_app_layer_with_the_recipe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The second layer: recipe.sh's app phase, run in a chroot of the unpacked base with the isthmus
+    wheel beside the recipe, then repacked under the Isthmus tag with the image config."""
+    calls: list[list[str]] = []
+    seen: dict[str, Any] = {}
+
+    def fake_run(argv: list[str], **_: Any) -> str:
+        calls.append(list(argv))
+        if argv[:2] == ["umoci", "unpack"]:
+            (Path(argv[-1]) / "rootfs" / "tmp").mkdir(parents=True)
+        if argv[0] == "chroot":
+            inputs = Path(argv[1]) / "tmp" / "isthmus-build"
+            seen["recipe"] = (inputs / "recipe.sh").read_bytes()
+            seen["wheels"] = sorted(p.name for p in (inputs / "wheels").iterdir())
+        return ""
+
+    def fake_wheel(dest: Path, b: Any) -> None:
+        dest.mkdir(parents=True)
+        (dest / f"isthmus-{IMAGE_TAG}-py3-none-any.whl").write_bytes(b"")
+
+    configured: list[ImageConfig] = []
+    monkeypatch.setattr(build, "run", fake_run)
+    monkeypatch.setattr(build, "build_wheel", fake_wheel)
+    monkeypatch.setattr(build, "configure", lambda layout, tag, config, **kw: configured.append(config))
+    monkeypatch.setattr(build, "manifest_digest", lambda layout, tag: "sha256:" + "1" * 64)
+    monkeypatch.setattr(build._Build, "finish", lambda self, digest, components, description, **kw: None)
+    base_layout = tmp_path / "base" / "isthmus-base"
+    base_layout.mkdir(parents=True)
+    base = build.ImageArtifact(base_layout, "base", "sha256:" + "2" * 64, None)
+    (tmp_path / "build").mkdir()
+    build.build_isthmus(build._Build("isthmus", build.ISTHMUS, tmp_path / "build", lambda _: None), base)
+
+    chroot = next(c for c in calls if c[0] == "chroot")
+    assert chroot[-3:] == ["/tmp/isthmus-build/recipe.sh", "app", "/tmp/isthmus-build"]
+    assert seen["recipe"] == build.RECIPE.read_bytes()
+    assert seen["wheels"] == [f"isthmus-{IMAGE_TAG}-py3-none-any.whl"]
+    repack = next(c for c in calls if c[:2] == ["umoci", "repack"])
+    assert f"{tmp_path / 'build' / 'isthmus'}:{IMAGE_TAG}" in repack
+    assert configured == [build.isthmus_config()]
 
 
 def test_the_cache_key_changes_with_every_input(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

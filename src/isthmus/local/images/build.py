@@ -74,6 +74,9 @@ BUSYBOX = "docker.io/library/busybox:latest"
 NGINX = "docker.io/library/nginx:latest"
 PAUSE = "registry.k8s.io/pause:3.10"
 AGNHOST = "registry.k8s.io/e2e-test-images/agnhost:2.53"
+ISTHMUS_BASE = f"{IMAGE_REPOSITORY}-base:{IMAGE_TAG}"
+"""The Isthmus image's first layer (Debian and the locked dependencies): a build step, not an image
+build_images returns."""
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -229,12 +232,15 @@ class _Build:
     def tag(self) -> str:
         return self.reference.rpartition(":")[2]
 
-    def finish(self, digest: str, components: list[sbom.Component] | None, description: str) -> None:
+    def finish(self, digest: str, components: list[sbom.Component] | None, description: str, *,
+               with_archive: bool = True) -> None:
         """Write digest, archive, SBOM and the `complete` marker (last: a crash before it leaves an
         entry that is never used)."""
         (self.tmp / "digest").write_text(digest + "\n")
         layout = self.tmp / self.name
-        archive(layout, self.tag, self.tmp / f"{self.name}.oci.tar", self.reference, log_file=self.log_file)
+        if with_archive:
+            archive(layout, self.tag, self.tmp / f"{self.name}.oci.tar", self.reference, epoch=epoch(),
+                    log_file=self.log_file)
         if components is not None:
             repository = self.reference.rpartition(":")[0]
             sbom.write(self.tmp / "sbom.cdx.json", sbom.cyclonedx(
@@ -283,13 +289,19 @@ MANYLINUX = [f"manylinux_2_{n}_x86_64" for n in range(36, 16, -1)] + [
 
 def fetch_wheels(dest: Path, b: _Build) -> None:
     """Every wheel of requirements.lock for CPython 3.11 on linux x86_64 (Debian 12's python3), each
-    checked against its hash, and the isthmus wheel built from a copy of the source tree."""
+    checked against its hash by pip download (and again by the recipe's pip install)."""
     dest.mkdir(parents=True)
     platforms = [a for p in MANYLINUX for a in ("--platform", p)]
     run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--require-hashes",
          "--no-deps", "--only-binary=:all:", "--implementation", "cp", "--python-version", "3.11",
          "--abi", "cp311", *platforms, "-r", str(LOCK_FILE), "-d", str(dest)],
         what="pip download (requirements.lock)", log_file=b.log_file)
+
+
+def build_wheel(dest: Path, b: _Build) -> None:
+    """The isthmus wheel, built from a copy of the source tree (the shared work tree stays untouched:
+    setuptools writes build/ and *.egg-info beside the sources)."""
+    dest.mkdir(parents=True, exist_ok=True)
     src = b.tmp / "source"
     src.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".mypy_cache")
@@ -320,20 +332,54 @@ def isthmus_config() -> ImageConfig:
         })
 
 
-def build_isthmus(b: _Build) -> None:
+def build_isthmus_base(b: _Build) -> None:
+    """Layer 1: Debian (packages.txt) and the venv of requirements.lock (`recipe.sh deps`). Cached on
+    its own: a change to Isthmus's code does not rebuild it."""
     inputs = b.tmp / "inputs"
     fetch_wheels(inputs / "wheels", b)
     for f in (LOCK_FILE, RECIPE, TRIM):
         shutil.copy2(f, inputs / f.name)
     rootfs = b.tmp / "rootfs"
     _mmdebstrap(b, rootfs, read_packages(),
-                hooks=_run_script_hooks(inputs, "recipe.sh", "/tmp/isthmus-build"))
+                hooks=_run_script_hooks(inputs, "recipe.sh", "deps", "/tmp/isthmus-build"))
+    shutil.rmtree(inputs)
+    clamp_mtimes(rootfs, epoch())
+    digest = pack(rootfs, b.tmp / b.name, b.tag, isthmus_config(), epoch=epoch(),
+                  created_by="mmdebstrap --variant=minbase --include=<build/image/packages.txt>; "
+                             "build/image/recipe.sh deps", log_file=b.log_file)
+    b.finish(digest, None, "", with_archive=False)
+
+
+def build_isthmus(b: _Build, base: ImageArtifact) -> None:
+    """Layer 2 on the base: the isthmus wheel (`recipe.sh app`, in a chroot of the unpacked base)."""
+    layout = b.tmp / b.name
+    shutil.copytree(base.layout, layout)
+    bundle = b.tmp / "bundle"
+    run(["umoci", "unpack", "--image", f"{layout}:{base.ref_name}", str(bundle)], what="umoci unpack",
+        log_file=b.log_file)
+    rootfs = bundle / "rootfs"
+    inputs = rootfs / "tmp" / "isthmus-build"
+    build_wheel(inputs / "wheels", b)
+    for f in (RECIPE, TRIM):
+        shutil.copy2(f, inputs / f.name)
+    run(["chroot", str(rootfs), "env", f"SOURCE_DATE_EPOCH={epoch()}", "sh", "/tmp/isthmus-build/recipe.sh",
+         "app", "/tmp/isthmus-build"], what="recipe.sh app (chroot)", log_file=b.log_file)
     shutil.rmtree(inputs)
     clamp_mtimes(rootfs, epoch())
     components = sbom.components_of(rootfs)
-    digest = pack(rootfs, b.tmp / b.name, b.tag, isthmus_config(), epoch=epoch(),
-                  created_by="mmdebstrap --variant=minbase + build/image/recipe.sh", log_file=b.log_file)
-    b.finish(digest, components, "The Isthmus image")
+    _repack(b, layout, bundle, base.ref_name, "build/image/recipe.sh app (the isthmus wheel)")
+    configure(layout, b.tag, isthmus_config(), epoch=epoch(), log_file=b.log_file)
+    b.finish(manifest_digest(layout, b.tag), components, "The Isthmus image")
+
+
+def _repack(b: _Build, layout: Path, bundle: Path, old_tag: str, created_by: str) -> None:
+    """The bundle's changes as a new layer, tagged with the image's tag; the base's tag goes."""
+    run(["umoci", "repack", "--history.created", rfc3339(epoch()), "--history.author", "isthmus",
+         "--history.created_by", created_by, "--image", f"{layout}:{b.tag}", str(bundle)],
+        what="umoci repack", log_file=b.log_file)
+    shutil.rmtree(bundle)
+    if old_tag != b.tag:
+        run(["umoci", "rm", "--image", f"{layout}:{old_tag}"], what="umoci rm", log_file=b.log_file)
 
 
 AGNHOST_SCRIPT = '#!/bin/sh\n# agnhost, as the e2e test image names it: Isthmus implements the subcommands tests use.\nexec isthmus agnhost "$@"\n'
@@ -354,11 +400,7 @@ def build_agnhost(b: _Build, base: ImageArtifact) -> None:
     os.utime(rootfs, (epoch(), epoch()))
     components = sbom.components_of(rootfs)
     created = rfc3339(epoch())
-    run(["umoci", "repack", "--history.created", created, "--history.author", "isthmus",
-         "--history.created_by", "isthmus.local.images: /agnhost", "--image", f"{layout}:{b.tag}", str(bundle)],
-        what="umoci repack", log_file=b.log_file)
-    shutil.rmtree(bundle)
-    run(["umoci", "rm", "--image", f"{layout}:{base.ref_name}"], what="umoci rm", log_file=b.log_file)
+    _repack(b, layout, bundle, base.ref_name, "/agnhost")
     base_config = isthmus_config()
     # The e2e image runs as root with /agnhost as its entrypoint and `pause` as its default command.
     config = ImageConfig(entrypoint=["/agnhost"], cmd=["pause"], env=base_config.env, user="",
@@ -476,9 +518,10 @@ class _Spec:
 
 
 def specs() -> list[_Spec]:
-    isthmus_inputs = (LOCK_FILE, PACKAGES_FILE, RECIPE, TRIM, REPO / "pyproject.toml", REPO / "README.md",
-                      REPO / "src", REPO / "deploy")
+    base_inputs = (LOCK_FILE, PACKAGES_FILE, RECIPE, TRIM)
+    isthmus_inputs = (*base_inputs, REPO / "pyproject.toml", REPO / "README.md", REPO / "src", REPO / "deploy")
     return [
+        _Spec("isthmus-base", ISTHMUS_BASE, base_inputs),
         _Spec("isthmus", ISTHMUS, isthmus_inputs),
         _Spec("agnhost", AGNHOST, isthmus_inputs),
         _Spec("busybox", BUSYBOX, ()),
@@ -487,7 +530,7 @@ def specs() -> list[_Spec]:
     ]
 
 
-NAMES = [s.name for s in specs()]
+NAMES = [s.name for s in specs() if s.name != "isthmus-base"]
 
 
 def build_images(cache: Path | None = None, *, log: Log = print, only: Iterable[str] | None = None) -> BuiltImages:
@@ -504,7 +547,10 @@ def build_images(cache: Path | None = None, *, log: Log = print, only: Iterable[
         raise ImageBuildError(f"unknown image(s) {sorted(unknown)}; known: {NAMES}")
     if "agnhost" in wanted:
         wanted.add("isthmus")
+    if "isthmus" in wanted:
+        wanted.add("isthmus-base")
     result = BuiltImages(cache=cache)
+    bases: dict[str, ImageArtifact] = {}
     keys = {s.name: input_key(s.name, s.inputs, extra=[s.reference]) for s in specs()}
     with _locked(cache, log):
         for spec in specs():
@@ -519,8 +565,10 @@ def build_images(cache: Path | None = None, *, log: Log = print, only: Iterable[
                 started = time.monotonic()
                 log(f"{spec.reference}: building (log {entry / 'build.log'})")
                 try:
-                    if spec.name == "isthmus":
-                        build_isthmus(b)
+                    if spec.name == "isthmus-base":
+                        build_isthmus_base(b)
+                    elif spec.name == "isthmus":
+                        build_isthmus(b, bases[ISTHMUS_BASE])
                     elif spec.name == "agnhost":
                         build_agnhost(b, result.images[ISTHMUS])
                     elif spec.name == "nginx":
@@ -542,7 +590,10 @@ def build_images(cache: Path | None = None, *, log: Log = print, only: Iterable[
                 log(f"{spec.reference}: built in {time.monotonic() - started:.0f} s")
             else:
                 log(f"{spec.reference}: cached")
-            result.images[spec.reference] = artifact
+            if spec.name == "isthmus-base":
+                bases[spec.reference] = artifact
+            else:
+                result.images[spec.reference] = artifact
     return result
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -50,8 +51,10 @@ def run(argv: Sequence[str], *, what: str, env: Mapping[str, str] | None = None,
         with log_file.open("ab") as out:
             out.write(("$ " + " ".join(argv) + "\n").encode())
             out.flush()
+            started = time.monotonic()
             p = subprocess.run(list(argv), stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=cwd,
                                check=False)
+            out.write(f"# exit {p.returncode} after {time.monotonic() - started:.1f} s\n".encode())
         if p.returncode != 0:
             tail = log_file.read_text(errors="replace").splitlines()[-25:]
             raise ImageBuildError(f"{what} failed (exit {p.returncode}; log {log_file}):\n" + "\n".join(tail))
@@ -131,8 +134,18 @@ def manifest_digest(layout: Path, tag: str) -> str:
     raise ImageBuildError(f"{layout}: no manifest tagged {tag!r} in index.json")
 
 
-def archive(layout: Path, tag: str, dest: Path, reference: str, *, log_file: Path) -> None:
-    """An oci-archive (one tar of the layout) whose ref name is the full reference, so that
-    `podman load` and `isthmus image load` name the image as a pull would."""
-    run(["skopeo", "copy", "--quiet", f"oci:{layout}:{tag}", f"oci-archive:{dest}:{reference}"],
-        what="skopeo copy to oci-archive", log_file=log_file)
+def archive(layout: Path, tag: str, dest: Path, reference: str, *, epoch: int, log_file: Path) -> None:
+    """An oci-archive (one tar of a layout) whose ref name is the full reference, so that
+    `podman load` and `isthmus image load` name the image as a pull would. skopeo writes the layout,
+    GNU tar the archive with sorted names, fixed times and owners: the same image, the same bytes."""
+    staging = dest.parent / f".{dest.name}.layout"
+    run(["skopeo", "copy", "--quiet", f"oci:{layout}:{tag}", f"oci:{staging}:{reference}"],
+        what="skopeo copy (the archive's layout)", log_file=log_file)
+    clamp_mtimes(staging, epoch)
+    for f in staging.rglob("*"):
+        f.chmod(0o755 if f.is_dir() else 0o644)
+    run(["tar", "--sort=name", f"--mtime=@{epoch}", "--owner=0", "--group=0", "--numeric-owner",
+         "--format=posix", "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime",
+         "-cf", str(dest), "-C", str(staging), "oci-layout", "index.json", "blobs"],
+        what="tar (oci-archive)", log_file=log_file)
+    shutil.rmtree(staging)
