@@ -244,3 +244,18 @@ def test_the_default_cache_follows_isthmus_image_cache(monkeypatch: pytest.Monke
     monkeypatch.delenv("ISTHMUS_IMAGE_CACHE")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert build.default_cache() == tmp_path / ".cache" / "isthmus" / "images"
+
+
+def test_a_failed_build_names_the_image_and_leaves_no_entry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def broken(b: Any) -> None:
+        b.log_file.write_text("$ gcc pause.c\nerror: no libc\n")
+        raise build.ImageBuildError("gcc pause.c failed (exit 1)")
+
+    monkeypatch.setattr(build, "build_pause", broken)
+    monkeypatch.setattr(build.os, "geteuid", lambda: 0)
+    with pytest.raises(build.ImageBuildError) as e:
+        build.build_images(tmp_path, only=["pause"], log=lambda _: None)
+    assert str(e.value).startswith(f"{build.PAUSE}: gcc pause.c failed (exit 1)")
+    kept = tmp_path / ".failed-pause.log"
+    assert f"(the whole log: {kept})" in str(e.value) and "error: no libc" in kept.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".failed-pause.log", ".lock"]

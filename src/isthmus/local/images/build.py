@@ -577,11 +577,13 @@ def build_images(cache: Path | None = None, *, log: Log = print, only: Iterable[
                         build_busybox(b)
                     else:
                         build_pause(b)
-                except BaseException:
+                except BaseException as e:
                     keep = cache / f".failed-{spec.name}.log"
                     if b.log_file.exists():
                         shutil.copy2(b.log_file, keep)
                     shutil.rmtree(tmp, ignore_errors=True)
+                    if isinstance(e, ImageBuildError):
+                        raise ImageBuildError(f"{spec.reference}: {e}\n(the whole log: {keep})") from None
                     raise
                 os.rename(tmp, entry)
                 _prune(cache, spec.name, entry)
