@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from isthmus.local.plan import PlanError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from isthmus.local.images.build import BuiltImages
     from isthmus.local.network.plan import FabricPlan
 
 CNI_BIN = Path("/usr/lib/cni")
@@ -142,14 +140,27 @@ def registry_argv(fp: FabricPlan, root: Path) -> list[str]:
 # --- images -------------------------------------------------------------------------------------------
 
 
-def build_images(say: Callable[[str], None]) -> BuiltImages:
-    """`make image`'s build (local/images/), from its cache when nothing it is made of changed."""
-    from isthmus.local.images.build import build_images as build
+@dataclass(frozen=True)
+class Built:
+    """One image `python -m isthmus.local.images.build --json` made (or found in its cache)."""
 
-    return build(None, log=say)
+    layout: Path
+    ref_name: str
+    digest: str
 
 
-async def push_images(built: BuiltImages, registry: str) -> str | None:
+def read_built(path: Path) -> dict[str, Built]:
+    """The build's JSON: reference → its OCI layout, the layout's name for it, its digest."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text())
+        return {str(ref): Built(Path(a["layout"]), str(a["ref_name"]), str(a["digest"])) for ref, a in doc.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise PlanError(f"the image build left no usable {path}: {e}") from None
+
+
+async def push_images(built: dict[str, Built], registry: str) -> str | None:
     """Push every built image under its usual path (without the registry host: kube-lite reads these
     registries through the mirror), skipping what the registry holds already; the Isthmus image's
     digest."""
@@ -157,7 +168,7 @@ async def push_images(built: BuiltImages, registry: str) -> str | None:
     from isthmus.local.registry import push
 
     digest = None
-    for ref, art in built.images.items():
+    for ref, art in built.items():
         path = ref.split("/", 1)[1]  # docker.io/library/busybox:latest -> library/busybox:latest
         await push(art.layout, art.ref_name, registry, path)
         if ref == IMAGE:

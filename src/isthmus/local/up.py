@@ -562,18 +562,19 @@ class Bringup:
     async def _build_and_push(self) -> str | None:
         """runc mode: build the images (cached by their inputs), then push them into the clusterset's
         registry through the relay's door on the host; the Isthmus image's digest."""
-        # A process of its own (killed with the bring-up if it is stopped), then read from its cache.
-        # umask 022: an image's files are for every user of the image, unlike the state dir's (077).
-        rc = await self.sup.run_command(["sh", "-c", 'umask 022 && exec "$@"', "sh", sys.executable, "-m",
-                                         "isthmus.local.images.build"], self.layout.log("images"), IMAGE_BUILD_TIMEOUT)
+        # A process of its own (killed with the bring-up if it is stopped), under umask 022: an image's
+        # files are for every user of the image, unlike the state dir's (077). What it built: its JSON.
+        built = self.layout.root / "images.json"
+        rc = await self.sup.run_command(
+            ["sh", "-c", 'umask 022 && exec "$@" --json > "$0"', str(built), sys.executable, "-m",
+             "isthmus.local.images.build"], self.layout.log("images"), IMAGE_BUILD_TIMEOUT)
         if rc != 0:
             raise SetupFailed(f"building the images failed (exit {rc}); see {self.layout.log('images')}")
-        built = await asyncio.to_thread(runcmode.build_images, log.info)
         registry = PartId(BROKER, plan.REGISTRY).name
         late = await self.sup.wait_ready([registry, PartId(BROKER, plan.RELAY).name], PARTS_READY_TIMEOUT)
         if late:
             raise SetupFailed(f"the registry is not ready within {PARTS_READY_TIMEOUT:.0f}s: {', '.join(late)}")
-        return await runcmode.push_images(built, f"{HOST}:{self.state.ports[registry]}")
+        return await runcmode.push_images(runcmode.read_built(built), f"{HOST}:{self.state.ports[registry]}")
 
     async def _digest(self) -> str | None:
         """The digest the overlays pin (runc mode), once the images are in the registry."""

@@ -305,6 +305,12 @@ class RuncRuntime:
             shutil.rmtree(bundle, ignore_errors=True)
         for d in ("rootfs", "upper", "work"):
             (bundle / d).mkdir(parents=True, exist_ok=True)
+        # The merged root directory takes the upper directory's owner and mode: made under kube-lite's
+        # umask (077 in the local clusterset) it would be 0700, and a non-root container could not
+        # even look up its own executable. It must be the image's "/".
+        top = lower.stat()
+        os.chown(bundle / "upper", top.st_uid, top.st_gid)
+        os.chmod(bundle / "upper", top.st_mode & 0o7777)
         _mount_overlay(lower, bundle / "upper", bundle / "work", bundle / "rootfs")
         data = dict(spec)
         data["root"] = {**(spec.get("root") or {}), "path": str(bundle / "rootfs")}
