@@ -2,6 +2,7 @@
 # Run as root inside the nginx image's root filesystem (Debian's nginx-light on minbase, installed by
 # mmdebstrap): what the official docker.io/library/nginx image does differently from Debian's package.
 set -eu
+umask 022
 # Logs go to the container's stdout/stderr (`kubectl logs`), as the official image links them.
 ln -sf /dev/stdout /var/log/nginx/access.log
 ln -sf /dev/stderr /var/log/nginx/error.log

@@ -14,6 +14,8 @@
 # commit rebuilds and pushes only the small second layer. The caller removes DIR afterwards.
 # Nothing here reaches a network: pip runs with --no-index and every dependency must match its hash.
 set -eu
+# Files readable by everyone (uid 65532 runs the venv) whatever umask the builder has.
+umask 022
 phase=${1:?usage: recipe.sh deps|app|all DIR}
 src=${2:-/tmp/isthmus-build}
 here=$(dirname "$0")

@@ -549,9 +549,9 @@ def build_images(cache: Path | None = None, *, log: Log = print, only: Iterable[
         wanted.add("isthmus")
     if "isthmus" in wanted:
         wanted.add("isthmus-base")
+    keys = {s.name: input_key(s.name, s.inputs, extra=[s.reference]) for s in specs()}
     result = BuiltImages(cache=cache)
     bases: dict[str, ImageArtifact] = {}
-    keys = {s.name: input_key(s.name, s.inputs, extra=[s.reference]) for s in specs()}
     with _locked(cache, log):
         for spec in specs():
             if spec.name not in wanted:
@@ -564,6 +564,9 @@ def build_images(cache: Path | None = None, *, log: Log = print, only: Iterable[
                 tmp.mkdir()
                 started = time.monotonic()
                 log(f"{spec.reference}: building (log {entry / 'build.log'})")
+                # The caller's umask would reach every file the build creates (a 077 one leaves the
+                # venv unreadable to uid 65532) and so the digest: images are built with 022.
+                umask = os.umask(0o022)
                 try:
                     if spec.name == "isthmus-base":
                         build_isthmus_base(b)
@@ -585,6 +588,8 @@ def build_images(cache: Path | None = None, *, log: Log = print, only: Iterable[
                     if isinstance(e, ImageBuildError):
                         raise ImageBuildError(f"{spec.reference}: {e}\n(the whole log: {keep})") from None
                     raise
+                finally:
+                    os.umask(umask)
                 os.rename(tmp, entry)
                 _prune(cache, spec.name, entry)
                 artifact = _load(entry, spec.name)
