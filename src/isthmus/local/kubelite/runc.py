@@ -116,15 +116,28 @@ except OSError:  # pragma: no cover - not Linux
     _libc = None
 
 
+RUNTIME_UMASK = 0o022
+"""runc's umask, whatever kube-lite's (the local clusterset's supervisor runs everything with 077): the
+directories runc makes for mount targets inside the container (/var/run/secrets/...) and what a
+container creates without a umask of its own would otherwise be private to root, and a non-root
+container could not reach its own ServiceAccount token. containerd's shims run with 022 too."""
+
+
 def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+    os.umask(RUNTIME_UMASK)
     if _libc is not None:
         _libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
+def _exec_child() -> None:  # pragma: no cover - runs in the child between fork and exec
+    os.umask(RUNTIME_UMASK)
 
 
 def _controlling_tty() -> None:  # pragma: no cover - runs in the child between fork and exec
     import fcntl
     import termios
 
+    os.umask(RUNTIME_UMASK)
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
@@ -324,7 +337,7 @@ class RuncRuntime:
                 self.binary, "--root", str(self.state), "--log", str(bundle / "runc.log"), "--log-format", "json",
                 "run", "--keep", "--bundle", str(bundle), "--pid-file", str(bundle / "pid"), cid,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_pdeathsig if _libc is not None else None, cwd=str(bundle),
+                start_new_session=True, preexec_fn=_pdeathsig, cwd=str(bundle),
             )
         except OSError as e:
             await self.remove(cid, bundle)
@@ -429,7 +442,7 @@ class RuncRuntime:
             stdin=stdin if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=stdout if stdout is not None else asyncio.subprocess.PIPE,
             stderr=stderr if stderr is not None else asyncio.subprocess.STDOUT,
-            start_new_session=tty, preexec_fn=_controlling_tty if tty else None,
+            start_new_session=tty, preexec_fn=_controlling_tty if tty else _exec_child,
         )
 
 
