@@ -434,6 +434,8 @@ class Bringup:
         """Parts a crashed supervisor left running and healthy (name → PID), kept instead of restarted."""
         self.sup = Supervisor(layout.root, self._on_change, env=child_env(), zygote=zygote)
         self.stop = asyncio.Event()
+        self.started = asyncio.Event()
+        """Every part has been handed to the supervisor (the image push waits for the registry's)."""
         self.images: asyncio.Task[str | None] | None = None
         """runc mode: the images built (or found in the cache) and pushed to the registry; the Isthmus
         image's digest, which the overlays pin."""
@@ -511,6 +513,7 @@ class Bringup:
             for p in all_parts:  # they need only their apiserver: they start while the setup runs
                 if p.kind != APISERVER:
                     self._start(p, previous)
+            self.started.set()
             await self._setup()
             self._phase(PHASE_RUNNING)
             late = await self.sup.wait_ready([p.name for p in all_parts], PARTS_READY_TIMEOUT)
@@ -571,6 +574,7 @@ class Bringup:
         if rc != 0:
             raise SetupFailed(f"building the images failed (exit {rc}); see {self.layout.log('images')}")
         registry = PartId(BROKER, plan.REGISTRY).name
+        await self.started.wait()  # a cached build is done before the apiservers are, and the registry starts after them
         late = await self.sup.wait_ready([registry, PartId(BROKER, plan.RELAY).name], PARTS_READY_TIMEOUT)
         if late:
             raise SetupFailed(f"the registry is not ready within {PARTS_READY_TIMEOUT:.0f}s: {', '.join(late)}")
