@@ -91,7 +91,7 @@ def container_checks(demo: Demo) -> Callable[[], None]:
 
 def test_demo_under_runc(tmp_path: Path) -> None:
     def add_checks(steps: list[Step]) -> list[Step]:
-        demo = steps[0].body.__self__  # type: ignore[attr-defined]
+        demo = steps[0].run.__self__  # type: ignore[attr-defined]
         return [steps[0], Step("pods are real containers; the NET_BIND_SERVICE defect class is caught",
                                container_checks(demo), name="containers"), *steps[1:]]
 

@@ -543,3 +543,47 @@ async def test_a_ca_bundle_that_is_not_pem_fails_the_call(env: Env) -> None:
     assert r.status == 500
     assert r.body["message"] == ('Internal error occurred: failed calling webhook "pem.example.com": could not get '
                                  "REST client: unable to load root certificates: unable to parse bytes as PEM block")
+
+
+async def test_with_a_cluster_netns_a_service_is_dialled_from_that_namespace(tmp_path: Path) -> None:
+    """kube's egress selector for the cluster network: the webhook's Service address is reached
+    inside the namespace the apiserver is given (runc mode: the node's), never from its own. The
+    server listens on 127.0.0.1 *inside* a namespace this test makes; the same port on the host's
+    loopback has nothing, so a dial from the host is refused (and never leaves the machine)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.fail("this test makes a network namespace: it needs root and iproute2 (`make install`)")
+    from isthmus.local.network import netns
+
+    name = f"isthmus-t-{os.getpid()}-wh"
+    netns.add(name)
+    path = netns.path(name)
+    await netns.run_in(path, ["ip", "link", "set", "lo", "up"], timeout=10)
+    ca_crt, crt, key = ensure_certs(tmp_path / "hook-tls", ["127.0.0.1", f"{SVC_NAME}.{NS}.svc"])
+    hooks = Hooks(ca_pem=ca_crt.read_bytes(), wrong_ca_pem=b"")
+    sctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    sctx.load_cert_chain(crt, key)
+    runner = web.AppRunner(make_app(hooks))
+    await runner.setup()
+    port = free_port()
+    site = web.SockSite(runner, netns.listening_socket_in(path, "127.0.0.1", port), ssl_context=sctx)
+    await site.start()
+    hooks.port = port
+    srv = ApiServer(data_dir=tmp_path / "data", token=TOKEN, tls=True, cluster_netns=path)
+    await srv.start()
+    try:
+        env = Env(srv, hooks, tmp_path)
+        await env.validating(webhook("svc.example.com", "/deny", hooks, url=False))
+        await env.must(f"/api/v1/namespaces/{NS}/services", {
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": SVC_NAME},
+            "spec": {"clusterIP": "127.0.0.1", "ports": [{"port": port, "protocol": "TCP"}]}})
+        r = await env.create_cm("c1")
+        assert r.status == 403, r.body
+        assert r.body["message"] == 'admission webhook "svc.example.com" denied the request: configmaps are closed today'
+        # The same apiserver without the namespace dials its own loopback, where nothing listens.
+        srv.admission.webhooks.dial_netns = None  # type: ignore[union-attr]
+        r = await env.create_cm("c2")
+        assert r.status == 500 and "connection refused" in r.body["message"], r.body
+    finally:
+        await srv.stop()
+        await runner.cleanup()
+        netns.delete(name)

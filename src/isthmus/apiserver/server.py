@@ -123,6 +123,7 @@ class ApiServer:
         service_account_key_files: tuple[str | Path, ...] = (),
         authorization_mode: str = "RBAC",
         event_ttl: float = DEFAULT_EVENT_TTL,
+        cluster_netns: str | None = None,
     ) -> None:
         """token None serves everyone (for in-process use); `isthmus apiserver` always sets one.
 
@@ -142,6 +143,10 @@ class ApiServer:
 
         authorization_mode: kube's --authorization-mode, comma-separated: RBAC (the default),
         AlwaysAllow, AlwaysDeny. system:masters is always allowed.
+
+        cluster_netns: the network namespace (a path) connections to the cluster's own addresses are
+        made from (webhooks called through their Service), as kube's egress selector routes the
+        "cluster" network context; None: this process's own namespace.
 
         reinitialize: accept starting empty when the data dir was initialised before but its
         database is missing, empty or unreadable (an unreadable file is renamed aside, never deleted).
@@ -181,6 +186,8 @@ class ApiServer:
                            history_seconds=history_seconds)
         self.resources = ResourceRegistry()
         self.generic_store = GenericStore(self.store, self.resources, self.admission)
+        if self.admission.webhooks is not None:
+            self.admission.webhooks.dial_netns = cluster_netns
         self.authorizer = authorization.Authorizer(modes, authorization.RuleResolver(self.store))
         self.admission.reader = lambda group, plural, ns, name: self.store.get(f"{group}/{plural}", ns, name)
         self.admission.lister = lambda group, plural, ns: self.store.list(f"{group}/{plural}", ns or None)

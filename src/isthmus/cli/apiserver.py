@@ -105,6 +105,10 @@ def apiserver(
     authorization_mode: Annotated[str, typer.Option(
         help="kube's --authorization-mode: comma-separated RBAC, AlwaysAllow, AlwaysDeny "
              "(system:masters is always allowed).")] = "RBAC",
+    cluster_netns: Annotated[Path | None, typer.Option(
+        "--cluster-netns", help="Make connections to the cluster's addresses (webhooks through their Service) from "
+        "this network namespace (a path such as /run/netns/NAME), as kube's egress selector does for the "
+        "cluster network.")] = None,
     event_ttl: Annotated[str, typer.Option(
         metavar="DURATION",
         help="kube's flag: how long an Event is kept after its last write (Go duration: 1h, 30m, 90s; "
@@ -169,7 +173,7 @@ def apiserver(
                        service_account_signing_key_file=service_account_signing_key_file,
                        service_account_key_files=tuple(service_account_key_file or ()),
                        authorization_mode=",".join(modes), admission=admission_plugins.build(disabled),
-                       event_ttl=event_ttl_seconds)
+                       event_ttl=event_ttl_seconds, cluster_netns=str(cluster_netns) if cluster_netns else None)
     try:
         run(serve(server, str(kubeconfig_out.resolve()), kubeconfig_auth.value))
     except DataDirError as e:

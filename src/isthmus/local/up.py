@@ -206,7 +206,11 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
                 "--token-file", str(layout.token_file(part.cluster)),
                 # As kubeadm keeps it: anonymous requests authenticate, and RBAC gives them only the
                 # public health and version paths, which the supervisor probes.
-                "--anonymous-auth"]
+                "--anonymous-auth",
+                # runc mode: the cluster's addresses (webhooks' ClusterIPs) are reached from its node's
+                # namespace; from the host they would follow its default route off this machine.
+                *(["--cluster-netns", runcmode.fabric_of(layout.root, state.clusters).node(part.cluster).netns_path]
+                  if state.runtime == plan.RUNC else [])]
     cp = plan.plan_of(part.cluster, state.clusters, state.runtime)
     kc = ["--kubeconfig", str(layout.kubeconfig_of(part.cluster))]
     metrics = ["--metrics-addr", metrics_addr(state, part)]

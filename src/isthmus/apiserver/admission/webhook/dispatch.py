@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import socket
 import ssl
 import uuid
 from dataclasses import dataclass, field
@@ -139,6 +140,11 @@ def _go_error(e: BaseException, host: str) -> str:
     return str(e) or type(e).__name__
 
 
+def cc_is_service(h: Hook) -> bool:
+    """The hook is called through a Service of the cluster (not a `url` outside it)."""
+    return not (h.spec.get("clientConfig") or {}).get("url")
+
+
 class Webhooks:
     """Both webhook plugins over the server's storage; `on_write` keeps the compiled view current."""
 
@@ -152,6 +158,11 @@ class Webhooks:
         self._validating: list[Hook] = []
         self._contexts: dict[str, ssl.SSLContext] = {}
         self._bases: frozenset[str] = frozenset()  # resource names any webhook's rules name
+        self.dial_netns: str | None = None
+        """kube's egress selector, "cluster" network context: where connections to the cluster's
+        addresses (a webhook Service's ClusterIP) are made — a network namespace (path) that routes
+        them, when this apiserver's own does not (the local clusterset's runc mode: a ClusterIP dialled
+        from the host would follow the host's default route off this machine)."""
 
     def on_write(self, ev: WatchEvent) -> None:
         if ev.key in (VWC_KEY, MWC_KEY):
@@ -280,8 +291,20 @@ class Webhooks:
         if server_name is not None:
             kwargs["server_hostname"] = server_name
             kwargs["headers"] = {"Host": urlsplit(shown).netloc}
+        connector = None
+        if self.dial_netns is not None and cc_is_service(h):
+            netns_path = self.dial_netns
+
+            def in_cluster(addr: Any) -> socket.socket:
+                from isthmus.local.network.netns import socket_in
+
+                family, kind, proto = addr[0], addr[1], addr[2]
+                return socket_in(netns_path, family, kind, proto)
+
+            connector = aiohttp.TCPConnector(socket_factory=in_cluster)
         try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=h.timeout)) as s, s.post(
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=h.timeout),
+                                             connector=connector, trust_env=False) as s, s.post(
                     dialled, data=orjson.dumps(review), ssl=ctx, allow_redirects=False,
                     **{**kwargs, "headers": {**kwargs.get("headers", {}), "Content-Type": "application/json",
                                              "Accept": "application/json"}}) as r:
