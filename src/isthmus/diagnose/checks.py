@@ -361,8 +361,33 @@ async def _dns_addresses(t: Target) -> list[tuple[str, int]]:
     return out
 
 
+def _not_from_here(t: Target, host: str) -> bool:
+    """An address this machine must not dial for `t`: its API server is on this machine's loopback
+    (the local clusterset) while the address is not — the runc mode's addresses live in network
+    namespaces of their own, and from here a packet to one would follow the default route off the
+    machine. `isthmus shell --node <cluster> -- isthmus diagnose` probes them from inside."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        api_local = ipaddress.ip_address(urlsplit(t.server).hostname or "").is_loopback
+        return api_local and not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _probed_elsewhere(name: str, t: Target, skipped: list[str]) -> Check:
+    return warned(name, f"not probed from this machine: {', '.join(skipped[:3])} live in the local clusterset's "
+                        "network namespaces (runc mode)",
+                  f"isthmus shell --node {t.cluster_id or '<cluster>'} -- isthmus diagnose --context {t.context}")
+
+
 async def check_dns(t: Target, env: Env) -> Check:
     addresses = await _dns_addresses(t)
+    skipped = [f"{h}:{p}" for h, p in addresses if _not_from_here(t, h)]
+    addresses = [(h, p) for h, p in addresses if not _not_from_here(t, h)]
+    if skipped and not addresses:
+        return _probed_elsewhere("dns", t, skipped)
     if not addresses:
         return failed("dns", f"no UDP port on Service {AGENT_NAMESPACE}/{DNS_SERVICE_NAME}: clusterset.local is not "
                              f"served", env.kubectl(t, "apply", "-k", "deploy/member"))
@@ -417,6 +442,9 @@ async def check_vips(t: Target, env: Env) -> Check:
     if not probes:
         note = f" ({udp_only} UDP-only, not probed)" if udp_only else ""
         return passed("vips", f"no ClusterSet IP with a TCP port imported{note}")
+    elsewhere = [f"{ip}:{port}" for _, ip, port in probes if _not_from_here(t, ip)]
+    if elsewhere:
+        return _probed_elsewhere("vips", t, elsewhere)
     skipped = max(0, len(probes) - MAX_VIP_PROBES)
     probes = probes[:MAX_VIP_PROBES]
     gate = asyncio.Semaphore(VIP_CONCURRENCY)
