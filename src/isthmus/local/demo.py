@@ -296,6 +296,10 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 OUTSIDE_ADDRESS = "127.33.0.1"
 """The demo's outside server (127.33.0.0/16 is the plan's range for them)."""
 OUTSIDE_OTHER = "127.33.0.2"
+KNOWN_GAP = ("non-root components with NET_BIND_SERVICE and allowPrivilegeEscalation false lose the capability at exec "
+             "and cannot bind ports below 1024 on a real runtime (kubernetes/kubernetes#56374); the manifests are fixed "
+             "by the production-fitness issue")
+"""What runc mode shows that process pods hid, met by the tour's port-80 flows until the manifests change."""
 RUNC_OUTSIDE_ADDRESS = "10.33.0.1"
 """runc mode: the outside servers are on the fabric (10.33.0.0/16, docs/network.md)."""
 RUNC_OUTSIDE_OTHER = "10.33.0.2"
@@ -416,6 +420,8 @@ class Demo:
         self.runtime = runtime
         self.outside, self.outside_other = ((RUNC_OUTSIDE_ADDRESS, RUNC_OUTSIDE_OTHER) if runtime == "runc"
                                             else (OUTSIDE_ADDRESS, OUTSIDE_OTHER))
+        self.gaps: list[str] = []
+        """Known gaps the tour met and showed (runc mode: ports below 1024, see KNOWN_GAP)."""
         self.shell = ""
         """What a user types before `curl`/`dig` to run them where the demo's clients run (runc mode)."""
         VANTAGE.__init__()  # type: ignore[misc]  # a fresh tour starts on this machine's loopback
@@ -449,6 +455,15 @@ class Demo:
             return os.path.relpath(path)
         except ValueError:
             return str(path)
+
+    def gap(self, text: str) -> None:
+        """A known gap, met and shown, never silently passed: printed, and listed at the end."""
+        self.gaps.append(text)
+        self.console.print(f"   [bold yellow]known gap:[/bold yellow] {escape(text)}", highlight=False, soft_wrap=True)
+
+    def known_bind_gap(self, message: str) -> bool:
+        """Whether `message` is the one failure runc mode is known to show (KNOWN_GAP)."""
+        return self.runtime == "runc" and "Permission denied" in message and ":80" in message
 
     def note(self, text: str) -> None:
         self.console.print(f"   {text}", highlight=False)
@@ -824,6 +839,22 @@ class Demo:
             raise NotYet(f"MultiClusterService {name} Ready={ready.get('status')}: {ready.get('message', '')}")
         return obj
 
+    def _cart_or_gap(self) -> str | None:
+        """None once cart is Ready; the pool's bind failure when it is the known gap; else not yet."""
+        try:
+            self._mcs_ready("cart")
+            return None
+        except NotYet as seen:
+            p = self.kubectl("--context", self.broker_context, "get", "loadbalancerpool", f"mcs--{NAMESPACE}--cart",
+                             "-n", "isthmus-system", "-o", "json", quiet=True, check=False)
+            try:
+                message = str(condition(json.loads(p.stdout), "Ready").get("message", ""))
+            except ValueError:
+                raise seen from None
+            if self.known_bind_gap(message):
+                return message.split(";")[0]
+            raise
+
     def step_mcs_cross(self) -> None:
         b = self.broker_context
         for m in self.exporters:
@@ -880,6 +911,12 @@ class Demo:
     def step_mcs_lb(self) -> None:
         b = self.broker_context
         self.kubectl("--context", b, "apply", "-n", NAMESPACE, "-f", self.example("mcsvc/loadbalancer.yaml"))
+        if self.runtime == "runc":
+            pool = self.wait("MultiClusterService cart's load balancer to be Ready (or the known gap)", self._cart_or_gap)
+            if pool is not None:
+                self.gap(f"LoadBalancerPool mcs--{NAMESPACE}--cart: {pool} — {KNOWN_GAP}; no traffic through it")
+                self.kubectl("--context", b, "delete", "mcs", "shop", "cart", "-n", NAMESPACE)
+                return
         obj = self.wait("MultiClusterService cart's load balancer to be Ready", lambda: self._mcs_ready("cart"))
         ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [{}]
         address = loopback(str(ingress[0].get("ip") or ""))
@@ -914,6 +951,14 @@ class Demo:
         self.wait("what both objects made to go (exports, import, load balancer)", cleaned)
 
     # -- egress (ExternalService)
+
+    def _claims(self) -> str:
+        """The examples' claims; under runc the pinned address moves with the plan (127.32.i.x → 10.32.i.x)."""
+        if self.runtime != "runc":
+            return self.example("egress/claims.yaml")
+        path = self.state_dir / "demo-claims.yaml"
+        path.write_text((examples_dir() / "egress" / "claims.yaml").read_text().replace("sourceIP: 127.32.", "sourceIP: 10.32."))
+        return str(path)
 
     def _outside_addresses(self) -> None:
         """runc mode: the outside server's addresses are the fabric's (outside every cluster)."""
@@ -953,7 +998,7 @@ class Demo:
             self.note(f"an outside server on {self.outside}:{OUTSIDE_PORT} answers each connection with the "
                       "address it came from")
             self.kubectl("--context", c, "apply", "-n", NAMESPACE, "-f", self.example("egress/apps.yaml"),
-                         "-f", self.example("egress/claims.yaml"), quiet=True)
+                         "-f", self._claims(), quiet=True)
             for d in ("checkout", "billing", "other"):
                 self.kubectl("--context", c, "-n", NAMESPACE, "rollout", "status", f"deployment/{d}",
                              "--timeout=60s", quiet=True)
@@ -962,11 +1007,15 @@ class Demo:
             def ready() -> dict[str, Any]:
                 obj = self.get_json(m, "externalservice", "outside", "-n", NAMESPACE)
                 cond = condition(obj, "Ready")
-                if cond.get("status") != "True":
+                if cond.get("status") != "True" and not self.known_bind_gap(str(cond.get("message"))):
                     raise NotYet(f"Ready is {cond.get('status')}: {cond.get('message')}")
                 return obj
 
-            self.wait("ExternalService outside to be Ready", ready)
+            obj = self.wait("ExternalService outside to be Ready", ready)
+            ingress_gap = condition(obj, "Ready").get("status") != "True"
+            if ingress_gap:
+                self.gap(f"ExternalService outside is not Ready: {condition(obj, 'Ready').get('message')} — "
+                         f"{KNOWN_GAP}; the way out is shown, the way back (sourceIP:{HTTP_PORT}) is not")
             self.kubectl("--context", c, "get", "sourceipclaims,externalservices", "-n", NAMESPACE)
             claims = {i["metadata"]["name"]: (i.get("status") or {}).get("sourceIP")
                       for i in self.items(m, "sourceipclaims")}
@@ -991,6 +1040,9 @@ class Demo:
                 raise StepFailed("a pod of `other` (not a source) was let through the forwarder")
             table.add_row("other", pods["other"], f"outside.external-services:{OUTSIDE_PORT}", "(refused)")
             self.print_table(table)
+            if ingress_gap:
+                self.note(f"{outside.connections} connections reached the outside server, each from a claimed address")
+                return self._egress_cleanup(m, c)
             back = outside_http(self.outside, str(claims["checkout-ip"]), HTTP_PORT)
             if not str(back.get("pod", "")).startswith("checkout"):
                 raise StepFailed(f"{claims['checkout-ip']}:{HTTP_PORT} was answered by {back.get('pod')}, not checkout")
@@ -999,6 +1051,9 @@ class Demo:
             self.note(f"back: the outside server reached {claims['checkout-ip']}:{HTTP_PORT} → pod {back.get('pod')}; "
                       f"{self.outside_other} was refused (only targetIP may connect back)")
             self.note(f"{outside.connections} connections reached the outside server, each from a claimed address")
+        self._egress_cleanup(m, c)
+
+    def _egress_cleanup(self, m: Member, c: str) -> None:
         self.kubectl("--context", c, "delete", "-n", NAMESPACE, "externalservice", "outside", quiet=True)
         self.kubectl("--context", c, "delete", "-n", NAMESPACE, "sourceipclaims", "--all", quiet=True)
 
@@ -1250,5 +1305,8 @@ def run_demo(
             return 130
         console.rule(f"[bold red]step {i} failed: {escape(title)}[/bold red]")
         return 1
-    console.rule(f"[green]all steps passed[/green] in {elapsed:.1f}s{after_up}")
+    gaps = f", with {len(demo.gaps)} known gap{'s' if len(demo.gaps) != 1 else ''} shown" if demo.gaps else ""
+    console.rule(f"[green]all steps passed[/green] in {elapsed:.1f}s{after_up}{gaps}")
+    for text in demo.gaps:
+        console.print(f"  [yellow]known gap:[/yellow] {escape(text)}", highlight=False, soft_wrap=True)
     return 0
