@@ -159,6 +159,14 @@ class Vantage:
 
 RUNC_NETWORK = ipaddress.ip_network("10.0.0.0/8")
 VANTAGE = Vantage()
+_HOST_NETNS = os.readlink("/proc/self/ns/net") if os.path.exists("/proc/self/ns/net") else ""
+
+
+def inside() -> None:
+    """Every client calls this before it sends: under runc, a client still in the host's namespace
+    would send the clusterset's 10.x addresses along the host's default route, off this machine."""
+    if VANTAGE.via is not None and os.readlink("/proc/thread-self/ns/net") == _HOST_NETNS:
+        raise StepFailed("a client of the demo runs in the host's network namespace, not the clusterset's (a bug)")
 
 
 def loopback(address: str) -> str:
@@ -204,6 +212,7 @@ def dns_query(server: tuple[str, int], name: str, rdtype: str) -> tuple[str, lis
 
 
 def _dns_query(server: tuple[str, int], name: str, rdtype: str) -> tuple[str, list[str]]:
+    inside()
     import dns.exception
     import dns.message
     import dns.query
@@ -232,6 +241,7 @@ def udp_echo(ip: str, port: int, timeout: float = 1.0) -> dict[str, Any]:
 
 
 def _udp_echo(ip: str, port: int, timeout: float) -> dict[str, Any]:
+    inside()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.settimeout(timeout)
         try:
@@ -249,6 +259,7 @@ def http_host(ip: str, port: int, host: str, path: str) -> tuple[int, dict[str, 
 
 
 def _http_host(ip: str, port: int, host: str, path: str) -> tuple[int, dict[str, Any] | None]:
+    inside()
     conn = http.client.HTTPConnection(loopback(ip), port, timeout=2.0)
     try:
         conn.request("GET", path, headers={"Host": host, "Connection": "close"})
@@ -269,6 +280,7 @@ def tcp_refused(ip: str, port: int) -> bool:
 
 
 def _tcp_refused(ip: str, port: int) -> bool:
+    inside()
     try:
         with socket.create_connection((loopback(ip), port), timeout=0.5):
             return False
@@ -1152,7 +1164,8 @@ class Demo:
         stop = threading.Event()
 
         def load() -> None:  # keep-alive requests on one connection, bounded
-            conn = http.client.HTTPConnection(address, ports[0], timeout=5.0)
+            inside()
+            conn = http.client.HTTPConnection(loopback(address), ports[0], timeout=5.0)
             for _ in range(200_000):
                 if stop.is_set():
                     break
@@ -1169,7 +1182,7 @@ class Demo:
                     conn.close()
             conn.close()
 
-        thread = threading.Thread(target=load, daemon=True)
+        thread = threading.Thread(target=VANTAGE.call, args=(load,), daemon=True)  # where the demo's clients run
         thread.start()
         edits = 5
         try:
