@@ -66,7 +66,8 @@ def _complete(words: str, env: dict[str, str] | None = None) -> list[str]:
 
 
 def test_completion_of_commands_choices_and_flags() -> None:
-    assert _complete("isthmus sh") == ["show"]
+    assert _complete("isthmus sho") == ["show"]
+    assert _complete("isthmus sh") == ["shell", "show"]
     assert {"up", "status", "down", "version", "show", "export"} <= set(_complete("isthmus "))
     assert _complete("isthmus show ex") == ["exports"]
     assert set(_complete("isthmus show ")) == set(SHOW_CHOICES)
