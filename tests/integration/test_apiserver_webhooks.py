@@ -552,7 +552,7 @@ async def test_with_a_cluster_netns_a_service_is_dialled_from_that_namespace(tmp
     loopback has nothing, so a dial from the host is refused (and never leaves the machine)."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.fail("this test makes a network namespace: it needs root and iproute2 (`make install`)")
-    from isthmus.local.network import netns
+    from isthmus.runtime import netns
 
     name = f"isthmus-t-{os.getpid()}-wh"
     netns.add(name)

@@ -37,8 +37,9 @@ from isthmus.local.kubelite import KubeLite
 from isthmus.local.kubelite.images import ImageStore
 from isthmus.local.kubelite.processes import ProcessOptions
 from isthmus.local.kubelite.runc import RuncNode, RuncPod, RuncRuntime, seccomp_supported
-from isthmus.local.network import cni, fabric, netns
+from isthmus.local.network import cni, fabric
 from isthmus.local.network.plan import FabricPlan, NodeNet, fabric_plan
+from isthmus.runtime import netns
 from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually
 

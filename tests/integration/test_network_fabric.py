@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from isthmus.local.network import cni, fabric, netns
+from isthmus.local.network import cni, fabric
 from isthmus.local.network.plan import FabricPlan, fabric_plan
+from isthmus.runtime import netns
 
 ROOT = Path(__file__).resolve().parents[2]
 

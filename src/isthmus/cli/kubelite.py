@@ -219,7 +219,7 @@ def _runc_mode_problem(runc: str, netns_name: str | None) -> str | None:
         return f"--runtime runc: {runc!r} not found (Debian: apt-get install runc)"
     if not netns_name:
         return "--runtime runc needs --netns, the node's network namespace"
-    from isthmus.local.network import netns
+    from isthmus.runtime import netns
 
     if not netns.exists(netns_name):
         return f"--netns {netns_name!r}: no such network namespace (ip netns list)"
@@ -236,8 +236,8 @@ def _runc_mode(client: Any, *, root: Any, cluster: str, runc: str, netns_name: s
     from isthmus.local.kubelite.images import ImageStore
     from isthmus.local.kubelite.pods import node_name
     from isthmus.local.kubelite.runc import RuncNode, RuncRuntime, seccomp_supported
-    from isthmus.local.network import netns
     from isthmus.local.network.cni import PodNetwork
+    from isthmus.runtime import netns
 
     host, sep, port = api_in_pods.rpartition(":")
     if not sep or not port.isdigit():

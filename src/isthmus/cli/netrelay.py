@@ -54,7 +54,7 @@ def netrelay(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Relay TCP between a network namespace and the host (runc mode's apiserver and registry doors)."""
-    from isthmus.local.network import netns as ns
+    from isthmus.runtime import netns as ns
 
     inside, outside = _specs(listen, "--listen"), _specs(publish, "--publish")
     if not inside and not outside:

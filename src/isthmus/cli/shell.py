@@ -39,8 +39,9 @@ def shell(
     In the fabric namespace, which reaches every node address (10.255.0.1x), pod IP, edge and
     registry address; with --node, in that cluster's node namespace (its ClusterIPs and NodePorts
     work there, as on a node). For example: `isthmus shell -- curl -s http://10.255.0.2:5000/v2/`."""
-    from isthmus.local.network import netns, plan
+    from isthmus.local.network import plan
     from isthmus.local.state import Layout
+    from isthmus.runtime import netns
 
     layout = Layout.at(state_dir)
     try:

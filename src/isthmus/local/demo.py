@@ -139,7 +139,7 @@ class Vantage:
         """Run a client (blocking sockets) where the demo's packets start."""
         if self.via is None:
             return fn(*args)
-        from isthmus.local.network.netns import call_in
+        from isthmus.runtime.netns import call_in
 
         return call_in(self.via, fn, *args)
 
@@ -152,7 +152,7 @@ class Vantage:
                 s.close()
                 raise StepFailed(f"the demo has no namespace for {src}")
             return s
-        from isthmus.local.network.netns import socket_in
+        from isthmus.runtime.netns import socket_in
 
         return socket_in(netns_path)
 

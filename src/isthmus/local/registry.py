@@ -113,7 +113,7 @@ def _probe_here(addr: str) -> bool:
 
 async def _probe_in(netns: str, addr: str) -> bool:
     """GET /v2/ over a connection made inside the namespace (the host has no route to it)."""
-    from isthmus.local.network.netns import open_connection_in
+    from isthmus.runtime.netns import open_connection_in
 
     host, _, port = addr.rpartition(":")
     try:

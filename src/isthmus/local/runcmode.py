@@ -64,7 +64,8 @@ def ensure_network(root: Path, clusters: int) -> FabricPlan:
     """Make the clusterset's namespaces (idempotent), and make each node's whole egress range local
     there, as 127.0.0.0/8 is on the host: the gateway binds any claimed source IP of its class
     without adding addresses one by one, and the fabric routes the answers back to that node."""
-    from isthmus.local.network import fabric, netns
+    from isthmus.local.network import fabric
+    from isthmus.runtime import netns
 
     fp = fabric_of(root, clusters)
     fabric.ensure(fp)

@@ -330,7 +330,7 @@ class PodRuntime:
                 self.runc.runtime.remove_pod_cgroups(uid)
         await asyncio.to_thread(_remove_orphaned_dirs, pods_dir, known)
         if self.network is not None:
-            from isthmus.local.network import netns
+            from isthmus.runtime import netns
 
             prefix = f"{self._node_netns_name}-"
             shorts = {self._pod_netns(u): u for u in known}
@@ -355,7 +355,7 @@ class PodRuntime:
         """runc mode: the Pod's network namespace attached to the node's bridge; its IP (kept from
         the status when kube-lite restarts and the namespace is still there). CNIError on failure."""
         assert self.runc is not None and self.network is not None
-        from isthmus.local.network import netns
+        from isthmus.runtime import netns
 
         uid = str(pod["metadata"].get("uid"))
         name = self._pod_netns(uid)

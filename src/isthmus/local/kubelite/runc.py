@@ -825,7 +825,7 @@ class RuncPod:
 
     def socket_factory(self, family: int, type_: int) -> socket.socket:
         """A socket in the node's namespace: probes connect from where a kubelet would."""
-        from isthmus.local.network import netns
+        from isthmus.runtime import netns
 
         return netns.socket_in(self.node.node_netns, family, type_)
 

@@ -160,7 +160,7 @@ class _Session:
         except ValueError:
             await self._fail(request, f"invalid port {headers.get('port')!r}")
             return
-        from isthmus.local.network import netns
+        from isthmus.runtime import netns
 
         try:
             reader, writer = await netns.open_connection_in(self.netns_path, "127.0.0.1", port)

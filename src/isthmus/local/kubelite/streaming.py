@@ -205,7 +205,7 @@ async def attach(request: web.Request, clog: ContainerLog | None, container: Run
 
 async def port_forward(request: web.Request, netns_path: str) -> web.WebSocketResponse:
     """`portforward`: each asked port relayed to 127.0.0.1:<port> inside the Pod's namespace."""
-    from isthmus.local.network import netns
+    from isthmus.runtime import netns
 
     raw = request.query.getall("port", []) or ",".join(request.query.getall("ports", [])).split(",")
     try:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from isthmus.local.network import netns
+from isthmus.runtime import netns
 
 __all__ = ["CNI_BIN", "CNIError", "PodNetwork"]
 

@@ -24,7 +24,6 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from isthmus.local.network import netns
 from isthmus.local.network.plan import (
     EDGE_DEVICE,
     FABRIC_BRIDGE,
@@ -36,6 +35,7 @@ from isthmus.local.network.plan import (
     FabricPlan,
     NodeNet,
 )
+from isthmus.runtime import netns
 
 __all__ = ["FabricError", "FabricState", "add_outside_address", "bridge_netfilter", "ensure", "state", "teardown", "teardown_id"]
 

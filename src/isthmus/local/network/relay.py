@@ -22,7 +22,7 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from isthmus.local.network import netns
+from isthmus.runtime import netns
 
 if TYPE_CHECKING:
     from isthmus.proxy.tcp import TcpListener

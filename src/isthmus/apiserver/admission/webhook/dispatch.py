@@ -296,7 +296,7 @@ class Webhooks:
             netns_path = self.dial_netns
 
             def in_cluster(addr: Any) -> socket.socket:
-                from isthmus.local.network.netns import socket_in
+                from isthmus.runtime.netns import socket_in
 
                 family, kind, proto = addr[0], addr[1], addr[2]
                 return socket_in(netns_path, family, kind, proto)
