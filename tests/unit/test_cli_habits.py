@@ -113,7 +113,7 @@ def test_kubectl_finds_and_runs_the_plugin(tmp_path: Path) -> None:
                            env=env)  # typer's script would be for a program named `kubectl isthmus`
     assert wrong.returncode == 2 and "kubectl_complete-isthmus" in wrong.stderr
     # kubectl's own completion asks kubectl_complete-isthmus (cobra's answer: candidates, then `:4`)
-    for words, expected in ((["sh"], ["show"]), (["show", "exports", "-o", ""], ["table", "wide", "json", "yaml"])):
+    for words, expected in ((["sho"], ["show"]), (["sh"], ["shell", "show"]), (["show", "exports", "-o", ""], ["table", "wide", "json", "yaml"])):
         asked = subprocess.run(["kubectl", "__complete", "isthmus", *words], capture_output=True, text=True,
                                timeout=60, env=env)
         assert asked.stdout.splitlines() == [*expected, ":4"], asked.stderr
