@@ -39,7 +39,7 @@ spec:
   - name: nc
     image: busybox
     imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "nc -l -p {port} -w 1 & sleep 2; kill -0 $! && echo bound {port}"]
+    command: ["sh", "-c", "nc -l -p {port} & sleep 1; if kill -0 $! 2>/dev/null; then echo bound {port}; kill $!; fi; wait"]
     securityContext:
       allowPrivilegeEscalation: false
       capabilities:
