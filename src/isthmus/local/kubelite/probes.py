@@ -143,6 +143,12 @@ async def _exec(command: Sequence[str], env: Mapping[str, str], cwd: str | None,
         )
     except OSError as e:
         return ProbeResult(False, f'exec: "{command[0]}": {e.strerror or e}')
+    return await exec_result(proc, command, seconds)
+
+
+async def exec_result(proc: asyncio.subprocess.Process, command: Sequence[str], seconds: float) -> ProbeResult:
+    """An exec probe's or hook's verdict, as the kubelet gives it: exit 0 passes; a timeout kills the
+    command; otherwise its output (bounded) is the message. Shared by process and runc containers."""
     try:
         async with asyncio.timeout(seconds):
             out, _ = await proc.communicate()

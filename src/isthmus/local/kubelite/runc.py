@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from isthmus.local.kubelite.containers import ContainerConfigError, expand, service_environment
 from isthmus.local.kubelite.oci import CreateContainerError
-from isthmus.local.kubelite.probes import ProbeResult
+from isthmus.local.kubelite.probes import ProbeResult, exec_result
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
@@ -457,7 +457,6 @@ DNS_SERVICE = ("isthmus-system", "isthmus-dns")
 """(namespace, name) of the Service whose ClusterIP is the cluster's DNS (kubelet's --cluster-dns)."""
 MAX_DNS_SEARCH = 32
 """The kubelet's validation.MaxDNSSearchPaths: more search domains are dropped with an Event."""
-EXEC_OUTPUT = 10 * 1024
 
 Obj = dict[str, Any]
 Lookup = Callable[[str, str, str], Awaitable[Obj | None]]
@@ -843,18 +842,7 @@ class RuncPod:
             proc = await self.node.runtime.exec(cid, command)
         except OSError as e:
             return ProbeResult(False, f'exec: "{self.node.runtime.binary}": {e.strerror or e}')
-        try:
-            async with asyncio.timeout(seconds):
-                out, _ = await proc.communicate()
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            return ProbeResult(False, f"command timed out: \"{' '.join(command)}\" timed out after {seconds:g}s")
-        if proc.returncode == 0:
-            return ProbeResult(True)
-        text = out[:EXEC_OUTPUT].decode("utf-8", "replace").strip()
-        return ProbeResult(False, text or f"command \"{' '.join(command)}\" exited with {proc.returncode}")
+        return await exec_result(proc, command, seconds)
 
     def container(self, name: str) -> RuncContainer | None:
         """The running instance of a container (kubectl exec's target), None if it is not running."""
