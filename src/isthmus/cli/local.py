@@ -250,7 +250,8 @@ class _Row:
 def _part_rows(doc: dict[str, Any]) -> list[_Row]:
     """Every part, in start order."""
     rows = []
-    for c, kinds, pod_kinds in ((doc["broker"], plan.BROKER_PART_KINDS, plan.BROKER_POD_KINDS),
+    broker_kinds = plan.broker_part_kinds(doc.get("runtime") or plan.PROCESS)
+    for c, kinds, pod_kinds in ((doc["broker"], broker_kinds, plan.BROKER_POD_KINDS),
                                 *((c, plan.CLUSTER_PART_KINDS, plan.POD_KINDS) for c in doc["clusters"])):
         procs = c["processes"]
         for kind in kinds:
@@ -264,6 +265,9 @@ def _part_rows(doc: dict[str, Any]) -> list[_Row]:
                 addr = f'pod {procs[kind].get("pod") or "-"}'
             elif kind == plan.UI:
                 addr = (doc.get("ui") or {}).get("url") or "-"
+            elif kind == plan.REGISTRY:  # its readiness is asked through the relay's door on the host
+                net = doc.get("network") or {}
+                addr = f'{net.get("registry", "-")} ({net.get("registryOnHost") or "-"} from here)'
             else:
                 addr = procs[kind]["readyz"].removeprefix("http://").removesuffix("/readyz")
             rows.append(_Row(f"{c['name']} {kind}", c["parts"][kind], addr, procs[kind]))

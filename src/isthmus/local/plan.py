@@ -82,11 +82,6 @@ DEPLOYMENTS = {AGENT: "isthmus-agent", DNS: "isthmus-dns", CONTROLLER_MANAGER: "
 SUPERSEDED_DEPLOYMENTS = ("isthmus-lb", "isthmus-mcsvc", "isthmus-egress-operator")
 """Deployments of earlier versions, now controllers inside isthmus-controller-manager: `up` deletes
 them from a state dir made before."""
-BROKER_PART_KINDS = (APISERVER, KUBE_LITE, MCSVC_BROKER, POOLS, UI)
-"""Every part of the broker, in the order tables show them."""
-BROKER_SUPERVISED_KINDS = (APISERVER, KUBE_LITE, UI)
-"""The broker's processes run by the supervisor (the web view watches every cluster, so it is
-started last, once they all exist)."""
 RUNC_BROKER_KINDS = (RELAY, REGISTRY)
 """What runc mode adds to the broker's supervised parts (started after the apiservers)."""
 BROKER_POD_KINDS = (MCSVC_BROKER, POOLS)
@@ -233,7 +228,8 @@ def address_plan(n: int, runtime: str = PROCESS) -> list[ClusterPlan]:
 
 
 def broker_supervised_kinds(runtime: str = PROCESS) -> tuple[str, ...]:
-    """The broker's supervised parts in table order (runc mode adds the relay and the registry)."""
+    """The broker's processes run by the supervisor, in table order (runc mode adds the relay and
+    the registry; the web view watches every cluster, so it is started last, once they all exist)."""
     return (APISERVER, *(RUNC_BROKER_KINDS if runtime == RUNC else ()), KUBE_LITE, UI)
 
 
