@@ -10,6 +10,7 @@ and never answers fails fast.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
@@ -80,7 +81,14 @@ def _broker_factory(
     if kubeconfig is not None:
         return lambda: make_client(kubeconfig, context, namespace=info.namespace, field_manager=FIELD_MANAGER,
                                    timeout=COMMAND_TIMEOUT)
-    return lambda: info.client(timeout=COMMAND_TIMEOUT)
+    from isthmus.clusterset.brokerinfo import as_seen_from
+    from isthmus.kube.client import KubeConfigError, context_names, load_config
+
+    configs = []
+    with contextlib.suppress(KubeConfigError):
+        configs = [load_config(None, n) for n in context_names(None)]
+    seen = as_seen_from(info, configs)  # this machine may reach the broker elsewhere than members do
+    return lambda: seen.client(timeout=COMMAND_TIMEOUT)
 
 
 BrokerKubeconfigOpt = Annotated[

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
+    from lightkube.config.kubeconfig import SingleConfig
+
+    from isthmus.clusterset.brokerinfo import BrokerInfo
 
 
 @dataclass(frozen=True)
@@ -58,17 +61,15 @@ def register_show(
     SHOWS.update(ordered)
 
 
-def _same_server(a: str, b: str) -> bool:
-    return a.rstrip("/") == b.rstrip("/")
-
-
-def _context_for(kubeconfig: Path | None, server: str) -> str | None:
-    """The kubeconfig's context whose cluster is at `server` (the current one first), if any."""
+def _context_for(kubeconfig: Path | None, info: BrokerInfo) -> str | None:
+    """The kubeconfig's context that is `info`'s broker (the current one first), if any: at its URL,
+    or with its CA (clusterset/brokerinfo.py `reaches_broker`)."""
+    from isthmus.clusterset.brokerinfo import reaches_broker
     from isthmus.kube.client import KubeConfigError, context_names, load_config
 
     try:
         for name in context_names(kubeconfig):
-            if _same_server(str(load_config(kubeconfig, name).cluster.server), server):
+            if reaches_broker(load_config(kubeconfig, name), info):
                 return name
     except KubeConfigError:
         return None
@@ -87,6 +88,7 @@ async def open_broker(
 
     from isthmus.api.mcs import Broker
     from isthmus.cli.app import fail
+    from isthmus.clusterset.brokerinfo import as_seen_from
     from isthmus.clusterset.control import ClustersetError, list_if_kind
     from isthmus.clusterset.membership import membership
     from isthmus.kube.client import load_config, make_client
@@ -108,15 +110,29 @@ async def open_broker(
         await cluster.close()
         raise
     await cluster.close()  # a member: its broker is reached with a client of its own
-    broker = _context_for(kubeconfig, info.server)
+    broker = _context_for(kubeconfig, info)
     if broker is not None:
         return make_client(kubeconfig, broker, timeout=request_timeout), f"on the broker (context {broker})"
     if write:
         raise fail(f"context {name} is a member of the clusterset whose broker is {info.server}, and the kubeconfig "
                    f"has no context for it: MultiClusterServices are written on the broker with its admin's "
                    f"credentials (pass the broker's --kubeconfig or --context)")
-    return (info.client(timeout=request_timeout),
+    return (as_seen_from(info, _configs(kubeconfig)).client(timeout=request_timeout),
             f"on the broker at {info.server} (read with {name}'s broker credentials)")
+
+
+def _configs(kubeconfig: Path | None) -> list[SingleConfig]:
+    """Every context of the kubeconfig, loaded (those that do not load are left out)."""
+    from isthmus.kube.client import KubeConfigError, context_names, load_config
+
+    out = []
+    try:
+        for n in context_names(kubeconfig):
+            with contextlib.suppress(KubeConfigError):
+                out.append(load_config(kubeconfig, n))
+    except KubeConfigError:
+        return []
+    return out
 
 
 def age(at: datetime | str | None, ref: datetime | None = None) -> str:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import ipaddress
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,3 +179,29 @@ def access_from_config(config: SingleConfig) -> tuple[str, str | None, str | Non
     except (OSError, ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"cannot read the broker's CA or token from the kubeconfig: {err}") from None
     return cluster.server, ca_pem, token
+
+
+def reaches_broker(config: SingleConfig, info: BrokerInfo) -> bool:
+    """Whether a kubeconfig context is the broker of `info`: at its URL, or — where members reach it
+    at another address than the admin does (a private address; the local clusterset's runc mode,
+    where members dial the fabric's 10.255.0.1 and this machine 127.0.0.1) — serving with the same
+    CA. A client on this machine then uses the context instead of dialling the members' address."""
+    if str(config.cluster.server).rstrip("/") == info.server.rstrip("/"):
+        return True
+    if not info.ca_pem:
+        return False
+    try:
+        _, ca_pem, _ = access_from_config(config)
+    except ValueError:
+        return False
+    return ca_pem is not None and "".join(ca_pem.split()) == "".join(info.ca_pem.split())
+
+
+def as_seen_from(info: BrokerInfo, configs: Iterable[SingleConfig]) -> BrokerInfo:
+    """`info` with the broker's address as one of these contexts reaches it (same CA, another URL),
+    keeping its own credentials: a member's token is used from this machine without dialling the
+    address only members can reach. Unchanged when no context is the broker."""
+    for config in configs:
+        if reaches_broker(config, info):
+            return dataclasses.replace(info, server=str(config.cluster.server).rstrip("/"))
+    return info

@@ -17,6 +17,7 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.resources.core_v1 import Node
 
 from isthmus.api.mcs import BROKER_NAME, Broker, Cluster
+from isthmus.clusterset.brokerinfo import as_seen_from, reaches_broker
 from isthmus.clusterset.control import ClustersetError, get_if_kind, list_if_kind
 from isthmus.clusterset.membership import membership
 from isthmus.diagnose import checks as c
@@ -94,10 +95,6 @@ async def _read_cidrs(t: c.Target) -> None:
                     t.cidrs.append(("service", cidr))
 
 
-def _same_server(a: str, b: str) -> bool:
-    return a.rstrip("/") == b.rstrip("/")
-
-
 async def _read_broker(targets: list[c.Target]) -> tuple[c.BrokerView | None, AsyncClient | None]:
     """The broker the members joined (the first member's broker-info), read with a broker context's
     credentials when the kubeconfig has one, else with the member's own; or, with no member, the
@@ -106,7 +103,7 @@ async def _read_broker(targets: list[c.Target]) -> tuple[c.BrokerView | None, As
     own: AsyncClient | None = None
     if member is not None and member.broker_info is not None:
         info = member.broker_info
-        target = next((t for t in targets if info.namespace in t.broker_namespaces and _same_server(t.server, info.server)),
+        target = next((t for t in targets if info.namespace in t.broker_namespaces and reaches_broker(t.config, info)),
                       None)
         if target is not None:
             view = c.BrokerView(info.namespace, info.server, target.context,
@@ -114,7 +111,7 @@ async def _read_broker(targets: list[c.Target]) -> tuple[c.BrokerView | None, As
             client = target.client
         else:
             view = c.BrokerView(info.namespace, info.server, f"broker-info of {member.context}")
-            client = own = info.client(timeout=REQUEST_TIMEOUT)
+            client = own = as_seen_from(info, [t.config for t in targets]).client(timeout=REQUEST_TIMEOUT)
     else:
         target = next((t for t in targets if t.broker_namespaces), None)
         if target is None:
