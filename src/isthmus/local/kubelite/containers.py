@@ -303,3 +303,20 @@ def build_command(container: Mapping[str, Any], env: Mapping[str, str]) -> list[
     if os.path.basename(command[0]) == ENTRYPOINT:
         command = [sys.executable, "-m", "isthmus", *command[1:]]
     return [*command, *args]
+
+
+async def get_object(client: Any, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """A ConfigMap, Secret or ServiceAccount a Pod refers to, as a dict; None when it does not exist
+    (other API errors propagate: the caller says what they mean for the container)."""
+    from lightkube import ApiError
+    from lightkube.resources.core_v1 import ConfigMap, Secret, ServiceAccount
+
+    from isthmus.kube.helpers import is_not_found
+
+    res: Any = {"ConfigMap": ConfigMap, "Secret": Secret, "ServiceAccount": ServiceAccount}[kind]
+    try:
+        return dict((await client.get(res, name, namespace=namespace)).to_dict())
+    except ApiError as e:
+        if is_not_found(e):
+            return None
+        raise

@@ -42,7 +42,7 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 
 from isthmus.local.kubelite import ECHO_WORKLOAD, FIELD_MANAGER, WORKLOAD_ANNOTATION
-from isthmus.local.kubelite.containers import base_environment
+from isthmus.local.kubelite.containers import base_environment, get_object
 from isthmus.local.kubelite.echo import EchoIdentity, EchoServer
 from isthmus.local.kubelite.ipam import IPPool, PoolFull
 from isthmus.local.kubelite.logs import PodLogs
@@ -752,17 +752,7 @@ class PodRuntime:
 
     async def _lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
         """A ConfigMap or Secret for a runc Pod's volumes (None when it does not exist)."""
-        from lightkube.resources.core_v1 import ConfigMap, Secret
-
-        from isthmus.kube.helpers import is_not_found
-
-        res: Any = ConfigMap if kind == "ConfigMap" else Secret
-        try:
-            return dict((await self.client.get(res, name, namespace=namespace)).to_dict())
-        except ApiError as e:
-            if is_not_found(e):
-                return None
-            raise
+        return await get_object(self.client, kind, namespace, name)
 
     def runc_pod(self, namespace: str, name: str) -> RuncPod | None:
         """The runc side of a Pod this node runs (kubectl exec, attach, port-forward)."""

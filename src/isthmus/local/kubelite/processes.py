@@ -54,10 +54,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lightkube import ApiError, AsyncClient
-from lightkube.resources.core_v1 import ConfigMap, Secret
 
 from isthmus.api.image import IMAGE_REPOSITORY, IMAGE_TAG
-from isthmus.kube.helpers import is_not_found
 from isthmus.local.kubelite.containers import (
     SERVICEACCOUNT_DIR_ENV,
     ContainerConfigError,
@@ -66,6 +64,7 @@ from isthmus.local.kubelite.containers import (
     container_environment,
     container_id,
     expand,
+    get_object,
     is_isthmus_image,
     service_environment,
 )
@@ -640,12 +639,9 @@ class ProcessPod:
     # ---- one container --------------------------------------------------------------------
 
     async def _lookup(self, kind: str, namespace: str, name: str) -> Obj | None:
-        res: Any = ConfigMap if kind == "ConfigMap" else Secret
         try:
-            return dict((await self.client.get(res, name, namespace=namespace)).to_dict())
+            return await get_object(self.client, kind, namespace, name)
         except ApiError as e:
-            if is_not_found(e):
-                return None
             raise ContainerConfigError(e.status.message or str(e)) from None
 
     def _set(self, c: _Container, **fields: Any) -> None:

@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from isthmus.local.kubelite.containers import ContainerConfigError, expand, service_environment
+from isthmus.local.kubelite.containers import ContainerConfigError, expand, get_object, service_environment
 from isthmus.local.kubelite.oci import CreateContainerError
 from isthmus.local.kubelite.probes import ProbeResult, exec_result
 
@@ -585,18 +585,7 @@ class RuncNode:
         """A ServiceAccount or Secret, None when it does not exist (or there is no client)."""
         if self.client is None:
             return None
-        from lightkube import ApiError
-        from lightkube.resources.core_v1 import Secret, ServiceAccount
-
-        from isthmus.kube.helpers import is_not_found
-
-        res: Any = Secret if kind == "Secret" else ServiceAccount
-        try:
-            return dict((await self.client.get(res, name, namespace=namespace)).to_dict())
-        except ApiError as e:
-            if is_not_found(e):
-                return None
-            raise
+        return await get_object(self.client, kind, namespace, name)
 
 
 class RuncPod:
