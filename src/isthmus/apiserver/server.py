@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import HttpVersion11, web
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from isthmus.apiserver import authorization
 from isthmus.apiserver.admission.chain import Admission
 from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.apimachinery.jsoncopy import clone
+from isthmus.apiserver.authentication import impersonation
 from isthmus.apiserver.authentication.authenticators import (
     ADMIN,
     API_AUDIENCES,
@@ -64,6 +66,7 @@ from isthmus.apiserver.controllers.serviceaccounts import (
     TokensController,
 )
 from isthmus.apiserver.handlers import (
+    binding,
     create,
     delete,
     discovery,
@@ -78,7 +81,7 @@ from isthmus.apiserver.handlers import (
 )
 from isthmus.apiserver.handlers.common import USER, HandlerContext, not_found, status_response
 from isthmus.apiserver.handlers.scope import resolve
-from isthmus.apiserver.httpserver import LeanServer
+from isthmus.apiserver.httpserver import LeanRequest, LeanServer
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.openapi import proto as openapi_proto
 from isthmus.apiserver.registry.customresourcedefinition import KEY as CRD_KEY
@@ -441,12 +444,17 @@ class ApiServer:
         try:
             path = request.path
             user = request._state[USER] = self._authenticate(request, path)  # request[USER], without a call
+            if impersonation.requested(request.headers):
+                user = request._state[USER] = self._impersonate(request, user)
             self._authorize(request, path, user)
             if path in health.PATHS:
                 return health.respond(path, request.query, self.store.check)
             return await self._route(request, path)
         except ApiError as e:
             return status_response(e, request)
+        except impersonation.BadImpersonation as e:  # kube's responsewriters.InternalError: plain text
+            text = f"Internal Server Error: {errors.go_quote(request.raw_path)}: {e}"
+            return web.Response(status=500, text=text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
         except web.HTTPRequestEntityTooLarge:
             return status_response(errors.too_large(self.max_body_bytes))
         except (ConnectionResetError, asyncio.CancelledError):
@@ -468,6 +476,25 @@ class ApiServer:
         except AuthenticationError as e:
             log.debug("unauthorized %s %s: %s", request.method, path, e)
             raise errors.unauthorized() from None
+
+    def _impersonate(self, request: web.Request, requestor: UserInfo) -> UserInfo:
+        """kube's WithImpersonation (authentication/impersonation.py): the user the request acts as,
+        each impersonation authorized for the requestor; the headers are gone afterwards."""
+        def authorize(attrs: Attributes) -> tuple[bool, str]:
+            decision = self.authorizer.authorize(attrs)
+            return decision.allowed, decision.reason
+
+        headers = request.headers.items()
+        user = impersonation.impersonate(headers, requestor, authorize)
+        stripped = CIMultiDictProxy(CIMultiDict(impersonation.strip(headers)))
+        request._headers = stripped
+        request._cache["headers"] = stripped  # aiohttp's reified property
+        if isinstance(request, LeanRequest):
+            request.headers = stripped
+        if user is None:
+            return requestor
+        log.debug("%s is impersonating %s", requestor.username, user.username)
+        return user
 
     def _authorize(self, request: web.Request, path: str, user: UserInfo) -> None:
         """kube's authorization filter: the request's attributes to the authorizer chain, 403 unless
@@ -515,6 +542,8 @@ class ApiServer:
                                 rest: list[str]) -> web.StreamResponse:
         """A verb on a resource path, to the handler of its concern."""
         ctx = self._ctx
+        if binding.is_binding(group, version, rest):  # pods/<name>/binding, and the legacy bindings
+            return await binding.serve(ctx, request, rest)
         if len(rest) == 5:  # both below are namespaces/<ns>/<plural>/<name>/<subresource>
             if pods.is_node_subresource(group, version, rest):  # pods/log, exec...: proxied to the Pod's node
                 return await pods.serve(ctx, request, rest, kubelet_token=self.token)
