@@ -18,7 +18,7 @@ import logging
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,7 +34,7 @@ from lightkube.types import PatchType
 from isthmus.runtime import metrics
 from isthmus.runtime.objects import object_name, object_namespace, object_resource_version, object_uid
 
-__all__ = ["NORMAL", "WARNING", "EventRecorder", "object_reference"]
+__all__ = ["NORMAL", "WARNING", "EventRecorder", "container_field_path", "object_reference"]
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +44,18 @@ DROP_LOG_SECONDS = 10.0
 """At most one warning this often about Events dropped because the buffer was full."""
 
 
-def object_reference(obj: Any) -> ObjectReference:
-    """ObjectReference to ``obj``; apiVersion and kind come from its lightkube class (list items lack them)."""
-    try:
-        rd = lkr.api_info(type(obj)).resource
-        api_version, kind = rd.api_version, rd.kind
-    except AttributeError:
-        api_version, kind = getattr(obj, "apiVersion", None), getattr(obj, "kind", None)
+def object_reference(obj: Any, field_path: str | None = None) -> ObjectReference:
+    """ObjectReference to ``obj``; apiVersion and kind come from its lightkube class (list items lack
+    them) or, for a dict (``to_dict()`` of a cached object), from its own fields. ``field_path``
+    names a part of it, as the kubelet's ``spec.containers{name}`` for a container's Events."""
+    if isinstance(obj, Mapping):
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    else:
+        try:
+            rd = lkr.api_info(type(obj)).resource
+            api_version, kind = rd.api_version, rd.kind
+        except AttributeError:
+            api_version, kind = getattr(obj, "apiVersion", None), getattr(obj, "kind", None)
     return ObjectReference(
         apiVersion=api_version,
         kind=kind,
@@ -58,7 +63,13 @@ def object_reference(obj: Any) -> ObjectReference:
         namespace=object_namespace(obj),
         uid=object_uid(obj),
         resourceVersion=object_resource_version(obj),
+        fieldPath=field_path,
     )
+
+
+def container_field_path(container: str, *, init: bool = False) -> str:
+    """The kubelet's fieldPath of a container's Events (``spec.containers{web}``)."""
+    return f"spec.{'initContainers' if init else 'containers'}{{{container}}}"
 
 
 def _utcnow() -> datetime:
@@ -77,11 +88,19 @@ class _Seen:
     first: datetime
 
 
-_Key = tuple[str | None, str | None, str, str | None, str, str, str]
+_Key = tuple[str | None, str | None, str, str | None, str | None, str | None, str, str, str]
+_Pending = tuple[Any, str, str, str, str | None]
+_MACHINE = object()
+"""``host`` left out: the machine's name, as before ``host`` could be given."""
 
 
 class EventRecorder:
-    """Writes Events for ``component`` (shown as the Event's source)."""
+    """Writes Events for ``component`` (shown as the Event's source).
+
+    ``host`` is the Event's ``source.host``: by default this machine's name; the kubelet's
+    recorder gives its node's name, kube's controllers none (``""``: left out, as kube's are).
+    :meth:`child` makes a recorder for another component (kube-lite's kubelet and controllers
+    each report under kube's name) that this one's :meth:`flush` and :meth:`aclose` include."""
 
     def __init__(
         self,
@@ -89,6 +108,7 @@ class EventRecorder:
         component: str,
         *,
         instance: str | None = None,
+        host: Any = _MACHINE,
         max_tracked: int = 4096,
         buffer: int = 1000,
         clock: Callable[[], datetime] = _utcnow,
@@ -96,21 +116,37 @@ class EventRecorder:
         self.client = client
         self.component = component
         self.instance = instance or socket.gethostname()
+        self.host: str | None = self.instance if host is _MACHINE else (str(host) if host else None)
         self.max_tracked = max_tracked
+        self._buffer = buffer
         self._clock = clock
         self._seen: OrderedDict[_Key, _Seen] = OrderedDict()
         self._lock = asyncio.Lock()
-        self._pending: asyncio.Queue[tuple[Any, str, str, str]] = asyncio.Queue(maxsize=buffer)
+        self._pending: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=buffer)
         self._task: asyncio.Task[None] | None = None
         self._dropped = 0  # since the last warning about it
         self._dropped_logged = -DROP_LOG_SECONDS
+        self._children: dict[tuple[str, str | None, str], EventRecorder] = {}
+
+    def child(self, component: str, *, host: str | None = None, instance: str | None = None) -> EventRecorder:
+        """The recorder of ``component`` (one per component, host and instance: asking twice gives
+        the same one, so its aggregation of repeats holds), written and closed with this one."""
+        key = (component, host, instance or self.instance)
+        rec = self._children.get(key)
+        if rec is None:
+            rec = EventRecorder(
+                self.client, component, instance=key[2], host=host or "", max_tracked=self.max_tracked,
+                buffer=self._buffer, clock=self._clock,
+            )
+            self._children[key] = rec
+        return rec
 
     # ---- recording ------------------------------------------------------------------------
 
-    def event(self, obj: Any, type: str, reason: str, message: str) -> None:
+    def event(self, obj: Any, type: str, reason: str, message: str, *, field_path: str | None = None) -> None:
         """Record an Event in the background (call from within the event loop)."""
         try:
-            self._pending.put_nowait((obj, type, reason, message))
+            self._pending.put_nowait((obj, type, reason, message, field_path))
         except asyncio.QueueFull:
             # client-go drops too when its queue is full; one line per burst, not per Event (at
             # 10,000 exported services a line each was 1 % of the discovery agent's CPU).
@@ -125,16 +161,16 @@ class EventRecorder:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain(), name="event recorder")
 
-    def normal(self, obj: Any, reason: str, message: str) -> None:
-        self.event(obj, NORMAL, reason, message)
+    def normal(self, obj: Any, reason: str, message: str, *, field_path: str | None = None) -> None:
+        self.event(obj, NORMAL, reason, message, field_path=field_path)
 
-    def warning(self, obj: Any, reason: str, message: str) -> None:
-        self.event(obj, WARNING, reason, message)
+    def warning(self, obj: Any, reason: str, message: str, *, field_path: str | None = None) -> None:
+        self.event(obj, WARNING, reason, message, field_path=field_path)
 
-    async def emit(self, obj: Any, type: str, reason: str, message: str) -> None:
+    async def emit(self, obj: Any, type: str, reason: str, message: str, *, field_path: str | None = None) -> None:
         """Write the Event now (create or aggregate). Errors are logged, not raised."""
         try:
-            await self._write(obj, type, reason, message)
+            await self._write(obj, type, reason, message, field_path)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -144,11 +180,15 @@ class EventRecorder:
             )
 
     async def flush(self) -> None:
-        """Wait until every queued event has been written (or failed)."""
+        """Wait until every queued event has been written (or failed), this recorder's children's too."""
         await self._pending.join()
+        for rec in list(self._children.values()):
+            await rec.flush()
 
     async def aclose(self) -> None:
-        """Flush, then stop the background writer."""
+        """Flush, then stop the background writer (and the children's)."""
+        for rec in list(self._children.values()):
+            await rec.aclose()
         if self._task is not None:
             await self.flush()
             self._task.cancel()
@@ -160,18 +200,21 @@ class EventRecorder:
 
     async def _drain(self) -> None:
         while True:
-            obj, type_, reason, message = await self._pending.get()
+            obj, type_, reason, message, field_path = await self._pending.get()
             try:
-                await self.emit(obj, type_, reason, message)
+                await self.emit(obj, type_, reason, message, field_path=field_path)
             finally:
                 self._pending.task_done()
 
     # ---- writing --------------------------------------------------------------------------
 
-    async def _write(self, obj: Any, type_: str, reason: str, message: str) -> None:
-        ref = object_reference(obj)
+    async def _write(self, obj: Any, type_: str, reason: str, message: str, field_path: str | None = None) -> None:
+        ref = object_reference(obj, field_path)
         ns = ref.namespace or "default"  # client-go's home for events about cluster-scoped objects
-        key: _Key = (ref.apiVersion, ref.kind, ref.name or "", ref.namespace, type_, reason, message)
+        # client-go's event key includes the uid: a Pod made again under its old name (a
+        # StatefulSet's) gets Events of its own, not the previous one's count.
+        key: _Key = (ref.apiVersion, ref.kind, ref.name or "", ref.namespace, ref.uid, field_path, type_, reason,
+                     message)
         now = self._clock()
         async with self._lock:
             seen = self._seen.get(key)
@@ -205,7 +248,7 @@ class EventRecorder:
                 count=count,
                 firstTimestamp=first.replace(microsecond=0),
                 lastTimestamp=now.replace(microsecond=0),
-                source=EventSource(component=self.component, host=self.instance),
+                source=EventSource(component=self.component, host=self.host),
                 reportingComponent=self.component,
                 reportingInstance=self.instance,
             )
