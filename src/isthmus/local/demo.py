@@ -425,11 +425,13 @@ def outside_http(src: str, ip: str, port: int) -> dict[str, Any]:
 class Demo:
     """The steps, sharing what earlier ones learned (contexts, DNS addresses, the VIP)."""
 
-    def __init__(self, console: Console, state_dir: Path, clusters: int, runtime: str = "process") -> None:
+    def __init__(self, console: Console, state_dir: Path, clusters: int, runtime: str = "process",
+                 nodes: int = 1) -> None:
         self.console = console
         self.state_dir = state_dir
         self.n = clusters
         self.runtime = runtime
+        self.nodes = nodes
         self.outside, self.outside_other = ((RUNC_OUTSIDE_ADDRESS, RUNC_OUTSIDE_OTHER) if runtime == "runc"
                                             else (OUTSIDE_ADDRESS, OUTSIDE_OTHER))
         self.gaps: list[str] = []
@@ -567,8 +569,9 @@ class Demo:
 
     def step_up(self) -> None:
         runtime = ["--runtime", self.runtime] if self.runtime != "process" else []
+        nodes = ["--nodes", str(self.nodes)] if self.nodes > 1 else []
         p = self.isthmus("up", "--clusters", str(self.n), "--state-dir", str(self.state_dir), "--detach", *runtime,
-                         timeout=UP_TIMEOUT, output=False)
+                         *nodes, timeout=UP_TIMEOUT * self.nodes, output=False)
         lines = p.stdout.strip().splitlines()
         self.show("\n".join([ln for ln in lines if " ready in " in ln] or lines[-3:]))
         status = self.status()
@@ -1235,6 +1238,9 @@ def run_demo(
     keep: bool = False,
     edit_steps: Callable[[list[Step]], Iterable[Step]] | None = None,
     runtime: str = "process",
+    nodes: int = 1,
+    tour: Callable[[Console, Path], Demo] | None = None,
+    title: str = "Isthmus demo",
 ) -> int:
     """Run every step; 0 when all pass, 1 naming the failed step (130 on Ctrl-C), 2 for unusable arguments.
 
@@ -1242,6 +1248,8 @@ def run_demo(
     `edit_steps` is the tests' seam: it gets the step list and returns the one to run (`only`
     picks steps by name).
     `isthmus down` always runs last, also after a failure or Ctrl-C.
+    `tour` makes the Demo whose steps run (another tour on the same plumbing: the drill), given the
+    console and the state dir; default the demo itself.
     """
     if console is None:
         console = Console()
@@ -1261,11 +1269,12 @@ def run_demo(
         return 1
     os.umask(0o077)  # kubectl's cache and everything else the demo writes in the state dir stay private
 
-    demo = Demo(console, state_dir.resolve(), clusters, runtime)
+    demo = (tour or (lambda c, d: Demo(c, d, clusters, runtime, nodes)))(console, state_dir.resolve())
     demo.discard_state = temporary and not keep
     steps = list(edit_steps(demo.steps()) if edit_steps else demo.steps())
     total = len(steps) + 1  # + isthmus down
-    console.rule(f"[bold]Isthmus demo[/bold] — a local clusterset of {clusters} clusters and a broker")
+    per_node = f" of {nodes} nodes each" if nodes > 1 else ""
+    console.rule(f"[bold]{title}[/bold] — a local clusterset of {clusters} clusters{per_node} and a broker")
     failed: tuple[int, str, str] | None = None
     started = time.monotonic()
     ready_at: float | None = None
