@@ -25,6 +25,8 @@ from isthmus.cli.app import (
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,56}[a-z0-9])?$")
 """The node name is ``<cluster>-node``: the cluster name must leave room for the suffix."""
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+"""A label, not any DNS subdomain: the node name is also a hostname and a cgroup's name."""
 
 
 @command("kube-lite", panel=COMPONENTS, hidden=True)
@@ -33,7 +35,7 @@ def kube_lite(
     cluster_name: Annotated[
         str, typer.Option("--cluster-name", help="Cluster name (node name, echo answers).")
     ],
-    pod_cidr: Annotated[str, typer.Option("--pod-cidr", help="Pod addresses, inside 127.0.0.0/8.")],
+    pod_cidr: Annotated[str, typer.Option("--pod-cidr", help="The cluster's Pod addresses, inside 127.0.0.0/8.")],
     service_cidr: Annotated[str, typer.Option("--service-cidr", help="ClusterIPs, inside 127.0.0.0/8.")],
     node_port_range: Annotated[
         str, typer.Option("--node-port-range", help="NodePorts, LOW-HIGH.")
@@ -82,6 +84,18 @@ def kube_lite(
         str | None, typer.Option("--api-address-in-pods", help="runc mode: HOST:PORT where containers reach the "
                                  "apiserver (KUBERNETES_SERVICE_HOST/PORT); default the kubeconfig's server.")
     ] = None,
+    node: Annotated[
+        str | None, typer.Option("--node-name", help="This kubelet's Node (default <cluster-name>-node); it runs only "
+                                 "the Pods bound to it.")
+    ] = None,
+    node_pod_cidr: Annotated[
+        str | None, typer.Option("--node-pod-cidr", help="The Node's spec.podCIDR, a slice of --pod-cidr its Pods "
+                                 "get addresses from (default all of it).")
+    ] = None,
+    controllers: Annotated[
+        bool, typer.Option("--controllers/--no-controllers", help="Also run the cluster-wide controllers (ClusterIPs, "
+                           "EndpointSlices, workloads, scheduling): exactly one kube-lite of a cluster does.")
+    ] = True,
     context: ContextOpt = None,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
@@ -101,9 +115,9 @@ def kube_lite(
     from isthmus.kube.client import KubeConfigError, client_for, load_config
     from isthmus.local.kubelite import FIELD_MANAGER
     from isthmus.local.kubelite.ipam import parse_port_range
-    from isthmus.local.kubelite.pods import node_zygote
+    from isthmus.local.kubelite.pods import node_name, node_zygote
     from isthmus.local.kubelite.processes import ProcessOptions
-    from isthmus.local.kubelite.run import KubeLite, validate_config
+    from isthmus.local.kubelite.run import KubeLite, validate_config, validate_node_cidr
     from isthmus.procs.entry import enabled as zygote_enabled
 
     if runtime not in ("process", "runc"):
@@ -111,10 +125,14 @@ def kube_lite(
     try:
         node_ports = parse_port_range(node_port_range)
         validate_config(pod_cidr, service_cidr, node_ports, loopback=runtime == "process")
+        validate_node_cidr(pod_cidr, node_pod_cidr)
     except ValueError as e:
         raise fail(str(e)) from None
     if not _DNS_LABEL.fullmatch(cluster_name):
         raise fail(f"--cluster-name {cluster_name!r} is not a DNS-1123 label of at most 58 characters")
+    node = node or node_name(cluster_name)
+    if not _NODE_NAME.fullmatch(node):
+        raise fail(f"--node-name {node!r} is not a DNS-1123 label of at most 63 characters")
     if not 0 <= kubelet_port <= 65535:
         raise fail(f"--kubelet-port {kubelet_port} is not a port number (0-65535)")
     try:
@@ -164,9 +182,9 @@ def kube_lite(
     if runtime == "runc":
         assert netns_name is not None
         runc_node, network = _runc_mode(
-            client, root=root, cluster=cluster_name, runc=runc_path, netns_name=netns_name, node_address=node_ip,
-            pod_cidr=pod_cidr, mirrors=mirrors, api_in_pods=api_address_in_pods or f"{processes.api_host}:"
-            f"{processes.api_port}", api_ca=ca, allocatable=processes.allocatable,
+            client, root=root, cluster=cluster_name, node=node, runc=runc_path, netns_name=netns_name,
+            node_address=node_ip, pod_cidr=node_pod_cidr or pod_cidr, mirrors=mirrors,
+            api_in_pods=api_address_in_pods or f"{processes.api_host}:{processes.api_port}", api_ca=ca, allocatable=processes.allocatable,
         )
     elif zygote_enabled():
         processes.zygote = node_zygote(cluster_name, processes)
@@ -187,6 +205,9 @@ def kube_lite(
             processes=processes,
             runc=runc_node,
             network=network,
+            node=node,
+            node_pod_cidr=node_pod_cidr,
+            controllers=controllers,
         )
         part = Background("kube-lite", lite.run, lambda: lite.ready, on_stop=client.close)
         if not proxy:
@@ -226,7 +247,7 @@ def _runc_mode_problem(runc: str, netns_name: str | None) -> str | None:
     return None
 
 
-def _runc_mode(client: Any, *, root: Any, cluster: str, runc: str, netns_name: str, node_address: str,
+def _runc_mode(client: Any, *, root: Any, cluster: str, node: str, runc: str, netns_name: str, node_address: str,
                pod_cidr: str, mirrors: dict[str, str], api_in_pods: str, api_ca: bytes | None,
                allocatable: Any) -> tuple[Any, Any]:
     """The runc side of the node: runc, the image store (pulls from the node's namespace), the pod network."""
@@ -234,7 +255,6 @@ def _runc_mode(client: Any, *, root: Any, cluster: str, runc: str, netns_name: s
     from urllib.parse import urlsplit
 
     from isthmus.local.kubelite.images import ImageStore
-    from isthmus.local.kubelite.pods import node_name
     from isthmus.local.kubelite.runc import RuncNode, RuncRuntime, seccomp_supported
     from isthmus.local.network.cni import PodNetwork
     from isthmus.runtime import netns
@@ -245,11 +265,11 @@ def _runc_mode(client: Any, *, root: Any, cluster: str, runc: str, netns_name: s
     net = ipaddress.IPv4Network(pod_cidr)
     insecure = [urlsplit(u).netloc for u in mirrors.values() if u.startswith("http://")]
     images = ImageStore(root, mirrors=mirrors, netns=netns_name, insecure=insecure)
-    node = RuncNode(
-        runtime=RuncRuntime(root, node=node_name(cluster), runc=runc), images=images,
+    runc_node = RuncNode(
+        runtime=RuncRuntime(root, node=node, runc=runc), images=images,
         node_netns=netns.path(netns_name), node_address=node_address, api_host=host.strip("[]"), api_port=int(port),
-        cluster=cluster, node_name=node_name(cluster), client=client, api_ca=api_ca, seccomp=seccomp_supported(runc),
+        cluster=cluster, node_name=node, client=client, api_ca=api_ca, seccomp=seccomp_supported(runc),
         allocatable=allocatable,
     )
     network = PodNetwork(netns_name, pod_cidr, str(net.network_address + 1), root / "cni")
-    return node, network
+    return runc_node, network

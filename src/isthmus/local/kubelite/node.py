@@ -1,6 +1,7 @@
 """The Node: what a kubelet registers and keeps fresh for the machine it runs on.
 
-kube-lite is the one node of its cluster (``<cluster>-node``, every Pod's ``spec.nodeName``). At
+Each kube-lite is one node of its cluster (``<cluster>-node`` for the first, ``<cluster>-node-<k>`` for the
+others: `isthmus up --nodes N`), the kubelet of the Pods bound to it. At
 start it registers the Node (labels, ``spec.podCIDR``) and from then on keeps its status as a
 kubelet does: addresses (InternalIP and Hostname), the kubelet endpoint's port in
 ``status.daemonEndpoints.kubeletEndpoint.Port`` (where the apiserver proxies ``kubectl logs``),
@@ -66,20 +67,25 @@ def _read(path: str) -> str:
         return ""
 
 
-def node_object(name: str, pod_cidr: str) -> Obj:
+def node_object(name: str, pod_cidr: str, *, control_plane: bool = True) -> Obj:
+    """The Node as the kubelet registers it; spec.podCIDR is what node IPAM would give it (the
+    plan's slice: the kubelet's --pod-cidr). Only the node that runs the cluster's controllers
+    carries the control-plane role."""
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": _arch(),
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": _arch(),
+    }
+    if control_plane:
+        labels["node-role.kubernetes.io/control-plane"] = ""
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": _arch(),
-                "beta.kubernetes.io/os": "linux",
-                "beta.kubernetes.io/arch": _arch(),
-                "node-role.kubernetes.io/control-plane": "",
-            },
+            "labels": labels,
         },
         "spec": {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]},
     }
@@ -140,8 +146,10 @@ class NodeAgent:
     """Registers the Node and beats its status and Lease until cancelled."""
 
     def __init__(self, client: AsyncClient, *, name: str, pod_cidr: str, kubelet_port: int,
-                 address: str = HOST_IP) -> None:
-        """address: the InternalIP (runc mode: the node's address in its network namespace)."""
+                 address: str = HOST_IP, control_plane: bool = True) -> None:
+        """address: the InternalIP (runc mode: the node's address in its network namespace);
+        control_plane: the node runs the cluster's controllers (its role label)."""
+        self.control_plane = control_plane
         self.address = address
         self.client = client
         self.name = name
@@ -167,7 +175,7 @@ class NodeAgent:
             if not is_not_found(e):
                 raise
             created = await self.client.create(
-                cast(Node, Node.from_dict(node_object(self.name, self.pod_cidr))), field_manager=FIELD_MANAGER
+                cast(Node, Node.from_dict(node_object(self.name, self.pod_cidr, control_plane=self.control_plane))), field_manager=FIELD_MANAGER
             )
             current = created.to_dict()
             log.info("node registered", extra={"node": self.name})

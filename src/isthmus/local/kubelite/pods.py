@@ -244,8 +244,13 @@ class PodRuntime:
         slices: Informer[EndpointSlice] | None = None,
         runc: RuncNode | None = None,
         network: PodNetwork | None = None,
+        node: str | None = None,
+        bind: bool = True,
     ) -> None:
-        """processes: how Pods of the Isthmus image run (default: pod dirs in a new temporary dir);
+        """node: the Node this kubelet is (default ``<cluster>-node``); only Pods bound to it run
+        here. bind: also bind unscheduled Pods to this node, as a one-node cluster with no
+        scheduler did (False once a scheduler binds them).
+        processes: how Pods of the Isthmus image run (default: pod dirs in a new temporary dir);
         slices: the EndpointSlices a deleted Pod's endpoints must be withdrawn from before its
         containers are signalled (termination.py); None: signalled at once.
         runc, network: runc mode — every Pod (echo Pods too) runs as runc containers in a network
@@ -259,7 +264,8 @@ class PodRuntime:
         self.slices = slices
         self.recorder = recorder
         self.cluster = cluster
-        self.node = node_name(cluster)
+        self.node = node or node_name(cluster)
+        self.bind = bind
         self.logs = logs if logs is not None else PodLogs()
         self.ips = IPPool(ipaddress.IPv4Network(pod_cidr))  # validated by the caller (run.validate_config)
         self.servers: dict[str, EchoServer] = {}
@@ -283,7 +289,7 @@ class PodRuntime:
     def rebuild(self) -> None:
         """Reserve the address of every stored Pod, oldest first; call before :meth:`run`."""
         items = sorted(
-            (p.to_dict() for p in self.pods.cache.list()),
+            (p.to_dict() for p in self.pods.cache.list() if self._ours(p.to_dict())),
             key=lambda p: str(p["metadata"].get("creationTimestamp") or ""),
         )
         for p in items:
@@ -532,9 +538,17 @@ class PodRuntime:
             await server.stop()
             log.info("echo servers stopped", extra={"pod": key, "ip": server.ip})
 
+    def _ours(self, pod: Obj) -> bool:
+        """Bound to this node, or (binding here) not bound yet: the kubelet's pod source is
+        ``spec.nodeName=<its node>``."""
+        bound = (pod.get("spec") or {}).get("nodeName")
+        return bool(bound == self.node or (not bound and self.bind))
+
     async def reconcile(self, key: str) -> Result | None:
         ns, name = split_key(key)
-        pod = self.pods.cache.get(key)
+        cached = self.pods.cache.get(key)
+        # another node's (or not scheduled yet): as if gone, so anything of it here goes
+        pod = cached if cached is not None and self._ours(cached.to_dict()) else None
         if pod is None:
             await self._stop(key)
             worker = self.workers.pop(key, None)
@@ -574,8 +588,8 @@ class PodRuntime:
             self._close_logs(key)
             return None
 
-        if not spec.get("nodeName"):  # the scheduler's job: bind to our one node
-            spec["nodeName"] = node_name(self.cluster)
+        if not spec.get("nodeName"):  # no scheduler in this cluster: bind to our one node
+            spec["nodeName"] = self.node
             data["spec"] = spec
             meta.pop("managedFields", None)
             updated = await self.client.replace(cast(Pod, Pod.from_dict(data)), field_manager=FIELD_MANAGER)

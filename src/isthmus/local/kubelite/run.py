@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from lightkube import AsyncClient
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from isthmus.local.kubelite.runc import RuncNode
     from isthmus.local.network.cni import PodNetwork
 
-__all__ = ["KubeLite", "run_kubelite", "validate_config"]
+__all__ = ["KubeLite", "run_kubelite", "validate_config", "validate_node_cidr"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,21 @@ def validate_config(pod_cidr: str, service_cidr: str, node_ports: tuple[int, int
         raise ValueError(f"node port range {lo}-{hi} must satisfy 1 <= LOW <= HIGH <= 65535")
 
 
+def validate_node_cidr(pod_cidr: str, node_pod_cidr: str | None) -> str:
+    """The node's pod CIDR (all of the cluster's when not given); ValueError unless inside it."""
+    if node_pod_cidr is None:
+        return pod_cidr
+    try:
+        node = ipaddress.IPv4Network(node_pod_cidr.strip(), strict=True)
+    except ValueError:
+        raise ValueError(f"node pod CIDR {node_pod_cidr!r} is not an IPv4 CIDR such as 10.101.1.0/24") from None
+    if not node.subnet_of(ipaddress.IPv4Network(pod_cidr)):
+        raise ValueError(f"node pod CIDR {node_pod_cidr} is not inside the cluster's pod CIDR {pod_cidr}")
+    if node.prefixlen > 30:
+        raise ValueError(f"node pod CIDR {node_pod_cidr!r} is too small: use a prefix of /30 or shorter")
+    return str(node)
+
+
 class KubeLite:
     """All kube-lite controllers of one cluster. :meth:`run` until cancelled; :attr:`ready` once
     the caches are synced, allocations rebuilt and the controllers started."""
@@ -86,48 +102,65 @@ class KubeLite:
         processes: ProcessOptions | None = None,
         runc: RuncNode | None = None,
         network: PodNetwork | None = None,
+        node: str | None = None,
+        node_pod_cidr: str | None = None,
+        controllers: bool = True,
     ) -> None:
         """kubelet_port 0: any free port (published in the Node); kubelet_token: the bearer token
         the kubelet endpoint requires (the cluster's: the apiserver proxies with it), None for none;
         processes: how Pods of the Isthmus image run (root dir, the apiserver address they get);
         runc, network: runc mode (every Pod in runc containers, each in a network namespace of its
-        own attached by CNI; the Node's InternalIP is runc.node_address)."""
+        own attached by CNI; the Node's InternalIP is runc.node_address).
+        node: this kubelet's Node (default ``<cluster>-node``, the one node of a one-node cluster);
+        node_pod_cidr: its ``spec.podCIDR``, a slice of pod_cidr (default all of it);
+        controllers: also run the cluster-wide controllers (exactly one kube-lite of a cluster does:
+        its kube-controller-manager and kube-scheduler)."""
         validate_config(pod_cidr, service_cidr, node_ports, loopback=runc is None)
+        node_cidr = validate_node_cidr(pod_cidr, node_pod_cidr)
         self.runc = runc
         self.client = client
         self.cluster = cluster
-        self.node_name = node_name(cluster)
+        self.node_name = node or node_name(cluster)
         self.pod_cidr = pod_cidr
+        self.node_pod_cidr = node_cidr
+        self.controllers = controllers
         self.factory = SharedInformerFactory(client)
-        services = self.factory.informer(Service)
         pods = self.factory.informer(Pod)
         slices = self.factory.informer(EndpointSlice)
-        deployments = self.factory.informer(Deployment)
-        replicasets = self.factory.informer(ReplicaSet)
-        statefulsets = self.factory.informer(StatefulSet)
         self.recorder = EventRecorder(client, COMPONENT)
-        self.service_ips = ServiceIPController(
-            client, services, self.recorder, service_cidr=service_cidr, node_ports=node_ports, workers=2
-        )
-        self.endpoint_slices = EndpointSliceController(client, services, pods, slices, workers=workers)
-        self.endpoints = EndpointsController(client, services, pods, self.factory.informer(Endpoints))
         self.logs = PodLogs()
         self.pods = PodRuntime(
-            client, pods, self.recorder, cluster=cluster, pod_cidr=pod_cidr, workers=workers, logs=self.logs,
-            processes=processes, slices=slices, runc=runc, network=network,
+            client, pods, self.recorder, cluster=cluster, pod_cidr=node_cidr, workers=workers, logs=self.logs,
+            processes=processes, slices=slices, runc=runc, network=network, node=self.node_name,
+            bind=controllers,
         )
         self.kubelet = KubeletServer(
             self.logs, self._pod_on_node, node=self.node_name, host=kubelet_host, port=kubelet_port,
             token=kubelet_token, runc_pod=self.pods.runc_pod if runc is not None else None,
         )
         self.node: NodeAgent | None = None
-        self.deployments = DeploymentController(client, deployments, replicasets, pods)
-        self.replicasets = ReplicaSetController(client, replicasets, pods)
-        revisions = self.factory.informer(ControllerRevision)
-        self.statefulsets = StatefulSetController(client, statefulsets, pods, revisions)
-        self.daemonsets = DaemonSetController(
-            client, self.factory.informer(DaemonSet), self.factory.informer(Node), pods, revisions
-        )
+        self.service_ips: ServiceIPController | None = None
+        self.endpoint_slices: EndpointSliceController | None = None
+        self.endpoints: EndpointsController | None = None
+        self.deployments: DeploymentController | None = None
+        self.replicasets: ReplicaSetController | None = None
+        self.statefulsets: StatefulSetController | None = None
+        self.daemonsets: DaemonSetController | None = None
+        if controllers:
+            services = self.factory.informer(Service)
+            replicasets = self.factory.informer(ReplicaSet)
+            revisions = self.factory.informer(ControllerRevision)
+            self.service_ips = ServiceIPController(
+                client, services, self.recorder, service_cidr=service_cidr, node_ports=node_ports, workers=2
+            )
+            self.endpoint_slices = EndpointSliceController(client, services, pods, slices, workers=workers)
+            self.endpoints = EndpointsController(client, services, pods, self.factory.informer(Endpoints))
+            self.deployments = DeploymentController(client, self.factory.informer(Deployment), replicasets, pods)
+            self.replicasets = ReplicaSetController(client, replicasets, pods)
+            self.statefulsets = StatefulSetController(client, self.factory.informer(StatefulSet), pods, revisions)
+            self.daemonsets = DaemonSetController(
+                client, self.factory.informer(DaemonSet), self.factory.informer(Node), pods, revisions
+            )
         self._ready = False
 
     @property
@@ -142,38 +175,48 @@ class KubeLite:
         data = pod.to_dict()
         return data if (data.get("spec") or {}).get("nodeName") == self.node_name else None
 
+    def _runners(self) -> list[tuple[str, Callable[[], Coroutine[Any, Any, Any]]]]:
+        """The node's own loops, then (the controllers' kube-lite) the cluster-wide ones."""
+        assert self.node is not None
+        out: list[tuple[str, Callable[[], Coroutine[Any, Any, Any]]]] = [("node", self.node.run), ("pods", self.pods.run)]
+        for name, part in (
+            ("service-ips", self.service_ips),
+            ("endpointslices", self.endpoint_slices),
+            ("endpoints", self.endpoints),
+            ("deployments", self.deployments),
+            ("replicasets", self.replicasets),
+            ("statefulsets", self.statefulsets),
+            ("daemonsets", self.daemonsets),
+        ):
+            if part is not None:
+                out.append((name, part.run))
+        return out
+
     async def run(self, ready: asyncio.Event | None = None) -> None:
         self.factory.start()
         tasks: list[asyncio.Task[Any]] = []
         try:
             await self.factory.wait_synced()
-            self.service_ips.rebuild()
+            if self.service_ips is not None:
+                self.service_ips.rebuild()
             self.pods.rebuild()
             await self.kubelet.start()
             self.node = NodeAgent(
-                self.client, name=self.node_name, pod_cidr=self.pod_cidr, kubelet_port=self.kubelet.port,
+                self.client, name=self.node_name, pod_cidr=self.node_pod_cidr, kubelet_port=self.kubelet.port,
+                control_plane=self.controllers,
                 **({"address": self.runc.node_address} if self.runc is not None else {}),
             )
             try:  # registered before we say ready, unless the apiserver refuses (then the beats retry)
                 await self.node.beat()
             except Exception as e:
                 log.warning("node not registered yet", extra={"node": self.node_name, "error": str(e)})
-            for name, runner in (
-                ("node", self.node.run),
-                ("service-ips", self.service_ips.run),
-                ("endpointslices", self.endpoint_slices.run),
-                ("endpoints", self.endpoints.run),
-                ("pods", self.pods.run),
-                ("deployments", self.deployments.run),
-                ("replicasets", self.replicasets.run),
-                ("statefulsets", self.statefulsets.run),
-                ("daemonsets", self.daemonsets.run),
-            ):
+            for name, runner in self._runners():
                 tasks.append(asyncio.create_task(runner(), name=f"kube-lite {name}"))
             self._ready = True
             if ready is not None:
                 ready.set()
-            log.info("kube-lite running", extra={"cluster": self.cluster})
+            log.info("kube-lite running", extra={"cluster": self.cluster, "node": self.node_name,
+                                                 "controllers": self.controllers})
             await asyncio.gather(*tasks)
         finally:
             self._ready = False
