@@ -1,0 +1,898 @@
+"""Pods → Nodes: kube-scheduler v1.32's default profile in miniature.
+
+A Pod with no ``spec.nodeName``, for ``default-scheduler`` (or no scheduler named) and without
+schedulingGates, goes through kube's filters in kube's order — NodeUnschedulable, NodeName,
+TaintToleration, NodeAffinity (nodeSelector and required node affinity), NodePorts,
+NodeResourcesFit, PodTopologySpread, InterPodAffinity — then the Nodes left are scored as the
+default profile weighs its plugins (TaintToleration 3, NodeAffinity 2, PodTopologySpread 2 with
+kube's system default spreading for Pods of one controller, InterPodAffinity 2, NodeResourcesFit's
+LeastAllocated 1, NodeResourcesBalancedAllocation 1), ties broken at random, and the Pod is bound
+through the ``pods/binding`` subresource with the ``Scheduled`` Event. A Pod that fits nowhere gets
+``PodScheduled=False`` reason ``Unschedulable`` and a ``FailedScheduling`` Warning with kube's
+message ("0/3 nodes are available: ... preemption: ...") and is tried again when a Node or a Pod
+changes, and after a backoff of 1 s doubling to 10 s, as kube's scheduling queue does.
+
+Everything a decision reads is a pure function of plain dicts (the Pod, the Nodes, the Pods bound
+to them) so each filter and score is unit-tested alone; :class:`Scheduler` is the thin controller.
+Pods bound but not yet seen bound by the informer are remembered ("assumed", as kube's cache
+does) so two Pods scheduled back to back see each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.models.core_v1 import ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.types import PatchType
+
+from isthmus.kube.helpers import is_not_found
+from isthmus.local.kubelite.containers import ContainerConfigError, quantity
+from isthmus.runtime import Controller, EventRecorder, Informer, Result, object_key, split_key
+
+__all__ = [
+    "DEFAULT_SCHEDULER",
+    "SCHEDULER_COMPONENT",
+    "FilterStatus",
+    "NodeInfo",
+    "Scheduler",
+    "failure_message",
+    "feasible",
+    "filter_node",
+    "node_matches_affinity",
+    "pick",
+    "score_nodes",
+    "tolerates",
+    "wants_scheduling",
+]
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+
+DEFAULT_SCHEDULER = "default-scheduler"
+SCHEDULER_COMPONENT = "default-scheduler"
+"""The Events' source, as kube-scheduler's default profile writes it."""
+
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+
+# kube's reasons, word for word (pkg/scheduler/framework/plugins/*).
+ERR_UNSCHEDULABLE = "node(s) were unschedulable"
+ERR_NODE_NAME = "node(s) didn't match the requested node name"
+ERR_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+ERR_NODE_PORTS = "node(s) didn't have free ports for the requested pod ports"
+ERR_TOO_MANY_PODS = "Too many pods"
+ERR_SPREAD = "node(s) didn't match pod topology spread constraints"
+ERR_SPREAD_LABEL = ERR_SPREAD + " (missing required label)"
+ERR_AFFINITY = "node(s) didn't match pod affinity rules"
+ERR_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+ERR_EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+NO_NODES = "no nodes available to schedule pods"
+PREEMPTION_NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+PREEMPTION_NEVER = "not eligible due to preemptionPolicy=Never."
+
+# kube's non-zero defaults for a container without requests (scoring only, never fitting).
+DEFAULT_MILLI_CPU = 100
+DEFAULT_MEMORY = 200 * 1024 * 1024
+MAX_SCORE = 100
+
+WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "PodTopologySpread": 2, "InterPodAffinity": 2,
+           "NodeResourcesFit": 1, "NodeResourcesBalancedAllocation": 1}
+"""The default profile's score weights (ImageLocality is left out: every node has every image here)."""
+
+# kube's system default spreading (PodTopologySpread's defaultingType System).
+SYSTEM_DEFAULT_CONSTRAINTS = ((HOSTNAME, 3), (ZONE, 5))
+SPREADING_OWNERS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController"})
+
+BACKOFF_INITIAL = 1.0
+BACKOFF_MAX = 10.0
+ASSUMED_SECONDS = 30.0
+"""How long a bound Pod counts as on its Node before the informer shows it (kube's assumed pod TTL)."""
+
+
+# ---- labels, selectors, tolerations ---------------------------------------------------------------
+
+def _meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def _spec(obj: Obj) -> Obj:
+    return obj.get("spec") or {}
+
+
+def _labels(obj: Obj) -> Mapping[str, str]:
+    return _meta(obj).get("labels") or {}
+
+
+def _name(obj: Obj) -> str:
+    return str(_meta(obj).get("name") or "")
+
+
+def _namespace(obj: Obj) -> str:
+    return str(_meta(obj).get("namespace") or "default")
+
+
+def label_selector_matches(selector: Obj | None, labels: Mapping[str, str]) -> bool:
+    """metav1.LabelSelector: None matches nothing (kube's labels.Nothing), {} everything."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for req in selector.get("matchExpressions") or []:
+        key, op, values = str(req.get("key")), req.get("operator"), list(req.get("values") or [])
+        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and key in labels and labels[key] in values):
+            return False
+        if (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels):
+            return False
+    return True
+
+
+def _requirement_matches(expr: Obj, values: Mapping[str, str]) -> bool:
+    """A NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt)."""
+    key, op, wanted = str(expr.get("key")), expr.get("operator"), list(expr.get("values") or [])
+    present, value = key in values, values.get(key)
+    if op == "In":
+        return present and value in wanted
+    if op == "NotIn":
+        return not present or value not in wanted
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and len(wanted) == 1:
+        try:
+            have, bound = int(str(value)), int(wanted[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+def _selector_term_matches(term: Obj, node: Obj) -> bool:
+    """A NodeSelectorTerm: every expression and field; a term with neither matches nothing."""
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    labels = _labels(node)
+    return all(_requirement_matches(e, labels) for e in exprs) and all(
+        e.get("key") == "metadata.name" and _requirement_matches(e, {"metadata.name": _name(node)}) for e in fields
+    )
+
+
+def node_matches_affinity(pod: Obj, node: Obj) -> bool:
+    """nodeSelector (every label) and required node affinity (any term): kube's
+    GetRequiredNodeAffinity(pod).Match(node)."""
+    labels = _labels(node)
+    if any(labels.get(k) != v for k, v in (_spec(pod).get("nodeSelector") or {}).items()):
+        return False
+    required = ((_spec(pod).get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required is None:
+        return True
+    return any(_selector_term_matches(t, node) for t in required.get("nodeSelectorTerms") or [])
+
+
+def tolerates(toleration: Obj, taint: Obj) -> bool:
+    """kube's Toleration.ToleratesTaint: an empty effect matches every effect, an empty key with
+    Exists every key."""
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    key, operator = toleration.get("key") or "", toleration.get("operator") or "Equal"
+    if key and key != taint.get("key"):
+        return False
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def _untolerated(pod: Obj, node: Obj, effects: Iterable[str]) -> list[Obj]:
+    tolerations = _spec(pod).get("tolerations") or []
+    wanted = set(effects)
+    return [
+        t for t in _spec(node).get("taints") or []
+        if t.get("effect") in wanted and not any(tolerates(tol, t) for tol in tolerations)
+    ]
+
+
+# ---- resources ------------------------------------------------------------------------------------
+
+def _q(value: Any) -> Decimal:
+    try:
+        return quantity(value)
+    except ContainerConfigError:
+        return Decimal(0)
+
+
+def _container_requests(c: Obj) -> dict[str, Decimal]:
+    return {k: _q(v) for k, v in ((c.get("resources") or {}).get("requests") or {}).items()}
+
+
+def pod_requests(pod: Obj) -> dict[str, Decimal]:
+    """kube's PodRequests: the containers' sum, at least any init container's (sidecars, init
+    containers that keep running, add to both), plus the Pod's overhead; cpu in cores."""
+    spec = _spec(pod)
+    total: dict[str, Decimal] = {}
+    for c in spec.get("containers") or []:
+        for k, v in _container_requests(c).items():
+            total[k] = total.get(k, Decimal(0)) + v
+    sidecars: dict[str, Decimal] = {}
+    init_max: dict[str, Decimal] = {}
+    for c in spec.get("initContainers") or []:
+        req = _container_requests(c)
+        if c.get("restartPolicy") == "Always":
+            for k, v in req.items():
+                sidecars[k] = sidecars.get(k, Decimal(0)) + v
+            continue
+        for k, v in req.items():  # an init container runs beside the sidecars started before it
+            init_max[k] = max(init_max.get(k, Decimal(0)), v + sidecars.get(k, Decimal(0)))
+    for k, v in sidecars.items():
+        total[k] = total.get(k, Decimal(0)) + v
+    for k, v in init_max.items():
+        total[k] = max(total.get(k, Decimal(0)), v)
+    for k, v in (spec.get("overhead") or {}).items():
+        total[k] = total.get(k, Decimal(0)) + _q(v)
+    return total
+
+
+def _non_zero(pod: Obj) -> tuple[Decimal, Decimal]:
+    """(cpu cores, memory bytes) with kube's defaults for containers that request neither."""
+    cpu = mem = Decimal(0)
+    for c in _spec(pod).get("containers") or []:
+        req = _container_requests(c)
+        cpu += req.get("cpu", Decimal(DEFAULT_MILLI_CPU) / 1000)
+        mem += req.get("memory", Decimal(DEFAULT_MEMORY))
+    return cpu, mem
+
+
+def _allocatable(node: Obj) -> dict[str, Decimal]:
+    return {k: _q(v) for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()}
+
+
+@dataclass
+class NodeInfo:
+    """A Node and the Pods bound to it (terminal ones left out, as kube's cache leaves them)."""
+
+    node: Obj
+    pods: list[Obj] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return _name(self.node)
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return _labels(self.node)
+
+    def requested(self) -> dict[str, Decimal]:
+        total: dict[str, Decimal] = {}
+        for p in self.pods:
+            for k, v in pod_requests(p).items():
+                total[k] = total.get(k, Decimal(0)) + v
+        return total
+
+
+def build_node_infos(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[NodeInfo]:
+    infos = {_name(n): NodeInfo(n) for n in nodes}
+    for p in pods:
+        info = infos.get(str(_spec(p).get("nodeName") or ""))
+        if info is not None and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            info.pods.append(p)
+    return sorted(infos.values(), key=lambda i: i.name)
+
+
+# ---- filters --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FilterStatus:
+    """Why a Node was rejected; ``unresolvable``: kube's UnschedulableAndUnresolvable (preemption
+    cannot help there)."""
+
+    reasons: tuple[str, ...]
+    unresolvable: bool = False
+
+
+def filter_unschedulable(pod: Obj, info: NodeInfo) -> FilterStatus | None:
+    if not _spec(info.node).get("unschedulable"):
+        return None
+    taint = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+    if any(tolerates(t, taint) for t in _spec(pod).get("tolerations") or []):
+        return None
+    return FilterStatus((ERR_UNSCHEDULABLE,), True)
+
+
+def filter_node_name(pod: Obj, info: NodeInfo) -> FilterStatus | None:
+    wanted = _spec(pod).get("nodeName")
+    return FilterStatus((ERR_NODE_NAME,), True) if wanted and wanted != info.name else None
+
+
+def filter_taints(pod: Obj, info: NodeInfo) -> FilterStatus | None:
+    bad = _untolerated(pod, info.node, ("NoSchedule", "NoExecute"))
+    if not bad:
+        return None
+    taint = bad[0]
+    return FilterStatus((f"node(s) had untolerated taint {{{taint.get('key') or ''}: {taint.get('value') or ''}}}",), True)
+
+
+def filter_node_affinity(pod: Obj, info: NodeInfo) -> FilterStatus | None:
+    return None if node_matches_affinity(pod, info.node) else FilterStatus((ERR_NODE_AFFINITY,), True)
+
+
+def _host_ports(pod: Obj) -> list[tuple[str, str, int]]:
+    out = []
+    for c in [*(_spec(pod).get("initContainers") or []), *(_spec(pod).get("containers") or [])]:
+        for p in c.get("ports") or []:
+            if int(p.get("hostPort") or 0) > 0:
+                out.append((str(p.get("hostIP") or "0.0.0.0"), str(p.get("protocol") or "TCP"), int(p["hostPort"])))
+    return out
+
+
+def filter_ports(pod: Obj, info: NodeInfo) -> FilterStatus | None:
+    """kube's HostPortInfo.CheckConflict: same protocol and port, and 0.0.0.0 on either side or the
+    same address."""
+    wanted = _host_ports(pod)
+    if not wanted:
+        return None
+    used = [u for p in info.pods for u in _host_ports(p)]
+    for ip, proto, port in wanted:
+        for uip, uproto, uport in used:
+            if proto == uproto and port == uport and (ip == uip or "0.0.0.0" in (ip, uip)):
+                return FilterStatus((ERR_NODE_PORTS,))
+    return None
+
+
+def filter_resources(pod: Obj, info: NodeInfo) -> FilterStatus | None:
+    """NodeResourcesFit: the Pod count, then every resource the Pod requests against what is left."""
+    allocatable = _allocatable(info.node)
+    reasons = []
+    if len(info.pods) + 1 > allocatable.get("pods", Decimal(0)):
+        reasons.append(ERR_TOO_MANY_PODS)
+    requested = info.requested()
+    for name, want in sorted(pod_requests(pod).items(), key=lambda kv: _RESOURCE_ORDER.get(kv[0], 9)):
+        if want > 0 and want > allocatable.get(name, Decimal(0)) - requested.get(name, Decimal(0)):
+            reasons.append(f"Insufficient {name}")
+    return FilterStatus(tuple(reasons)) if reasons else None
+
+
+_RESOURCE_ORDER = {"cpu": 0, "memory": 1, "ephemeral-storage": 2}
+
+
+# ---- pod (anti-)affinity --------------------------------------------------------------------------
+
+def _affinity_selector(term: Obj, owner: Obj) -> Obj | None:
+    """The term's labelSelector with matchLabelKeys / mismatchLabelKeys folded in from the Pod that
+    owns the term (what kube-apiserver v1.31+ writes into the selector at creation)."""
+    selector = term.get("labelSelector")
+    keys, mismatch = term.get("matchLabelKeys") or [], term.get("mismatchLabelKeys") or []
+    if selector is None or not (keys or mismatch):
+        return selector
+    labels = _labels(owner)
+    exprs = list(selector.get("matchExpressions") or [])
+    exprs += [{"key": k, "operator": "In", "values": [labels[k]]} for k in keys if k in labels]
+    exprs += [{"key": k, "operator": "NotIn", "values": [labels[k]]} for k in mismatch if k in labels]
+    return {**selector, "matchExpressions": exprs}
+
+
+def term_matches(term: Obj, owner: Obj, other: Obj, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+    """kube's AffinityTerm.Matches: ``other`` is in the term's namespaces (listed, selected, or the
+    owner's own when neither is given) and its labels match the selector."""
+    namespaces = term.get("namespaces") or []
+    ns_selector = term.get("namespaceSelector")
+    ns = _namespace(other)
+    if not namespaces and ns_selector is None:
+        in_ns = ns == _namespace(owner)
+    else:
+        in_ns = ns in namespaces or (
+            ns_selector is not None and label_selector_matches(ns_selector, namespace_labels.get(ns, {}))
+        )
+    return in_ns and label_selector_matches(_affinity_selector(term, owner), _labels(other))
+
+
+def _pod_affinity(pod: Obj, kind: str, when: str) -> list[Obj]:
+    return list(((_spec(pod).get("affinity") or {}).get(kind) or {}).get(when) or [])
+
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _same_domain(key: str, a: NodeInfo, b: NodeInfo) -> bool:
+    return key in a.labels and key in b.labels and a.labels[key] == b.labels[key]
+
+
+def filter_inter_pod_affinity(
+    pod: Obj, info: NodeInfo, infos: Sequence[NodeInfo], namespace_labels: Mapping[str, Mapping[str, str]],
+) -> FilterStatus | None:
+    """Required pod affinity, the Pod's anti-affinity, then existing Pods' anti-affinity, in kube's order."""
+    affinity = _pod_affinity(pod, "podAffinity", REQUIRED)
+    if affinity:
+        if any(t.get("topologyKey") not in info.labels for t in affinity):
+            return FilterStatus((ERR_AFFINITY,), True)
+        # kube's affinityCounts: existing Pods matching a term, per domain of their Node.
+        counted = [(term, o) for term in affinity for o in infos if str(term.get("topologyKey")) in o.labels
+                   for p in o.pods if term_matches(term, pod, p, namespace_labels)]
+        exist = all(any(t is term and _same_domain(str(term["topologyKey"]), o, info) for t, o in counted)
+                    for term in affinity)
+        # The first Pod of a group that selects itself may go anywhere the keys exist (kube).
+        first = not counted and all(term_matches(t, pod, pod, namespace_labels) for t in affinity)
+        if not exist and not first:
+            return FilterStatus((ERR_AFFINITY,), True)
+    for term in _pod_affinity(pod, "podAntiAffinity", REQUIRED):
+        key = str(term.get("topologyKey"))
+        if any(_same_domain(key, o, info) and any(term_matches(term, pod, p, namespace_labels) for p in o.pods)
+               for o in infos):
+            return FilterStatus((ERR_ANTI_AFFINITY,))
+    for o in infos:
+        for p in o.pods:
+            for term in _pod_affinity(p, "podAntiAffinity", REQUIRED):
+                if _same_domain(str(term.get("topologyKey")), o, info) and term_matches(term, p, pod, namespace_labels):
+                    return FilterStatus((ERR_EXISTING_ANTI_AFFINITY,))
+    return None
+
+
+# ---- topology spread ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Constraint:
+    key: str
+    max_skew: int
+    selector: Obj | None
+    min_domains: int = 1
+    affinity_policy: str = "Honor"
+    taints_policy: str = "Ignore"
+
+
+def _constraints(pod: Obj, action: str) -> list[_Constraint]:
+    out = []
+    labels = _labels(pod)
+    for c in _spec(pod).get("topologySpreadConstraints") or []:
+        if (c.get("whenUnsatisfiable") or "DoNotSchedule") != action:
+            continue
+        selector = c.get("labelSelector")
+        keys = [k for k in c.get("matchLabelKeys") or [] if k in labels]
+        if selector is not None and keys:
+            exprs = [*(selector.get("matchExpressions") or []),
+                     *({"key": k, "operator": "In", "values": [labels[k]]} for k in keys)]
+            selector = {**selector, "matchExpressions": exprs}
+        out.append(_Constraint(
+            str(c.get("topologyKey")), int(c.get("maxSkew") or 1), selector, int(c.get("minDomains") or 1),
+            str(c.get("nodeAffinityPolicy") or "Honor"), str(c.get("nodeTaintsPolicy") or "Ignore"),
+        ))
+    return out
+
+
+def _controller_of(pod: Obj) -> tuple[str, str] | None:
+    for ref in _meta(pod).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") in SPREADING_OWNERS:
+            return str(ref.get("kind")), str(ref.get("uid") or ref.get("name"))
+    return None
+
+
+def _system_default_constraints(pod: Obj) -> list[_Constraint]:
+    """kube's default spreading (ScheduleAnyway, hostname maxSkew 3, zone maxSkew 5) for Pods of a
+    controller; kube selects by the Services', ReplicaSets' and StatefulSets' selectors, here by
+    the controller that owns the Pod."""
+    return [_Constraint(key, skew, None) for key, skew in SYSTEM_DEFAULT_CONSTRAINTS] if _controller_of(pod) else []
+
+
+def _spread_counts(pod: Obj, constraint: _Constraint, other: Obj) -> bool:
+    """Whether ``other`` counts for the constraint: same namespace, not terminating, selected."""
+    if _namespace(other) != _namespace(pod) or _meta(other).get("deletionTimestamp"):
+        return False
+    if constraint.selector is None:  # system default: the Pods of the same controller
+        return _controller_of(other) == _controller_of(pod)
+    return label_selector_matches(constraint.selector, _labels(other))
+
+
+def _spread_eligible(pod: Obj, c: _Constraint, info: NodeInfo) -> bool:
+    if c.affinity_policy == "Honor" and not node_matches_affinity(pod, info.node):
+        return False
+    return not (c.taints_policy == "Honor" and _untolerated(pod, info.node, ("NoSchedule", "NoExecute")))
+
+
+def filter_topology_spread(pod: Obj, info: NodeInfo, infos: Sequence[NodeInfo]) -> FilterStatus | None:
+    constraints = _constraints(pod, "DoNotSchedule")
+    if not constraints:
+        return None
+    if any(c.key not in info.labels for c in constraints):
+        return FilterStatus((ERR_SPREAD_LABEL,), True)
+    for c in constraints:
+        domains: dict[str, int] = {}
+        for o in infos:
+            if all(k.key in o.labels for k in constraints) and _spread_eligible(pod, c, o):
+                domains.setdefault(o.labels[c.key], 0)
+                domains[o.labels[c.key]] += sum(_spread_counts(pod, c, p) for p in o.pods)
+        minimum = min(domains.values()) if domains else 0
+        if len(domains) < c.min_domains:
+            minimum = 0
+        self_match = 1 if c.selector is not None and label_selector_matches(c.selector, _labels(pod)) else 0
+        if domains.get(info.labels[c.key], 0) + self_match - minimum > c.max_skew:
+            return FilterStatus((ERR_SPREAD,))
+    return None
+
+
+# ---- the filter pass ------------------------------------------------------------------------------
+
+def filter_node(
+    pod: Obj, info: NodeInfo, infos: Sequence[NodeInfo],
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> FilterStatus | None:
+    """kube's RunFilterPlugins: the first plugin to reject the Node decides."""
+    ns_labels = namespace_labels or {}
+    for check in (filter_unschedulable, filter_node_name, filter_taints, filter_node_affinity, filter_ports,
+                  filter_resources):
+        status = check(pod, info)
+        if status is not None:
+            return status
+    return filter_topology_spread(pod, info, infos) or filter_inter_pod_affinity(pod, info, infos, ns_labels)
+
+
+def feasible(
+    pod: Obj, infos: Sequence[NodeInfo], namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> tuple[list[NodeInfo], dict[str, FilterStatus]]:
+    """The Nodes that pass every filter, and why each other one did not."""
+    ok, failed = [], {}
+    for info in infos:
+        status = filter_node(pod, info, infos, namespace_labels)
+        if status is None:
+            ok.append(info)
+        else:
+            failed[info.name] = status
+    return ok, failed
+
+
+# ---- scores ---------------------------------------------------------------------------------------
+
+def _normalize(scores: dict[str, float], *, reverse: bool = False) -> dict[str, int]:
+    """kube's DefaultNormalizeScore."""
+    top = max(scores.values(), default=0)
+    if top == 0:
+        return {n: MAX_SCORE if reverse else 0 for n in scores}
+    out = {n: int(MAX_SCORE * s // top) for n, s in scores.items()}
+    return {n: MAX_SCORE - s for n, s in out.items()} if reverse else out
+
+
+def score_taints(pod: Obj, nodes: Sequence[NodeInfo]) -> dict[str, int]:
+    """TaintToleration: fewer untolerated PreferNoSchedule taints, higher."""
+    return _normalize({i.name: len(_untolerated(pod, i.node, ("PreferNoSchedule",))) for i in nodes}, reverse=True)
+
+
+def score_node_affinity(pod: Obj, nodes: Sequence[NodeInfo]) -> dict[str, int]:
+    preferred = ((_spec(pod).get("affinity") or {}).get("nodeAffinity") or {}).get(PREFERRED) or []
+    raw = {
+        i.name: float(sum(int(t.get("weight") or 0) for t in preferred
+                          if _selector_term_matches(t.get("preference") or {}, i.node)))
+        for i in nodes
+    }
+    return _normalize(raw)
+
+
+def score_least_allocated(pod: Obj, nodes: Sequence[NodeInfo]) -> dict[str, int]:
+    """NodeResourcesFit's LeastAllocated over cpu and memory (weight 1 each), with non-zero requests."""
+    cpu, mem = _non_zero(pod)
+    out = {}
+    for i in nodes:
+        alloc = _allocatable(i.node)
+        used = [_non_zero(p) for p in i.pods]
+        total = 0
+        for k, want, have in (("cpu", cpu, sum((u[0] for u in used), Decimal(0))),
+                              ("memory", mem, sum((u[1] for u in used), Decimal(0)))):
+            cap = alloc.get(k, Decimal(0))
+            req = want + have
+            total += 0 if cap == 0 or req > cap else int((cap - req) * MAX_SCORE / cap)
+        out[i.name] = total // 2
+    return out
+
+
+def score_balanced(pod: Obj, nodes: Sequence[NodeInfo]) -> dict[str, int]:
+    """NodeResourcesBalancedAllocation: 100 * (1 - the spread of the cpu and memory fractions)."""
+    want = pod_requests(pod)
+    out = {}
+    for i in nodes:
+        alloc, used = _allocatable(i.node), i.requested()
+        fractions = []
+        for k in ("cpu", "memory"):
+            cap = alloc.get(k, Decimal(0))
+            if cap > 0:
+                fractions.append(min(1.0, float((used.get(k, Decimal(0)) + want.get(k, Decimal(0))) / cap)))
+        std = abs(fractions[0] - fractions[1]) / 2 if len(fractions) == 2 else 0.0
+        out[i.name] = int((1 - std) * MAX_SCORE)
+    return out
+
+
+def score_topology_spread(pod: Obj, nodes: Sequence[NodeInfo], infos: Sequence[NodeInfo]) -> dict[str, int]:
+    """PodTopologySpread's score: fewer matching Pods in the Node's domains, higher (ScheduleAnyway
+    constraints, or kube's system defaults for a Pod with none)."""
+    explicit = bool(_spec(pod).get("topologySpreadConstraints"))
+    constraints = _constraints(pod, "ScheduleAnyway") if explicit else _system_default_constraints(pod)
+    if not constraints:
+        return {i.name: 0 for i in nodes}
+    ignored = {i.name for i in nodes if explicit and any(c.key not in i.labels for c in constraints)}
+    raw: dict[str, int] = {}
+    for i in nodes:
+        if i.name in ignored:
+            continue
+        score = 0.0
+        for c in constraints:
+            if c.key not in i.labels:
+                continue
+            domains = {o.labels[c.key] for o in nodes if c.key in o.labels and o.name not in ignored}
+            weight = math.log(len(domains) + 2)
+            count = sum(_spread_counts(pod, c, p) for o in infos if c.key in o.labels
+                        and o.labels[c.key] == i.labels[c.key] and _spread_eligible(pod, c, o) for p in o.pods)
+            score += count * weight + (c.max_skew - 1)
+        raw[i.name] = round(score)
+    top, low = max(raw.values(), default=0), min(raw.values(), default=0)
+    out = {}
+    for i in nodes:
+        if i.name in ignored:
+            out[i.name] = 0
+        elif top == 0:
+            out[i.name] = MAX_SCORE
+        else:
+            out[i.name] = MAX_SCORE * (top + low - raw[i.name]) // top
+    return out
+
+
+def score_inter_pod_affinity(
+    pod: Obj, nodes: Sequence[NodeInfo], infos: Sequence[NodeInfo],
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, int]:
+    """InterPodAffinity's score: the Pod's preferred terms over existing Pods, and existing Pods'
+    required (weight 1) and preferred terms over the Pod, summed per topology domain."""
+    ns_labels = namespace_labels or {}
+    domains: dict[tuple[str, str], float] = {}
+
+    def add(key: str, info: NodeInfo, weight: float) -> None:
+        if key in info.labels:
+            domains[(key, info.labels[key])] = domains.get((key, info.labels[key]), 0.0) + weight
+
+    mine = [(t.get("podAffinityTerm") or {}, int(t.get("weight") or 0)) for t in _pod_affinity(pod, "podAffinity", PREFERRED)]
+    mine += [(t.get("podAffinityTerm") or {}, -int(t.get("weight") or 0))
+             for t in _pod_affinity(pod, "podAntiAffinity", PREFERRED)]
+    for o in infos:
+        for p in o.pods:
+            for term, weight in mine:
+                if term_matches(term, pod, p, ns_labels):
+                    add(str(term.get("topologyKey")), o, weight)
+            theirs = [(t, 1) for t in _pod_affinity(p, "podAffinity", REQUIRED)]
+            theirs += [(t.get("podAffinityTerm") or {}, int(t.get("weight") or 0))
+                       for t in _pod_affinity(p, "podAffinity", PREFERRED)]
+            theirs += [(t.get("podAffinityTerm") or {}, -int(t.get("weight") or 0))
+                       for t in _pod_affinity(p, "podAntiAffinity", PREFERRED)]
+            for term, weight in theirs:
+                if term_matches(term, p, pod, ns_labels):
+                    add(str(term.get("topologyKey")), o, weight)
+    raw = {i.name: sum(w for (k, v), w in domains.items() if i.labels.get(k) == v) for i in nodes}
+    top, low = max(raw.values(), default=0.0), min(raw.values(), default=0.0)
+    diff = top - low
+    return {n: int(MAX_SCORE * (s - low) / diff) if diff > 0 else 0 for n, s in raw.items()}
+
+
+def score_nodes(
+    pod: Obj, nodes: Sequence[NodeInfo], infos: Sequence[NodeInfo],
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, int]:
+    """Every feasible Node's weighted sum of the default profile's scores."""
+    parts = {
+        "TaintToleration": score_taints(pod, nodes),
+        "NodeAffinity": score_node_affinity(pod, nodes),
+        "PodTopologySpread": score_topology_spread(pod, nodes, infos),
+        "InterPodAffinity": score_inter_pod_affinity(pod, nodes, infos, namespace_labels),
+        "NodeResourcesFit": score_least_allocated(pod, nodes),
+        "NodeResourcesBalancedAllocation": score_balanced(pod, nodes),
+    }
+    return {i.name: sum(WEIGHTS[k] * s.get(i.name, 0) for k, s in parts.items()) for i in nodes}
+
+
+def pick(scores: Mapping[str, int], rng: random.Random | None = None) -> str:
+    """The highest score; among equals one at random (kube's selectHost)."""
+    top = max(scores.values())
+    return (rng or random).choice(sorted(n for n, s in scores.items() if s == top))
+
+
+# ---- the outcome ----------------------------------------------------------------------------------
+
+def _histogram(reasons: Iterable[str]) -> str:
+    counts: dict[str, int] = {}
+    for r in reasons:
+        counts[r] = counts.get(r, 0) + 1
+    return ", ".join(sorted(f"{n} {r}" for r, n in counts.items()))
+
+
+def failure_message(pod: Obj, total: int, failed: Mapping[str, FilterStatus], victims: Iterable[str] = ()) -> str:
+    """kube's FitError text: "0/N nodes are available: <reasons>. preemption: 0/N nodes are
+    available: <why preemption does not help>." ``victims``: Nodes where preemption would help."""
+    if total == 0:
+        return NO_NODES
+    msg = f"0/{total} nodes are available: {_histogram(r for s in failed.values() for r in s.reasons)}."
+    if (_spec(pod).get("preemptionPolicy") or "PreemptLowerPriority") == "Never":
+        return f"{msg} {PREEMPTION_NEVER}."
+    helpful = set(victims)
+    post = [PREEMPTION_NOT_HELPFUL if s.unresolvable else NO_VICTIMS
+            for n, s in failed.items() if n not in helpful]
+    return f"{msg} preemption: 0/{total} nodes are available: {_histogram(post)}."
+
+
+def wants_scheduling(pod: Obj) -> bool:
+    """Ours to place: unbound, for the default scheduler, no scheduling gates, not finished or
+    being deleted."""
+    spec = _spec(pod)
+    return (
+        not spec.get("nodeName")
+        and (spec.get("schedulerName") or DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
+        and not spec.get("schedulingGates")
+        and not _meta(pod).get("deletionTimestamp")
+        and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    )
+
+
+# ---- the controller -------------------------------------------------------------------------------
+
+def _node_changed(old: Any | None, new: Any) -> bool:
+    """Node events that can make a Pod fit (kube's queueing hints): not the kubelet's heartbeats."""
+    if old is None:
+        return True
+    a, b = old.to_dict(), new.to_dict()
+    return bool(
+        _labels(a) != _labels(b) or a.get("spec") != b.get("spec")
+        or (a.get("status") or {}).get("allocatable") != (b.get("status") or {}).get("allocatable")
+    )
+
+
+def _pod_changed(old: Any | None, new: Any) -> bool:
+    """Pod events that matter: any of an unbound Pod; of a bound one only what can free or take room
+    (added, deleted, bound, relabelled, finished), not the kubelet's status updates."""
+    if old is None:
+        return True
+    a, b = old.to_dict(), new.to_dict()
+    if not _spec(b).get("nodeName"):
+        return True
+    return bool(
+        _spec(a).get("nodeName") != _spec(b).get("nodeName") or _labels(a) != _labels(b)
+        or (a.get("status") or {}).get("phase") != (b.get("status") or {}).get("phase")
+        or _meta(a).get("deletionTimestamp") != _meta(b).get("deletionTimestamp")
+    )
+
+
+class Scheduler:
+    """kube-scheduler for one cluster: one worker, so every decision sees the ones before it."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        pods: Informer[Pod],
+        nodes: Informer[Node],
+        recorder: EventRecorder | None = None,
+        *,
+        namespaces: Informer[Namespace] | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """recorder: used as is when its component is ``default-scheduler`` (the Events' source, as
+        kube's); otherwise the scheduler writes through a recorder of its own on the same client.
+        namespaces: for pod affinity terms' namespaceSelector (without it a selector other than
+        {} matches no namespace but the listed ones)."""
+        self.client = client
+        self.pods = pods
+        self.nodes = nodes
+        self.namespaces = namespaces
+        self._own_recorder = recorder is None or recorder.component != SCHEDULER_COMPONENT
+        self.recorder: EventRecorder = (
+            recorder if recorder is not None and not self._own_recorder else EventRecorder(client, SCHEDULER_COMPONENT)
+        )
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self._assumed: dict[str, tuple[str, float, Obj]] = {}
+        self.controller = Controller(
+            "kubelite-scheduler", self.reconcile, workers=1, backoff_base=BACKOFF_INITIAL, backoff_cap=BACKOFF_MAX,
+        )
+        self.controller.watch(pods, self._pod_keys, predicate=_pod_changed)
+        self.controller.watch(nodes, lambda _n: self._pending_keys(), predicate=_node_changed, initial=False)
+
+    async def run(self) -> None:
+        try:
+            await self.controller.run()
+        finally:
+            if self._own_recorder:
+                with contextlib.suppress(Exception):
+                    await self.recorder.aclose()
+
+    def _pending_keys(self) -> list[str]:
+        return [object_key(p) for p in self.pods.cache.list() if wants_scheduling(p.to_dict())]
+
+    def _pod_keys(self, pod: Any) -> list[str]:
+        """The Pod itself when unbound; a bound Pod's change (gone, relabelled, finished) may make
+        room for every pending one (kube's AssignedPod events)."""
+        data = pod.to_dict()
+        if not _spec(data).get("nodeName"):
+            return [object_key(pod)]
+        self._assumed.pop(object_key(pod), None)
+        return self._pending_keys()
+
+    def _snapshot(self) -> list[NodeInfo]:
+        now = self.clock()
+        pods = {object_key(p): p.to_dict() for p in self.pods.cache.list()}
+        for key, (node, since, data) in list(self._assumed.items()):
+            seen = pods.get(key)
+            if seen is None or _spec(seen).get("nodeName") or now - since > ASSUMED_SECONDS:
+                del self._assumed[key]
+            else:
+                pods[key] = {**data, "spec": {**_spec(data), "nodeName": node}}
+        return build_node_infos((n.to_dict() for n in self.nodes.cache.list()), pods.values())
+
+    def _namespace_labels(self) -> dict[str, Mapping[str, str]]:
+        if self.namespaces is None:
+            return {}
+        return {_name(d): _labels(d) for d in (n.to_dict() for n in self.namespaces.cache.list())}
+
+    async def reconcile(self, key: str) -> Result | None:
+        obj = self.pods.cache.get(key)
+        if obj is None or key in self._assumed:
+            return None
+        pod = obj.to_dict()
+        if not wants_scheduling(pod):
+            return None
+        infos = self._snapshot()
+        ns_labels = self._namespace_labels()
+        ok, failed = feasible(pod, infos, ns_labels)
+        if not ok:
+            await self._unschedulable(obj, pod, failure_message(pod, len(infos), failed))
+            return Result(requeue=True)
+        node = ok[0].name if len(ok) == 1 else pick(score_nodes(pod, ok, infos, ns_labels), self.rng)
+        return await self._bind(obj, pod, node)
+
+    async def _bind(self, obj: Pod, pod: Obj, node: str) -> Result | None:
+        ns, name = _namespace(pod), _name(pod)
+        binding = Pod.Binding(
+            metadata=ObjectMeta(name=name, namespace=ns, uid=_meta(pod).get("uid")),
+            target=ObjectReference(apiVersion="v1", kind="Node", name=node),
+        )
+        try:
+            await self.client.create(binding, name, namespace=ns)
+        except ApiError as e:
+            if is_not_found(e):
+                return None
+            if e.status.code == 409:  # bound meanwhile (by someone else): nothing left to do
+                return None
+            raise
+        self._assumed[object_key(obj)] = (node, self.clock(), pod)
+        log.info("pod scheduled", extra={"pod": f"{ns}/{name}", "node": node})
+        self.recorder.normal(obj, "Scheduled", f"Successfully assigned {ns}/{name} to {node}")
+        return None
+
+    async def _unschedulable(self, obj: Pod, pod: Obj, message: str) -> None:
+        ns, name = split_key(object_key(obj))
+        self.recorder.warning(obj, "FailedScheduling", message)
+        conditions = [c for c in (pod.get("status") or {}).get("conditions") or []]
+        old = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+        if old is not None and old.get("status") == "False" and old.get("message") == message:
+            return
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                     "lastTransitionTime": now if old is None or old.get("status") != "False"
+                     else old.get("lastTransitionTime")}
+        conditions = [c for c in conditions if c.get("type") != "PodScheduled"] + [condition]
+        try:
+            await self.client.patch(
+                Pod.Status, name, {"status": {"conditions": conditions}}, namespace=ns,
+                patch_type=PatchType.MERGE, field_manager=SCHEDULER_COMPONENT,
+            )
+        except ApiError as e:
+            if not is_not_found(e):
+                raise
+        log.info("pod unschedulable", extra={"pod": f"{ns}/{name}", "reason": message})
+
