@@ -31,8 +31,6 @@ from decimal import Decimal
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
-from lightkube.models.core_v1 import ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
@@ -768,6 +766,10 @@ def _pod_changed(old: Any | None, new: Any) -> bool:
     )
 
 
+class BindingError(Exception):
+    """The apiserver refused a Binding for a reason that a retry may cure."""
+
+
 class Scheduler:
     """kube-scheduler for one cluster: one worker, so every decision sees the ones before it."""
 
@@ -782,17 +784,18 @@ class Scheduler:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """recorder: used as is when its component is ``default-scheduler`` (the Events' source, as
-        kube's); otherwise the scheduler writes through a recorder of its own on the same client.
+        """recorder: kube-lite's; the scheduler writes through its ``default-scheduler`` child (the
+        Events' source, as kube's), or through a recorder of its own when none is given.
         namespaces: for pod affinity terms' namespaceSelector (without it a selector other than
         {} matches no namespace but the listed ones)."""
         self.client = client
         self.pods = pods
         self.nodes = nodes
         self.namespaces = namespaces
-        self._own_recorder = recorder is None or recorder.component != SCHEDULER_COMPONENT
+        self._own_recorder = recorder is None
         self.recorder: EventRecorder = (
-            recorder if recorder is not None and not self._own_recorder else EventRecorder(client, SCHEDULER_COMPONENT)
+            EventRecorder(client, SCHEDULER_COMPONENT, host="") if recorder is None
+            else recorder if recorder.component == SCHEDULER_COMPONENT else recorder.child(SCHEDULER_COMPONENT)
         )
         self.rng = rng or random.Random()
         self.clock = clock
@@ -857,18 +860,20 @@ class Scheduler:
 
     async def _bind(self, obj: Pod, pod: Obj, node: str) -> Result | None:
         ns, name = _namespace(pod), _name(pod)
-        binding = Pod.Binding(
-            metadata=ObjectMeta(name=name, namespace=ns, uid=_meta(pod).get("uid")),
-            target=ObjectReference(apiVersion="v1", kind="Node", name=node),
-        )
-        try:
-            await self.client.create(binding, name, namespace=ns)
-        except ApiError as e:
-            if is_not_found(e):
-                return None
-            if e.status.code == 409:  # bound meanwhile (by someone else): nothing left to do
-                return None
-            raise
+        binding = {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": ns, "uid": _meta(pod).get("uid")},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        # kube-apiserver answers a Binding with a Status, which lightkube's create() cannot decode
+        # as a Binding: the request goes through the client's own transport instead.
+        inner = self.client._client._client
+        resp = await inner.post(f"/api/v1/namespaces/{ns}/pods/{name}/binding", json=binding)
+        if resp.status_code in (404, 409):  # gone, or bound meanwhile (by someone else): nothing to do
+            log.info("pod not bound", extra={"pod": f"{ns}/{name}", "node": node, "status": resp.status_code})
+            return None
+        if resp.status_code >= 300:
+            raise BindingError(f"binding {ns}/{name} to {node}: {resp.status_code} {resp.text[:300]}")
         self._assumed[object_key(obj)] = (node, self.clock(), pod)
         log.info("pod scheduled", extra={"pod": f"{ns}/{name}", "node": node})
         self.recorder.normal(obj, "Scheduled", f"Successfully assigned {ns}/{name} to {node}")
