@@ -23,6 +23,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Secret, Service, ServiceAccount
 
 from isthmus.kube.client import client_for, load_config
+from isthmus.kube.helpers import install_crds
 from isthmus.kube.manifests import apply, deploy_dir, render
 from isthmus.kube.tokens import ServiceAccountToken, request_token
 from tests.harness.apiserver import RunningApiServer
@@ -44,6 +45,7 @@ async def installed(tmp_path: Path) -> AsyncIterator[RunningApiServer]:
     await run.start()
     admin = run.client()
     try:
+        await asyncio.wait_for(install_crds(admin), 60)  # deploy/crds/*: deploy/member carries none
         await asyncio.wait_for(apply(admin, render(deploy_dir() / "member"), field_manager="test"), 60)
         yield run
     finally:

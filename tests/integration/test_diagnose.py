@@ -282,8 +282,9 @@ async def test_missing_crd_fails_crds(env: Env) -> None:
             return d
 
         c = check(await eventually(missing, timeout=10), "c2", "crds")
-        assert c.details == [f"{name}: not installed (expected v1alpha1)"]
-        assert c.next is not None and c.next.startswith("isthmus crds | kubectl")
+        assert c.details[0] == f"{name}: not installed (expected v1alpha1)"
+        assert "serviceexports.multicluster.x-k8s.io: installed by Isthmus" in c.details
+        assert c.next is not None and "isthmus crds --only shared | kubectl" in c.next
     finally:
         await install_crds(client, field_manager="test")
 

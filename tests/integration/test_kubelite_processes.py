@@ -524,6 +524,7 @@ async def test_member_manifests_run_as_their_service_accounts(tmp_path: Path) ->
     await lite.start()
     try:
         async with asyncio.timeout(60):
+            await install_crds(client)  # deploy/crds/*: deploy/member carries none
             await apply(client, render(deploy_dir() / "member"), field_manager="isthmus-test")
         ns = "isthmus-system"
 

@@ -44,12 +44,13 @@ def kubectl_kustomize(path: Path) -> list[dict[str, Any]]:
 
 def test_deploy_dir_is_the_checkout_deploy() -> None:
     assert (DEPLOY / "member" / "kustomization.yaml").is_file()
-    assert (DEPLOY / "crds").is_dir()
+    assert (DEPLOY / "crds" / "shared").is_dir()
 
 
 def test_every_base_is_found() -> None:
     names = {p.relative_to(DEPLOY).as_posix() for p in kustomizations()}
-    assert {"member", "member/agent", "member/dns", "crds"} <= names
+    assert {"member", "member/agent", "member/dns", "crds/isthmus", "crds/shared"} <= names
+    assert "crds" not in names  # one kustomization for both would let `delete -k` take other projects' CRDs
 
 
 @needs_kubectl

@@ -13,7 +13,15 @@ from typer.testing import CliRunner
 
 from isthmus.api import CRD_MODELS
 from isthmus.api.base import CONDITION_REASON_PATTERN, CONDITION_TYPE_PATTERN, Condition
-from isthmus.api.crdgen import SchemaError, all_crds, crd_file_name, crd_for, openapi_schema
+from isthmus.api.crdgen import (
+    SchemaError,
+    all_crds,
+    crd_dir,
+    crd_file_name,
+    crd_for,
+    is_shared,
+    openapi_schema,
+)
 from isthmus.api.mcs import Cluster, ServiceExport, ServiceImport
 from isthmus.cli.main import app
 
@@ -186,7 +194,7 @@ def test_free_form_dict_preserves_unknown_fields_and_unions_are_rejected() -> No
 def test_deploy_crds_are_up_to_date() -> None:
     """deploy/crds is generated output: regenerate with `isthmus crds --output-dir deploy/crds`."""
     for crd in CRDS:
-        path = REPO / "deploy" / "crds" / crd_file_name(crd)
+        path = REPO / "deploy" / "crds" / crd_dir(crd) / crd_file_name(crd)
         assert yaml.safe_load(path.read_text()) == crd, f"{path} is stale"
 
 
@@ -202,11 +210,29 @@ def test_cli_writes_one_file_per_crd(tmp_path: Path) -> None:
     out = tmp_path / "crds"
     result = CliRunner().invoke(app, ["crds", "--output-dir", str(out)])
     assert result.exit_code == 0, result.output
-    files = sorted(p.name for p in out.iterdir())
-    assert files == sorted(crd_file_name(c) for c in CRDS)
-    assert "multicluster.x-k8s.io_serviceimports.yaml" in files
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.yaml"))
+    assert files == sorted([f"{crd_dir(c)}/{crd_file_name(c)}" for c in CRDS]
+                           + ["isthmus/kustomization.yaml", "shared/kustomization.yaml"])
+    assert "shared/multicluster.x-k8s.io_serviceimports.yaml" in files
+    assert "isthmus/isthmus.io_clusters.yaml" in files
     for crd in CRDS:
-        assert yaml.safe_load((out / crd_file_name(crd)).read_text()) == crd
+        assert yaml.safe_load((out / crd_dir(crd) / crd_file_name(crd)).read_text()) == crd
+    for directory in ("isthmus", "shared"):
+        assert (out / directory / "kustomization.yaml").read_text() == (
+            REPO / "deploy" / "crds" / directory / "kustomization.yaml").read_text()
+
+
+def test_cli_only_splits_ours_from_other_projects_apis() -> None:
+    """Other projects' APIs (mcs-api, Karmada) apart, so an admin can apply ours alone."""
+    shared = list(yaml.safe_load_all(CliRunner().invoke(app, ["crds", "--only", "shared"]).stdout))
+    assert sorted(c["metadata"]["name"] for c in shared) == [
+        "multiclusterservices.networking.karmada.io", "serviceexports.multicluster.x-k8s.io",
+        "serviceimports.multicluster.x-k8s.io"]
+    ours = list(yaml.safe_load_all(CliRunner().invoke(app, ["crds", "--only", "isthmus"]).stdout))
+    assert len(ours) + len(shared) == len(CRDS) and all(not is_shared(c) for c in ours)
+    assert all(c["metadata"]["labels"] == {"app.kubernetes.io/part-of": "isthmus"} for c in ours + shared)
+    bad = CliRunner().invoke(app, ["crds", "--only", "everything"])
+    assert bad.exit_code == 2 and "--only must be isthmus or shared" in bad.stderr
 
 
 def test_cli_unwritable_output_dir_is_exit_2(tmp_path: Path) -> None:

@@ -36,9 +36,8 @@ def test_the_manifests_use_the_api_names() -> None:
     assert binding["spec"]["policyName"] == BROKER_MEMBER_WRITES_POLICY
     text = str(policy["spec"])
     assert f"':{CLUSTER_SA_PREFIX}'" in text and SOURCE_CLUSTER_LABEL in text
-    assert {o["metadata"]["name"] for o in objs["CustomResourceDefinition"]} >= {
-        "brokers.isthmus.io", "clusters.isthmus.io", "exportedservices.isthmus.io",
-        "serviceimports.multicluster.x-k8s.io"}
+    # CRDs come from deploy/crds (deploy-broker installs them apart): `delete -k deploy/broker` keeps them
+    assert "CustomResourceDefinition" not in objs
 
 
 def test_another_namespace_moves_the_namespaced_objects_only() -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from isthmus.api.crdgen import all_crds, crd_file_name, to_yaml
+from isthmus.api.crdgen import OWN_DIR, SHARED_DIR, all_crds, crd_dir, crd_file_name, kustomization, to_yaml
 from isthmus.cli.app import MEMBERSHIP, command, fail
 from isthmus.cli.output import FORMATS, JSON, YAML, print_document
 from isthmus.diagnose.model import plural
@@ -27,17 +27,25 @@ def crds(
             file_okay=False,
         ),
     ] = None,
+    only: Annotated[str | None, typer.Option(
+        "--only", metavar=f"{OWN_DIR}|{SHARED_DIR}", autocompletion=lambda incomplete: [
+            f for f in (OWN_DIR, SHARED_DIR) if f.startswith(incomplete)],
+        help=f"Only Isthmus's own CRDs ({OWN_DIR}) or only the other projects' APIs it speaks "
+             f"({SHARED_DIR}: mcs-api, Karmada).")] = None,
 ) -> None:
     """Print the CRDs of every Isthmus resource, to apply with `kubectl apply -f -`.
 
-    YAML documents, or with -o json one List; --output-dir writes one file per CRD."""
+    YAML documents, or with -o json one List; --output-dir writes shared/ and isthmus/, one file per
+    CRD and a kustomization each (deploy/crds)."""
     if output not in (YAML, JSON):
         if output in FORMATS or output_dir is not None:
             raise fail(f"--output must be yaml or json, not {output!r}")
         # `crds -o DIR` was --output-dir's short spelling: -o is a format now, but such scripts still work.
         typer.echo(f"warning: crds -o DIR is deprecated: use --output-dir {output}", err=True)
         output_dir = Path(output)
-    manifests = all_crds()
+    if only not in (None, OWN_DIR, SHARED_DIR):
+        raise fail(f"--only must be {OWN_DIR} or {SHARED_DIR}, not {only!r}")
+    manifests = [c for c in all_crds() if only is None or crd_dir(c) == only]
     if output_dir is None:
         if output == JSON:
             print_document({"apiVersion": "v1", "kind": "List", "items": manifests}, JSON)
@@ -45,9 +53,11 @@ def crds(
             typer.echo(to_yaml(manifests), nl=False)
         return
     try:
-        output_dir.mkdir(parents=True, exist_ok=True)
+        for directory in sorted({crd_dir(c) for c in manifests}):
+            (output_dir / directory).mkdir(parents=True, exist_ok=True)
+            (output_dir / directory / "kustomization.yaml").write_text(kustomization(directory, manifests))
         for crd in manifests:
-            (output_dir / crd_file_name(crd)).write_text(to_yaml([crd]))
+            (output_dir / crd_dir(crd) / crd_file_name(crd)).write_text(to_yaml([crd]))
     except OSError as err:
         raise fail(f"cannot write CRDs to {output_dir}: {err.strerror or err}") from None
     typer.echo(f"wrote {plural(len(manifests), 'CRD')} to {output_dir}", err=True)

@@ -24,6 +24,7 @@ from isthmus.api.mcs import (
 from isthmus.clusterset.brokerinfo import BrokerInfo
 from isthmus.clusterset.cidrs import validate_cluster_id
 from isthmus.clusterset.control import CRD_TIMEOUT, FIELD_MANAGER, ClustersetError, get_if_kind
+from isthmus.clusterset.crds import ensure_crds
 from isthmus.kube import manifests
 from isthmus.kube.helpers import create_or_update
 
@@ -67,7 +68,7 @@ def normalize_cidr_range(cidrs: Sequence[str] | None) -> list[str]:
 
 
 def broker_manifests(namespace: str) -> list[dict[str, Any]]:
-    """deploy/broker rendered for `namespace`: the CRDs, the Namespace, the member Role and the
+    """deploy/broker rendered for `namespace`: the Namespace, the member Role and the
     member write policy (what `kubectl apply -k deploy/broker` installs in isthmus-broker)."""
     try:
         objs = manifests.render(manifests.deploy_dir() / "broker", namespace=namespace)
@@ -111,6 +112,7 @@ async def deploy_broker(
     ranges = normalize_cidr_range(cidr_range)
     wanted = BrokerSpec(clusterset_ip_enabled=enable_clusterset_ip, clusterset_ip_cidr_range=ranges)
     async with asyncio.timeout(CRD_TIMEOUT):
+        await ensure_crds(client, FIELD_MANAGER)  # deploy/broker has none: shared ones only where absent
         await manifests.apply(client, broker_manifests(namespace), FIELD_MANAGER)
 
     def mutate(current: Broker | None) -> Broker | None:

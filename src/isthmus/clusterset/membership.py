@@ -73,11 +73,11 @@ from isthmus.clusterset.control import (
     get_if_kind,
     list_if_kind,
 )
+from isthmus.clusterset.crds import apply_crd_plan, read_crd_plan
 from isthmus.kube.helpers import (
     create_or_update,
     ensure_deleted,
     get_or_none,
-    install_crds,
     is_conflict,
     list_all,
     status_code,
@@ -116,6 +116,7 @@ async def join(
     if problem is not None:
         raise ClustersetError(problem)
     namespace = info.namespace
+    crd_plan = await read_crd_plan(cluster_client)  # an incompatible shared CRD stops join before it registers
 
     current_sd = cast(
         ServiceDiscovery | None,
@@ -144,7 +145,7 @@ async def join(
         info = dataclasses.replace(info, token=await _member_token(broker_client, namespace, cluster_id))
 
     async with asyncio.timeout(CRD_TIMEOUT):
-        await install_crds(cluster_client, field_manager=FIELD_MANAGER)
+        await apply_crd_plan(cluster_client, crd_plan, FIELD_MANAGER)
     await ensure_namespace(cluster_client, AGENT_NAMESPACE)
     stored_info = dataclasses.replace(
         info,

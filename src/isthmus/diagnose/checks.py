@@ -24,6 +24,8 @@ from lightkube.resources.core_v1 import Node, Pod, Service
 
 from isthmus.api import CRD_MODELS
 from isthmus.api.base import find_condition
+from isthmus.api.crdcompat import ISTHMUS, incompatibilities, installed_by, not_stored
+from isthmus.api.crdgen import all_crds, is_shared
 from isthmus.api.egress import ClaimPhase, ExternalService, Gateway, SourceIP, SourceIPClaim
 from isthmus.api.lb import LoadBalancerPool
 from isthmus.api.mcs import (
@@ -170,9 +172,11 @@ def check_clock(t: Target, env: Env) -> Check:
 
 
 async def check_crds(t: Target, env: Env) -> Check:
-    """Every kind this client knows, served at the version it speaks and Established."""
+    """Every kind this client knows, served at the version it speaks and Established; for the APIs
+    shared with other projects (mcs-api, Karmada), who installed each and whether it fits Isthmus."""
     crds = {c.metadata.name: c for c in await list_all(t.client, CustomResourceDefinition) if c.metadata}
-    problems = []
+    ours = {c["metadata"]["name"]: c for c in all_crds()}
+    problems, shared = [], []
     for model in CRD_MODELS:
         info = model.crd
         name = f"{info.plural}.{info.group}"
@@ -181,17 +185,44 @@ async def check_crds(t: Target, env: Env) -> Check:
             problems.append(f"{name}: not installed (expected {info.version})")
             continue
         served = [v.name for v in crd.spec.versions if v.served]
+        wanted = ours[name]
+        if is_shared(wanted):
+            note = shared_crd_note(crd.to_dict(), wanted)
+            if note.startswith("incompatible"):
+                problems.append(f"{name}: {note}")
+                continue
+            shared.append(f"{name}: {note}")
         if info.version not in served:
             problems.append(f"{name}: serves {', '.join(served) or 'no version'}, this client speaks {info.version}")
         elif not any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []
                                                                               if crd.status else [])):
             problems.append(f"{name}: not Established yet")
     if problems:
-        return failed("crds", f"{len(problems)} of {plural(len(CRD_MODELS), 'CRD')} missing or at another version",
-                      f"isthmus crds | {env.kubectl(t, 'apply', '--server-side', '-f', '-')}", _more(problems))
+        return failed("crds", f"{len(problems)} of {plural(len(CRD_MODELS), 'CRD')} missing, incompatible or at "
+                              "another version", _crd_fix(env, t), _more(problems + shared))
     versions = sorted({m.crd.version for m in CRD_MODELS})
     return passed("crds", f"all {len(CRD_MODELS)} CRDs installed at the versions this client expects "
-                          f"({', '.join(versions)})")
+                          f"({', '.join(versions)})", shared)
+
+
+def shared_crd_note(installed: dict[str, Any], ours: dict[str, Any]) -> str:
+    """`installed by Isthmus`, `installed by <project>, compatible[ (not stored: ...)]` or
+    `incompatible: <what is missing> (installed by <project>)`."""
+    who = installed_by(installed) or "another installer"
+    if who == ISTHMUS:
+        return "installed by Isthmus"
+    problems = incompatibilities(installed, ours)
+    if problems:
+        return f"incompatible: {'; '.join(problems)} (installed by {who})"
+    lost = not_stored(installed, ours)
+    return f"installed by {who}, compatible" + (f" (not stored: {', '.join(lost)})" if lost else "")
+
+
+def _crd_fix(env: Env, t: Target) -> str:
+    """Ours from the checkout; a missing shared one only where no other project's is installed."""
+    apply = env.kubectl(t, "apply", "--server-side", "-f", "-")
+    return (f"isthmus crds --only isthmus | {apply}; a missing shared CRD: isthmus crds --only shared | {apply}; "
+            "an incompatible one: docs/deploy.md")
 
 
 async def _deployments(client: AsyncClient) -> list[Deployment]:
