@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node, Pod, Service
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Event, Node, Pod, Service
 
 from isthmus.kube.helpers import install_crds
 from isthmus.local.kubelite import WORKLOAD_ANNOTATION, KubeLite
 from isthmus.proxy import ProxyConfig, ProxyService
-from tests.harness.kubelite import NODE_PORTS, NS, create
+from tests.harness.kubelite import NODE_PORTS, NS, create, echo_deployment, pods_of
 from tests.harness.polling import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -174,3 +175,35 @@ async def test_a_restarted_node_keeps_its_pods_addresses(nodes: tuple[Node2, Nod
     assert other["status"]["podIP"] != before["status"]["podIP"]
     assert ipaddress.ip_address(other["status"]["podIP"]) in ipaddress.ip_network(two.slice)
     assert (await ask(after["status"]["podIP"], 8080))["pod"] == "stays"
+
+
+async def test_a_deployment_with_anti_affinity_runs_one_pod_per_node(nodes: tuple[Node2, Node2]) -> None:
+    """The scheduler (node 1's) binds; each node's kubelet runs its own with an address of its slice."""
+    one, two = nodes
+    c = one.client
+    deployment = echo_deployment("spread", 2)
+    template = deployment["spec"]["template"]["spec"]
+    template["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "spread"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    await create(c, Deployment, deployment)
+
+    async def both_running() -> list[dict[str, Any]] | None:
+        pods = [p for p in await pods_of(c, {"app": "spread"}) if not p["metadata"].get("deletionTimestamp")]
+        up = [p for p in pods if await running(c, p["metadata"]["name"])]
+        return up if len(up) == 2 else None
+
+    pods = await eventually(both_running, what="both replicas running")
+    by_node = {p["spec"]["nodeName"]: p["status"]["podIP"] for p in pods}
+    assert set(by_node) == {one.node, two.node}
+    assert ipaddress.ip_address(by_node[one.node]) in ipaddress.ip_network(one.slice)
+    assert ipaddress.ip_address(by_node[two.node]) in ipaddress.ip_network(two.slice)
+    names = {p["metadata"]["name"] for p in pods}
+
+    async def scheduled() -> list[dict[str, Any]] | None:
+        events = [e.to_dict() async for e in c.list(Event, namespace=NS)]
+        found = [e for e in events if e.get("reason") == "Scheduled"
+                 and (e.get("involvedObject") or {}).get("name") in names]
+        return found if len(found) == 2 else None
+
+    for e in await eventually(scheduled, what="a Scheduled Event per pod"):
+        assert e["message"].startswith(f"Successfully assigned {NS}/")

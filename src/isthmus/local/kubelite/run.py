@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet
-from lightkube.resources.core_v1 import Endpoints, Node, Pod, Service
+from lightkube.resources.core_v1 import Endpoints, Namespace, Node, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.local.kubelite import COMPONENT
@@ -29,6 +29,7 @@ from isthmus.local.kubelite.logs import PodLogs
 from isthmus.local.kubelite.node import NodeAgent
 from isthmus.local.kubelite.pods import PodRuntime, node_name
 from isthmus.local.kubelite.processes import ProcessOptions
+from isthmus.local.kubelite.scheduler import Scheduler
 from isthmus.local.kubelite.services import ServiceIPController
 from isthmus.local.kubelite.workloads import DeploymentController, ReplicaSetController, StatefulSetController
 from isthmus.runtime import EventRecorder, SharedInformerFactory
@@ -113,8 +114,9 @@ class KubeLite:
         own attached by CNI; the Node's InternalIP is runc.node_address).
         node: this kubelet's Node (default ``<cluster>-node``, the one node of a one-node cluster);
         node_pod_cidr: its ``spec.podCIDR``, a slice of pod_cidr (default all of it);
-        controllers: also run the cluster-wide controllers (exactly one kube-lite of a cluster does:
-        its kube-controller-manager and kube-scheduler)."""
+        controllers: also run the cluster-wide controllers and the scheduler (exactly one kube-lite of
+        a cluster does: its kube-controller-manager and kube-scheduler; a real cluster runs several,
+        leader-elected, which a local clusterset's fixed node 1 does not need)."""
         validate_config(pod_cidr, service_cidr, node_ports, loopback=runc is None)
         node_cidr = validate_node_cidr(pod_cidr, node_pod_cidr)
         self.runc = runc
@@ -131,8 +133,7 @@ class KubeLite:
         self.logs = PodLogs()
         self.pods = PodRuntime(
             client, pods, self.recorder, cluster=cluster, pod_cidr=node_cidr, workers=workers, logs=self.logs,
-            processes=processes, slices=slices, runc=runc, network=network, node=self.node_name,
-            bind=controllers,
+            processes=processes, slices=slices, runc=runc, network=network, node=self.node_name, bind=False,
         )
         self.kubelet = KubeletServer(
             self.logs, self._pod_on_node, node=self.node_name, host=kubelet_host, port=kubelet_port,
@@ -146,6 +147,7 @@ class KubeLite:
         self.replicasets: ReplicaSetController | None = None
         self.statefulsets: StatefulSetController | None = None
         self.daemonsets: DaemonSetController | None = None
+        self.scheduler: Scheduler | None = None
         if controllers:
             services = self.factory.informer(Service)
             replicasets = self.factory.informer(ReplicaSet)
@@ -158,9 +160,10 @@ class KubeLite:
             self.deployments = DeploymentController(client, self.factory.informer(Deployment), replicasets, pods)
             self.replicasets = ReplicaSetController(client, replicasets, pods)
             self.statefulsets = StatefulSetController(client, self.factory.informer(StatefulSet), pods, revisions)
-            self.daemonsets = DaemonSetController(
-                client, self.factory.informer(DaemonSet), self.factory.informer(Node), pods, revisions
-            )
+            nodes = self.factory.informer(Node)
+            self.daemonsets = DaemonSetController(client, self.factory.informer(DaemonSet), nodes, pods, revisions)
+            # kube-scheduler's place: it binds every Pod, a one-node cluster's too (the kubelets never do)
+            self.scheduler = Scheduler(client, pods, nodes, self.recorder, namespaces=self.factory.informer(Namespace))
         self._ready = False
 
     @property
@@ -187,6 +190,7 @@ class KubeLite:
             ("replicasets", self.replicasets),
             ("statefulsets", self.statefulsets),
             ("daemonsets", self.daemonsets),
+            ("scheduler", self.scheduler),
         ):
             if part is not None:
                 out.append((name, part.run))
