@@ -54,6 +54,7 @@ from isthmus.local.supervisor import SUPERVISE_FLAG, is_ours, running_supervisor
 from isthmus.local.up import (
     RETRY_SIGNAL,
     machine_holder,
+    nodes_mismatch,
     plan_in_use_message,
     spawn_supervisor,
     supervise,
@@ -108,6 +109,12 @@ def up(
                      "127.0.0.0/8) or `runc` (OCI containers of the images built here, a network namespace "
                      "per pod, root only). Fixed when the state dir is made.", show_default=False),
     ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option("--nodes", help=f"Nodes per cluster (1-{plan.MAX_NODES}; default {plan.DEFAULT_NODES}, or what "
+                     "the state dir holds): one kube-lite each, the cluster's controllers in the first; in runc mode "
+                     "a network namespace each. Fixed when the state dir is made.", show_default=False),
+    ] = None,
     supervise_flag: Annotated[bool, typer.Option(SUPERVISE_FLAG, hidden=True)] = False,
 ) -> None:
     """Start a broker and N clusters on this machine (127.0.0.0/8 only) and keep them running.
@@ -115,11 +122,13 @@ def up(
     After a crash of the supervisor, `up` keeps the parts still running and healthy and restarts
     only the others; on a running clusterset it retries the parts that refused to start."""
     layout = Layout.at(state_dir)
-    if clusters is not None:
-        try:
+    try:
+        if clusters is not None:
             plan.validate_count(clusters)
-        except plan.PlanError as e:
-            raise fail(str(e)) from None
+        if nodes is not None:
+            plan.validate_nodes(nodes)
+    except plan.PlanError as e:
+        raise fail(str(e)) from None
     try:
         state = load_state(layout)
     except StateError as e:
@@ -127,6 +136,8 @@ def up(
     if state is not None and clusters is not None and clusters != state.clusters:
         raise fail(f"{layout.root} holds a clusterset of {plural(state.clusters, 'cluster')}, not {clusters}: "
                    "drop --clusters, or use another --state-dir")
+    if state is not None and nodes is not None and nodes != state.nodes:
+        raise fail(nodes_mismatch(layout, state.nodes, nodes))
     try:
         if runtime is not None:
             plan.validate_runtime(runtime)
@@ -134,6 +145,10 @@ def up(
             raise plan.PlanError(f"{layout.root} holds a clusterset of the {state.runtime} runtime, not {runtime}: "
                                  "drop --runtime, or use another --state-dir")
         effective = runtime or (state.runtime if state is not None else plan.PROCESS)
+        if effective == plan.RUNC and (nodes or (state.nodes if state is not None else 1)) > 1:
+            from isthmus.local.runcmode import RUNC_NODES
+
+            raise plan.PlanError(RUNC_NODES)
         if effective == plan.RUNC and not supervise_flag:
             from isthmus.local.runcmode import check_prerequisites
 
@@ -142,7 +157,7 @@ def up(
         raise fail(str(e)) from None
     if supervise_flag:
         try:
-            raise typer.Exit(supervise(layout, clusters, enable_clusterset_ip, runtime))
+            raise typer.Exit(supervise(layout, clusters, enable_clusterset_ip, runtime, nodes))
         except plan.PlanError as e:
             raise fail(str(e)) from None
     console = _console()
@@ -155,7 +170,8 @@ def up(
         raise fail(plan_in_use_message(holder))
     started = time.monotonic()
     try:
-        proc = spawn_supervisor(layout, clusters, enable_clusterset_ip, foreground=not detach, runtime=runtime)
+        proc = spawn_supervisor(layout, clusters, enable_clusterset_ip, foreground=not detach, runtime=runtime,
+                                nodes=nodes)
     except OSError as e:
         raise fail(f"cannot use the state dir {layout.root}: {e.strerror or e}") from None
     stop_requested = False
@@ -453,6 +469,12 @@ def _print_table(console: Console, doc: dict[str, Any], output: str = TABLE) -> 
     parts = [["broker", _health(b["parts"], b["processes"])]]
     parts += [[c["name"], _health(c["parts"], c["processes"])] for c in doc["clusters"]]
     print_table(["NAME", "PARTS"], parts, output, file=console.file)
+    if doc.get("nodes", 1) > 1:  # `up --nodes`: each cluster's nodes (one kube-lite each)
+        nodes_rows = [[c["name"], n["name"], n["address"], n["podCIDR"], n["kubelet"],
+                       "controllers" if n["controllers"] else "-", n["health"]]
+                      for c in doc["clusters"] for n in c.get("nodes") or []]
+        print_table(["CLUSTER", "NODE", "ADDRESS", "POD CIDR", "KUBELET", "ROLE", "HEALTH"], nodes_rows, output,
+                    file=console.file)
     if doc["problems"] and doc["phase"] not in (PHASE_STOPPED, PHASE_FAILED):
         console.print("Not ready:", style="bold red")
         for problem in doc["problems"]:

@@ -29,6 +29,11 @@ RUNTIMES = (PROCESS, RUNC)
 """`up --runtime`: pods as processes of the host (the fast default) or as OCI containers under runc."""
 MAX_CLUSTERS = 30
 DEFAULT_CLUSTERS = 3
+MAX_NODES = 8
+"""`up --nodes`: each node is a kube-lite (and, in runc mode, a network namespace) per cluster."""
+DEFAULT_NODES = 1
+NODE_CIDR_MASK = 24
+"""kube-controller-manager's --node-cidr-mask-size default: a /24 of the cluster's /16 per node."""
 BROKER = "broker"
 HOST = "127.0.0.1"
 NODE_ADDRESS = "127.0.0.1"
@@ -129,19 +134,45 @@ class ClusterPlan:
 
 @dataclass(frozen=True)
 class PartId:
-    """One long-running process: ``broker-apiserver``, ``c1-agent``…"""
+    """One long-running process: ``broker-apiserver``, ``c1-agent``… A kube-lite of a cluster's
+    node k > 1 (`up --nodes`) is ``c1-kube-lite-k``."""
 
     cluster: str
     kind: str
+    node: int = 1
 
     @property
     def name(self) -> str:
-        return f"{self.cluster}-{self.kind}"
+        return f"{self.cluster}-{self.kind}" if self.node == 1 else f"{self.cluster}-{self.kind}-{self.node}"
 
 
 def validate_count(n: int) -> None:
     if not 1 <= n <= MAX_CLUSTERS:
         raise PlanError(f"--clusters must be between 1 and {MAX_CLUSTERS}, not {n}")
+
+
+def validate_nodes(n: int) -> None:
+    if not 1 <= n <= MAX_NODES:
+        raise PlanError(f"--nodes must be between 1 and {MAX_NODES}, not {n}")
+
+
+def node_name(cluster: str, node: int = 1) -> str:
+    """Node 1 keeps the one-node name (kube-lite's default, ``<cluster>-node``); node k is ``<cluster>-node-k``."""
+    return f"{cluster}-node" if node == 1 else f"{cluster}-node-{node}"
+
+
+def node_pod_cidr(pod_cidr: str, node: int, nodes: int) -> str:
+    """The Node's spec.podCIDR, as kube-controller-manager's range allocator hands them out: the
+    k-th /24 of the cluster's pod CIDR; a one-node cluster's node keeps all of it (as before
+    `--nodes`, so its Pods' addresses do not change)."""
+    validate_nodes(nodes)
+    if not 1 <= node <= nodes:
+        raise PlanError(f"node {node} outside 1..{nodes}")
+    if nodes == 1:
+        return pod_cidr
+    net = ipaddress.IPv4Network(pod_cidr)
+    return str(ipaddress.IPv4Network((int(net.network_address) + (node - 1) * 2 ** (32 - NODE_CIDR_MASK),
+                                      NODE_CIDR_MASK)))
 
 
 def cluster_name(i: int) -> str:
@@ -158,9 +189,10 @@ def clusterset_ip_range(runtime: str = PROCESS) -> str:
     return "10.240.0.0/12" if runtime == RUNC else CLUSTERSET_IP_RANGE
 
 
-def runc_node_address(index: int) -> str:
-    """runc mode: the node of cluster index ``index`` (the broker is 0) on the fabric."""
-    return f"10.255.0.{10 + index}"
+def runc_node_address(index: int, node: int = 1) -> str:
+    """runc mode: node ``node`` of cluster index ``index`` (the broker is 0) on the fabric
+    (10.255.0.0/16: node 1 in 10.255.0.0/24 as before `--nodes`, node k in 10.255.(k-1).0/24)."""
+    return f"10.255.{node - 1}.{10 + index}"
 
 
 def vip_prefix(n: int, runtime: str = PROCESS) -> int:
@@ -238,17 +270,19 @@ def broker_part_kinds(runtime: str = PROCESS) -> tuple[str, ...]:
     return (APISERVER, *(RUNC_BROKER_KINDS if runtime == RUNC else ()), KUBE_LITE, MCSVC_BROKER, POOLS, UI)
 
 
-def parts(n: int, runtime: str = PROCESS) -> list[PartId]:
+def parts(n: int, runtime: str = PROCESS, nodes: int = DEFAULT_NODES) -> list[PartId]:
     """Every supervised process in start order: the broker, every apiserver, (runc) the relay and
-    the registry, the broker's kube-lite, then each cluster's kube-lite (its node's proxy too), then
-    the web view (the agent and DNS server are pods: see `pod_parts`)."""
+    the registry, the broker's kube-lite, then each cluster's kube-lites (one per node; node 1's
+    runs the cluster's controllers), then the web view (the agent and DNS server are pods: see
+    `pod_parts`). The broker has one node whatever `nodes`."""
     validate_count(n)
+    validate_nodes(nodes)
     names = [cluster_name(i) for i in range(1, n + 1)]
     out = [PartId(BROKER, APISERVER)] + [PartId(c, APISERVER) for c in names]
     if runtime == RUNC:
         out += [PartId(BROKER, kind) for kind in RUNC_BROKER_KINDS]
     out.append(PartId(BROKER, KUBE_LITE))
-    out += [PartId(c, kind) for c in names for kind in SUPERVISED_KINDS if kind != APISERVER]
+    out += [PartId(c, KUBE_LITE, k) for c in names for k in range(1, nodes + 1)]
     out.append(PartId(BROKER, UI))
     return out
 
@@ -266,23 +300,23 @@ def dns_node_port(cluster: ClusterPlan) -> int:
     return cluster.node_port_high
 
 
-def port_names(n: int, runtime: str = PROCESS) -> list[str]:
+def port_names(n: int, runtime: str = PROCESS, nodes: int = DEFAULT_NODES) -> list[str]:
     """The ports picked at first `up` and kept: API ports, kubelet endpoints, one metrics port per
     supervised part, the web view's port, (runc) the registry's port on the host."""
     out: list[str] = []
-    for part in parts(n, runtime):
+    for part in parts(n, runtime, nodes):
         if part.kind in (APISERVER, UI, REGISTRY):
             out.append(part.name)
         else:
             if part.kind == KUBE_LITE:
-                out.append(kubelet_port_name(part.cluster))
+                out.append(kubelet_port_name(part.cluster, part.node))
             out.append(metrics_port_name(part))
     return out
 
 
-def kubelet_port_name(cluster: str) -> str:
+def kubelet_port_name(cluster: str, node: int = 1) -> str:
     """kube-lite's kubelet endpoint (the apiserver proxies `kubectl logs` to it; its Node publishes it)."""
-    return f"{cluster}-{KUBE_LITE}-kubelet"
+    return f"{PartId(cluster, KUBE_LITE, node).name}-kubelet"
 
 
 def metrics_port_name(part: PartId) -> str:

@@ -26,6 +26,8 @@ REQUIRED_COMMANDS = ("runc", "ip", "nft", "skopeo", "umoci", "docker-registry", 
 nftables for the namespaces and the service proxy, skopeo and umoci for images, the registry, and
 mmdebstrap for building the images."""
 REQUIRED_CNI = ("bridge", "host-local", "loopback")
+RUNC_NODES = ("--nodes above 1 is not available with --runtime runc yet (one node namespace per cluster): "
+              "use --runtime process, or --nodes 1")
 
 
 def missing_prerequisites() -> list[str]:
@@ -54,9 +56,11 @@ MIRRORED_REGISTRIES = ("docker.io", "ghcr.io", "registry.k8s.io", "quay.io")
 kind configures them): images keep their usual names and no pull leaves the clusterset."""
 
 
-def fabric_of(root: Path, clusters: int) -> FabricPlan:
+def fabric_of(root: Path, clusters: int, nodes: int = 1) -> FabricPlan:
     from isthmus.local.network.plan import fabric_plan
 
+    if nodes != 1:
+        raise PlanError(RUNC_NODES)
     return fabric_plan(root, clusters)
 
 
@@ -91,14 +95,16 @@ def teardown_network(root: Path) -> list[str]:
     return fabric.teardown_id(clusterset_id(root))
 
 
-def kube_lite_args(fp: FabricPlan, cluster: str, api_port: int) -> list[str]:
+def kube_lite_args(fp: FabricPlan, cluster: str, api_port: int, node: int = 1) -> list[str]:
     """What kube-lite is told in runc mode: its node's namespace and address, where images come
     from, and where pods reach its apiserver (the relay on the fabric)."""
     from isthmus.local.network.plan import FABRIC_GATEWAY
 
-    node = fp.node(cluster)
+    if node != 1:
+        raise PlanError(RUNC_NODES)
+    net = fp.node(cluster)
     mirrors = [a for host in MIRRORED_REGISTRIES for a in ("--registry-mirror", f"{host}=http://{fp.registry}")]
-    return ["--runtime", "runc", "--netns", node.netns, "--node-address", node.address, *mirrors,
+    return ["--runtime", "runc", "--netns", net.netns, "--node-address", net.address, *mirrors,
             "--api-address-in-pods", f"{FABRIC_GATEWAY}:{api_port}"]
 
 

@@ -173,6 +173,8 @@ class State:
     enable_clusterset_ip: bool = False
     runtime: str = "process"
     """`up --runtime`: fixed when the state dir is made (the address plans differ)."""
+    nodes: int = 1
+    """`up --nodes`: nodes per member cluster, fixed when the state dir is made (the pod CIDR slices differ)."""
     ports: dict[str, int] = field(default_factory=dict)
     broker_server: str | None = None
     """The broker URL broker-info.subm was written for; a different one means setup is redone."""
@@ -193,6 +195,7 @@ class State:
             "clusters": d["clusters"],
             "enableClustersetIP": d["enable_clusterset_ip"],
             "runtime": d["runtime"],
+            "nodes": d["nodes"],
             "ports": d["ports"],
             "setup": {"brokerServer": d["broker_server"], "joined": d["joined"], "clustersetIPEnabled": d["setup_vip"]},
             "supervisorPID": d["supervisor_pid"],
@@ -213,7 +216,7 @@ class State:
         version = d.get("version")
         if version != STATE_VERSION:
             raise StateError(f"version {version!r} is not {STATE_VERSION}")
-        from isthmus.local.plan import MAX_CLUSTERS, RUNTIMES
+        from isthmus.local.plan import MAX_CLUSTERS, MAX_NODES, RUNTIMES
 
         clusters = r.int_("clusters", low=1, high=MAX_CLUSTERS)
         setup = r.obj("setup")
@@ -232,6 +235,7 @@ class State:
             clusters=clusters,
             enable_clusterset_ip=r.bool_("enableClustersetIP", default=False),
             runtime=r.choice("runtime", RUNTIMES, default="process"),
+            nodes=r.int_("nodes", low=1, high=MAX_NODES, default=1),
             ports={str(k): r.port(f"ports.{k}", v) for k, v in r.obj("ports").items()},
             broker_server=s.opt_str("brokerServer"),
             joined={str(k): s.str_(f"joined.{k}", v) for k, v in s.obj("joined").items()},

@@ -147,7 +147,7 @@ def resolve_ports(state: State, free: Callable[[int, bool], bool] = port_free,
     """Keep every saved port that is still free; pick the missing or taken ones. Returns the
     names of ports that changed (their kubeconfigs or broker-info must be rewritten)."""
     changed: list[str] = []
-    names = plan.port_names(state.clusters, state.runtime)
+    names = plan.port_names(state.clusters, state.runtime, state.nodes)
     taken: set[int] = set()
     for name in names:
         port = state.ports.get(name)
@@ -237,6 +237,31 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
         return [*base, "ui", "--kubeconfig", str(layout.kubeconfig), "--broker-context", BROKER,
                 "--listen", f"{HOST}:{state.ports[part.name]}"]
     raise ValueError(f"unknown part kind {part.kind!r}")
+
+
+def kube_lite_args(layout: Layout, state: State, part: PartId) -> list[str]:
+    """A node's kube-lite: node 1 (the one node before `--nodes`: unchanged arguments) runs the
+    cluster's controllers; in process mode the nodes share this machine's network, so node 1's
+    proxy serves them all (a second one could not bind the same ClusterIPs and NodePorts); in
+    runc mode each node is a namespace of its own with its own proxy, as kube-proxy on every node."""
+    cp = plan.plan_of(part.cluster, state.clusters, state.runtime)
+    nodes = 1 if part.cluster == BROKER else state.nodes
+    # A member's node proxies its ClusterIPs, NodePorts and VIPs (nothing on the broker is reached so).
+    proxy = ["--proxy"] if part.cluster != BROKER and (part.node == 1 or state.runtime == plan.RUNC) else []
+    if state.runtime == plan.RUNC:
+        runc = runcmode.kube_lite_args(runcmode.fabric_of(layout.root, state.clusters, state.nodes), part.cluster,
+                                       state.ports[PartId(part.cluster, APISERVER).name], node=part.node)
+    else:
+        runc = ["--node-address", cp.node_address] if proxy else []
+    node = [] if nodes == 1 else [
+        "--node-name", plan.node_name(cp.name, part.node),
+        "--node-pod-cidr", plan.node_pod_cidr(cp.pod_cidr, part.node, nodes),
+        *([] if part.node == 1 else ["--no-controllers"])]
+    root = cp.name if part.node == 1 else plan.node_name(cp.name, part.node)
+    return ["--cluster-name", cp.name, "--pod-cidr", cp.pod_cidr,
+            "--service-cidr", cp.service_cidr, "--node-port-range", cp.node_port_range,
+            "--kubelet-port", str(state.ports[plan.kubelet_port_name(cp.name, part.node)]),
+            "--root-dir", str(layout.root / "kubelet" / root), *node, *proxy, *runc]
 
 
 def part_spec(layout: Layout, state: State, part: PartId) -> PartSpec:
@@ -502,7 +527,7 @@ class Bringup:
                 runcmode.write_registry_config(self.layout.root,
                                                runcmode.fabric_of(self.layout.root, self.state.clusters))
                 self.images = asyncio.create_task(self._build_and_push())
-            all_parts = plan.parts(self.state.clusters, self.state.runtime)
+            all_parts = plan.parts(self.state.clusters, self.state.runtime, self.state.nodes)
             previous = dict(self.state.parts)
             apiservers = [p for p in all_parts if p.kind == APISERVER]
             for p in apiservers:
@@ -682,7 +707,7 @@ def adoptable(layout: Layout, state: State) -> dict[str, int]:
     """Parts a crashed supervisor left running that can be kept as they are (name → PID): the
     recorded PID is alive, its command line is exactly what would be launched now, and it is ready."""
     candidates: dict[str, tuple[int, str]] = {}
-    for part in plan.parts(state.clusters, state.runtime):
+    for part in plan.parts(state.clusters, state.runtime, state.nodes):
         pid = state.parts.get(part.name, PartState()).pid
         if not pid or not is_ours(pid, layout.root):
             continue
@@ -705,12 +730,12 @@ def adoptable(layout: Layout, state: State) -> dict[str, int]:
 
 def _part_ports(part: PartId) -> set[str]:
     """Names of the ports a part listens on (see plan.port_names)."""
-    extra = {plan.kubelet_port_name(part.cluster)} if part.kind == KUBE_LITE else set()
+    extra = {plan.kubelet_port_name(part.cluster, part.node)} if part.kind == KUBE_LITE else set()
     return {part.name, plan.metrics_port_name(part)} | extra
 
 
 def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool,
-            runtime: str | None = None) -> tuple[State, dict[str, int]]:
+            runtime: str | None = None, nodes: int | None = None) -> tuple[State, dict[str, int]]:
     """Load or create the state, settle ports and kubeconfigs (called with the lock held).
 
     Returns the state and the parts to adopt: after a supervisor crash, the healthy parts keep
@@ -718,7 +743,8 @@ def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool,
     """
     state = load_state(layout)
     if state is None:
-        state = State(clusters=requested or plan.DEFAULT_CLUSTERS, runtime=runtime or plan.PROCESS)
+        state = State(clusters=requested or plan.DEFAULT_CLUSTERS, runtime=runtime or plan.PROCESS,
+                      nodes=nodes or plan.DEFAULT_NODES)
     elif requested is not None and requested != state.clusters:
         raise plan.PlanError(
             f"{layout.root} holds a clusterset of {state.clusters} cluster(s), not {requested}: "
@@ -726,10 +752,13 @@ def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool,
         )
     elif runtime is not None and runtime != state.runtime:
         raise plan.PlanError(f"{layout.root} holds a clusterset of the {state.runtime} runtime, not {runtime}")
+    elif nodes is not None and nodes != state.nodes:
+        raise plan.PlanError(nodes_mismatch(layout, state.nodes, nodes))
     plan.validate_count(state.clusters)
+    plan.validate_nodes(state.nodes)
     secure_state_dir(layout, [BROKER] + [c.name for c in plan.address_plan(state.clusters, state.runtime)])
     state.enable_clusterset_ip = state.enable_clusterset_ip or enable_clusterset_ip
-    by_name = {p.name: p for p in plan.parts(state.clusters, state.runtime)}
+    by_name = {p.name: p for p in plan.parts(state.clusters, state.runtime, state.nodes)}
     adopt = adoptable(layout, state)
     # Every other part a crashed supervisor left behind holds our ports: stop it (verified PIDs only).
     leftovers = {n: p.pid for n, p in state.parts.items() if p.pid and n not in adopt}
@@ -757,6 +786,12 @@ def prepare(layout: Layout, requested: int | None, enable_clusterset_ip: bool,
     return state, adopt
 
 
+def nodes_mismatch(layout: Layout, have: int, requested: int) -> str:
+    """Nodes are fixed with the state dir: their pod CIDR slices (and runc's namespaces) follow from the count."""
+    return (f"{layout.root} holds a clusterset of {have} node(s) per cluster, not {requested}: "
+            "drop --nodes, or `isthmus down` and use another --state-dir")
+
+
 def _stop_leftovers(layout: Layout, pids: dict[str, int]) -> None:
     if pids:
         left = terminate(pids, layout.root)
@@ -764,7 +799,8 @@ def _stop_leftovers(layout: Layout, pids: dict[str, int]) -> None:
             raise OSError(f"processes of a previous run do not stop: {left}")
 
 
-def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool, runtime: str | None = None) -> int:
+def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool, runtime: str | None = None,
+              nodes: int | None = None) -> int:
     """Body of `up --supervise`: exit code 0 after a clean stop, 1 when setup failed."""
     from isthmus.runtime import setup_logging
     from isthmus.runtime.loop import enable_fault_tracebacks
@@ -793,7 +829,7 @@ def supervise(layout: Layout, requested: int | None, enable_clusterset_ip: bool,
         zygote = part_zygote(layout.root, child_env())
         zygote.fork_now()
     try:
-        state, adopt = prepare(layout, requested, enable_clusterset_ip, runtime)
+        state, adopt = prepare(layout, requested, enable_clusterset_ip, runtime, nodes)
         return asyncio.run(Bringup(layout, state, adopt, zygote).run())
     finally:
         with contextlib.suppress(OSError):
@@ -813,7 +849,8 @@ def _die_with_parent() -> None:
 
 
 def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip: bool,
-                     foreground: bool, runtime: str | None = None) -> subprocess.Popen[bytes] | ForkedCommand:
+                     foreground: bool, runtime: str | None = None,
+                     nodes: int | None = None) -> subprocess.Popen[bytes] | ForkedCommand:
     """Start `up --supervise` in its own session, output to logs/supervisor.log: forked from this
     process, which imported all it needs (see procs/child.py, fork_command), else exec'ed."""
     private_dir(layout.logs)
@@ -824,6 +861,8 @@ def spawn_supervisor(layout: Layout, clusters: int | None, enable_clusterset_ip:
         argv.append("--enable-clusterset-ip")
     if runtime is not None:
         argv += ["--runtime", runtime]
+    if nodes is not None:
+        argv += ["--nodes", str(nodes)]
     with open_log(layout.log("supervisor")) as out:
         forked = fork_command(argv, ENTRY, env=child_env(), out_fd=out.fileno(), pdeathsig=foreground)
         if forked is not None:

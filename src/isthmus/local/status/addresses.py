@@ -11,7 +11,7 @@ from isthmus.local.endpoints import server_url
 from isthmus.local.plan import BROKER, HOST
 from isthmus.local.state import Layout, State
 
-__all__ = ["broker_endpoints", "broker_node", "cluster_endpoints", "cluster_node", "network_fields"]
+__all__ = ["broker_endpoints", "broker_node", "cluster_endpoints", "cluster_node", "cluster_nodes", "network_fields"]
 
 
 def cluster_endpoints(layout: Layout, state: State, cp: plan.ClusterPlan) -> dict[str, Any]:
@@ -33,6 +33,18 @@ def cluster_node(cp: plan.ClusterPlan) -> dict[str, Any]:
         "poolPublicAddress": cp.pool_public_address, "poolPrivateAddress": cp.pool_private_address,
         "egressSourceIPs": "-".join(cp.egress_range or ()),
     }
+
+
+def cluster_nodes(state: State, cp: plan.ClusterPlan) -> list[dict[str, Any]]:
+    """A member cluster's nodes (`up --nodes`): name, pod CIDR slice, address, kubelet endpoint;
+    the first runs the cluster's controllers."""
+    return [{
+        "name": plan.node_name(cp.name, k),
+        "podCIDR": plan.node_pod_cidr(cp.pod_cidr, k, state.nodes),
+        "address": plan.runc_node_address(cp.index, k) if state.runtime == plan.RUNC else cp.node_address,
+        "kubelet": f"{HOST}:{state.ports[plan.kubelet_port_name(cp.name, k)]}",
+        "controllers": k == 1,
+    } for k in range(1, state.nodes + 1)]
 
 
 def broker_endpoints(layout: Layout, state: State) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from isthmus.local.status.addresses import (
     broker_node,
     cluster_endpoints,
     cluster_node,
+    cluster_nodes,
     network_fields,
 )
 from isthmus.local.status.health import HEALTH_STANDBY, PHASE_UNSUPERVISED
@@ -41,7 +42,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
     if state is None:
         raise FileNotFoundError(str(layout.state_file))
     ui_part = PartId(BROKER, plan.UI)
-    missing = [n for n in plan.port_names(state.clusters, state.runtime) if n not in state.ports and n != ui_part.name]
+    missing = [n for n in plan.port_names(state.clusters, state.runtime, state.nodes) if n not in state.ports and n != ui_part.name]
     if missing:
         raise StateError(f"{layout.state_file} is damaged: ports.{missing[0]} is missing; fix or restore that "
                          f"value (`isthmus up --state-dir {layout.root}` picks missing ports)")
@@ -86,6 +87,8 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
             "ready": not mine_problems,
             "restarts": sp.restarts(mine) + sum(part.restarts for part in pods.values()),
             "problems": mine_problems,
+            "nodes": [{**node, "health": sp.health(PartId(cp.name, plan.KUBE_LITE, k))}
+                      for k, node in enumerate(cluster_nodes(state, cp), start=1)],
             "parts": {kind: sp.health(PartId(cp.name, kind)) if kind in plan.SUPERVISED_KINDS
                       else pod_health(pods[kind], supervised) for kind in plan.CLUSTER_PART_KINDS},
             "processes": {kind: sp.detail(PartId(cp.name, kind)) if kind in plan.SUPERVISED_KINDS
@@ -109,6 +112,7 @@ async def collect_status(layout: Layout) -> dict[str, Any]:
         "problems": problems,
         "stateDir": str(layout.root),
         "runtime": state.runtime,
+        "nodes": state.nodes,
         **network_fields(layout, state),
         "kubeconfig": str(layout.kubeconfig),
         "supervisor": {"pid": sup_pid, "running": sup_pid is not None, "log": str(layout.log("supervisor"))},

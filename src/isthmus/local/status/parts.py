@@ -78,7 +78,7 @@ class SupervisedParts:
 
 async def read_parts(layout: Layout, state: State, supervisor: int | None) -> SupervisedParts:
     """Every supervised part of the plan (those the state has ports for), probed now."""
-    parts = [p for p in plan.parts(state.clusters, state.runtime) if plan.metrics_port_name(p) in state.ports]
+    parts = [p for p in plan.parts(state.clusters, state.runtime, state.nodes) if plan.metrics_port_name(p) in state.ports]
     alive = {p.name: is_ours(state.parts.get(p.name, PartState()).pid, layout.root) for p in parts}
     async with aiohttp.ClientSession(trust_env=False) as session:
         probes = await asyncio.gather(*(

@@ -1,0 +1,121 @@
+"""`isthmus up --nodes N`: the node plan (names, pod CIDR slices, parts, ports), what each node's
+kube-lite is told, the state that records the count, and the bounds."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from isthmus.cli.main import app
+from isthmus.local import plan, up
+from isthmus.local.state import Layout, State
+from isthmus.local.status.addresses import cluster_nodes
+
+
+def test_node_names_keep_the_one_node_name_for_node_1() -> None:
+    assert [plan.node_name("c1", k) for k in (1, 2, 3)] == ["c1-node", "c1-node-2", "c1-node-3"]
+
+
+def test_one_node_keeps_the_whole_pod_cidr() -> None:
+    assert plan.node_pod_cidr("127.101.0.0/16", 1, 1) == "127.101.0.0/16"
+
+
+@pytest.mark.parametrize("nodes", [2, 3, plan.MAX_NODES])
+def test_nodes_get_disjoint_slash24_slices_of_the_cluster_pod_cidr(nodes: int) -> None:
+    cluster = ipaddress.IPv4Network("10.101.0.0/16")
+    slices = [ipaddress.IPv4Network(plan.node_pod_cidr(str(cluster), k, nodes)) for k in range(1, nodes + 1)]
+    assert [str(s) for s in slices[:2]] == ["10.101.0.0/24", "10.101.1.0/24"]
+    assert all(s.prefixlen == 24 and s.subnet_of(cluster) for s in slices)
+    assert len({s.network_address for s in slices}) == nodes
+
+
+@pytest.mark.parametrize("n", [0, -1, plan.MAX_NODES + 1])
+def test_the_node_count_is_bounded(n: int) -> None:
+    with pytest.raises(plan.PlanError, match=f"--nodes must be between 1 and {plan.MAX_NODES}, not {n}"):
+        plan.validate_nodes(n)
+    with pytest.raises(plan.PlanError):
+        plan.parts(1, nodes=n)
+
+
+def test_parts_have_one_kube_lite_per_node_and_the_broker_one() -> None:
+    names = [p.name for p in plan.parts(2, nodes=3)]
+    assert names == ["broker-apiserver", "c1-apiserver", "c2-apiserver", "broker-kube-lite",
+                     "c1-kube-lite", "c1-kube-lite-2", "c1-kube-lite-3",
+                     "c2-kube-lite", "c2-kube-lite-2", "c2-kube-lite-3", "broker-ui"]
+    assert [p.name for p in plan.parts(2)] == [p.name for p in plan.parts(2, nodes=1)]
+    ports = plan.port_names(2, nodes=3)
+    assert len(ports) == len(set(ports))
+    assert {"c1-kube-lite-kubelet", "c1-kube-lite-2-kubelet", "c1-kube-lite-2-metrics"} <= set(ports)
+
+
+def test_runc_node_addresses_stay_put_for_node_1() -> None:
+    assert plan.runc_node_address(1) == "10.255.0.11" == plan.runc_node_address(1, 1)
+    assert plan.runc_node_address(1, 2) == "10.255.1.11"
+
+
+def _argv(tmp_path: Path, nodes: int, part: plan.PartId) -> list[str]:
+    state = State(clusters=2, nodes=nodes)
+    up.resolve_ports(state, free=lambda port, udp: True)
+    return up.part_argv(Layout.at(tmp_path), state, part)
+
+
+def _opt(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def test_a_one_node_cluster_s_kube_lite_is_told_what_it_was_before(tmp_path: Path) -> None:
+    argv = _argv(tmp_path, 1, plan.PartId("c1", plan.KUBE_LITE))
+    assert "--node-name" not in argv and "--node-pod-cidr" not in argv and "--no-controllers" not in argv
+    assert "--proxy" in argv and _opt(argv, "--pod-cidr") == "127.101.0.0/16"
+    assert _opt(argv, "--root-dir") == str(tmp_path / "kubelet" / "c1")
+
+
+def test_node_1_runs_the_controllers_and_the_proxy_the_others_only_their_pods(tmp_path: Path) -> None:
+    first = _argv(tmp_path, 2, plan.PartId("c2", plan.KUBE_LITE))
+    second = _argv(tmp_path, 2, plan.PartId("c2", plan.KUBE_LITE, 2))
+    assert (_opt(first, "--node-name"), _opt(first, "--node-pod-cidr")) == ("c2-node", "127.102.0.0/24")
+    assert (_opt(second, "--node-name"), _opt(second, "--node-pod-cidr")) == ("c2-node-2", "127.102.1.0/24")
+    assert _opt(first, "--pod-cidr") == _opt(second, "--pod-cidr") == "127.102.0.0/16"
+    assert "--no-controllers" not in first and "--no-controllers" in second
+    # process mode: one host network, so one proxy (node 1's) serves every node's pods
+    assert "--proxy" in first and "--proxy" not in second
+    assert _opt(first, "--kubelet-port") != _opt(second, "--kubelet-port")
+    assert _opt(second, "--root-dir") == str(tmp_path / "kubelet" / "c2-node-2")
+    broker = _argv(tmp_path, 2, plan.PartId("broker", plan.KUBE_LITE))
+    assert "--node-name" not in broker  # the broker has one node whatever --nodes
+
+
+def test_the_state_records_the_node_count(tmp_path: Path) -> None:
+    state = State(clusters=1, nodes=3)
+    doc = state.to_json()
+    assert doc["nodes"] == 3 and State.from_json(doc).nodes == 3
+    del doc["nodes"]  # a state dir from before --nodes: one node
+    assert State.from_json(doc).nodes == 1
+    with pytest.raises(ValueError, match="nodes is 99"):
+        State.from_json({**state.to_json(), "nodes": 99})
+
+
+def test_status_lists_each_cluster_s_nodes() -> None:
+    state = State(clusters=1, nodes=2)
+    up.resolve_ports(state, free=lambda port, udp: True)
+    nodes = cluster_nodes(state, plan.cluster_plan(1, 1))
+    assert [(n["name"], n["podCIDR"], n["address"], n["controllers"]) for n in nodes] == [
+        ("c1-node", "127.101.0.0/24", "127.0.0.1", True), ("c1-node-2", "127.101.1.0/24", "127.0.0.1", False)]
+
+
+def test_up_refuses_a_node_count_out_of_bounds_or_other_than_the_state_dir_s(tmp_path: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(app, ["up", "--state-dir", str(tmp_path / "a"), "--nodes", "0"])
+    assert r.exit_code == 2 and f"error: --nodes must be between 1 and {plan.MAX_NODES}, not 0" in r.output
+    layout = Layout.at(tmp_path / "b")
+    from isthmus.local.state import save_state
+
+    layout.root.mkdir(mode=0o700)
+    save_state(layout, State(clusters=1, nodes=2))
+    r = runner.invoke(app, ["up", "--state-dir", str(layout.root), "--nodes", "3"])
+    assert r.exit_code == 2 and "holds a clusterset of 2 node(s) per cluster, not 3" in r.output
+    with pytest.raises(plan.PlanError, match="not 3"):
+        up.prepare(layout, None, False, None, 3)
