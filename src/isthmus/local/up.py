@@ -211,25 +211,14 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
                 # namespace; from the host they would follow its default route off this machine.
                 *(["--cluster-netns", runcmode.fabric_of(layout.root, state.clusters).node(part.cluster).netns_path]
                   if state.runtime == plan.RUNC else [])]
-    cp = plan.plan_of(part.cluster, state.clusters, state.runtime)
     kc = ["--kubeconfig", str(layout.kubeconfig_of(part.cluster))]
     metrics = ["--metrics-addr", metrics_addr(state, part)]
     if part.kind == KUBE_LITE:
-        # A member's node proxies its ClusterIPs, NodePorts and VIPs (nothing on the broker is reached so).
-        proxy = ["--proxy"] if part.cluster != BROKER else []
-        if state.runtime == plan.RUNC:
-            runc = runcmode.kube_lite_args(runcmode.fabric_of(layout.root, state.clusters), part.cluster,
-                                           state.ports[PartId(part.cluster, APISERVER).name])
-        else:
-            runc = ["--node-address", cp.node_address] if proxy else []
-        return [*base, "kube-lite", *kc, "--cluster-name", cp.name, "--pod-cidr", cp.pod_cidr,
-                "--service-cidr", cp.service_cidr, "--node-port-range", cp.node_port_range,
-                "--kubelet-port", str(state.ports[plan.kubelet_port_name(cp.name)]),
-                "--root-dir", str(layout.root / "kubelet" / cp.name), *proxy, *runc, *metrics]
+        return [*base, "kube-lite", *kc, *kube_lite_args(layout, state, part), *metrics]
     if part.kind == plan.RELAY:
         fp = runcmode.fabric_of(layout.root, state.clusters)
         return [*base, "netrelay", *runcmode.relay_args(fp, layout.root, state.ports[PartId(BROKER, plan.REGISTRY).name],
-                                                        [state.ports[p.name] for p in plan.parts(state.clusters, state.runtime)
+                                                        [state.ports[p.name] for p in plan.parts(state.clusters, state.runtime, state.nodes)
                                                          if p.kind == APISERVER]), *metrics]
     if part.kind == plan.REGISTRY:
         return runcmode.registry_argv(runcmode.fabric_of(layout.root, state.clusters), layout.root)
