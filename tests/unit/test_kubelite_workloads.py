@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from isthmus.local.kubelite.pods import container_ports, desired_pod_status, is_echo, status_up_to_date
@@ -157,37 +158,48 @@ def test_undo_finds_the_old_replicaset_by_template() -> None:
 
 
 def test_rolling_update_scales_old_down_as_new_become_available() -> None:
+    """maxSurge 25% of 2 → 1, maxUnavailable 25% of 2 → 0: one step per sync, as kube's controller."""
     new, old, older = rs("w-n", 0, 3, total=0), rs("w-o", 2, 2, available=2), rs("w-p", 1, 1, available=1)
-    assert rollout_scales(deploy(2), new, [older, old]) == {"w-n": 2, "w-o": 2, "w-p": 0}
-    new = rs("w-n", 2, 3, available=1, total=2)
-    assert rollout_scales(deploy(2), new, [old]) == {"w-n": 2, "w-o": 1}
+    # 3 Pods already, no room to surge; 3 available where 2 are needed: the oldest set shrinks
+    assert rollout_scales(deploy(2), new, [older, old]) == {"w-p": 0}
+    assert rollout_scales(deploy(2), new, [old]) == {"w-n": 1}  # surge by one
+    new = rs("w-n", 1, 3, available=0, total=1)
+    assert rollout_scales(deploy(2), new, [old]) == {}  # its Pod is not available yet: nothing goes
+    new = rs("w-n", 1, 3, available=1, total=1)
+    assert rollout_scales(deploy(2), new, [old]) == {"w-o": 1}  # 3 available, 2 needed
+    assert rollout_scales(deploy(2), new, [rs("w-o", 1, 2, available=1)]) == {"w-n": 2}
     new = rs("w-n", 2, 3, available=2, total=2)
-    assert rollout_scales(deploy(2), new, [old]) == {"w-n": 2, "w-o": 0}
+    assert rollout_scales(deploy(2), new, [rs("w-o", 1, 2, available=1)]) == {"w-o": 0}
     recreate = deploy(2, strategy={"type": "Recreate"})
-    assert rollout_scales(recreate, rs("w-n", 0, 3, total=0), [old]) == {"w-n": 0, "w-o": 0}
+    assert rollout_scales(recreate, rs("w-n", 0, 3, total=0), [old]) == {"w-o": 0}
     gone = rs("w-o", 0, 2, total=0)
-    assert rollout_scales(recreate, rs("w-n", 0, 3, total=0), [gone]) == {"w-n": 2, "w-o": 0}
+    assert rollout_scales(recreate, rs("w-n", 0, 3, total=0), [gone], old_pods_running=True) == {}
+    assert rollout_scales(recreate, rs("w-n", 0, 3, total=0), [gone]) == {"w-n": 2}
+
+
+T1, T2, T3 = (datetime(2024, 1, 1, 0, 0, s, tzinfo=UTC) for s in (1, 2, 3))
 
 
 def test_deployment_status_and_conditions() -> None:
     new = rs("w-n", 2, 2, available=1, total=2)
     old = rs("w-o", 1, 1, available=1)
-    st = deployment_status(deploy(2), new, [new, old], "T1")
+    st = deployment_status(deploy(2), new, [new, old], T1)
     assert st["observedGeneration"] == 2 and st["replicas"] == 3 and st["updatedReplicas"] == 2
-    assert st["readyReplicas"] == st["availableReplicas"] == 2 and st["unavailableReplicas"] == 0
+    assert st["readyReplicas"] == st["availableReplicas"] == 2 and st["unavailableReplicas"] == 1
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Available"]["status"] == "True" and conds["Progressing"]["reason"] == "ReplicaSetUpdated"
     assert conds["Progressing"]["message"] == 'ReplicaSet "w-n" is progressing.'
     new = rs("w-n", 2, 2, available=2, total=2)
     old = rs("w-o", 0, 1, total=0)
-    st2 = deployment_status({**deploy(2), "status": st}, new, [new, old], "T2")
+    st2 = deployment_status({**deploy(2), "status": st}, new, [new, old], T2)
     conds2 = {c["type"]: c for c in st2["conditions"]}
     assert conds2["Progressing"]["reason"] == "NewReplicaSetAvailable"
-    assert conds2["Progressing"]["lastTransitionTime"] == "T1"  # still True: transition time kept
-    assert conds2["Available"]["lastTransitionTime"] == "T1"
-    st3 = deployment_status({**deploy(2), "status": st2}, new, [new, old], "T3")
+    assert conds2["Progressing"]["message"] == 'ReplicaSet "w-n" has successfully progressed.'
+    assert conds2["Progressing"]["lastTransitionTime"] == "2024-01-01T00:00:01Z"  # still True: kept
+    assert conds2["Available"]["lastTransitionTime"] == "2024-01-01T00:00:01Z"
+    st3 = deployment_status({**deploy(2), "status": st2}, new, [new, old], T3)
     assert st3 == st2  # nothing changed: identical (no write)
-    low = deployment_status(deploy(4), rs("w-n", 4, 1, available=1, total=4), [], "T")
+    low = deployment_status(deploy(4), rs("w-n", 4, 1, available=1, total=4), [], T1)
     assert {c["type"]: c["status"] for c in low["conditions"]}["Available"] == "False"
 
 
