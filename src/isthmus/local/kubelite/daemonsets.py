@@ -7,8 +7,9 @@ one keeps running (kube's shouldRun / shouldContinueRunning). Node label changes
 DaemonSet (``kubectl label node``): a Node that stops matching loses its daemon Pod, one that
 starts matching gets one.
 
-Daemon Pods are ``<ds>-<5 random>``, bound to their Node (``spec.nodeName`` and the
-``metadata.name`` node affinity kube writes), labelled ``controller-revision-hash`` and
+Daemon Pods are ``<ds>-<5 random>``, pinned to their Node by the ``metadata.name`` node affinity
+kube writes and bound by the scheduler (as since kube 1.12: no ``spec.nodeName`` of their own; a
+Pod not yet bound counts for the Node its affinity names), labelled ``controller-revision-hash`` and
 ``pod-template-generation``. Each template is a ControllerRevision ``<ds>-<hash>`` (shared with
 StatefulSets). RollingUpdate replaces out-of-date Pods, at most ``maxUnavailable`` Nodes at a time,
 old one deleted first and the new one created once it is gone (maxSurge 0), or with maxSurge the new
@@ -34,6 +35,7 @@ from lightkube.types import PatchType
 from isthmus.kube.helpers import is_not_found
 from isthmus.local.kubelite import CONTROLLER_REVISION_HASH_LABEL, FIELD_MANAGER
 from isthmus.local.kubelite.endpointslices import pod_is_ready
+from isthmus.local.kubelite.scheduler import node_matches_affinity, tolerates
 from isthmus.local.kubelite.workloads import (
     OWNER_INDEX,
     WAIT_SECONDS,
@@ -89,71 +91,18 @@ def daemon_tolerations(pod_spec: Mapping[str, Any]) -> list[Obj]:
     return out
 
 
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """kube's Toleration.ToleratesTaint."""
-    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if key and key != taint.get("key"):
-        return False
-    if operator == "Exists":
-        return True
-    return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
-
-
-def _expression_matches(expr: Mapping[str, Any], values: Mapping[str, str]) -> bool:
-    key, op, wanted = expr.get("key"), expr.get("operator"), list(expr.get("values") or [])
-    present = key in values
-    value = values.get(str(key))
-    if op == "In":
-        return present and value in wanted
-    if op == "NotIn":
-        return not present or value not in wanted
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(wanted) == 1:
-        try:
-            have, bound = int(str(value)), int(wanted[0])
-        except ValueError:
-            return False
-        return have > bound if op == "Gt" else have < bound
-    return False
-
-
-def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str], node_name: str) -> bool:
-    """A NodeSelectorTerm: all of its expressions and fields; an empty term matches nothing."""
-    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    return all(_expression_matches(e, labels) for e in exprs) and all(
-        e.get("key") == "metadata.name" and _expression_matches(e, {"metadata.name": node_name}) for e in fields
-    )
-
-
 def node_should_run(ds: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[bool, bool]:
     """kube's NodeShouldRunDaemonPod: (a Pod should be created here, an existing one may stay)."""
     pod_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
-    meta = node.get("metadata") or {}
-    name = str(meta.get("name"))
-    labels = meta.get("labels") or {}
+    name = str((node.get("metadata") or {}).get("name"))
     if pod_spec.get("nodeName") and pod_spec["nodeName"] != name:
         return False, False
-    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
-        return False, False
-    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
-    if required is not None and not any(
-        _term_matches(t, labels, name) for t in required.get("nodeSelectorTerms") or []
-    ):
+    if not node_matches_affinity({"spec": pod_spec}, node):
         return False, False
     tolerations = daemon_tolerations(pod_spec)
     untolerated = [
         t for t in (node.get("spec") or {}).get("taints") or []
-        if t.get("effect") in ("NoSchedule", "NoExecute") and not any(_tolerates(tol, t) for tol in tolerations)
+        if t.get("effect") in ("NoSchedule", "NoExecute") and not any(tolerates(tol, t) for tol in tolerations)
     ]
     if any(t.get("effect") == "NoExecute" for t in untolerated):
         return False, False
@@ -173,7 +122,19 @@ def _terminating(pod: Mapping[str, Any]) -> bool:
 
 
 def _node_of(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("spec") or {}).get("nodeName") or "")
+    """kube's GetTargetNodeName: the Node a daemon Pod is bound to, or, not yet scheduled, the one
+    its required ``metadata.name`` node affinity names."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for f in term.get("matchFields") or []:
+            if f.get("key") == "metadata.name" and f.get("operator") == "In" and len(f.get("values") or []) == 1:
+                return str(f["values"][0])
+    return ""
 
 
 def _by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
@@ -459,7 +420,7 @@ class DaemonSetController:
         return pod_from_template(
             data, name,
             labels={CONTROLLER_REVISION_HASH_LABEL: pod_hash, POD_TEMPLATE_GENERATION_LABEL: template_generation(data)},
-            spec_overrides={"nodeName": node, "affinity": affinity, "tolerations": daemon_tolerations(template_spec)},
+            spec_overrides={"affinity": affinity, "tolerations": daemon_tolerations(template_spec)},
         )
 
     async def reconcile(self, key: str) -> Result | None:
