@@ -24,7 +24,7 @@ from aiohttp import HttpVersion11, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from isthmus.apiserver import authorization
-from isthmus.apiserver.admission.chain import Admission
+from isthmus.apiserver.admission.chain import Admission, install_builtin_plugins
 from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.apimachinery.jsoncopy import clone
@@ -65,6 +65,7 @@ from isthmus.apiserver.controllers.serviceaccounts import (
     ServiceAccountsController,
     TokensController,
 )
+from isthmus.apiserver.controllers.systempriorityclasses import ensure_system_priority_classes
 from isthmus.apiserver.handlers import (
     binding,
     create,
@@ -166,6 +167,7 @@ class ApiServer:
         self.event_ttl = event_ttl  # seconds an Event lasts after its last write (kube's --event-ttl); 0: forever
         self.preload_crds = preload_crds or []
         self.admission = admission or Admission()
+        install_builtin_plugins(self.admission)
         self.ca_pem: bytes | None = None
         self.token_user = token_user
         self.advertise_address = advertise_address
@@ -255,6 +257,7 @@ class ApiServer:
         gc.freeze()
         await create_system_namespaces(self.store, self.resources, self.generic_store)
         await ensure_bootstrap_policy(self.store, self.resources, self.generic_store)
+        await ensure_system_priority_classes(self.store, self.resources, self.generic_store)
         crd_info = self.resources.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         for crd in self.preload_crds:
             name = crd.get("metadata", {}).get("name", "")

@@ -3,7 +3,9 @@ plugin, validating hooks and validating webhooks, before storage (kube's plugin 
 mutating plugins, MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook).
 
 In-process hooks are registered here; the two plugins live in policy/ and webhook/ and are set on
-`Admission` by the generic store (registry/store.py)."""
+`Admission` by the generic store (registry/store.py). kube's own in-tree plugins (ServiceAccount,
+Priority, PodSecurity) are "builtin" hooks: they run before the hooks a caller adds, in each phase,
+as kube's compiled-in plugins come before any configured ones."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ class Admission:
 
     mutating: list[tuple[str, str, Hook]] = field(default_factory=list)
     validating: list[tuple[str, str, Hook]] = field(default_factory=list)
+    builtin_mutating: list[tuple[str, str, Hook]] = field(default_factory=list)
+    builtin_validating: list[tuple[str, str, Hook]] = field(default_factory=list)
     policies: ValidatingAdmissionPolicies | None = None
     webhooks: Webhooks | None = None
     # What plugins may ask of the server, as kube's admission plugins get informers and an
@@ -48,16 +52,28 @@ class Admission:
     def add_validating(self, group: str, plural: str, hook: Hook) -> None:
         self.validating.append((group, plural, hook))
 
+    def add_builtin_mutating(self, group: str, plural: str, hook: Hook) -> None:
+        self.builtin_mutating.append((group, plural, hook))
+
+    def add_builtin_validating(self, group: str, plural: str, hook: Hook) -> None:
+        self.builtin_validating.append((group, plural, hook))
+
+    def _all_mutating(self) -> list[tuple[str, str, Hook]]:
+        return [*self.builtin_mutating, *self.mutating]
+
+    def _all_validating(self) -> list[tuple[str, str, Hook]]:
+        return [*self.builtin_validating, *self.validating]
+
     def active(self, info: ResourceInfo) -> bool:
         # Whether a registered hook matches, per (group, plural); hooks are only ever added, so the
         # answers hold while the number of hooks stays the same.
-        counts = (len(self.mutating), len(self.validating))
+        counts = (len(self.mutating) + len(self.builtin_mutating), len(self.validating) + len(self.builtin_validating))
         if counts != self._hook_counts:
             self._hooked.clear()
             self._hook_counts = counts
         hooked = self._hooked.get((info.group, info.plural))
         if hooked is None:
-            hooked = any(self._match(g, p, info) for g, p, _ in (*self.mutating, *self.validating))
+            hooked = any(self._match(g, p, info) for g, p, _ in (*self._all_mutating(), *self._all_validating()))
             self._hooked[(info.group, info.plural)] = hooked
         if hooked:
             return True
@@ -73,7 +89,7 @@ class Admission:
         """Admit or raise; True when the object may have changed (a mutating hook ran, or a mutating
         webhook patched it), so the caller validates it again; validating plugins never change it."""
         mutated = False
-        for g, p, hook in self.mutating:
+        for g, p, hook in self._all_mutating():
             if self._match(g, p, req.resource):
                 await hook(req)
                 mutated = True
@@ -81,9 +97,22 @@ class Admission:
             mutated = True
         if self.policies is not None and self.policies.covers(req.resource):
             self.policies.validate(req)
-        for g, p, hook in self.validating:
+        for g, p, hook in self._all_validating():
             if self._match(g, p, req.resource):
                 await hook(req)
         if self.webhooks is not None:
             await self.webhooks.validate(req)
         return mutated
+
+
+def install_builtin_plugins(admission: Admission) -> None:
+    """kube-apiserver's default-on pod admission plugins, in kube's order: ServiceAccount and
+    Priority mutate (then validate) a new Pod, PodSecurity validates Pods, templates and Namespaces.
+    Once per Admission (a caller may hand the same one to several servers)."""
+    if admission.builtin_mutating or admission.builtin_validating:
+        return
+    from isthmus.apiserver.admission import podsecurity, priority, serviceaccount
+
+    serviceaccount.install(admission)
+    priority.install(admission)
+    podsecurity.install(admission)

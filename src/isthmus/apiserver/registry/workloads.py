@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from isthmus.apiserver.registry import printers
+from isthmus.apiserver.admission.priority import (
+    HIGHEST_USER_DEFINABLE_PRIORITY,
+    known_system_class_error,
+)
+from isthmus.apiserver.admission.priority import SYSTEM_PREFIX as SYSTEM_PRIORITY_PREFIX
+from isthmus.apiserver.apimachinery.errors import cause, go_quote
+from isthmus.apiserver.registry import poddisruptionbudget, printers
 from isthmus.apiserver.registry.defaulting import ensure_dict, set_default
 from isthmus.apiserver.registry.pod import default_template
-from isthmus.apiserver.registry.strategy import ScaleStrategy, Strategy
+from isthmus.apiserver.registry.strategy import Cause, ScaleStrategy, Strategy
 from isthmus.apiserver.registry.table import (
     AGE_COLUMN,
     NAME_COLUMN,
@@ -358,6 +364,13 @@ class PodDisruptionBudgetStrategy(Strategy):
     def initial_status(self, obj: Obj) -> Obj | None:
         return {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
 
+    def validate(self, obj: Obj) -> list[Cause]:
+        return poddisruptionbudget.validate_spec(obj.get("spec"))
+
+    def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
+        return poddisruptionbudget.validate_spec(new.get("spec")) + poddisruptionbudget.validate_status(
+            new.get("status"))
+
     def table_columns(self) -> list[Column]:
         return printers.PDB_COLUMNS
 
@@ -387,6 +400,30 @@ class PriorityClassStrategy(Strategy):
     def default(self, obj: Obj) -> None:
         # scheduling/v1 SetDefaults_PriorityClass
         set_default(obj, "preemptionPolicy", "PreemptLowerPriority")
+
+    def validate(self, obj: Obj) -> list[Cause]:
+        """ValidatePriorityClass: `system-` names are the built-in classes only; user classes stay
+        at or below 1000000000, so system pods always outrank them."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        value = obj.get("value")
+        if name.startswith(SYSTEM_PRIORITY_PREFIX):
+            err = known_system_class_error(name, value, obj.get("globalDefault") is True)
+            if err is not None:
+                return [cause("metadata.name", f"Forbidden: priority class names with '{SYSTEM_PRIORITY_PREFIX}' "
+                              f"prefix are reserved for system use only. error: {err}", "FieldValueForbidden")]
+        elif isinstance(value, int) and value > HIGHEST_USER_DEFINABLE_PRIORITY:
+            return [cause("value", "Forbidden: maximum allowed value of a user defined priority is "
+                          f"{HIGHEST_USER_DEFINABLE_PRIORITY}", "FieldValueForbidden")]
+        return []
+
+    def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
+        causes = []
+        if new.get("value") != old.get("value"):
+            causes.append(cause("value", "Forbidden: may not be changed in an update.", "FieldValueForbidden"))
+        if new.get("preemptionPolicy") != old.get("preemptionPolicy"):
+            causes.append(cause("preemptionPolicy", f"Invalid value: {go_quote(str(new.get('preemptionPolicy')))}: "
+                                "field is immutable"))
+        return causes
 
     def table_columns(self) -> list[Column]:
         return printers.PRIORITYCLASS_COLUMNS
