@@ -71,6 +71,7 @@ from isthmus.apiserver.handlers import (
     create,
     delete,
     discovery,
+    eviction,
     get,
     health,
     openapi,
@@ -547,6 +548,8 @@ class ApiServer:
         ctx = self._ctx
         if binding.is_binding(group, version, rest):  # pods/<name>/binding, and the legacy bindings
             return await binding.serve(ctx, request, rest)
+        if eviction.is_eviction(group, version, rest):
+            return await eviction.serve(ctx, request, rest)
         if len(rest) == 5:  # both below are namespaces/<ns>/<plural>/<name>/<subresource>
             if pods.is_node_subresource(group, version, rest):  # pods/log, exec...: proxied to the Pod's node
                 return await pods.serve(ctx, request, rest, kubelet_token=self.token)

@@ -67,10 +67,14 @@ def json_response(body: Any, status: int = 200, warnings: list[str] | None = Non
 def status_response(e: ApiError, request: web.Request | None = None) -> web.Response:
     """A Status body byte for byte as kube-apiserver writes it (Go's encoding, trailing newline),
     with the warnings the request had gathered when the error carries them (kube sends both);
-    request: as for json_response."""
-    if type(request) is LeanRequest:
+    request: as for json_response. A suggested delay (details.retryAfterSeconds) is sent as the
+    Retry-After header too, as kube's ErrorNegotiated does (client-go waits for it on a 429)."""
+    retry = e.details.get("retryAfterSeconds") if e.details else None
+    if type(request) is LeanRequest and not retry:
         return JsonAnswer(e.body(), e.code, getattr(e, "warnings", None))
     resp = web.Response(body=e.body(), status=e.code, content_type="application/json")
+    if retry:
+        resp.headers["Retry-After"] = str(retry)
     for w in getattr(e, "warnings", None) or []:
         resp.headers.add("Warning", warning_header(w))
     return resp
