@@ -85,7 +85,8 @@ class Env:
         self.manager = PoolManager(self.client, identity="edge-1", public_address=self.public,
                                    private_address=self.private, state_dir=self.tmp / "pools",
                                    lease_duration=3, renew_period=0.5)  # fmt: skip
-        self.translator = Translator(self.client, "kube/one", identity="lb-1", grace=2.0,
+        # Opted in to class-less Services, as the local clusterset is: the seed's flows use them.
+        self.translator = Translator(self.client, "kube/one", identity="lb-1", grace=2.0, class_less=True,
                                      lease_duration=3, renew_deadline=2, retry_period=0.5)  # fmt: skip
         self.tasks = [asyncio.create_task(self.manager.run()), asyncio.create_task(self.translator.run())]
 
@@ -96,11 +97,12 @@ class Env:
         return b
 
     async def service(self, name: str, ports: list[tuple[int, int]], config: str | None = None,
-                      type_: str = "LoadBalancer") -> None:
+                      type_: str = "LoadBalancer", load_balancer_class: str | None = None) -> None:
         annotations = {DKLB_CONFIG_ANNOTATION: config} if config is not None else {}
+        klass = {"loadBalancerClass": load_balancer_class} if load_balancer_class else {}
         await self.client.create(Service.from_dict({
             "metadata": {"name": name, "namespace": NS, "annotations": annotations},
-            "spec": {"type": type_, "selector": {"app": name},
+            "spec": {"type": type_, "selector": {"app": name}, **klass,
                      "ports": [{"name": f"p{p}", "port": p, "targetPort": p, "nodePort": np} for p, np in ports]},
         }))  # fmt: skip
 

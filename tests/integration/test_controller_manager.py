@@ -24,11 +24,12 @@ from lightkube.resources.core_v1 import Secret, Service, ServiceAccount
 
 from isthmus.kube.client import client_for, load_config
 from isthmus.kube.helpers import install_crds
-from isthmus.kube.manifests import apply, deploy_dir, render
+from isthmus.kube.manifests import apply, render
 from isthmus.kube.tokens import ServiceAccountToken, request_token
 from tests.harness.apiserver import RunningApiServer
 from tests.harness.polling import eventually
 from tests.harness.ports import free_port
+from tests.unit.test_deploy_lb_component import lb_overlay
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
@@ -46,7 +47,9 @@ async def installed(tmp_path: Path) -> AsyncIterator[RunningApiServer]:
     admin = run.client()
     try:
         await asyncio.wait_for(install_crds(admin), 60)  # deploy/crds/*: deploy/member carries none
-        await asyncio.wait_for(apply(admin, render(deploy_dir() / "member"), field_manager="test"), 60)
+        # With load balancing opted in (deploy/components/lb): the manager runs the translator too.
+        member = lb_overlay(tmp_path / "overlay")
+        await asyncio.wait_for(apply(admin, render(member), field_manager="test"), 60)
         yield run
     finally:
         await run.close()

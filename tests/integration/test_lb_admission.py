@@ -22,7 +22,7 @@ from lightkube.resources.admissionregistration_v1 import (
 from lightkube.resources.core_v1 import Secret, Service
 from lightkube.resources.networking_v1 import Ingress
 
-from isthmus.api.lb import DKLB_CONFIG_ANNOTATION
+from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, EDGELB_CONTROLLER
 from isthmus.cli import admission_plugins
 from isthmus.cli.webhook import ensure_secret, patch_ca_bundle
 from isthmus.lb.admission import HANDLERS, MUTATE_PATH, VALIDATE_PATH
@@ -33,11 +33,12 @@ from tests.harness.ports import free_port
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
 
-def service(name: str, config: str | None, ports: tuple[int, ...] = (80,)) -> Service:
+def service(name: str, config: str | None, ports: tuple[int, ...] = (80,), cls: str | None = EDGELB_CONTROLLER) -> Service:
     meta: dict[str, Any] = {"name": name, "namespace": "default"}
     if config is not None:
         meta["annotations"] = {DKLB_CONFIG_ANNOTATION: config}
-    return Service.from_dict({"metadata": meta, "spec": {"type": "LoadBalancer",
+    klass = {"loadBalancerClass": cls} if cls is not None else {}
+    return Service.from_dict({"metadata": meta, "spec": {"type": "LoadBalancer", **klass,
                                                          "ports": [{"name": f"p{p}", "port": p} for p in ports]}})
 
 
@@ -103,6 +104,7 @@ metadata:
         servicePort: 81
 spec:
   type: LoadBalancer
+  loadBalancerClass: isthmus.io/edgelb
   ports: [{{name: http, port: 80}}, {{name: alt, port: 8080}}]
 """
 
@@ -135,6 +137,75 @@ async def check_with_kubectl(srv: RunningApiServer, denial_prefix: str) -> None:
 async def test_the_in_process_plugin(plugin_server: RunningApiServer) -> None:
     await check(plugin_server.client(), plugin_style=True)
     await check_with_kubectl(plugin_server, 'Service "kbad" is invalid')
+
+
+async def test_the_in_process_plugin_takes_class_less_services_only_when_opted_in(tmp_path: Path) -> None:
+    """`isthmus apiserver --lb-class-less-services` (the local clusterset's): class-less Services get
+    the defaults; without it they are another load balancer's and pass untouched. Another class's
+    Service is never looked at."""
+    for opted_in in (False, True):
+        srv = RunningApiServer(tmp_path / f"apiserver-{opted_in}", admission=admission_plugins.build(
+            [], lb_class_less=opted_in))
+        await srv.start()
+        try:
+            client = srv.client()
+            plain = await client.create(service("plain", None, cls=None))
+            assert (DKLB_CONFIG_ANNOTATION in (plain.metadata.annotations or {})) is opted_in
+            other = await client.create(service("cilium", "bogus: 1", cls="io.cilium/l2-announcer"))
+            assert other.metadata.annotations == {DKLB_CONFIG_ANNOTATION: "bogus: 1"}
+            if opted_in:
+                with pytest.raises(ApiError, match='unknown field "bogus"'):
+                    await client.create(service("bad", "bogus: 1", cls=None))
+            else:
+                await client.create(service("bad", "bogus: 1", cls=None))
+        finally:
+            await srv.close()
+
+
+def rendered_lb_webhooks(tmp_path: Path, url: str, class_less: bool) -> list[Any]:
+    """deploy/member's webhook configurations with deploy/components/lb (and the class-less opt-in),
+    as an admin installs them, pointed at `url`."""
+    from isthmus.kube.manifests import render
+    from tests.unit.test_deploy_lb_component import lb_overlay
+
+    out = []
+    for doc in render(lb_overlay(tmp_path / f"overlay-{class_less}", class_less=class_less)):
+        if doc["kind"] in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            for hook in doc["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": url + path}
+            kind = ValidatingWebhookConfiguration if doc["kind"].startswith("Validating") else MutatingWebhookConfiguration
+            out.append(kind.from_dict(doc))
+    return out
+
+
+@pytest.mark.parametrize("class_less", [False, True])
+async def test_with_the_webhook_down_other_classes_pass_untouched(
+        apiserver: RunningApiServer, tmp_path: Path, class_less: bool) -> None:
+    """Issue 43, defect 1: the component's real webhook configurations (failurePolicy Fail), their
+    server down. A Service of class io.cilium/l2-announcer is admitted untouched, and so is a
+    class-less one unless the admin opted in; an edgelb one is ours: refused while nobody answers."""
+    client = apiserver.client()
+    for config in rendered_lb_webhooks(tmp_path, f"https://127.0.0.1:{free_port()}", class_less):
+        await client.create(config)
+    cilium = await client.create(service("cilium", None, cls="io.cilium/l2-announcer"))
+    assert not (cilium.metadata.annotations or {})
+    nginx = await client.create(Ingress.from_dict({
+        "metadata": {"name": "n", "namespace": "default", "annotations": {DKLB_CONFIG_ANNOTATION: "bogus: 1"}},
+        "spec": {"ingressClassName": "nginx", "defaultBackend": {"service": {"name": "x", "port": {"number": 80}}}}}))
+    assert nginx.metadata.annotations == {DKLB_CONFIG_ANNOTATION: "bogus: 1"}
+    rc, out = await kubectl(apiserver, "apply", "-f", "-", stdin=BAD_BY_KUBECTL.replace("kbad", "kcilium").replace(
+        "isthmus.io/edgelb", "io.cilium/l2-announcer"))
+    assert rc == 0 and "service/kcilium created" in out, out
+    with pytest.raises(ApiError, match="failed calling webhook") as err:
+        await client.create(service("edgelb", None))
+    assert err.value.status.code == 500
+    if class_less:
+        with pytest.raises(ApiError, match="failed calling webhook"):
+            await client.create(service("classless", None, cls=None))
+    else:
+        classless = await client.create(service("classless", None, cls=None))
+        assert not (classless.metadata.annotations or {})
 
 
 async def test_the_plugin_can_be_disabled(tmp_path: Path) -> None:

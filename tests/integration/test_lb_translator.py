@@ -277,3 +277,29 @@ async def test_a_pool_stored_under_a_name_ending_in_a_newline_is_deleted_with_it
         assert legacy not in [p.metadata.name async for p in env.client.list(POOL)]
 
     await eventually_passes(deleted)
+
+
+async def test_a_service_of_another_class_is_never_touched(env: Env) -> None:
+    """Issue 43, defect 1: a Service of class io.cilium/l2-announcer keeps the status its controller
+    wrote (the translator cleared it on every change before) and gets no pool, next to ours."""
+    a = await env.backend("a")
+    await env.service("cilium", [(80, a.port)], load_balancer_class="io.cilium/l2-announcer")
+    theirs = {"loadBalancer": {"ingress": [{"ip": "192.0.2.10", "ipMode": "VIP"}]}}
+    await env.client.patch(Service.Status, "cilium", {"status": theirs}, namespace=NS, patch_type=PatchType.MERGE,
+                           field_manager="cilium-operator")
+    await env.service("ours", [(80, a.port)], "role: '*'\nfrontends:\n- port: 18140\n  servicePort: 80\n",
+                      load_balancer_class="isthmus.io/edgelb")
+    await env.lb_address(Service, "ours")
+    # A change to theirs reaches the translator (it watches every Service); then one of ours, whose
+    # address shows that the queue moved past it.
+    await env.client.patch(Service, "cilium", {"metadata": {"labels": {"touched": "1"}}}, namespace=NS,
+                           patch_type=PatchType.MERGE)
+    await env.service("ours-too", [(80, a.port)], "role: '*'\nfrontends:\n- port: 18141\n  servicePort: 80\n",
+                      load_balancer_class="isthmus.io/edgelb")
+    await env.lb_address(Service, "ours-too")
+    svc = (await env.client.get(Service, "cilium", namespace=NS)).to_dict()
+    assert svc["status"]["loadBalancer"] == theirs["loadBalancer"]
+    assert "conditions" not in svc["status"]
+    assert await env.pool("kube-one--default--cilium") is None
+    assert DKLB_CONFIG_ANNOTATION not in (svc["metadata"].get("annotations") or {})
+    assert not [e for e in await env.events("cilium")]

@@ -22,6 +22,7 @@ from isthmus.api.image import IMAGE, IMAGE_REPOSITORY, IMAGE_TAG
 from isthmus.api.mcs import AGENT_NAMESPACE
 from isthmus.kube.manifests import ManifestError, apply, deploy_dir, render
 from tests.harness.apiserver import RunningApiServer
+from tests.unit.test_deploy_lb_component import lb_overlay
 
 DEPLOY = deploy_dir()
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
@@ -132,8 +133,8 @@ def test_image_component_is_api_image() -> None:
     assert containers and all(c["image"] == IMAGE for c in containers)
 
 
-def test_every_deployment_is_hardened_probed_and_has_its_own_account() -> None:
-    objs = member()
+def test_every_deployment_is_hardened_probed_and_has_its_own_account(tmp_path: Path) -> None:
+    objs = render(lb_overlay(tmp_path))  # the base with load balancing opted in: every Deployment
     accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
     deployments = [o for o in objs if o["kind"] == "Deployment"]
     components = {"isthmus-agent", "isthmus-dns", "isthmus-controller-manager", "isthmus-pools", "isthmus-webhook",
@@ -153,7 +154,9 @@ def test_every_deployment_is_hardened_probed_and_has_its_own_account() -> None:
         assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
         for c in spec["containers"]:
             sc = c["securityContext"]
-            assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+            # Only the pool manager escalates: its HAProxy gains NET_BIND_SERVICE from a file capability
+            # at exec (kubernetes/kubernetes#56374; deploy/member/pools/deployment.yaml says why).
+            assert sc["allowPrivilegeEscalation"] is (name == "isthmus-pools") and sc["readOnlyRootFilesystem"] is True
             assert sc["capabilities"]["drop"] == ["ALL"], name
             # Only the pool manager and the egress gateway add one: HAProxy binds ports below 1024 (an
             # Ingress's 80), the gateway a source service's ports on its source IPs, both as non-root.

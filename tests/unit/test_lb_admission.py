@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, INGRESS_CLASS_ANNOTATION
+from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, EDGELB_CONTROLLER, INGRESS_CLASS_ANNOTATION
 from isthmus.lb import admission
 
 
@@ -36,11 +36,44 @@ def test_edgelb_ingresses_get_the_defaults_written() -> None:
         assert "name" not in written
 
 
-def test_other_ingresses_are_left_alone_unless_annotated() -> None:
+def test_other_ingresses_are_left_alone() -> None:
     assert admission.mutate("Ingress", "CREATE", ing(None, cls="nginx")) == []
     assert admission.mutate("Ingress", "CREATE", ing(None, cls=None)) == []
-    assert admission.validate("Ingress", "CREATE", ing("bogus: 1", cls="nginx", by_spec=True), None) == [
-        'unknown field "bogus"']  # the annotation is there: checked whatever the class
+    # Another class's Ingress is its controller's, annotation or not: never blocked by ours.
+    assert admission.validate("Ingress", "CREATE", ing("bogus: 1", cls="nginx", by_spec=True), None) == []
+    # One naming no class may be ours by the default IngressClass (admission cannot look): annotated, checked.
+    assert admission.validate("Ingress", "CREATE", ing("bogus: 1", cls=None), None) == ['unknown field "bogus"']
+
+
+def lb_service(cls: str | None, config: str | None = "bogus: 1") -> dict[str, Any]:
+    spec: dict[str, Any] = {"type": "LoadBalancer", "ports": [{"port": 80}]}
+    if cls is not None:
+        spec["loadBalancerClass"] = cls
+    annotations = {DKLB_CONFIG_ANNOTATION: config} if config is not None else {}
+    return {"metadata": {"name": "s", "namespace": "d", "annotations": annotations}, "spec": spec}
+
+
+def test_only_edgelb_services_are_handled_unless_class_less_ones_are_opted_in() -> None:
+    """Issue 43, defect 1: a Service of another class (Cilium's, MetalLB's, a cloud's) is never
+    mutated nor blocked; a class-less one only with the admin's opt-in."""
+    cilium = lb_service("io.cilium/l2-announcer")
+    for class_less in (False, True):
+        assert admission.validate("Service", "CREATE", cilium, None, class_less) == []
+        assert admission.mutate("Service", "CREATE", lb_service("io.cilium/l2-announcer", None), class_less) == []
+        assert admission.validate("Service", "CREATE", lb_service(EDGELB_CONTROLLER), None, class_less) == [
+            'unknown field "bogus"']
+        assert admission.mutate("Service", "CREATE", lb_service(EDGELB_CONTROLLER, None), class_less) != []
+    assert admission.validate("Service", "CREATE", lb_service(None), None) == []
+    assert admission.mutate("Service", "CREATE", lb_service(None, None)) == []
+    assert admission.validate("Service", "CREATE", lb_service(None), None, class_less=True) == ['unknown field "bogus"']
+    assert admission.mutate("Service", "CREATE", lb_service(None, None), class_less=True) != []
+
+
+async def test_the_handlers_follow_the_opt_in() -> None:
+    review = {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Service"}, "operation": "CREATE",
+              "object": lb_service(None)}
+    assert (await admission.handlers()[admission.VALIDATE_PATH](review)).allowed
+    assert not (await admission.handlers(class_less=True)[admission.VALIDATE_PATH](review)).allowed
 
 
 def test_ingress_configs_are_validated_and_immutable() -> None:
@@ -63,7 +96,8 @@ async def test_review_handlers_answer_in_kubes_shape() -> None:
     bad = {"uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Service"}, "operation": "CREATE",
            "object": {"metadata": {"name": "s", "annotations": {
                DKLB_CONFIG_ANNOTATION: "frontends: [{port: 1, servicePort: 81}]"}},
-               "spec": {"type": "LoadBalancer", "ports": [{"port": 80}, {"port": 8080}]}}}
+               "spec": {"type": "LoadBalancer", "loadBalancerClass": EDGELB_CONTROLLER,
+                        "ports": [{"port": 80}, {"port": 8080}]}}}
     review = (await admission.review_validate(bad)).to_review("u1")["response"]
     assert review["uid"] == "u1" and review["allowed"] is False
     assert review["status"]["code"] == 422
@@ -83,7 +117,7 @@ async def test_review_handlers_answer_in_kubes_shape() -> None:
 
 def svc(config: str) -> dict[str, Any]:
     return {"metadata": {"name": "s", "namespace": "d", "annotations": {DKLB_CONFIG_ANNOTATION: config}},
-            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": EDGELB_CONTROLLER, "ports": [{"port": 80}]}}
 
 
 def test_values_that_cannot_run_a_pool_are_refused_with_their_field() -> None:

@@ -10,6 +10,7 @@ import yaml
 from isthmus.api.lb import (
     CREATION_STRATEGY_ANNOTATION,
     DKLB_CONFIG_ANNOTATION,
+    EDGELB_CONTROLLER,
     ConfigError,
     CreationStrategy,
     backend_owner,
@@ -116,7 +117,8 @@ def svc(config: str | None, ports: list[int] = [80]) -> dict[str, Any]:  # noqa:
     meta: dict[str, Any] = {"name": "s", "namespace": "d"}
     if config is not None:
         meta["annotations"] = {DKLB_CONFIG_ANNOTATION: config}
-    return {"metadata": meta, "spec": {"type": "LoadBalancer", "ports": [{"port": p} for p in ports]}}
+    return {"metadata": meta, "spec": {"type": "LoadBalancer", "loadBalancerClass": EDGELB_CONTROLLER,
+                                       "ports": [{"port": p} for p in ports]}}
 
 
 def test_admission_checks_service_ports_and_immutability() -> None:

@@ -17,7 +17,7 @@ from isthmus.api.lb import (
     parse_ingress_config,
     parse_service_config,
 )
-from isthmus.lb.controller import is_edgelb_ingress, is_lb_service
+from isthmus.lb.controller import is_edgelb_ingress, is_lb_service, may_clear_status
 from isthmus.lb.translate import (
     load_balancer_ingress,
     merge,
@@ -162,8 +162,20 @@ def test_status_lists_hostnames_then_private_then_public() -> None:
 
 
 def test_classes() -> None:
-    assert is_lb_service({"spec": {"type": "LoadBalancer"}})
-    assert not is_lb_service({"spec": {"type": "LoadBalancer", "loadBalancerClass": "other.io/lb"}})
+    assert is_lb_service({"spec": {"type": "LoadBalancer", "loadBalancerClass": "isthmus.io/edgelb"}})
+    assert not is_lb_service({"spec": {"type": "LoadBalancer"}})  # class-less: another controller's by default
+    assert is_lb_service({"spec": {"type": "LoadBalancer"}}, class_less=True)
+    for class_less in (False, True):
+        assert not is_lb_service({"spec": {"type": "LoadBalancer", "loadBalancerClass": "other.io/lb"}}, class_less)
+        assert not is_lb_service({"spec": {"type": "ClusterIP"}}, class_less)
+    # Status of another class's object is never cleared (it would fight that controller's writes).
+    assert not may_clear_status("Service", {"spec": {"type": "LoadBalancer", "loadBalancerClass": "other.io/lb"}})
+    assert not may_clear_status("Service", {"spec": {"type": "LoadBalancer"}})
+    assert may_clear_status("Service", {"spec": {"type": "LoadBalancer"}}, class_less=True)
+    assert may_clear_status("Service", {"spec": {"type": "ClusterIP", "loadBalancerClass": "isthmus.io/edgelb"}})
+    assert not may_clear_status("Ingress", {"spec": {"ingressClassName": "nginx"}})
+    assert not may_clear_status("Ingress", {"spec": {}})
+    assert may_clear_status("Ingress", {"spec": {"ingressClassName": "edgelb"}})
     ours = {"metadata": {"name": "e"}, "spec": {"controller": "isthmus.io/edgelb"}}
     default = {"metadata": {"name": "d", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
                "spec": {"controller": "isthmus.io/edgelb"}}

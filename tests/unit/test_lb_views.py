@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from isthmus.api.lb import DKLB_CONFIG_ANNOTATION
-from isthmus.lb.views import load_balancer_rows, pool_rows
+from isthmus.lb.views import load_balancer_rows, pool_rows, shown_service
 
 
 def _pool(name: str, frontends: list[dict[str, Any]], backends: list[dict[str, Any]],
@@ -107,3 +107,14 @@ def test_show_dispatch_keeps_discovery_free_of_load_balancing() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["['egress',", "'loadbalancers',", "'mcs',", "'pools']"]
+
+
+def test_show_lists_our_services_only() -> None:
+    def svc(cls: str | None, annotated: bool) -> dict[str, Any]:
+        meta = {"annotations": {DKLB_CONFIG_ANNOTATION: ""}} if annotated else {}
+        return {"metadata": meta, "spec": {"type": "LoadBalancer", **({"loadBalancerClass": cls} if cls else {})}}
+
+    assert shown_service(svc("isthmus.io/edgelb", False))
+    assert shown_service(svc(None, True))  # the opted-in webhook wrote its config
+    assert not shown_service(svc(None, False))  # another load balancer's
+    assert not shown_service(svc("io.cilium/l2-announcer", True))

@@ -85,7 +85,11 @@ POOL_MANAGER = "isthmus-pools"
 """Field manager of the pool manager (it writes LoadBalancerPool status only)."""
 
 LB_NAMESPACE = AGENT_NAMESPACE
-"""Where the translator's and pool managers' Leases (and their Deployments) live."""
+"""Where the translator's Lease (and the controller manager running it) lives."""
+POOLS_NAMESPACE = "isthmus-pools"
+"""The pool manager's own namespace (deploy/member/pools): it runs on the host network, which Pod
+Security's baseline level forbids, so it lives apart, labelled `enforce: privileged`, and the rest
+of Isthmus keeps a stricter level. Its slot Leases are there too (the pod's $POD_NAMESPACE)."""
 TRANSLATOR_LEASE_NAME = "isthmus-lb"
 WEBHOOK_NAME = "isthmus-lb"
 """Name of the Service, Validating- and MutatingWebhookConfiguration of `isthmus webhook`."""

@@ -2,7 +2,8 @@
 served by the embedded apiserver itself (the apiserver package knows nothing of Isthmus; the CLI
 wires them, as kube-apiserver compiles its plugins in).
 
-- `DklbConfig` — `kubernetes.dcos.io/dklb-config` on Services and Ingresses (`isthmus.lb.admission`):
+- `DklbConfig` — `kubernetes.dcos.io/dklb-config` on Services of class isthmus.io/edgelb (class-less
+  ones too with --lb-class-less-services) and Ingresses of class edgelb (`isthmus.lb.admission`):
   defaults written into the annotation (mutating), bad configs and changes to `name`, `role` or
   `network` refused with 422 Invalid naming the field (validating). On real clusters `isthmus
   webhook` serves the same checks.
@@ -31,7 +32,7 @@ EGRESS = "Egress"
 _KINDS = {("", "services"): "Service", ("networking.k8s.io", "ingresses"): "Ingress"}
 
 
-def _dklb(admission: Admission) -> None:
+def _dklb(admission: Admission, class_less: bool = False) -> None:
     from isthmus.lb import admission as lb
 
     async def mutate(req: AdmissionRequest) -> None:
@@ -39,7 +40,7 @@ def _dklb(admission: Admission) -> None:
         if req.subresource or req.object is None:
             return
         new = lb.defaulted(kind, ((req.object.get("metadata") or {}).get("annotations") or {})) \
-            if lb.concerned(kind, req.object) else None
+            if lb.concerned(kind, req.object, class_less) else None
         if new is not None:
             req.object.setdefault("metadata", {}).setdefault("annotations", {})[DKLB_CONFIG_ANNOTATION] = new
 
@@ -47,7 +48,7 @@ def _dklb(admission: Admission) -> None:
         kind = _KINDS[(req.resource.group, req.resource.plural)]
         if req.subresource:
             return
-        problems = lb.validate(kind, req.operation, req.object, req.old_object)
+        problems = lb.validate(kind, req.operation, req.object, req.old_object, class_less)
         if problems:
             raise errors.invalid(req.resource.group, kind, req.name,
                                  [errors.cause(lb.FIELD, p) for p in problems])
@@ -118,9 +119,13 @@ PLUGINS: dict[str, Callable[[Admission], None]] = {DKLB_CONFIG: _dklb, MULTI_CLU
 """Every in-process plugin by name; all are enabled unless `--disable-admission-plugins` names them."""
 
 
-def build(disabled: list[str]) -> Admission:
+def build(disabled: list[str], lb_class_less: bool = False) -> Admission:
+    """The enabled plugins; `lb_class_less`: DklbConfig also takes class-less LoadBalancer Services
+    (`isthmus apiserver --lb-class-less-services`, as `isthmus webhook` has it)."""
     admission = Admission()
     for name, register in PLUGINS.items():
-        if name not in disabled:
+        if name == DKLB_CONFIG and name not in disabled:
+            _dklb(admission, lb_class_less)
+        elif name not in disabled:
             register(admission)
     return admission

@@ -17,6 +17,12 @@ from isthmus.cli.app import COMPONENTS, LogFormatOpt, LogLevelOpt, command, fail
 from isthmus.kube.client import is_loopback_host
 from isthmus.runtime.loop import run
 
+LbClassLessOpt = Annotated[bool, typer.Option(
+    "--lb-class-less-services",
+    help="The DklbConfig plugin also checks and defaults class-less Services of type LoadBalancer (as "
+         "`isthmus webhook --lb-class-less-services`); without it only those of loadBalancerClass "
+         "isthmus.io/edgelb. For a cluster with no other load balancer (the local clusterset).")]
+
 
 class KubeconfigAuth(enum.StrEnum):
     token = "token"
@@ -116,6 +122,7 @@ def apiserver(
     disable_admission_plugins: Annotated[str, typer.Option(
         "--disable-admission-plugins", metavar="NAMES",
         help="kube's flag: comma-separated in-process admission plugins to turn off (DklbConfig).")] = "",
+    lb_class_less_services: LbClassLessOpt = False,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
@@ -172,7 +179,7 @@ def apiserver(
                        service_account_issuer=service_account_issuer,
                        service_account_signing_key_file=service_account_signing_key_file,
                        service_account_key_files=tuple(service_account_key_file or ()),
-                       authorization_mode=",".join(modes), admission=admission_plugins.build(disabled),
+                       authorization_mode=",".join(modes), admission=admission_plugins.build(disabled, lb_class_less_services),
                        event_ttl=event_ttl_seconds, cluster_netns=str(cluster_netns) if cluster_netns else None)
     try:
         run(serve(server, str(kubeconfig_out.resolve()), kubeconfig_auth.value))

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 CLUSTER_NAME = typer.Option("--cluster-name", help="This cluster's name: the first part of every pool, frontend "
                             "and backend name it makes (slashes become dots).")
 ClusterNameOpt = Annotated[str, CLUSTER_NAME]
+LbClassLessOpt = Annotated[bool, typer.Option(
+    "--lb-class-less-services",
+    help="Also handle Services of type LoadBalancer that name no loadBalancerClass (by default only those of "
+         "class isthmus.io/edgelb): only where no cloud controller, MetalLB or Cilium LB-IPAM answers them.")]
 GraceOpt = Annotated[
     float, typer.Option("--unprovisioned-grace", min=1.0,
                         help="Seconds a pool may go without a serving instance before its owners get a Warning.")
@@ -47,11 +51,12 @@ def lb(
                      "$POD_NAME, else the host name).", show_default=False),
     ] = None,
     grace: GraceOpt = 20.0,
+    class_less: LbClassLessOpt = False,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
-    """Turn Services of type LoadBalancer and Ingresses of class edgelb into LoadBalancerPools (leader-elected)."""
+    """Turn Services of class isthmus.io/edgelb and Ingresses of class edgelb into LoadBalancerPools (leader-elected)."""
     from isthmus.kube.client import make_client
 
     if not cluster_name.strip() or ":" in cluster_name:
@@ -59,16 +64,16 @@ def lb(
     holder = identity or os.environ.get("POD_NAME") or socket.gethostname()
 
     async def build() -> Manager:
-        return lb_part(make_client(kubeconfig, context), cluster_name, holder, grace)
+        return lb_part(make_client(kubeconfig, context), cluster_name, holder, grace, class_less)
 
     run_component("lb", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 
 
-def lb_part(client: Any, cluster_name: str, holder: str, grace: float) -> Manager:
+def lb_part(client: Any, cluster_name: str, holder: str, grace: float, class_less: bool = False) -> Manager:
     """The translator as a part of a command (`isthmus lb`, `isthmus controller-manager`): its Manager."""
     from isthmus.lb.controller import Translator
 
-    return Translator(client, cluster_name, identity=holder, grace=grace).manager
+    return Translator(client, cluster_name, identity=holder, grace=grace, class_less=class_less).manager
 
 
 def show_lb(req: ShowRequest) -> None:
@@ -80,8 +85,8 @@ def show_lb(req: ShowRequest) -> None:
     from isthmus.api.lb import LoadBalancerPool
     from isthmus.kube.client import make_client
     from isthmus.kube.resources import resource_for
-    from isthmus.lb.controller import is_edgelb_ingress, is_lb_service
-    from isthmus.lb.views import load_balancer_rows, pool_rows
+    from isthmus.lb.controller import is_edgelb_ingress
+    from isthmus.lb.views import load_balancer_rows, pool_rows, shown_service
 
     async def gather() -> list[dict[str, Any]]:
         client = make_client(kubeconfig, context, timeout=10.0)
@@ -93,7 +98,7 @@ def show_lb(req: ShowRequest) -> None:
             classes = [c.to_dict() async for c in client.list(IngressClass)]
             objects: list[tuple[str, dict[str, Any]]] = []
             objects += [("Service", s.to_dict()) async for s in client.list(Service, namespace=ns)
-                        if is_lb_service(s.to_dict())]  # fmt: skip
+                        if shown_service(s.to_dict())]  # fmt: skip
             objects += [("Ingress", i.to_dict()) async for i in client.list(Ingress, namespace=ns)
                         if is_edgelb_ingress(i.to_dict(), classes)]  # fmt: skip
             warnings: dict[tuple[str, str, str], str] = {}

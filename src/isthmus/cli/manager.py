@@ -39,7 +39,7 @@ from isthmus.cli.app import (
     run_component,
 )
 from isthmus.cli.egress import ForwarderImageOpt
-from isthmus.cli.lb import CLUSTER_NAME, GraceOpt
+from isthmus.cli.lb import CLUSTER_NAME, GraceOpt, LbClassLessOpt
 from isthmus.kube.helpers import describe_error
 from isthmus.kube.tokens import ServiceAccountToken
 
@@ -88,6 +88,7 @@ def controller_manager(
     ] = None,
     cluster_name: Annotated[str | None, CLUSTER_NAME] = None,
     grace: GraceOpt = 20.0,
+    lb_class_less: LbClassLessOpt = False,
     cluster_id: OptionalClusterIdOpt = None,
     mcsvc_workers: Annotated[int, typer.Option("--mcsvc-workers", min=1, help="mcsvc: concurrent reconciles.")] = 8,
     forwarder_image: ForwarderImageOpt = None,
@@ -119,7 +120,7 @@ def controller_manager(
     def part(name: str, client: Any) -> Component:
         if name == "lb":
             assert cluster_name is not None
-            return lb_part(client, cluster_name, holder, grace)
+            return lb_part(client, cluster_name, holder, grace, lb_class_less)
         if name == "mcsvc":
             return mcsvc_part(client, cluster_id, holder, mcsvc_workers)
         return egress_operator_part(client, holder, forwarder_image, egress_workers)

@@ -63,6 +63,7 @@ def pools(
     log_level: LogLevelOpt = "info",
 ) -> None:
     """Run LoadBalancerPools as HAProxy on this edge host, one instance per pool slot it wins."""
+    from isthmus.api.lb import POOLS_NAMESPACE
     from isthmus.haproxy.manager import PoolManager
     from isthmus.kube.client import make_client
 
@@ -78,6 +79,7 @@ def pools(
 
     async def build() -> Manager:
         return PoolManager(make_client(kubeconfig, context), identity=holder, public_address=public_address,
-                           private_address=private_address, state_dir=directory, haproxy=binary).manager
+                           private_address=private_address, state_dir=directory, haproxy=binary,
+                           namespace=os.environ.get("POD_NAMESPACE") or POOLS_NAMESPACE).manager
 
     run_component("pools", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)

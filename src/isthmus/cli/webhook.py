@@ -33,6 +33,7 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
+from isthmus.cli.lb import LbClassLessOpt
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,7 @@ def webhook(
     tls_cert_file: Annotated[Path | None, typer.Option("--tls-cert-file", help="Serve this certificate instead "
                                                        "(e.g. cert-manager's); the CA is then not patched.")] = None,
     tls_key_file: Annotated[Path | None, typer.Option("--tls-key-file", help="Key of --tls-cert-file.")] = None,
+    lb_class_less: LbClassLessOpt = False,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
@@ -154,9 +156,9 @@ def webhook(
     """Serve admission webhooks (AdmissionReview v1 over TLS) for Isthmus's objects on a real cluster."""
     from isthmus.exposure.admission import HANDLERS as MCSVC_HANDLERS
     from isthmus.kube.client import make_client
-    from isthmus.lb.admission import HANDLERS as LB_HANDLERS
+    from isthmus.lb.admission import handlers as lb_handlers
 
-    handlers: dict[str, Any] = {**LB_HANDLERS, **MCSVC_HANDLERS}
+    handlers: dict[str, Any] = {**lb_handlers(lb_class_less), **MCSVC_HANDLERS}
     from isthmus.runtime.webhook import WebhookServer, server_context
 
     host, port = _hostport(listen)

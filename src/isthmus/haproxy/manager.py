@@ -1,7 +1,7 @@
 """The pool manager of one edge host: runs LoadBalancerPool instances as HAProxy and reports them.
 
 A pool asks for `count` instances; each is a *slot* (0..count-1) held through a Lease
-(`lbp-<pool>-<slot>` in LB_NAMESPACE, labelled with the pool) by at most one pool manager, and a
+(`lbp-<pool>-<slot>` in the manager's namespace, labelled with the pool) by at most one pool manager, and a
 pool manager holds at most one slot per pool (an edge host cannot bind a pool's ports twice). So
 N edge hosts spread a pool's instances, and an instance whose host goes quiet is taken over when
 its Lease expires. Expiry is judged on the local clock from when this manager last saw the Lease
@@ -187,8 +187,11 @@ class PoolManager:
         lease_duration: int = LEASE_DURATION,
         renew_period: float = RENEW_PERIOD,
         workers: int = 4,
+        namespace: str = LB_NAMESPACE,
     ) -> None:
         self.client = client
+        self.namespace = namespace
+        """Where the slot Leases are: the pod's own namespace (`isthmus pools` passes it)."""
         self.identity = identity
         self.public_address = public_address
         self.private_address = private_address
@@ -226,7 +229,7 @@ class PoolManager:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.factory = term.informers(self.client)
         self.pools = self.factory.informer(PoolResource)
-        self.leases = self.factory.informer(Lease, namespace=LB_NAMESPACE, labels={POOL_LABEL: None})
+        self.leases = self.factory.informer(Lease, namespace=self.namespace, labels={POOL_LABEL: None})
         self.controller = Controller("pools", self.reconcile, workers=self.workers)
         self.controller.watch(self.pools)
         # Our own renewals change nothing to act on; another holder's Lease (taken, released) does.
@@ -288,7 +291,7 @@ class PoolManager:
     def _lease_body(self, pool: str, slot: int, rv: str | None) -> Lease:
         stamp = datetime.now(UTC)
         return Lease(
-            metadata=ObjectMeta(name=lease_name(pool, slot), namespace=LB_NAMESPACE, labels={POOL_LABEL: pool},
+            metadata=ObjectMeta(name=lease_name(pool, slot), namespace=self.namespace, labels={POOL_LABEL: pool},
                                 resourceVersion=rv),
             spec=LeaseSpec(holderIdentity=self.identity, leaseDurationSeconds=self.lease_duration,
                            acquireTime=stamp, renewTime=stamp),
@@ -298,7 +301,7 @@ class PoolManager:
         """The lowest slot free for us (absent, released or expired Lease), or None."""
         for slot in range(count):
             name = lease_name(pool, slot)
-            current = self.leases.cache.get(f"{LB_NAMESPACE}/{name}")
+            current = self.leases.cache.get(f"{self.namespace}/{name}")
             try:
                 if current is None:
                     created = await self.client.create(self._lease_body(pool, slot, None))

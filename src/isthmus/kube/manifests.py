@@ -179,8 +179,13 @@ def _json_patch(obj: dict[str, Any], op: Mapping[str, Any], where: Path) -> None
                 parent[last] = value
         elif kind == "remove":
             del parent[int(last) if isinstance(parent, list) else last]
+        elif kind == "test":  # RFC 6902: the patch fails unless the value is there (a guard on an index)
+            have = parent[int(last)] if isinstance(parent, list) else parent[last]
+            if have != op.get("value"):
+                raise ManifestError(f"{where}: JSON patch test {path}: {obj['kind']} {obj['metadata']['name']} "
+                                    f"has {have!r}, not {op.get('value')!r}")
         else:
-            raise ManifestError(f"{where}: JSON patch op {kind!r} is not supported (add, replace, remove)")
+            raise ManifestError(f"{where}: JSON patch op {kind!r} is not supported (add, replace, remove, test)")
     except (KeyError, IndexError, ValueError, TypeError):
         raise ManifestError(f"{where}: JSON patch {kind} {path}: no such path in {obj['kind']} "
                             f"{obj['metadata']['name']}") from None

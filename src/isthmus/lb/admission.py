@@ -10,21 +10,27 @@ CLI) and `isthmus webhook` on real clusters, so both answer alike:
   translator will use is what `kubectl get -o yaml` shows (never `name`: the default pool name
   needs the cluster name). Idempotent; an invalid config is left for `validate` to reject.
 
-Objects concerned: Services of type LoadBalancer, Ingresses of class edgelb (by the
-`kubernetes.io/ingress.class` annotation or `spec.ingressClassName: edgelb`, the IngressClass
+Objects concerned: Services of `loadBalancerClass: isthmus.io/edgelb`; Ingresses of class edgelb
+(by the `kubernetes.io/ingress.class` annotation or `spec.ingressClassName: edgelb`, the IngressClass
 deploy/member/lb installs; admission cannot look IngressClasses up, so a default class is not
-followed), and any Service or Ingress carrying the annotation.
+followed) and class-less Ingresses carrying the annotation. With the admin's opt-in
+(`--lb-class-less-services`) class-less Services of type LoadBalancer, and class-less Services
+carrying the annotation, too. A Service or Ingress of another class is never looked at: the
+cluster's cloud controller, MetalLB or Cilium own those, and our webhook must neither change them
+nor block them when it is down. deploy/components/lb's webhooks' matchConditions are this rule in CEL
+(`MATCH_CONDITION`, `MATCH_CONDITION_CLASS_LESS`; a test holds them equal).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import yaml
 
 from isthmus.api.lb import (
     DKLB_CONFIG_ANNOTATION,
+    EDGELB_CONTROLLER,
     EDGELB_INGRESS_CLASS,
     INGRESS_CLASS_ANNOTATION,
     ConfigError,
@@ -42,22 +48,52 @@ def _annotations(obj: Mapping[str, Any] | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})
 
 
-def concerned(kind: str, obj: Mapping[str, Any] | None) -> bool:
-    """Whether admission looks at this object at all (others pass untouched)."""
+def concerned(kind: str, obj: Mapping[str, Any] | None, class_less: bool = False) -> bool:
+    """Whether admission looks at this object at all (others pass untouched). `class_less`: the
+    admin's opt-in to class-less Services."""
     if obj is None:
         return False
-    if DKLB_CONFIG_ANNOTATION in _annotations(obj):
-        return True
     spec = obj.get("spec") or {}
+    annotated = DKLB_CONFIG_ANNOTATION in _annotations(obj)
     if kind == "Ingress":
-        cls = _annotations(obj).get(INGRESS_CLASS_ANNOTATION, spec.get("ingressClassName"))
-        return bool(cls == EDGELB_INGRESS_CLASS)
-    return kind == "Service" and spec.get("type") == "LoadBalancer"
+        annotations = _annotations(obj)
+        if INGRESS_CLASS_ANNOTATION not in annotations and spec.get("ingressClassName") is None:
+            return annotated
+        return bool(annotations.get(INGRESS_CLASS_ANNOTATION, spec.get("ingressClassName")) == EDGELB_INGRESS_CLASS)
+    if kind != "Service":
+        return False
+    cls = spec.get("loadBalancerClass")
+    if cls is not None:
+        return bool(cls == EDGELB_CONTROLLER)
+    return class_less and (annotated or spec.get("type") == "LoadBalancer")
 
 
-def validate(kind: str, operation: str, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> list[str]:
+_INGRESS_CEL = (
+    "(has(object.metadata.annotations) && 'kubernetes.io/ingress.class' in object.metadata.annotations)"
+    " ? object.metadata.annotations['kubernetes.io/ingress.class'] == 'edgelb'"
+    " : has(object.spec.ingressClassName) ? object.spec.ingressClassName == 'edgelb'"
+    " : (has(object.metadata.annotations) && 'kubernetes.dcos.io/dklb-config' in object.metadata.annotations)"
+)
+MATCH_CONDITION = (
+    "request.resource.resource == 'services'"
+    " ? (has(object.spec.loadBalancerClass) && object.spec.loadBalancerClass == 'isthmus.io/edgelb')"
+    f" : ({_INGRESS_CEL})"
+)
+"""`concerned` in CEL, for the webhooks' matchConditions (deploy/components/lb)."""
+MATCH_CONDITION_CLASS_LESS = (
+    "request.resource.resource == 'services'"
+    " ? (has(object.spec.loadBalancerClass) ? object.spec.loadBalancerClass == 'isthmus.io/edgelb'"
+    " : ((has(object.spec.type) && object.spec.type == 'LoadBalancer')"
+    " || (has(object.metadata.annotations) && 'kubernetes.dcos.io/dklb-config' in object.metadata.annotations)))"
+    f" : ({_INGRESS_CEL})"
+)
+"""`concerned` with the class-less opt-in, in CEL (deploy/components/lb/class-less)."""
+
+
+def validate(kind: str, operation: str, obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
+             class_less: bool = False) -> list[str]:
     """Problems with the object's config (empty: allowed). `kind` is Service or Ingress."""
-    if operation not in ("CREATE", "UPDATE") or not concerned(kind, obj):
+    if operation not in ("CREATE", "UPDATE") or not concerned(kind, obj, class_less):
         return []
     assert obj is not None
     annotations = _annotations(obj)
@@ -109,9 +145,9 @@ def defaulted(kind: str, annotations: Mapping[str, str]) -> str | None:
     return yaml.safe_dump(out, sort_keys=False)
 
 
-def mutate(kind: str, operation: str, obj: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def mutate(kind: str, operation: str, obj: Mapping[str, Any] | None, class_less: bool = False) -> list[dict[str, Any]]:
     """JSONPatch operations writing the defaulted config into the annotation (none: nothing to do)."""
-    if operation not in ("CREATE", "UPDATE") or not concerned(kind, obj):
+    if operation not in ("CREATE", "UPDATE") or not concerned(kind, obj, class_less):
         return []
     assert obj is not None
     annotations = _annotations(obj)
@@ -137,22 +173,30 @@ def _kind(request: Mapping[str, Any]) -> str | None:
     return kind if kind in ("Service", "Ingress") else None
 
 
-async def review_validate(request: dict[str, Any]) -> AdmissionResponse:
-    kind = _kind(request)
-    if kind is None or request.get("subResource"):
-        return AdmissionResponse()
-    problems = validate(kind, request.get("operation", ""), request.get("object"), request.get("oldObject"))
-    if not problems:
-        return AdmissionResponse()
-    return AdmissionResponse(allowed=False, code=422, message="; ".join(f"{FIELD}: {p}" for p in problems))
+def handlers(class_less: bool = False) -> dict[str, Callable[[dict[str, Any]], Awaitable[AdmissionResponse]]]:
+    """What `isthmus webhook` serves for load balancing (deploy/components/lb names these paths);
+    `class_less`: its --lb-class-less-services."""
+
+    async def review_validate(request: dict[str, Any]) -> AdmissionResponse:
+        kind = _kind(request)
+        if kind is None or request.get("subResource"):
+            return AdmissionResponse()
+        problems = validate(kind, request.get("operation", ""), request.get("object"), request.get("oldObject"),
+                            class_less)
+        if not problems:
+            return AdmissionResponse()
+        return AdmissionResponse(allowed=False, code=422, message="; ".join(f"{FIELD}: {p}" for p in problems))
+
+    async def review_mutate(request: dict[str, Any]) -> AdmissionResponse:
+        kind = _kind(request)
+        if kind is None or request.get("subResource"):
+            return AdmissionResponse()
+        return AdmissionResponse(patch=mutate(kind, request.get("operation", ""), request.get("object"), class_less))
+
+    return {VALIDATE_PATH: review_validate, MUTATE_PATH: review_mutate}
 
 
-async def review_mutate(request: dict[str, Any]) -> AdmissionResponse:
-    kind = _kind(request)
-    if kind is None or request.get("subResource"):
-        return AdmissionResponse()
-    return AdmissionResponse(patch=mutate(kind, request.get("operation", ""), request.get("object")))
-
-
-HANDLERS = {VALIDATE_PATH: review_validate, MUTATE_PATH: review_mutate}
-"""What `isthmus webhook` serves for load balancing (deploy/member/webhook names these paths)."""
+HANDLERS = handlers()
+"""The handlers without the class-less opt-in."""
+review_validate = HANDLERS[VALIDATE_PATH]
+review_mutate = HANDLERS[MUTATE_PATH]

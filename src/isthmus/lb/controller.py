@@ -1,4 +1,5 @@
-"""The translator: keeps each Service of type LoadBalancer and each Ingress of class edgelb in its
+"""The translator: keeps each Service of type LoadBalancer and class isthmus.io/edgelb (class-less
+ones too when the admin opts in) and each Ingress of class edgelb in its
 LoadBalancerPool, and their `status.loadBalancer` in step with the pool's status. Leader-elected.
 
 Keys are `Service/<ns>/<name>` and `Ingress/<ns>/<name>`. A reconcile reads the object, its config,
@@ -41,6 +42,7 @@ from isthmus.api.lb import (
     POOL_CREATED_ANNOTATION,
     POOL_CREATOR_ANNOTATION,
     POOL_SHARED_WITH_ANNOTATION,
+    POOLS_NAMESPACE,
     READY,
     TRANSLATOR_LEASE_NAME,
     TRANSLATOR_MANAGER,
@@ -98,10 +100,14 @@ TRANSLATION_RESULTS = ("ok", "invalid", "error")
 POOLS_OWNED = Gauge("isthmus_lb_pools", "LoadBalancerPools holding parts of this cluster", registry=REGISTRY)
 
 
-def is_lb_service(svc: Mapping[str, Any]) -> bool:
+def is_lb_service(svc: Mapping[str, Any], class_less: bool = False) -> bool:
+    """A LoadBalancer Service of class isthmus.io/edgelb; a class-less one too only when the admin
+    opted in (`--lb-class-less-services`): a cluster's cloud controller, MetalLB or Cilium LB-IPAM
+    answers those, and two controllers writing one Service's status fight for ever. A Service of any
+    other class is never ours."""
     spec = svc.get("spec") or {}
     cls = spec.get("loadBalancerClass")
-    return spec.get("type") == "LoadBalancer" and (cls is None or cls == EDGELB_CONTROLLER)
+    return spec.get("type") == "LoadBalancer" and (cls == EDGELB_CONTROLLER or (cls is None and class_less))
 
 
 def is_edgelb_ingress(ing: Mapping[str, Any], classes: Iterable[Mapping[str, Any]]) -> bool:
@@ -121,6 +127,19 @@ def is_edgelb_ingress(ing: Mapping[str, Any], classes: Iterable[Mapping[str, Any
         ) == "true":
             return True
     return False
+
+
+def may_clear_status(kind: str, obj: Mapping[str, Any], class_less: bool = False) -> bool:
+    """Whether an object that is not (or no longer) ours may have its load-balancer status cleared:
+    only when its class still names us (a paused one, a Service whose type changed, an Ingress whose
+    IngressClass went). The status of another class's object is its controller's: clearing it would
+    fight that controller on every write."""
+    if kind == "Service":
+        cls = (obj.get("spec") or {}).get("loadBalancerClass")
+        return cls == EDGELB_CONTROLLER or (cls is None and class_less)
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    named = annotations.get(INGRESS_CLASS_ANNOTATION, (obj.get("spec") or {}).get("ingressClassName"))
+    return bool(named == EDGELB_INGRESS_CLASS)
 
 
 def _key(obj: Any) -> str:
@@ -146,6 +165,7 @@ class Translator:
         *,
         identity: str,
         grace: float = DEFAULT_GRACE,
+        class_less: bool = False,
         workers: int = 4,
         lease_duration: float = 15.0,
         renew_deadline: float = 10.0,
@@ -157,6 +177,7 @@ class Translator:
         self.cluster = cluster
         self.part = cluster_name_part(cluster)
         self.grace = grace
+        self.class_less = class_less
         self.workers = workers
         self.recorder = EventRecorder(client, TRANSLATOR_MANAGER, instance=identity)
         self.manager = Manager("lb", election=LeaderElection(
@@ -219,7 +240,7 @@ class Translator:
 
     def _all_keys(self) -> list[str]:
         keys = [f"Service/{_key(s)}" for s in self.services.cache.list()
-                if is_lb_service(_dict(s))]  # fmt: skip
+                if is_lb_service(_dict(s), self.class_less)]  # fmt: skip
         return keys + self._all_ingress_keys()
 
     def _keys_for_pool(self, pool: Any) -> list[str]:
@@ -252,10 +273,11 @@ class Translator:
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         if annotations.get(PAUSED_ANNOTATION) == "true":
             return None
-        eligible = is_lb_service(obj) if kind == "Service" else is_edgelb_ingress(obj, map(_dict, self.classes.cache.list()))
+        eligible = is_lb_service(obj, self.class_less) if kind == "Service" else is_edgelb_ingress(obj, map(_dict, self.classes.cache.list()))
         if not eligible:
             await self._withdraw(owner, None)
-            await self._write_status(obj, kind, [], None)
+            if may_clear_status(kind, obj, self.class_less):
+                await self._write_status(obj, kind, [], None)
             return None
         nodes = ready_node_addresses(_dict(n) for n in self.nodes.cache.list())
         try:
@@ -481,7 +503,7 @@ class Translator:
             why = next((c.message for c in model.status.conditions if c.type == READY), "") or "no status yet"
             self.recorder.warning(live, Reason.POOL_NOT_PROVISIONED,
                                   f"pool {frag.pool} has no serving instance after {self.grace:.0f}s ({why}). Next step: "
-                                  f"check the pool managers (`kubectl -n {LB_NAMESPACE} get pods -l "
+                                  f"check the pool managers (`kubectl -n {POOLS_NAMESPACE} get pods -l "
                                   "app.kubernetes.io/name=isthmus-pools`, `kubectl describe loadbalancerpool "
                                   f"{frag.pool}`)")  # fmt: skip
         return Result(requeue_after=RECHECK)

@@ -9,6 +9,7 @@ from typing import Any
 
 from isthmus.api.lb import (
     DKLB_CONFIG_ANNOTATION,
+    EDGELB_CONTROLLER,
     READY,
     ConfigError,
     LoadBalancerPool,
@@ -18,6 +19,18 @@ from isthmus.api.lb import (
     parse_ingress_config,
     parse_service_config,
 )
+
+
+def shown_service(svc: Mapping[str, Any]) -> bool:
+    """Whether `show loadbalancers` lists a Service: ours by class, or class-less and carrying the
+    config annotation (which our webhook writes into every class-less one when the admin opted in;
+    the command cannot know the translator's flag). Another class's Service is never listed."""
+    spec = svc.get("spec") or {}
+    if spec.get("type") != "LoadBalancer":
+        return False
+    cls = spec.get("loadBalancerClass")
+    annotations = (svc.get("metadata") or {}).get("annotations") or {}
+    return bool(cls == EDGELB_CONTROLLER or (cls is None and DKLB_CONFIG_ANNOTATION in annotations))
 
 
 def _owner_text(owner: Owner | None) -> str:

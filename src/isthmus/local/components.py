@@ -1,7 +1,8 @@
 """Isthmus's own components in the local clusterset: installed from deploy/member, run as pods.
 
 `isthmus up` installs them as a cluster admin would on a real cluster — `kubectl apply --server-side -k` of an
-overlay of deploy/member rendered for the local plan (the DNS Service gets a fixed NodePort, the DNS
+overlay of deploy/member with load balancing opted in (deploy/components/lb, class-less Services too)
+rendered for the local plan (the DNS Service gets a fixed NodePort, the DNS
 server also answers the cluster's own zone, as there is no CoreDNS here; the translator gets the
 cluster's name and the pool manager the cluster's edge addresses) — and kube-lite runs their
 pods as processes. `status` reads their health from the Deployments and Pods, as a user would with
@@ -19,15 +20,22 @@ from typing import Any
 
 import yaml
 
+from isthmus.api.lb import POOLS_NAMESPACE
 from isthmus.local import plan
 from isthmus.local.kubelite.containers import container_pid
 from isthmus.local.plan import DNS, ClusterPlan, PartId
 
 MEMBER_BASE = "member"
 """The kustomization of deploy/ a member cluster gets."""
+LB_COMPONENTS = ("components/lb", "components/lb/class-less")
+"""Load balancing is opt-in on a real cluster (deploy/components/lb); the local clusterset has no
+other load balancer, so it opts in, class-less Services included (the seed's flows name no class)."""
 BROKER_BASE = "broker/controllers"
 """The kustomization of deploy/ with the broker's workloads (deploy/broker itself is `deploy-broker`'s)."""
 READ_TIMEOUT = 2.0
+COMPONENT_NAMESPACES = (plan.COMPONENT_NAMESPACE, POOLS_NAMESPACE)
+"""Where the component Deployments are: the pool manager has a namespace of its own
+(deploy/member/pools/namespace.yaml says why)."""
 
 
 FAST_READINESS = {
@@ -59,6 +67,7 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path,
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [base],
+        "components": [os.path.relpath(deploy_dir / c, into) for c in LB_COMPONENTS],
         **pinned_image(digest),
         "patches": [
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[DNS]},
@@ -286,11 +295,14 @@ async def read_components(kubeconfig: Path, deployments: dict[str, str] | None =
 
     client = make_client(kubeconfig, timeout=READ_TIMEOUT)
     out: dict[str, PodPart] = {}
+    found: dict[str, Any] = {}
+    all_pods: list[dict[str, Any]] = []
     try:
         async with asyncio.timeout(READ_TIMEOUT * 2):
-            found = {d.metadata.name: d.to_dict() async for d in client.list(Deployment, namespace=plan.COMPONENT_NAMESPACE)
-                     if d.metadata is not None}
-            all_pods = [p.to_dict() async for p in client.list(Pod, namespace=plan.COMPONENT_NAMESPACE)]
+            for ns in COMPONENT_NAMESPACES:
+                found.update({str(d.metadata.name): d.to_dict() async for d in client.list(Deployment, namespace=ns)
+                              if d.metadata is not None})
+                all_pods += [p.to_dict() async for p in client.list(Pod, namespace=ns)]
     finally:
         await client.close()
     for kind, name in (deployments if deployments is not None else plan.DEPLOYMENTS).items():

@@ -207,6 +207,9 @@ def part_argv(layout: Layout, state: State, part: PartId) -> list[str]:
                 # As kubeadm keeps it: anonymous requests authenticate, and RBAC gives them only the
                 # public health and version paths, which the supervisor probes.
                 "--anonymous-auth",
+                # The local clusterset has no other load balancer: class-less Services are ours (as
+                # the overlay's deploy/components/lb/class-less tells the webhook and translator).
+                "--lb-class-less-services",
                 # runc mode: the cluster's addresses (webhooks' ClusterIPs) are reached from its node's
                 # namespace; from the host they would follow its default route off this machine.
                 *(["--cluster-netns", runcmode.fabric_of(layout.root, state.clusters).node(part.cluster).netns_path]
