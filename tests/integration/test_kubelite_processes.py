@@ -25,9 +25,10 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.authentication_v1 import TokenReview
-from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Service, ServiceAccount
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
+from lightkube.types import PatchType
 
 from isthmus.api.image import IMAGE, IMAGE_REPOSITORY
 from isthmus.kube.helpers import install_crds
@@ -396,8 +397,17 @@ async def test_process_talks_to_its_apiserver_as_its_service_account(tmp_path: P
 
 
 async def test_missing_service_account_is_failed_mount(apiserver: Any, lite: ProcLite) -> None:
+    # Admission refuses a Pod whose ServiceAccount is missing; one deleted after the Pod was admitted
+    # is what the kubelet meets. A scheduling gate holds the Pod off the node until then.
     c = dns_container(apiserver)
-    await lite.client.create(pod("no-sa", c, automountServiceAccountToken=None, serviceAccountName="ghost"))
+    await lite.client.create(ServiceAccount.from_dict({"metadata": {"name": "ghost", "namespace": NS}}))
+    created = await lite.client.create(pod("no-sa", c, automountServiceAccountToken=None, serviceAccountName="ghost",
+                                           schedulingGates=[{"name": "test/hold"}]))
+    await lite.client.delete(ServiceAccount, "ghost", namespace=NS)
+    await lite.client.patch(Pod, "no-sa", [{"op": "remove", "path": "/spec/schedulingGates"}], namespace=NS,
+                            patch_type=PatchType.JSON)
+    assert created.spec is not None and created.spec.volumes is not None
+    volume = next(v.name for v in created.spec.volumes if v.name.startswith("kube-api-access-"))
 
     async def failed_mount() -> list[tuple[str, str]] | None:
         events = await events_of(lite.client, "no-sa")
@@ -405,7 +415,7 @@ async def test_missing_service_account_is_failed_mount(apiserver: Any, lite: Pro
 
     events = await eventually(failed_mount, what="FailedMount event")
     message = next(m for r, m in events if r == "FailedMount")
-    assert message.startswith('MountVolume.SetUp failed for volume "kube-api-access" : failed to fetch token: ')
+    assert message.startswith(f'MountVolume.SetUp failed for volume "{volume}" : failed to fetch token: ')
     assert 'serviceaccounts "ghost" not found' in message
     p = await get_pod(lite.client, "no-sa")
     assert cstatus(p)["state"] == {"waiting": {"reason": "ContainerCreating"}} and p["status"]["phase"] == "Pending"

@@ -624,9 +624,12 @@ class ProcessPod:
                 raise
             except Exception as e:
                 message = e.status.message if isinstance(e, ApiError) else str(e)
+                # The volume ServiceAccount admission added (kube-api-access-<random>) is what kubelet names.
+                volume = next((str(v.get("name")) for v in spec.get("volumes") or [] if isinstance(v, dict)
+                               and str(v.get("name", "")).startswith("kube-api-access-")), "kube-api-access")
                 self.recorder.warning(
                     self.pod, "FailedMount",
-                    f'MountVolume.SetUp failed for volume "kube-api-access" : failed to fetch token: {message}',
+                    f'MountVolume.SetUp failed for volume "{volume}" : failed to fetch token: {message}',
                 )
                 log.warning("service account token not written", extra={"pod": self.key, "error": message})
                 await asyncio.sleep(delay)
