@@ -273,6 +273,46 @@ async def test_ensure_is_idempotent_and_teardown_leaves_nothing_behind(tmp_path:
     assert _host_view() == before
 
 
+async def test_two_nodes_of_a_cluster_route_each_others_pod_slices_and_reach_the_registry(tmp_path: Path) -> None:
+    """`up --nodes 2`: node 2 in its own namespace on 10.255.1.0/24; each node's pods get its /24 of
+    the cluster's pod CIDR; a pod on node 1 reaches a pod on node 2 by its own address (the fabric
+    routes the slices), a DNAT on node 1 to node 2's pod works (a ClusterIP's path), and node 2
+    reaches the fabric's registry address and node 1's edge address."""
+    _need()
+    before = _host_view()
+    plan = fabric_plan("/unused", 1, cs=_cs("n"), nodes=2)
+    try:
+        fabric.ensure(plan)
+        one, two = plan.node("c1", 1), plan.node("c1", 2)
+        assert (two.netns, two.address, two.pod_cidr) == (f"{plan.id}-c1-n2", "10.255.1.11", "10.101.1.0/24")
+        nets = [cni.PodNetwork(n.netns, n.pod_cidr, n.pod_gateway, tmp_path / n.netns) for n in (one, two)]
+        p1, ip1 = await nets[0].attach(one.pod_netns("11111111-aaaa"), "sandbox-a")
+        p2, ip2 = await nets[1].attach(two.pod_netns("22222222-bbbb"), "sandbox-b")
+        assert (ip1, ip2) == ("10.101.0.2", "10.101.1.2")
+        server = await _echo_server(p2, "0.0.0.0", 8080)
+        try:
+            assert await _ask(p1, ip2, 8080) == f"hello from {ip1}"
+            rules = ("table ip t {\n chain out {\n type nat hook output priority -100;\n"
+                     f" ip daddr 10.201.0.10 tcp dport 80 dnat to {ip2}:8080\n }}\n}}\n")
+            await asyncio.to_thread(subprocess.run, ["ip", "netns", "exec", one.netns, "nft", "-f", "-"],
+                                    input=rules, text=True, check=True)
+            assert await _ask(one.netns_path, "10.201.0.10", 80) == f"hello from {one.address}"
+        finally:
+            server.close()
+        registry = await _echo_server(plan.netns_path, "10.255.0.2", 5000)
+        edge = await _echo_server(one.netns_path, one.edge_public, 9000)
+        try:
+            assert await _ask(two.netns_path, "10.255.0.2", 5000, "reg") == f"reg from {two.address}"
+            assert await _ask(p2, one.edge_public, 9000, "edge") == f"edge from {ip2}"
+        finally:
+            registry.close()
+            edge.close()
+        assert _host_view() == before
+    finally:
+        fabric.teardown(plan)
+    assert not [n for n in netns.names() if plan.owns(n)]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--listen", "10.255.0.1:80"], "error: --listen '10.255.0.1:80': expected LISTEN_ADDR:PORT=TARGET_ADDR:PORT"),
     (["--publish", "127.0.0.1:80=registry:5000"], "error: --publish '127.0.0.1:80=registry:5000': 'registry' is "

@@ -119,3 +119,55 @@ def test_up_refuses_a_node_count_out_of_bounds_or_other_than_the_state_dir_s(tmp
     assert r.exit_code == 2 and "holds a clusterset of 2 node(s) per cluster, not 3" in r.output
     with pytest.raises(plan.PlanError, match="not 3"):
         up.prepare(layout, None, False, None, 3)
+
+
+def test_runc_nodes_have_namespaces_addresses_and_pod_slices_of_their_own() -> None:
+    from isthmus.local.network.plan import fabric_plan, ranges, summary
+
+    fp = fabric_plan("/unused", 2, cs="isthmus-t-plan", nodes=3)
+    assert [n.netns for n in fp.nodes] == ["isthmus-t-plan-broker", "isthmus-t-plan-c1", "isthmus-t-plan-c1-n2",
+                                           "isthmus-t-plan-c1-n3", "isthmus-t-plan-c2", "isthmus-t-plan-c2-n2",
+                                           "isthmus-t-plan-c2-n3"]
+    one, two = fp.node("c2"), fp.node("c2", 2)
+    assert (one.address, one.fabric_gateway, one.pod_cidr, one.pod_gateway) == (
+        "10.255.0.12", "10.255.0.1", "10.102.0.0/24", "10.102.0.1")
+    assert (two.address, two.fabric_gateway, two.pod_cidr, two.pod_gateway, two.name) == (
+        "10.255.1.12", "10.255.1.1", "10.102.1.0/24", "10.102.1.1", "c2-node-2")
+    assert all(len(n.fabric_veth) <= 15 for n in fabric_plan("/unused", 30, cs="x", nodes=plan.MAX_NODES).nodes)
+    # the fabric routes each node's slice to it; the edge and egress ranges to node 1, which holds them
+    assert one.routed == ("10.102.0.0/24", "10.30.2.0/24", "10.31.2.0/24", "10.32.2.0/24")
+    assert two.routed == ("10.102.1.0/24",)
+    assert two.pod_netns("abcdef12-3456-7890") == "isthmus-t-plan-c2-n2-abcdef123456"
+    nets = [ipaddress.IPv4Network(r) for r in ranges(fp).values()]
+    for i, a in enumerate(nets):
+        assert not any(a.overlaps(b) for b in nets[i + 1:]), a
+    assert "c2 (c2-node-2)" in summary(fp) and "10.255.1.12" in summary(fp)
+    # one node: the plan as before
+    single = fabric_plan("/unused", 2, cs="isthmus-t-plan")
+    assert [(n.netns, n.address, n.pod_cidr) for n in single.nodes][1] == ("isthmus-t-plan-c1", "10.255.0.11",
+                                                                            "10.101.0.0/16")
+
+
+def test_runc_node_2_is_told_its_namespace_address_and_slice(tmp_path: Path) -> None:
+    from isthmus.local import runcmode
+
+    state = State(clusters=1, nodes=2, runtime=plan.RUNC)
+    up.resolve_ports(state, free=lambda port, udp: True)
+    argv = up.part_argv(Layout.at(tmp_path), state, plan.PartId("c1", plan.KUBE_LITE, 2))
+    fp = runcmode.fabric_of(tmp_path, 1, 2)
+    assert _opt(argv, "--netns") == fp.node("c1", 2).netns and _opt(argv, "--node-address") == "10.255.1.11"
+    assert _opt(argv, "--node-pod-cidr") == "10.101.1.0/24" and _opt(argv, "--pod-cidr") == "10.101.0.0/16"
+    # in runc mode every node is its own network: its own proxy (nftables in its namespace)
+    assert "--proxy" in argv and "--no-controllers" in argv
+
+
+def test_runc_pins_the_pods_that_bind_node_1s_edge_addresses_to_node_1() -> None:
+    import yaml
+
+    from isthmus.local.components import _runc_patches
+
+    patches = {p["target"]["name"]: yaml.safe_load(p["patch"]) for p in _runc_patches(plan.cluster_plan(2, 2, plan.RUNC))}
+    for name in (plan.DEPLOYMENTS[plan.POOLS], plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]):
+        assert {"op": "add", "path": "/spec/template/spec/nodeSelector",
+                "value": {"kubernetes.io/hostname": "c2-node"}} in patches[name]
+    assert _runc_patches(plan.cluster_plan(2, 2)) == []

@@ -145,10 +145,6 @@ def up(
             raise plan.PlanError(f"{layout.root} holds a clusterset of the {state.runtime} runtime, not {runtime}: "
                                  "drop --runtime, or use another --state-dir")
         effective = runtime or (state.runtime if state is not None else plan.PROCESS)
-        if effective == plan.RUNC and (nodes or (state.nodes if state is not None else 1)) > 1:
-            from isthmus.local.runcmode import RUNC_NODES
-
-            raise plan.PlanError(RUNC_NODES)
         if effective == plan.RUNC and not supervise_flag:
             from isthmus.local.runcmode import check_prerequisites
 

@@ -26,8 +26,6 @@ REQUIRED_COMMANDS = ("runc", "ip", "nft", "skopeo", "umoci", "docker-registry", 
 nftables for the namespaces and the service proxy, skopeo and umoci for images, the registry, and
 mmdebstrap for building the images."""
 REQUIRED_CNI = ("bridge", "host-local", "loopback")
-RUNC_NODES = ("--nodes above 1 is not available with --runtime runc yet (one node namespace per cluster): "
-              "use --runtime process, or --nodes 1")
 
 
 def missing_prerequisites() -> list[str]:
@@ -59,22 +57,20 @@ kind configures them): images keep their usual names and no pull leaves the clus
 def fabric_of(root: Path, clusters: int, nodes: int = 1) -> FabricPlan:
     from isthmus.local.network.plan import fabric_plan
 
-    if nodes != 1:
-        raise PlanError(RUNC_NODES)
-    return fabric_plan(root, clusters)
+    return fabric_plan(root, clusters, nodes=nodes)
 
 
-def ensure_network(root: Path, clusters: int) -> FabricPlan:
+def ensure_network(root: Path, clusters: int, nodes: int = 1) -> FabricPlan:
     """Make the clusterset's namespaces (idempotent), and make each node's whole egress range local
     there, as 127.0.0.0/8 is on the host: the gateway binds any claimed source IP of its class
     without adding addresses one by one, and the fabric routes the answers back to that node."""
     from isthmus.local.network import fabric
     from isthmus.runtime import netns
 
-    fp = fabric_of(root, clusters)
+    fp = fabric_of(root, clusters, nodes)
     fabric.ensure(fp)
     for node in fp.nodes:
-        if node.egress_range is not None:
+        if node.egress_range is not None and node.holds_edge:
             block = node.egress_range[0].rsplit(".", 1)[0] + ".0/24"
             netns.call_in(node.netns_path, _route_local, block)
     return fp
@@ -100,9 +96,7 @@ def kube_lite_args(fp: FabricPlan, cluster: str, api_port: int, node: int = 1) -
     from, and where pods reach its apiserver (the relay on the fabric)."""
     from isthmus.local.network.plan import FABRIC_GATEWAY
 
-    if node != 1:
-        raise PlanError(RUNC_NODES)
-    net = fp.node(cluster)
+    net = fp.node(cluster, node)
     mirrors = [a for host in MIRRORED_REGISTRIES for a in ("--registry-mirror", f"{host}=http://{fp.registry}")]
     return ["--runtime", "runc", "--netns", net.netns, "--node-address", net.address, *mirrors,
             "--api-address-in-pods", f"{FABRIC_GATEWAY}:{api_port}"]

@@ -515,7 +515,8 @@ class Bringup:
         self.sup.prestart()
         try:
             if self.state.runtime == plan.RUNC:
-                await asyncio.to_thread(runcmode.ensure_network, self.layout.root, self.state.clusters)
+                await asyncio.to_thread(runcmode.ensure_network, self.layout.root, self.state.clusters,
+                                        self.state.nodes)
                 runcmode.write_registry_config(self.layout.root,
                                                runcmode.fabric_of(self.layout.root, self.state.clusters))
                 self.images = asyncio.create_task(self._build_and_push())

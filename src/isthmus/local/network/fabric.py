@@ -84,11 +84,11 @@ carrier and holds them as a `dummy` would, and needs no module (the kernel here 
 driver, and loading one would add a dummy0 to the host's namespace)."""
 
 
-def _mac(last: int) -> str:
-    """The fixed MAC of a fabric address 10.255.0.<last> (locally administered): a node or the
+def _mac(last: int, third: int = 0) -> str:
+    """The fixed MAC of a fabric address 10.255.<third>.<last> (locally administered): a node or the
     fabric remade keeps its MAC, so the neighbours' ARP entries for it stay right instead of
     black-holing traffic until they expire."""
-    return f"02:00:0a:ff:00:{last:02x}"
+    return f"02:00:0a:ff:{third:02x}:{last:02x}"
 
 
 def _fabric_batch(plan: FabricPlan, links: set[str], cabled: set[str]) -> str:
@@ -98,13 +98,16 @@ def _fabric_batch(plan: FabricPlan, links: set[str], cabled: set[str]) -> str:
     lines += [f"link set {FABRIC_BRIDGE} address {_mac(1)} up",
               f"addr replace {FABRIC_GATEWAY}/{FABRIC_PREFIX} dev {FABRIC_BRIDGE}",
               f"addr replace {REGISTRY_ADDRESS}/{FABRIC_PREFIX} dev {FABRIC_BRIDGE}"]
+    # `up --nodes`: node k > 1 of every cluster is on 10.255.(k-1).0/24, the fabric its router there too.
+    lines += [f"addr replace {g}/{FABRIC_PREFIX} dev {FABRIC_BRIDGE}"
+              for g in sorted({n.fabric_gateway for n in plan.nodes if n.node > 1})]
     if OUTSIDE_DEVICE not in links:
         lines.append(f"link add {OUTSIDE_DEVICE} type {HOLDER_KIND}")
     lines.append(f"link set {OUTSIDE_DEVICE} up")
     for node in plan.nodes:
-        if node.cluster not in cabled:
-            lines.append(f"link add {node.fabric_veth} type veth peer name {NODE_DEVICE} address {_mac(node.index + 10)} "
-                         f"netns {node.netns}")
+        if node.netns not in cabled:
+            lines.append(f"link add {node.fabric_veth} type veth peer name {NODE_DEVICE} "
+                         f"address {_mac(node.index + 10, node.node - 1)} netns {node.netns}")
         lines.append(f"link set {node.fabric_veth} master {FABRIC_BRIDGE} up")
         lines += [f"route replace {dst} via {node.address} dev {FABRIC_BRIDGE}" for dst in node.routed]
     return "".join(line + "\n" for line in lines)
@@ -113,7 +116,9 @@ def _fabric_batch(plan: FabricPlan, links: set[str], cabled: set[str]) -> str:
 def _node_batch(node: NodeNet, links: set[str]) -> str:
     lines = ["link set lo up", f"link set {NODE_DEVICE} up",
              f"addr replace {node.address}/{FABRIC_PREFIX} dev {NODE_DEVICE}",
-             f"route replace default via {FABRIC_GATEWAY} dev {NODE_DEVICE}"]
+             f"route replace default via {node.fabric_gateway} dev {NODE_DEVICE}"]
+    if not node.holds_edge:
+        return "".join(line + "\n" for line in lines)
     if EDGE_DEVICE not in links:
         lines.append(f"link add {EDGE_DEVICE} type {HOLDER_KIND}")
     lines += [f"link set {EDGE_DEVICE} up",
@@ -151,14 +156,14 @@ def ensure(plan: FabricPlan) -> None:
     try:
         created = set(netns.add_many(plan.namespaces()))
         fabric_links = netns.call_in(plan.netns_path, _prepare, FABRIC_SYSCTLS)
-        node_links = {node.cluster: netns.call_in(node.netns_path, _prepare, NODE_SYSCTLS) for node in plan.nodes}
+        node_links = {node.netns: netns.call_in(node.netns_path, _prepare, NODE_SYSCTLS) for node in plan.nodes}
         cabled: set[str] = set()
         stale: list[tuple[str, str]] = []
         for node in plan.nodes:
-            ends = (node.fabric_veth in fabric_links, NODE_DEVICE in node_links[node.cluster])
+            ends = (node.fabric_veth in fabric_links, NODE_DEVICE in node_links[node.netns])
             fresh = plan.netns in created or node.netns in created
             if all(ends) and not fresh:
-                cabled.add(node.cluster)
+                cabled.add(node.netns)
                 continue
             if ends[0]:
                 stale.append((plan.netns, f"link del {node.fabric_veth}\n"))
@@ -168,7 +173,7 @@ def ensure(plan: FabricPlan) -> None:
             # Forced: the kernel may be removing an end of a deleted namespace at this very moment.
             _batches(stale, force=True)
         _batches([(plan.netns, _fabric_batch(plan, fabric_links, cabled))])
-        _batches([(node.netns, _node_batch(node, node_links[node.cluster])) for node in plan.nodes])
+        _batches([(node.netns, _node_batch(node, node_links[node.netns])) for node in plan.nodes])
     except (netns.NetnsError, OSError) as err:
         raise FabricError(f"setting up the clusterset's network failed: {err}") from err
 
@@ -207,8 +212,10 @@ class FabricState:
 
 def state(plan: FabricPlan) -> FabricState:
     present = set(netns.names())
-    pods = {n.cluster: sum(1 for name in present if name.startswith(n.netns + "-")) for n in plan.nodes}
-    return FabricState(fabric=plan.netns in present, nodes={n.cluster: n.netns in present for n in plan.nodes},
+    # by node namespace; a pod's is `<its node's>-<12 hex>` (node 1's prefix would also match node k's)
+    pods = {n.netns: sum(1 for name in present if name.startswith(n.netns + "-") and len(name) == len(n.netns) + 13)
+            for n in plan.nodes}
+    return FabricState(fabric=plan.netns in present, nodes={n.netns: n.netns in present for n in plan.nodes},
                        pods=pods)
 
 

@@ -103,7 +103,8 @@ def _vip_block(index: int, n: int) -> str:
 
 @dataclass(frozen=True)
 class NodeNet:
-    """The network of one cluster's node (the broker is index 0)."""
+    """The network of one node of a cluster (the broker is index 0). `up --nodes N`: node 1 keeps
+    the one-node names and addresses; node k > 1 is ``<cs>-<cluster>-n<k>`` at 10.255.(k-1).(10+i)."""
 
     clusterset: str
     cluster: str
@@ -111,10 +112,18 @@ class NodeNet:
     clusterset_ip_cidr: str
     node_port_low: int
     node_port_high: int
+    node: int = 1
+    nodes: int = 1
+    """How many nodes the cluster has: with more than one, each gets a /24 of the pod CIDR."""
 
     @property
     def netns(self) -> str:
-        return f"{self.clusterset}-{self.cluster}"
+        return f"{self.clusterset}-{self.cluster}" if self.node == 1 else f"{self.clusterset}-{self.cluster}-n{self.node}"
+
+    @property
+    def name(self) -> str:
+        """The Node's name (kube-lite --node-name)."""
+        return process_plan.node_name(self.cluster, self.node)
 
     @property
     def netns_path(self) -> str:
@@ -123,25 +132,43 @@ class NodeNet:
     @property
     def address(self) -> str:
         """The node's fabric address: its InternalIP, where NodePorts and hostNetwork pods listen."""
-        return f"10.255.0.{NODE_ADDRESS_BASE + self.index}"
+        return f"10.255.{self.node - 1}.{NODE_ADDRESS_BASE + self.index}"
+
+    @property
+    def fabric_gateway(self) -> str:
+        """The fabric's address on this node's /24 of 10.255.0.0/16: the node's default gateway."""
+        return f"10.255.{self.node - 1}.1"
 
     @property
     def fabric_veth(self) -> str:
-        """The veth end in the fabric namespace, on fabric0 (≤ 15 characters: ``v-broker``, ``v-c30``)."""
-        return f"v-{self.cluster}"
+        """The veth end in the fabric namespace, on fabric0 (≤ 15 characters: ``v-broker``, ``v-c30``,
+        ``v-c30-n8``)."""
+        return f"v-{self.cluster}" if self.node == 1 else f"v-{self.cluster}-n{self.node}"
+
+    @property
+    def cluster_pod_cidr(self) -> str:
+        """The cluster's pod CIDR (kube-lite --pod-cidr)."""
+        return f"10.{100 + self.index}.0.0/16"
 
     @property
     def pod_cidr(self) -> str:
-        return f"10.{100 + self.index}.0.0/16"
+        """This node's pods (its spec.podCIDR): the cluster's, or its /24 of it on a several-node cluster."""
+        return process_plan.node_pod_cidr(self.cluster_pod_cidr, self.node, self.nodes)
 
     @property
     def pod_gateway(self) -> str:
         """cni0's address in the node namespace: the pods' default gateway."""
-        return f"10.{100 + self.index}.0.1"
+        return str(ipaddress.IPv4Network(self.pod_cidr).network_address + 1)
 
     @property
     def pod_range_start(self) -> str:
-        return f"10.{100 + self.index}.0.2"
+        return str(ipaddress.IPv4Network(self.pod_cidr).network_address + 2)
+
+    @property
+    def holds_edge(self) -> bool:
+        """Node 1 holds the cluster's edge addresses and egress range (the pods that bind them are
+        pinned to it: see local/components.py `_runc_patches`)."""
+        return self.node == 1
 
     @property
     def service_cidr(self) -> str:
@@ -162,12 +189,17 @@ class NodeNet:
 
     @property
     def routed(self) -> tuple[str, ...]:
-        """What the fabric routes to this node: its pods, its edge addresses, its egress sources."""
+        """What the fabric routes to this node: its pods, (node 1) its edge addresses and egress sources."""
         i = self.index
-        return (self.pod_cidr, f"10.30.{i}.0/24", f"10.31.{i}.0/24", f"10.32.{i}.0/24")
+        edge = (f"10.30.{i}.0/24", f"10.31.{i}.0/24", f"10.32.{i}.0/24") if self.holds_edge else ()
+        return (self.pod_cidr, *edge)
 
     def pod_netns(self, pod_uid: str) -> str:
-        return pod_netns_name(self.clusterset, self.cluster, pod_uid)
+        """``<node netns>-<first 12 of the uid>``, as kube-lite names it (pods.py `_pod_netns`)."""
+        short = pod_uid.replace("-", "")[:12]
+        if not short:
+            raise PlanError("a pod namespace needs the pod's uid")
+        return f"{self.netns}-{short}"
 
 
 @dataclass(frozen=True)
@@ -195,10 +227,11 @@ class FabricPlan:
         """The registry's address and port (plain HTTP)."""
         return f"{REGISTRY_ADDRESS}:{REGISTRY_PORT}"
 
-    def node(self, cluster: str) -> NodeNet:
-        for node in self.nodes:
-            if node.cluster == cluster:
-                return node
+    def node(self, cluster: str, node: int = 1) -> NodeNet:
+        """Node ``node`` (default the first) of ``cluster``."""
+        for net in self.nodes:
+            if net.cluster == cluster and net.node == node:
+                return net
         raise PlanError(f"no cluster {cluster!r} in this clusterset "
                         f"({', '.join(n.cluster for n in self.nodes)})")
 
@@ -211,34 +244,44 @@ class FabricPlan:
         return netns == self.id or netns.startswith(self.id + "-")
 
 
-def node_net(cs: str, cluster: str, n: int) -> NodeNet:
-    """The network of ``cluster`` (``broker`` or ``c<i>``) in a clusterset ``cs`` of ``n`` clusters."""
+def node_net(cs: str, cluster: str, n: int, node: int = 1, nodes: int = 1) -> NodeNet:
+    """The network of node ``node`` of ``nodes`` of ``cluster`` (``broker`` or ``c<i>``) in a
+    clusterset ``cs`` of ``n`` clusters."""
     process_plan.validate_count(n)
+    process_plan.validate_nodes(nodes)
     index = _index(cluster)
     if index > n:
         raise PlanError(f"cluster index {index} outside 1..{n}")
+    if not 1 <= node <= nodes:
+        raise PlanError(f"node {node} outside 1..{nodes}")
     proc = process_plan.plan_of(cluster, n)
     return NodeNet(clusterset=cs, cluster=cluster, index=index, clusterset_ip_cidr=_vip_block(index, n),
-                   node_port_low=proc.node_port_low, node_port_high=proc.node_port_high)
+                   node_port_low=proc.node_port_low, node_port_high=proc.node_port_high, node=node, nodes=nodes)
 
 
-def fabric_plan(state_dir: str | os.PathLike[str], n: int, *, cs: str | None = None) -> FabricPlan:
-    """The plan of the clusterset of ``n`` clusters kept in ``state_dir`` (``cs`` overrides its id:
-    tests pick a unique one)."""
+def fabric_plan(state_dir: str | os.PathLike[str], n: int, *, cs: str | None = None, nodes: int = 1) -> FabricPlan:
+    """The plan of the clusterset of ``n`` clusters of ``nodes`` nodes each (the broker has one) kept
+    in ``state_dir`` (``cs`` overrides its id: tests pick a unique one)."""
     ident = cs if cs is not None else clusterset_id(state_dir)
     process_plan.validate_count(n)
-    names = [BROKER] + [process_plan.cluster_name(i) for i in range(1, n + 1)]
-    return FabricPlan(id=ident, nodes=tuple(node_net(ident, c, n) for c in names))
+    process_plan.validate_nodes(nodes)
+    out = [node_net(ident, BROKER, n)]
+    for i in range(1, n + 1):
+        out += [node_net(ident, process_plan.cluster_name(i), n, k, nodes) for k in range(1, nodes + 1)]
+    return FabricPlan(id=ident, nodes=tuple(out))
 
 
 def ranges(plan: FabricPlan) -> dict[str, str]:
     """Every range the plan hands out, by what it is for (the unit tests check none overlap)."""
     out = {"fabric": FABRIC_CIDR, "outside": OUTSIDE_RANGE}
     for node in plan.nodes:
+        if node.node > 1:  # its pods are a slice of node 1's cluster range; its fabric /24 is its own
+            out[f"fabric of nodes {node.node}"] = f"10.255.{node.node - 1}.0/24"
+            continue
         c, i = node.cluster, node.index
         if i:  # the broker's is the whole range, the umbrella of the members' blocks
             out[f"{c} clusterset IPs"] = node.clusterset_ip_cidr
-        out[f"{c} pods"] = node.pod_cidr
+        out[f"{c} pods"] = node.cluster_pod_cidr
         out[f"{c} services"] = node.service_cidr
         out[f"{c} edge public"] = f"10.30.{i}.0/24"
         out[f"{c} edge private"] = f"10.31.{i}.0/24"
@@ -251,6 +294,10 @@ def summary_rows(plan: FabricPlan) -> list[list[str]]:
     rows = [["CLUSTER", "NETNS", "NODE", "PODS", "SERVICES", "CLUSTERSET IPS", "EDGE", "EGRESS", "NODEPORTS"]]
     for node in plan.nodes:
         egress = f"{node.egress_range[0]}-{node.egress_range[1].rsplit('.', 1)[1]}" if node.egress_range else "-"
+        if not node.holds_edge:  # a further node of the cluster: its own namespace, address and pods
+            rows.append([f"{node.cluster} ({node.name})", node.netns, node.address, node.pod_cidr, "", "", "", "",
+                         f"{node.node_port_low}-{node.node_port_high}"])
+            continue
         rows.append([node.cluster, node.netns, node.address, node.pod_cidr, node.service_cidr,
                      node.clusterset_ip_cidr, f"{node.edge_public} {node.edge_private}", egress,
                      f"{node.node_port_low}-{node.node_port_high}"])

@@ -75,11 +75,12 @@ def network_fields(layout: Layout, state: State) -> dict[str, Any]:
         return {"network": None}
     from isthmus.local.network.plan import OUTSIDE_RANGE, fabric_plan
 
-    fp = fabric_plan(layout.root, state.clusters)
+    fp = fabric_plan(layout.root, state.clusters, nodes=state.nodes)
     registry_port = state.ports.get(plan.PartId(BROKER, plan.REGISTRY).name)
     return {"network": {
         "netns": fp.netns, "fabricAddress": fp.gateway, "registry": fp.registry,
         "registryOnHost": f"{HOST}:{registry_port}" if registry_port else None,
         "outsideRange": OUTSIDE_RANGE,
-        "nodes": {n.cluster: {"netns": n.netns, "address": n.address} for n in fp.nodes},
+        # node 1 of each cluster by cluster (as before `--nodes`), every node by its name
+        "nodes": {n.cluster if n.node == 1 else n.name: {"netns": n.netns, "address": n.address} for n in fp.nodes},
     }}
