@@ -12,6 +12,7 @@ from typing import Any, cast
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
 
 from isthmus.local.kubelite.scheduler import Scheduler
@@ -167,3 +168,43 @@ async def test_topology_spread_over_zones(cluster: AsyncClient) -> None:
     where = await placed(cluster, names)
     zones = [NODES[n] for n in where.values()]
     assert sorted(zones) == ["a", "a", "b", "b"]
+
+
+async def test_preemption_makes_room_for_a_higher_priority_pod(cluster: AsyncClient) -> None:
+    for name, value in (("low", 10), ("high", 1000)):
+        await cluster.create(cast(PriorityClass, PriorityClass.from_dict({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+            "value": value})))
+    fillers = [f"batch-{i}" for i in range(3)]
+    for n in fillers:  # each fills a Node's 4 CPUs
+        await cluster.create(web_pod(n, app="batch", priorityClassName="low",
+                                     containers=[{"name": "c", "image": "busybox",
+                                                  "resources": {"requests": {"cpu": "4"}}}]))
+    where = await placed(cluster, fillers)
+    await cluster.create(web_pod("vip", app="vip", priorityClassName="high",
+                                 containers=[{"name": "c", "image": "busybox",
+                                              "resources": {"requests": {"cpu": "2"}}}]))
+
+    async def nominated() -> str | None:
+        status = (await cluster.get(Pod, "vip", namespace=NS)).to_dict().get("status") or {}
+        return status.get("nominatedNodeName")
+
+    node = await eventually(nominated, what="vip nominated")
+    [victim] = [n for n, on in where.items() if on == node]
+    dying = (await cluster.get(Pod, victim, namespace=NS)).to_dict()
+    assert dying["metadata"].get("deletionTimestamp")  # deleted with its grace period
+    target = next(c for c in dying["status"]["conditions"] if c["type"] == "DisruptionTarget")
+    assert (target["status"], target["reason"]) == ("True", "PreemptionByScheduler")
+    cond = await condition(cluster, "vip")
+    assert cond["message"].startswith("0/3 nodes are available: 3 Insufficient cpu.")
+
+    # The kubelet would finish the deletion; the Pod then goes to the Node it was nominated for.
+    await cluster.delete(Pod, victim, namespace=NS, grace_period=0)
+    assert (await placed(cluster, ["vip"]))["vip"] == node
+    for n in fillers:  # one victim only
+        if n != victim:
+            assert not (await cluster.get(Pod, n, namespace=NS)).to_dict()["metadata"].get("deletionTimestamp")
+    events = [e.to_dict() async for e in cluster.list(Event, namespace=NS)]
+    uid = (await cluster.get(Pod, "vip", namespace=NS)).to_dict()["metadata"]["uid"]
+    assert any(e["reason"] == "Preempted" and e["involvedObject"]["name"] == victim
+               and e["message"] == f"Preempted by pod {uid} on node {node}" for e in events)

@@ -21,6 +21,7 @@ from isthmus.local.kubelite.scheduler import (
     node_matches_affinity,
     pick,
     pod_requests,
+    preempt,
     score_balanced,
     score_inter_pod_affinity,
     score_least_allocated,
@@ -350,20 +351,69 @@ def test_ties_are_broken_at_random() -> None:
 
 # ---- the message --------------------------------------------------------------------------------
 
+def message(p: dict[str, Any], infos_: list[NodeInfo]) -> str:
+    ok, failed = feasible(p, infos_)
+    assert not ok
+    return failure_message(p, len(infos_), failed, preempt(p, infos_, failed))
+
+
 def test_failure_message_as_kube_writes_it() -> None:
-    failed = {"n1": FilterStatus(("node(s) were unschedulable",), True),
-              "n2": FilterStatus(("node(s) didn't match pod anti-affinity rules",))}
-    assert failure_message(pod("a"), 2, failed) == (
+    placed = infos([node("n1", unschedulable=True), node("n2")],
+                   [pod("web-1", labels={"app": "web"}, node_name="n2")])
+    assert message(pod("web-2", labels={"app": "web"}, affinity=anti("web")), placed) == (
         "0/2 nodes are available: 1 node(s) didn't match pod anti-affinity rules, 1 node(s) were unschedulable. "
         "preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, "
         "1 Preemption is not helpful for scheduling."
     )
-    both = {n: FilterStatus(("node(s) had untolerated taint {dedicated: gpu}",), True) for n in ("n1", "n2", "n3")}
-    assert failure_message(pod("a"), 3, both) == (
+    tainted = infos([node(n, taints=[{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
+                     for n in ("n1", "n2", "n3")])
+    assert message(pod("a"), tainted) == (
         "0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: gpu}. "
         "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
     )
-    assert failure_message(pod("a", preemptionPolicy="Never"), 1, {"n1": FilterStatus(("Insufficient cpu",))}) == (
-        "0/1 nodes are available: 1 Insufficient cpu. not eligible due to preemptionPolicy=Never.."
+    full = infos([node("n1", cpu="1")], [pod("x", cpu="1", node_name="n1")])
+    assert message(pod("a", cpu="1", preemptionPolicy="Never", priority=10), full) == (
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
     )
     assert failure_message(pod("a"), 0, {}) == "no nodes available to schedule pods"
+
+
+def test_preemption_evicts_the_fewest_least_important_pods() -> None:
+    def low(name: str, prio: int, on: str, cpu: str = "1") -> dict[str, Any]:
+        return pod(name, cpu=cpu, node_name=on, priority=prio)
+
+    nodes = [node("n1", cpu="2"), node("n2", cpu="2")]
+    placed = infos(nodes, [low("a", 5, "n1"), low("b", 1, "n1"), low("c", 100, "n2"), low("d", 100, "n2")])
+    important = pod("vip", cpu="1", priority=50)
+    ok, failed = feasible(important, placed)
+    assert not ok
+    result = preempt(important, placed, failed)
+    assert result.node == "n1"
+    assert [v["metadata"]["name"] for v in result.victims] == ["b"]  # a (more important) is put back
+    # Found room: the message has no preemption part.
+    assert failure_message(important, 2, failed, result) == "0/2 nodes are available: 2 Insufficient cpu."
+
+
+def test_preemption_that_cannot_help_says_why() -> None:
+    placed = infos([node("n1", cpu="2")], [pod("a", cpu="1", node_name="n1", priority=0),
+                                           pod("b", cpu="1", node_name="n1", priority=100)])
+    big = pod("big", cpu="2", priority=50)
+    # Taking away the lower-priority Pod is not enough: the filter's own reason is given.
+    assert message(big, placed) == (
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 Insufficient cpu."
+    )
+    same = pod("same", cpu="1", priority=0)  # equal priority: nobody to preempt
+    assert message(same, placed).endswith("preemption: 0/1 nodes are available: 1 No preemption victims found "
+                                          "for incoming pod.")
+
+
+def test_no_second_preemption_while_victims_terminate() -> None:
+    dying = pod("old", cpu="2", node_name="n1", priority=0)
+    dying["metadata"]["deletionTimestamp"] = "2027-01-01T00:00:00Z"
+    placed = infos([node("n1", cpu="2")], [dying])
+    vip = pod("vip", cpu="1", priority=10)
+    vip["status"]["nominatedNodeName"] = "n1"
+    assert message(vip, placed) == (
+        "0/1 nodes are available: 1 Insufficient cpu. "
+        "preemption: not eligible due to a terminating pod on the nominated node."
+    )

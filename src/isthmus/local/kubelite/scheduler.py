@@ -43,13 +43,16 @@ __all__ = [
     "SCHEDULER_COMPONENT",
     "FilterStatus",
     "NodeInfo",
+    "Preemption",
     "Scheduler",
     "failure_message",
     "feasible",
     "filter_node",
     "node_matches_affinity",
     "pick",
+    "preempt",
     "score_nodes",
+    "select_victims",
     "tolerates",
     "wants_scheduling",
 ]
@@ -711,18 +714,113 @@ def _histogram(reasons: Iterable[str]) -> str:
     return ", ".join(sorted(f"{n} {r}" for r, n in counts.items()))
 
 
-def failure_message(pod: Obj, total: int, failed: Mapping[str, FilterStatus], victims: Iterable[str] = ()) -> str:
-    """kube's FitError text: "0/N nodes are available: <reasons>. preemption: 0/N nodes are
-    available: <why preemption does not help>." ``victims``: Nodes where preemption would help."""
+def fit_error(total: int, failed: Mapping[str, FilterStatus]) -> str:
+    """kube's FitError text without its PostFilter part: "0/N nodes are available: <reasons>."."""
     if total == 0:
         return NO_NODES
-    msg = f"0/{total} nodes are available: {_histogram(r for s in failed.values() for r in s.reasons)}."
+    return f"0/{total} nodes are available: {_histogram(r for s in failed.values() for r in s.reasons)}."
+
+
+def _priority(pod: Obj) -> int:
+    return int(_spec(pod).get("priority") or 0)
+
+
+def _more_important(pod: Obj) -> tuple[int, str]:
+    """kube's MoreImportantPod as a sort key: higher priority, then started earlier."""
+    return (-_priority(pod), str((pod.get("status") or {}).get("startTime") or "~"))
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """What DefaultPreemption found: a Node and the Pods to evict there, or why not (per Node)."""
+
+    node: str | None
+    victims: tuple[Obj, ...] = ()
+    statuses: Mapping[str, FilterStatus] = field(default_factory=dict)
+    message: str = ""
+
+
+def _without(infos: Sequence[NodeInfo], node: str, pods: list[Obj]) -> tuple[list[NodeInfo], NodeInfo]:
+    """The snapshot with ``node`` holding only ``pods``."""
+    out, mine = [], NodeInfo({})
+    for i in infos:
+        if i.name == node:
+            mine = NodeInfo(i.node, list(pods))
+            out.append(mine)
+        else:
+            out.append(i)
+    return out, mine
+
+
+def select_victims(
+    pod: Obj, info: NodeInfo, infos: Sequence[NodeInfo], namespace_labels: Mapping[str, Mapping[str, str]],
+) -> tuple[list[Obj], FilterStatus | None]:
+    """kube's selectVictimsOnNode: take away every Pod of lower priority; if the Pod fits then, put
+    back as many as still let it fit, most important first. (victims, None) or ([], why not)."""
+    mine = _priority(pod)
+    lower = sorted((p for p in info.pods if _priority(p) < mine), key=_more_important)
+    if not lower:
+        return [], FilterStatus((NO_VICTIMS,), True)
+    kept = [p for p in info.pods if _priority(p) >= mine]
+    snapshot, node = _without(infos, info.name, kept)
+    status = filter_node(pod, node, snapshot, namespace_labels)
+    if status is not None:
+        return [], status
+    victims = []
+    for p in lower:
+        snapshot, node = _without(infos, info.name, [*kept, p])
+        if filter_node(pod, node, snapshot, namespace_labels) is None:
+            kept.append(p)
+        else:
+            victims.append(p)
+    return victims, None
+
+
+def preempt(
+    pod: Obj, infos: Sequence[NodeInfo], failed: Mapping[str, FilterStatus],
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> Preemption:
+    """kube's DefaultPreemption PostFilter (PodDisruptionBudgets are not weighed here): the Node
+    where evicting lower-priority Pods lets the Pod fit at the least cost, or kube's message
+    saying why there is none."""
+    ns_labels = namespace_labels or {}
     if (_spec(pod).get("preemptionPolicy") or "PreemptLowerPriority") == "Never":
-        return f"{msg} {PREEMPTION_NEVER}."
-    helpful = set(victims)
-    post = [PREEMPTION_NOT_HELPFUL if s.unresolvable else NO_VICTIMS
-            for n, s in failed.items() if n not in helpful]
-    return f"{msg} preemption: 0/{total} nodes are available: {_histogram(post)}."
+        return Preemption(None, message=f"preemption: {PREEMPTION_NEVER}")
+    nominated = str((pod.get("status") or {}).get("nominatedNodeName") or "")
+    on_nominated = next((i for i in infos if i.name == nominated), None)
+    if on_nominated is not None and not (failed.get(nominated) and failed[nominated].unresolvable) and any(
+        _meta(p).get("deletionTimestamp") and _priority(p) < _priority(pod) for p in on_nominated.pods
+    ):
+        return Preemption(None, message="preemption: not eligible due to a terminating pod on the nominated node.")
+    statuses: dict[str, FilterStatus] = {}
+    candidates: list[tuple[tuple[int, int, int], str, list[Obj]]] = []
+    for info in infos:
+        status = failed.get(info.name)
+        if status is None or status.unresolvable:
+            statuses[info.name] = FilterStatus((PREEMPTION_NOT_HELPFUL,), True)
+            continue
+        victims, why = select_victims(pod, info, infos, ns_labels)
+        if why is not None:
+            statuses[info.name] = why
+            continue
+        prios = [_priority(v) for v in victims]
+        candidates.append(((max(prios, default=0), sum(prios), len(prios)), info.name, victims))
+    if candidates:
+        _, node, victims = min(candidates, key=lambda c: (c[0], c[1]))
+        return Preemption(node, tuple(victims))
+    return Preemption(None, statuses=statuses,
+                      message=f"preemption: {fit_error(len(infos), statuses)}")
+
+
+def failure_message(pod: Obj, total: int, failed: Mapping[str, FilterStatus],
+                    preemption: Preemption | None = None) -> str:
+    """kube's FitError text: "0/N nodes are available: <reasons>. preemption: 0/N nodes are
+    available: <why preemption does not help>." (no PostFilter part when preemption found room)."""
+    if total == 0:
+        return NO_NODES
+    msg = fit_error(total, failed)
+    post = preemption.message if preemption is not None else ""
+    return f"{msg} {post}" if post else msg
 
 
 def wants_scheduling(pod: Obj) -> bool:
@@ -853,7 +951,11 @@ class Scheduler:
         ns_labels = self._namespace_labels()
         ok, failed = feasible(pod, infos, ns_labels)
         if not ok:
-            await self._unschedulable(obj, pod, failure_message(pod, len(infos), failed))
+            preemption = preempt(pod, infos, failed, ns_labels)
+            if preemption.node is not None:
+                await self._evict(pod, preemption)
+            await self._unschedulable(obj, pod, failure_message(pod, len(infos), failed, preemption),
+                                      nominate=preemption.node)
             return Result(requeue=True)
         node = ok[0].name if len(ok) == 1 else pick(score_nodes(pod, ok, infos, ns_labels), self.rng)
         return await self._bind(obj, pod, node)
@@ -879,25 +981,54 @@ class Scheduler:
         self.recorder.normal(obj, "Scheduled", f"Successfully assigned {ns}/{name} to {node}")
         return None
 
-    async def _unschedulable(self, obj: Pod, pod: Obj, message: str) -> None:
+    async def _evict(self, pod: Obj, preemption: Preemption) -> None:
+        """kube's preemption: each victim gets ``DisruptionTarget`` (PreemptionByScheduler), a
+        ``Preempted`` Event, and is deleted with its grace period."""
+        uid = _meta(pod).get("uid")
+        for victim in preemption.victims:
+            ns, name = _namespace(victim), _name(victim)
+            conditions = [c for c in (victim.get("status") or {}).get("conditions") or []
+                          if c.get("type") != "DisruptionTarget"]
+            conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                               "message": f"{SCHEDULER_COMPONENT}: preempting to accommodate a higher priority pod",
+                               "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            try:
+                await self.client.patch(Pod.Status, name, {"status": {"conditions": conditions}}, namespace=ns,
+                                        patch_type=PatchType.MERGE, field_manager=SCHEDULER_COMPONENT)
+                await self.client.delete(Pod, name, namespace=ns)
+            except ApiError as e:
+                if not is_not_found(e):
+                    raise
+                continue
+            cached = self.pods.cache.get(f"{ns}/{name}")
+            if cached is not None:
+                self.recorder.normal(cached, "Preempted", f"Preempted by pod {uid} on node {preemption.node}")
+            log.info("pod preempted", extra={"pod": f"{ns}/{name}", "by": f"{_namespace(pod)}/{_name(pod)}",
+                                             "node": preemption.node})
+
+    async def _unschedulable(self, obj: Pod, pod: Obj, message: str, *, nominate: str | None = None) -> None:
         ns, name = split_key(object_key(obj))
         self.recorder.warning(obj, "FailedScheduling", message)
-        conditions = [c for c in (pod.get("status") or {}).get("conditions") or []]
+        status = pod.get("status") or {}
+        conditions = [c for c in status.get("conditions") or []]
         old = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
-        if old is not None and old.get("status") == "False" and old.get("message") == message:
+        if (old is not None and old.get("status") == "False" and old.get("message") == message
+                and (nominate is None or status.get("nominatedNodeName") == nominate)):
             return
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
                      "lastTransitionTime": now if old is None or old.get("status") != "False"
                      else old.get("lastTransitionTime")}
         conditions = [c for c in conditions if c.get("type") != "PodScheduled"] + [condition]
+        patch: dict[str, Any] = {"conditions": conditions}
+        if nominate is not None:
+            patch["nominatedNodeName"] = nominate
         try:
             await self.client.patch(
-                Pod.Status, name, {"status": {"conditions": conditions}}, namespace=ns,
+                Pod.Status, name, {"status": patch}, namespace=ns,
                 patch_type=PatchType.MERGE, field_manager=SCHEDULER_COMPONENT,
             )
         except ApiError as e:
             if not is_not_found(e):
                 raise
         log.info("pod unschedulable", extra={"pod": f"{ns}/{name}", "reason": message})
-
