@@ -239,10 +239,11 @@ def test_authorization_reviews_answer_as_rbac(fresh: Server) -> None:
     assert fresh.http.get("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews").status_code == 405
 
 
-def test_create_of_bindings_is_refused_clearly(fresh: Server) -> None:
+def test_create_of_bindings_binds_the_named_pod(fresh: Server) -> None:
+    """The legacy bindings collection is kube's BindingREST (tests/integration/test_apiserver_binding.py)."""
     r = fresh.http.post("/api/v1/namespaces/default/bindings", json={
         "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n"}})
-    assert r.status_code == 405 and "create is not supported" in r.json()["message"]
+    assert (r.status_code, r.json()["message"]) == (404, 'pods "p" not found')
 
 
 # ---------------------------------------------------------------- the walk, with lightkube

@@ -66,6 +66,34 @@ def _name_taken(info: ResourceInfo, m: Obj, name: str) -> errors.ApiError:
     return err
 
 
+# The built-in kinds whose kube strategies keep metadata.generation (PrepareForCreate sets it to 1,
+# PrepareForUpdate bumps it when the spec changes), as kube-apiserver v1.32 serves them: the kinds
+# a controller reconciles and reports observedGeneration on. Every other built-in kind (ConfigMaps,
+# Secrets, Pods, Services, Namespaces, RBAC, Events, HPAs, ...) carries none; custom resources always do.
+GENERATION_KINDS = frozenset({
+    ("", "replicationcontrollers"),
+    ("apps", "deployments"), ("apps", "replicasets"), ("apps", "statefulsets"), ("apps", "daemonsets"),
+    ("batch", "jobs"), ("batch", "cronjobs"),
+    ("policy", "poddisruptionbudgets"),
+    ("networking.k8s.io", "ingresses"), ("networking.k8s.io", "ingressclasses"),
+    ("networking.k8s.io", "networkpolicies"),
+    ("discovery.k8s.io", "endpointslices"),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
+    ("flowcontrol.apiserver.k8s.io", "flowschemas"), ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"),
+})
+# Deployments' annotations are copied to their ReplicaSets: kube bumps the generation for them too.
+ANNOTATED_GENERATION_KINDS = frozenset({("apps", "deployments")})
+
+
+def tracks_generation(info: ResourceInfo) -> bool:
+    """Whether objects of this resource carry metadata.generation."""
+    return not info.builtin or (info.group, info.plural) in GENERATION_KINDS
+
+
 def _spec_view(obj: Obj, has_status: bool) -> Obj:
     """What metadata.generation tracks: everything but metadata (and status when it is a subresource)."""
     return {k: v for k, v in obj.items() if k != "metadata" and not (has_status and k == "status")}
@@ -215,7 +243,8 @@ class GenericStore:
             m.pop(k, None)
         m["uid"] = meta.new_uid()
         m["creationTimestamp"] = meta.now_rfc3339()
-        m["generation"] = 1
+        if tracks_generation(info):
+            m["generation"] = 1
         strategy = info.strategy
         if info.has_status and not strategy.keeps_status_on_create:
             obj.pop("status", None)  # status is the status subresource's to write
@@ -318,7 +347,10 @@ class GenericStore:
         self._normalize(info, new, field_validation, warnings, live, strict, status_only=subresource == "status")
         warnings.extend(strategy.warnings_on_update(new, live))
         strategy.canonicalize(new)
-        if _spec_view(new, info.has_status) != _spec_view(live, info.has_status):
+        if tracks_generation(info) and (
+                _spec_view(new, info.has_status) != _spec_view(live, info.has_status)
+                or ((info.group, info.plural) in ANNOTATED_GENERATION_KINDS
+                    and new["metadata"].get("annotations") != lm.get("annotations"))):
             new["metadata"]["generation"] = int(lm.get("generation") or 1) + 1
         return new
 
@@ -455,8 +487,8 @@ class GenericStore:
                 if not terminating or shorter:
                     nm["deletionTimestamp"] = meta.rfc3339_after(grace)
                     nm["deletionGracePeriodSeconds"] = grace
-                    if not terminating:
-                        nm["generation"] = int(nm.get("generation") or 1) + 1
+                    if not terminating and nm.get("generation"):  # kube bumps only a generation there is
+                        nm["generation"] = int(nm["generation"]) + 1
                 info.strategy.prepare_for_delete(new)
                 return self.storage.update(info.key, new), False
             return self.storage.delete(info.key, ns, name), True
