@@ -170,4 +170,6 @@ def test_runc_pins_the_pods_that_bind_node_1s_edge_addresses_to_node_1() -> None
     for name in (plan.DEPLOYMENTS[plan.POOLS], plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]):
         assert {"op": "add", "path": "/spec/template/spec/nodeSelector",
                 "value": {"kubernetes.io/hostname": "c2-node"}} in patches[name]
+    gateway = patches[plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]]
+    assert {"op": "add", "path": "/spec/template/spec/securityContext/sysctls", "value": []} in gateway
     assert _runc_patches(plan.cluster_plan(2, 2)) == []

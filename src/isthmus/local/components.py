@@ -176,6 +176,10 @@ def _runc_patches(cluster: ClusterPlan) -> list[dict[str, Any]]:
              "patch": yaml.safe_dump([
                  {"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True},
                  {"op": "add", "path": "/spec/template/spec/dnsPolicy", "value": "ClusterFirstWithHostNet"},
+                 # Its own network's net.ipv4.ip_unprivileged_port_start=0 (the manifest's answer to ports
+                 # below 1024) is refused with hostNetwork, by kube's kubelet and ours: the node's own
+                 # setting applies instead (docs/network.md).
+                 {"op": "add", "path": "/spec/template/spec/securityContext/sysctls", "value": []},
                  node_1,
              ])},
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.POOLS]}, "patch": yaml.safe_dump([node_1])}]

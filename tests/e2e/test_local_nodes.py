@@ -1,0 +1,117 @@
+"""`isthmus up --runtime runc --clusters 1 --nodes 2` as a user meets it: two Ready Nodes, each with
+its own /24 of the cluster's pod CIDR; a two-replica Deployment with anti-affinity runs one pod per
+node, and a pod on each node reaches the other by its pod IP and through the Service's ClusterIP.
+
+Needs what runc mode needs (root, runc, iproute2, nftables, skopeo, umoci, docker-registry,
+mmdebstrap, the CNI plugins): `up` fails, naming what is missing, without them. Always brought down.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.local import Clusterset, wait_for
+
+# clusterset: one local clusterset at a time (it takes the machine); run serially.
+pytestmark = [pytest.mark.e2e, pytest.mark.clusterset, pytest.mark.timeout(900)]
+
+WEB = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {matchLabels: {app: web}}
+            topologyKey: kubernetes.io/hostname
+      containers:
+      - name: web
+        image: busybox
+        imagePullPolicy: IfNotPresent
+        command: ["sh", "-c", "mkdir -p /tmp/www && hostname > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"]
+        ports: [{containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+"""
+
+
+@pytest.fixture(scope="module")
+def cs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusterset]:
+    cs = Clusterset(tmp_path_factory.mktemp("local-nodes") / "state")
+    try:
+        cs.isthmus("up", "--detach", "--state-dir", str(cs.root), "--runtime", "runc", "--clusters", "1",
+                   "--nodes", "2", timeout=840)
+        yield cs
+    finally:
+        cs.isthmus("down", "--state-dir", str(cs.root), check=False, timeout=180)
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
+
+
+def test_two_ready_nodes_with_their_own_pod_cidrs(cs: Clusterset) -> None:
+    nodes = json.loads(cs.kubectl("c1", "get", "nodes", "-o", "json"))["items"]
+    assert sorted(n["metadata"]["name"] for n in nodes) == ["c1-node", "c1-node-2"]
+    assert all(_ready(n) for n in nodes)
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    assert by_name["c1-node"]["spec"]["podCIDR"] == "10.101.0.0/24"
+    assert by_name["c1-node-2"]["spec"]["podCIDR"] == "10.101.1.0/24"
+    addresses = {name: next(a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP")
+                 for name, n in by_name.items()}
+    assert addresses == {"c1-node": "10.255.0.11", "c1-node-2": "10.255.1.11"}
+    status = cs.status()
+    assert [(n["name"], n["health"]) for n in status["clusters"][0]["nodes"]] == [
+        ("c1-node", "ready"), ("c1-node-2", "ready")]
+    table = cs.isthmus("status", "--state-dir", str(cs.root)).stdout
+    assert "c1-node-2" in table and "10.101.1.0/24" in table
+
+
+def test_a_pod_on_each_node_reaches_the_other(cs: Clusterset, tmp_path: Path) -> None:
+    manifest = tmp_path / "web.yaml"
+    manifest.write_text(WEB)
+    cs.kubectl("c1", "apply", "-f", str(manifest))
+
+    def running() -> list[dict[str, Any]] | None:
+        pods = json.loads(cs.kubectl("c1", "get", "pods", "-n", "default", "-l", "app=web", "-o", "json"))["items"]
+        up = [p for p in pods if p["status"].get("phase") == "Running" and p["status"].get("podIP")
+              and not p["metadata"].get("deletionTimestamp")]
+        return up if len(up) == 2 else None
+
+    pods = wait_for("both web pods running", running, timeout=300)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["c1-node", "c1-node-2"]
+    for p in pods:
+        slice_ = "10.101.0." if p["spec"]["nodeName"] == "c1-node" else "10.101.1."
+        assert p["status"]["podIP"].startswith(slice_), p["status"]["podIP"]
+    for me, other in ((pods[0], pods[1]), (pods[1], pods[0])):
+        answer = cs.kubectl("c1", "exec", "-n", "default", me["metadata"]["name"], "--",
+                            "wget", "-qO-", "-T", "5", f"http://{other['status']['podIP']}:8080/")
+        assert answer.strip() == other["metadata"]["name"]
+    cluster_ip = json.loads(cs.kubectl("c1", "get", "svc", "web", "-n", "default", "-o", "json"))["spec"]["clusterIP"]
+    for me in pods:  # through the ClusterIP (each node's own proxy), until the other node's pod answers
+        want = next(p["metadata"]["name"] for p in pods if p is not me)
+
+        def through_service(me: dict[str, Any] = me, want: str = want) -> bool:
+            got = cs.kubectl("c1", "exec", "-n", "default", me["metadata"]["name"], "--",
+                             "wget", "-qO-", "-T", "5", f"http://{cluster_ip}/", check=False)
+            return got.strip() == want
+
+        wait_for(f"{me['spec']['nodeName']}'s pod to reach {want} through {cluster_ip}", through_service,
+                 timeout=60)
