@@ -65,6 +65,7 @@ from isthmus.local.kubelite.termination import (
 from isthmus.procs.entry import enabled as zygote_enabled
 from isthmus.procs.zygote import Zygote
 from isthmus.runtime import Controller, EventRecorder, Informer, Result, split_key
+from isthmus.runtime.events import container_field_path
 
 if TYPE_CHECKING:
     from isthmus.local.network.cni import PodNetwork
@@ -262,9 +263,10 @@ class PodRuntime:
         self.client = client
         self.pods = pods
         self.slices = slices
-        self.recorder = recorder
         self.cluster = cluster
         self.node = node or node_name(cluster)
+        # kube's kubelet reports as "kubelet" from its node (source.host), not the machine's name
+        self.recorder = recorder.child("kubelet", host=self.node, instance=self.node)
         self.bind = bind
         self.logs = logs if logs is not None else PodLogs()
         self.ips = IPPool(ipaddress.IPv4Network(pod_cidr))  # validated by the caller (run.validate_config)
@@ -450,6 +452,9 @@ class PodRuntime:
         drain and stop (their SIGTERM), within the grace period; then the object goes."""
         meta = pod["metadata"]
         uid = str(meta.get("uid"))
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            self.recorder.normal(pod, "Killing", f"Stopping container {c.get('name')}",
+                                 field_path=container_field_path(str(c.get("name"))))
 
         async def terminate() -> None:
             deadline = asyncio.get_running_loop().time() + grace_seconds(pod)
@@ -760,6 +765,13 @@ class PodRuntime:
             log.warning("echo server failed", extra={"pod": key, "error": msg})
             return False, msg
         self.servers[key] = wanted
+        if self._uids.get(key) != meta.get("uid"):  # a new Pod's containers, reported as a kubelet does
+            for c in containers:
+                where = container_field_path(str(c.get("name")))
+                self.recorder.normal(pod, "Pulled", f'Container image "{c.get("image")}" already present on machine',
+                                     field_path=where)
+                self.recorder.normal(pod, "Created", f"Created container: {c.get('name')}", field_path=where)
+                self.recorder.normal(pod, "Started", f"Started container {c.get('name')}", field_path=where)
         self._uids[key] = meta.get("uid")
         log.info("echo servers listening", extra={"pod": key, "ip": ip, "ports": wanted.ports})
         return True, None

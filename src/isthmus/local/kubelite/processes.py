@@ -85,6 +85,7 @@ from isthmus.local.kubelite.termination import MIN_KILL_GRACE, pre_stop
 from isthmus.procs.entry import Entry
 from isthmus.procs.zygote import Zygote, ZygoteProcess
 from isthmus.runtime import EventRecorder
+from isthmus.runtime.events import container_field_path
 
 if TYPE_CHECKING:
     from isthmus.local.kubelite.runc import RuncPod
@@ -364,6 +365,8 @@ class _Container:
     def __init__(self, spec: Obj, previous: Mapping[str, Any] | None) -> None:
         self.spec = spec
         self.name = str(spec.get("name"))
+        self.field_path = container_field_path(self.name)
+        """Its Events' involvedObject.fieldPath (an init container's is set by the Pod)."""
         self.image = str(spec.get("image") or "")
         self.restart_count = 0
         self.last_state: Obj = {}
@@ -461,6 +464,8 @@ class ProcessPod:
         old = {s.get("name"): s for s in status.get("containerStatuses") or []}
         old_init = {s.get("name"): s for s in status.get("initContainerStatuses") or []}
         self.init_containers = [_Container(c, old_init.get(c.get("name"))) for c in spec.get("initContainers") or []]
+        for init in self.init_containers:
+            init.field_path = container_field_path(init.name, init=True)
         self.containers = [_Container(c, old.get(c.get("name"))) for c in spec.get("containers") or []]
         if self.init_containers:
             for c in self.containers:
@@ -515,7 +520,7 @@ class ProcessPod:
             grace = float(self._grace())
         for c in [*self.init_containers, *self.containers]:
             if c.proc is not None and c.proc.returncode is None and reason:
-                self.recorder.normal(self.pod, "Killing", f"Stopping container {c.name}")
+                self.recorder.normal(self.pod, "Killing", f"Stopping container {c.name}", field_path=c.field_path)
         await asyncio.gather(*(self._kill(c, grace) for c in [*self.init_containers, *self.containers]))
         for t in self._tasks:
             t.cancel()
@@ -559,7 +564,8 @@ class ProcessPod:
             result = await pre_stop(handler, host=ip, container=c.spec, env=env, cwd=str(self.dir),
                                     seconds=deadline - loop.time(), **options)
             if not result.ok:
-                self.recorder.warning(self.pod, "FailedPreStopHook", f"PreStopHook failed: {result.message}")
+                self.recorder.warning(self.pod, "FailedPreStopHook", f"PreStopHook failed: {result.message}",
+                                      field_path=c.field_path)
 
         await asyncio.gather(*(hook(c) for c in self.containers))
         await self.stop(max(deadline - loop.time(), MIN_KILL_GRACE), remove=True, reason="deleted")
@@ -657,14 +663,15 @@ class ProcessPod:
         name, ns, uid = self.pod["metadata"]["name"], self.pod["metadata"].get("namespace"), self.uid
         if self.runc is None and not is_isthmus_image(c.image):  # as a kubelet whose registry refuses: pull error, then back-off
             why = f"kube-lite runs only the Isthmus image ({IMAGE_REPOSITORY}), as processes"
-            self.recorder.normal(self.pod, "Pulling", f'Pulling image "{c.image}"')
-            self.recorder.warning(self.pod, "Failed", f'Failed to pull image "{c.image}": {why}')
-            self.recorder.warning(self.pod, "Failed", "Error: ErrImagePull")
+            self.recorder.normal(self.pod, "Pulling", f'Pulling image "{c.image}"', field_path=c.field_path)
+            self.recorder.warning(self.pod, "Failed", f'Failed to pull image "{c.image}": {why}',
+                                  field_path=c.field_path)
+            self.recorder.warning(self.pod, "Failed", "Error: ErrImagePull", field_path=c.field_path)
             self._set(c, state={"waiting": {"reason": "ErrImagePull",
                                             "message": f'failed to pull image "{c.image}": {why}'}})
             await asyncio.sleep(self.options.backoff_base)
-            self.recorder.normal(self.pod, "BackOff", f'Back-off pulling image "{c.image}"')
-            self.recorder.warning(self.pod, "Failed", "Error: ImagePullBackOff")
+            self.recorder.normal(self.pod, "BackOff", f'Back-off pulling image "{c.image}"', field_path=c.field_path)
+            self.recorder.warning(self.pod, "Failed", "Error: ImagePullBackOff", field_path=c.field_path)
             self._set(c, state={"waiting": {"reason": "ImagePullBackOff",
                                             "message": f'Back-off pulling image "{c.image}": {why}'}})
             return
@@ -689,7 +696,7 @@ class ProcessPod:
                 argv, env = await self._configure(c)
             except (ContainerConfigError, CreateContainerError) as e:
                 if (c.state.get("waiting") or {}).get("message") != str(e):
-                    self.recorder.warning(self.pod, "Failed", f"Error: {e}")
+                    self.recorder.warning(self.pod, "Failed", f"Error: {e}", field_path=c.field_path)
                 why = "CreateContainerError" if isinstance(e, CreateContainerError) else "CreateContainerConfigError"
                 self._set(c, state={"waiting": {"reason": why, "message": str(e)}})
                 await asyncio.sleep(CONFIG_RETRY_SECONDS)
@@ -705,7 +712,8 @@ class ProcessPod:
                 backoff = 0.0
             if backoff > 0:
                 self.recorder.warning(
-                    self.pod, "BackOff", f"Back-off restarting failed container {c.name} in pod {name}_{ns}({uid})"
+                    self.pod, "BackOff", f"Back-off restarting failed container {c.name} in pod {name}_{ns}({uid})",
+                    field_path=c.field_path,
                 )
                 self._set(c, state={"waiting": {
                     "reason": "CrashLoopBackOff",
@@ -727,19 +735,19 @@ class ProcessPod:
             except ImageError as e:
                 reason, message = e.reason, e.message
                 if reason == ERR_IMAGE_PULL:
-                    self.recorder.warning(self.pod, "Failed", failed_message(c.image, e))
+                    self.recorder.warning(self.pod, "Failed", failed_message(c.image, e), field_path=c.field_path)
                 elif reason == INVALID_IMAGE_NAME:
-                    self.recorder.warning(self.pod, "InspectFailed", message)
+                    self.recorder.warning(self.pod, "InspectFailed", message, field_path=c.field_path)
                 else:  # ErrImageNeverPull
-                    self.recorder.warning(self.pod, reason, message)
-                self.recorder.warning(self.pod, "Failed", error_message(reason))
+                    self.recorder.warning(self.pod, reason, message, field_path=c.field_path)
+                self.recorder.warning(self.pod, "Failed", error_message(reason), field_path=c.field_path)
                 self._set(c, state={"waiting": {"reason": reason, "message": message}})
                 if reason != ERR_IMAGE_PULL:  # nothing a retry would change soon: the kubelet's next sync
                     await asyncio.sleep(delay)
                     continue
                 await asyncio.sleep(min(1.0, delay))
-                self.recorder.normal(self.pod, "BackOff", backoff_message(c.image))
-                self.recorder.warning(self.pod, "Failed", error_message(IMAGE_PULL_BACKOFF))
+                self.recorder.normal(self.pod, "BackOff", backoff_message(c.image), field_path=c.field_path)
+                self.recorder.warning(self.pod, "Failed", error_message(IMAGE_PULL_BACKOFF), field_path=c.field_path)
                 self._set(c, state={"waiting": {"reason": IMAGE_PULL_BACKOFF,
                                                 "message": f"{backoff_message(c.image)}: ErrImagePull: {message}"}})
                 await asyncio.sleep(delay)
@@ -795,13 +803,14 @@ class ProcessPod:
         log_dir.mkdir(parents=True, exist_ok=True)
         clog = pod_log.restart(c.name, str(log_dir / f"{c.restart_count}.log"), keep_previous=c.ran)
         if self.runc is None:
-            self.recorder.normal(self.pod, "Pulled", f'Container image "{c.image}" already present on machine')
+            self.recorder.normal(self.pod, "Pulled", f'Container image "{c.image}" already present on machine',
+                                 field_path=c.field_path)
         started_at = _now()
         try:
             proc = await self.runner.start(c.name, argv, env)
         except StartFailed as e:
             message = str(e)
-            self.recorder.warning(self.pod, "Failed", f"Error: {message}")
+            self.recorder.warning(self.pod, "Failed", f"Error: {message}", field_path=c.field_path)
             state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": message,
                                     "startedAt": started_at, "finishedAt": _now()}}
             c.ran = True
@@ -809,8 +818,8 @@ class ProcessPod:
             return state
         c.proc, c.ran, c.killing = proc, True, None
         cid = proc.container_id
-        self.recorder.normal(self.pod, "Created", f"Created container: {c.name}")
-        self.recorder.normal(self.pod, "Started", f"Started container {c.name}")
+        self.recorder.normal(self.pod, "Created", f"Created container: {c.name}", field_path=c.field_path)
+        self.recorder.normal(self.pod, "Started", f"Started container {c.name}", field_path=c.field_path)
         spec = c.spec
         startup, liveness, readiness = spec.get("startupProbe"), spec.get("livenessProbe"), spec.get("readinessProbe")
         self._set(c, state={"running": {"startedAt": started_at}}, container_id=cid,
@@ -841,7 +850,8 @@ class ProcessPod:
             return once
 
         def unhealthy(kind: str) -> Callable[[str], None]:
-            return lambda message: self.recorder.warning(self.pod, "Unhealthy", f"{kind} probe failed: {message}")
+            return lambda message: self.recorder.warning(self.pod, "Unhealthy", f"{kind} probe failed: {message}",
+                                                         field_path=c.field_path)
 
         def fatal(kind: str, probe: Mapping[str, Any]) -> Callable[[bool, str], None]:
             def on_change(ok: bool, message: str) -> None:
@@ -853,7 +863,8 @@ class ProcessPod:
                     return
                 c.killing = kind
                 self.recorder.normal(self.pod, "Killing",
-                                     f"Container {c.name} failed {kind.lower()} probe, will be restarted")
+                                     f"Container {c.name} failed {kind.lower()} probe, will be restarted",
+                                     field_path=c.field_path)
                 grace = probe.get("terminationGracePeriodSeconds")
                 probes.append(asyncio.create_task(self._kill(c, float(self._grace() if grace is None else grace))))
             return on_change

@@ -742,13 +742,16 @@ class RuncPod:
         """The container's image on the node (the kubelet's EnsureImageExists, with its Events);
         the imageID the status reports. Raises images.ImageError."""
         from isthmus.local.kubelite.images import pulled_message, pulling_message
+        from isthmus.runtime.events import container_field_path
 
-        image = str(container.get("image") or "")
+        image, name = str(container.get("image") or ""), str(container.get("name"))
+        inits = {c.get("name") for c in (self.pod.get("spec") or {}).get("initContainers") or []}
+        where = container_field_path(name, init=name in inits)
         pulled = await self.node.images.ensure(
             image, container.get("imagePullPolicy"), await self._auths(),
-            on_pulling=lambda: self.recorder.normal(self.pod, "Pulling", pulling_message(image)),
+            on_pulling=lambda: self.recorder.normal(self.pod, "Pulling", pulling_message(image), field_path=where),
         )
-        self.recorder.normal(self.pod, "Pulled", pulled_message(image, pulled))
+        self.recorder.normal(self.pod, "Pulled", pulled_message(image, pulled), field_path=where)
         self.images[str(container.get("name"))] = pulled
         return pulled.image_id
 
