@@ -5,9 +5,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from lightkube.resources.core_v1 import Pod
+
 from isthmus.local.kubelite.scheduler import (
     FilterStatus,
     NodeInfo,
+    _pending_index,
     build_node_infos,
     failure_message,
     feasible,
@@ -88,6 +91,17 @@ def test_which_pods_are_scheduled() -> None:
     done = pod("a")
     done["status"]["phase"] = "Succeeded"
     assert not wants_scheduling(done)
+
+
+def test_pending_index_agrees_with_wants_scheduling() -> None:
+    gone = pod("gone")
+    gone["metadata"]["deletionTimestamp"] = "2027-01-01T00:00:00Z"
+    failed = pod("failed")
+    failed["status"]["phase"] = "Failed"
+    cases = [pod("a"), pod("b", schedulerName="other"), pod("c", schedulingGates=[{"name": "g"}]),
+             pod("d", node_name="n1"), gone, failed]
+    for p in cases:
+        assert bool(_pending_index(Pod.from_dict(p))) == wants_scheduling(p), p["metadata"]["name"]
 
 
 def test_cordoned_node_refuses_unless_tolerated() -> None:

@@ -849,6 +849,21 @@ def _node_changed(old: Any | None, new: Any) -> bool:
     )
 
 
+PENDING_INDEX = "scheduler-pending"
+PENDING = "pending"
+
+
+def _pending_index(pod: Any) -> list[str]:
+    """The Pods waiting for this scheduler, as an index: every bound Pod's event wakes them, and
+    scanning every Pod for them each time would cost O(Pods²) when the informer starts."""
+    spec, meta, status = getattr(pod, "spec", None), getattr(pod, "metadata", None), getattr(pod, "status", None)
+    if spec is None or spec.nodeName or (spec.schedulerName or DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
+        return []
+    if spec.schedulingGates or (meta is not None and meta.deletionTimestamp is not None):
+        return []
+    return [] if status is not None and status.phase in ("Succeeded", "Failed") else [PENDING]
+
+
 def _pod_changed(old: Any | None, new: Any) -> bool:
     """Pod events that matter: any of an unbound Pod; of a bound one only what can free or take room
     (added, deleted, bound, relabelled, finished), not the kubelet's status updates."""
@@ -901,6 +916,8 @@ class Scheduler:
         self.controller = Controller(
             "kubelite-scheduler", self.reconcile, workers=1, backoff_base=BACKOFF_INITIAL, backoff_cap=BACKOFF_MAX,
         )
+        with contextlib.suppress(ValueError):  # another Scheduler on this shared informer added it
+            pods.add_indexer(PENDING_INDEX, _pending_index)
         self.controller.watch(pods, self._pod_keys, predicate=_pod_changed)
         self.controller.watch(nodes, lambda _n: self._pending_keys(), predicate=_node_changed, initial=False)
 
@@ -913,7 +930,7 @@ class Scheduler:
                     await self.recorder.aclose()
 
     def _pending_keys(self) -> list[str]:
-        return [object_key(p) for p in self.pods.cache.list() if wants_scheduling(p.to_dict())]
+        return self.pods.cache.index_keys(PENDING_INDEX, PENDING)
 
     def _pod_keys(self, pod: Any) -> list[str]:
         """The Pod itself when unbound; a bound Pod's change (gone, relabelled, finished) may make
