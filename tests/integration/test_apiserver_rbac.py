@@ -120,7 +120,7 @@ async def test_bootstrap_policy_is_kubes(srv: ApiServer, tmp_path: Path) -> None
     for name in ("cluster-admin", "admin", "edit", "view", "system:discovery", "system:basic-user",
                  "system:public-info-viewer"):
         m = roles[name]["metadata"]
-        assert m["labels"] == {"kubernetes.io/bootstrapping": "rbac-defaults"}
+        assert m["labels"]["kubernetes.io/bootstrapping"] == "rbac-defaults"  # edit and view: aggregate-to-* too
         assert m["annotations"] == {"rbac.authorization.kubernetes.io/autoupdate": "true"}
     assert roles["cluster-admin"]["rules"] == [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]},
                                                {"verbs": ["*"], "nonResourceURLs": ["*"]}]
@@ -384,7 +384,7 @@ async def test_access_reviews_answer_from_rbac(srv: ApiServer, tmp_path: Path) -
             "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]} in status["resourceRules"]
     assert any("configmaps" in r.get("resources", []) and r["verbs"] == ["get", "list", "watch"]
                for r in status["resourceRules"])
-    assert {"verbs": ["get"], "nonResourceURLs": ["/livez", "/readyz", "/healthz", "/version", "/version/"]} in \
+    assert {"verbs": ["get"], "nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"]} in \
         status["nonResourceRules"]
     code, body = await alice.post("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", {
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {}})

@@ -53,7 +53,10 @@ from isthmus.apiserver.authentication.tls import (
 )
 from isthmus.apiserver.authorization.attributes import Attributes
 from isthmus.apiserver.builtins import builtin_resources
+from isthmus.apiserver.controllers.apfbootstrap import ensure_apf_defaults
 from isthmus.apiserver.controllers.bootstraprbac import ensure_bootstrap_policy
+from isthmus.apiserver.controllers.clusterauthentication import ensure_authentication_configmap
+from isthmus.apiserver.controllers.clusterroleaggregation import ClusterRoleAggregationController
 from isthmus.apiserver.controllers.crd import CRDController
 from isthmus.apiserver.controllers.eventttl import DEFAULT_TTL as DEFAULT_EVENT_TTL
 from isthmus.apiserver.controllers.eventttl import EventTTLController
@@ -258,6 +261,10 @@ class ApiServer:
         gc.freeze()
         await create_system_namespaces(self.store, self.resources, self.generic_store)
         await ensure_bootstrap_policy(self.store, self.resources, self.generic_store)
+        aggregation = ClusterRoleAggregationController(self.store, self.resources, self.generic_store)
+        await aggregation.sync_all()  # admin, edit and view have their rules from the first request
+        self.store.on_write(aggregation.on_write, keys=aggregation.write_keys)
+        self._spawn(aggregation.run())
         await ensure_system_priority_classes(self.store, self.resources, self.generic_store)
         crd_info = self.resources.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         for crd in self.preload_crds:
@@ -304,6 +311,10 @@ class ApiServer:
             await kube_svc.reconcile()
         self._spawn(kube_svc.run())
         self._start_service_account_controllers()
+        await ensure_apf_defaults(self.store, self.resources, self.generic_store)
+        if self._certs is not None:  # kube's cluster authentication info: the client CA (TLS only)
+            await ensure_authentication_configmap(self.store, self.resources, self.generic_store,
+                                                  ensure_client_ca(self._certs).read_text())
         self._started = True
         log.info("apiserver listening on %s (data: %s)", self.url, self.data_dir or "in memory")
         return self.url
