@@ -1,6 +1,7 @@
-"""The pod runtime: what the scheduler and a kubelet do for a Pod, on loopback addresses.
+"""The pod runtime: what a kubelet does for the Pods bound to its node, on loopback addresses.
 
-A Pod gets a node name, an IP from the cluster's pod CIDR and a Running/Ready status, so the
+A Pod the scheduler bound to this node (``spec.nodeName``; Pods of other nodes are another
+kube-lite's) gets an IP from the node's pod CIDR (its ``spec.podCIDR``) and a Running/Ready status, so the
 EndpointSlice controller (and everything downstream) sees it like a real Pod. A Pod annotated
 ``isthmus.io/workload: echo`` also gets real echo servers bound to that IP (see echo.py), and
 is Ready only once they listen; what they print is the Pod's log (logs.py), served by the
@@ -98,7 +99,8 @@ def format_time(t: datetime) -> str:
 
 
 def node_name(cluster: str) -> str:
-    """The one node every Pod of a kube-lite cluster runs on."""
+    """A kube-lite's node when not told another (--node-name): a one-node cluster's, or node 1 of
+    several (local/plan.py's node_name names the others)."""
     return f"{cluster}-node"
 
 

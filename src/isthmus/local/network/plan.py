@@ -15,6 +15,10 @@ and `down` finds them again from the state dir alone):
   ClusterSet IP block the process plan gives, moved from 127.240.0.0/12 to 10.240.0.0/12 (but
   never into its last /16, 10.255.0.0/16, the fabric's: see `vip_prefix`).
 - one per pod ``<cs>-<cluster>-<first 12 of the pod uid>``.
+- `up --nodes N`: node k > 1 of a cluster is ``<cs>-<cluster>-n<k>`` at 10.255.(k-1).(10+i)/24
+  (fabric0 is the router on every such /24), its pods in ``<cs>-<cluster>-n<k>-<uid12>``; with
+  several nodes each node's pods are the k-th /24 of the cluster's pod CIDR, routed to it by the
+  fabric; node 1 keeps the edge addresses and egress range.
 
 Nothing here is routed from the host's own namespace; 127.0.0.0/8 (and the user's 127.48.0.0/12)
 stays untouched, since every namespace has a loopback of its own.
