@@ -135,3 +135,30 @@ def test_the_manager_may_ask_for_the_translators_token_only_with_the_component(t
 
     assert "isthmus-lb" not in names(render(DEPLOY / "member"))
     assert names(render(lb_overlay(tmp_path))) == ["isthmus-lb", "isthmus-mcsvc", "isthmus-egress-operator"]
+
+
+def test_the_webhook_survives_drains_and_pressure_and_the_pool_managers_spread(tmp_path: Path) -> None:
+    """A webhook that fails closed keeps a replica through a drain (a budget of one unavailable, which a
+    one-replica install can still drain), is not preempted by ordinary pods, and its replicas, like the
+    pool managers, prefer different nodes."""
+    objs = render(lb_overlay(tmp_path))
+    pdb = find(objs, "PodDisruptionBudget", "isthmus-webhook")
+    assert pdb is not None and pdb["metadata"]["namespace"] == "isthmus-system"
+    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    assert pdb["spec"]["selector"] == {"matchLabels": {"app.kubernetes.io/name": "isthmus-webhook"}}
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    webhook = find(objs, "Deployment", "isthmus-webhook")
+    assert webhook is not None
+    spec = webhook["spec"]["template"]["spec"]
+    assert webhook["spec"]["replicas"] == 2
+    assert webhook["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "isthmus-webhook"
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["topologySpreadConstraints"] == [{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "isthmus-webhook"}}}]
+    pools = find(objs, "Deployment", "isthmus-pools")
+    assert pools is not None
+    (term,) = pools["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {"topologyKey": "kubernetes.io/hostname",
+                                       "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "isthmus-pools"}}}
