@@ -5,7 +5,8 @@ request never scans every binding): roles by name, bindings by subject. A reques
 when a rule of a role bound to its user, one of its groups or its ServiceAccount matches it
 (ClusterRoleBindings everywhere, RoleBindings in their namespace), with kube's matching:
 `*` verbs, groups and resources, `*/<subresource>` (not `<resource>/*`), resourceNames, and
-nonResourceURLs with a trailing `*`. Aggregation is not implemented.
+nonResourceURLs with a trailing `*`. Aggregated ClusterRoles are read like any other: their
+rules are written by the aggregation controller (controllers/clusterroleaggregation.py).
 
 Escalation prevention (kube's pkg/registry/rbac/validation) lives here too: `covers` and the
 message of a refused grant; the strategies (registry/rbac.py) call `confirm_no_escalation`.
