@@ -424,6 +424,7 @@ def test_preemption_that_cannot_help_says_why() -> None:
 def test_no_second_preemption_while_victims_terminate() -> None:
     dying = pod("old", cpu="2", node_name="n1", priority=0)
     dying["metadata"]["deletionTimestamp"] = "2027-01-01T00:00:00Z"
+    dying["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]
     placed = infos([node("n1", cpu="2")], [dying])
     vip = pod("vip", cpu="1", priority=10)
     vip["status"]["nominatedNodeName"] = "n1"
@@ -431,3 +432,34 @@ def test_no_second_preemption_while_victims_terminate() -> None:
         "0/1 nodes are available: 1 Insufficient cpu. "
         "preemption: not eligible due to a terminating pod on the nominated node."
     )
+    # A Pod going away for another reason is no preemption of ours: preempting goes on.
+    dying["status"]["conditions"] = []
+    assert preempt(vip, placed, feasible(vip, placed)[1]).node == "n1"
+
+
+def test_nominated_pods_hold_their_room() -> None:
+    placed = infos([node("n1", cpu="2"), node("n2", cpu="2")], [pod("x", cpu="1", node_name="n2")])
+    waiting = pod("vip", cpu="2", priority=100)
+    waiting["status"]["nominatedNodeName"] = "n1"
+    nominated = {"n1": [waiting]}
+    ok, failed = feasible(pod("small", cpu="1", priority=0), placed, nominated=nominated)
+    assert [i.name for i in ok] == ["n2"]
+    assert failed["n1"].reasons == ("Insufficient cpu",)
+    # A Pod more important than the nominated one does not give way; the nominated one ignores itself.
+    assert [i.name for i in feasible(pod("vvip", cpu="1", priority=1000), placed, nominated=nominated)[0]] == [
+        "n1", "n2"]
+    assert [i.name for i in feasible(waiting, placed, nominated=nominated)[0]] == ["n1"]
+
+
+def test_preemption_spares_pods_a_budget_protects() -> None:
+    nodes = [node("n1", cpu="1"), node("n2", cpu="1")]
+    placed = infos(nodes, [pod("guarded", cpu="1", node_name="n1", priority=0, labels={"app": "db"}),
+                           pod("free", cpu="1", node_name="n2", priority=5, labels={"app": "batch"})])
+    vip = pod("vip", cpu="1", priority=100)
+    failed = feasible(vip, placed)[1]
+    # Without budgets the cheapest victim (priority 0) goes; with one protecting it, the other.
+    assert preempt(vip, placed, failed).node == "n1"
+    budget = {"metadata": {"name": "db", "namespace": "default"},
+              "spec": {"selector": {"matchLabels": {"app": "db"}}}, "status": {"disruptionsAllowed": 0}}
+    result = preempt(vip, placed, failed, pdbs=[budget])
+    assert result.node == "n2" and [v["metadata"]["name"] for v in result.victims] == ["free"]

@@ -32,6 +32,7 @@ from typing import Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import PatchType
 
 from isthmus.kube.helpers import is_not_found
@@ -543,11 +544,22 @@ def filter_node(
 
 def feasible(
     pod: Obj, infos: Sequence[NodeInfo], namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    nominated: Mapping[str, Sequence[Obj]] | None = None,
 ) -> tuple[list[NodeInfo], dict[str, FilterStatus]]:
-    """The Nodes that pass every filter, and why each other one did not."""
+    """The Nodes that pass every filter, and why each other one did not. ``nominated``: Pods
+    waiting for a Node their preemption freed (``status.nominatedNodeName``); as kube's
+    RunFilterPluginsWithNominatedPods, those of at least this Pod's priority hold their room, the
+    Pod having to fit both with and without them."""
     ok, failed = [], {}
     for info in infos:
-        status = filter_node(pod, info, infos, namespace_labels)
+        extra = [p for p in (nominated or {}).get(info.name, ())
+                 if _priority(p) >= _priority(pod) and (_namespace(p), _name(p)) != (_namespace(pod), _name(pod))]
+        status = None
+        if extra:
+            snapshot, crowded = _without(infos, info.name, [*info.pods, *extra])
+            status = filter_node(pod, crowded, snapshot, namespace_labels)
+        if status is None:
+            status = filter_node(pod, info, infos, namespace_labels)
         if status is None:
             ok.append(info)
         else:
@@ -752,59 +764,92 @@ def _without(infos: Sequence[NodeInfo], node: str, pods: list[Obj]) -> tuple[lis
     return out, mine
 
 
+def _violating(pods: Sequence[Obj], pdbs: Sequence[Obj]) -> list[bool]:
+    """kube's filterPodsWithPDBViolation: whether evicting each Pod (in this order) would take a
+    PodDisruptionBudget of its namespace that selects it below zero disruptions allowed."""
+    allowed = [int((b.get("status") or {}).get("disruptionsAllowed") or 0) for b in pdbs]
+    out = []
+    for p in pods:
+        violates = False
+        for i, b in enumerate(pdbs):
+            selector = _spec(b).get("selector")
+            if _namespace(b) != _namespace(p) or not selector or not label_selector_matches(selector, _labels(p)):
+                continue
+            if _name(p) in ((b.get("status") or {}).get("disruptedPods") or {}):
+                continue  # already counted by the disruption controller
+            allowed[i] -= 1
+            violates = violates or allowed[i] < 0
+        out.append(violates)
+    return out
+
+
 def select_victims(
     pod: Obj, info: NodeInfo, infos: Sequence[NodeInfo], namespace_labels: Mapping[str, Mapping[str, str]],
-) -> tuple[list[Obj], FilterStatus | None]:
+    pdbs: Sequence[Obj] = (),
+) -> tuple[list[Obj], int, FilterStatus | None]:
     """kube's selectVictimsOnNode: take away every Pod of lower priority; if the Pod fits then, put
-    back as many as still let it fit, most important first. (victims, None) or ([], why not)."""
+    back as many as still let it fit, those whose eviction would violate a PodDisruptionBudget
+    first, each group most important first. (victims, budgets violated, None) or ([], 0, why not)."""
     mine = _priority(pod)
     lower = sorted((p for p in info.pods if _priority(p) < mine), key=_more_important)
     if not lower:
-        return [], FilterStatus((NO_VICTIMS,), True)
+        return [], 0, FilterStatus((NO_VICTIMS,), True)
     kept = [p for p in info.pods if _priority(p) >= mine]
     snapshot, node = _without(infos, info.name, kept)
     status = filter_node(pod, node, snapshot, namespace_labels)
     if status is not None:
-        return [], status
-    victims = []
-    for p in lower:
+        return [], 0, status
+    flags = _violating(lower, pdbs)
+    ordered = [(p, True) for p, v in zip(lower, flags, strict=True) if v]
+    ordered += [(p, False) for p, v in zip(lower, flags, strict=True) if not v]
+    victims, violations = [], 0
+    for p, violating in ordered:
         snapshot, node = _without(infos, info.name, [*kept, p])
         if filter_node(pod, node, snapshot, namespace_labels) is None:
             kept.append(p)
         else:
             victims.append(p)
-    return victims, None
+            violations += violating
+    return victims, violations, None
+
+
+def _terminating_by_preemption(pod: Obj) -> bool:
+    """kube's podTerminatingByPreemption: being deleted, marked by a scheduler's preemption."""
+    return bool(_meta(pod).get("deletionTimestamp")) and any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" and c.get("reason") == "PreemptionByScheduler"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def preempt(
     pod: Obj, infos: Sequence[NodeInfo], failed: Mapping[str, FilterStatus],
-    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None, pdbs: Sequence[Obj] = (),
 ) -> Preemption:
-    """kube's DefaultPreemption PostFilter (PodDisruptionBudgets are not weighed here): the Node
-    where evicting lower-priority Pods lets the Pod fit at the least cost, or kube's message
-    saying why there is none."""
+    """kube's DefaultPreemption PostFilter: the Node where evicting lower-priority Pods lets the Pod
+    fit at the least cost (fewest PodDisruptionBudgets violated, then the lowest top priority,
+    sum and count of victims), or kube's message saying why there is none."""
     ns_labels = namespace_labels or {}
     if (_spec(pod).get("preemptionPolicy") or "PreemptLowerPriority") == "Never":
         return Preemption(None, message=f"preemption: {PREEMPTION_NEVER}")
     nominated = str((pod.get("status") or {}).get("nominatedNodeName") or "")
     on_nominated = next((i for i in infos if i.name == nominated), None)
     if on_nominated is not None and not (failed.get(nominated) and failed[nominated].unresolvable) and any(
-        _meta(p).get("deletionTimestamp") and _priority(p) < _priority(pod) for p in on_nominated.pods
+        _terminating_by_preemption(p) and _priority(p) < _priority(pod) for p in on_nominated.pods
     ):
         return Preemption(None, message="preemption: not eligible due to a terminating pod on the nominated node.")
     statuses: dict[str, FilterStatus] = {}
-    candidates: list[tuple[tuple[int, int, int], str, list[Obj]]] = []
+    candidates: list[tuple[tuple[int, int, int, int], str, list[Obj]]] = []
     for info in infos:
         status = failed.get(info.name)
         if status is None or status.unresolvable:
             statuses[info.name] = FilterStatus((PREEMPTION_NOT_HELPFUL,), True)
             continue
-        victims, why = select_victims(pod, info, infos, ns_labels)
+        victims, violations, why = select_victims(pod, info, infos, ns_labels, pdbs)
         if why is not None:
             statuses[info.name] = why
             continue
         prios = [_priority(v) for v in victims]
-        candidates.append(((max(prios, default=0), sum(prios), len(prios)), info.name, victims))
+        candidates.append(((violations, max(prios, default=0), sum(prios), len(prios)), info.name, victims))
     if candidates:
         _, node, victims = min(candidates, key=lambda c: (c[0], c[1]))
         return Preemption(node, tuple(victims))
@@ -894,17 +939,20 @@ class Scheduler:
         recorder: EventRecorder | None = None,
         *,
         namespaces: Informer[Namespace] | None = None,
+        pdbs: Informer[PodDisruptionBudget] | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """recorder: kube-lite's; the scheduler writes through its ``default-scheduler`` child (the
         Events' source, as kube's), or through a recorder of its own when none is given.
         namespaces: for pod affinity terms' namespaceSelector (without it a selector other than
-        {} matches no namespace but the listed ones)."""
+        {} matches no namespace but the listed ones); pdbs: PodDisruptionBudgets, weighed when
+        choosing whom to preempt (without them none is)."""
         self.client = client
         self.pods = pods
         self.nodes = nodes
         self.namespaces = namespaces
+        self.pdbs = pdbs
         self._own_recorder = recorder is None
         self.recorder: EventRecorder = (
             EventRecorder(client, SCHEDULER_COMPONENT, host="") if recorder is None
@@ -957,6 +1005,16 @@ class Scheduler:
             return {}
         return {_name(d): _labels(d) for d in (n.to_dict() for n in self.namespaces.cache.list())}
 
+    def _nominated(self) -> dict[str, list[Obj]]:
+        out: dict[str, list[Obj]] = {}
+        for key in self._pending_keys():
+            p = self.pods.cache.get(key)
+            data = p.to_dict() if p is not None else {}
+            node = (data.get("status") or {}).get("nominatedNodeName")
+            if node:
+                out.setdefault(str(node), []).append(data)
+        return out
+
     async def reconcile(self, key: str) -> Result | None:
         obj = self.pods.cache.get(key)
         if obj is None or key in self._assumed:
@@ -966,9 +1024,10 @@ class Scheduler:
             return None
         infos = self._snapshot()
         ns_labels = self._namespace_labels()
-        ok, failed = feasible(pod, infos, ns_labels)
+        ok, failed = feasible(pod, infos, ns_labels, self._nominated())
         if not ok:
-            preemption = preempt(pod, infos, failed, ns_labels)
+            budgets = [b.to_dict() for b in self.pdbs.cache.list()] if self.pdbs is not None else []
+            preemption = preempt(pod, infos, failed, ns_labels, budgets)
             if preemption.node is not None:
                 await self._evict(pod, preemption)
             await self._unschedulable(obj, pod, failure_message(pod, len(infos), failed, preemption),
