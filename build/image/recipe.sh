@@ -42,8 +42,23 @@ deps() {
     getent passwd nonroot >/dev/null || useradd --uid 65532 --gid 65532 --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin nonroot
 
+    haproxy_binds_low_ports
+
     # Small and free of state (docs, man pages, apt lists, logs): the step every image shares.
     sh "$here/trim.sh"
+}
+
+haproxy_binds_low_ports() {
+    # The pool manager runs HAProxy as uid 65532 on the host network, and an Ingress wants port 80.
+    # Kubernetes' `capabilities.add` cannot give a non-root process a capability across exec
+    # (kubernetes/kubernetes#56374: no ambient set), and the namespaced sysctl
+    # net.ipv4.ip_unprivileged_port_start is the host's on the host network. A file capability can:
+    # exec grants cap_net_bind_service=+ep to HAProxy when the bounding set holds it and no_new_privs
+    # is off (the pool manager's allowPrivilegeEscalation: true; docs/lb.md). Written as the xattr
+    # setcap would write (linux/capability.h, vfs_cap_data revision 2: magic with the effective flag,
+    # then permitted and inheritable, low and high words), so no libcap tool is needed in the image or
+    # the build; mmdebstrap's directory, umoci's layers (PAX SCHILY.xattr) and runc's overlay keep it.
+    python3 -c 'import os, struct; os.setxattr("/usr/sbin/haproxy", "security.capability", struct.pack("<5I", 0x02000001, 1 << 10, 0, 0, 0))'
 }
 
 app() {

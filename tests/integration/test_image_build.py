@@ -164,6 +164,39 @@ def test_runc_runs_isthmus_in_the_image_as_65532(built: BuiltImages, work: Path,
     assert "HAProxy version 2.6" in out and "nftables v1" in out
 
 
+HAPROXY_ON_80 = (
+    "printf 'global\\n  maxconn 16\\ndefaults\\n  mode http\\n  timeout connect 1s\\n  timeout client 1s\\n"
+    "  timeout server 1s\\nfrontend f\\n  bind :80\\n  http-request return status 200\\n' > /dev/shm/h.cfg"
+    " && haproxy -D -f /dev/shm/h.cfg -p /dev/shm/h.pid && echo bound :80")
+"""HAProxy's daemon mode binds before its parent exits: exit 0 and `bound :80` only once it holds the port."""
+
+
+def test_haproxy_binds_port_80_as_65532_by_its_file_capability(built: BuiltImages, work: Path, bundle: Any) -> None:
+    """Issue 43, defect 2: the pool manager's container (uid 65532, capabilities drop ALL add
+    NET_BIND_SERVICE, allowPrivilegeEscalation true) runs HAProxy on port 80 through the file
+    capability the recipe gives the binary; with no_new_privs (allowPrivilegeEscalation false) exec
+    grants nothing and the bind is refused, which is why the pool manager escalates."""
+    a = built.images[IMAGE]
+    rootfs = unpack(a, work / "isthmus")
+    xattr = os.getxattr(rootfs / "usr/sbin/haproxy", "security.capability")
+    assert xattr[:4] == (0x02000001).to_bytes(4, "little")  # revision 2, effective
+    assert int.from_bytes(xattr[4:8], "little") == 1 << 10  # permitted: CAP_NET_BIND_SERVICE only
+    for escalation in (True, False):
+        b, cid = bundle(rootfs, ["sh", "-c", HAPROXY_ON_80], uid=65532, gid=65532, env=image_env(a),
+                        caps=["CAP_NET_BIND_SERVICE"])
+        spec = json.loads((b / "config.json").read_text())
+        spec["process"]["noNewPrivileges"] = not escalation
+        (b / "config.json").write_text(json.dumps(spec))
+        p = subprocess.run(["runc", "run", "--bundle", str(b), cid], capture_output=True, text=True, timeout=120,
+                           check=False)
+        out = p.stdout + p.stderr
+        assert (p.returncode == 0) is escalation, out
+        if escalation:
+            assert "bound :80" in out
+        else:
+            assert "Permission denied" in out and "bound :80" not in out
+
+
 def test_the_sbom_lists_debian_and_python_packages(built: BuiltImages) -> None:
     a = built.images[IMAGE]
     assert a.sbom is not None
