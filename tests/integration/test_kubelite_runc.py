@@ -31,6 +31,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from lightkube import AsyncClient
+from lightkube.resources.authentication_v1 import TokenReview
 from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod, Secret, Service, ServiceAccount
 
 from isthmus.local.kubelite import KubeLite
@@ -531,6 +532,35 @@ async def test_an_echo_pod_is_told_who_it_is(cluster: Cluster) -> None:
     await status_where(c, "echoer", lambda s: "terminated" in (s.get("state") or {}))
     assert await kubelet_logs(c, "echoer", "main") == (200, f"echoer {NS} c1\n")
     await delete_and_wait(c, "echoer")
+
+
+async def test_the_admitted_token_volume_gives_the_container_its_service_account(cluster: Cluster) -> None:
+    """ServiceAccount admission adds kube-api-access-<random>; runc mode fills that volume and mounts
+    it where the container's volumeMount says: a token the apiserver authenticates as the Pod's
+    ServiceAccount, and the namespace."""
+    c = cluster
+    # This apiserver serves plain HTTP: no CA, so no root CA publisher; give the volume its ConfigMap.
+    await c.client.create(ConfigMap.from_dict({"metadata": {"name": "kube-root-ca.crt", "namespace": NS},
+                                               "data": {"ca.crt": "not a CA: the apiserver serves HTTP\n"}}))
+    p = await make_pod(c, "sa", {"name": "main", "command": [
+        "sh", "-c", "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; "
+        "cat /var/run/secrets/kubernetes.io/serviceaccount/token"]},
+        restartPolicy="Never", automountServiceAccountToken=True)
+    (vol,) = [v["name"] for v in p["spec"]["volumes"] if v["name"].startswith("kube-api-access-")]
+    assert p["spec"]["containers"][0]["volumeMounts"] == [
+        {"name": vol, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
+    await status_where(c, "sa", lambda s: "terminated" in (s.get("state") or {}))
+    code, text = await kubelet_logs(c, "sa", "main")
+    assert code == 200
+    namespace, token = text.split("\n", 1)
+    assert namespace == NS
+    review = await c.client.create(TokenReview.from_dict({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token.strip()}}))
+    status = review.to_dict()["status"]
+    assert status["authenticated"] is True, status
+    assert status["user"]["username"] == f"system:serviceaccount:{NS}:default"
+    await delete_and_wait(c, "sa")
+    await c.client.delete(ConfigMap, "kube-root-ca.crt", namespace=NS)
 
 
 async def test_runc_mode_is_refused_without_runc() -> None:
