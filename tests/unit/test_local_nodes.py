@@ -173,3 +173,15 @@ def test_runc_pins_the_pods_that_bind_node_1s_edge_addresses_to_node_1() -> None
     gateway = patches[plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]]
     assert {"op": "add", "path": "/spec/template/spec/securityContext/sysctls", "value": []} in gateway
     assert _runc_patches(plan.cluster_plan(2, 2)) == []
+
+
+def test_image_load_reaches_every_node_s_store(tmp_path: Path) -> None:
+    from isthmus.cli.image import _nodes
+    from isthmus.local.state import save_state
+
+    layout = Layout.at(tmp_path / "st")
+    layout.root.mkdir(mode=0o700)
+    save_state(layout, State(clusters=2, nodes=2))
+    assert _nodes(layout.root)[1] == ["broker", "c1", "c1-node-2", "c2", "c2-node-2"]
+    argv = _argv(tmp_path / "st", 2, plan.PartId("c2", plan.KUBE_LITE, 2))
+    assert _opt(argv, "--root-dir") == str(layout.root / "kubelet" / "c2-node-2")  # where `load` puts them

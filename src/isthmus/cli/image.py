@@ -45,7 +45,9 @@ def _nodes(state_dir: Path) -> tuple[Layout, list[str]]:
         raise fail(str(e)) from None
     if state is None:
         raise fail(f"no local clusterset in {layout.root} (start one with `isthmus up --state-dir {state_dir}`)")
-    return layout, [plan.BROKER] + [plan.cluster_name(i) for i in range(1, state.clusters + 1)]
+    # as `up` names their root dirs: node 1 of a cluster by the cluster, node k > 1 (`--nodes`) by its Node
+    return layout, [plan.BROKER] + [plan.cluster_name(i) if k == 1 else plan.node_name(plan.cluster_name(i), k)
+                                    for i in range(1, state.clusters + 1) for k in range(1, state.nodes + 1)]
 
 
 @image_app.command("load", cls=IsthmusCommand)
