@@ -18,7 +18,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Namespace, Node, Pod
 from lightkube.types import PatchType
 
-from isthmus.local.kubelite.nodelifecycle import NodeLifecycleController
+from isthmus.local.kubelite.nodelifecycle import NodeLifecycleController, PodGCController
 from isthmus.runtime import EventRecorder, SharedInformerFactory
 from tests.harness.kubelite import kubectl
 from tests.harness.polling import eventually
@@ -160,3 +160,28 @@ async def test_cordon_taints_unschedulable(cluster: AsyncClient, apiserver: Any)
         alive.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await alive
+
+
+async def test_pods_of_a_deleted_node_are_collected(apiserver: Any) -> None:
+    client = apiserver.client()
+    await client.create(cast(Node, Node.from_dict({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n9"}})))
+    await client.create(cast(Pod, Pod.from_dict({"apiVersion": "v1", "kind": "Pod",
+                                                 "metadata": {"name": "left", "namespace": NS},
+                                                 "spec": {"nodeName": "n9",
+                                                          "containers": [{"name": "c", "image": "busybox"}]}})))
+    factory = SharedInformerFactory(client)
+    now = [1000.0]
+    gc = PodGCController(client, factory.informer(Node), factory.informer(Pod), clock=lambda: now[0])
+    factory.start()
+    try:
+        await factory.wait_synced()
+        assert await gc.collect() == []
+        await client.delete(Node, "n9")
+        await eventually(lambda: not gc.nodes.cache.list(), what="node gone from the cache")
+        assert await gc.collect() == []  # quarantined
+        now[0] += 41
+        assert await gc.collect() == [f"{NS}/left"]
+        with pytest.raises(ApiError):
+            await client.get(Pod, "left", namespace=NS)
+    finally:
+        await factory.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from isthmus.local.kubelite.nodelifecycle import desired_taints, eviction_due, stale_conditions
+from isthmus.local.kubelite.nodelifecycle import desired_taints, eviction_due, gc_reason, stale_conditions
 
 NOW = 1_800_000_000.0
 NOW_TEXT = "2027-01-15T08:00:00Z"
@@ -76,3 +76,23 @@ def test_eviction_times() -> None:
     forever = {"spec": {"tolerations": [{"operator": "Exists"}]}}
     assert eviction_due(forever, [taint], NOW) is None
     assert eviction_due(bare, [{"key": "x", "effect": "NoSchedule"}], NOW) is None
+
+
+def test_pod_gc_reasons() -> None:
+    nodes = {"n1": node("True"), "n2": node("False", taints=[{"key": "node.kubernetes.io/out-of-service",
+                                                              "effect": "NoExecute"}])}
+
+    def p(on: str, deleting: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": "p", "namespace": "default"}
+        if deleting:
+            meta["deletionTimestamp"] = NOW_TEXT
+        return {"metadata": meta, "spec": {"nodeName": on} if on else {}}
+
+    assert gc_reason(p("n1"), nodes, {}, NOW) is None
+    assert gc_reason(p("gone"), nodes, {"gone": NOW - 10}, NOW) is None  # quarantine: 40 s
+    assert gc_reason(p("gone"), nodes, {"gone": NOW - 40}, NOW) == "orphaned"
+    assert gc_reason(p("", deleting=True), nodes, {}, NOW) == "unscheduled"
+    assert gc_reason(p(""), nodes, {}, NOW) is None
+    assert gc_reason(p("n2", deleting=True), nodes, {}, NOW) == "out-of-service"
+    assert gc_reason(p("n2"), nodes, {}, NOW) is None
+    assert gc_reason(p("n1", deleting=True), nodes, {}, NOW) is None  # a ready Node's kubelet finishes it

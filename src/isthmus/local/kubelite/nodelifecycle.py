@@ -17,10 +17,15 @@ NoSchedule and NoExecute; ``memory-pressure``, ``disk-pressure``, ``pid-pressure
 Pods on a Node with a NoExecute taint they do not tolerate are deleted at once; those that
 tolerate it for ``tolerationSeconds`` (the 300 s DefaultTolerationSeconds admission adds) when that
 time has passed since the taint's ``timeAdded`` (kube's taint eviction controller).
+
+:class:`PodGCController` is kube's pod garbage collector for what Nodes leave behind: the Pods of
+a deleted Node (after 40 s), unscheduled Pods being deleted, and terminating Pods of a Node that is
+not ready and tainted ``node.kubernetes.io/out-of-service``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -41,8 +46,10 @@ __all__ = [
     "GRACE_SECONDS",
     "MONITOR_SECONDS",
     "NodeLifecycleController",
+    "PodGCController",
     "desired_taints",
     "eviction_due",
+    "gc_reason",
     "stale_conditions",
 ]
 
@@ -298,3 +305,106 @@ class NodeLifecycleController:
                     raise
             log.info("pod evicted from tainted node", extra={"pod": f"{ns}/{name}", "node": node})
         return wait
+
+
+# ---- pod garbage collection -------------------------------------------------------------------
+
+ORPHAN_QUARANTINE_SECONDS = 40.0
+"""kube's PodGC quarantine: a Node missing from the cache this long is really gone."""
+GC_SECONDS = 20.0
+"""kube's PodGC period."""
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+
+
+def gc_reason(pod: Obj, nodes: Mapping[str, Obj], missing_since: Mapping[str, float], now: float) -> str | None:
+    """Why kube's PodGC force-deletes this Pod, or None: bound to a Node gone for the quarantine
+    ("orphaned"), being deleted without ever being bound ("unscheduled"), or being deleted on a Node
+    that is not ready and tainted out-of-service ("out-of-service")."""
+    spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+    node = str(spec.get("nodeName") or "")
+    if not node:
+        return "unscheduled" if meta.get("deletionTimestamp") else None
+    if node not in nodes:
+        since = missing_since.get(node)
+        return "orphaned" if since is not None and now - since >= ORPHAN_QUARANTINE_SECONDS else None
+    n = nodes[node]
+    if meta.get("deletionTimestamp") and _ready_status(n) != "True" and any(
+        t.get("key") == OUT_OF_SERVICE for t in (n.get("spec") or {}).get("taints") or []
+    ):
+        return "out-of-service"
+    return None
+
+
+class PodGCController:
+    """kube's pod garbage collector, the parts Nodes need: Pods of deleted Nodes, unscheduled Pods
+    being deleted and terminating Pods of out-of-service Nodes are force-deleted (an orphan first
+    marked Failed with ``DisruptionTarget`` reason ``DeletionByPodGC``, as kube marks it)."""
+
+    def __init__(self, client: AsyncClient, nodes: Informer[Node], pods: Informer[Pod], *,
+                 period: float = GC_SECONDS, clock: Callable[[], float] = time.time) -> None:
+        self.client = client
+        self.nodes = nodes
+        self.pods = pods
+        self.period = period
+        self.clock = clock
+        self._missing: dict[str, float] = {}
+
+    async def run(self) -> None:
+        await self.nodes.wait_synced()
+        await self.pods.wait_synced()
+        while True:
+            try:
+                await self.collect()
+            except ApiError as e:
+                log.warning("pod gc failed", extra={"error": str(e)})
+            await asyncio.sleep(self.period)
+
+    async def collect(self) -> list[str]:
+        """One pass; the Pods deleted (``ns/name``)."""
+        now = self.clock()
+        nodes = {str(n.metadata.name): n.to_dict() for n in self.nodes.cache.list() if n.metadata}
+        pods = [p.to_dict() for p in self.pods.cache.list()]
+        bound = {str((p.get("spec") or {}).get("nodeName") or "") for p in pods} - {""}
+        for name in bound - set(nodes):
+            self._missing.setdefault(name, now)
+        for name in list(self._missing):
+            if name in nodes or name not in bound:
+                del self._missing[name]
+        deleted = []
+        for pod in pods:
+            why = gc_reason(pod, nodes, self._missing, now)
+            if why is None:
+                continue
+            if why == "orphaned" and not await self._really_gone(str(pod["spec"]["nodeName"])):
+                continue
+            ns, name = pod["metadata"].get("namespace"), pod["metadata"]["name"]
+            try:
+                if why == "orphaned":
+                    await self._mark_failed(pod)
+                await self.client.delete(Pod, name, namespace=ns, grace_period=0)
+            except ApiError as e:
+                if not is_not_found(e):
+                    raise
+                continue
+            log.info("pod garbage-collected", extra={"pod": f"{ns}/{name}", "reason": why})
+            deleted.append(f"{ns}/{name}")
+        return deleted
+
+    async def _really_gone(self, node: str) -> bool:
+        """kube asks the apiserver before deleting, the cache may be behind."""
+        try:
+            await self.client.get(Node, node)
+        except ApiError as e:
+            return is_not_found(e)
+        return False
+
+    async def _mark_failed(self, pod: Obj) -> None:
+        status = pod.get("status") or {}
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "DisruptionTarget"]
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+                           "message": "PodGC: node no longer exists", "lastTransitionTime": _fmt(self.clock())})
+        patch: dict[str, Any] = {"conditions": conditions}
+        if status.get("phase") not in ("Succeeded", "Failed"):
+            patch["phase"] = "Failed"
+        await self.client.patch(Pod.Status, pod["metadata"]["name"], {"status": patch},
+                                namespace=pod["metadata"].get("namespace"), patch_type=PatchType.MERGE)
