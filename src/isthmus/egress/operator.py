@@ -380,11 +380,13 @@ class EgressOperator:
 
     async def _ensure_namespace(self) -> None:
         """external-services is where forwarders are published; made here rather than by the manifests,
-        so an install moved to another namespace keeps every workload in that one."""
+        so an install moved to another namespace keeps every workload in that one (kustomize's
+        namespace transformer would rename a second Namespace object to the same one). The
+        operator may create no other namespace: deploy/member/egress's admission policy says so."""
         client: Any = self.client
         try:
             await client.create(Namespace.from_dict({"metadata": {
-                "name": FORWARDER_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "isthmus"}}}))
+                "name": FORWARDER_NAMESPACE, "labels": forwarder_namespace_labels()}}))
         except ApiError as e:
             if e.status.code != 409:
                 raise
@@ -424,6 +426,16 @@ def _contains(have: Any, want: Any) -> bool:
         return isinstance(have, list) and len(have) == len(want) and all(
             _contains(h, w) for h, w in zip(have, want, strict=True))
     return bool(have == want)
+
+
+def forwarder_namespace_labels() -> dict[str, str]:
+    """external-services' labels: no pod runs there (forwarders run in the operator's namespace), so
+    Pod Security's strictest level, as isthmus-system has it (deploy/member/namespace.yaml)."""
+    levels = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+    versions = {"pod-security.kubernetes.io/enforce-version": "v1.32",
+                "pod-security.kubernetes.io/warn-version": "latest",
+                "pod-security.kubernetes.io/audit-version": "latest"}
+    return {"app.kubernetes.io/part-of": "isthmus", **levels, **versions}
 
 
 def forwarder_labels(es: ExternalService) -> dict[str, str]:
