@@ -47,7 +47,8 @@ from isthmus.local.kubelite.workloads import (
     sync_controller_revisions,
     template_hash,
 )
-from isthmus.runtime import Controller, Informer, Result, enqueue_owner, split_key
+from isthmus.runtime import Controller, EventRecorder, Informer, Result, enqueue_owner, split_key
+from isthmus.runtime.events import NORMAL, WARNING
 
 __all__ = [
     "POD_TEMPLATE_GENERATION_LABEL",
@@ -381,8 +382,10 @@ class DaemonSetController:
         revisions: Informer[ControllerRevision],
         *,
         workers: int = 2,
+        recorder: EventRecorder | None = None,
     ) -> None:
         self.client = client
+        self.recorder = recorder.child("daemonset-controller") if recorder is not None else None
         self.daemonsets = daemonsets
         self.nodes = nodes
         self.pods = pods
@@ -479,9 +482,21 @@ class DaemonSetController:
             except ApiError as e:
                 if not is_not_found(e):
                     raise
+            else:
+                self._event(data, NORMAL, "SuccessfulDelete", f"Deleted pod: {pod_name}")
             log.info("pod deleted", extra={"owner": key, "kind": "DaemonSet", "pod": pod_name})
         for pod_name, node in plan.create.items():
             pod = cast(Pod, Pod.from_dict(self.new_pod(data, pod_name, node, pod_hash)))
-            await self.client.create(pod, field_manager=FIELD_MANAGER)
+            try:
+                await self.client.create(pod, field_manager=FIELD_MANAGER)
+            except ApiError as e:
+                if e.status.code is not None and e.status.code < 500:  # refused: say why, as kube's controller
+                    self._event(data, WARNING, "FailedCreate", f"Error creating: {e.status.message or e}")
+                raise
             self.expectations.expect(key, creates=[pod_name])
+            self._event(data, NORMAL, "SuccessfulCreate", f"Created pod: {pod_name}")
             log.info("pod created", extra={"owner": key, "kind": "DaemonSet", "pod": pod_name, "node": node})
+
+    def _event(self, data: Obj, type_: str, reason: str, message: str) -> None:
+        if self.recorder is not None:
+            self.recorder.event(data, type_, reason, message)
