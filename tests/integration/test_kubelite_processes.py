@@ -554,7 +554,8 @@ async def test_member_manifests_run_as_their_service_accounts(tmp_path: Path) ->
             user = review.to_dict()["status"]["user"]
             assert user["username"] == f"system:serviceaccount:{ns}:{p['spec']['serviceAccountName']}"
             accounts.add(p["spec"]["serviceAccountName"])
-        assert accounts == {"isthmus-agent", "isthmus-dns", "isthmus-controller-manager", "isthmus-pools",
+        # No pool manager: load balancing is the opt-in deploy/components/lb (its own namespace too).
+        assert accounts == {"isthmus-agent", "isthmus-dns", "isthmus-controller-manager",
                             "isthmus-webhook", "isthmus-egress-gateway"}
     finally:
         await lite.stop()

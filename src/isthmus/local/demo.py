@@ -854,22 +854,6 @@ class Demo:
             raise NotYet(f"MultiClusterService {name} Ready={ready.get('status')}: {ready.get('message', '')}")
         return obj
 
-    def _cart_or_gap(self) -> str | None:
-        """None once cart is Ready; the pool's bind failure when it is the known gap; else not yet."""
-        try:
-            self._mcs_ready("cart")
-            return None
-        except NotYet as seen:
-            p = self.kubectl("--context", self.broker_context, "get", "loadbalancerpool", f"mcs--{NAMESPACE}--cart",
-                             "-n", "isthmus-system", "-o", "json", quiet=True, check=False)
-            try:
-                message = str(condition(json.loads(p.stdout), "Ready").get("message", ""))
-            except ValueError:
-                raise seen from None
-            if self.known_bind_gap(message):
-                return message.split(";")[0]
-            raise
-
     def step_mcs_cross(self) -> None:
         b = self.broker_context
         for m in self.exporters:
@@ -926,12 +910,8 @@ class Demo:
     def step_mcs_lb(self) -> None:
         b = self.broker_context
         self.kubectl("--context", b, "apply", "-n", NAMESPACE, "-f", self.example("mcsvc/loadbalancer.yaml"))
-        if self.runtime == "runc":
-            pool = self.wait("MultiClusterService cart's load balancer to be Ready (or the known gap)", self._cart_or_gap)
-            if pool is not None:
-                self.gap(f"LoadBalancerPool mcs--{NAMESPACE}--cart: {pool} — {KNOWN_GAP}; no traffic through it")
-                self.kubectl("--context", b, "delete", "mcs", "shop", "cart", "-n", NAMESPACE)
-                return
+        # Port 80 under runc too: the broker's pool manager runs HAProxy as 65532 with the image's file
+        # capability (issue 43, defect 2; docs/lb.md#ports-below-1024), no longer a known gap.
         obj = self.wait("MultiClusterService cart's load balancer to be Ready", lambda: self._mcs_ready("cart"))
         ingress = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [{}]
         address = loopback(str(ingress[0].get("ip") or ""))
