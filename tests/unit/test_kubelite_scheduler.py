@@ -174,6 +174,18 @@ def test_host_ports_conflict_on_same_protocol_and_address() -> None:
     assert filter_ports(with_port("new", 8080), two) is not None  # 0.0.0.0 takes every address
 
 
+def test_host_network_ports_are_host_ports() -> None:
+    def hostnet(name: str, on: str = "") -> dict[str, Any]:
+        p = pod(name, node_name=on, hostNetwork=True)
+        p["spec"]["containers"][0]["ports"] = [{"containerPort": 9180}]
+        return p
+
+    [info] = infos([node("n1")], [hostnet("pools-1", on="n1")])
+    assert filter_ports(hostnet("pools-2"), info) == FilterStatus(
+        ("node(s) didn't have free ports for the requested pod ports",))
+    assert filter_ports(pod("plain"), info) is None
+
+
 def test_resources_fit_counts_pods_on_the_node() -> None:
     [info] = infos([node("n1", cpu="2", memory="1Gi", pods="2")], [pod("x", cpu="1500m", node_name="n1")])
     assert filter_resources(pod("a", cpu="500m"), info) is None
