@@ -16,7 +16,6 @@ from typing import Any
 from isthmus.apiserver.admission.attributes import AdmissionRequest
 from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.apimachinery.jsoncopy import clone
-from isthmus.apiserver.apimachinery.meta import generate_name
 
 Obj = dict[str, Any]
 
@@ -29,6 +28,8 @@ TOKEN_EXPIRATION_SECONDS = 3607
 # The `default` ServiceAccount comes from a controller shortly after its namespace: kube looks it up
 # again up to 10 times, 100 to 200 ms apart, before refusing the Pod.
 DEFAULT_ATTEMPTS = 10
+# names.SimpleNameGenerator's alphabet; a volume name need not be unpredictable (kube uses math/rand).
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 def token_volume(name: str) -> Obj:
@@ -56,7 +57,7 @@ def mount_token(spec: Obj) -> None:
     volumes: list[Any] = spec["volumes"] if isinstance(spec.get("volumes"), list) else []
     existing = next((v["name"] for v in volumes if isinstance(v, dict)
                      and str(v.get("name", "")).startswith(VOLUME_PREFIX)), None)
-    name = existing or generate_name(VOLUME_PREFIX)
+    name = existing or VOLUME_PREFIX + "".join(random.choices(NAME_ALPHABET, k=5))
     needed = False
     for key in ("initContainers", "containers"):
         for c in spec.get(key) or []:
