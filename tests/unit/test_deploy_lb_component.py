@@ -162,3 +162,17 @@ def test_the_webhook_survives_drains_and_pressure_and_the_pool_managers_spread(t
         "preferredDuringSchedulingIgnoredDuringExecution"]
     assert term["podAffinityTerm"] == {"topologyKey": "kubernetes.io/hostname",
                                        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "isthmus-pools"}}}
+
+
+def test_the_local_clusterset_opts_in_class_less_services_included(tmp_path: Path) -> None:
+    """The local clusterset has no other load balancer, and the seed's flows use class-less Services:
+    its overlay adds both components, so they keep working unchanged."""
+    from isthmus.local import components, plan
+
+    directory = components.overlay(plan.cluster_plan(1, 2), DEPLOY, tmp_path / "c1", tmp_path / "pools")
+    objs = render(directory)
+    manager = args(objs, "isthmus-controller-manager")
+    assert "--controllers=*" in manager and "--lb-class-less-services" in manager
+    assert "--lb-class-less-services" in args(objs, "isthmus-webhook")
+    assert find(objs, "Deployment", "isthmus-pools") is not None
+    assert find(objs, "MutatingWebhookConfiguration", "isthmus-lb") is not None
