@@ -14,6 +14,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import ReplicaSet
+from lightkube.resources.core_v1 import Namespace, Pod
 
 from isthmus.apiserver.server import ApiServer
 from tests.harness.polling import eventually
@@ -285,3 +288,40 @@ async def test_priority_class_validation(env: Env) -> None:
     assert code == 201
     code, out, err = await env.kubectl("patch", "priorityclass", "low", "-p", '{"value": 2}')
     assert code == 1 and "value: Forbidden: may not be changed in an update." in err
+
+
+# ---------------------------------------------------------------- with kube-lite's controllers
+
+async def test_a_replicaset_refused_by_podsecurity_reports_it_and_priority_reaches_its_pods(
+        apiserver: Any, lite: Any) -> None:
+    """kube's ReplicaSet controller meets admission like any client: a template enforce refuses is a
+    ReplicaFailure condition with kube's message; an admitted template's Pods carry their priority."""
+    client: AsyncClient = lite.client
+    await client.create(Namespace.from_dict({"metadata": {"name": "tight", "labels": {PSA + "enforce": "baseline"}}}))
+
+    def rs(name: str, **spec: Any) -> ReplicaSet:
+        return ReplicaSet.from_dict({"metadata": {"name": name, "namespace": "tight"}, "spec": {
+            "replicas": 1, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                "containers": [{"name": "c", "image": "busybox"}], **spec}}}})
+
+    await client.create(rs("hostnet", hostNetwork=True))
+
+    async def failure() -> dict[str, Any] | None:
+        got = (await client.get(ReplicaSet, "hostnet", namespace="tight")).to_dict()
+        return next((c for c in got.get("status", {}).get("conditions") or [] if c["type"] == "ReplicaFailure"), None)
+
+    cond = await eventually(failure, within=20, what="ReplicaFailure on the ReplicaSet")
+    assert cond["reason"] == "FailedCreate"
+    assert cond["message"].startswith('pods "hostnet-')
+    assert cond["message"].endswith('" is forbidden: violates PodSecurity "baseline:latest": host namespaces '
+                                    '(hostNetwork=true)')
+
+    await client.create(rs("crit", priorityClassName="system-cluster-critical"))
+
+    async def pods() -> list[dict[str, Any]] | None:
+        found = [p.to_dict() async for p in client.list(Pod, namespace="tight", labels={"app": "crit"})]
+        return found or None
+
+    (p,) = await eventually(pods, within=20, what="the ReplicaSet's Pod")
+    assert p["spec"]["priority"] == 2000000000 and p["spec"]["serviceAccountName"] == "default"
