@@ -88,7 +88,7 @@ async def test_budget_status_follows_pods_and_evictions(apiserver: Any, client: 
 
     # An eviction (the Eviction subresource's write) takes a Pod out of the healthy count until it
     # is deleted, for at most 2 minutes; an entry older than that is dropped with kube's warning.
-    pods = sorted([p.metadata.name async for p in client.list(Pod, namespace=NS)])  # type: ignore[union-attr]
+    pods = sorted([str(p.to_dict()["metadata"]["name"]) async for p in client.list(Pod, namespace=NS)])
     now = datetime.now(UTC)
     await client.patch(PodDisruptionBudget.Status, "min2", {"status": {"disruptedPods": {
         pods[0]: stamp(now), pods[1]: stamp(now - timedelta(minutes=3))}}},
@@ -99,7 +99,7 @@ async def test_budget_status_follows_pods_and_evictions(apiserver: Any, client: 
 
     async def not_deleted() -> list[dict[str, Any]]:
         return [e.to_dict() async for e in client.list(Event, namespace=NS)
-                if e.reason == "NotDeleted" and e.involvedObject.name == pods[1]]  # type: ignore[union-attr]
+                if e.reason == "NotDeleted" and e.involvedObject.name == pods[1]]
 
     (ev,) = await eventually(not_deleted, what="the NotDeleted warning")
     assert ev["type"] == "Warning" and ev["message"] == f"Pod was expected by PDB {NS}/{NS} to be deleted but it wasn't"
@@ -142,4 +142,4 @@ async def test_a_budget_selecting_nothing_allows_nothing(client: AsyncClient) ->
         return [e async for e in client.list(Event, namespace=NS) if e.reason == "NoPods"]
 
     (ev,) = await eventually(no_pods, what="the NoPods event")
-    assert ev.message == "No matching pods found" and ev.source.component == "controllermanager"  # type: ignore[union-attr]
+    assert ev.message == "No matching pods found" and ev.source.component == "controllermanager"
