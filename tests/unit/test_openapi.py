@@ -112,7 +112,11 @@ def test_v3_document_shape() -> None:
     assert doc["openapi"].startswith("3.")
     svc = doc["components"]["schemas"]["io.k8s.api.core.v1.Service"]
     assert svc["x-kubernetes-group-version-kind"] == [{"group": "", "version": "v1", "kind": "Service"}]
-    assert svc["properties"]["spec"]["properties"]["ports"]["x-kubernetes-patch-merge-key"] == "port"
+    assert svc["properties"]["spec"] == {
+        "default": {}, "description": svc["properties"]["spec"]["description"],
+        "allOf": [{"$ref": "#/components/schemas/io.k8s.api.core.v1.ServiceSpec"}]}
+    spec = doc["components"]["schemas"]["io.k8s.api.core.v1.ServiceSpec"]
+    assert spec["properties"]["ports"]["x-kubernetes-patch-merge-key"] == "port"
     item = doc["paths"]["/api/v1/namespaces/{namespace}/services/{name}"]
     assert item["patch"]["x-kubernetes-action"] == "patch"
     params = {p["name"] for p in item["patch"]["parameters"]}
@@ -133,7 +137,8 @@ def test_v3_crd_document() -> None:
     assert widget["x-kubernetes-group-version-kind"] == [
         {"group": "example.com", "version": "v1", "kind": "Widget"}
     ]
-    assert "metadata" in widget["properties"]
+    assert widget["properties"]["metadata"]["$ref"] == "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    assert "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta" in doc["components"]["schemas"]
     patch = doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"]
     assert "application/strategic-merge-patch+json" not in patch["requestBody"]["content"]
 
@@ -175,3 +180,43 @@ def test_v2_is_swagger_kube_openapi_can_parse() -> None:
         "responses" in op for item in doc["paths"].values() for k, op in item.items() if k != "parameters"
     )
     json.dumps(doc)  # serialisable
+
+
+def _refs(value: object, found: set[str]) -> set[str]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "$ref":
+                found.add(str(v))
+            else:
+                _refs(v, found)
+    elif isinstance(value, list):
+        for v in value:
+            _refs(v, found)
+    return found
+
+
+def test_v3_components_are_kubes_named_structs_and_every_reference_resolves() -> None:
+    resources = _resources()
+    for group, version in sorted({(r.group, r.version) for r in resources}):
+        doc = openapi_v3_group(resources, group, version)
+        assert doc is not None
+        schemas = doc["components"]["schemas"]
+        missing = {r for r in _refs(doc, set()) if r.removeprefix("#/components/schemas/") not in schemas}
+        assert not missing, (group, version, missing)
+    schemas = openapi_v3_group(resources, "apps", "v1")["components"]["schemas"]  # type: ignore[index]
+    spec = schemas["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]
+    assert spec["strategy"]["allOf"] == [{"$ref": "#/components/schemas/io.k8s.api.apps.v1.DeploymentStrategy"}]
+    assert spec["template"]["allOf"] == [{"$ref": "#/components/schemas/io.k8s.api.core.v1.PodTemplateSpec"}]
+    surge = schemas["io.k8s.api.apps.v1.RollingUpdateDeployment"]["properties"]["maxSurge"]
+    assert surge["$ref"] == "#/components/schemas/io.k8s.apimachinery.pkg.util.intstr.IntOrString"  # no default: bare
+    assert schemas["io.k8s.apimachinery.pkg.util.intstr.IntOrString"]["oneOf"] == [{"type": "integer"},
+                                                                                 {"type": "string"}]
+    meta = schemas["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]["properties"]
+    assert meta["creationTimestamp"]["$ref"] == "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Time"
+    # extensions beside a reference wrap it in allOf (kube-openapi's wrapRefs)
+    assert meta["ownerReferences"]["items"] == {
+        "default": {}, "allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference"}]}
+    pod = schemas["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"]
+    assert pod["x-kubernetes-list-map-keys"] == ["name"] and pod["items"]["allOf"][0]["$ref"].endswith(".Container")
+    lst = schemas["io.k8s.api.apps.v1.DeploymentList"]["properties"]
+    assert lst["metadata"]["allOf"] == [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"}]

@@ -22,12 +22,14 @@ import json
 from collections import OrderedDict
 from typing import Any
 
+from isthmus.apiserver.openapi import builtin_schemas, components
 from isthmus.apiserver.registry.resources import ResourceInfo
 
 Doc = dict[str, Any]
 _VERSION = "v1.32.0"
 
-_BUILTIN_PREFIX = {"apiextensions.k8s.io": "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions"}
+_BUILTIN_PREFIX = {"apiextensions.k8s.io": "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions",
+                   "apiregistration.k8s.io": "io.k8s.kube-aggregator.pkg.apis.apiregistration"}
 
 
 def definition_name(info: ResourceInfo) -> str:
@@ -362,8 +364,48 @@ def _kind_schema(info: ResourceInfo, v3: bool) -> Doc:
     return schema
 
 
+def _v3_list_schema(info: ResourceInfo, name: str) -> Doc:
+    """A kind's List as kube's v3 document has it: items and metadata by reference."""
+    out = _list_schema(info, components.REF + name)
+    out["properties"] = {**out["properties"],
+                         "items": {"type": "array", "items": components.ref(name, {"default": {}})},
+                         "metadata": components.ref(components.LIST_META, {"default": {}})}
+    return out
+
+
+def _v3_inline_schema(info: ResourceInfo) -> Doc:
+    """A kind kube publishes inline (custom resources: their CRD's schema, under a component named
+    after the kind), its metadata a reference to ObjectMeta as kube's CRD builder writes it."""
+    schema = _kind_schema(info, v3=True)
+    props = schema.get("properties")
+    if isinstance(props, dict) or schema.get("type") == "object":
+        schema["properties"] = {**(props or {}), "metadata": components.ref(components.OBJECT_META, {
+            "description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/"
+                           "sig-architecture/api-conventions.md#metadata"})}
+    return schema
+
+
+def _v3_components(resources: list[ResourceInfo]) -> dict[str, Doc]:
+    """components.schemas of a v3 group-version document: built-in kinds as kube's named, referenced
+    structs (openapi/components.py), other kinds inline; ObjectMeta, ListMeta and Status always."""
+    defs: dict[str, Doc] = dict(components.meta_components())
+    for info in resources:
+        name = definition_name(info)
+        key = (info.group, info.version, info.kind)
+        if info.builtin and key in builtin_schemas.MODELS:
+            root, needed = components.kind_components(*key)
+            defs.update(needed)
+            defs[name] = {**needed[root], "x-kubernetes-group-version-kind": [_gvk(info)]}
+        else:
+            defs[name] = _v3_inline_schema(info)
+        defs[name + "List"] = _v3_list_schema(info, name)
+    return dict(sorted(defs.items()))
+
+
 def _components(resources: list[ResourceInfo], v3: bool) -> dict[str, Doc]:
-    root = "#/components/schemas/" if v3 else "#/definitions/"
+    if v3:
+        return _v3_components(resources)
+    root = "#/definitions/"
     defs = _shared_definitions()
     for info in resources:
         name = definition_name(info)

@@ -200,6 +200,15 @@ _NOT_REQUIRED = {("EndpointSlice", "endpoints")}
 _NESTED: dict[tuple[type, bool, bool], Schema] = {}
 
 
+@cache
+def struct_info(cls: type) -> mi.StructType:
+    """msgspec's description of a model and the whole tree below it (costly: each call walks the
+    tree), kept for the OpenAPI components built from the same roots later."""
+    found = mi.type_info(cls)
+    assert isinstance(found, mi.StructType)
+    return found
+
+
 def _struct(cls: type, stack: tuple[type, ...], in_status: bool, strip_required: bool,
             info: mi.StructType | None = None) -> Schema:
     if cls in stack:  # recursion: accept anything below (only JSONSchemaProps, which is overridden)
@@ -218,9 +227,7 @@ def _build_struct(cls: type, stack: tuple[type, ...], in_status: bool, strip_req
     name = cls.__name__
     # msgspec inspects the whole tree below a class: nested structs reuse what their parent's gave.
     if info is None:
-        found = mi.type_info(cls)
-        assert isinstance(found, mi.StructType)
-        info = found
+        info = struct_info(cls)
     props: dict[str, Schema] = {}
     required: list[str] = []
     for f in info.fields:
