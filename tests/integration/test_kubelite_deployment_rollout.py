@@ -264,3 +264,77 @@ async def test_recreate_waits_until_old_pods_are_gone(apiserver: Any, ctl: Contr
     scaling = [e["message"] for e in await events_of(c, "Deployment", "rc") if e["reason"] == "ScalingReplicaSet"]
     assert scaling[1].startswith("Scaled down replica set rc-") and scaling[1].endswith(" to 0 from 2")
     assert scaling[2].startswith("Scaled up replica set rc-") and scaling[2].endswith(" from 0 to 2")
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+async def test_undo_records_revision_history_pause_and_restart(apiserver: Any, ctl: Controllers) -> None:
+    kc, c = apiserver.kubeconfig, ctl.client
+    await create(c, Deployment, gateway("app", 2))
+    for args in (("set", "image", "deploy/app", "gw=gw:v2"), ("rollout", "undo", "deploy/app")):
+        code, out = await kubectl(kc, "-n", NS, "rollout", "status", "deploy/app", "--timeout=60s")
+        assert code == 0, out
+        code, out = await kubectl(kc, "-n", NS, *args)
+        assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "deploy/app", "--timeout=60s")
+    assert code == 0, out
+    sets = await sets_of(c)
+    (first,) = (rs for rs in sets.values() if rs["spec"]["template"]["spec"]["containers"][0]["image"] == "gw:v1")
+    ann = first["metadata"]["annotations"]
+    assert ann["deployment.kubernetes.io/revision"] == "3"
+    assert ann["deployment.kubernetes.io/revision-history"] == "1"  # what it was before the rollback
+    assert ann["deployment.kubernetes.io/desired-replicas"] == "2" and ann["deployment.kubernetes.io/max-replicas"] == "3"
+
+    # Paused: a template change makes no ReplicaSet; Progressing says so; resuming rolls it out.
+    code, out = await kubectl(kc, "-n", NS, "rollout", "pause", "deploy/app")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "set", "image", "deploy/app", "gw=gw:v3")
+    assert code == 0, out
+
+    async def paused() -> dict[str, Any] | None:
+        d = (await c.get(Deployment, "app", namespace=NS)).to_dict()
+        st = d.get("status") or {}
+        return d if st.get("observedGeneration") == d["metadata"]["generation"] and progressing(d)[
+            "reason"] == "DeploymentPaused" else None
+
+    d = await eventually(paused, what="Progressing DeploymentPaused")
+    p = progressing(d)
+    assert (p["status"], p["message"]) == ("Unknown", "Deployment is paused")
+    assert len(await sets_of(c)) == 2
+    code, out = await kubectl(kc, "-n", NS, "rollout", "resume", "deploy/app")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "deploy/app", "--timeout=60s")
+    assert code == 0 and 'deployment "app" successfully rolled out' in out, out
+    assert len(await sets_of(c)) == 3
+
+    # rollout restart: a template annotation, so a new ReplicaSet and new Pods.
+    code, out = await kubectl(kc, "-n", NS, "rollout", "restart", "deploy/app")
+    assert code == 0 and "restarted" in out, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "deploy/app", "--timeout=60s")
+    assert code == 0 and 'deployment "app" successfully rolled out' in out, out
+    sets = await sets_of(c)
+    restarted = [rs for rs in sets.values() if "kubectl.kubernetes.io/restartedAt" in (
+        rs["spec"]["template"]["metadata"].get("annotations") or {})]
+    assert len(restarted) == 1 and restarted[0]["spec"]["replicas"] == 2
+    assert restarted[0]["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "5"
+
+
+async def test_min_ready_seconds_hold_availability(apiserver: Any, ctl: Controllers) -> None:
+    """A Pod counts as available only minReadySeconds after it became ready: the ReplicaSet and the
+    Deployment say so, and the controller comes back by itself when the time is up."""
+    c = ctl.client
+    await create(c, Deployment, gateway("slow", 1, minReadySeconds=2))
+
+    async def ready_not_available() -> dict[str, Any] | None:
+        d = (await c.get(Deployment, "slow", namespace=NS)).to_dict()
+        st = d.get("status") or {}
+        return d if st.get("readyReplicas") == 1 and not st.get("availableReplicas") else None
+
+    await eventually(ready_not_available, what="ready but not yet available")
+
+    async def available() -> bool:
+        st = (await c.get(Deployment, "slow", namespace=NS)).to_dict().get("status") or {}
+        return st.get("availableReplicas") == 1
+
+    await eventually(available, what="available after minReadySeconds")
+    (rs,) = (await sets_of(c)).values()
+    assert rs["spec"]["minReadySeconds"] == 2 and rs["status"]["availableReplicas"] == 1
