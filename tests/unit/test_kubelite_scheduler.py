@@ -340,6 +340,20 @@ def test_system_default_spreading_of_a_replicaset() -> None:
     assert score_topology_spread(pod("lone"), placed, placed) == {"n1": 0, "n2": 0}
 
 
+def test_system_default_spreading_of_a_service() -> None:
+    nodes = [node("n1"), node("n2")]
+    placed = infos(nodes, [pod("api-1", labels={"app": "api"}, node_name="n1"),
+                           pod("other", labels={"app": "other"}, node_name="n2")])
+    svc = {"metadata": {"name": "api", "namespace": "default"}, "spec": {"selector": {"app": "api"}}}
+    # No controller: only a Service selecting the Pod makes kube spread it.
+    assert score_topology_spread(pod("api-2", labels={"app": "api"}), placed, placed) == {"n1": 0, "n2": 0}
+    scores = score_topology_spread(pod("api-2", labels={"app": "api"}), placed, placed, [svc])
+    assert scores["n2"] > scores["n1"]
+    elsewhere = {**svc, "metadata": {"name": "api", "namespace": "other"}}
+    assert score_topology_spread(pod("api-2", labels={"app": "api"}), placed, placed, [elsewhere]) == {
+        "n1": 0, "n2": 0}
+
+
 def test_schedule_anyway_spread_scores() -> None:
     nodes = [node("a1", labels={ZONE: "a"}), node("b1", labels={ZONE: "b"})]
     placed = infos(nodes, [pod("w1", labels={"app": "web"}, node_name="a1")])

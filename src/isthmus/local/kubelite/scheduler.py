@@ -31,7 +31,7 @@ from decimal import Decimal
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
-from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.core_v1 import Namespace, Node, Pod, Service
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import PatchType
 
@@ -459,6 +459,8 @@ class _Constraint:
     min_domains: int = 1
     affinity_policy: str = "Honor"
     taints_policy: str = "Ignore"
+    services: tuple[Mapping[str, str], ...] = ()
+    """System defaults: the selectors of the Services selecting the Pod, all of which count."""
 
 
 def _constraints(pod: Obj, action: str) -> list[_Constraint]:
@@ -487,19 +489,38 @@ def _controller_of(pod: Obj) -> tuple[str, str] | None:
     return None
 
 
-def _system_default_constraints(pod: Obj) -> list[_Constraint]:
-    """kube's default spreading (ScheduleAnyway, hostname maxSkew 3, zone maxSkew 5) for Pods of a
-    controller; kube selects by the Services', ReplicaSets' and StatefulSets' selectors, here by
-    the controller that owns the Pod."""
-    return [_Constraint(key, skew, None) for key, skew in SYSTEM_DEFAULT_CONSTRAINTS] if _controller_of(pod) else []
+def _service_selectors(pod: Obj, services: Iterable[Obj]) -> tuple[Mapping[str, str], ...]:
+    """The selectors of the Services of the Pod's namespace that select it (kube's DefaultSelector)."""
+    labels = _labels(pod)
+    out = []
+    for svc in services:
+        selector = _spec(svc).get("selector") or {}
+        if _namespace(svc) == _namespace(pod) and selector and all(labels.get(k) == v for k, v in selector.items()):
+            out.append(selector)
+    return tuple(out)
+
+
+def _system_default_constraints(pod: Obj, services: Iterable[Obj] = ()) -> list[_Constraint]:
+    """kube's default spreading (ScheduleAnyway, hostname maxSkew 3, zone maxSkew 5) for a Pod that
+    a Service selects or a controller owns. kube counts the Pods matching every one of the
+    selectors of those Services, ReplicaSets and StatefulSets; here the Services' selectors and, for
+    the controller, the Pods it owns (its selector's, a ReplicaSet's pod-template-hash included)."""
+    selectors = _service_selectors(pod, services)
+    if not selectors and _controller_of(pod) is None:
+        return []
+    return [_Constraint(key, skew, None, services=selectors) for key, skew in SYSTEM_DEFAULT_CONSTRAINTS]
 
 
 def _spread_counts(pod: Obj, constraint: _Constraint, other: Obj) -> bool:
     """Whether ``other`` counts for the constraint: same namespace, not terminating, selected."""
     if _namespace(other) != _namespace(pod) or _meta(other).get("deletionTimestamp"):
         return False
-    if constraint.selector is None:  # system default: the Pods of the same controller
-        return _controller_of(other) == _controller_of(pod)
+    if constraint.selector is None:  # system default: the Pods of the same Services and controller
+        labels = _labels(other)
+        controller = _controller_of(pod)
+        return (controller is None or _controller_of(other) == controller) and all(
+            all(labels.get(k) == v for k, v in sel.items()) for sel in constraint.services
+        )
     return label_selector_matches(constraint.selector, _labels(other))
 
 
@@ -630,11 +651,13 @@ def score_balanced(pod: Obj, nodes: Sequence[NodeInfo]) -> dict[str, int]:
     return out
 
 
-def score_topology_spread(pod: Obj, nodes: Sequence[NodeInfo], infos: Sequence[NodeInfo]) -> dict[str, int]:
+def score_topology_spread(
+    pod: Obj, nodes: Sequence[NodeInfo], infos: Sequence[NodeInfo], services: Iterable[Obj] = (),
+) -> dict[str, int]:
     """PodTopologySpread's score: fewer matching Pods in the Node's domains, higher (ScheduleAnyway
     constraints, or kube's system defaults for a Pod with none)."""
     explicit = bool(_spec(pod).get("topologySpreadConstraints"))
-    constraints = _constraints(pod, "ScheduleAnyway") if explicit else _system_default_constraints(pod)
+    constraints = _constraints(pod, "ScheduleAnyway") if explicit else _system_default_constraints(pod, services)
     if not constraints:
         return {i.name: 0 for i in nodes}
     ignored = {i.name for i in nodes if explicit and any(c.key not in i.labels for c in constraints)}
@@ -701,13 +724,13 @@ def score_inter_pod_affinity(
 
 def score_nodes(
     pod: Obj, nodes: Sequence[NodeInfo], infos: Sequence[NodeInfo],
-    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None, services: Iterable[Obj] = (),
 ) -> dict[str, int]:
     """Every feasible Node's weighted sum of the default profile's scores."""
     parts = {
         "TaintToleration": score_taints(pod, nodes),
         "NodeAffinity": score_node_affinity(pod, nodes),
-        "PodTopologySpread": score_topology_spread(pod, nodes, infos),
+        "PodTopologySpread": score_topology_spread(pod, nodes, infos, services),
         "InterPodAffinity": score_inter_pod_affinity(pod, nodes, infos, namespace_labels),
         "NodeResourcesFit": score_least_allocated(pod, nodes),
         "NodeResourcesBalancedAllocation": score_balanced(pod, nodes),
@@ -944,6 +967,7 @@ class Scheduler:
         *,
         namespaces: Informer[Namespace] | None = None,
         pdbs: Informer[PodDisruptionBudget] | None = None,
+        services: Informer[Service] | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -951,12 +975,14 @@ class Scheduler:
         Events' source, as kube's), or through a recorder of its own when none is given.
         namespaces: for pod affinity terms' namespaceSelector (without it a selector other than
         {} matches no namespace but the listed ones); pdbs: PodDisruptionBudgets, weighed when
-        choosing whom to preempt (without them none is)."""
+        choosing whom to preempt (without them none is); services: for kube's default spreading of
+        the Pods a Service selects (without them only the Pods of one controller are spread)."""
         self.client = client
         self.pods = pods
         self.nodes = nodes
         self.namespaces = namespaces
         self.pdbs = pdbs
+        self.services = services
         self._own_recorder = recorder is None
         self.recorder: EventRecorder = (
             EventRecorder(client, SCHEDULER_COMPONENT, host="") if recorder is None
@@ -1037,7 +1063,10 @@ class Scheduler:
             await self._unschedulable(obj, pod, failure_message(pod, len(infos), failed, preemption),
                                       nominate=preemption.node)
             return Result(requeue=True)
-        node = ok[0].name if len(ok) == 1 else pick(score_nodes(pod, ok, infos, ns_labels), self.rng)
+        if len(ok) == 1:
+            return await self._bind(obj, pod, ok[0].name)
+        services = [svc.to_dict() for svc in self.services.cache.list()] if self.services is not None else []
+        node = pick(score_nodes(pod, ok, infos, ns_labels, services), self.rng)
         return await self._bind(obj, pod, node)
 
     async def _bind(self, obj: Pod, pod: Obj, node: str) -> Result | None:
