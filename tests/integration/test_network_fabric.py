@@ -277,7 +277,7 @@ async def test_two_nodes_of_a_cluster_route_each_others_pod_slices_and_reach_the
     """`up --nodes 2`: node 2 in its own namespace on 10.255.1.0/24; each node's pods get its /24 of
     the cluster's pod CIDR; a pod on node 1 reaches a pod on node 2 by its own address (the fabric
     routes the slices), a DNAT on node 1 to node 2's pod works (a ClusterIP's path), and node 2
-    reaches the fabric's registry address and node 1's edge address."""
+    and its pods reach the fabric's registry address (the edge addresses: the next test)."""
     _need()
     before = _host_view()
     plan = fabric_plan("/unused", 1, cs=_cs("n"), nodes=2)
@@ -300,13 +300,50 @@ async def test_two_nodes_of_a_cluster_route_each_others_pod_slices_and_reach_the
         finally:
             server.close()
         registry = await _echo_server(plan.netns_path, "10.255.0.2", 5000)
-        edge = await _echo_server(one.netns_path, one.edge_public, 9000)
         try:
             assert await _ask(two.netns_path, "10.255.0.2", 5000, "reg") == f"reg from {two.address}"
-            assert await _ask(p2, one.edge_public, 9000, "edge") == f"edge from {ip2}"
+            assert await _ask(p2, "10.255.0.2", 5000, "reg") == f"reg from {ip2}"
         finally:
             registry.close()
-            edge.close()
+        assert _host_view() == before
+    finally:
+        fabric.teardown(plan)
+    assert not [n for n in netns.names() if plan.owns(n)]
+
+
+async def test_the_speaker_moves_a_clusters_edge_addresses_to_the_node_of_their_pod(tmp_path: Path) -> None:
+    """`up --nodes 2`: the pool manager scheduled on node 2 gets the edge addresses there (and node 1
+    loses them); the fabric and a pod on node 1 reach it on node 2; moved back, node 1 again."""
+    from isthmus.local.network.speaker import EdgeSpeaker
+
+    _need()
+    before = _host_view()
+    plan = fabric_plan("/unused", 1, cs=_cs("s"), nodes=2)
+    try:
+        fabric.ensure(plan)
+        one, two = plan.node("c1", 1), plan.node("c1", 2)
+        speaker = EdgeSpeaker(plan, "c1", tmp_path / "unused-kubeconfig")
+
+        def pool(host: str) -> dict[str, object]:
+            return {"metadata": {"name": "pools", "labels": {"app.kubernetes.io/name": "isthmus-pools"},
+                                 "creationTimestamp": "2026-12-07T10:00:00Z"},
+                    "status": {"hostIP": host, "conditions": [{"type": "Ready", "status": "False"}]}}
+
+        await speaker.apply([], force=True)  # as up starts it: node 1 holds them
+        net = cni.PodNetwork(one.netns, one.pod_cidr, one.pod_gateway, tmp_path / "one")
+        p1, ip1 = await net.attach(one.pod_netns("33333333-cccc"), "sandbox-c")
+        for holder in (two, one):
+            await speaker.apply([pool(holder.address)])
+            server = await _echo_server(holder.netns_path, holder.edge_public, 9000)
+            try:
+                assert await _ask(plan.netns_path, holder.edge_public, 9000, "edge") == f"edge from {holder.fabric_gateway}"
+                assert await _ask(p1, holder.edge_public, 9000, "edge") == f"edge from {ip1}"
+            finally:
+                server.close()
+            other = two if holder is one else one
+            addrs = (await asyncio.to_thread(subprocess.run, ["ip", "-n", other.netns, "-br", "addr", "show", "dev",
+                                                              "edge0"], capture_output=True, text=True, check=True)).stdout
+            assert holder.edge_public not in addrs, addrs
         assert _host_view() == before
     finally:
         fabric.teardown(plan)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -161,18 +162,53 @@ def test_runc_node_2_is_told_its_namespace_address_and_slice(tmp_path: Path) -> 
     assert "--proxy" in argv and "--no-controllers" in argv
 
 
-def test_runc_pins_the_pods_that_bind_node_1s_edge_addresses_to_node_1() -> None:
+def test_runc_s_hostnetwork_gateway_drops_the_pod_sysctls_its_kubelet_would_refuse() -> None:
     import yaml
 
     from isthmus.local.components import _runc_patches
 
     patches = {p["target"]["name"]: yaml.safe_load(p["patch"]) for p in _runc_patches(plan.cluster_plan(2, 2, plan.RUNC))}
-    for name in (plan.DEPLOYMENTS[plan.POOLS], plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]):
-        assert {"op": "add", "path": "/spec/template/spec/nodeSelector",
-                "value": {"kubernetes.io/hostname": "c2-node"}} in patches[name]
     gateway = patches[plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]]
     assert {"op": "add", "path": "/spec/template/spec/securityContext/sysctls", "value": []} in gateway
+    assert not any(op["path"].endswith("nodeSelector") for ops in patches.values() for op in ops)  # any node
     assert _runc_patches(plan.cluster_plan(2, 2)) == []
+
+
+def _pod(name: str, component: str, host: str, *, ready: bool, created: str, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/name": component}, "creationTimestamp": created}
+    if deleting:
+        meta["deletionTimestamp"] = created
+    return {"metadata": meta, "status": {"hostIP": host, "conditions": [
+        {"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def test_the_edge_routes_follow_the_pods_that_hold_the_addresses() -> None:
+    from isthmus.local.network.plan import fabric_plan
+    from isthmus.local.network.speaker import address_batches, edge_routes, route_batch
+
+    fp = fabric_plan("/unused", 2, cs="isthmus-t-sp", nodes=2)
+    nodes = [n for n in fp.nodes if n.cluster == "c2"]
+    first, second = nodes
+    start = {"10.30.2.0/24": first.address, "10.31.2.0/24": first.address, "10.32.2.0/24": first.address}
+    assert edge_routes(first, nodes, [], {}) == start  # nothing scheduled: node 1, as the plan has it
+    pods = [_pod("pools-a", "isthmus-pools", second.address, ready=False, created="2026-12-07T10:00:00Z"),
+            _pod("gw-a", "isthmus-egress-gateway", first.address, ready=False, created="2026-12-07T10:00:01Z"),
+            _pod("gw-b", "isthmus-egress-gateway", second.address, ready=True, created="2026-12-07T09:00:00Z")]
+    routes = edge_routes(first, nodes, pods, start)
+    # the pool manager on node 2 (scheduled, not ready yet: it needs its addresses first); the
+    # gateway's ready pod (its leader) wins over a newer one that is not
+    assert routes == {"10.30.2.0/24": second.address, "10.31.2.0/24": second.address, "10.32.2.0/24": second.address}
+    # drained from node 2: a terminating pod holds nothing, and with no other the route stays put
+    gone = [_pod("pools-a", "isthmus-pools", second.address, ready=True, created="2026-12-07T10:00:00Z",
+                 deleting=True)]
+    assert edge_routes(first, nodes, gone, routes)["10.30.2.0/24"] == second.address
+    # a pod elsewhere than on this cluster's nodes is ignored
+    assert edge_routes(first, nodes, [_pod("x", "isthmus-pools", "10.255.0.11", ready=True,
+                                           created="2026-12-07T11:00:00Z")], start) == start
+    assert route_batch({"10.30.2.0/24": second.address}) == "route replace 10.30.2.0/24 via 10.255.1.12 dev fabric0\n"
+    assert address_batches(nodes, routes) == [
+        (first.netns, "addr del 10.30.2.1/32 dev edge0\naddr del 10.31.2.1/32 dev edge0\n"),
+        (second.netns, "addr replace 10.30.2.1/32 dev edge0\naddr replace 10.31.2.1/32 dev edge0\n")]
 
 
 def test_image_load_reaches_every_node_s_store(tmp_path: Path) -> None:

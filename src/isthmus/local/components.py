@@ -163,15 +163,10 @@ async def ensure_source_ip_class(kubeconfig: Path, cluster: ClusterPlan) -> None
 def _runc_patches(cluster: ClusterPlan) -> list[dict[str, Any]]:
     """runc mode: the egress gateway on its node's network (hostNetwork, as docs/egress.md has it on
     a real cluster), where `up` made the cluster's whole egress range local (the gateway binds the
-    claimed source IPs; the fabric routes their answers back to this node); it and the pool manager
-    run on node 1, which holds those addresses."""
+    claimed source IPs; the fabric routes their answers back to this node; with several nodes, to
+    the node it runs on: local/network/speaker.py)."""
     if cluster.runtime != plan.RUNC:
         return []
-    # The edge addresses and the egress range are node 1's (its edge0 and local routes; the fabric
-    # routes them there): the two hostNetwork pods that bind them run there (`up --nodes`: a real
-    # cluster would move the addresses with the pod by GARP or BGP; see docs/network.md).
-    node_1 = {"op": "add", "path": "/spec/template/spec/nodeSelector",
-              "value": {"kubernetes.io/hostname": plan.node_name(cluster.name)}}
     return [{"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]},
              "patch": yaml.safe_dump([
                  {"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True},
@@ -180,9 +175,7 @@ def _runc_patches(cluster: ClusterPlan) -> list[dict[str, Any]]:
                  # below 1024) is refused with hostNetwork, by kube's kubelet and ours: the node's own
                  # setting applies instead (docs/network.md).
                  {"op": "add", "path": "/spec/template/spec/securityContext/sysctls", "value": []},
-                 node_1,
              ])},
-            {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.POOLS]}, "patch": yaml.safe_dump([node_1])},
             # A hostNetwork pod is beyond even Pod Security's baseline: isthmus-system, `restricted` in
             # deploy/member, enforces `privileged` here (warn and audit still say restricted).
             {"target": {"kind": "Namespace", "name": plan.COMPONENT_NAMESPACE},

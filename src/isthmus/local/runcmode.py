@@ -70,7 +70,7 @@ def ensure_network(root: Path, clusters: int, nodes: int = 1) -> FabricPlan:
     fp = fabric_of(root, clusters, nodes)
     fabric.ensure(fp)
     for node in fp.nodes:
-        if node.egress_range is not None and node.holds_edge:
+        if node.egress_range is not None:  # every node: the gateway may run on any (speaker.py)
             block = node.egress_range[0].rsplit(".", 1)[0] + ".0/24"
             netns.call_in(node.netns_path, _route_local, block)
     return fp

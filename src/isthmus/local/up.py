@@ -457,9 +457,22 @@ class Bringup:
         self.stop = asyncio.Event()
         self.started = asyncio.Event()
         """Every part has been handed to the supervisor (the image push waits for the registry's)."""
+        self.speakers: list[asyncio.Task[None]] = []
+        """runc mode, several nodes: the edge speakers (local/network/speaker.py), one per member."""
         self.images: asyncio.Task[str | None] | None = None
         """runc mode: the images built (or found in the cache) and pushed to the registry; the Isthmus
         image's digest, which the overlays pin."""
+
+    def _speakers(self) -> None:
+        """runc mode with several nodes: each member's edge addresses follow the pods that bind them."""
+        if self.state.nodes == 1 or self.speakers:
+            return
+        from isthmus.local.network.speaker import EdgeSpeaker
+
+        fp = runcmode.fabric_of(self.layout.root, self.state.clusters, self.state.nodes)
+        for cp in plan.address_plan(self.state.clusters, self.state.runtime):
+            speaker = EdgeSpeaker(fp, cp.name, self.layout.kubeconfig_of(cp.name))
+            self.speakers.append(asyncio.create_task(speaker.run(), name=f"edge speaker {cp.name}"))
 
     def _on_change(self, name: str, part: PartState) -> None:
         self.state.parts[name] = dataclasses.replace(part)
@@ -500,6 +513,9 @@ class Bringup:
         log.info("stopping every part")
         if self.images is not None:
             self.images.cancel()
+        for task in self.speakers:
+            task.cancel()
+        await asyncio.gather(*self.speakers, return_exceptions=True)
         await self.sup.stop()
         if self.state.runtime == plan.RUNC:  # kube-lites stopped their pods: the namespaces go too
             containers, gone = await asyncio.to_thread(runcmode.cleanup, self.layout.root)
@@ -517,6 +533,7 @@ class Bringup:
             if self.state.runtime == plan.RUNC:
                 await asyncio.to_thread(runcmode.ensure_network, self.layout.root, self.state.clusters,
                                         self.state.nodes)
+                self._speakers()
                 runcmode.write_registry_config(self.layout.root,
                                                runcmode.fabric_of(self.layout.root, self.state.clusters))
                 self.images = asyncio.create_task(self._build_and_push())

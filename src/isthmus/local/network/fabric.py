@@ -78,6 +78,15 @@ FABRIC_SYSCTLS = {
 }
 NODE_SYSCTLS = {"net.ipv4.ip_forward": "1", "?net.bridge.bridge-nf-call-iptables": "1"}
 """`?`: set where the kernel has it (see bridge_netfilter)."""
+
+
+def node_sysctls(node: NodeNet) -> dict[str, str]:
+    """A node of a several-node member cluster also binds addresses it does not hold yet: the pool
+    manager and the egress gateway start on any node, and the speaker moves the edge addresses to
+    it a moment later (speaker.py)."""
+    if node.nodes > 1 and node.index > 0:
+        return {**NODE_SYSCTLS, "net.ipv4.ip_nonlocal_bind": "1"}
+    return NODE_SYSCTLS
 HOLDER_KIND = "bridge"
 """The kind of edge0 and outside0, devices that only hold addresses: a bridge without ports has
 carrier and holds them as a `dummy` would, and needs no module (the kernel here has no dummy
@@ -117,13 +126,12 @@ def _node_batch(node: NodeNet, links: set[str]) -> str:
     lines = ["link set lo up", f"link set {NODE_DEVICE} up",
              f"addr replace {node.address}/{FABRIC_PREFIX} dev {NODE_DEVICE}",
              f"route replace default via {node.fabric_gateway} dev {NODE_DEVICE}"]
-    if not node.holds_edge:
-        return "".join(line + "\n" for line in lines)
     if EDGE_DEVICE not in links:
         lines.append(f"link add {EDGE_DEVICE} type {HOLDER_KIND}")
-    lines += [f"link set {EDGE_DEVICE} up",
-              f"addr replace {node.edge_public}/32 dev {EDGE_DEVICE}",
-              f"addr replace {node.edge_private}/32 dev {EDGE_DEVICE}"]
+    lines.append(f"link set {EDGE_DEVICE} up")
+    if node.holds_edge and node.nodes == 1:  # several nodes: the speaker puts them on the holder (speaker.py)
+        lines += [f"addr replace {node.edge_public}/32 dev {EDGE_DEVICE}",
+                  f"addr replace {node.edge_private}/32 dev {EDGE_DEVICE}"]
     return "".join(line + "\n" for line in lines)
 
 
@@ -156,7 +164,7 @@ def ensure(plan: FabricPlan) -> None:
     try:
         created = set(netns.add_many(plan.namespaces()))
         fabric_links = netns.call_in(plan.netns_path, _prepare, FABRIC_SYSCTLS)
-        node_links = {node.netns: netns.call_in(node.netns_path, _prepare, NODE_SYSCTLS) for node in plan.nodes}
+        node_links = {node.netns: netns.call_in(node.netns_path, _prepare, node_sysctls(node)) for node in plan.nodes}
         cabled: set[str] = set()
         stale: list[tuple[str, str]] = []
         for node in plan.nodes:

@@ -170,8 +170,8 @@ class NodeNet:
 
     @property
     def holds_edge(self) -> bool:
-        """Node 1 holds the cluster's edge addresses and egress range (the pods that bind them are
-        pinned to it: see local/components.py `_runc_patches`)."""
+        """Node 1 holds the cluster's edge addresses and egress range at first; with several nodes
+        they follow the pods that bind them (speaker.py)."""
         return self.node == 1
 
     @property

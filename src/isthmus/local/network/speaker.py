@@ -1,0 +1,157 @@
+"""runc mode, `up --nodes N`: the fabric's routes to a cluster's edge addresses and egress range
+follow the pods that hold them, as MetalLB's speakers or a BGP speaker do on a real network.
+
+Any node of a member cluster can run the pool manager and the egress gateway, the two hostNetwork
+pods that bind the cluster's edge addresses (10.30.i.1, 10.31.i.1) and egress source IPs
+(10.32.i.0/24). Every node of such a cluster binds addresses it does not hold
+(`net.ipv4.ip_nonlocal_bind=1`, so a pod starting on a node does not race the speaker) and has the
+egress range as a local route (only the gateway binds it, and nothing in the cluster dials it).
+This speaker, a task of the supervisor (which made the fabric), watches the Pods of those two
+Deployments and, for each, finds the holder: the node (`status.hostIP`) of the newest ready pod,
+else of the newest scheduled one that is not terminating (a pool manager cannot become ready
+before its addresses are there), else where it was (at start node 1, as the plan has it). It puts
+the edge addresses on the holder's `edge0` and removes them from the other nodes (as MetalLB's
+layer-2 speaker answers for an address from the one node that holds it), and points the fabric's
+routes — 10.30.i.0/24 and 10.31.i.0/24, 10.32.i.0/24 for the gateway (only its leader is ready) —
+at the holder.
+
+The decision (`edge_routes`) is pure; `EdgeSpeaker` is the thin loop around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from isthmus.local.network.plan import EDGE_DEVICE, FABRIC_BRIDGE, FabricPlan, NodeNet
+
+__all__ = ["EDGE_COMPONENTS", "EdgeSpeaker", "address_batches", "edge_routes", "route_batch"]
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "isthmus-system"
+NAME_LABEL = "app.kubernetes.io/name"
+POOLS = "isthmus-pools"
+GATEWAY = "isthmus-egress-gateway"
+EDGE_COMPONENTS = (POOLS, GATEWAY)
+POLL_SECONDS = 2.0
+"""How often the speaker looks again when a watch cannot be held (the apiserver restarting)."""
+
+
+def _ranges(node: NodeNet) -> dict[str, tuple[str, ...]]:
+    i = node.index
+    return {POOLS: (f"10.30.{i}.0/24", f"10.31.{i}.0/24"), GATEWAY: (f"10.32.{i}.0/24",)}
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return bool(status.get("hostIP")) and not (pod.get("metadata") or {}).get("deletionTimestamp") and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _scheduled(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("status") or {}).get("hostIP")) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+def edge_routes(first: NodeNet, nodes: Iterable[NodeNet], pods: Iterable[Mapping[str, Any]],
+                current: Mapping[str, str]) -> dict[str, str]:
+    """Destination CIDR → the node address the fabric should route it via (the holder of its
+    component). ``first``: the cluster's node 1 (the default); ``nodes``: every node of the
+    cluster (a pod's hostIP elsewhere is ignored); ``current``: the routes as they are (kept while
+    no pod of a component is scheduled)."""
+    addresses = {n.address for n in nodes}
+    by_component: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        name = ((pod.get("metadata") or {}).get("labels") or {}).get(NAME_LABEL)
+        if name in EDGE_COMPONENTS and _scheduled(pod) and pod["status"]["hostIP"] in addresses:
+            by_component.setdefault(str(name), []).append(pod)
+    out: dict[str, str] = {}
+    for component, cidrs in _ranges(first).items():
+        candidates = sorted(by_component.get(component, []),
+                            key=lambda p: (_ready(p), str(p["metadata"].get("creationTimestamp") or "")))
+        for cidr in cidrs:
+            out[cidr] = str(candidates[-1]["status"]["hostIP"]) if candidates else current.get(cidr, first.address)
+    return out
+
+
+def address_batches(nodes: Iterable[NodeNet], routes: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(node namespace, `ip -batch` lines): the edge addresses on the pool manager's holder, off the others."""
+    out = []
+    for node in nodes:
+        holder = routes.get(f"10.30.{node.index}.0/24") == node.address
+        verb = "replace" if holder else "del"
+        out.append((node.netns, "".join(f"addr {verb} {a}/32 dev {EDGE_DEVICE}\n"
+                                         for a in (node.edge_public, node.edge_private))))
+    return out
+
+
+def route_batch(routes: Mapping[str, str]) -> str:
+    """`ip -batch` lines that point each destination at its node (idempotent)."""
+    return "".join(f"route replace {dst} via {via} dev {FABRIC_BRIDGE}\n" for dst, via in sorted(routes.items()))
+
+
+class EdgeSpeaker:
+    """One member cluster's speaker: until cancelled, keeps the fabric's edge routes on the nodes
+    whose pods hold the addresses."""
+
+    def __init__(self, fp: FabricPlan, cluster: str, kubeconfig: Path) -> None:
+        self.fp = fp
+        self.nodes = [n for n in fp.nodes if n.cluster == cluster]
+        self.first = fp.node(cluster)
+        self.kubeconfig = kubeconfig
+        self.routes: dict[str, str] = {dst: self.first.address for cidrs in _ranges(self.first).values()
+                                       for dst in cidrs}
+
+    async def apply(self, pods: list[dict[str, Any]], *, force: bool = False) -> bool:
+        """Put the addresses and routes where `pods` say (everything, with `force`: the first look,
+        since `up` may have remade node 1's); True when something moved."""
+        wanted = edge_routes(self.first, self.nodes, pods, self.routes)
+        if wanted == self.routes and not force:
+            return False
+        from isthmus.local.network.fabric import _batches
+
+        # Addresses first, forced (deleting one a node does not hold fails harmlessly), then the routes.
+        await asyncio.to_thread(_batches, address_batches(self.nodes, wanted), force=True)
+        await asyncio.to_thread(_batches, [(self.fp.netns, route_batch(wanted))])
+        moved = {dst: via for dst, via in wanted.items() if self.routes.get(dst) != via}
+        if moved:
+            log.info("edge routes moved", extra={"cluster": self.first.cluster, "routes": moved})
+        self.routes = wanted
+        return bool(moved)
+
+    async def run(self) -> None:
+        from lightkube.resources.core_v1 import Pod
+
+        from isthmus.kube.client import client_for, load_config
+
+        client = client_for(load_config(str(self.kubeconfig), None))
+        from lightkube import operators
+
+        labels: dict[str, Any] = {NAME_LABEL: operators.in_(list(EDGE_COMPONENTS))}
+        try:
+            while True:
+                try:
+                    pods = {p.metadata.name: p.to_dict() async for p in client.list(Pod, namespace=NAMESPACE,
+                                                                                     labels=labels)
+                            if p.metadata is not None}
+                    await self.apply(list(pods.values()), force=True)
+                    async for kind, pod in client.watch(Pod, namespace=NAMESPACE, labels=labels):
+                        if pod.metadata is None:
+                            continue
+                        if kind == "DELETED":
+                            pods.pop(str(pod.metadata.name), None)
+                        else:
+                            pods[str(pod.metadata.name)] = pod.to_dict()
+                        await self.apply(list(pods.values()))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # the apiserver away, or the fabric being remade: look again
+                    log.debug("edge speaker: looking again", extra={"cluster": self.first.cluster, "error": str(e)})
+                await asyncio.sleep(POLL_SECONDS)
+        finally:
+            with contextlib.suppress(Exception):
+                await client.close()
