@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -327,3 +328,42 @@ def test_kubectl_drain_waits_on_a_budget_that_allows_nothing(srv: Server) -> Non
     assert (f'error when evicting pods/"web-c" -n "{NS}" (will retry after 5s): {VIOLATES}') in p.stderr
     assert pod(srv, "web-c") is not None
     srv.kubectl("uncordon", NODE)
+
+
+def test_admission_policies_see_evictions_and_bindings(srv: Server) -> None:
+    """A ValidatingAdmissionPolicy on pods/eviction (an operator guarding its Pods) refuses the
+    Eviction itself, as kube admits it as a create of the subresource; the Pod stays."""
+    running_pod(srv, "guarded", labels={"app": "guarded"})
+    vap = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+           "metadata": {"name": "no-evicting-guarded"},
+           "spec": {"matchConstraints": {"resourceRules": [{
+               "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction", "pods/binding"],
+               "operations": ["CREATE"]}]},
+               "validations": [{"expression": "object.metadata.name != 'guarded'",
+                                "message": "guarded pods stay"}]}}
+    _ok(srv.http.post("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", vap), 201)
+    _ok(srv.http.post("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "no-evicting-guarded"},
+        "spec": {"policyName": "no-evicting-guarded", "validationActions": ["Deny"]}}), 201)
+    try:
+        code, body, _ = evict(srv, "guarded", query="?dryRun=All")
+        for _ in range(50):  # the policy is compiled moments after it is written
+            if code != 201:
+                break
+            time.sleep(0.1)
+            code, body, _ = evict(srv, "guarded", query="?dryRun=All")
+        code, body, _ = evict(srv, "guarded")
+        assert code == 422 and body["message"].endswith(
+            "ValidatingAdmissionPolicy 'no-evicting-guarded' with binding 'no-evicting-guarded' denied request: "
+            "guarded pods stay"), body
+        r = srv.http.post(f"/api/v1/namespaces/{NS}/bindings", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "guarded"}, "target": {"name": "n2"}})
+        assert r.status_code == 422, r.text
+        p = pod(srv, "guarded")
+        assert p is not None and "deletionTimestamp" not in p["metadata"]
+        running_pod(srv, "free", labels={"app": "free"})
+        assert evict(srv, "free")[0] == 201
+    finally:
+        srv.http.delete("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/no-evicting-guarded")
+        srv.http.delete("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/no-evicting-guarded")

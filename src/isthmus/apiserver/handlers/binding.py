@@ -18,6 +18,7 @@ from aiohttp import web
 from isthmus.apiserver.apimachinery import errors, meta
 from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, read_body
+from isthmus.apiserver.handlers.subadmission import admit_create
 
 Obj = dict[str, Any]
 
@@ -124,6 +125,11 @@ async def serve(ctx: HandlerContext, request: web.Request, rest: list[str]) -> w
     problems = validate(binding)
     if problems:
         raise errors.ApiError(500, "", _aggregate(problems))
+    binding = await admit_create(ctx, request, KIND, "binding", namespace, name, binding, dry_run)
+    m = binding.get("metadata") if isinstance(binding.get("metadata"), dict) else {}
+    assert isinstance(m, dict)
+    if validate(binding):  # a mutating webhook broke it
+        raise errors.ApiError(500, "", _aggregate(validate(binding)))
     if ctx.storage.get("/namespaces", "", namespace) is None:
         raise errors.not_found("", "namespaces", namespace)
     live = ctx.storage.get(PODS_KEY, namespace, name)

@@ -26,6 +26,7 @@ from isthmus.apiserver.apimachinery import errors, meta
 from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.handlers.common import HandlerContext, json_response, read_body, user_of
 from isthmus.apiserver.handlers.scope import _manager_from_agent
+from isthmus.apiserver.handlers.subadmission import admit_create
 from isthmus.apiserver.registry.resources import ResourceInfo
 from isthmus.apiserver.registry.store import SYSTEM_ADMIN
 
@@ -342,7 +343,11 @@ async def serve(ctx: HandlerContext, request: web.Request, rest: list[str]) -> w
                                  "request")
     if str(m.get("name") or "") != name:
         raise errors.bad_request("name in URL does not match name in Eviction object")
-    options = delete_options(eviction, request.query.get("dryRun") == "All")
+    query_dry_run = request.query.get("dryRun") == "All"
+    body_dry_run = isinstance(eviction.get("deleteOptions"), dict) and eviction["deleteOptions"].get("dryRun")
+    eviction = await admit_create(ctx, request, KIND, "eviction", namespace, name, eviction,
+                                  query_dry_run or bool(body_dry_run))
+    options = delete_options(eviction, query_dry_run)
     if ctx.storage.get("/namespaces", "", namespace) is None:
         raise errors.not_found("", "namespaces", namespace)
     refused = await _Eviction(ctx, request, namespace, name, options).run()
