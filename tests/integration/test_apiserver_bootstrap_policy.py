@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
@@ -219,3 +221,35 @@ async def test_api_priority_and_fairness_defaults(srv: ApiServer, tmp_path: Path
     srv.write_kubeconfig(cfg)
     assert (await get(cfg, "flowschema", "service-accounts"))["spec"]["matchingPrecedence"] == 9000
     assert (await get(cfg, "flowschema", "global-default"))["spec"]["matchingPrecedence"] == 9800
+
+
+async def test_responses_name_the_flow_schema_and_priority_level(srv: ApiServer, tmp_path: Path) -> None:
+    """kube's APF filter names what a request was classified into, 403s included."""
+    assert srv.ca_pem is not None
+    fs = {f["metadata"]["uid"]: f["metadata"]["name"] for f in srv.store.list("flowcontrol.apiserver.k8s.io/flowschemas")}
+    pl = {p["metadata"]["uid"]: p["metadata"]["name"]
+          for p in srv.store.list("flowcontrol.apiserver.k8s.io/prioritylevelconfigurations")}
+    ctx = ssl.create_default_context(cadata=srv.ca_pem.decode())
+    seen = []
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as session:
+        for path, headers in (
+                ("/api/v1/namespaces", {}),
+                ("/readyz", {"Impersonate-User": "bob"}),
+                ("/api/v1/namespaces/default/pods", {"Impersonate-User": "bob"}),
+                ("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x",
+                 {"Impersonate-User": "system:kube-scheduler"}),
+                ("/api/v1/namespaces/kube-system/configmaps",
+                 {"Impersonate-User": "system:serviceaccount:kube-system:robot"}),
+                ("/api/v1/namespaces/default/configmaps", {"Impersonate-User": "system:serviceaccount:default:robot"}),
+                ("/api/v1/nodes/n1", {"Impersonate-User": "system:node:n1", "Impersonate-Group": "system:nodes"})):
+            async with session.get(srv.url + path, headers=headers, ssl=ctx) as r:
+                seen.append((r.status, fs.get(r.headers.get("X-Kubernetes-PF-FlowSchema-UID", "")),
+                             pl.get(r.headers.get("X-Kubernetes-PF-PriorityLevel-UID", ""))))
+    assert seen == [
+        (200, "exempt", "exempt"),
+        (200, "probes", "exempt"),
+        (403, "global-default", "global-default"),
+        (404, "system-leader-election", "leader-election"),
+        (403, "kube-system-service-accounts", "workload-high"),
+        (403, "service-accounts", "workload-low"),
+        (403, "system-node-high", "node-high")]  # no Node authorizer here, and system:node binds nobody

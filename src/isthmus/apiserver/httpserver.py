@@ -191,6 +191,7 @@ class JsonAnswer(web.Response):
     same as for a web.Response(body, status, content_type="application/json") with these warnings."""
 
     keep_alive: bool | None = None  # a plain attribute where aiohttp has a property, as in LeanRequest
+    extra_head: bytes = b""  # more header lines, each ending in CRLF (API Priority and Fairness's)
 
     def __init__(self, body: bytes, status: int = 200, warnings: list[str] | None = None) -> None:
         self._body = self._json = body
@@ -207,6 +208,9 @@ class JsonAnswer(web.Response):
         headers = CIMultiDict({"Content-Type": "application/json"})
         for w in self._warnings:
             headers.add("Warning", warning_header(w))
+        for line in self.extra_head.decode().splitlines():
+            name, _, value = line.partition(": ")
+            headers.add(name, value)
         return headers
 
     def encode(self, head_only: bool, keep_alive: bool) -> bytes:
@@ -220,6 +224,8 @@ class JsonAnswer(web.Response):
         for w in self._warnings:
             value = _one_line(warning_header(w))
             parts.append(f"Warning: {value}\r\n".encode("utf-8", "surrogateescape"))
+        if self.extra_head:
+            parts.append(self.extra_head)
         if not no_body:
             parts.append(b"Content-Length: %d\r\n" % len(body))
         parts.append(_date_and_server())

@@ -54,6 +54,7 @@ from isthmus.apiserver.authentication.tls import (
 from isthmus.apiserver.authorization.attributes import Attributes
 from isthmus.apiserver.builtins import builtin_resources
 from isthmus.apiserver.controllers.apfbootstrap import ensure_apf_defaults
+from isthmus.apiserver.controllers.apfclassifier import FS_HEADER, PL_HEADER, Classification, FlowClassifier
 from isthmus.apiserver.controllers.bootstraprbac import ensure_bootstrap_policy
 from isthmus.apiserver.controllers.clusterauthentication import ensure_authentication_configmap
 from isthmus.apiserver.controllers.clusterroleaggregation import ClusterRoleAggregationController
@@ -86,7 +87,7 @@ from isthmus.apiserver.handlers import (
 )
 from isthmus.apiserver.handlers.common import USER, HandlerContext, not_found, status_response
 from isthmus.apiserver.handlers.scope import resolve
-from isthmus.apiserver.httpserver import LeanRequest, LeanServer
+from isthmus.apiserver.httpserver import JsonAnswer, LeanRequest, LeanServer
 from isthmus.apiserver.kubeconfig import kubeconfig_dict, write_kubeconfig
 from isthmus.apiserver.openapi import proto as openapi_proto
 from isthmus.apiserver.registry.customresourcedefinition import KEY as CRD_KEY
@@ -198,6 +199,7 @@ class ApiServer:
         if self.admission.webhooks is not None:
             self.admission.webhooks.dial_netns = cluster_netns
         self.authorizer = authorization.Authorizer(modes, authorization.RuleResolver(self.store))
+        self._flows = FlowClassifier(self.store)  # APF's response headers (controllers/apfclassifier.py)
         self.admission.reader = lambda group, plural, ns, name: self.store.get(f"{group}/{plural}", ns, name)
         self.admission.lister = lambda group, plural, ns: self.store.list(f"{group}/{plural}", ns or None)
         self.admission.can = lambda user, verb, group, plural, ns, name: self.authorizer.authorize(
@@ -255,6 +257,7 @@ class ApiServer:
         # uid index and the GC takes their dependents for orphans.
         gcol.index_all()
         self.store.on_write(self.authorizer.resolver.on_write, keys=self.authorizer.resolver.write_keys)
+        self.store.on_write(self._flows.on_write, keys=self._flows.write_keys)
         self.authorizer.resolver.index_all()
         # Everything loaded so far lives as long as the server: keep it out of the cyclic GC's scans,
         # whose full collections otherwise pause the loop for tens of ms with 100k objects.
@@ -456,17 +459,23 @@ class ApiServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         """Authentication, then routing; every error becomes a kube Status response."""
+        who: UserInfo | None = None  # the user, once impersonation is through: APF classifies from there
+        flow: Classification | None = None
         try:
             path = request.path
             user = request._state[USER] = self._authenticate(request, path)  # request[USER], without a call
             if impersonation.requested(request.headers):
                 user = request._state[USER] = self._impersonate(request, user)
+            who = user
             self._authorize(request, path, user)
+            flow = self._flows.classify(user, lambda: self._attributes(request, path, user))
             if path in health.PATHS:
-                return health.respond(path, request.query, self.store.check)
-            return await self._route(request, path)
+                return with_flow(health.respond(path, request.query, self.store.check), flow)
+            return with_flow(await self._route(request, path), flow)
         except ApiError as e:
-            return status_response(e, request)
+            if who is not None and flow is None:  # kube classifies before it authorizes: its 403 has them too
+                flow = self._flows.classify(who, lambda: self._attributes(request, path, who))
+            return with_flow(status_response(e, request), flow)
         except impersonation.BadImpersonation as e:  # kube's responsewriters.InternalError: plain text
             text = f"Internal Server Error: {errors.go_quote(request.raw_path)}: {e}"
             return web.Response(status=500, text=text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
@@ -491,6 +500,16 @@ class ApiServer:
         except AuthenticationError as e:
             log.debug("unauthorized %s %s: %s", request.method, path, e)
             raise errors.unauthorized() from None
+
+    @staticmethod
+    def _attributes(request: web.Request, path: str, user: UserInfo) -> Attributes:
+        """The request's attributes: authorization's, or (system:masters, whom it does not look at, and
+        refused requests) made now."""
+        ctx = authorization.CURRENT.get()
+        if ctx is not None and ctx.attributes is not None:
+            return ctx.attributes
+        return authorization.request_attributes(request.method, path, request.query, user,
+                                                request.query.getall("watch", []))
 
     def _impersonate(self, request: web.Request, requestor: UserInfo) -> UserInfo:
         """kube's WithImpersonation (authentication/impersonation.py): the user the request acts as,
@@ -585,6 +604,17 @@ class ApiServer:
         if method == "DELETE" and name is None:
             return await delete.delete_collection(ctx, scope)
         raise errors.method_not_allowed()
+
+
+def with_flow(resp: web.StreamResponse, flow: Classification | None) -> web.StreamResponse:
+    """APF's headers on a response (not on a stream already under way: a watch's went out without them)."""
+    if flow is not None:
+        if type(resp) is JsonAnswer:
+            resp.extra_head = flow.lines
+        elif not resp.prepared:
+            resp.headers[FS_HEADER] = flow.flow_schema_uid
+            resp.headers[PL_HEADER] = flow.priority_level_uid
+    return resp
 
 
 async def serve(server: ApiServer, kubeconfig_out: str | None, kubeconfig_auth: str = "token") -> None:

@@ -106,6 +106,9 @@ _BY_USER, _BY_NS = "ByUser", "ByNamespace"
 _AUTH = ("Group:system:unauthenticated", "Group:system:authenticated")
 _KCM, _SCHED = "User:system:kube-controller-manager", "User:system:kube-scheduler"
 _LEASES = _rule("get create update", "coordination.k8s.io", "leases")
+# The lock objects leader election used before Leases, still in kube's defaults.
+_LOCKS = _rule("get create update", "core", "endpoints configmaps")
+_LOCKS_IN_SYSTEM = _rule("get create update", "core", "endpoints configmaps", SYSTEM)
 
 FLOW_SCHEMAS: dict[str, Obj] = {
     "exempt": _schema("exempt", 1, "", ("Group:system:masters",)),
@@ -113,13 +116,13 @@ FLOW_SCHEMAS: dict[str, Obj] = {
     "probes": _schema("exempt", 2, "", _AUTH, resource_rules=[],
                       non_resource_rules=[{"nonResourceURLs": ["/healthz", "/readyz", "/livez"], "verbs": ["get"]}]),
     "system-leader-election": _schema("leader-election", 100, _BY_USER, (_KCM, _SCHED, f"SA:{SYSTEM}/*"),
-                                      resource_rules=[_LEASES]),
+                                      resource_rules=[_LOCKS_IN_SYSTEM, _LEASES]),
     "endpoint-controller": _schema(
         "workload-high", 150, _BY_USER,
         (_KCM, f"SA:{SYSTEM}/endpoint-controller", f"SA:{SYSTEM}/endpointslicemirroring-controller"),
         resource_rules=[_rule("get create update", "core", "endpoints")]),
     "workload-leader-election": _schema("leader-election", 200, _BY_USER, (f"SA:{SYSTEM}/*",),
-                                        resource_rules=[_LEASES]),
+                                        resource_rules=[_LOCKS, _LEASES]),
     "system-node-high": _schema("node-high", 400, _BY_USER, ("Group:system:nodes",), resource_rules=[
         _rule("*", "core", "nodes nodes/status", cluster=True), _rule("*", "coordination.k8s.io", "leases")]),
     "system-nodes": _schema("system", 500, _BY_USER, ("Group:system:nodes",)),
