@@ -576,15 +576,17 @@ class ApiServer:
                                 rest: list[str]) -> web.StreamResponse:
         """A verb on a resource path, to the handler of its concern."""
         ctx = self._ctx
-        if binding.is_binding(group, version, rest):  # pods/<name>/binding, and the legacy bindings
-            return await binding.serve(ctx, request, rest)
-        if eviction.is_eviction(group, version, rest):
-            return await eviction.serve(ctx, request, rest)
-        if len(rest) == 5:  # both below are namespaces/<ns>/<plural>/<name>/<subresource>
+        if len(rest) == 5:  # all below are namespaces/<ns>/<plural>/<name>/<subresource>
+            if rest[4] == "binding" and binding.is_binding(group, version, rest):  # kube's BindingREST
+                return await binding.serve(ctx, request, rest)
+            if rest[4] == "eviction" and eviction.is_eviction(group, version, rest):  # kube's EvictionREST
+                return await eviction.serve(ctx, request, rest)
             if pods.is_node_subresource(group, version, rest):  # pods/log, exec...: proxied to the Pod's node
                 return await pods.serve(ctx, request, rest, kubelet_token=self.token)
             if tokenrequest.is_token_request(group, version, rest):  # serviceaccounts/<name>/token
                 return await tokenrequest.serve(ctx, request, rest, self.sa_tokens)
+        elif len(rest) == 3 and rest[2] == "bindings" and binding.is_binding(group, version, rest):  # legacy
+            return await binding.serve(ctx, request, rest)
         scope = resolve(ctx, request, group, version, rest)
         method, name = request.method, scope.name
         if method == "GET":
