@@ -155,8 +155,10 @@ async def test_invalid_namespace_labels_are_refused(env: Env) -> None:
         'Namespace "bad" is invalid: [metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "strict": '
         'must be one of privileged, baseline, restricted, metadata.labels[pod-security.kubernetes.io/warn-version]: '
         'Invalid value: "1.30": must be "latest" or "v1.x"]')
-    code, _, _ = await env.kubectl("label", "ns", "default", f"{PSA}audit=none")
+    code, _, err = await env.kubectl("label", "ns", "default", f"{PSA}audit=none")
     assert code == 1
+    assert ('The Namespace "default" is invalid: metadata.labels[pod-security.kubernetes.io/audit]: Invalid value: '
+            '"none": must be one of privileged, baseline, restricted') in err
 
 
 async def test_stricter_enforce_label_warns_about_existing_pods(env: Env) -> None:
