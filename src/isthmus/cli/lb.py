@@ -56,7 +56,7 @@ def lb(
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
 ) -> None:
-    """Turn Services of class isthmus.io/edgelb and Ingresses of class edgelb into LoadBalancerPools (leader-elected)."""
+    """Turn edgelb-class Services and Ingresses into LoadBalancerPools (leader-elected)."""
     from isthmus.kube.client import make_client
 
     if not cluster_name.strip() or ":" in cluster_name:
