@@ -5,12 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from isthmus.apiserver.admission.attributes import AdmissionRequest
 from isthmus.apiserver.admission.podsecurity.checks import evaluate, forbidden_detail
 from isthmus.apiserver.admission.podsecurity.plugin import (
+    PodSecurity,
     evaluate_pods_in_namespace,
     is_significant_pod_update,
 )
 from isthmus.apiserver.admission.podsecurity.policy import LevelVersion, policy_from_labels
+from isthmus.apiserver.apimachinery.errors import ApiError
+from isthmus.apiserver.authentication.authenticators import ADMIN
+from isthmus.apiserver.registry.resources import ResourceInfo
 
 P = "pod-security.kubernetes.io/"
 
@@ -116,3 +123,26 @@ def test_existing_pod_warnings_group_by_violation() -> None:
     assert evaluate_pods_in_namespace("ns", LevelVersion("baseline"), pods) == [
         'existing pods in namespace "ns" violate the new PodSecurity enforce level "baseline:latest"',
         "a (and 1 other pod): host namespaces", "c: host namespaces, hostPath volumes"]
+
+
+def _namespace_request(operation: str, labels: dict[str, str],
+                       old_labels: dict[str, str] | None = None) -> AdmissionRequest:
+    info = ResourceInfo(group="", version="v1", plural="namespaces", singular="namespace", kind="Namespace",
+                        namespaced=False)
+    old = {"metadata": {"name": "n", "labels": old_labels}} if old_labels is not None else None
+    return AdmissionRequest(operation, info, "", "", "n", {"metadata": {"name": "n", "labels": labels}}, old, ADMIN)
+
+
+async def test_a_namespace_keeping_labels_that_were_already_invalid_may_be_updated() -> None:
+    class Reads:
+        reader = None
+        lister = None
+
+    plugin = PodSecurity(Reads())
+    bad = {P + "enforce": "nope"}
+    await plugin.validate_namespace(_namespace_request("UPDATE", {**bad, "team": "a"}, bad))  # unchanged errors
+    with pytest.raises(ApiError) as e:
+        await plugin.validate_namespace(_namespace_request("UPDATE", {P + "enforce": "nah"}, bad))
+    assert e.value.code == 422
+    with pytest.raises(ApiError):
+        await plugin.validate_namespace(_namespace_request("CREATE", bad))
