@@ -112,6 +112,11 @@ async def test_kubectl_as_a_service_account_tells_the_truth(srv: ApiServer, tmp_
     assert (await kubectl(cfg, "auth", "can-i", "delete", "configmaps", "-n", "team", f"--as={sa}"))[:2] == (1, "no\n")
     code, out, err = await kubectl(cfg, "get", "configmap", "x", "-n", "team", f"--as={sa}", "-o", "name")
     assert (code, out) == (0, "configmap/x\n"), err
+    code, body = await call(srv, _ssl(srv, tmp_path, None), "GET",
+                            "/api/v1/namespaces/team/configmaps?watch=true&timeoutSeconds=1&fieldSelector=metadata.name=x",
+                            headers=[("Impersonate-User", sa)], admin=True)  # a watch, on aiohttp's path
+    assert code == 200, body
+    assert (body["type"], body["object"]["metadata"]["name"]) == ("ADDED", "x")  # one event: the body is its JSON
     # A user and groups of one's choosing, with the groups kube adds.
     code, out, err = await kubectl(cfg, "auth", "whoami", "--as=jane", "--as-group=devs", "--as-group=ops",
                                    "--as-uid=1234", "-o", "json")
@@ -145,6 +150,11 @@ async def test_only_who_may_impersonate_does(srv: ApiServer, tmp_path: Path) -> 
         "subjects": [{"kind": "User", "name": "bob"}]})
     code, out = await call(srv, bob, "GET", "/api/v1/namespaces/team/configmaps", headers=[("Impersonate-User", "alice")])
     assert (code, out["message"]) == (403, 'configmaps is forbidden: User "alice" cannot list resource "configmaps" '
+                                           'in API group "" in the namespace "team"')
+    # A watch (served by aiohttp, not the lean path) is alice's too.
+    code, out = await call(srv, bob, "GET", "/api/v1/namespaces/team/configmaps?watch=true&timeoutSeconds=1",
+                           headers=[("Impersonate-User", "alice")])
+    assert (code, out["message"]) == (403, 'configmaps is forbidden: User "alice" cannot watch resource "configmaps" '
                                            'in API group "" in the namespace "team"')
     code, out = await call(srv, bob, "POST", WHOAMI, {"apiVersion": "authentication.k8s.io/v1",
                                                      "kind": "SelfSubjectReview"},
