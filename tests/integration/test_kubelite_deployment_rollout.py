@@ -338,3 +338,33 @@ async def test_min_ready_seconds_hold_availability(apiserver: Any, ctl: Controll
     await eventually(available, what="available after minReadySeconds")
     (rs,) = (await sets_of(c)).values()
     assert rs["spec"]["minReadySeconds"] == 2 and rs["status"]["availableReplicas"] == 1
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+async def test_scaling_is_a_scaling_event_and_a_stale_annotation_does_not_block_rollouts(
+    apiserver: Any, ctl: Controllers
+) -> None:
+    kc, c = apiserver.kubeconfig, ctl.client
+    await create(c, Deployment, gateway("sc", 2))
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "deploy/sc", "--timeout=60s")
+    assert code == 0, out
+    (name,) = await sets_of(c)
+    code, out = await kubectl(kc, "-n", NS, "scale", "deploy/sc", "--replicas=4")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "deploy/sc", "--timeout=60s")
+    assert code == 0, out
+    rs = (await sets_of(c))[name]
+    assert rs["spec"]["replicas"] == 4
+    assert rs["metadata"]["annotations"]["deployment.kubernetes.io/desired-replicas"] == "4"
+    assert rs["metadata"]["annotations"]["deployment.kubernetes.io/max-replicas"] == "5"
+    scaling = [e["message"] for e in await events_of(c, "Deployment", "sc") if e["reason"] == "ScalingReplicaSet"]
+    assert scaling[-1] == f"Scaled up replica set {name} to 4 from 2"
+
+    # Someone left a wrong desired-replicas on the ReplicaSet: the next rollout still happens.
+    await c.patch(ReplicaSet, name, {"metadata": {"annotations": {"deployment.kubernetes.io/desired-replicas": "7"}}},
+                  namespace=NS, patch_type=PatchType.MERGE)
+    code, out = await kubectl(kc, "-n", NS, "set", "image", "deploy/sc", "gw=gw:v2")
+    assert code == 0, out
+    code, out = await kubectl(kc, "-n", NS, "rollout", "status", "deploy/sc", "--timeout=60s")
+    assert code == 0 and 'deployment "sc" successfully rolled out' in out, out
+    assert len(await sets_of(c)) == 2

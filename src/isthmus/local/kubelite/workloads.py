@@ -1226,9 +1226,13 @@ class DeploymentController:
             await self._write_status(data, {"conditions": conds})
             data["status"] = {**(data.get("status") or {}), "conditions": conds}
         spec = data.get("spec") or {}
-        if spec.get("paused") or (new is not None and is_scaling_event(data, new, olds)):
+        if spec.get("paused") or is_scaling_event(data, new, olds):
             # kube's sync(): size only, no rollout step; a paused Deployment keeps its history trimmed
-            await self._scale(ns, data, new, olds, scale_plan(data, new, olds))
+            plan = scale_plan(data, new, olds)
+            if not plan:  # sized already (by hand?): bring the annotations up to date, or this never ends
+                plan = {_name(rs): _replicas(rs) for rs in _active([new, *olds])
+                        if _annotation_int(rs, DESIRED_REPLICAS_ANNOTATION) not in (None, _replicas(data))}
+            await self._scale(ns, data, new, olds, plan)
             if spec.get("paused"):
                 await self._clean_history(ns, data, olds)
             await self._write_status(data, calculate_status(data, new, sets, format_time(now)))
