@@ -12,8 +12,13 @@ APT_PACKAGES ?= haproxy nftables iproute2 conntrack chromium bind9-dnsutils curl
 
 .PHONY: install demo test lint bench bench-quick clean apt image image-containerfile lock
 
+# checkov scans the rendered manifests (tests/integration/test_checkov.py) from a venv of its own:
+# its pins would downgrade the project's packaging and python-dateutil. The range is pyproject's
+# `checkov` extra (kept for the record and for `pip install isthmus[checkov]` elsewhere).
+CHECKOV_VENV := .venv-checkov
+CHECKOV      := $(CHECKOV_VENV)/bin/checkov
 # `apt` runs on every install: a package added after the venv was made is still installed.
-install: $(STAMP)
+install: $(STAMP) $(CHECKOV)
 	@$(MAKE) --no-print-directory apt
 
 apt:
@@ -21,6 +26,11 @@ apt:
 	if [ -n "$$missing" ]; then echo "apt-get install:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 	@command -v kubectl >/dev/null || echo "warning: kubectl not found; e2e tests need it"
+
+$(CHECKOV): pyproject.toml
+	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q "$$(sed -n 's/^checkov = \["\(checkov[^"]*\)"\].*/\1/p' pyproject.toml)"
+	@touch $@
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -97,4 +107,4 @@ lock: install
 	  --allow-unsafe --no-emit-index-url --output-file requirements.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) build/lib build/bdist.* *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) build/lib build/bdist.* *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
