@@ -182,3 +182,15 @@ def test_revision_history_of_a_rollback() -> None:
     assert revision_history({}, "1") == "1"
     assert revision_history({"deployment.kubernetes.io/revision-history": "1,3"}, "5") == "1,3,5"
     assert revision_history({"deployment.kubernetes.io/revision-history": "1,3"}, "5", limit=4) == "3,5"
+
+
+def test_statefulset_available_replicas_wait_for_min_ready_seconds() -> None:
+    from isthmus.local.kubelite.workloads import statefulset_status
+
+    now = datetime.now(UTC)
+    just = {"metadata": {"name": "db-0", "labels": {"controller-revision-hash": "r"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": stamp(now)}]}}
+    sts = {"metadata": {"name": "db", "generation": 1}, "spec": {"replicas": 1, "minReadySeconds": 60}}
+    st = statefulset_status(sts, [just], "r")
+    assert st["readyReplicas"] == 1 and st["availableReplicas"] == 0
+    assert statefulset_status({**sts, "spec": {"replicas": 1}}, [just], "r")["availableReplicas"] == 1

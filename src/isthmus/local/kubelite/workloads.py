@@ -869,11 +869,12 @@ def statefulset_status(sts: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
     if updated == replicas == len(live):
         current_rev = revision
     ready = sum(1 for p in live if pod_is_ready(p))
+    min_ready, now = int(spec.get("minReadySeconds") or 0), datetime.now(UTC)
     return {
         "observedGeneration": int(meta.get("generation") or 1),
         "replicas": len(live),
         "readyReplicas": ready,
-        "availableReplicas": ready,
+        "availableReplicas": sum(1 for p in live if pod_available_in(p, min_ready, now) == 0.0),
         "currentReplicas": sum(1 for p in live if rev(p) == current_rev),
         "updatedReplicas": updated,
         "currentRevision": current_rev,
@@ -1453,6 +1454,9 @@ class StatefulSetController(_WorkloadController):
 
     def status(self, data: Obj, pods: list[Obj]) -> Obj:
         return statefulset_status(data, pods, self._revision(data))
+
+    def requeue_after(self, data: Obj, pods: list[Obj]) -> float | None:
+        return replicaset_requeue(data, pods, datetime.now(UTC))  # spec.minReadySeconds, as a ReplicaSet's
 
     def created_message(self, data: Obj, pod: str) -> str:
         return f"create Pod {pod} in StatefulSet {_name(data)} successful"
