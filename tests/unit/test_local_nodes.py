@@ -221,3 +221,16 @@ def test_image_load_reaches_every_node_s_store(tmp_path: Path) -> None:
     assert _nodes(layout.root)[1] == ["broker", "c1", "c1-node-2", "c2", "c2-node-2"]
     argv = _argv(tmp_path / "st", 2, plan.PartId("c2", plan.KUBE_LITE, 2))
     assert _opt(argv, "--root-dir") == str(layout.root / "kubelet" / "c2-node-2")  # where `load` puts them
+
+
+def test_oom_score_adj_never_goes_below_what_kube_lite_may_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A system-cluster-critical Pod (-997) where kube-lite lacks CAP_SYS_RESOURCE: runc would fail the
+    container ("can't get final child's PID from pipe"); its floor is kube-lite's own value."""
+    from isthmus.local.kubelite import oci
+
+    pod = {"metadata": {"name": "dns", "namespace": "isthmus-system", "uid": "u"},
+           "spec": {"priority": 2_000_000_000, "containers": [{"name": "dns", "image": "x"}]}}
+    spec = oci.runtime_spec(pod=pod, container=pod["spec"]["containers"][0], image=oci.ImageConfig(),
+                            argv=["x"], env=[], mounts=[], rootfs="/r", netns_path=None, cgroups_path="/c",
+                            hostname="h", devices=lambda: [], oom_score_floor=0)
+    assert spec["process"]["oomScoreAdj"] == 0

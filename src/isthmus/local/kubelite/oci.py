@@ -644,6 +644,20 @@ def host_devices(root: Path = Path("/dev")) -> list[dict[str, Any]]:
 # --- the spec ---------------------------------------------------------------------------------
 
 
+def oom_floor() -> int:
+    """The lowest oomScoreAdj this process can give its containers: any with CAP_SYS_RESOURCE (as the
+    kubelet, itself at -999), else its own value (the kernel refuses to go lower without it, and runc
+    then fails the whole container: "can't get final child's PID from pipe: EOF")."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        eff = int(status.split("CapEff:")[1].split()[0], 16)
+        if eff >> 24 & 1:  # CAP_SYS_RESOURCE
+            return -1000
+        return int(Path("/proc/self/oom_score_adj").read_text().strip())
+    except (OSError, ValueError, IndexError):
+        return -1000
+
+
 def _memory_capacity() -> int:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -675,6 +689,7 @@ def runtime_spec(
     image_name: str | None = None,
     seccomp_root: Path | None = None,
     memory_capacity: int | None = None,
+    oom_score_floor: int = -1000,
     pids_limit: int | None = None,
     devices: Callable[[], list[dict[str, Any]]] = host_devices,
 ) -> dict[str, Any]:
@@ -713,7 +728,7 @@ def runtime_spec(
                          "inheritable": [], "ambient": []},
         # kubelet's AddNoNewPrivileges: only an explicit allowPrivilegeEscalation=false sets it.
         "noNewPrivileges": ape is False,
-        "oomScoreAdj": oom_score_adj(pod, container, memory_capacity or _memory_capacity()),
+        "oomScoreAdj": max(oom_score_adj(pod, container, memory_capacity or _memory_capacity()), oom_score_floor),
     }
 
     namespaces: list[dict[str, Any]] = [{"type": "mount"}]

@@ -789,7 +789,7 @@ class RuncPod:
             mounts=self._mounts(container, env, restart),
             rootfs=bundle / "rootfs", image_rootfs=pulled.rootfs, netns_path=self.netns_path,
             cgroups_path=cgroups_path(self.node.node_name, self.uid, name), hostname=self.hostname,
-            seccomp=self.node.seccomp, image_name=pulled.ref,
+            seccomp=self.node.seccomp, image_name=pulled.ref, oom_score_floor=oci.oom_floor(),
         )
         self.prepared[name] = (spec, restart, pulled.rootfs)
         return argv
