@@ -228,9 +228,28 @@ def test_oom_score_adj_never_goes_below_what_kube_lite_may_give(monkeypatch: pyt
     container ("can't get final child's PID from pipe"); its floor is kube-lite's own value."""
     from isthmus.local.kubelite import oci
 
-    pod = {"metadata": {"name": "dns", "namespace": "isthmus-system", "uid": "u"},
-           "spec": {"priority": 2_000_000_000, "containers": [{"name": "dns", "image": "x"}]}}
-    spec = oci.runtime_spec(pod=pod, container=pod["spec"]["containers"][0], image=oci.ImageConfig(),
+    container: dict[str, Any] = {"name": "dns", "image": "x"}
+    pod: dict[str, Any] = {"metadata": {"name": "dns", "namespace": "isthmus-system", "uid": "u"},
+                           "spec": {"priority": 2_000_000_000, "containers": [container]}}
+    spec = oci.runtime_spec(pod=pod, container=container, image=oci.ImageConfig(),
                             argv=["x"], env=[], mounts=[], rootfs="/r", netns_path=None, cgroups_path="/c",
                             hostname="h", devices=lambda: [], oom_score_floor=0)
     assert spec["process"]["oomScoreAdj"] == 0
+
+
+def test_the_apiserver_reaches_the_kubelet_of_every_runc_node() -> None:
+    """`kubectl logs` of a pod on node 2 (10.255.1.11): its kube-lite listens on this machine's loopback."""
+    from types import SimpleNamespace
+
+    from isthmus.apiserver.handlers.pods import _kubelet
+
+    def node(address: str) -> dict[str, Any]:
+        return {"status": {"addresses": [{"type": "InternalIP", "address": address}],
+                           "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}}
+
+    ctx = SimpleNamespace(storage=SimpleNamespace(get=lambda prefix, ns, name: node(
+        {"c1-node": "10.255.0.11", "c1-node-2": "10.255.1.11", "far": "10.254.0.1"}[name])))
+    assert _kubelet(ctx, "c1-node") == ("127.0.0.1", 10250)  # type: ignore[arg-type]
+    assert _kubelet(ctx, "c1-node-2") == ("127.0.0.1", 10250)  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="not a loopback address"):
+        _kubelet(ctx, "far")  # type: ignore[arg-type]

@@ -134,10 +134,10 @@ def _kubelet(ctx: HandlerContext, node_name: str) -> tuple[str, int]:
 
 
 def _on_this_machine(host: str) -> bool:
-    """A node address of the local clusterset's runc mode (10.255.0.0/24, the fabric: see
-    local/network/plan.py), whose kubelet is a kube-lite of this machine."""
+    """A node address of the local clusterset's runc mode (10.255.0.0/16, the fabric, node k of a
+    cluster on its k-th /24: see local/network/plan.py), whose kubelet is a kube-lite of this machine."""
     try:
-        return ipaddress.ip_address(host) in ipaddress.ip_network("10.255.0.0/24")
+        return ipaddress.ip_address(host) in ipaddress.ip_network("10.255.0.0/16")
     except ValueError:
         return False
 
