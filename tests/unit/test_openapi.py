@@ -220,3 +220,15 @@ def test_v3_components_are_kubes_named_structs_and_every_reference_resolves() ->
     assert pod["x-kubernetes-list-map-keys"] == ["name"] and pod["items"]["allOf"][0]["$ref"].endswith(".Container")
     lst = schemas["io.k8s.api.apps.v1.DeploymentList"]["properties"]
     assert lst["metadata"]["allOf"] == [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"}]
+
+
+def test_v3_core_document_has_the_pod_create_subresources() -> None:
+    doc = openapi_v3_group(_resources(), "", "v1")
+    assert doc is not None
+    post = doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/eviction"]["post"]
+    assert post["operationId"] == "createCoreV1NamespacedPodEviction"
+    assert post["x-kubernetes-group-version-kind"] == {"group": "policy", "version": "v1", "kind": "Eviction"}
+    assert post["requestBody"]["content"]["*/*"]["schema"]["$ref"] == "#/components/schemas/io.k8s.api.policy.v1.Eviction"
+    assert "deleteOptions" in doc["components"]["schemas"]["io.k8s.api.policy.v1.Eviction"]["properties"]
+    binding = doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/binding"]["post"]
+    assert binding["operationId"] == "createCoreV1NamespacedPodBinding"

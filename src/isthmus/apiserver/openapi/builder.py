@@ -295,7 +295,30 @@ def _paths_for(info: ResourceInfo, v3: bool) -> dict[str, Doc]:
             "parameters": common,
             "get": _operation(info, "get", "list", f"list{suffix}{kind}ForAllNamespaces", list_ref, v3),
         }
+    if v3 and info.builtin and (info.group, info.version, info.plural) == ("", "v1", "pods"):
+        for sub, (group, version, sub_kind) in _POD_CREATE_SUBRESOURCES.items():
+            paths[f"{item}/{sub}"] = {"parameters": name_param + ns_param + common,
+                                      "post": _subresource_create(info, sub, group, version, sub_kind)}
     return paths
+
+
+# The Pod subresources kube serves as a create of another kind (handlers/binding.py, eviction.py).
+_POD_CREATE_SUBRESOURCES = {"binding": ("", "v1", "Binding"), "eviction": ("policy", "v1", "Eviction")}
+
+
+def _subresource_create(info: ResourceInfo, sub: str, group: str, version: str, kind: str) -> Doc:
+    """POST pods/<name>/binding|eviction as kube documents it: the body and answer typed as the kind."""
+    ref = components.REF + (f"io.k8s.api.{group or 'core'}.{version}.{kind}")
+    return {
+        "description": f"create {kind.lower()} of a Pod",
+        "operationId": f"create{_op_suffix(info)}NamespacedPod{kind}",
+        "tags": [_op_suffix(info)[0].lower() + _op_suffix(info)[1:]],
+        "x-kubernetes-action": "post",
+        "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": kind},
+        "requestBody": _body(ref, True, False, True),
+        "parameters": _write_params(True),
+        "responses": _responses(ref, ("200", "201", "202"), True),
+    }
 
 
 # ---------------------------------------------------------------- shared definitions
@@ -399,6 +422,8 @@ def _v3_components(resources: list[ResourceInfo]) -> dict[str, Doc]:
         else:
             defs[name] = _v3_inline_schema(info)
         defs[name + "List"] = _v3_list_schema(info, name)
+        if info.builtin and (info.group, info.version, info.plural) == ("", "v1", "pods"):
+            defs.update(components.kind_components("policy", "v1", "Eviction")[1])  # pods/eviction's body
     return dict(sorted(defs.items()))
 
 

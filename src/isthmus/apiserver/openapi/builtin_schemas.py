@@ -400,6 +400,7 @@ MODELS: dict[tuple[str, str, str], type] = {
     ("networking.k8s.io", "v1", "NetworkPolicy"): networking_v1.NetworkPolicy,
     ("node.k8s.io", "v1", "RuntimeClass"): node_v1.RuntimeClass,
     ("policy", "v1", "PodDisruptionBudget"): policy_v1.PodDisruptionBudget,
+    ("policy", "v1", "Eviction"): policy_v1.Eviction,  # pods/eviction's body (OpenAPI only)
     ("rbac.authorization.k8s.io", "v1", "ClusterRole"): rbac_v1.ClusterRole,
     ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"): rbac_v1.ClusterRoleBinding,
     ("rbac.authorization.k8s.io", "v1", "Role"): rbac_v1.Role,
