@@ -44,6 +44,7 @@ async def test_controller_child_leaves_host_out_and_the_default_keeps_the_machin
     own, ctrl = client.created
     assert own.source.host == "machine" and own.involvedObject.fieldPath is None
     assert ctrl.source.component == "deployment-controller" and ctrl.source.host is None
+    assert ctrl.reportingComponent == "deployment-controller" and ctrl.reportingInstance is None
 
 
 async def test_a_new_object_under_an_old_name_gets_its_own_event() -> None:

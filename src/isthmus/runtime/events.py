@@ -130,14 +130,17 @@ class EventRecorder:
 
     def child(self, component: str, *, host: str | None = None, instance: str | None = None) -> EventRecorder:
         """The recorder of ``component`` (one per component, host and instance: asking twice gives
-        the same one, so its aggregation of repeats holds), written and closed with this one."""
-        key = (component, host, instance or self.instance)
+        the same one, so its aggregation of repeats holds), written and closed with this one.
+        ``reportingInstance`` is ``instance``, else ``host``, else left out — client-go's legacy
+        recorder reports ``source.host`` there, which kube's controllers leave empty."""
+        key = (component, host, instance if instance is not None else (host or ""))
         rec = self._children.get(key)
         if rec is None:
             rec = EventRecorder(
-                self.client, component, instance=key[2], host=host or "", max_tracked=self.max_tracked,
+                self.client, component, instance=key[2] or "-", host=host or "", max_tracked=self.max_tracked,
                 buffer=self._buffer, clock=self._clock,
             )
+            rec.instance = key[2]
             self._children[key] = rec
         return rec
 
@@ -250,7 +253,7 @@ class EventRecorder:
                 lastTimestamp=now.replace(microsecond=0),
                 source=EventSource(component=self.component, host=self.host),
                 reportingComponent=self.component,
-                reportingInstance=self.instance,
+                reportingInstance=self.instance or None,
             )
             await self.client.create(ev)
             metrics.EVENTS_EMITTED.labels("created").inc()
