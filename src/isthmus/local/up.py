@@ -653,12 +653,28 @@ class Bringup:
 
     async def _apply(self, name: str, directory: Path) -> None:
         kubeconfig = self.layout.kubeconfig_of(name)
+        await self._install_crds(name)
         argv = components.apply_argv(kubeconfig, directory)
         if argv is not None:
             await self._one_shot(f"install {name} (kubectl apply --server-side -k {directory})", argv, f"{name}-install")
         else:
             log.warning("kubectl not found: applying %s's manifests server-side from Python", name)
             await components.apply_rendered(kubeconfig, directory)
+
+    async def _install_crds(self, name: str) -> None:
+        """This version's CRDs, on every `up` (deploy/member and deploy/broker carry none, and join and
+        deploy-broker run only when not done yet): ours upgraded, the shared ones only where absent or
+        Isthmus's, as join and deploy-broker install them on real clusters."""
+        from isthmus.clusterset.control import CRD_TIMEOUT
+        from isthmus.clusterset.crds import ensure_crds
+        from isthmus.kube.client import make_client
+
+        client = make_client(self.layout.kubeconfig_of(name), timeout=10.0)
+        try:
+            async with asyncio.timeout(CRD_TIMEOUT):
+                await ensure_crds(client, "isthmus-up")
+        finally:
+            await client.close()
 
     async def _source_ip_classes(self) -> list[str]:
         """Each cluster's local SourceIPClass, applied once its components run (the egress webhook
