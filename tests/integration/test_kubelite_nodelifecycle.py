@@ -121,10 +121,13 @@ async def test_silent_node_is_unknown_tainted_and_drained(cluster: AsyncClient) 
 
     await eventually(short_gone, what="short evicted")
     assert not (await cluster.get(Pod, "long", namespace=NS)).to_dict()["metadata"].get("deletionTimestamp")
-    events = [e.to_dict() async for e in cluster.list(Event, namespace=NS)]
-    reasons = {(e["reason"], e["involvedObject"]["name"], e["source"]["component"]) for e in events}
-    assert ("NodeNotReady", "long", "node-controller") in reasons
-    assert ("TaintManagerEviction", "short", "node-controller") in reasons
+    async def recorded() -> bool:  # the recorder writes in the background
+        events = [e.to_dict() async for e in cluster.list(Event, namespace=NS)]
+        reasons = {(e["reason"], e["involvedObject"]["name"], e["source"]["component"]) for e in events}
+        return {("NodeNotReady", "long", "node-controller"),
+                ("TaintManagerEviction", "short", "node-controller")} <= reasons
+
+    await eventually(recorded, what="NodeNotReady and TaintManagerEviction events")
 
     await beat(cluster, "n1")  # back: the taints go
     assert await eventually(lambda: _no_taints(cluster), what="taints removed")

@@ -93,6 +93,13 @@ async def condition(client: AsyncClient, name: str) -> dict[str, Any]:
     return cast(dict[str, Any], await eventually(unschedulable, what=f"{name} unschedulable"))
 
 
+async def events_of(client: AsyncClient, reason: str, name: str) -> list[dict[str, Any]] | None:
+    """The Events of this reason about this Pod (the recorder writes them in the background)."""
+    found = [e.to_dict() async for e in client.list(Event, namespace=NS)]
+    found = [e for e in found if e["reason"] == reason and e["involvedObject"]["name"] == name]
+    return found or None
+
+
 ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
     {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
 
@@ -124,9 +131,8 @@ async def test_anti_affinity_spreads_and_the_fourth_is_unschedulable(cluster: As
     await cluster.delete(Pod, "web-1", namespace=NS, grace_period=0)
     assert (await placed(cluster, ["web-3"]))["web-3"] == gone
 
-    events = [e.to_dict() async for e in cluster.list(Event, namespace=NS)]
-    scheduled = [e for e in events if e["reason"] == "Scheduled" and e["involvedObject"]["name"] == "web-0"]
-    assert scheduled and scheduled[0]["message"] == f"Successfully assigned {NS}/web-0 to {where['web-0']}"
+    scheduled = await eventually(lambda: events_of(cluster, "Scheduled", "web-0"), what="Scheduled event")
+    assert scheduled[0]["message"] == f"Successfully assigned {NS}/web-0 to {where['web-0']}"
     assert scheduled[0]["source"]["component"] == "default-scheduler"
     assert scheduled[0]["involvedObject"]["kind"] == "Pod" and scheduled[0]["involvedObject"]["apiVersion"] == "v1"
 
@@ -204,7 +210,6 @@ async def test_preemption_makes_room_for_a_higher_priority_pod(cluster: AsyncCli
     for n in fillers:  # one victim only
         if n != victim:
             assert not (await cluster.get(Pod, n, namespace=NS)).to_dict()["metadata"].get("deletionTimestamp")
-    events = [e.to_dict() async for e in cluster.list(Event, namespace=NS)]
     uid = (await cluster.get(Pod, "vip", namespace=NS)).to_dict()["metadata"]["uid"]
-    assert any(e["reason"] == "Preempted" and e["involvedObject"]["name"] == victim
-               and e["message"] == f"Preempted by pod {uid} on node {node}" for e in events)
+    preempted = await eventually(lambda: events_of(cluster, "Preempted", victim), what="Preempted event")
+    assert preempted[0]["message"] == f"Preempted by pod {uid} on node {node}"
