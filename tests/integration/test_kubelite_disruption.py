@@ -143,3 +143,28 @@ async def test_a_budget_selecting_nothing_allows_nothing(client: AsyncClient) ->
 
     (ev,) = await eventually(no_pods, what="the NoPods event")
     assert ev.message == "No matching pods found" and ev.source.component == "controllermanager"
+
+
+async def test_a_stale_disruption_target_goes_back_to_false(client: AsyncClient) -> None:
+    """Evicted (marked) but not deleted for 2 minutes: kube's controller clears the mark."""
+    await create(client, Pod, {"metadata": {"name": "marked", "labels": {"app": "other"}},
+                               "spec": {"containers": [{"name": "c", "image": "i"}]}})
+
+    async def running() -> bool:  # the stand-in kubelet has written its status (it replaces the conditions)
+        pod = (await client.get(Pod, "marked", namespace=NS)).to_dict()
+        return any(c["type"] == "Ready" for c in pod["status"].get("conditions") or [])
+
+    await eventually(running, what="the pod running")
+    then = stamp(datetime.now(UTC) - timedelta(minutes=3))
+    await client.patch(Pod.Status, "marked", {"status": {"conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+         "message": "Eviction API: evicting", "lastTransitionTime": then}]}},
+        namespace=NS, patch_type=PatchType.STRATEGIC)
+
+    async def cleared() -> dict[str, Any] | None:
+        pod = (await client.get(Pod, "marked", namespace=NS)).to_dict()
+        cond = next((c for c in pod["status"].get("conditions") or [] if c["type"] == "DisruptionTarget"), None)
+        return cond if cond is not None and cond["status"] == "False" else None
+
+    cond = await eventually(cleared, what="DisruptionTarget set to False")
+    assert cond["reason"] == "EvictionByEvictionAPI" and cond["lastTransitionTime"] != then

@@ -109,3 +109,22 @@ def test_budget_status_and_condition() -> None:
     assert (low["conditions"][0]["reason"], low["conditions"][0]["lastTransitionTime"]) == ("InsufficientPods", "T2")
     none = budget_status(pdb(maxUnavailable=1), 0, ExpectedPods(0, 0, []), {}, "T")
     assert none["disruptionsAllowed"] == 0  # nothing expected: nothing to disrupt
+
+
+def test_stale_disruption_target_is_cleaned_after_two_minutes() -> None:
+    from isthmus.local.kubelite.disruption import stale_disruption_in
+
+    def marked(ago: timedelta, **extra: Any) -> dict[str, Any]:
+        p = pod("p")
+        p["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True",
+                                          "reason": extra.pop("reason", "EvictionByEvictionAPI"),
+                                          "lastTransitionTime": stamp(NOW - ago)})
+        p["status"].update(extra)
+        return p
+
+    assert stale_disruption_in(marked(timedelta(seconds=30)), NOW) == 90.0
+    assert stale_disruption_in(marked(timedelta(minutes=3)), NOW) == 0.0
+    assert stale_disruption_in(marked(timedelta(minutes=3), phase="Failed"), NOW) is None
+    assert stale_disruption_in(marked(timedelta(minutes=3), reason="TerminationByKubelet"), NOW) is None
+    assert stale_disruption_in(pod("p", terminating=True), NOW) is None
+    assert stale_disruption_in(pod("p"), NOW) is None

@@ -23,10 +23,15 @@ empty one all) give:
 
 Budgets are reconciled when they change and when any Pod of their namespace changes (the Pods
 matching a budget are few and the test is cheap).
+
+A second queue, as kube's, looks after Pods marked ``DisruptionTarget=True`` (by an eviction or a
+preemption) that were not deleted after all: 2 minutes after the mark, if the Pod is still not
+terminating (nor finished), the condition is set back to False.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +59,7 @@ __all__ = [
     "disrupted_pods",
     "expected_pods",
     "healthy_pods",
+    "stale_disruption_in",
 ]
 
 log = logging.getLogger(__name__)
@@ -206,6 +212,22 @@ def healthy_pods(pods: Iterable[Mapping[str, Any]], disrupted: Mapping[str, str]
     return count
 
 
+def stale_disruption_in(pod: Mapping[str, Any], now: datetime) -> float | None:
+    """kube's nonTerminatingPodHasStaleDisruptionCondition: a Pod marked ``DisruptionTarget=True``
+    (an eviction or preemption that did not delete it) that is still not terminating gets the
+    condition set to False 2 minutes after it was added; the seconds left until then (0: now), or
+    None when there is nothing to clean (no such condition, terminating, finished, or the kubelet's)."""
+    if _meta(pod).get("deletionTimestamp") is not None:
+        return None
+    status = pod.get("status") or {}
+    cond = next((c for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"), None)
+    if (cond is None or cond.get("status") != "True" or cond.get("reason") == "TerminationByKubelet"
+            or status.get("phase") in ("Succeeded", "Failed")):
+        return None
+    since = _parse(cond.get("lastTransitionTime")) or now
+    return max(0.0, (since + DELETION_TIMEOUT - now).total_seconds())
+
+
 def _set_condition(conditions: list[Obj], cond: Obj, now: str) -> list[Obj]:
     """apimeta.SetStatusCondition: lastTransitionTime moves only when the status changes."""
     current = next((c for c in conditions if c.get("type") == cond["type"]), None)
@@ -292,9 +314,31 @@ class DisruptionController:
         self.controller = Controller("kubelite-disruption", self.reconcile, workers=workers)
         self.controller.watch(budgets)
         self.controller.watch(pods, self._budgets_of_pod, initial=False)
+        # kube's second queue: Pods whose DisruptionTarget condition went stale
+        self.stale = Controller("kubelite-disruption-stale", self.reconcile_pod, workers=1)
+        self.stale.watch(pods, predicate=lambda _old, new: _has_disruption_target(new))
 
     async def run(self) -> None:
-        await self.controller.run()
+        await asyncio.gather(self.controller.run(), self.stale.run())
+
+    async def reconcile_pod(self, key: str) -> Result | None:
+        """kube's syncStalePodDisruption: ``DisruptionTarget`` back to False on a Pod that was not
+        deleted within 2 minutes of being marked (reason and message are left as they were)."""
+        obj = self.pods.cache.get(key)
+        if obj is None:
+            return None
+        pod = obj.to_dict()
+        wait = stale_disruption_in(pod, self.clock())
+        if wait is None:
+            return None
+        if wait > 0:
+            return Result(requeue_after=wait)
+        ns, name = split_key(key)
+        patch = {"status": {"conditions": [{"type": "DisruptionTarget", "status": "False",
+                                            "lastTransitionTime": format_time(self.clock())}]}}
+        await self.client.patch(Pod.Status, name, patch, namespace=ns, patch_type=PatchType.STRATEGIC,
+                                field_manager=FIELD_MANAGER)
+        return None
 
     def _budgets_of_pod(self, pod: Any) -> list[str]:
         ns = pod.metadata.namespace if pod.metadata else None
@@ -360,6 +404,11 @@ class DisruptionController:
             PodDisruptionBudget.Status, str(meta.get("name")), {"status": patch}, namespace=meta.get("namespace"),
             patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER,
         )
+
+
+def _has_disruption_target(pod: Any) -> bool:
+    conds = (pod.status.conditions if pod.status is not None else None) or []
+    return any(c.type == "DisruptionTarget" and c.status == "True" for c in conds)
 
 
 def _selector_text(selector: Mapping[str, Any] | None) -> str:
