@@ -178,12 +178,6 @@ class LeanRequest(web.Request):
         return self._body.decode(self.charset or "utf-8")
 
 
-def warning_header(text: str) -> str:
-    """A Warning header's value as kube's NewWarningHeader writes it: code 299, agent "-", the text
-    quoted with `"` and `\\` escaped (kubectl drops a warning whose quoting is broken)."""
-    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 class JsonAnswer(web.Response):
     """A JSON answer to a plain request, which _encode writes straight from its body: aiohttp's own
     __init__ (headers multidict, content-type parsing) is skipped on purpose, as LeanRequest skips
@@ -207,7 +201,7 @@ class JsonAnswer(web.Response):
         """As aiohttp would hold them (only for whoever asks: _encode does not)."""
         headers = CIMultiDict({"Content-Type": "application/json"})
         for w in self._warnings:
-            headers.add("Warning", warning_header(w))
+            headers.add("Warning", f'299 - "{w}"')
         for line in self.extra_head.decode().splitlines():
             name, _, value = line.partition(": ")
             headers.add(name, value)
@@ -222,7 +216,7 @@ class JsonAnswer(web.Response):
                                             "Content-Type: application/json\r\n").encode()
         parts = [start]
         for w in self._warnings:
-            value = _one_line(warning_header(w))
+            value = _one_line(f'299 - "{w}"')
             parts.append(f"Warning: {value}\r\n".encode("utf-8", "surrogateescape"))
         if self.extra_head:
             parts.append(self.extra_head)

@@ -43,7 +43,7 @@ class Admission:
     reader: Callable[[str, str, str, str], dict[str, Any] | None] | None = None
     lister: Callable[[str, str, str], list[dict[str, Any]]] | None = None
     can: Callable[[UserInfo, str, str, str, str, str], bool] | None = None
-    _hooked: dict[tuple[str, str], bool] = field(default_factory=dict, repr=False)
+    _hooked: dict[tuple[str, str, bool], bool] = field(default_factory=dict, repr=False)
     _hook_counts: tuple[int, int] = (0, 0)
 
     def add_mutating(self, group: str, plural: str, hook: Hook) -> None:
@@ -64,17 +64,25 @@ class Admission:
     def _all_validating(self) -> list[tuple[str, str, Hook]]:
         return [*self.builtin_validating, *self.validating]
 
-    def active(self, info: ResourceInfo) -> bool:
-        # Whether a registered hook matches, per (group, plural); hooks are only ever added, so the
-        # answers hold while the number of hooks stays the same.
+    def active(self, info: ResourceInfo, subresource: str = "") -> bool:
+        """Whether a write of `info` (through `subresource`) must go through admission at all.
+
+        kube's built-in pod plugins judge no subresource write, so a Pod's or a Deployment's status
+        writes (the busiest of a cluster) skip admission unless another hook, webhook or policy
+        covers the resource."""
+        # Per (group, plural, builtins counted); hooks are only ever added, so the answers hold while
+        # the number of hooks stays the same.
         counts = (len(self.mutating) + len(self.builtin_mutating), len(self.validating) + len(self.builtin_validating))
         if counts != self._hook_counts:
             self._hooked.clear()
             self._hook_counts = counts
-        hooked = self._hooked.get((info.group, info.plural))
+        key = (info.group, info.plural, not subresource)
+        hooked = self._hooked.get(key)
         if hooked is None:
-            hooked = any(self._match(g, p, info) for g, p, _ in (*self._all_mutating(), *self._all_validating()))
-            self._hooked[(info.group, info.plural)] = hooked
+            hooks = (*self._all_mutating(), *self._all_validating()) if not subresource else \
+                (*self.mutating, *self.validating)
+            hooked = any(self._match(g, p, info) for g, p, _ in hooks)
+            self._hooked[key] = hooked
         if hooked:
             return True
         if self.webhooks is not None and self.webhooks.covers(info):

@@ -12,7 +12,7 @@ from aiohttp import web
 from isthmus.apiserver.apimachinery import errors
 from isthmus.apiserver.apimachinery.errors import ApiError
 from isthmus.apiserver.authentication.authenticators import UNSECURED, Authenticator, UserInfo
-from isthmus.apiserver.httpserver import JsonAnswer, LeanRequest, warning_header
+from isthmus.apiserver.httpserver import JsonAnswer, LeanRequest
 from isthmus.apiserver.registry.resources import ResourceInfo, ResourceRegistry
 from isthmus.apiserver.registry.store import GenericStore
 from isthmus.apiserver.serializer import decoding, protobuf
@@ -60,7 +60,7 @@ def json_response(body: Any, status: int = 200, warnings: list[str] | None = Non
         return JsonAnswer(orjson.dumps(body), status, warnings)
     resp = web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
     for w in warnings or []:
-        resp.headers.add("Warning", warning_header(w))
+        resp.headers.add("Warning", f'299 - "{w}"')
     return resp
 
 
@@ -76,7 +76,7 @@ def status_response(e: ApiError, request: web.Request | None = None) -> web.Resp
     if retry:
         resp.headers["Retry-After"] = str(retry)
     for w in getattr(e, "warnings", None) or []:
-        resp.headers.add("Warning", warning_header(w))
+        resp.headers.add("Warning", f'299 - "{w}"')
     return resp
 
 

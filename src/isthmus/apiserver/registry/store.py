@@ -414,7 +414,7 @@ class GenericStore:
                 if _without_volatile(new) != _without_volatile(live):
                     new = track_update(live, new, manager=manager, schema=info.schema,
                                        api_version=info.api_version, now=now, subresource=subresource)
-            if self.admission.active(info):
+            if self.admission.active(info, subresource):
                 req = AdmissionRequest("UPDATE", info, subresource, ns, name, new, clone(live), user_info(user),
                                        dry_run, warnings)
                 if await self.admission.run(req):

@@ -34,6 +34,12 @@ POD_CONTROLLERS: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+def header_text(text: str) -> str:
+    """A warning as the response's Warning header carries it: `"` and `\\` escaped, as every
+    producer of AdmissionRequest.warnings writes them (kubectl drops a warning whose quoting is broken)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def _d(value: Any) -> Obj:
     return value if isinstance(value, dict) else {}
 
@@ -148,8 +154,8 @@ class PodSecurity:
     def _warn(req: AdmissionRequest, policy: Policy, meta: Obj, spec: Obj) -> None:
         failed = evaluate(policy.warn.level, policy.warn.version, meta, spec)
         if failed:
-            req.warnings.append(f"would violate PodSecurity {errors.go_quote(str(policy.warn))}: "
-                                f"{forbidden_detail(failed)}")
+            req.warnings.append(header_text(f"would violate PodSecurity {errors.go_quote(str(policy.warn))}: "
+                                            f"{forbidden_detail(failed)}"))
 
     async def validate_namespace(self, req: AdmissionRequest) -> None:
         if req.subresource or req.object is None or req.operation not in ("CREATE", "UPDATE"):
@@ -167,7 +173,7 @@ class PodSecurity:
         if new.enforce.version == old.enforce.version and compare_levels(new.enforce.level, old.enforce.level) < 1:
             return
         pods = self.admission.lister("", "pods", req.name) if self.admission.lister is not None else []
-        req.warnings.extend(evaluate_pods_in_namespace(req.name, new.enforce, pods))
+        req.warnings.extend(header_text(w) for w in evaluate_pods_in_namespace(req.name, new.enforce, pods))
 
 
 def install(admission: Any) -> None:
