@@ -33,7 +33,6 @@ __all__ = ["EDGE_COMPONENTS", "EdgeSpeaker", "address_batches", "edge_routes", "
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "isthmus-system"
 NAME_LABEL = "app.kubernetes.io/name"
 POOLS = "isthmus-pools"
 GATEWAY = "isthmus-egress-gateway"
@@ -129,23 +128,24 @@ class EdgeSpeaker:
         from isthmus.kube.client import client_for, load_config
 
         client = client_for(load_config(str(self.kubeconfig), None))
-        from lightkube import operators
+        from lightkube import ALL_NS, operators
 
         labels: dict[str, Any] = {NAME_LABEL: operators.in_(list(EDGE_COMPONENTS))}
         try:
             while True:
                 try:
-                    pods = {p.metadata.name: p.to_dict() async for p in client.list(Pod, namespace=NAMESPACE,
-                                                                                     labels=labels)
-                            if p.metadata is not None}
+                    # every namespace: the pool manager has one of its own (isthmus-pools), the gateway isthmus-system
+                    pods = {f"{p.metadata.namespace}/{p.metadata.name}": p.to_dict()
+                            async for p in client.list(Pod, namespace=ALL_NS, labels=labels) if p.metadata is not None}
                     await self.apply(list(pods.values()), force=True)
-                    async for kind, pod in client.watch(Pod, namespace=NAMESPACE, labels=labels):
+                    async for kind, pod in client.watch(Pod, namespace=ALL_NS, labels=labels):
                         if pod.metadata is None:
                             continue
+                        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
                         if kind == "DELETED":
-                            pods.pop(str(pod.metadata.name), None)
+                            pods.pop(key, None)
                         else:
-                            pods[str(pod.metadata.name)] = pod.to_dict()
+                            pods[key] = pod.to_dict()
                         await self.apply(list(pods.values()))
                 except asyncio.CancelledError:
                     raise
