@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from isthmus.apiserver.admission.attributes import AdmissionRequest
-from isthmus.apiserver.admission.podsecurity.checks import evaluate, forbidden_detail
+from isthmus.apiserver.admission.podsecurity.checks import (
+    capabilities_restricted,
+    evaluate,
+    forbidden_detail,
+    run_as_non_root,
+)
 from isthmus.apiserver.admission.podsecurity.plugin import (
     PodSecurity,
     evaluate_pods_in_namespace,
@@ -146,3 +151,29 @@ async def test_a_namespace_keeping_labels_that_were_already_invalid_may_be_updat
     assert e.value.code == 422
     with pytest.raises(ApiError):
         await plugin.validate_namespace(_namespace_request("CREATE", bad))
+
+
+def test_kubes_own_multi_container_cases() -> None:
+    caps = {"containers": [
+        {"name": "a", "securityContext": {"capabilities": {"add": ["FOO", "BAR"]}}},
+        {"name": "b", "securityContext": {"capabilities": {"add": ["BAR", "BAZ"]}}},
+        {"name": "c", "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE", "CHOWN"], "drop": ["ALL", "FOO"]}}}]}
+    assert capabilities_restricted({}, caps) == ("unrestricted capabilities", (
+        'containers "a", "b" must set securityContext.capabilities.drop=["ALL"]; containers "a", "b", "c" must not '
+        'include "BAR", "BAZ", "CHOWN", "FOO" in securityContext.capabilities.add'))
+    non_root = {"securityContext": {"runAsNonRoot": True}, "containers": [
+        {"name": "a"}, {"name": "b", "securityContext": {"runAsNonRoot": True}},
+        {"name": "c", "securityContext": {"runAsNonRoot": False}},
+        {"name": "d", "securityContext": {"runAsNonRoot": False}}]}
+    assert run_as_non_root({}, non_root) == (
+        "runAsNonRoot != true", 'containers "c", "d" must not set securityContext.runAsNonRoot=false')
+    selinux = {"securityContext": {"seLinuxOptions": {"type": "foo", "user": "bar", "role": "baz"}}, "containers": [
+        {"name": "a", "securityContext": {"seLinuxOptions": {"type": "container_t"}}},
+        {"name": "d", "securityContext": {"seLinuxOptions": {"type": "container_engine_t"}}},
+        {"name": "e", "securityContext": {"seLinuxOptions": {"type": "bar"}}},
+        {"name": "f", "securityContext": {"seLinuxOptions": {"user": "bar"}}},
+        {"name": "g", "securityContext": {"seLinuxOptions": {"role": "baz"}}}]}
+    assert detail("baseline", selinux) == (
+        'seLinuxOptions (pod and containers "e", "f", "g" set forbidden securityContext.seLinuxOptions: '
+        'types "bar", "foo"; user may not be set; role may not be set)')
+    assert "container_engine_t" in detail("baseline", selinux, version=(1, 30))  # allowed from v1.31
