@@ -367,3 +367,26 @@ def test_admission_policies_see_evictions_and_bindings(srv: Server) -> None:
     finally:
         srv.http.delete("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/no-evicting-guarded")
         srv.http.delete("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/no-evicting-guarded")
+
+
+def test_a_terminating_pod_outlives_its_status_updates_until_the_kubelet_deletes_it(srv: Server) -> None:
+    """An evicted Pod terminates for its grace period: the kubelet's status writes meanwhile keep it
+    (kube's shouldDeleteDuringUpdate), its final delete (grace 0) removes it; with a finalizer, that
+    delete leaves it for the finalizer's removal."""
+    running_pod(srv, "slow")
+    assert evict(srv, "slow")[0] == 201
+    _ok(srv.http.patch(f"/api/v1/namespaces/{NS}/pods/slow/status", {"status": {"phase": "Running",
+                                                                                "message": "stopping"}}))
+    p = pod(srv, "slow")
+    assert p is not None and p["status"]["message"] == "stopping"
+    srv.http.request("DELETE", f"/api/v1/namespaces/{NS}/pods/slow", {"gracePeriodSeconds": 0})
+    assert pod(srv, "slow") is None
+
+    running_pod(srv, "held")
+    _ok(srv.http.patch(f"/api/v1/namespaces/{NS}/pods/held", {"metadata": {"finalizers": ["test/hold"]}}))
+    assert evict(srv, "held")[0] == 201
+    srv.http.request("DELETE", f"/api/v1/namespaces/{NS}/pods/held", {"gracePeriodSeconds": 0})
+    p = pod(srv, "held")
+    assert p is not None and p["metadata"]["deletionGracePeriodSeconds"] == 0
+    _ok(srv.http.patch(f"/api/v1/namespaces/{NS}/pods/held", {"metadata": {"finalizers": None}}))
+    assert pod(srv, "held") is None

@@ -99,6 +99,19 @@ def _spec_view(obj: Obj, has_status: bool) -> Obj:
     return {k: v for k, v in obj.items() if k != "metadata" and not (has_status and k == "status")}
 
 
+def _completes_deletion(info: ResourceInfo, live: Obj, new: Obj) -> bool:
+    """kube's shouldDeleteDuringUpdate: an update of a deleting object deletes it when it removes
+    what held it (the last finalizer, or what the strategy holds it for), unless it is a Pod still
+    terminating gracefully (deletionGracePeriodSeconds > 0: the kubelet deletes it, grace 0). An
+    update of a deleting object nothing held (a terminating Pod's status) keeps it."""
+    nm = new["metadata"]
+    if not nm.get("deletionTimestamp") or nm.get("finalizers") or info.strategy.holds_deletion(new):
+        return False
+    if not live["metadata"].get("finalizers") and not info.strategy.holds_deletion(live):
+        return False
+    return not int(nm.get("deletionGracePeriodSeconds") or 0)
+
+
 def _without_volatile(obj: Obj) -> Obj:
     """The object as compared to decide whether a write is a no-op."""
     m = {k: v for k, v in obj.get("metadata", {}).items() if k not in ("resourceVersion", "managedFields")}
@@ -428,8 +441,7 @@ class GenericStore:
                 return live, False  # no-op: kube does not bump the resourceVersion
             if dry_run:
                 return new, False
-            if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") and \
-                    not info.strategy.holds_deletion(new):
+            if _completes_deletion(info, live, new):
                 return self.storage.delete(info.key, ns, name), False
             return self.storage.update(info.key, info.strategy.to_storage(new)), False
         raise errors.conflict(info.group, info.plural, name, "too many concurrent modifications, try again")
@@ -478,7 +490,9 @@ class GenericStore:
             grace = info.strategy.deletion_grace(live, options)
             if finalizers or info.strategy.holds_deletion(live) or grace:
                 terminating = lm.get("deletionTimestamp")
-                shorter = grace and terminating and grace < int(lm.get("deletionGracePeriodSeconds") or 0)
+                # only a shorter grace period may be given, 0 included (a kubelet's final delete of a
+                # Pod that finalizers still hold: their removal then deletes it)
+                shorter = bool(terminating) and grace < int(lm.get("deletionGracePeriodSeconds") or 0)
                 if terminating and finalizers == list(lm.get("finalizers") or []) and not shorter:
                     return live, False
                 new = clone(live)
