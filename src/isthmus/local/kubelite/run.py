@@ -16,17 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Endpoints, Namespace, Node, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from isthmus.local.kubelite import COMPONENT
 from isthmus.local.kubelite.daemonsets import DaemonSetController
+from isthmus.local.kubelite.disruption import DisruptionController
 from isthmus.local.kubelite.endpoints import EndpointsController
 from isthmus.local.kubelite.endpointslices import EndpointSliceController
 from isthmus.local.kubelite.ipam import parse_cidr
 from isthmus.local.kubelite.kubelet import KubeletServer
 from isthmus.local.kubelite.logs import PodLogs
-from isthmus.local.kubelite.node import NodeAgent
+from isthmus.local.kubelite.node import NODE_LEASE_NAMESPACE, NodeAgent
+from isthmus.local.kubelite.nodelifecycle import NodeLifecycleController, PodGCController
 from isthmus.local.kubelite.pods import PodRuntime, node_name
 from isthmus.local.kubelite.processes import ProcessOptions
 from isthmus.local.kubelite.scheduler import Scheduler
@@ -148,6 +152,9 @@ class KubeLite:
         self.statefulsets: StatefulSetController | None = None
         self.daemonsets: DaemonSetController | None = None
         self.scheduler: Scheduler | None = None
+        self.disruption: DisruptionController | None = None
+        self.node_lifecycle: NodeLifecycleController | None = None
+        self.pod_gc: PodGCController | None = None
         if controllers:
             services = self.factory.informer(Service)
             replicasets = self.factory.informer(ReplicaSet)
@@ -157,13 +164,23 @@ class KubeLite:
             )
             self.endpoint_slices = EndpointSliceController(client, services, pods, slices, workers=workers)
             self.endpoints = EndpointsController(client, services, pods, self.factory.informer(Endpoints))
-            self.deployments = DeploymentController(client, self.factory.informer(Deployment), replicasets, pods)
-            self.replicasets = ReplicaSetController(client, replicasets, pods)
-            self.statefulsets = StatefulSetController(client, self.factory.informer(StatefulSet), pods, revisions)
+            deployments = self.factory.informer(Deployment)
+            statefulsets = self.factory.informer(StatefulSet)
+            budgets = self.factory.informer(PodDisruptionBudget)
+            self.deployments = DeploymentController(client, deployments, replicasets, pods, recorder=self.recorder)
+            self.replicasets = ReplicaSetController(client, replicasets, pods, recorder=self.recorder)
+            self.statefulsets = StatefulSetController(client, statefulsets, pods, revisions, recorder=self.recorder)
             nodes = self.factory.informer(Node)
-            self.daemonsets = DaemonSetController(client, self.factory.informer(DaemonSet), nodes, pods, revisions)
+            self.daemonsets = DaemonSetController(client, self.factory.informer(DaemonSet), nodes, pods, revisions,
+                                                  recorder=self.recorder)
             # kube-scheduler's place: it binds every Pod, a one-node cluster's too (the kubelets never do)
-            self.scheduler = Scheduler(client, pods, nodes, self.recorder, namespaces=self.factory.informer(Namespace))
+            self.scheduler = Scheduler(client, pods, nodes, self.recorder, namespaces=self.factory.informer(Namespace),
+                                       pdbs=budgets, services=services)
+            self.disruption = DisruptionController(client, budgets, pods, deployments, replicasets, statefulsets,
+                                                   recorder=self.recorder)
+            self.node_lifecycle = NodeLifecycleController(
+                client, nodes, self.factory.informer(Lease, NODE_LEASE_NAMESPACE), pods, self.recorder)
+            self.pod_gc = PodGCController(client, nodes, pods)
         self._ready = False
 
     @property
@@ -191,6 +208,9 @@ class KubeLite:
             ("statefulsets", self.statefulsets),
             ("daemonsets", self.daemonsets),
             ("scheduler", self.scheduler),
+            ("disruption", self.disruption),
+            ("node-lifecycle", self.node_lifecycle),
+            ("pod-gc", self.pod_gc),
         ):
             if part is not None:
                 out.append((name, part.run))
