@@ -44,6 +44,8 @@ def test_kubectl_explain_prints_kubes_type_names(srv: Server) -> None:
     assert "  ownerReferences\t<[]OwnerReference>" in out.splitlines()
     out = srv.kubectl("explain", "pod.spec.containers.resources.limits").stdout
     assert _field_line(out) == "FIELD: limits <map[string]Quantity>"
+    for path in ("node.status.capacity", "resourcequota.spec.hard", "limitrange.spec.limits.max"):
+        assert _field_line(srv.kubectl("explain", path).stdout).endswith("<map[string]Quantity>"), path
 
 
 def test_custom_resources_stay_inline_with_metadata_by_reference(srv: Server) -> None:
