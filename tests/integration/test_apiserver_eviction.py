@@ -390,3 +390,17 @@ def test_a_terminating_pod_outlives_its_status_updates_until_the_kubelet_deletes
     assert p is not None and p["metadata"]["deletionGracePeriodSeconds"] == 0
     _ok(srv.http.patch(f"/api/v1/namespaces/{NS}/pods/held", {"metadata": {"finalizers": None}}))
     assert pod(srv, "held") is None
+
+
+def test_kubectl_create_raw_evicts(srv: Server) -> None:
+    running_pod(srv, "raw")
+    body = json.dumps({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "raw", "namespace": NS},
+                       "deleteOptions": {"gracePeriodSeconds": 0}})
+    out = srv.kubectl("create", "--raw", f"/api/v1/namespaces/{NS}/pods/raw/eviction", "-f", "-", stdin=body).stdout
+    assert json.loads(out) == SUCCESS
+    assert pod(srv, "raw") is None
+    running_pod(srv, "raw2")
+    pdb(srv, "web", {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1})
+    p = srv.kubectl("create", "--raw", f"/api/v1/namespaces/{NS}/pods/raw2/eviction", "-f", "-", check=False,
+                    stdin=body.replace('"raw"', '"raw2"'))
+    assert p.returncode == 1 and p.stderr == f"Error from server (TooManyRequests): {VIOLATES}\n"
