@@ -17,7 +17,8 @@ from lightkube import AsyncClient
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Namespace, Service
 
 from isthmus.clusterset.control import ClustersetError
 from isthmus.clusterset.crds import ensure_crds
@@ -69,6 +70,13 @@ async def install_as_submariner(client: AsyncClient, crd: dict[str, Any]) -> Non
     await client.create(Namespace(metadata=ObjectMeta(name="shop")))
     await client.create(ServiceExport.from_dict({"metadata": {"name": "cart", "namespace": "shop"}}),
                         field_manager="subctl")
+    await client.create(Service.from_dict({"metadata": {"name": "cart", "namespace": "shop"},
+                                           "spec": {"ports": [{"port": 80}]}}))
+    await client.create(Deployment.from_dict({
+        "metadata": {"name": "cart", "namespace": "shop"},
+        "spec": {"selector": {"matchLabels": {"app": "cart"}},
+                 "template": {"metadata": {"labels": {"app": "cart"}},
+                              "spec": {"containers": [{"name": "c", "image": "cart"}]}}}}))
 
 
 def submariner_crd() -> dict[str, Any]:
@@ -101,11 +109,18 @@ async def test_submariners_serviceexport_crd_and_its_objects_survive_install_and
     code, out = await kubectl(apiserver, "delete", "-k", str(DEPLOY / "member"), "--wait=false")
     assert code == 0, out
     assert "customresourcedefinition" not in out
+    code, out = await kubectl(apiserver, "apply", "-k", str(DEPLOY / "broker"))  # the broker's, on the same API
+    assert code == 0, out
+    code, out = await kubectl(apiserver, "delete", "-k", str(DEPLOY / "broker"), "--wait=false")
+    assert code == 0, out
+    assert "customresourcedefinition" not in out
 
     still = await client.get(CustomResourceDefinition, NAME)
     assert still.metadata.uid == before.metadata.uid
     assert "spec" not in still.spec.versions[0].schema.openAPIV3Schema.properties  # Submariner's schema
     assert (await client.get(ServiceExport, "cart", namespace="shop")).metadata.name == "cart"
+    assert (await client.get(Service, "cart", namespace="shop")).metadata.name == "cart"  # users' objects untouched
+    assert (await client.get(Deployment, "cart", namespace="shop")).metadata.name == "cart"
     assert await get_or_none(client, CustomResourceDefinition, "clusters.isthmus.io") is not None  # ours kept too
 
 
