@@ -232,3 +232,14 @@ def test_v3_core_document_has_the_pod_create_subresources() -> None:
     assert "deleteOptions" in doc["components"]["schemas"]["io.k8s.api.policy.v1.Eviction"]["properties"]
     binding = doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/binding"]["post"]
     assert binding["operationId"] == "createCoreV1NamespacedPodBinding"
+
+
+def test_v2_definitions_reference_kubes_named_structs() -> None:
+    doc = openapi_v2(_resources())
+    defs = doc["definitions"]
+    missing = {r for r in _refs(doc, set()) if r.removeprefix("#/definitions/") not in defs}
+    assert not missing
+    assert defs["io.k8s.apimachinery.pkg.util.intstr.IntOrString"]["format"] == "int-or-string"
+    strategy = defs["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]["strategy"]
+    assert strategy["$ref"] == "#/definitions/io.k8s.api.apps.v1.DeploymentStrategy" and "allOf" not in strategy
+    assert not any("oneOf" in d or "allOf" in d for d in defs.values())

@@ -323,34 +323,6 @@ def _subresource_create(info: ResourceInfo, sub: str, group: str, version: str, 
 
 # ---------------------------------------------------------------- shared definitions
 
-_OBJECT_META_REF = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
-
-
-def _shared_definitions() -> dict[str, Doc]:
-    status = {
-        "description": "Status is a return value for calls that don't return other objects.",
-        "type": "object",
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "code": {"type": "integer", "format": "int32"},
-            "details": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-            "message": {"type": "string"},
-            "metadata": {
-                "type": "object",
-                "properties": {
-                    "continue": {"type": "string"},
-                    "remainingItemCount": {"type": "integer", "format": "int64"},
-                    "resourceVersion": {"type": "string"},
-                    "selfLink": {"type": "string"},
-                },
-            },
-            "reason": {"type": "string"},
-            "status": {"type": "string"},
-        },
-        "x-kubernetes-group-version-kind": [{"group": "", "version": "v1", "kind": "Status"}],
-    }
-    return {"io.k8s.apimachinery.pkg.apis.meta.v1.Status": status}
 
 
 def _list_schema(info: ResourceInfo, ref: str) -> Doc:
@@ -427,16 +399,49 @@ def _v3_components(resources: list[ResourceInfo]) -> dict[str, Doc]:
     return dict(sorted(defs.items()))
 
 
+# The scalar wrappers as kube's swagger 2.0 document has them (no oneOf there).
+_V2_SCALARS = {components.INT_OR_STRING: {"type": "string", "format": "int-or-string"},
+               components.QUANTITY: {"type": "string"}}
+
+
+def _v2_schema(schema: Any) -> Any:
+    """A v3 component as swagger 2.0 says it: `allOf: [$ref]` wrappers unwrapped (kube's v2 keeps a
+    $ref's siblings beside it), references to #/definitions/, then _to_v2."""
+    if isinstance(schema, list):
+        return [_v2_schema(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: Doc = {}
+    for key, val in schema.items():
+        if key == "allOf" and len(val) == 1 and isinstance(val[0], dict) and "$ref" in val[0]:
+            out["$ref"] = "#/definitions/" + str(val[0]["$ref"]).removeprefix(components.REF)
+        elif key == "$ref":
+            out["$ref"] = "#/definitions/" + str(val).removeprefix(components.REF)
+        elif key in ("properties", "patternProperties") and isinstance(val, dict):
+            out[key] = {k: _v2_schema(v) for k, v in val.items()}
+        elif key in ("items", "additionalProperties"):
+            out[key] = _v2_schema(val)
+        else:
+            out[key] = val
+    return out
+
+
+def _v2_components(resources: list[ResourceInfo]) -> dict[str, Doc]:
+    """definitions of the swagger 2.0 document: the v3 components, said in 2.0."""
+    out: dict[str, Doc] = {}
+    for name, schema in _v3_components(resources).items():
+        if name in _V2_SCALARS:
+            desc = schema.get("description")
+            out[name] = {**({"description": desc} if desc else {}), **_V2_SCALARS[name]}
+        else:
+            out[name] = _to_v2(_v2_schema(schema))
+    return out
+
+
 def _components(resources: list[ResourceInfo], v3: bool) -> dict[str, Doc]:
     if v3:
         return _v3_components(resources)
-    root = "#/definitions/"
-    defs = _shared_definitions()
-    for info in resources:
-        name = definition_name(info)
-        defs[name] = _kind_schema(info, v3)
-        defs[name + "List"] = _list_schema(info, root + name)
-    return dict(sorted(defs.items()))
+    return _v2_components(resources)
 
 
 def _info_block() -> Doc:
