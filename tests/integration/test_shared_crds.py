@@ -50,7 +50,7 @@ async def kubectl(server: RunningApiServer, *args: str) -> tuple[int, str]:
                      f"--cache-dir={server.data_dir / 'kubectl-cache'}", *args)
 
 
-async def diagnose(server: RunningApiServer) -> str:
+async def diagnose(server: RunningApiServer, wanted: str) -> str:
     """`isthmus diagnose` of a broker (a Broker object as deploy-broker writes it: a context that is
     neither broker nor member gets no `crds` check)."""
     client = server.client()
@@ -59,7 +59,11 @@ async def diagnose(server: RunningApiServer) -> str:
     if await get_or_none(client, BROKER, "broker", namespace="isthmus-broker") is None:
         await client.create(BROKER.from_dict({"metadata": {"name": "broker", "namespace": "isthmus-broker"},
                                               "spec": {}}))
-    _, out = await run(sys.executable, "-m", "isthmus", "diagnose", "--kubeconfig", server.kubeconfig)
+    out = ""
+    for _ in range(3):  # a check slower than diagnose's own timeouts on a loaded machine says so: ask again
+        _, out = await run(sys.executable, "-m", "isthmus", "diagnose", "--kubeconfig", server.kubeconfig)
+        if wanted in out:
+            break
     return out
 
 
@@ -102,8 +106,9 @@ async def test_submariners_serviceexport_crd_and_its_objects_survive_install_and
     code, out = await kubectl(apiserver, "apply", "-k", str(DEPLOY / "member"))
     assert code == 0, out
     assert "customresourcedefinition" not in out
-    report = await diagnose(apiserver)
-    assert f"{NAME}: installed by submariner-operator, compatible (not stored: spec, status.conditions[].observedGeneration)" in report, report
+    wanted = f"{NAME}: installed by submariner-operator, compatible (not stored: spec, status.conditions[].observedGeneration)"
+    report = await diagnose(apiserver, wanted)
+    assert wanted in report, report
     assert "serviceimports.multicluster.x-k8s.io: installed by Isthmus" in report, report
 
     code, out = await kubectl(apiserver, "delete", "-k", str(DEPLOY / "member"), "--wait=false")
@@ -141,9 +146,10 @@ async def test_incompatible_shared_crd_is_refused_untouched_and_reported(apiserv
 
     code, out = await kubectl(apiserver, "apply", "--server-side", "-k", str(DEPLOY / "crds" / "isthmus"))
     assert code == 0, out
-    report = await diagnose(apiserver)
-    assert (f"{NAME}: incompatible: no status subresource; no field status.conditions[].type, "
-            "status.conditions[].status") in report, report
+    wanted = (f"{NAME}: incompatible: no status subresource; no field status.conditions[].type, "
+              "status.conditions[].status")
+    report = await diagnose(apiserver, wanted)
+    assert wanted in report, report
     assert "✘ crds" in report, report
 
 
@@ -154,5 +160,5 @@ async def test_shared_crds_we_installed_are_upgraded(apiserver: RunningApiServer
     client = apiserver.client()
     plan = await asyncio.wait_for(ensure_crds(client, "isthmus-cli"), 60)
     assert plan.kept == {}
-    report = await diagnose(apiserver)
+    report = await diagnose(apiserver, f"{NAME}: installed by Isthmus")
     assert f"{NAME}: installed by Isthmus" in report, report
