@@ -6,8 +6,11 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from isthmus.apiserver.apimachinery import validation
+from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.registry.defaulting import set_default
-from isthmus.apiserver.registry.strategy import Strategy, fields
+from isthmus.apiserver.registry.godiff import Shape, cmp_diff
+from isthmus.apiserver.registry.strategy import Cause, Strategy, fields
 from isthmus.apiserver.registry.table import (
     AGE_COLUMN,
     NAME_COLUMN,
@@ -171,16 +174,241 @@ def pod_qos(spec: Obj) -> str:
     return "Burstable"
 
 
+def default_host_network_ports(spec: Obj) -> None:
+    """SetDefaults_Pod: a hostNetwork Pod's ports listen on the host, so an unset hostPort is its
+    containerPort. Pods only: since v1.28 kube leaves pod templates alone (the
+    DefaultHostNetworkHostPortsInPodTemplates gate, off), so a Deployment's template keeps hostPort unset."""
+    if not spec.get("hostNetwork"):
+        return
+    for key in ("containers", "initContainers"):
+        for c in dicts(spec.get(key)):
+            for port in dicts(c.get("ports")):
+                if not port.get("hostPort"):
+                    port["hostPort"] = port.get("containerPort")
+
+
 def default_pod(obj: Obj) -> None:
     spec = obj.get("spec")
     if isinstance(spec, dict):
         default_pod_spec(spec)
+        default_host_network_ports(spec)
 
 
 def default_template(spec: Obj) -> None:
     tmpl = spec.get("template")
     if isinstance(tmpl, dict) and isinstance(tmpl.get("spec"), dict):
         default_pod_spec(tmpl["spec"])
+
+
+# ---------------------------------------------------------------- update validation (ValidatePodUpdate)
+
+# What kube v1.32 names in the Forbidden error (updatablePodSpecFieldsNoResources: in-place resize,
+# InPlacePodVerticalScaling, is alpha and off there).
+UPDATABLE_FIELDS = ",".join((
+    "`spec.containers[*].image`",
+    "`spec.initContainers[*].image`",
+    "`spec.activeDeadlineSeconds`",
+    "`spec.tolerations` (only additions to existing tolerations)",
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+))
+_MAX_INT32 = 2**31 - 1
+
+# The internal core.PodSpec's field order (the diff lists fields so); hostNetwork and its kin sit in
+# its SecurityContext there, listed here where a JSON PodSpec has them.
+_POD_SPEC_ORDER = [
+    "volumes", "initContainers", "containers", "ephemeralContainers", "restartPolicy",
+    "terminationGracePeriodSeconds", "activeDeadlineSeconds", "dnsPolicy", "nodeSelector", "serviceAccountName",
+    "serviceAccount", "automountServiceAccountToken", "nodeName", "hostNetwork", "hostPID", "hostIPC",
+    "shareProcessNamespace", "hostUsers", "securityContext", "imagePullSecrets", "hostname", "subdomain",
+    "setHostnameAsFQDN", "affinity", "schedulerName", "tolerations", "hostAliases", "priorityClassName", "priority",
+    "preemptionPolicy", "dnsConfig", "readinessGates", "runtimeClassName", "overhead", "enableServiceLinks",
+    "topologySpreadConstraints", "os", "schedulingGates", "resourceClaims", "resources",
+]
+_CONTAINER_ORDER = [
+    "name", "image", "command", "args", "workingDir", "ports", "envFrom", "env", "resources", "resizePolicy",
+    "restartPolicy", "volumeMounts", "volumeDevices", "livenessProbe", "readinessProbe", "startupProbe",
+    "lifecycle", "terminationMessagePath", "terminationMessagePolicy", "imagePullPolicy", "securityContext",
+    "stdin", "stdinOnce", "tty",
+]
+_POD_SPEC_SHAPE = Shape(
+    types={
+        "volumes": "[]core.Volume", "initContainers": "[]core.Container", "containers": "[]core.Container",
+        "ephemeralContainers": "[]core.EphemeralContainer", "tolerations": "[]core.Toleration",
+        "ports": "[]core.ContainerPort", "env": "[]core.EnvVar", "volumeMounts": "[]core.VolumeMount",
+        "resources": "core.ResourceRequirements", "securityContext": "&core.PodSecurityContext",
+        "affinity": "&core.Affinity", "schedulingGates": "[]core.PodSchedulingGate",
+        "imagePullSecrets": "[]core.LocalObjectReference", "nodeSelector": "map[string]string",
+        "readinessGates": "[]core.PodReadinessGate", "hostAliases": "[]core.HostAlias",
+    },
+    maps=frozenset({"nodeSelector", "limits", "requests", "overhead", "labels", "matchLabels"}),
+    pointers=frozenset({
+        "terminationGracePeriodSeconds", "activeDeadlineSeconds", "automountServiceAccountToken", "priority",
+        "preemptionPolicy", "runtimeClassName", "enableServiceLinks", "setHostnameAsFQDN", "hostUsers",
+        "shareProcessNamespace", "tolerationSeconds", "defaultMode", "runAsUser", "runAsGroup", "runAsNonRoot",
+        "privileged", "allowPrivilegeEscalation", "readOnlyRootFilesystem", "fsGroup", "optional",
+    }),
+    order={"core.PodSpec": _POD_SPEC_ORDER, "core.Container": _CONTAINER_ORDER},
+)
+_QUANTITY_MAPS = frozenset({"limits", "requests", "overhead"})
+
+
+class _Quantity(str):
+    """A resource.Quantity in the compared form: "1" and "1000m" are the same amount (Semantic.DeepEqual)."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            mine, theirs = parse_quantity(str(self)), parse_quantity(str(other))
+            if mine is not None and theirs is not None:
+                return mine == theirs
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
+def semantic(value: Any, key: str = "") -> Any:
+    """A JSON value as the Go object it decodes to, compared as apiequality.Semantic does: absent, null
+    and Go's zero values ("", 0 of a plain int, false of a plain bool, empty lists and maps) alike."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if key in _QUANTITY_MAPS and isinstance(v, (str, int, float)) and not isinstance(v, bool):
+                out[k] = _Quantity(str(v))
+                continue
+            sv = semantic(v, k)
+            if sv is None or sv == "" or sv == [] or sv == {}:
+                continue
+            if (sv is False or (type(sv) is int and sv == 0)) and k not in _POD_SPEC_SHAPE.pointers:
+                continue  # a pointer's false or 0 is a value, a plain field's is its absence
+            out[k] = sv
+        return out
+    if isinstance(value, list):
+        return [semantic(v, key) for v in value]
+    return value
+
+
+def _equal(a: Any, b: Any) -> bool:
+    return bool(semantic(a) == semantic(b))
+
+
+def _container_updates(new: list[Obj], old: list[Obj], path: str) -> tuple[list[Cause], bool]:
+    """ValidateContainerUpdates: the same containers, each with an image (stop: nothing else is checked)."""
+    if len(new) != len(old):
+        return [validation.forbidden(path, "pod updates may not add or remove containers")], True
+    out: list[Cause] = []
+    for i, c in enumerate(new):
+        image = c.get("image")
+        image = image if isinstance(image, str) else ""
+        if not image:
+            out.append(validation.required(f"{path}[{i}].image"))
+        if image.strip() != image:
+            out.append(validation.invalid(f"{path}[{i}].image", image, "must not have leading or trailing whitespace"))
+    return out, False
+
+
+def _only_added_tolerations(new: list[Obj], old: list[Obj]) -> list[Cause]:
+    """validateOnlyAddedTolerations: each old toleration is still there, its tolerationSeconds aside."""
+    for was in old:
+        if not any(_equal({**was, "tolerationSeconds": t.get("tolerationSeconds")}, t) for t in new):
+            return [validation.forbidden("spec.tolerations",
+                                         "existing toleration can not be modified except its tolerationSeconds")]
+    return []
+
+
+def _only_deleted_gates(new: list[Obj], old: list[Obj]) -> list[Cause]:
+    """validateOnlyDeletedSchedulingGates: gates may go, none may come."""
+    known = {str(g.get("name")) for g in old}
+    return [validation.forbidden(f"spec.schedulingGates[{i}].name",
+                                 f"only deletion is allowed, but found new scheduling gate '{g.get('name')}'")
+            for i, g in enumerate(new) if str(g.get("name")) not in known]
+
+
+def _node_selector_additions(new: Obj, old: Obj) -> list[Cause]:
+    """validateNodeSelectorMutation: a gated Pod's nodeSelector may gain keys, not lose or change them."""
+    return [validation.invalid(f"spec.nodeSelector[{k}]", new.get(k, ""), "field is immutable")
+            for k, v in old.items() if new.get(k) != v]
+
+
+def validate_pod_update(new: Obj, old: Obj) -> list[Cause]:
+    """kube's ValidatePodUpdate (v1.32): a Pod's spec is fixed once created but for the images, a
+    shorter activeDeadlineSeconds, added tolerations, removed scheduling gates (and a gated Pod's
+    added nodeSelector keys). Anything else is one Forbidden error carrying the cmp.Diff of the specs,
+    as kube words it."""
+    ns = new.get("spec") if isinstance(new.get("spec"), dict) else {}
+    os_ = old.get("spec") if isinstance(old.get("spec"), dict) else {}
+    assert isinstance(ns, dict) and isinstance(os_, dict)
+    out: list[Cause] = []
+    for key in ("containers", "initContainers"):
+        errs, stop = _container_updates(dicts(ns.get(key)), dicts(os_.get(key)), f"spec.{key}")
+        out += errs
+        if stop:
+            return out
+    new_ads, old_ads = ns.get("activeDeadlineSeconds"), os_.get("activeDeadlineSeconds")
+    if new_ads is not None:
+        if not isinstance(new_ads, int) or new_ads < 0 or new_ads > _MAX_INT32:
+            out.append(validation.invalid("spec.activeDeadlineSeconds", new_ads,
+                                          f"must be between 0 and {_MAX_INT32}, inclusive"))
+            return out
+        if isinstance(old_ads, int) and old_ads < new_ads:
+            out.append(validation.invalid("spec.activeDeadlineSeconds", new_ads,
+                                          "must be less than or equal to previous value"))
+            return out
+    elif old_ads is not None:
+        out.append(validation.invalid("spec.activeDeadlineSeconds", "null",
+                                      "must not update from a positive integer to nil value"))
+    out += _only_added_tolerations(dicts(ns.get("tolerations")), dicts(os_.get("tolerations")))
+    out += _only_deleted_gates(dicts(ns.get("schedulingGates")), dicts(os_.get("schedulingGates")))
+    if _equal(ns, os_):
+        return out
+
+    old_qos = str((old.get("status") or {}).get("qosClass") or "") or pod_qos(os_)
+    if old_qos != pod_qos(ns):
+        out.append(validation.invalid("metadata", str((new.get("status") or {}).get("qosClass") or ""),
+                                      "Pod QoS is immutable"))
+    munged: Obj = clone(ns)
+    for key in ("containers", "initContainers"):
+        for c, was in zip(dicts(munged.get(key)), dicts(os_.get(key)), strict=False):
+            c["image"] = was.get("image")
+    for key in ("activeDeadlineSeconds", "schedulingGates", "tolerations"):
+        munged.pop(key, None)
+        if key in os_:
+            munged[key] = clone(os_[key])
+    old_grace = os_.get("terminationGracePeriodSeconds")
+    if isinstance(old_grace, int) and old_grace < 0 and munged.get("terminationGracePeriodSeconds") == 1:
+        munged["terminationGracePeriodSeconds"] = old_grace
+    if dicts(os_.get("schedulingGates")):
+        new_sel, old_sel = munged.get("nodeSelector") or {}, os_.get("nodeSelector") or {}
+        if isinstance(new_sel, dict) and isinstance(old_sel, dict) and not _equal(new_sel, old_sel):
+            out += _node_selector_additions(new_sel, old_sel)
+            munged.pop("nodeSelector", None)
+            if "nodeSelector" in os_:
+                munged["nodeSelector"] = clone(os_["nodeSelector"])
+    if not _equal(munged, os_):
+        diff = cmp_diff("core.PodSpec", semantic(os_), semantic(munged), _POD_SPEC_SHAPE, _equal)
+        out.append(validation.forbidden("spec", f"pod updates may not change fields other than {UPDATABLE_FIELDS}\n"
+                                                f"{diff}"))
+    return out
+
+
+def carry_over_on_update(new: Obj, old: Obj) -> None:
+    """What kube's admission plugins keep of the live Pod on an update that leaves it out: the Priority
+    plugin its priority and preemptionPolicy, DefaultTolerationSeconds its not-ready/unreachable
+    tolerations (both act on updates too), so a PUT of the Pod as first written is no change."""
+    ns, os_ = new.get("spec"), old.get("spec")
+    if not isinstance(ns, dict) or not isinstance(os_, dict):
+        return
+    for key in ("priority", "preemptionPolicy"):
+        if ns.get(key) is None and os_.get(key) is not None:
+            ns[key] = os_[key]
+    default_toleration_seconds(ns)
+
+
+SCHEDULING_GATED = {
+    "type": "PodScheduled", "status": "False", "lastProbeTime": None, "lastTransitionTime": None,
+    "reason": "SchedulingGated", "message": "Scheduling is blocked due to non-empty scheduling gates",
+}
 
 
 def _pod(obj: Obj, now: float) -> list[Any]:
@@ -193,6 +421,9 @@ def _pod(obj: Obj, now: float) -> list[Any]:
     total = len(dicts(spec.get("containers")))
     ready = 0
     reason = str(status.get("reason") or status.get("phase") or "")
+    if any(c.get("type") == "PodScheduled" and c.get("reason") == "SchedulingGated"
+           for c in dicts(status.get("conditions"))):
+        reason = "SchedulingGated"
 
     def note_restart(cs: Obj) -> None:
         nonlocal restarts, last_restart
@@ -344,10 +575,21 @@ class PodStrategy(Strategy):
         if isinstance(spec, dict):
             default_toleration_seconds(spec)
 
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        carry_over_on_update(new, old)
+
+    def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
+        return validate_pod_update(new, old)
+
     def initial_status(self, obj: Obj) -> Obj | None:
-        # kube's podStrategy.PrepareForCreate: Pending, with the QoS class of its resources.
+        """kube's podStrategy.PrepareForCreate: Pending, with the QoS class of its resources, and a
+        gated Pod says why it waits (applySchedulingGatedCondition)."""
         spec = obj.get("spec")
-        return {"phase": "Pending", "qosClass": pod_qos(spec if isinstance(spec, dict) else {})}
+        spec = spec if isinstance(spec, dict) else {}
+        status: Obj = {"phase": "Pending", "qosClass": pod_qos(spec)}
+        if dicts(spec.get("schedulingGates")):
+            status["conditions"] = [dict(SCHEDULING_GATED)]
+        return status
 
     def table_columns(self) -> list[Column]:
         return COLUMNS

@@ -1,0 +1,154 @@
+"""A Pod's spec is immutable but for what kube-apiserver v1.32 lets change (ValidatePodUpdate), and
+the Pod defaulting kube does on create (hostNetwork host ports, the SchedulingGated condition), seen
+by kubectl and API clients."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.integration.test_apiserver_pod_admission import Env, env, pod
+
+__all__ = ["env"]  # the fixture, shared with the admission tests
+
+UPDATABLE = ("pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,"
+             "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),"
+             "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)")
+
+
+async def create(env: Env, body: dict[str, Any], ns: str = "default") -> dict[str, Any]:
+    code, out, _ = await env.call("POST", f"/api/v1/namespaces/{ns}/pods", body)
+    assert code == 201, out
+    return dict(out)
+
+
+async def test_kubectl_patch_of_a_pods_env_is_refused_with_kubes_message_and_diff(env: Env) -> None:
+    await create(env, pod("p", containers=[{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "1"}]}]))
+    code, out, err = await env.kubectl("patch", "pod", "p", "--type=json", "-p",
+                                       '[{"op": "replace", "path": "/spec/containers/0/env/0/value", "value": "2"}]')
+    assert code == 1, out
+    assert err.startswith(f'The Pod "p" is invalid: spec: Forbidden: {UPDATABLE}\n  core.PodSpec{{\n'), err
+    assert '- \t\t\t\t\tValue: "1",\n+ \t\t\t\t\tValue: "2",\n' in err
+    assert "Containers: []core.Container{" in err
+
+    code, out, err = await env.kubectl("patch", "pod", "p", "-p", '{"spec": {"nodeName": "elsewhere"}}')
+    assert code == 1 and '+ \tNodeName: "elsewhere",' in err, err
+
+
+async def test_kubectl_set_image_on_a_pod_works(env: Env) -> None:
+    await create(env, pod("p", initContainers=[{"name": "i", "image": "busybox"}]))
+    code, out, err = await env.kubectl("set", "image", "pod/p", "c=busybox:1.36", "i=alpine")
+    assert code == 0, err
+    assert out.strip() == "pod/p image updated"
+    code, got, _ = await env.call("GET", "/api/v1/namespaces/default/pods/p")
+    assert got["spec"]["containers"][0]["image"] == "busybox:1.36"
+    assert got["spec"]["initContainers"][0]["image"] == "alpine"
+    code, out, err = await env.kubectl("patch", "pod", "p", "--type=json", "-p",
+                                       '[{"op": "replace", "path": "/spec/containers/0/image", "value": ""}]')
+    assert code == 1 and 'The Pod "p" is invalid: spec.containers[0].image: Required value' in err, err
+
+
+async def test_containers_may_not_be_added(env: Env) -> None:
+    await create(env, pod("p"))
+    code, _, err = await env.kubectl("patch", "pod", "p", "--type=json", "-p",
+                                     '[{"op": "add", "path": "/spec/containers/-", "value": {"name": "d", '
+                                     '"image": "busybox"}}]')
+    assert code == 1
+    assert err.strip() == ('The Pod "p" is invalid: spec.containers: Forbidden: pod updates may not add or remove '
+                           'containers')
+
+
+async def test_tolerations_may_only_be_added(env: Env) -> None:
+    await create(env, pod("p", tolerations=[{"key": "k", "operator": "Equal", "value": "v", "effect": "NoExecute",
+                                             "tolerationSeconds": 10}]))
+    code, got, _ = await env.call("GET", "/api/v1/namespaces/default/pods/p")
+    tolerations = got["spec"]["tolerations"]
+    more = [*tolerations, {"key": "new", "operator": "Exists"}]
+    code, _, err = await env.kubectl("patch", "pod", "p", "-p", json.dumps({"spec": {"tolerations": more}}))
+    assert code == 0, err
+    changed = [{**more[0], "tolerationSeconds": 5}, *more[1:]]  # only its seconds: allowed
+    code, _, err = await env.kubectl("patch", "pod", "p", "-p", json.dumps({"spec": {"tolerations": changed}}))
+    assert code == 0, err
+    code, _, err = await env.kubectl("patch", "pod", "p", "-p", json.dumps({"spec": {"tolerations": more[1:]}}))
+    assert code == 1
+    assert err.startswith('The Pod "p" is invalid: spec.tolerations: Forbidden: existing toleration can not be '
+                          'modified except its tolerationSeconds'), err
+
+
+async def test_active_deadline_may_be_set_and_shortened_only(env: Env) -> None:
+    await create(env, pod("p"))
+    for value in (100, 50):
+        code, _, err = await env.kubectl("patch", "pod", "p", "-p", json.dumps({"spec": {"activeDeadlineSeconds": value}}))
+        assert code == 0, err
+    code, _, err = await env.kubectl("patch", "pod", "p", "-p", '{"spec": {"activeDeadlineSeconds": 200}}')
+    assert code == 1
+    assert err.strip() == ('The Pod "p" is invalid: spec.activeDeadlineSeconds: Invalid value: 200: must be less '
+                           'than or equal to previous value')
+    code, _, err = await env.kubectl("patch", "pod", "p", "-p", '{"spec": {"activeDeadlineSeconds": null}}')
+    assert code == 1
+    assert err.strip() == ('The Pod "p" is invalid: spec.activeDeadlineSeconds: Invalid value: "null": must not '
+                           'update from a positive integer to nil value')
+
+
+async def test_scheduling_gates_block_with_a_condition_and_may_only_be_removed(env: Env) -> None:
+    made = await create(env, pod("p", schedulingGates=[{"name": "a"}, {"name": "b"}]))
+    [cond] = made["status"]["conditions"]
+    assert {k: cond[k] for k in ("type", "status", "reason", "message")} == {
+        "type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+        "message": "Scheduling is blocked due to non-empty scheduling gates"}
+    code, out, _ = await env.kubectl("get", "pod", "p")
+    assert out.split("\n")[1].split()[2] == "SchedulingGated"
+    code, _, err = await env.kubectl("patch", "pod", "p", "-p", '{"spec": {"schedulingGates": [{"name": "a"}, '
+                                                                 '{"name": "c"}]}}')
+    assert code == 1
+    assert err.strip() == ('The Pod "p" is invalid: spec.schedulingGates[1].name: Forbidden: only deletion is '
+                           "allowed, but found new scheduling gate 'c'")
+    # a gated Pod's nodeSelector may gain keys (kube lets whoever lifts the gate steer it)
+    code, _, err = await env.kubectl("patch", "pod", "p", "-p", '{"spec": {"schedulingGates": [{"name": "a"}], '
+                                                                 '"nodeSelector": {"zone": "z1"}}}')
+    assert code == 0, err
+    code, _, err = await env.kubectl("patch", "pod", "p", "-p", '{"spec": {"nodeSelector": {"zone": "z2"}}}')
+    assert code == 1 and 'spec.nodeSelector[zone]: Invalid value: "z2": field is immutable' in err, err
+    code, _, err = await env.kubectl("patch", "pod", "p", "--type=json", "-p",
+                                     '[{"op": "remove", "path": "/spec/schedulingGates"}]')
+    assert code == 0, err
+
+
+async def test_metadata_and_status_writes_and_an_unchanged_replace_still_work(env: Env) -> None:
+    await create(env, pod("p"))
+    code, _, err = await env.kubectl("label", "pod", "p", "team=a")
+    assert code == 0, err
+    code, live, _ = await env.call("GET", "/api/v1/namespaces/default/pods/p")
+    code, out, err = await env.kubectl("replace", "-f", "-", stdin=json.dumps(live))
+    assert code == 0 and out.strip() == "pod/p replaced", err
+    # the tolerations DefaultTolerationSeconds added and the priority admission set are kept when left out
+    body = json.loads(json.dumps(live))
+    body["spec"]["tolerations"] = []
+    body["spec"].pop("priority", None)
+    code, out, _ = await env.call("PUT", "/api/v1/namespaces/default/pods/p", body)
+    assert code == 200, out
+    code, _, err = await env.kubectl("patch", "pod", "p", "--subresource=status", "--type=merge", "-p",
+                                     '{"status": {"phase": "Running", "podIP": "10.0.0.9"}}')
+    assert code == 0, err
+    code, got, _ = await env.call("GET", "/api/v1/namespaces/default/pods/p")
+    assert got["status"]["podIP"] == "10.0.0.9"
+
+
+async def test_host_network_ports_default_their_host_port_in_pods_not_templates(env: Env) -> None:
+    made = await create(env, pod("h", hostNetwork=True, containers=[
+        {"name": "c", "image": "busybox", "ports": [{"containerPort": 9180}, {"containerPort": 53, "hostPort": 53,
+                                                                              "protocol": "UDP"}]}]))
+    assert made["spec"]["containers"][0]["ports"] == [
+        {"containerPort": 9180, "hostPort": 9180, "protocol": "TCP"},
+        {"containerPort": 53, "hostPort": 53, "protocol": "UDP"}]
+    plain = await create(env, pod("n", containers=[{"name": "c", "image": "busybox",
+                                                    "ports": [{"containerPort": 80}]}]))
+    assert "hostPort" not in plain["spec"]["containers"][0]["ports"][0]
+    code, out, _ = await env.call("POST", "/apis/apps/v1/namespaces/default/deployments", {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+            "metadata": {"labels": {"a": "b"}},
+            "spec": {"hostNetwork": True, "containers": [{"name": "c", "image": "busybox",
+                                                          "ports": [{"containerPort": 9180}]}]}}}})
+    assert code == 201, out
+    assert "hostPort" not in out["spec"]["template"]["spec"]["containers"][0]["ports"][0]

@@ -1,0 +1,77 @@
+"""ValidatePodUpdate's pure parts: what counts as a change (kube's Semantic.DeepEqual), the diff kube
+appends, and the Pod defaulting and status kube gives on create."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from isthmus.apiserver.registry.pod import PodStrategy, default_pod, semantic, validate_pod_update
+
+
+def live(**spec: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                                                              **spec}}
+    default_pod(obj)
+    return obj
+
+
+def test_go_zero_values_and_equal_quantities_are_no_change() -> None:
+    old = live(hostNetwork=False, containers=[{"name": "c", "image": "busybox",
+                                                "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}])
+    new = copy.deepcopy(old)
+    new["spec"].pop("hostNetwork")
+    new["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1000m", "memory": "1024Mi"},
+                                                 "requests": {"cpu": "1", "memory": "1Gi"}}
+    new["spec"]["nodeSelector"] = {}
+    assert validate_pod_update(new, old) == []
+    assert semantic({"a": False, "b": 0, "c": "", "d": [], "e": {}, "f": None}) == {}
+    assert semantic({"automountServiceAccountToken": False}) == {"automountServiceAccountToken": False}
+
+
+def test_the_diff_names_go_fields_and_elides_identical_ones() -> None:
+    old = live()
+    new = copy.deepcopy(old)
+    new["spec"]["restartPolicy"] = "Never"
+    new["spec"]["containers"][0]["image"] = "alpine"  # allowed: not in the diff
+    [cause] = validate_pod_update(new, old)
+    assert cause["field"] == "spec" and cause["reason"] == "FieldValueForbidden"
+    diff = cause["message"].split("\n", 1)[1]
+    assert diff == ("  core.PodSpec{\n"
+                    "  \t... // 4 identical fields\n"
+                    '- \tRestartPolicy: "Always",\n'
+                    '+ \tRestartPolicy: "Never",\n'
+                    "  \t... // 35 identical fields\n"
+                    "  }\n")
+
+
+def test_pointer_fields_print_with_an_ampersand_and_grace_may_go_from_negative_to_one() -> None:
+    old = live(terminationGracePeriodSeconds=-1)
+    new = copy.deepcopy(old)
+    new["spec"]["terminationGracePeriodSeconds"] = 1
+    assert validate_pod_update(new, old) == []
+    new["spec"]["terminationGracePeriodSeconds"] = 5
+    [cause] = validate_pod_update(new, old)
+    assert "- \tTerminationGracePeriodSeconds: &-1,\n+ \tTerminationGracePeriodSeconds: &5,\n" in cause["message"]
+
+
+def test_qos_change_is_refused_besides_the_diff() -> None:
+    old = live()
+    old["status"] = {"qosClass": "BestEffort"}
+    new = copy.deepcopy(old)
+    new["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    causes = validate_pod_update(new, old)
+    assert [(c["field"], c["message"].split("\n")[0][:40]) for c in causes] == [
+        ("metadata", "Invalid value: \"BestEffort\": Pod QoS is "),
+        ("spec", "Forbidden: pod updates may not change fi")]
+
+
+def test_host_network_defaults_host_ports_and_gates_give_the_condition() -> None:
+    pod = live(hostNetwork=True, initContainers=[{"name": "i", "image": "x", "ports": [{"containerPort": 7}]}])
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 80}]
+    default_pod(pod)
+    assert pod["spec"]["containers"][0]["ports"][0]["hostPort"] == 80
+    assert pod["spec"]["initContainers"][0]["ports"][0]["hostPort"] == 7
+    status = PodStrategy().initial_status(live(schedulingGates=[{"name": "g"}]))
+    assert status is not None and status["conditions"][0]["reason"] == "SchedulingGated"
+    assert "conditions" not in (PodStrategy().initial_status(live()) or {})
