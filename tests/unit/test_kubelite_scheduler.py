@@ -175,9 +175,12 @@ def test_host_ports_conflict_on_same_protocol_and_address() -> None:
 
 
 def test_host_network_ports_are_host_ports() -> None:
+    from isthmus.apiserver.registry.pod import default_pod
+
     def hostnet(name: str, on: str = "") -> dict[str, Any]:
         p = pod(name, node_name=on, hostNetwork=True)
         p["spec"]["containers"][0]["ports"] = [{"containerPort": 9180}]
+        default_pod(p)  # as the apiserver serves it: hostPort defaulted to containerPort
         return p
 
     [info] = infos([node("n1")], [hostnet("pools-1", on="n1")])

@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
@@ -596,11 +596,14 @@ class PodRuntime:
             return None
 
         if not spec.get("nodeName"):  # no scheduler in this cluster: bind to our one node
-            spec["nodeName"] = self.node
-            data["spec"] = spec
-            meta.pop("managedFields", None)
-            updated = await self.client.replace(cast(Pod, Pod.from_dict(data)), field_manager=FIELD_MANAGER)
-            data = updated.to_dict()
+            # through pods/binding, as a scheduler does: an update may not change spec.nodeName
+            binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": ns,
+                                                                          "uid": meta.get("uid")},
+                       "target": {"apiVersion": "v1", "kind": "Node", "name": self.node}}
+            resp = await self.client._client._client.post(f"/api/v1/namespaces/{ns}/pods/{name}/binding",
+                                                          json=binding)
+            # bound: the watch brings the bound Pod back here; refused (bound meanwhile, gone): look again
+            return None if resp.status_code < 300 else Result(requeue_after=RETRY_SECONDS)
 
         ip = status.get("podIP")
         if self.runc is not None:

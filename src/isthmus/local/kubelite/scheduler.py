@@ -334,13 +334,12 @@ def filter_node_affinity(pod: Obj, info: NodeInfo) -> FilterStatus | None:
 
 
 def _host_ports(pod: Obj) -> list[tuple[str, str, int]]:
-    """The host ports a Pod takes; a hostNetwork Pod's container ports are host ports (kube-apiserver
-    defaults ``hostPort`` to ``containerPort`` for them, SetDefaults_PodSpec)."""
-    host_network = bool(_spec(pod).get("hostNetwork"))
+    """The host ports a Pod takes (a hostNetwork Pod's too: the apiserver defaults their ``hostPort``
+    to ``containerPort``, SetDefaults_Pod)."""
     out = []
     for c in [*(_spec(pod).get("initContainers") or []), *(_spec(pod).get("containers") or [])]:
         for p in c.get("ports") or []:
-            port = int(p.get("hostPort") or 0) or (int(p.get("containerPort") or 0) if host_network else 0)
+            port = int(p.get("hostPort") or 0)
             if port > 0:
                 out.append((str(p.get("hostIP") or "0.0.0.0"), str(p.get("protocol") or "TCP"), port))
     return out
