@@ -1,6 +1,7 @@
 """`isthmus up --runtime runc --clusters 1 --nodes 2` as a user meets it: two Ready Nodes, each with
-its own /24 of the cluster's pod CIDR; a two-replica Deployment with anti-affinity runs one pod per
-node, and a pod on each node reaches the other by its pod IP and through the Service's ClusterIP.
+its own /24 of the cluster's pod CIDR; a two-replica Deployment with anti-affinity (agnhost netexec)
+runs one pod per node, and a pod on each node reaches the other by its pod IP and through the
+Service's ClusterIP.
 
 Needs what runc mode needs (root, runc, iproute2, nftables, skopeo, umoci, docker-registry,
 mmdebstrap, the CNI plugins): `up` fails, naming what is missing, without them. Always brought down.
@@ -30,6 +31,7 @@ spec:
   template:
     metadata:
       labels: {app: web}
+      annotations: {isthmus.io/workload: echo}
     spec:
       affinity:
         podAntiAffinity:
@@ -38,9 +40,9 @@ spec:
             topologyKey: kubernetes.io/hostname
       containers:
       - name: web
-        image: busybox
+        image: registry.k8s.io/e2e-test-images/agnhost:2.53
         imagePullPolicy: IfNotPresent
-        command: ["sh", "-c", "mkdir -p /tmp/www && hostname > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"]
+        args: ["netexec", "--http-port=8080", "--udp-port=0"]
         ports: [{containerPort: 8080}]
 ---
 apiVersion: v1
@@ -50,6 +52,8 @@ spec:
   selector: {app: web}
   ports: [{port: 80, targetPort: 8080}]
 """
+GET = "import json, sys, urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1], timeout=5))['pod'])"
+"""The client, in the same image (Debian's python3): which pod answered (netexec's JSON)."""
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +106,7 @@ def test_a_pod_on_each_node_reaches_the_other(cs: Clusterset, tmp_path: Path) ->
         assert p["status"]["podIP"].startswith(slice_), p["status"]["podIP"]
     for me, other in ((pods[0], pods[1]), (pods[1], pods[0])):
         answer = cs.kubectl("c1", "exec", "-n", "default", me["metadata"]["name"], "--",
-                            "wget", "-qO-", "-T", "5", f"http://{other['status']['podIP']}:8080/")
+                            "python3", "-c", GET, f"http://{other['status']['podIP']}:8080/")
         assert answer.strip() == other["metadata"]["name"]
     cluster_ip = json.loads(cs.kubectl("c1", "get", "svc", "web", "-n", "default", "-o", "json"))["spec"]["clusterIP"]
     for me in pods:  # through the ClusterIP (each node's own proxy), until the other node's pod answers
@@ -110,7 +114,7 @@ def test_a_pod_on_each_node_reaches_the_other(cs: Clusterset, tmp_path: Path) ->
 
         def through_service(me: dict[str, Any] = me, want: str = want) -> bool:
             got = cs.kubectl("c1", "exec", "-n", "default", me["metadata"]["name"], "--",
-                             "wget", "-qO-", "-T", "5", f"http://{cluster_ip}/", check=False)
+                             "python3", "-c", GET, f"http://{cluster_ip}/", check=False)
             return got.strip() == want
 
         wait_for(f"{me['spec']['nodeName']}'s pod to reach {want} through {cluster_ip}", through_service,

@@ -253,3 +253,23 @@ def test_the_apiserver_reaches_the_kubelet_of_every_runc_node() -> None:
     assert _kubelet(ctx, "c1-node-2") == ("127.0.0.1", 10250)  # type: ignore[arg-type]
     with pytest.raises(Exception, match="not a loopback address"):
         _kubelet(ctx, "far")  # type: ignore[arg-type]
+
+
+def test_down_unmounts_what_a_killed_kube_lite_left_mounted(tmp_path: Path) -> None:
+    """`runc delete --force` of a leftover container leaves the rootfs overlay kube-lite mounted for it."""
+    from isthmus.local.runcmode import leftover_mounts
+
+    root = tmp_path / "st"
+    mounts = "\n".join([
+        f"overlay {root}/kubelet/c1/pods/u1/containers/web/0/rootfs overlay rw 0 0",
+        f"tmpfs {root}/kubelet/c1-node-2/pods/u2/volumes/kube-api-access tmpfs rw 0 0",
+        f"overlay {root}/kubelet/c1-node-2/pods/u2/containers/web/0/rootfs overlay rw 0 0",
+        f"tmpfs {root}/kubelet/c1/pods/u1/with\\040space tmpfs rw 0 0",
+        f"overlay {tmp_path}/other/kubelet/c1/pods/u/containers/x/0/rootfs overlay rw 0 0",
+        "proc /proc proc rw 0 0",
+    ])
+    points = leftover_mounts(root, mounts)
+    assert sorted(points) == sorted([
+        f"{root}/kubelet/c1/pods/u1/containers/web/0/rootfs", f"{root}/kubelet/c1-node-2/pods/u2/volumes/kube-api-access",
+        f"{root}/kubelet/c1-node-2/pods/u2/containers/web/0/rootfs", f"{root}/kubelet/c1/pods/u1/with space"])
+    assert points[0].count("/") >= points[-1].count("/")  # deepest first

@@ -215,4 +215,35 @@ def cleanup(root: Path) -> tuple[int, list[str]]:
     for state, cid in left:
         subprocess.run(["runc", "--root", str(state), "delete", "--force", cid], capture_output=True, timeout=30,
                        check=False)
+    unmount_leftovers(root)
     return len(left), teardown_network(root)
+
+
+def leftover_mounts(root: Path, mounts_text: str | None = None) -> list[str]:
+    """Mount points under `<root>/kubelet/` (the containers' rootfs overlays and volume mounts kube-lite
+    made), deepest first. `runc delete` removes a container, not the rootfs kube-lite mounted for it."""
+    if mounts_text is None:
+        try:
+            mounts_text = Path("/proc/self/mounts").read_text()
+        except OSError:
+            return []
+    prefix = str(root / "kubelet") + "/"
+    points = []
+    for line in mounts_text.splitlines():
+        fields = line.split()
+        if len(fields) > 1:
+            point = fields[1].encode().decode("unicode_escape")  # /proc/mounts octal-escapes spaces
+            if point.startswith(prefix):
+                points.append(point)
+    return sorted(set(points), key=lambda p: (-p.count("/"), p))
+
+
+def unmount_leftovers(root: Path) -> int:
+    """Unmount what a killed kube-lite left mounted under the state dir (so `down` leaves no mount and
+    the state dir can be removed); how many."""
+    import subprocess
+
+    points = leftover_mounts(root)
+    for point in points:
+        subprocess.run(["umount", point], capture_output=True, timeout=30, check=False)
+    return len(points)
