@@ -152,3 +152,43 @@ async def test_host_network_ports_default_their_host_port_in_pods_not_templates(
                                                           "ports": [{"containerPort": 9180}]}]}}}})
     assert code == 201, out
     assert "hostPort" not in out["spec"]["template"]["spec"]["containers"][0]["ports"][0]
+
+
+# ---------------------------------------------------------------- printers
+
+def table(out: str) -> dict[str, list[str]]:
+    """kubectl's table as {first cell: the row's cells}, the header under "NAME"."""
+    return {line.split()[0]: line.split() for line in out.strip().split("\n")}
+
+
+async def test_kubectl_get_prints_kubes_columns_for_apf_pdb_and_priority_classes(env: Env) -> None:
+    code, out, err = await env.kubectl("get", "flowschemas")
+    assert code == 0, err
+    rows = table(out)
+    assert rows["NAME"] == ["NAME", "PRIORITYLEVEL", "MATCHINGPRECEDENCE", "DISTINGUISHERMETHOD", "AGE", "MISSINGPL"]
+    assert rows["exempt"][:4] == ["exempt", "exempt", "1", "<none>"]
+    assert rows["global-default"][:4] == ["global-default", "global-default", "9900", "ByUser"]
+    assert rows["global-default"][5] in ("False", "?")  # ? until the APF controller's first pass
+
+    code, out, err = await env.kubectl("get", "prioritylevelconfigurations")
+    assert code == 0, err
+    rows = table(out)
+    assert rows["NAME"] == ["NAME", "TYPE", "NOMINALCONCURRENCYSHARES", "QUEUES", "HANDSIZE", "QUEUELENGTHLIMIT",
+                            "AGE"]
+    assert rows["exempt"][:6] == ["exempt", "Exempt", "<none>", "<none>", "<none>", "<none>"]
+    assert rows["workload-low"][:6] == ["workload-low", "Limited", "100", "128", "6", "50"]
+
+    code, out, _ = await env.call("POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "b"},
+        "spec": {"maxUnavailable": "50%", "selector": {"matchLabels": {"a": "b"}}}})
+    assert code == 201, out
+    code, out, err = await env.kubectl("get", "pdb")
+    rows = table(out)
+    assert rows["NAME"] == ["NAME", "MIN", "AVAILABLE", "MAX", "UNAVAILABLE", "ALLOWED", "DISRUPTIONS", "AGE"]
+    assert rows["b"][:4] == ["b", "N/A", "50%", "0"]
+
+    code, out, err = await env.kubectl("get", "priorityclass", "system-cluster-critical")
+    rows = table(out)
+    assert rows["NAME"] == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
+    assert rows["system-cluster-critical"][:3] == ["system-cluster-critical", "2000000000", "false"]
+    assert rows["system-cluster-critical"][4] == "PreemptLowerPriority"

@@ -44,6 +44,7 @@ from isthmus.apiserver.registry.deployment import DeploymentStrategy
 from isthmus.apiserver.registry.endpoints import EndpointsStrategy
 from isthmus.apiserver.registry.endpointslice import EndpointSliceStrategy
 from isthmus.apiserver.registry.event import EventStrategy, EventsV1Strategy
+from isthmus.apiserver.registry.flowcontrol import FlowSchemaStrategy, PriorityLevelConfigurationStrategy
 from isthmus.apiserver.registry.ingress import IngressClassStrategy, IngressStrategy
 from isthmus.apiserver.registry.lease import LeaseStrategy
 from isthmus.apiserver.registry.namespace import NamespaceStrategy
@@ -123,8 +124,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("storage.k8s.io", "volumeattachments"): VolumeAttachmentStrategy,
     ("", "resourcequotas"): EmptyStatusStrategy,
     ("apiregistration.k8s.io", "apiservices"): EmptyStatusStrategy,
-    ("flowcontrol.apiserver.k8s.io", "flowschemas"): EmptyStatusStrategy,
-    ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): EmptyStatusStrategy,
+    ("flowcontrol.apiserver.k8s.io", "flowschemas"): FlowSchemaStrategy,
+    ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations"): PriorityLevelConfigurationStrategy,
     ("admissionregistration.k8s.io", "validatingadmissionpolicies"): ValidatingAdmissionPolicyStrategy,
     ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): ValidatingAdmissionPolicyBindingStrategy,
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): ValidatingWebhookConfigurationStrategy,

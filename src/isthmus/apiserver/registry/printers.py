@@ -327,3 +327,65 @@ def hpa_row(obj: Obj, now: float) -> list[Any]:
     return [name_of(obj), f"{ref.get('kind', '')}/{ref.get('name', '')}", shown or "<none>",
             "<unset>" if min_pods is None else str(min_pods), _int(obj, "spec", "maxReplicas"),
             _int(obj, "status", "currentReplicas"), age(obj, now)]
+
+
+# ---------------------------------------------------------------- flowcontrol (API Priority and Fairness)
+
+FLOWSCHEMA_COLUMNS: list[Column] = [
+    NAME_COLUMN,
+    col("PriorityLevel", desc="`name` is the name of the priority level configuration being referenced Required."),
+    col("MatchingPrecedence", desc="`matchingPrecedence` is used to choose among the FlowSchemas that match a given "
+        "request. The chosen FlowSchema is among those with the numerically lowest (which we take to be logically "
+        "highest) MatchingPrecedence.  Each MatchingPrecedence value must be ranged in [1,10000]. Note that if the "
+        "precedence is not specified, it will be set to 1000 as default."),
+    col("DistinguisherMethod", desc="`distinguisherMethod` defines how to compute the flow distinguisher for "
+        "requests that match this schema. `nil` specifies that the distinguisher is disabled and thus will always "
+        "be the empty string."),
+    AGE_COLUMN,
+    col("MissingPL", desc="references a broken or non-existent PriorityLevelConfiguration"),
+]
+
+
+def flowschema_row(obj: Obj, now: float) -> list[Any]:
+    """printFlowSchema: MissingPL is the Dangling condition's status, `?` before the APF controller
+    has set one."""
+    method = dig(obj, "spec", "distinguisherMethod", "type")
+    dangling = next((str(c.get("status")) for c in dicts(dig(obj, "status", "conditions"))
+                     if c.get("type") == "Dangling"), "?")
+    return [name_of(obj), str(dig(obj, "spec", "priorityLevelConfiguration", "name") or ""),
+            _int(obj, "spec", "matchingPrecedence"), str(method) if method else "<none>", age(obj, now), dangling]
+
+
+PRIORITYLEVEL_COLUMNS: list[Column] = [
+    NAME_COLUMN,
+    col("Type", desc="`type` indicates whether this priority level is subject to limitation on request execution. "
+        "A value of `\"Exempt\"` means that requests of this priority level are not subject to a limit (and thus "
+        "are never queued) and do not detract from the capacity made available to other priority levels.  A value "
+        "of `\"Limited\"` means that (a) requests of this priority level _are_ subject to limits and (b) some of "
+        "the server's limited capacity is made available exclusively to this priority level. Required."),
+    col("NominalConcurrencyShares", desc="`nominalConcurrencyShares` (NCS) contributes to the computation of the "
+        "NominalConcurrencyLimit (NominalCL) of this level."),
+    col("Queues", desc="`queues` is the number of queues for this priority level. The queues exist independently "
+        "at each apiserver. The value must be positive.  Setting it to 1 effectively precludes shufflesharding "
+        "and thus makes the distinguisher method of associated flow schemas irrelevant.  This field has a default "
+        "value of 64."),
+    col("HandSize", desc="`handSize` is a small positive number that configures the shuffle sharding of requests "
+        "into queues."),
+    col("QueueLengthLimit", desc="`queueLengthLimit` is the maximum number of requests allowed to be waiting in a "
+        "given queue of this priority level at a time; excess requests are rejected.  This value must be "
+        "positive.  If not specified, it will be defaulted to 50."),
+    AGE_COLUMN,
+]
+
+
+def prioritylevel_row(obj: Obj, now: float) -> list[Any]:
+    """printPriorityLevelConfiguration: `<none>` for what an Exempt level (or one that rejects
+    rather than queues) does not have."""
+    cells: list[Any] = ["<none>"] * 4
+    limited = dig(obj, "spec", "limited")
+    if isinstance(limited, dict):
+        cells[0] = _int(limited, "nominalConcurrencyShares")
+        queuing = dig(limited, "limitResponse", "queuing")
+        if isinstance(queuing, dict):
+            cells[1:] = [_int(queuing, k) for k in ("queues", "handSize", "queueLengthLimit")]
+    return [name_of(obj), str(dig(obj, "spec", "type") or ""), *cells, age(obj, now)]
