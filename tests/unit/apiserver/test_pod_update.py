@@ -75,3 +75,13 @@ def test_host_network_defaults_host_ports_and_gates_give_the_condition() -> None
     status = PodStrategy().initial_status(live(schedulingGates=[{"name": "g"}]))
     assert status is not None and status["conditions"][0]["reason"] == "SchedulingGated"
     assert "conditions" not in (PodStrategy().initial_status(live()) or {})
+
+
+def test_a_pod_stored_before_a_default_existed_can_still_be_updated() -> None:
+    stored = live(hostNetwork=True)
+    stored["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "protocol": "TCP"}]  # no hostPort yet
+    new = copy.deepcopy(stored)
+    new["metadata"]["labels"] = {"a": "b"}
+    default_pod(new)  # the update is defaulted: hostPort 80
+    assert validate_pod_update(new, stored) != []
+    assert PodStrategy().validate_update(new, stored) == []

@@ -579,7 +579,14 @@ class PodStrategy(Strategy):
         carry_over_on_update(new, old)
 
     def validate_update(self, new: Obj, old: Obj) -> list[Cause]:
-        return validate_pod_update(new, old)
+        causes = validate_pod_update(new, old)
+        if causes:
+            # kube defaults what it reads back from etcd: a Pod stored before a default existed (a
+            # hostNetwork Pod's hostPort) compares as defaulted, or no update of it could pass.
+            was = clone(old)
+            default_pod(was)
+            causes = validate_pod_update(new, was)
+        return causes
 
     def initial_status(self, obj: Obj) -> Obj | None:
         """kube's podStrategy.PrepareForCreate: Pending, with the QoS class of its resources, and a
