@@ -123,9 +123,9 @@ def test_pool_names_are_valid_and_stable() -> None:
 
 def test_admission_skips_the_port_check_with_cloud_provider_configuration() -> None:
     obj = {"metadata": {"annotations": cfg("cloudProviderConfiguration: '{}'\nfrontends: [{port: 1, servicePort: 9}]")},
-           "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}
+           "spec": {"type": "LoadBalancer", "loadBalancerClass": "isthmus.io/edgelb", "ports": [{"port": 80}]}}
     assert admission.validate("Service", "CREATE", obj, None) == []
     no_ports = {"metadata": {"annotations": cfg("frontends: [{port: 1, servicePort: 9}]")},
-                "spec": {"type": "LoadBalancer"}}
+                "spec": {"type": "LoadBalancer", "loadBalancerClass": "isthmus.io/edgelb"}}
     assert admission.validate("Service", "CREATE", no_ports, None) == [
         "frontends[0].servicePort: 9 is not a port of this Service (ports: none)"]
