@@ -200,7 +200,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         fwd = ForwarderRuntime(client, "default.t", NS, e.forwarder_ip)
         e.forwarder = fwd  # type: ignore[attr-defined]
         e.tasks.append(asyncio.create_task(fwd.run()))
-        await eventually(lambda: asyncio.sleep(0, fwd.ready and any(g.ready for g in e.gateways)), 15, "ready")
+        await eventually(lambda: asyncio.sleep(0, fwd.ready and any(g.programmed for g in e.gateways)), 15, "ready")
         yield e
     finally:
         for t in e.tasks:
@@ -331,7 +331,7 @@ async def test_a_rule_for_an_unclaimed_address_is_never_programmed(env: Env) -> 
         return ready.get("reason") if ready.get("status") == "False" else None
 
     assert await eventually(rejected, 10, "SourceNotClaimed") == "SourceNotClaimed"
-    leader = next(g for g in env.gateways if g.ready)
+    leader = next(g for g in env.gateways if g.programmed)
     r, w = await _connect_from(env.forwarder_ip, leader.relay_ip, GATEWAY_RELAY_PORT)
     w.write(relay.egress_header("TCP", forged, env.target, 7000).encode())
     answer = await asyncio.wait_for(r.readline(), 3)
@@ -343,7 +343,7 @@ async def test_a_rule_for_an_unclaimed_address_is_never_programmed(env: Env) -> 
 async def test_gateway_failover_fails_closed_then_carries_new_connections(env: Env) -> None:
     app = env.addresses["app-ip"]
     assert await eventually(lambda: _try(peer_seen(env.app, env.forwarder_ip)), 10, "through") == app
-    leader_index = next(i for i, g in enumerate(env.gateways) if g.ready)
+    leader_index = next(i for i, g in enumerate(env.gateways) if g.programmed)
     leader, standby = env.gateways[leader_index], env.gateways[1 - leader_index]
     # A connection in flight through the leader.
     r, w = await _connect_from(env.app, env.forwarder_ip, 7000)
@@ -353,7 +353,7 @@ async def test_gateway_failover_fails_closed_then_carries_new_connections(env: E
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    assert not leader.ready
+    assert not leader.programmed
     w.write(b"still there?")
     with contextlib.suppress(OSError):
         await w.drain()
@@ -364,7 +364,7 @@ async def test_gateway_failover_fails_closed_then_carries_new_connections(env: E
     assert echoed == b""  # the flow ended with the leader: nothing relayed after its fall
     w.close()
     # The standby takes the lease; the gateway Service (here: the Forwarder's address) follows it.
-    await eventually(lambda: asyncio.sleep(0, standby.ready), 10, "standby leads")
+    await eventually(lambda: asyncio.sleep(0, standby.programmed), 10, "standby leads")
     await _write_dataplane(env, standby.relay_ip)
     assert await eventually(lambda: _try(peer_seen(env.app, env.forwarder_ip)), 10, "after failover") == app
     assert set(env.outside.peers) <= {app, env.addresses["web-ip"]}  # type: ignore[attr-defined]
@@ -374,7 +374,7 @@ async def test_a_relay_that_never_sends_its_header_is_dropped(env: Env, monkeypa
     from isthmus.egress import gateway
 
     monkeypatch.setattr(gateway, "IDLE_RELAY_SECONDS", 0.5)
-    leader = await eventually(lambda: asyncio.sleep(0, next((g for g in env.gateways if g.ready), None)), 10, "leader")
+    leader = await eventually(lambda: asyncio.sleep(0, next((g for g in env.gateways if g.programmed), None)), 10, "leader")
     r, w = await _connect_from(env.forwarder_ip, leader.relay_ip, GATEWAY_RELAY_PORT)
     try:
         data = await asyncio.wait_for(r.read(10), 5)

@@ -91,14 +91,14 @@ def test_dns_answers_carry_the_cluster_through_worker_snapshots() -> None:
     del worker, parent
 
 
-def test_gateway_source_ips_count_distinct_addresses_while_ready() -> None:
+def test_gateway_source_ips_count_distinct_addresses_while_programmed() -> None:
     gw = GatewayRuntime(client=object(), namespace="isthmus-system", identity="g", relay_ip="127.0.0.1")  # type: ignore[arg-type]
     before = REGISTRY.get_sample_value("isthmus_egress_gateway_source_ips") or 0
     gw.egress = {("TCP", "127.32.1.1", "127.0.0.9", 80): frozenset(), ("UDP", "127.32.1.1", "127.0.0.9", 53): frozenset(),
                  ("TCP", "127.32.1.2", "127.0.0.9", 80): frozenset()}
     gw.ingress = {("TCP", "127.32.1.3", 8080): object()}  # type: ignore[dict-item]
     assert REGISTRY.get_sample_value("isthmus_egress_gateway_source_ips") == before, "not leading: owns nothing"
-    gw.ready = True
+    gw.programmed = True
     assert REGISTRY.get_sample_value("isthmus_egress_gateway_source_ips") == before + 3
 
 

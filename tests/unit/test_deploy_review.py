@@ -22,23 +22,20 @@ def deployment(objs: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == name)
 
 
-def test_the_egress_gateway_is_recreated_not_rolled() -> None:
-    """Only the leader is ready: RollingUpdate with maxUnavailable 0 or 1 keeps the leader and never
-    completes (tests/integration/test_kubelite_deployment_rollout.py shows the default stalling)."""
-    gateway = deployment(objects("member"), "isthmus-egress-gateway")
-    assert gateway["spec"]["replicas"] == 2
-    assert gateway["spec"]["strategy"] == {"type": "Recreate"}
-
-
-def test_no_budget_blocks_the_leader_only_ready_gateway() -> None:
+def test_the_egress_gateway_rolls_one_pod_at_a_time_and_serves_its_leader() -> None:
+    """Ready means healthy and the Service picks the leader by its label: a RollingUpdate without
+    surge (hostNetwork ports) completes (tests/integration/test_gateway_rollout.py shows it)."""
     objs = objects("member")
-    budgets = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
-    gateway_labels = deployment(objs, "isthmus-egress-gateway")["spec"]["template"]["metadata"]["labels"]
-    assert not [b for b in budgets if all(gateway_labels.get(k) == v
-                                          for k, v in b["spec"]["selector"]["matchLabels"].items())]
+    gateway = deployment(objs, "isthmus-egress-gateway")
+    assert gateway["spec"]["replicas"] == 2
+    assert gateway["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    svc = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == "isthmus-egress-gateway")
+    assert svc["spec"]["selector"] == {"app.kubernetes.io/name": "isthmus-egress-gateway",
+                                       "egress.isthmus.io/leader": "true"}
 
 
-@pytest.mark.parametrize(("base", "name"), [("member", "isthmus-dns"), ("broker/webhook", "isthmus-mcsvc-webhook")])
+@pytest.mark.parametrize(("base", "name"), [("member", "isthmus-dns"), ("broker/webhook", "isthmus-mcsvc-webhook"),
+                                            ("member", "isthmus-egress-gateway")])
 def test_two_ready_replicas_get_a_budget_of_one(base: str, name: str) -> None:
     objs = objects(base)
     dep = deployment(objs, name)

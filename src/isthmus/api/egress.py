@@ -45,7 +45,19 @@ FORWARDER_FIELD_MANAGER = "isthmus-egress-forwarder"
 OPERATOR_LEASE = "isthmus-egress-operator"
 GATEWAY_LEASE = "isthmus-egress-gateway"
 GATEWAY_SERVICE = "isthmus-egress-gateway"
-"""Service of the gateway replicas; only the leader is ready, so its endpoints name the leader."""
+"""Service of the gateway replicas. It selects the pods of the gateway's Deployment that carry
+GATEWAY_LEADER_LABEL, so its endpoints name the leader while both replicas are ready (healthy)."""
+GATEWAY_APP_LABEL = "app.kubernetes.io/name"
+GATEWAY_APP = "isthmus-egress-gateway"
+"""The gateway Deployment's pods carry `app.kubernetes.io/name: isthmus-egress-gateway`."""
+GATEWAY_LEADER_LABEL = "egress.isthmus.io/leader"
+"""Set to "true" by the leading gateway on its own Pod once it has programmed its rules, removed when
+it steps down (and from any other gateway Pod by a new leader): Patroni's "label the leader" pattern,
+so readiness can mean healthy and a Deployment of two replicas is Available."""
+POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+"""kube's ReplicaSet controller removes Pods of lower cost first: the leader sets a cost on its Pod so a
+rolling update replaces the standby before it, and leadership moves once per upgrade, not twice."""
+LEADER_DELETION_COST = "1"
 FORWARDER_SERVICE_ACCOUNT = "isthmus-egress-forwarder"
 
 GATEWAY_RELAY_PORT = 15470

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -29,6 +30,9 @@ from isthmus.cli.show import ShowRequest, register_show
 
 if TYPE_CHECKING:
     from isthmus.runtime.manager import Manager
+
+STANDBY_POLL_SECONDS = 0.25
+"""How often a standby gateway reads the Lease (the failover time of a graceful stop)."""
 
 ForwarderImageOpt = Annotated[
     str | None, typer.Option("--forwarder-image", metavar="IMAGE", help="Image of the forwarder pods (default: this "
@@ -139,12 +143,18 @@ def egress_gateway(
 
         settle_for_relaying()  # it relays every byte: as the forwarder
 
-    async def build() -> Manager:
+    async def build() -> GatewayRuntime:
+        # The standby polls the Lease every 0.25 s (reads only; the leader still renews every
+        # retry_period): a leader that steps down hands over within about that long.
+        retry = max(0.2, lease_duration / 8)
         gw = GatewayRuntime(make_client(kubeconfig, context), namespace=namespace, identity=holder,
                             relay_ip=address, mode="kernel" if mode == "kernel" else "userspace",
                             interface=interface, lease_duration=lease_duration,
-                            renew_deadline=lease_duration * 2 / 3, retry_period=max(0.2, lease_duration / 8))
-        return gw.manager
+                            renew_deadline=lease_duration * 2 / 3, retry_period=retry,
+                            acquire_period=min(retry, STANDBY_POLL_SECONDS),
+                            pod_name=os.environ.get("POD_NAME") or None,
+                            pod_namespace=os.environ.get("POD_NAMESPACE") or None)
+        return gw
 
     run_component("egress-gateway", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 

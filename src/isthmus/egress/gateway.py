@@ -1,6 +1,11 @@
 """`isthmus egress-gateway`: the gateway host's part. Replicas elect a leader (Lease
-`isthmus-egress-gateway`); only the leader owns the source IPs and is ready, so the gateway
-Service's endpoints name it and failover moves the addresses with the lease.
+`isthmus-egress-gateway`); only the leader owns the source IPs. Once it has programmed its rules it
+labels its own Pod `egress.isthmus.io/leader: "true"` (and clears the label from any other gateway
+Pod: a leader that lost the Lease without saying so); the gateway Service selects that label, so its
+endpoints name the leader and failover moves the addresses with the Lease. Readiness means healthy
+(caches synced, the apiserver answering, and, when leading, the rules programmed), so both replicas
+are ready, the Deployment is Available and a PodDisruptionBudget can count them (Patroni's "label
+the leader" pattern rather than "only the leader is ready").
 
 The leader programs every Gateway object of its namespace:
 
@@ -15,8 +20,10 @@ A rule is programmed only if its source IP is a SourceIP bound to a claim of the
 namespace: a Gateway object written by anyone else cannot make the gateway send from an address
 nobody claimed. Losing the lease closes every listener and aborts every flow (fail closed).
 
-Built on `runtime.Manager` (the Lease, each term's informers, the Lease handed back on stop); ready
-is the gateway's own: leading and its rules programmed once.
+Built on `runtime.Manager` (the Lease, the Lease handed back on stop). The informers run for the
+whole process, not per term: a standby is healthy only with synced caches, and takes over without
+listing again. On a graceful stop the leader closes its listeners, removes its label, then hands the
+Lease back; a standby polling every `acquire_period` takes it within about that long.
 """
 
 from __future__ import annotations
@@ -24,18 +31,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from isthmus.api.base import format_time, new_condition
 from isthmus.api.egress import (
+    GATEWAY_APP,
+    GATEWAY_APP_LABEL,
     GATEWAY_FIELD_MANAGER,
+    GATEWAY_LEADER_LABEL,
     GATEWAY_LEASE,
     GATEWAY_RELAY_PORT,
     GATEWAY_UDP_RELAY_PORT,
+    LEADER_DELETION_COST,
+    POD_DELETION_COST,
     READY,
     Gateway,
     GatewayRule,
@@ -50,7 +64,7 @@ from isthmus.egress.metrics import FLOWS, LEADING, REFUSED, RULES, start_series,
 from isthmus.egress.splice import Pipe, link, open_pipe
 from isthmus.kube import helpers
 from isthmus.kube.resources import resource_for
-from isthmus.runtime import LeaderElection, Manager, Term
+from isthmus.runtime import LeaderElection, Manager, SharedInformerFactory, Term
 
 log = logging.getLogger(__name__)
 GatewayRes: Any = resource_for(Gateway)
@@ -58,6 +72,31 @@ SourceIPRes: Any = resource_for(SourceIP)
 Mode = Literal["userspace", "kernel"]
 RETRY_SECONDS = 30.0
 IDLE_RELAY_SECONDS = 10.0
+LABEL_RETRY_SECONDS = 1.0
+"""A leader whose label write failed asks again this soon (until labelled, no forwarder reaches it)."""
+UNLABEL_TIMEOUT = 2.0
+"""How long a stepping-down leader tries to remove its label before handing the Lease back."""
+
+
+def leader_patch(leading: bool) -> dict[str, Any]:
+    """The merge patch a gateway writes on a Pod: the leader label and deletion cost, or their removal
+    (the only fields the admission policy lets the gateway change)."""
+    return {"metadata": {"labels": {GATEWAY_LEADER_LABEL: "true" if leading else None},
+                         "annotations": {POD_DELETION_COST: LEADER_DELETION_COST if leading else None}}}
+
+
+def stale_leaders(pods: list[dict[str, Any]], me: str) -> list[str]:
+    """Gateway Pods other than `me` still labelled leader (or still carrying the leader's deletion
+    cost): a previous leader that could not clear them, e.g. cut off from the apiserver."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        if meta.get("name") == me or labels.get(GATEWAY_APP_LABEL) != GATEWAY_APP:
+            continue
+        if GATEWAY_LEADER_LABEL in labels or annotations.get(POD_DELETION_COST) == LEADER_DELETION_COST:
+            out.append(str(meta.get("name")))
+    return sorted(out)
 
 
 def claimed(rule: GatewayRule, namespace: str, sips: dict[str, SourceIP]) -> bool:
@@ -79,19 +118,35 @@ class GatewayRuntime:
         lease_duration: float = 15.0,
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
+        acquire_period: float | None = None,
+        pod_name: str | None = None,
+        pod_namespace: str | None = None,
         kernel: Any = None,
     ) -> None:
-        """`kernel`: a KernelGateway to use in kernel mode (tests pass one bound to their namespace)."""
+        """`kernel`: a KernelGateway to use in kernel mode (tests pass one bound to their namespace).
+        `pod_name`: this replica's Pod, labelled while it leads (None outside a Pod: no label)."""
         self.client = client
         self.namespace = namespace
         self.identity = identity
         self.relay_ip = relay_ip
         self.mode = mode
+        self.pod_name = pod_name
+        self.pod_namespace = pod_namespace or namespace
+        self.lease_duration = lease_duration
         self.manager = Manager("egress-gateway", election=LeaderElection(
             client, GATEWAY_LEASE, namespace, identity=identity, lease_duration=lease_duration,
             renew_deadline=renew_deadline, retry_period=retry_period))
+        assert self.manager.elector is not None
+        self.elector = self.manager.elector
+        self.elector.acquire_period = acquire_period
         self.manager.setup(self._wire)
-        self.manager.ready_when(lambda: self.ready)
+        self.manager.add(self._watch, leader_only=False)
+        self.factory = SharedInformerFactory(client)
+        self._gateways = self.factory.informer(GatewayRes, namespace)
+        self._sips = self.factory.informer(SourceIPRes)
+        for inf in (self._gateways, self._sips):
+            inf.add_handler(lambda _o: self._changed.set(), lambda _o, _n: self._changed.set(),
+                            lambda _o: self._changed.set())
         self.listeners = Listeners(self._on_tcp, self._on_udp, on_pipe=self._on_pipe,
                                    piped=lambda k: k.port == GATEWAY_RELAY_PORT and k.ip == relay_ip)
         self._relaying: set[asyncio.Task[None]] = set()
@@ -105,29 +160,109 @@ class GatewayRuntime:
         self.egress: dict[tuple[str, str, str, int], frozenset[str]] = {}
         """(protocol, source IP, target IP, port) → forwarder addresses allowed to relay it."""
         self.ingress: dict[tuple[str, str, int], GatewayRule] = {}
-        self.ready = False
+        self.programmed = False
+        """Leading, and the rules programmed at least once this term."""
+        self.labelled = False
+        """This replica's Pod carries the leader label (the gateway Service targets it)."""
+        self._programmed = asyncio.Event()
         self._changed = asyncio.Event()
         self._applied: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
         """The kernel flows last applied (an unchanged set is not re-applied)."""
         track_gateway(self)
         start_series("gateway")
 
+    @property
+    def ready(self) -> bool:
+        """Healthy, leading or not: the caches synced, the apiserver answered the election within a
+        Lease duration (a standby that could not take over is not ready), and a leader has programmed
+        its rules. Which replica carries traffic is the leader label's business, not readiness's."""
+        contact = self.elector.last_contact
+        if not self.factory.synced or contact is None:
+            return False
+        if time.monotonic() - contact > self.lease_duration:
+            return False
+        return self.programmed or not self.manager.is_leader
+
+    @property
+    def leading(self) -> bool:
+        return self.elector.is_leader
+
     async def run(self) -> None:
         await self.manager.run()
 
+    # as a Component (cli/app.py's run_component): the Manager's runs, the readiness is ours
+    async def start(self) -> None:
+        await self.manager.start()
+
+    async def wait(self) -> None:
+        await self.manager.wait()
+
+    async def stop(self) -> None:
+        await self.manager.stop()
+
+    async def _watch(self) -> None:
+        """The informers, from start to stop whatever the Lease."""
+        self.factory.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.factory.stop()
+
     def _wire(self, term: Term) -> None:
-        self._gateways = term.informer(self.client, GatewayRes, self.namespace)
-        self._sips = term.informer(self.client, SourceIPRes)
-        for inf in (self._gateways, self._sips):
-            inf.add_handler(lambda _o: self._changed.set(), lambda _o, _n: self._changed.set(),
-                            lambda _o: self._changed.set())
         LEADING.set(1)
         term.on_synced(self._synced)
-        term.add(self._program_loop)
+        term.add(self._program_loop, self._label_loop)
         term.on_stopped(self._stopped)
 
     async def _synced(self) -> None:
+        await self.factory.wait_synced()  # never program (nor claim the label) from empty caches
         log.info("egress-gateway %s leading (%s mode)", self.identity, self.mode)
+
+    async def _label_loop(self) -> None:
+        """Once programmed, label this replica's Pod leader and clear stale leaders; again every
+        RETRY_SECONDS (a label removed by hand, a stale leader come back)."""
+        if self.pod_name is None:
+            return
+        await self._programmed.wait()
+        while True:
+            try:
+                await self._patch_pod(self.pod_name, leading=True)
+                if not self.labelled:
+                    log.info("egress-gateway %s labelled pod %s leader", self.identity, self.pod_name)
+                self.labelled = True
+                for name in await self._stale_leaders():
+                    log.warning("removing the leader label of pod %s (a previous leader)", name)
+                    await self._patch_pod(name, leading=False)
+                delay = RETRY_SECONDS
+            except ApiError as e:
+                log.warning("cannot label the leader pod: %s", helpers.describe_error(e))
+                delay = LABEL_RETRY_SECONDS
+            await asyncio.sleep(delay)
+
+    async def _stale_leaders(self) -> list[str]:
+        assert self.pod_name is not None
+        pods = [p.to_dict() async for p in self.client.list(
+            Pod, namespace=self.pod_namespace, labels={GATEWAY_APP_LABEL: GATEWAY_APP})]
+        return stale_leaders(pods, self.pod_name)
+
+    async def _patch_pod(self, name: str, *, leading: bool) -> None:
+        try:
+            await self.client.patch(Pod, name, leader_patch(leading), namespace=self.pod_namespace,
+                                    patch_type=PatchType.MERGE, field_manager=GATEWAY_FIELD_MANAGER)
+        except ApiError as e:
+            if not helpers.is_not_found(e):  # a Pod gone needs no label removed
+                raise
+
+    async def _unlabel(self) -> None:
+        """Stepping down: the label goes before the Lease does (a successor labels itself at once)."""
+        if self.pod_name is None:
+            return
+        self.labelled = False
+        try:
+            async with asyncio.timeout(UNLABEL_TIMEOUT):
+                await self._patch_pod(self.pod_name, leading=False)
+        except (ApiError, TimeoutError, OSError) as e:  # the next leader clears it
+            log.warning("cannot remove the leader label of pod %s: %s", self.pod_name, e)
 
     async def _program_loop(self) -> None:
         """Program the rules at every change of the Gateways or SourceIPs (ready once programmed)."""
@@ -141,7 +276,8 @@ class GatewayRuntime:
             objs = [Gateway.from_dict(o) for o in self._gateways.cache.list()]
             bound = {o.name: o for o in (SourceIP.from_dict(s) for s in self._sips.cache.list())}
             problems = await self._program(objs, bound)
-            self.ready = True
+            self.programmed = True
+            self._programmed.set()
             for gw in objs:
                 state = (gw.metadata.generation, problems.get(gw.name, ""))
                 if written.get(gw.name) != state and await self._write_status(gw, problems.get(gw.name, "")):
@@ -149,8 +285,10 @@ class GatewayRuntime:
             await asyncio.sleep(0.02)  # coalesce bursts of changes
 
     async def _stopped(self) -> None:
-        """Leadership ended: no listener, no flow, no kernel rule stays (fail closed)."""
-        self.ready = False
+        """Leadership ended: no listener, no flow, no kernel rule stays (fail closed), then the leader
+        label goes (before the Lease is handed back: runtime.Manager's order)."""
+        self.programmed = False
+        self._programmed.clear()
         LEADING.set(0)
         self.listeners.close()
         self.egress, self.ingress = {}, {}
@@ -160,6 +298,7 @@ class GatewayRuntime:
                 await self.kernel.release()
             except Exception:
                 log.exception("releasing the kernel rules failed")
+        await self._unlabel()
 
     async def _program(self, objs: list[Gateway], sips: dict[str, SourceIP]) -> dict[str, str]:
         """Program every claimed rule; returns the problem of each Gateway object that has one."""

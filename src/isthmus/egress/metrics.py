@@ -114,10 +114,11 @@ class OperatorView(Protocol):
 
 
 class GatewayView(Protocol):
-    """What the collector reads of a gateway replica: the rules it programs while ready."""
+    """What the collector reads of a gateway replica: the rules it programs while leading (its
+    readiness means healthy: a ready standby owns nothing)."""
 
     @property
-    def ready(self) -> bool: ...
+    def programmed(self) -> bool: ...
 
     @property
     def egress(self) -> Mapping[tuple[str, str, str, int], Any]: ...
@@ -216,7 +217,7 @@ class _EgressCollector(Collector):
         gateways = list(_GATEWAYS)
         if gateways:
             owned.add_metric([], sum(len({k[1] for k in gw.egress} | {k[1] for k in gw.ingress})
-                                     for gw in gateways if gw.ready))
+                                     for gw in gateways if gw.programmed))
         yield from (claims, sips, capacity, allocated, externals, owned)
 
 

@@ -240,12 +240,24 @@ class Plan:
     delete: list[str] = field(default_factory=list)
 
 
-def _deletion_order(p: Mapping[str, Any]) -> tuple[int, int, str]:
-    """Delete first: not ready, without an address, newest (kube's ActivePods ordering, roughly)."""
+POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+
+def _deletion_cost(p: Mapping[str, Any]) -> int:
+    try:
+        return int(((p.get("metadata") or {}).get("annotations") or {}).get(POD_DELETION_COST, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _deletion_order(p: Mapping[str, Any]) -> tuple[int, int, int, str]:
+    """Delete first: not ready, lower controller.kubernetes.io/pod-deletion-cost (a leader-elected
+    workload keeps its leader for last), without an address, newest (kube's ActivePodsWithRanks,
+    roughly)."""
     status = p.get("status") or {}
     created = _created(p)
     newest_first = "".join(chr(0x10FFFF - ord(c)) for c in created)
-    return (1 if pod_is_ready(p) else 0, 1 if status.get("podIP") else 0, newest_first)
+    return (1 if pod_is_ready(p) else 0, _deletion_cost(p), 1 if status.get("podIP") else 0, newest_first)
 
 
 def replicaset_plan(rs: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> Plan:
