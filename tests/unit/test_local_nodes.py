@@ -198,6 +198,11 @@ def test_the_edge_routes_follow_the_pods_that_hold_the_addresses() -> None:
     # the pool manager on node 2 (scheduled, not ready yet: it needs its addresses first); the
     # gateway's ready pod (its leader) wins over a newer one that is not
     assert routes == {"10.30.2.0/24": second.address, "10.31.2.0/24": second.address, "10.32.2.0/24": second.address}
+    # both gateway pods ready (readiness means healthy): the one labelled leader binds the source IPs
+    both = [_pod("gw-a", "isthmus-egress-gateway", first.address, ready=True, created="2026-12-07T10:00:01Z"),
+            _pod("gw-b", "isthmus-egress-gateway", second.address, ready=True, created="2026-12-07T09:00:00Z")]
+    both[1]["metadata"]["labels"]["egress.isthmus.io/leader"] = "true"
+    assert edge_routes(first, nodes, both, start)["10.32.2.0/24"] == second.address
     # drained from node 2: a terminating pod holds nothing, and with no other the route stays put
     gone = [_pod("pools-a", "isthmus-pools", second.address, ready=True, created="2026-12-07T10:00:00Z",
                  deleting=True)]

@@ -7,12 +7,13 @@ pods that bind the cluster's edge addresses (10.30.i.1, 10.31.i.1) and egress so
 (`net.ipv4.ip_nonlocal_bind=1`, so a pod starting on a node does not race the speaker) and has the
 egress range as a local route (only the gateway binds it, and nothing in the cluster dials it).
 This speaker, a task of the supervisor (which made the fabric), watches the Pods of those two
-Deployments and, for each, finds the holder: the node (`status.hostIP`) of the newest ready pod,
-else of the newest scheduled one that is not terminating (a pool manager cannot become ready
+Deployments and, for each, finds the holder: for the gateway the node (`status.hostIP`) of the pod
+labelled `egress.isthmus.io/leader: "true"` (the one that binds the source IPs; both replicas are
+ready when healthy), then for both the node of the newest ready pod, else of the newest scheduled one that is not terminating (a pool manager cannot become ready
 before its addresses are there), else where it was (at start node 1, as the plan has it). It puts
 the edge addresses on the holder's `edge0` and removes them from the other nodes (as MetalLB's
 layer-2 speaker answers for an address from the one node that holds it), and points the fabric's
-routes — 10.30.i.0/24 and 10.31.i.0/24, 10.32.i.0/24 for the gateway (only its leader is ready) —
+routes — 10.30.i.0/24 and 10.31.i.0/24, 10.32.i.0/24 for the gateway (its labelled leader) —
 at the holder.
 
 The decision (`edge_routes`) is pure; `EdgeSpeaker` is the thin loop around it.
@@ -37,6 +38,8 @@ NAME_LABEL = "app.kubernetes.io/name"
 POOLS = "isthmus-pools"
 GATEWAY = "isthmus-egress-gateway"
 EDGE_COMPONENTS = (POOLS, GATEWAY)
+LEADER_LABEL = "egress.isthmus.io/leader"
+"""The gateway's leader labels its own Pod (isthmus.api.egress.GATEWAY_LEADER_LABEL)."""
 POLL_SECONDS = 2.0
 """How often the speaker looks again when a watch cannot be held (the apiserver restarting)."""
 
@@ -50,6 +53,10 @@ def _ready(pod: Mapping[str, Any]) -> bool:
     status = pod.get("status") or {}
     return bool(status.get("hostIP")) and not (pod.get("metadata") or {}).get("deletionTimestamp") and any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _leader(pod: Mapping[str, Any]) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LEADER_LABEL) == "true"
 
 
 def _scheduled(pod: Mapping[str, Any]) -> bool:
@@ -71,7 +78,7 @@ def edge_routes(first: NodeNet, nodes: Iterable[NodeNet], pods: Iterable[Mapping
     out: dict[str, str] = {}
     for component, cidrs in _ranges(first).items():
         candidates = sorted(by_component.get(component, []),
-                            key=lambda p: (_ready(p), str(p["metadata"].get("creationTimestamp") or "")))
+                            key=lambda p: (_leader(p), _ready(p), str(p["metadata"].get("creationTimestamp") or "")))
         for cidr in cidrs:
             out[cidr] = str(candidates[-1]["status"]["hostIP"]) if candidates else current.get(cidr, first.address)
     return out
