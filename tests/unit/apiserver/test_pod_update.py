@@ -37,11 +37,18 @@ def test_the_diff_names_go_fields_and_elides_identical_ones() -> None:
     [cause] = validate_pod_update(new, old)
     assert cause["field"] == "spec" and cause["reason"] == "FieldValueForbidden"
     diff = cause["message"].split("\n", 1)[1]
+    # go-cmp's layout: two equal fields of context each side, values aligned, the rest elided
     assert diff == ("  core.PodSpec{\n"
-                    "  \t... // 4 identical fields\n"
-                    '- \tRestartPolicy: "Always",\n'
-                    '+ \tRestartPolicy: "Never",\n'
-                    "  \t... // 35 identical fields\n"
+                    "  \t... // 2 identical fields\n"
+                    "  \tContainers:                    {{Name: \"c\", Image: \"busybox\", ImagePullPolicy: "
+                    "\"Always\", TerminationMessagePath: \"/dev/termination-log\", TerminationMessagePolicy: "
+                    "\"File\"}},\n"
+                    "  \tEphemeralContainers:           nil,\n"
+                    '- \tRestartPolicy:                 "Always",\n'
+                    '+ \tRestartPolicy:                 "Never",\n'
+                    "  \tTerminationGracePeriodSeconds: &30,\n"
+                    "  \tActiveDeadlineSeconds:         nil,\n"
+                    "  \t... // 32 identical fields\n"
                     "  }\n")
 
 

@@ -218,7 +218,7 @@ _MAX_INT32 = 2**31 - 1
 _POD_SPEC_ORDER = [
     "volumes", "initContainers", "containers", "ephemeralContainers", "restartPolicy",
     "terminationGracePeriodSeconds", "activeDeadlineSeconds", "dnsPolicy", "nodeSelector", "serviceAccountName",
-    "serviceAccount", "automountServiceAccountToken", "nodeName", "hostNetwork", "hostPID", "hostIPC",
+    "automountServiceAccountToken", "nodeName", "hostNetwork", "hostPID", "hostIPC",
     "shareProcessNamespace", "hostUsers", "securityContext", "imagePullSecrets", "hostname", "subdomain",
     "setHostnameAsFQDN", "affinity", "schedulerName", "tolerations", "hostAliases", "priorityClassName", "priority",
     "preemptionPolicy", "dnsConfig", "readinessGates", "runtimeClassName", "overhead", "enableServiceLinks",
@@ -247,7 +247,16 @@ _POD_SPEC_SHAPE = Shape(
         "shareProcessNamespace", "tolerationSeconds", "defaultMode", "runAsUser", "runAsGroup", "runAsNonRoot",
         "privileged", "allowPrivilegeEscalation", "readOnlyRootFilesystem", "fsGroup", "optional",
     }),
-    order={"core.PodSpec": _POD_SPEC_ORDER, "core.Container": _CONTAINER_ORDER},
+    order={"core.PodSpec": _POD_SPEC_ORDER, "core.Container": _CONTAINER_ORDER,
+           "core.EnvVar": ["name", "value", "valueFrom"],
+           "core.Toleration": ["key", "operator", "value", "effect", "tolerationSeconds"],
+           "core.ContainerPort": ["name", "hostPort", "containerPort", "protocol", "hostIP"]},
+    # Go's zero values of plain (non-pointer) fields, as cmp prints an absent one
+    zeros={**dict.fromkeys(("workingDir", "nodeName", "serviceAccountName", "hostname", "subdomain",
+                            "schedulerName", "priorityClassName", "dnsPolicy", "imagePullPolicy",
+                            "terminationMessagePath", "terminationMessagePolicy", "image", "name", "value"), '""'),
+           **dict.fromkeys(("hostNetwork", "hostPID", "hostIPC", "stdin", "stdinOnce", "tty"), "false"),
+           **dict.fromkeys(("hostPort", "containerPort"), "0"), "resources": "{}"},
 )
 _QUANTITY_MAPS = frozenset({"limits", "requests", "overhead"})
 
