@@ -19,10 +19,13 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.types import PatchType
 
 from isthmus.api.egress import (
     FORWARDER_RELAY_PORT,
+    GATEWAY_APP,
+    GATEWAY_APP_LABEL,
     GATEWAY_RELAY_PORT,
     Forwarder,
     Gateway,
@@ -193,8 +196,9 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
             e.addresses[name] = str(await eventually(bound, 15, f"{name} bound"))
         await _write_dataplane(e, e.gateway_ips[0])
         for i, gip in enumerate(e.gateway_ips):
+            await _gateway_pod(client, f"gw-{i}", gip)
             gw = GatewayRuntime(client, namespace=NS, identity=f"gw-{i}", relay_ip=gip, lease_duration=1.5,
-                                renew_deadline=1.0, retry_period=0.25)
+                                renew_deadline=1.0, retry_period=0.25, pod_name=f"gw-{i}")
             e.gateways.append(gw)
             e.tasks.append(asyncio.create_task(gw.run()))
         fwd = ForwarderRuntime(client, "default.t", NS, e.forwarder_ip)
@@ -212,6 +216,16 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         service.close()
         udp_service.close()
         await srv.close()
+
+
+async def _gateway_pod(client: AsyncClient, name: str, ip: str) -> None:
+    """A gateway replica's Pod as a kubelet reports it: running at `ip`, ready (healthy)."""
+    await client.create(Pod.from_dict({
+        "metadata": {"name": name, "namespace": NS, "labels": {GATEWAY_APP_LABEL: GATEWAY_APP}},
+        "spec": {"containers": [{"name": "gateway", "image": "isthmus"}]}}))
+    await client.patch(Pod.Status, name, {"status": {"phase": "Running", "podIP": ip, "conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-07T10:00:00Z"}]}},
+        namespace=NS, patch_type=PatchType.MERGE)
 
 
 async def _service_handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -382,3 +396,98 @@ async def test_a_relay_that_never_sends_its_header_is_dropped(env: Env, monkeypa
         data = b""
     assert data == b""  # closed by the gateway, nothing relayed
     w.close()
+
+
+async def test_a_graceful_stop_of_the_leader_hands_over_within_a_second_or_so(env: Env) -> None:
+    """SIGTERM of the leading replica (its `stop()`: listeners closed, label removed, Lease handed
+    back) under a loop of new connections through the forwarder. The path is the real one: the
+    manifest's Service selects the labelled leader, kube-lite's EndpointSlice controller publishes
+    it, and the forwarder's gateway address follows the slice's ready endpoint as the operator's
+    `relay_address` picks it. Prints the measured gap (failed connections, seconds)."""
+    from lightkube.resources.core_v1 import Service
+    from lightkube.resources.discovery_v1 import EndpointSlice
+
+    from isthmus.egress.rules import relay_address
+    from isthmus.kube.manifests import deploy_dir, render
+    from isthmus.local.kubelite.endpointslices import EndpointSliceController
+    from isthmus.runtime import SharedInformerFactory
+
+    svc = next(o for o in render(deploy_dir() / "member")
+               if o["kind"] == "Service" and o["metadata"]["name"] == "isthmus-egress-gateway")
+    await env.client.create(Service.from_dict(svc))
+    factory = SharedInformerFactory(env.client)
+    slices = factory.informer(EndpointSlice, NS)
+    esc = EndpointSliceController(env.client, factory.informer(Service, NS), factory.informer(Pod, NS), slices)
+    changed = asyncio.Event()
+    slices.add_handler(lambda _o: changed.set(), lambda _o, _n: changed.set(), lambda _o: changed.set())
+
+    def leader_address() -> str | None:
+        ready = [ep["addresses"][0] for s in slices.cache.list() for ep in s.to_dict().get("endpoints") or []
+                 if (s.metadata.labels or {}).get("kubernetes.io/service-name") == "isthmus-egress-gateway"
+                 and (ep.get("conditions") or {}).get("ready")]
+        return relay_address(ready, GATEWAY_RELAY_PORT)
+
+    async def operator() -> None:  # the egress operator's gateway address, from the gateway Service's slices
+        written: str | None = None
+        while True:
+            await changed.wait()
+            changed.clear()
+            address = leader_address()
+            if address is not None and address != written:
+                await _write_dataplane(env, address.rsplit(":", 1)[0])
+                written = address
+
+    factory.start()
+    tasks = [asyncio.create_task(esc.run()), asyncio.create_task(operator())]
+    try:
+        app = env.addresses["app-ip"]
+        leader = await eventually(lambda: asyncio.sleep(0, next((g for g in env.gateways if g.labelled), None)),
+                                  10, "a leader labelled")
+        assert all(g.ready for g in env.gateways), "both replicas ready: healthy, leading or not"
+        assert await eventually(leader_address, 10, "the Service's endpoint") == f"{leader.relay_ip}:{GATEWAY_RELAY_PORT}"
+        assert await eventually(lambda: _try(peer_seen(env.app, env.forwarder_ip)), 10, "through") == app
+        standby = next(g for g in env.gateways if g is not leader)
+        loop = asyncio.get_running_loop()
+        results: list[tuple[float, bool]] = []
+        stopped_at = 0.0
+
+        async def attempt() -> None:
+            t = loop.time()
+            try:
+                ok = await asyncio.wait_for(peer_seen(env.app, env.forwarder_ip), 1.0) == app
+            except (OSError, TimeoutError, ConnectionError):
+                ok = False
+            results.append((t, ok))
+
+        async def traffic() -> None:
+            for _ in range(200):  # bounded: 10 s at most
+                await attempt()
+                if stopped_at and standby.labelled and results[-1][1] and results[-1][0] > stopped_at:
+                    return
+                await asyncio.sleep(0.05)
+
+        runner = asyncio.create_task(traffic())
+        await asyncio.sleep(0.3)
+        stopped_at = loop.time()
+        task = env.tasks[1 + env.gateways.index(leader)]
+        task.cancel()  # what run_component's stop() does at SIGTERM (then the Lease is handed back)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await runner
+        failed = [t for t, ok in results if not ok]
+        recovered = next(t for t, ok in results if ok and t > (failed[-1] if failed else stopped_at))
+        gap = recovered - (failed[0] if failed else recovered)
+        print(f"graceful failover: {len(results)} new connections, {len(failed)} failed, "
+              f"{gap:.2f} s without a gateway, through the new leader {recovered - stopped_at:.2f} s after the stop")
+        assert all(ok for t, ok in results if t < stopped_at), "before the stop, every connection went through"
+        assert gap < 3.0, "issue 43: new connections succeed within 3 s"
+        assert standby.programmed and standby.labelled
+        assert leader_address() == f"{standby.relay_ip}:{GATEWAY_RELAY_PORT}"
+        assert set(env.outside.peers) <= {app, env.addresses["web-ip"]}  # type: ignore[attr-defined]
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        await factory.stop()
