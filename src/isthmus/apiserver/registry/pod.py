@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from isthmus.apiserver.apimachinery import validation
+from isthmus.apiserver.apimachinery.errors import cause, go_quote
 from isthmus.apiserver.apimachinery.jsoncopy import clone
 from isthmus.apiserver.registry.defaulting import set_default
 from isthmus.apiserver.registry.godiff import Shape, cmp_diff
@@ -335,9 +336,13 @@ def _only_deleted_gates(new: list[Obj], old: list[Obj]) -> list[Cause]:
 
 
 def _node_selector_additions(new: Obj, old: Obj) -> list[Cause]:
-    """validateNodeSelectorMutation: a gated Pod's nodeSelector may gain keys, not lose or change them."""
-    return [validation.invalid(f"spec.nodeSelector[{k}]", new.get(k, ""), "field is immutable")
-            for k, v in old.items() if new.get(k) != v]
+    """validateNodeSelectorMutation: a gated Pod's nodeSelector may gain keys, not lose or change them
+    (the new map printed as Go's %#v, keys sorted)."""
+    if all(k in new and new[k] == v for k, v in old.items()):
+        return []
+    shown = ", ".join(f"{go_quote(str(k))}:{go_quote(str(v))}" for k, v in sorted(new.items()))
+    return [cause("spec.nodeSelector", f"Invalid value: map[string]string{{{shown}}}: only additions to "
+                                       "spec.nodeSelector are allowed (no mutations or deletions)")]
 
 
 def validate_pod_update(new: Obj, old: Obj) -> list[Cause]:
