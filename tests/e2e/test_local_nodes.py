@@ -95,19 +95,23 @@ def test_a_pod_on_each_node_reaches_the_other(cs: Clusterset, tmp_path: Path) ->
 
     def running() -> list[dict[str, Any]] | None:
         pods = json.loads(cs.kubectl("c1", "get", "pods", "-n", "default", "-l", "app=web", "-o", "json"))["items"]
-        up = [p for p in pods if p["status"].get("phase") == "Running" and p["status"].get("podIP")
-              and not p["metadata"].get("deletionTimestamp")]
+        up = [p for p in pods if _ready(p) and p["status"].get("podIP") and not p["metadata"].get("deletionTimestamp")]
         return up if len(up) == 2 else None
 
-    pods = wait_for("both web pods running", running, timeout=300)
+    pods = wait_for("both web pods ready", running, timeout=300)
     assert sorted(p["spec"]["nodeName"] for p in pods) == ["c1-node", "c1-node-2"]
     for p in pods:
         slice_ = "10.101.0." if p["spec"]["nodeName"] == "c1-node" else "10.101.1."
         assert p["status"]["podIP"].startswith(slice_), p["status"]["podIP"]
     for me, other in ((pods[0], pods[1]), (pods[1], pods[0])):
-        answer = cs.kubectl("c1", "exec", "-n", "default", me["metadata"]["name"], "--",
-                            "python3", "-c", GET, f"http://{other['status']['podIP']}:8080/")
-        assert answer.strip() == other["metadata"]["name"]
+        # Ready without a readiness probe means started, not listening yet: ask until it answers
+        def by_pod_ip(me: dict[str, Any] = me, other: dict[str, Any] = other) -> bool:
+            got = cs.kubectl("c1", "exec", "-n", "default", me["metadata"]["name"], "--",
+                             "python3", "-c", GET, f"http://{other['status']['podIP']}:8080/", check=False)
+            return bool(got.strip() == other["metadata"]["name"])
+
+        wait_for(f"{me['spec']['nodeName']}'s pod to reach {other['metadata']['name']} at {other['status']['podIP']}",
+                 by_pod_ip, timeout=60)
     cluster_ip = json.loads(cs.kubectl("c1", "get", "svc", "web", "-n", "default", "-o", "json"))["spec"]["clusterIP"]
     for me in pods:  # through the ClusterIP (each node's own proxy), until the other node's pod answers
         want = next(p["metadata"]["name"] for p in pods if p is not me)
