@@ -208,3 +208,41 @@ async def test_expired_lease_of_dead_holder_is_taken_with_transition() -> None:
 def test_rejects_inconsistent_durations() -> None:
     with pytest.raises(ValueError):
         LeaderElector(None, "x", lease_duration=5, renew_deadline=6, retry_period=1)  # type: ignore[arg-type]
+
+
+async def test_last_contact_records_when_the_apiserver_last_answered() -> None:
+    """A standby's health: the apiserver answered its last attempt (held or not)."""
+    store = LeaseStore()
+    ca, cb = FakeClient(store), FakeClient(store)
+    a, b = elector(ca, "a"), elector(cb, "b")
+    assert b.last_contact is None
+    assert await a.try_acquire_or_renew()
+    assert not await b.try_acquire_or_renew()  # held by a: not acquired, but answered
+    seen = b.last_contact
+    assert seen is not None
+    cb.down = True
+    with pytest.raises(httpx2.ConnectError):
+        await b.try_acquire_or_renew()
+    assert b.last_contact == seen
+
+
+async def test_a_standby_polls_at_its_acquire_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader renews every retry_period; a standby may ask more often (reads, not writes)."""
+    from isthmus.runtime import leader as leader_mod
+
+    store = LeaseStore()
+    a = elector(FakeClient(store), "a")
+    assert await a.try_acquire_or_renew()
+    waits: list[float] = []
+
+    async def record(delay: float) -> None:
+        waits.append(delay)
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(leader_mod.asyncio, "sleep", record)
+    for period, expected in ((None, FAST["retry_period"]), (0.02, 0.02)):
+        b = LeaderElector(FakeClient(store), "lock", "default", identity="b", acquire_period=period, **FAST)  # type: ignore[arg-type]
+        waits.clear()
+        with pytest.raises(asyncio.CancelledError):
+            await b.acquire()
+        assert len(waits) == 1 and expected <= waits[0] <= expected * 1.2
