@@ -92,3 +92,11 @@ def test_a_pod_stored_before_a_default_existed_can_still_be_updated() -> None:
     default_pod(new)  # the update is defaulted: hostPort 80
     assert validate_pod_update(new, stored) != []
     assert PodStrategy().validate_update(new, stored) == []
+
+
+def test_a_negative_grace_period_is_one_second_on_a_bound_pod() -> None:
+    bound = live(nodeName="n1", terminationGracePeriodSeconds=-5)
+    assert PodStrategy().deletion_grace(bound, {}) == 1
+    assert PodStrategy().deletion_grace(bound, {"gracePeriodSeconds": -1}) == 1
+    assert PodStrategy().deletion_grace(bound, {"gracePeriodSeconds": 0}) == 0
+    assert PodStrategy().deletion_grace(live(), {"gracePeriodSeconds": 30}) == 0  # unbound: at once

@@ -582,7 +582,7 @@ class PodStrategy(Strategy):
         grace = options.get("gracePeriodSeconds")
         if grace is None:
             grace = spec.get("terminationGracePeriodSeconds", 30)
-        return max(0, int(grace))
+        return 1 if int(grace) < 0 else int(grace)  # kube: a negative period is 1 s, never "at once"
 
     def prepare_for_create(self, obj: Obj) -> None:
         spec = obj.get("spec")
