@@ -232,8 +232,8 @@ def _operator_made() -> list[dict[str, Any]]:
 
 def _deploy_objects() -> list[dict[str, Any]]:
     root = deploy_dir()
-    return [*render(root / "member"), *render(root / "broker" / "controllers"), *render(root / "broker" / "webhook"),
-            *render(MONITORING), *_operator_made()]
+    return [*render(root / "member"), *render(root / "member" / "pools"), *render(root / "broker" / "controllers"),
+            *render(root / "broker" / "webhook"), *render(MONITORING), *_operator_made()]
 
 
 def _workloads() -> list[dict[str, Any]]:
@@ -259,13 +259,17 @@ def test_service_monitor_reaches_every_component_metrics_port() -> None:
         for ep in sm["spec"]["endpoints"]:
             assert ep["port"] in names, (
                 f"endpoint port {ep['port']} is not a port name of Service {selected['metadata']['name']}")
-    assert len(services) == 1, "the ServiceMonitor selects exactly the metrics Service"
-    svc = services[0]
-    assert svc["spec"].get("publishNotReadyAddresses") is True, "standbys and unready pods are scraped too"
-    ports = {p["name"]: p for p in svc["spec"]["ports"]}
+    by_namespace = {o["metadata"]["namespace"]: o for o in services}
+    assert sorted(by_namespace) == ["isthmus-pools", "isthmus-system"], "a metrics Service in each namespace"
+    targets = set()
+    for svc in services:
+        assert svc["spec"].get("publishNotReadyAddresses") is True, "standbys and unready pods are scraped too"
+        ports = {p["name"]: p for p in svc["spec"]["ports"]}
+        targets.update(ports[ep["port"]]["targetPort"] for ep in sm["spec"]["endpoints"])
     for ep in sm["spec"]["endpoints"]:
         assert ep.get("path", "/metrics") == "/metrics"
-    target = ports[sm["spec"]["endpoints"][0]["port"]]["targetPort"]
+    assert len(targets) == 1
+    target = targets.pop()
     workloads = _workloads()
     assert len(workloads) >= 10
     assert "isthmus-egress-forwarder" in {w["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/name")
@@ -273,7 +277,8 @@ def test_service_monitor_reaches_every_component_metrics_port() -> None:
     for w in workloads:
         name = w["metadata"]["name"]
         pod = w["spec"]["template"]
-        assert w["metadata"]["namespace"] == svc["metadata"]["namespace"], name
+        svc = by_namespace.get(w["metadata"]["namespace"])
+        assert svc is not None, f"no metrics Service the ServiceMonitor selects in {name}'s namespace"
         assert _matches(svc["spec"]["selector"], pod["metadata"]["labels"]), f"Service selector misses {name}"
         for c in pod["spec"]["containers"]:
             addr = next((a.split("=", 1)[1] for a in c.get("args") or [] if a.startswith("--metrics-addr=")), None)
