@@ -100,3 +100,33 @@ def test_a_negative_grace_period_is_one_second_on_a_bound_pod() -> None:
     assert PodStrategy().deletion_grace(bound, {"gracePeriodSeconds": -1}) == 1
     assert PodStrategy().deletion_grace(bound, {"gracePeriodSeconds": 0}) == 0
     assert PodStrategy().deletion_grace(live(), {"gracePeriodSeconds": 30}) == 0  # unbound: at once
+
+
+def test_a_gated_pods_required_node_affinity_may_only_narrow() -> None:
+    def affinity(*exprs: dict[str, Any], terms: int = 1) -> dict[str, Any]:
+        term = {"matchExpressions": list(exprs)}
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [term] * terms}}}
+
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    disk = {"key": "disk", "operator": "Exists"}
+    old = live(schedulingGates=[{"name": "g"}], affinity=affinity(zone))
+    new = copy.deepcopy(old)
+    new["spec"]["affinity"] = affinity(zone, disk)
+    new["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [
+        {"weight": 1, "preference": {"matchExpressions": [disk]}}]
+    assert validate_pod_update(new, old) == []
+    new["spec"]["affinity"] = affinity(zone, terms=2)
+    [cause] = validate_pod_update(new, old)
+    assert cause["field"] == "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    assert cause["message"].endswith(": no additions/deletions to non-empty NodeSelectorTerms list are allowed")
+    new["spec"]["affinity"] = affinity(disk)
+    [cause] = validate_pod_update(new, old)
+    assert cause["message"] == (
+        'Invalid value: core.NodeSelectorTerm{MatchExpressions:[]core.NodeSelectorRequirement{'
+        'core.NodeSelectorRequirement{Key:"disk", Operator:"Exists", Values:[]string(nil)}}, '
+        'MatchFields:[]core.NodeSelectorRequirement(nil)}: only additions are allowed (no mutations or deletions)')
+    ungated = live(affinity=affinity(zone))
+    narrowed = copy.deepcopy(ungated)
+    narrowed["spec"]["affinity"] = affinity(zone, disk)
+    assert validate_pod_update(narrowed, ungated)[0]["field"] == "spec"  # not gated: the spec is immutable

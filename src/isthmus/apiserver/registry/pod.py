@@ -345,6 +345,52 @@ def _node_selector_additions(new: Obj, old: Obj) -> list[Cause]:
                                        "spec.nodeSelector are allowed (no mutations or deletions)")]
 
 
+def _go_requirements(reqs: Any) -> str:
+    """%#v of an internal []core.NodeSelectorRequirement."""
+    if not isinstance(reqs, list) or not reqs:
+        return "[]core.NodeSelectorRequirement(nil)"
+    items = []
+    for r in dicts(reqs):
+        values = r.get("values")
+        shown = ("[]string{" + ", ".join(go_quote(str(v)) for v in values) + "}"
+                 if isinstance(values, list) and values else "[]string(nil)")
+        items.append(f'core.NodeSelectorRequirement{{Key:{go_quote(str(r.get("key") or ""))}, '
+                     f'Operator:{go_quote(str(r.get("operator") or ""))}, Values:{shown}}}')
+    return "[]core.NodeSelectorRequirement{" + ", ".join(items) + "}"
+
+
+def _go_term(term: Obj) -> str:
+    return (f"core.NodeSelectorTerm{{MatchExpressions:{_go_requirements(term.get('matchExpressions'))}, "
+            f"MatchFields:{_go_requirements(term.get('matchFields'))}}}")
+
+
+def _node_affinity_additions(new: Any, old: Any) -> list[Cause]:
+    """validateNodeAffinityMutation: while gated, required node affinity may only narrow — the same
+    terms, each keeping its requirements in order and gaining more (preferred terms are free)."""
+    path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    old_terms = dicts(dig(old, "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")) \
+        if isinstance(old, dict) and isinstance(old.get("requiredDuringSchedulingIgnoredDuringExecution"), dict) \
+        else None
+    if old_terms is None:
+        return []
+    new_terms = dicts(dig(new, "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
+    if old_terms and len(old_terms) != len(new_terms):
+        shown = ("[]core.NodeSelectorTerm{" + ", ".join(_go_term(t) for t in new_terms) + "}"
+                 if new_terms else "[]core.NodeSelectorTerm(nil)")
+        return [cause(path, f"Invalid value: {shown}: no additions/deletions to non-empty NodeSelectorTerms list "
+                            "are allowed")]
+    out = []
+    for i, (was, now) in enumerate(zip(old_terms, new_terms, strict=False)):
+        kept = all(
+            len(dicts(was.get(k))) <= len(dicts(now.get(k)))
+            and all(_equal(a, b) for a, b in zip(dicts(was.get(k)), dicts(now.get(k)), strict=False))
+            for k in ("matchExpressions", "matchFields"))
+        if not kept:
+            out.append(cause(f"{path}[{i}]", f"Invalid value: {_go_term(now)}: only additions are allowed (no "
+                                             "mutations or deletions)"))
+    return out
+
+
 def validate_pod_update(new: Obj, old: Obj) -> list[Cause]:
     """kube's ValidatePodUpdate (v1.32): a Pod's spec is fixed once created but for the images, a
     shorter activeDeadlineSeconds, added tolerations, removed scheduling gates (and a gated Pod's
@@ -399,6 +445,15 @@ def validate_pod_update(new: Obj, old: Obj) -> list[Cause]:
             munged.pop("nodeSelector", None)
             if "nodeSelector" in os_:
                 munged["nodeSelector"] = clone(os_["nodeSelector"])
+        new_aff, old_aff = dig(munged, "affinity", "nodeAffinity"), dig(os_, "affinity", "nodeAffinity")
+        if not _equal(new_aff, old_aff):
+            out += _node_affinity_additions(new_aff, old_aff)
+            affinity = munged.get("affinity") if isinstance(munged.get("affinity"), dict) else {}
+            assert isinstance(affinity, dict)
+            affinity.pop("nodeAffinity", None)
+            if old_aff is not None:
+                affinity["nodeAffinity"] = clone(old_aff)
+            munged["affinity"] = affinity
     if not _equal(munged, os_):
         diff = cmp_diff("core.PodSpec", semantic(os_), semantic(munged), _POD_SPEC_SHAPE, _equal)
         out.append(validation.forbidden("spec", f"pod updates may not change fields other than {UPDATABLE_FIELDS}\n"
