@@ -399,6 +399,8 @@ def validate_pod_update(new: Obj, old: Obj) -> list[Cause]:
     ns = new.get("spec") if isinstance(new.get("spec"), dict) else {}
     os_ = old.get("spec") if isinstance(old.get("spec"), dict) else {}
     assert isinstance(ns, dict) and isinstance(os_, dict)
+    if ns == os_:
+        return []  # the common case (status, metadata and binding writes), at the cost of one dict compare
     out: list[Cause] = []
     for key in ("containers", "initContainers"):
         errs, stop = _container_updates(dicts(ns.get(key)), dicts(os_.get(key)), f"spec.{key}")
