@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from isthmus.api.egress import GATEWAY_LEADER_LABEL, POD_DELETION_COST
-from isthmus.egress.gateway import GatewayRuntime, leader_patch, stale_leaders
+from isthmus.egress.gateway import GatewayRuntime, is_marked_leader, leader_patch, stale_leaders
 from isthmus.runtime import SharedInformerFactory
 
 
@@ -32,6 +32,12 @@ def test_stale_leaders_are_the_other_gateway_pods_still_marked() -> None:
     pods = [_pod("me", leader=True, cost="1"), _pod("old", leader=True), _pod("half", cost="1"),
             _pod("standby"), _pod("agent", app="isthmus-agent", leader=True), _pod("user-cost", cost="50")]
     assert stale_leaders(pods, "me") == ["half", "old"]
+
+
+def test_a_pod_is_marked_leader_with_both_the_label_and_the_cost() -> None:
+    assert is_marked_leader(_pod("me", leader=True, cost="1"))
+    assert not is_marked_leader(_pod("me", leader=True))  # a user removed the cost: written again
+    assert not is_marked_leader(_pod("me", cost="1"))
 
 
 @pytest.fixture

@@ -85,6 +85,13 @@ def leader_patch(leading: bool) -> dict[str, Any]:
                          "annotations": {POD_DELETION_COST: LEADER_DELETION_COST if leading else None}}}
 
 
+def is_marked_leader(pod: dict[str, Any]) -> bool:
+    """Labelled leader and carrying the leader's deletion cost (what `leader_patch(True)` writes)."""
+    meta = pod.get("metadata") or {}
+    return bool((meta.get("labels") or {}).get(GATEWAY_LEADER_LABEL) == "true"
+                and (meta.get("annotations") or {}).get(POD_DELETION_COST) == LEADER_DELETION_COST)
+
+
 def stale_leaders(pods: list[dict[str, Any]], me: str) -> list[str]:
     """Gateway Pods other than `me` still labelled leader (or still carrying the leader's deletion
     cost): a previous leader that could not clear them, e.g. cut off from the apiserver."""
@@ -219,31 +226,31 @@ class GatewayRuntime:
         log.info("egress-gateway %s leading (%s mode)", self.identity, self.mode)
 
     async def _label_loop(self) -> None:
-        """Once programmed, label this replica's Pod leader and clear stale leaders; again every
-        RETRY_SECONDS (a label removed by hand, a stale leader come back)."""
+        """Once programmed, label this replica's Pod leader and clear stale leaders; look again every
+        RETRY_SECONDS (a label removed by hand, a stale leader come back), writing only what is missing."""
         if self.pod_name is None:
             return
         await self._programmed.wait()
+        delay = 0.0
         while True:
+            await asyncio.sleep(delay)
             try:
-                await self._patch_pod(self.pod_name, leading=True)
-                if not self.labelled:
+                if not self.labelled:  # at once on taking over: the Service waits for it
+                    await self._patch_pod(self.pod_name, leading=True)
                     log.info("egress-gateway %s labelled pod %s leader", self.identity, self.pod_name)
-                self.labelled = True
-                for name in await self._stale_leaders():
+                    self.labelled = True
+                pods = [p.to_dict() async for p in self.client.list(
+                    Pod, namespace=self.pod_namespace, labels={GATEWAY_APP_LABEL: GATEWAY_APP})]
+                if not any(is_marked_leader(p) for p in pods if (p.get("metadata") or {}).get("name") == self.pod_name):
+                    await self._patch_pod(self.pod_name, leading=True)
+                for name in stale_leaders(pods, self.pod_name):
                     log.warning("removing the leader label of pod %s (a previous leader)", name)
                     await self._patch_pod(name, leading=False)
                 delay = RETRY_SECONDS
-            except ApiError as e:
-                log.warning("cannot label the leader pod: %s", helpers.describe_error(e))
+            except Exception as e:  # the apiserver unreachable or refusing: the term goes on, asks again
+                log.warning("cannot label the leader pod: %s",
+                            helpers.describe_error(e) if isinstance(e, ApiError) else repr(e))
                 delay = LABEL_RETRY_SECONDS
-            await asyncio.sleep(delay)
-
-    async def _stale_leaders(self) -> list[str]:
-        assert self.pod_name is not None
-        pods = [p.to_dict() async for p in self.client.list(
-            Pod, namespace=self.pod_namespace, labels={GATEWAY_APP_LABEL: GATEWAY_APP})]
-        return stale_leaders(pods, self.pod_name)
 
     async def _patch_pod(self, name: str, *, leading: bool) -> None:
         try:
@@ -261,7 +268,7 @@ class GatewayRuntime:
         try:
             async with asyncio.timeout(UNLABEL_TIMEOUT):
                 await self._patch_pod(self.pod_name, leading=False)
-        except (ApiError, TimeoutError, OSError) as e:  # the next leader clears it
+        except Exception as e:  # the next leader clears it
             log.warning("cannot remove the leader label of pod %s: %s", self.pod_name, e)
 
     async def _program_loop(self) -> None:
