@@ -27,7 +27,7 @@ from isthmus.api.base import find_condition
 from isthmus.api.crdcompat import ISTHMUS, incompatibilities, installed_by, not_stored
 from isthmus.api.crdgen import all_crds, is_shared
 from isthmus.api.egress import ClaimPhase, ExternalService, Gateway, SourceIP, SourceIPClaim
-from isthmus.api.lb import LoadBalancerPool
+from isthmus.api.lb import POOLS_NAMESPACE, LoadBalancerPool
 from isthmus.api.mcs import (
     AGENT_NAMESPACE,
     CLUSTERSET_DOMAIN,
@@ -225,8 +225,12 @@ def _crd_fix(env: Env, t: Target) -> str:
             "an incompatible one: docs/deploy.md")
 
 
+COMPONENT_NAMESPACES = (AGENT_NAMESPACE, POOLS_NAMESPACE)
+"""Where Isthmus's Deployments run: isthmus-system, and the pool manager's own namespace (the lb component)."""
+
+
 async def _deployments(client: AsyncClient) -> list[Deployment]:
-    return await list_all(client, Deployment, namespace=AGENT_NAMESPACE)
+    return [d for ns in COMPONENT_NAMESPACES for d in await list_all(client, Deployment, namespace=ns)]
 
 
 def _deployment_problem(d: Deployment) -> str | None:
@@ -243,7 +247,8 @@ async def _pod_problems(client: AsyncClient, deployment: Deployment) -> list[str
     if not selector:
         return []
     out = []
-    for pod in await list_all(client, Pod, namespace=AGENT_NAMESPACE, labels=selector):
+    namespace = (deployment.metadata.namespace if deployment.metadata else None) or AGENT_NAMESPACE
+    for pod in await list_all(client, Pod, namespace=namespace, labels=selector):
         status = pod.status
         for cs in (status.containerStatuses or []) if status else []:
             if cs.ready:
@@ -255,7 +260,7 @@ async def _pod_problems(client: AsyncClient, deployment: Deployment) -> list[str
 
 
 async def check_components(t: Target, env: Env) -> Check:
-    """Every Isthmus Deployment of isthmus-system ready (the agent has a check of its own)."""
+    """Every Isthmus Deployment of isthmus-system and isthmus-pools ready (the agent has a check of its own)."""
     deployments = [d for d in await _deployments(t.client) if d.metadata and d.metadata.name != AGENT_DEPLOYMENT]
     if not deployments:
         return warned("components", f"no Deployments in {AGENT_NAMESPACE}",
@@ -268,9 +273,10 @@ async def check_components(t: Target, env: Env) -> Check:
     for d, problem in bad:
         details.append(problem)
         details += [f"  {p}" for p in await _pod_problems(t.client, d)]
-    first = bad[0][0].metadata.name if bad[0][0].metadata else ""
-    return failed("components", f"{len(bad)} of {plural(len(deployments), 'Deployment')} in {AGENT_NAMESPACE} not ready",
-                  env.kubectl(t, "-n", AGENT_NAMESPACE, "logs", f"deploy/{first}"), _more(details))
+    first = bad[0][0].metadata
+    first_ns = (first.namespace if first else None) or AGENT_NAMESPACE
+    return failed("components", f"{len(bad)} of {plural(len(deployments), 'Deployment')} not ready",
+                  env.kubectl(t, "-n", first_ns, "logs", f"deploy/{first.name if first else ''}"), _more(details))
 
 
 # --- members: discovery -------------------------------------------------------------------------
