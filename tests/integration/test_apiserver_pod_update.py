@@ -5,9 +5,15 @@ by kubectl and API clients."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from typing import Any
 
+from lightkube.resources.core_v1 import Pod
+
+from isthmus.local.kubelite.pods import PodRuntime
+from isthmus.runtime import EventRecorder, Informer
+from tests.harness.apiserver import RunningApiServer
 from tests.integration.test_apiserver_pod_admission import Env, env, pod
 
 __all__ = ["env"]  # the fixture, shared with the admission tests
@@ -195,3 +201,25 @@ async def test_kubectl_get_prints_kubes_columns_for_apf_pdb_and_priority_classes
     assert rows["NAME"] == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
     assert rows["system-cluster-critical"][:3] == ["system-cluster-critical", "2000000000", "false"]
     assert rows["system-cluster-critical"][4] == "PreemptLowerPriority"
+
+
+# ---------------------------------------------------------------- kube-lite's kubelet binding a Pod itself
+
+async def test_a_kubelet_that_binds_uses_pods_binding(apiserver: RunningApiServer) -> None:
+    """A kubelet with no scheduler beside it (`bind=True`) binds through pods/binding: a Pod update
+    may not set spec.nodeName (before, its replace of the Pod was refused with 422)."""
+    client = apiserver.client()
+    await client.create(Pod.from_dict(pod("p")), namespace="default")
+    pods: Informer[Pod] = Informer(client, Pod)
+    pods.start()
+    try:
+        await pods.wait_synced()
+        a, b = random.randint(100, 199), random.randint(0, 255)
+        runtime = PodRuntime(client, pods, EventRecorder(client, "kubelet"), cluster="c1",
+                             pod_cidr=f"127.{a}.{b}.0/24", bind=True)
+        assert await runtime.reconcile("default/p") is None
+        got = (await client.get(Pod, "p", namespace="default")).to_dict()
+        assert got["spec"]["nodeName"] == runtime.node
+        assert {c["type"]: c["status"] for c in got["status"]["conditions"]}["PodScheduled"] == "True"
+    finally:
+        await pods.stop()
