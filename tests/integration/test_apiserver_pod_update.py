@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Any
+from typing import Any, cast
 
 from lightkube.resources.core_v1 import Pod
 
@@ -209,7 +209,9 @@ async def test_a_kubelet_that_binds_uses_pods_binding(apiserver: RunningApiServe
     """A kubelet with no scheduler beside it (`bind=True`) binds through pods/binding: a Pod update
     may not set spec.nodeName (before, its replace of the Pod was refused with 422)."""
     client = apiserver.client()
-    await client.create(Pod.from_dict(pod("p")), namespace="default")
+    body = pod("p")
+    body["metadata"]["namespace"] = "default"
+    await client.create(cast(Pod, Pod.from_dict(body)))
     pods: Informer[Pod] = Informer(client, Pod)
     pods.start()
     try:
