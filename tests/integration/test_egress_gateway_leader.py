@@ -149,3 +149,59 @@ async def test_the_gateway_may_change_only_the_leader_label_of_its_own_pods(
     assert "cannot delete resource" in msg, msg
     labels, _ = await _meta(admin, "agent-a")
     assert GATEWAY_LEADER_LABEL not in labels
+
+
+async def test_the_manifests_gateway_replicas_are_both_ready_and_the_service_names_the_leader(tmp_path: Path) -> None:
+    """deploy/member's gateway objects on kube-lite, the gateway Pods as processes of the image with
+    their own ServiceAccount's token (RBAC and the admission policy enforced): both replicas ready,
+    the Deployment Available, exactly one Pod labelled leader and the Service's EndpointSlice naming
+    it; the leader deleted (SIGTERM), the other replica takes the label and the Service follows."""
+    from lightkube.resources.apps_v1 import Deployment
+    from lightkube.resources.discovery_v1 import EndpointSlice
+
+    from tests.integration.test_kubelite_processes import ProcLite
+
+    run = RunningApiServer(tmp_path / "apiserver", token="admin-token", tls=True, bookmark_interval=1.0)
+    await run.start()
+    client = run.client()
+    lite = ProcLite(client, tmp_path / "kubelet", run.server.port)
+    await lite.start()
+    try:
+        async with asyncio.timeout(60):
+            await install_crds(client)
+            objs = [o for o in render(deploy_dir() / "member") if o["kind"] == "Namespace" or (
+                (o["metadata"].get("labels") or {}).get("app.kubernetes.io/name") == "isthmus-egress-gateway")]
+            assert {o["kind"] for o in objs} >= {"Deployment", "Service", "PodDisruptionBudget", "Role",
+                                                 "ValidatingAdmissionPolicy"}
+            await apply(client, objs, field_manager="isthmus-test")
+
+        async def pods() -> list[dict[str, Any]]:
+            return [p.to_dict() async for p in client.list(Pod, namespace=NS)
+                    if not p.metadata.deletionTimestamp]  # type: ignore[union-attr]
+
+        def is_ready(p: dict[str, Any]) -> bool:
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])
+
+        async def settled(exclude: str = "") -> tuple[str, str] | None:
+            """(leader's name, its IP) once two ready replicas (none `exclude`) have one leader that the
+            Service's slice names alone."""
+            live = [p for p in await pods() if p["metadata"]["name"] != exclude]
+            leaders = [p for p in live if (p["metadata"].get("labels") or {}).get(GATEWAY_LEADER_LABEL) == "true"]
+            if len(live) != 2 or not all(is_ready(p) for p in live) or len(leaders) != 1:
+                return None
+            ips = [ep["addresses"][0] for s in [s.to_dict() async for s in client.list(
+                EndpointSlice, namespace=NS, labels={"kubernetes.io/service-name": "isthmus-egress-gateway"})]
+                for ep in s.get("endpoints") or [] if ep["conditions"].get("ready")]
+            leader = leaders[0]
+            return (leader["metadata"]["name"], leader["status"]["podIP"]) if ips == [leader["status"]["podIP"]] else None
+
+        name, _ip = await eventually(settled, 60, "two ready gateway replicas, the Service naming the labelled leader")
+        deploy = (await client.get(Deployment, "isthmus-egress-gateway", namespace=NS)).to_dict()
+        conds = {c["type"]: c["status"] for c in deploy["status"]["conditions"]}
+        assert conds["Available"] == "True" and deploy["status"]["availableReplicas"] == 2
+        await client.delete(Pod, name, namespace=NS)
+        new_name, _ = await eventually(lambda: settled(exclude=name), 60, "another replica labelled leader")
+        assert new_name != name
+    finally:
+        await lite.stop()
+        await run.close()
