@@ -25,6 +25,7 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
+from isthmus.cli.lameduck import DEFAULT_SHUTDOWN_DELAY, LameDuck
 
 if TYPE_CHECKING:
     from isthmus.dns.service import DnsService
@@ -88,6 +89,14 @@ def dns(
         int,
         typer.Option(help="UDP datagrams per recvmmsg/sendmmsg call; 0: one recvfrom/sendto each."),
     ] = 64,
+    shutdown_delay: Annotated[
+        float,
+        typer.Option(
+            help="At SIGTERM: seconds to keep answering while not ready (the lame-duck period, as "
+            "CoreDNS's `lameduck`), so proxies that still send queries here are answered; the pod's "
+            "terminationGracePeriodSeconds must exceed it. 0: stop at once.",
+        ),
+    ] = DEFAULT_SHUTDOWN_DELAY,
     worker: Annotated[
         str | None, typer.Option(hidden=True, help="Internal: run as a --workers process (JSON).")
     ] = None,
@@ -117,6 +126,8 @@ def dns(
         raise fail("--ttl must be between 0 and 2147483647")
     if not 512 <= max_udp <= 65535:
         raise fail("--max-udp must be between 512 and 65535")
+    if shutdown_delay < 0:
+        raise fail("--shutdown-delay cannot be negative")
     config = DnsConfig(
         cluster_id=cluster_id or "",
         listen=addrs,
@@ -146,7 +157,7 @@ def dns(
             ("--local-zone", local), ("--ttl", ttl), ("--max-udp", max_udp), ("--udp-batch", udp_batch),
             ("--tcp-query-timeout", tcp_query_timeout), ("--tcp-idle-timeout", tcp_idle_timeout),
             ("--tcp-max-connections", tcp_max_connections), ("--tcp-max-per-source", tcp_max_per_source),
-            ("--log-format", log_format), ("--log-level", log_level),
+            ("--shutdown-delay", shutdown_delay), ("--log-format", log_format), ("--log-level", log_level),
         ):  # fmt: skip
             if value is not None:
                 argv += [flag, str(value)]
@@ -156,7 +167,10 @@ def dns(
 
     parent = DnsWorkers(worker_argv, addrs, count)
 
-    async def build() -> DnsService | _AfterJoin | _Worker | DnsWorkers:
+    async def build() -> LameDuck:
+        return LameDuck(await build_server(), shutdown_delay, "dns")
+
+    async def build_server() -> DnsService | _AfterJoin | _Worker | DnsWorkers:
         if spec is None and count > 1:
             load_config(kubeconfig, context)  # a bad kubeconfig ends the command here, as with one process
             return parent
@@ -196,6 +210,9 @@ class _Worker:
     @property
     def ready(self) -> bool:
         return bool(self.inner.ready)
+
+    def lame_duck(self) -> None:
+        self.inner.lame_duck()
 
     def _snapshot(self) -> dict[str, Any] | None:
         from isthmus.dns.service import DnsService
@@ -253,6 +270,10 @@ class _AfterJoin:
     @property
     def ready(self) -> bool:
         return self.inner is not None and bool(self.inner.ready)
+
+    def lame_duck(self) -> None:
+        if self.inner is not None:
+            self.inner.lame_duck()
 
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._serve_when_joined(), name="dns after join")

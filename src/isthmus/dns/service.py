@@ -94,6 +94,8 @@ class DnsService:
         )
         self.server = DnsServer(self.cache, config.listen, tcp=config.tcp, udp_batch=config.udp_batch)
         self.health: HealthServer | None = None
+        self.draining = False
+        """In the lame-duck period (`lame_duck()`): still answering, no longer ready."""
         self._sync_task: asyncio.Task[bool] | None = None
 
     @property
@@ -102,13 +104,19 @@ class DnsService:
 
     @property
     def ready(self) -> bool:
-        return self.cache.ready
+        return self.cache.ready and not self.draining
+
+    def lame_duck(self) -> None:
+        """Turn not-ready (so /readyz fails and the endpoints drop this server) but keep answering:
+        proxies that have not seen the change yet still send queries here (cli.lameduck)."""
+        self.draining = True
 
     async def start(self) -> None:
         """Listen (SERVFAIL until synced), then sync informers in the background."""
         if self.config.metrics_addr:
             self.health = HealthServer()
             self.health.add_readiness_check("dns-synced", lambda: self.cache.ready)
+            self.health.add_readiness_check("dns-not-stopping", lambda: not self.draining)
             self.health.add_liveness_check("dns-serving", lambda: self.server.serving)
             await self.health.start(self.config.metrics_addr)
         try:

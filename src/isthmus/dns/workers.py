@@ -203,6 +203,17 @@ class DnsWorkers:
                     log.error("dns worker could not be restarted", extra={"worker": slot.index, "error": str(e)})
                     slot.fast_deaths += 1
 
+    def lame_duck(self) -> None:
+        """The parent's lame-duck period begins: each worker starts its own now (SIGTERM: it turns
+        not-ready, keeps answering for the same delay, then exits), whether or not the signal that
+        stops the parent reached the workers too (a container runtime signals PID 1 alone, kube-lite
+        the process group). Exiting workers are not restarted."""
+        self._stopping = True
+        for s in self._slots:
+            if s.proc is not None and s.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    s.proc.send_signal(signal.SIGTERM)
+
     async def stop(self) -> None:
         """SIGTERM every worker, SIGKILL those still running after STOP_GRACE."""
         self._stopping = True
