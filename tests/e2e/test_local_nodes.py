@@ -123,3 +123,41 @@ def test_a_pod_on_each_node_reaches_the_other(cs: Clusterset, tmp_path: Path) ->
 
         wait_for(f"{me['spec']['nodeName']}'s pod to reach {want} through {cluster_ip}", through_service,
                  timeout=60)
+
+
+def test_draining_the_pool_managers_node_moves_the_edge_addresses_with_it(cs: Clusterset) -> None:
+    """The edge speaker: the pool manager evicted by `kubectl drain` starts on the other node, and the
+    cluster's edge addresses (on that node's edge0) and the fabric's routes to them follow it."""
+    import subprocess
+
+    from isthmus.local.network.plan import fabric_plan
+
+    fp = fabric_plan(cs.root, 1, nodes=2)
+    by_name = {n.name: n for n in fp.nodes if n.cluster == "c1"}
+
+    def pool() -> dict[str, Any] | None:
+        pods = json.loads(cs.kubectl("c1", "get", "pods", "-A", "-l", "app.kubernetes.io/name=isthmus-pools",
+                                     "-o", "json"))["items"]
+        up = [p for p in pods if _ready(p) and not p["metadata"].get("deletionTimestamp")]
+        return up[0] if len(up) == 1 else None
+
+    def holds(node_name: str) -> bool:
+        node = by_name[node_name]
+        addrs = subprocess.run(["ip", "-n", node.netns, "-br", "addr", "show", "dev", "edge0"], capture_output=True,
+                               text=True, timeout=10, check=True).stdout
+        route = subprocess.run(["ip", "-n", fp.netns, "route", "show", "10.30.1.0/24"], capture_output=True,
+                               text=True, timeout=10, check=True).stdout
+        return f"{node.edge_public}/32" in addrs and f"via {node.address} " in route
+
+    first = wait_for("the pool manager ready", pool, timeout=120)
+    here = first["spec"]["nodeName"]
+    wait_for(f"the edge addresses on {here}", lambda: holds(here), timeout=30)
+    cs.kubectl("c1", "drain", here, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s")
+    try:
+        moved = wait_for("the pool manager ready on the other node",
+                         lambda: (p := pool()) is not None and p["spec"]["nodeName"] != here and p, timeout=180)
+        there = moved["spec"]["nodeName"]
+        wait_for(f"the edge addresses and the fabric's route on {there}", lambda: holds(there), timeout=30)
+        assert not holds(here)
+    finally:
+        cs.kubectl("c1", "uncordon", here)
