@@ -98,7 +98,7 @@ def test_the_pool_manager_lives_apart_at_the_level_it_needs(tmp_path: Path) -> N
     assert labels["pod-security.kubernetes.io/audit"] == "baseline"
     pools = [o for o in objs if o["metadata"]["name"] == "isthmus-pools" and o["kind"] != "Namespace"]
     assert {o["kind"] for o in pools} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-                                         "RoleBinding", "Deployment"}
+                                         "RoleBinding", "Deployment", "PodDisruptionBudget"}
     for o in pools:
         if o["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert o["metadata"]["namespace"] == POOLS_NAMESPACE, o["kind"]
@@ -159,10 +159,19 @@ def test_the_webhook_survives_drains_and_pressure_and_the_pool_managers_spread(t
         "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "isthmus-webhook"}}}]
     pools = find(objs, "Deployment", "isthmus-pools")
     assert pools is not None
+    # HA as dklb pools: two replicas on two hosts (required: hostNetwork ports), one replaced at a time.
+    assert pools["spec"]["replicas"] == 2
+    assert pools["spec"]["strategy"] == {"type": "RollingUpdate",
+                                         "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
     (term,) = pools["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
-        "preferredDuringSchedulingIgnoredDuringExecution"]
-    assert term["podAffinityTerm"] == {"topologyKey": "kubernetes.io/hostname",
-                                       "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "isthmus-pools"}}}
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term == {"topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "isthmus-pools"}}}
+    assert pools["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 5  # the shutdown delay
+    pdb = find(objs, "PodDisruptionBudget", "isthmus-pools")
+    assert pdb is not None and pdb["metadata"]["namespace"] == "isthmus-pools"
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"] == {"matchLabels": {"app.kubernetes.io/name": "isthmus-pools"}}
 
 
 def test_the_local_clusterset_opts_in_class_less_services_included(tmp_path: Path) -> None:
@@ -177,3 +186,20 @@ def test_the_local_clusterset_opts_in_class_less_services_included(tmp_path: Pat
     assert "--lb-class-less-services" in args(objs, "isthmus-webhook")
     assert find(objs, "Deployment", "isthmus-pools") is not None
     assert find(objs, "MutatingWebhookConfiguration", "isthmus-lb") is not None
+
+
+def test_the_local_clusterset_runs_two_of_each_data_path_replica_with_several_nodes(tmp_path: Path) -> None:
+    """One pool manager, DNS and webhook replica on one node (memory); two with several nodes, so a
+    rollout or a drain of one node leaves one serving. The broker has one node: one pool manager."""
+    from isthmus.local import components, plan
+
+    def replicas(objs: list[dict[str, Any]]) -> dict[str, int]:
+        return {name: find(objs, "Deployment", name)["spec"]["replicas"]  # type: ignore[index]
+                for name in ("isthmus-pools", "isthmus-dns", "isthmus-webhook")}
+
+    for nodes, want in ((1, 1), (2, 2), (3, 2)):
+        directory = components.overlay(plan.cluster_plan(1, 2), DEPLOY, tmp_path / f"c1-{nodes}", tmp_path / "pools",
+                                       nodes=nodes)
+        assert replicas(render(directory)) == dict.fromkeys(("isthmus-pools", "isthmus-dns", "isthmus-webhook"), want)
+    broker = render(components.broker_overlay(DEPLOY, tmp_path / "broker", tmp_path / "pools"))
+    assert find(broker, "Deployment", "isthmus-pools")["spec"]["replicas"] == 1  # type: ignore[index]

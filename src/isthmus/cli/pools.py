@@ -8,7 +8,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -23,9 +23,7 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
-
-if TYPE_CHECKING:
-    from isthmus.runtime.manager import Manager
+from isthmus.cli.lameduck import DEFAULT_SHUTDOWN_DELAY, LameDuck
 
 
 def _address(value: str) -> str:
@@ -58,6 +56,12 @@ def pools(
         typer.Option("--identity", help="Holder identity in the pool slot Leases (default: $POD_NAME, else the host "
                      "name, with the public address).", show_default=False),
     ] = None,
+    shutdown_delay: Annotated[
+        float,
+        typer.Option("--shutdown-delay", help="At SIGTERM: seconds to keep every HAProxy instance serving while "
+                     "not ready (so routes and endpoints move to other pool managers first), before stopping "
+                     "them and releasing the slots; the pod's terminationGracePeriodSeconds must exceed it."),
+    ] = DEFAULT_SHUTDOWN_DELAY,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
@@ -70,6 +74,8 @@ def pools(
     binary = shutil.which(haproxy)
     if binary is None:
         raise fail(f"HAProxy not found ({haproxy!r}): install Debian's haproxy package or pass --haproxy PATH")
+    if shutdown_delay < 0:
+        raise fail("--shutdown-delay cannot be negative")
     holder = identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}-{public_address}"
     directory = state_dir or Path(tempfile.mkdtemp(prefix="isthmus-pools-"))
     try:
@@ -77,9 +83,10 @@ def pools(
     except OSError as e:
         raise fail(f"cannot use --state-dir {directory}: {e.strerror or e}") from None
 
-    async def build() -> Manager:
-        return PoolManager(make_client(kubeconfig, context), identity=holder, public_address=public_address,
-                           private_address=private_address, state_dir=directory, haproxy=binary,
-                           namespace=os.environ.get("POD_NAMESPACE") or POOLS_NAMESPACE).manager
+    async def build() -> LameDuck:
+        manager = PoolManager(make_client(kubeconfig, context), identity=holder, public_address=public_address,
+                              private_address=private_address, state_dir=directory, haproxy=binary,
+                              namespace=os.environ.get("POD_NAMESPACE") or POOLS_NAMESPACE).manager
+        return LameDuck(manager, shutdown_delay, "pools")
 
     run_component("pools", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)

@@ -206,6 +206,7 @@ class PoolManager:
         self.manager = Manager("pools")
         self.manager.setup(self._wire)
         self.manager.on_stop(self.shutdown)
+        self.manager.ready_when(self._first_pass_done)
         self.running: dict[str, Running] = {}
         self.held: dict[str, tuple[int, str]] = {}
         """pool → (slot, lease resourceVersion) this manager holds."""
@@ -213,14 +214,25 @@ class PoolManager:
         self._locks: dict[str, asyncio.Lock] = {}
         self._invalid: set[str] = set()
         """Pools with names no pool can have, already reported."""
+        self._reconciled: set[str] = set()
+        """Pools reconciled at least once since start (a slot taken and its HAProxy started, or none free)."""
         metrics.track(self)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     @property
     def ready(self) -> bool:
-        """Caches synced, leftover run directories removed."""
+        """Caches synced, leftover run directories removed, every pool reconciled once."""
         return self.manager.ready
+
+    def _first_pass_done(self) -> bool:
+        """Every pool was reconciled once: this manager took the slots it could and its HAProxy
+        instances serve. Readiness waits for it because what routes traffic here follows readiness (a
+        rollout replaces the next replica once this one is ready; the runc speaker moves the edge
+        addresses to a ready replica): ready on synced caches alone, a new replica would be sent
+        connections before its instances listen."""
+        return all(str(_meta(obj).name) in self._reconciled for obj in self.pools.cache.list()
+                   if not _meta(obj).deletionTimestamp)
 
     async def run(self) -> None:
         await self.manager.run()
@@ -371,7 +383,9 @@ class PoolManager:
     async def reconcile(self, pool: str) -> Result | None:
         lock = self._locks.setdefault(pool, asyncio.Lock())
         async with lock:
-            return await self._reconcile(pool)
+            result = await self._reconcile(pool)
+        self._reconciled.add(pool)
+        return result
 
     async def _reconcile(self, pool: str) -> Result | None:
         obj = self.pools.cache.get(pool)

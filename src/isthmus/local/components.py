@@ -55,11 +55,21 @@ def pinned_image(digest: str | None) -> dict[str, Any]:
     return {"images": [{"name": IMAGE_REPOSITORY, "digest": digest}]} if digest else {}
 
 
-def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path, digest: str | None = None) -> Path:
+def replicas(nodes: int) -> int:
+    """The local clusterset's replicas of the pool manager, DNS and the webhook (two each in deploy/):
+    one on one node, where a second adds memory (every pod is a process or container on this one
+    machine) and no availability; two with several nodes, one per node, so a rollout or a drain of
+    a node always leaves one serving (the drill, local/drill.py, counts every request)."""
+    return min(nodes, 2)
+
+
+def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path, digest: str | None = None,
+            nodes: int = 1) -> Path:
     """Write the local overlay of deploy/member for one cluster into `into` (a directory of its own,
     rewritten every `up`); returns it. The base is referenced by a relative path: kustomize refuses
     absolute ones. `pools_dir` is the cluster's pool manager's state dir (pods here share one
-    filesystem, so each cluster needs its own)."""
+    filesystem, so each cluster needs its own; each replica's instances have run directories of
+    their own slots). `nodes`: the cluster's nodes (`up --nodes`)."""
     into.mkdir(parents=True, exist_ok=True)
     base = os.path.relpath(deploy_dir / MEMBER_BASE, into)
     port = plan.dns_node_port(cluster)
@@ -79,13 +89,12 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path,
             _pools_patch(cluster, pools_dir),
             *_runc_patches(cluster),
             FAST_READINESS,
-            # One webhook and one DNS replica per cluster here (two on real clusters, for availability):
-            # every pod is a Python process on this one machine, so a second one adds memory (about
-            # 20 MB each) and no availability. A rollout still never leaves DNS without a ready pod
-            # (maxUnavailable 0, maxSurge 1).
+            # One webhook, DNS and pool manager replica per cluster on one node, two with several
+            # (`replicas`). A rollout still never leaves DNS without a ready pod (maxUnavailable 0,
+            # maxSurge 1).
             *({"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[kind]},
-               "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": 1}])}
-              for kind in (plan.WEBHOOK, DNS)),
+               "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": replicas(nodes)}])}
+              for kind in (plan.WEBHOOK, DNS, plan.POOLS)),
             # One gateway replica too: a restarted pod takes the Lease over as a standby would (the
             # two-replica failover is tested in tests/integration/test_egress_dataplane.py).
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]},
@@ -114,7 +123,10 @@ def broker_overlay(deploy_dir: Path, into: Path, pools_dir: Path, runtime: str =
         "kind": "Kustomization",
         "resources": [base],
         **pinned_image(digest),
-        "patches": [_pools_patch(plan.broker_plan(runtime), pools_dir), FAST_READINESS],
+        "patches": [_pools_patch(plan.broker_plan(runtime), pools_dir), FAST_READINESS,
+                    # The broker has one node: one pool manager (two would never both be scheduled).
+                    {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.POOLS]},
+                     "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": 1}])}],
     })
 
 

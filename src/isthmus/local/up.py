@@ -641,7 +641,8 @@ class Bringup:
         from isthmus.kube.manifests import deploy_dir
 
         directory = components.overlay(cluster, deploy_dir(), self.layout.root / "manifests" / cluster.name,
-                                       self.layout.root / "pools" / cluster.name, await self._digest())
+                                       self.layout.root / "pools" / cluster.name, await self._digest(),
+                                       self.state.nodes)
         kubeconfig = self.layout.kubeconfig_of(cluster.name)
         restart = restart_agent and await components.deployment_exists(kubeconfig, plan.DEPLOYMENTS[AGENT])
         await self._apply(cluster.name, directory)
