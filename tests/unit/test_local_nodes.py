@@ -207,6 +207,14 @@ def test_the_edge_routes_follow_the_pods_that_hold_the_addresses() -> None:
     gone = [_pod("pools-a", "isthmus-pools", second.address, ready=True, created="2026-12-07T10:00:00Z",
                  deleting=True)]
     assert edge_routes(first, nodes, gone, routes)["10.30.2.0/24"] == second.address
+    # sticky: a newer ready pool manager (a rollout's) does not take the addresses from a ready holder;
+    # once the holder's replica is not ready (its lame duck at SIGTERM) or terminating, they move once
+    held = {**start, "10.30.2.0/24": second.address, "10.31.2.0/24": second.address}
+    holder = _pod("pools-a", "isthmus-pools", second.address, ready=True, created="2026-12-07T10:00:00Z")
+    newer = _pod("pools-b", "isthmus-pools", first.address, ready=True, created="2026-12-07T10:05:00Z")
+    assert edge_routes(first, nodes, [holder, newer], held)["10.30.2.0/24"] == second.address
+    stopping = _pod("pools-a", "isthmus-pools", second.address, ready=False, created="2026-12-07T10:00:00Z")
+    assert edge_routes(first, nodes, [stopping, newer], held)["10.31.2.0/24"] == first.address
     # a pod elsewhere than on this cluster's nodes is ignored
     assert edge_routes(first, nodes, [_pod("x", "isthmus-pools", "10.255.0.11", ready=True,
                                            created="2026-12-07T11:00:00Z")], start) == start

@@ -10,7 +10,8 @@ This speaker, a task of the supervisor (which made the fabric), watches the Pods
 Deployments and, for each, finds the holder: for the gateway the node (`status.hostIP`) of the pod
 labelled `egress.isthmus.io/leader: "true"` (the one that binds the source IPs; both replicas are
 ready when healthy), then for both the node of the newest ready pod, else of the newest scheduled one that is not terminating (a pool manager cannot become ready
-before its addresses are there), else where it was (at start node 1, as the plan has it). It puts
+before its addresses are there), else where it was (at start node 1, as the plan has it). The pool
+manager's addresses are sticky: they stay on their node while a ready pool manager runs there. It puts
 the edge addresses on the holder's `edge0` and removes them from the other nodes (as MetalLB's
 layer-2 speaker answers for an address from the one node that holds it), and points the fabric's
 routes — 10.30.i.0/24 and 10.31.i.0/24, 10.32.i.0/24 for the gateway (its labelled leader) —
@@ -80,6 +81,13 @@ def edge_routes(first: NodeNet, nodes: Iterable[NodeNet], pods: Iterable[Mapping
         candidates = sorted(by_component.get(component, []),
                             key=lambda p: (_leader(p), _ready(p), str(p["metadata"].get("creationTimestamp") or "")))
         for cidr in cidrs:
+            held = current.get(cidr)
+            if component == POOLS and any(_ready(p) and p["status"]["hostIP"] == held for p in candidates):
+                # Sticky: every ready pool manager serves a pool of size 2, so the addresses stay with
+                # a ready holder (a rollout moves them once, when the holder's replica goes, not again
+                # when a newer one turns ready); a terminating replica is not ready (its lame duck).
+                out[cidr] = str(held)
+                continue
             out[cidr] = str(candidates[-1]["status"]["hostIP"]) if candidates else current.get(cidr, first.address)
     return out
 
