@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
+import tempfile
 from typing import Any
 
 import aiohttp
@@ -175,7 +177,14 @@ async def test_pod_without_node(apiserver: Any) -> None:
     code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "exec", "pending", "--", "ls")
     assert code != 0 and "pod pending does not have a host assigned" in out, out
     # Bound to a node nobody registered: the node lookup fails as kube's does.
-    await client.patch(Pod, "pending", {"spec": {"nodeName": "ghost"}}, namespace=NS)
+    binding = json.dumps({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "pending"},
+                          "target": {"apiVersion": "v1", "kind": "Node", "name": "ghost"}})
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        f.write(binding)
+        f.flush()
+        code, out = await kubectl(apiserver.kubeconfig, "create", "--raw",
+                                  f"/api/v1/namespaces/{NS}/pods/pending/binding", "-f", f.name)
+    assert code == 0, out  # as a scheduler binds (a Pod's nodeName is not otherwise writable)
     code, out = await kubectl(apiserver.kubeconfig, "-n", NS, "logs", "pending")
     assert code != 0 and 'nodes "ghost" not found' in out, out
     # A registered node whose kubelet does not answer: kube's dial error, not "pod not found".
