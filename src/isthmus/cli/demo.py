@@ -24,6 +24,14 @@ def demo(
     runtime: Annotated[
         str, typer.Option("--runtime", help="`process` (default) or `runc`: see `isthmus up --runtime`.")
     ] = "process",
+    drill: Annotated[
+        bool, typer.Option("--drill", help="Run the operations drill instead of the tour: `kubectl rollout restart` "
+                           "and `kubectl drain` of c1 under traffic on every path, failures counted, then uninstall "
+                           "(docs/operations.md).")
+    ] = False,
+    nodes: Annotated[
+        int, typer.Option("--nodes", min=1, max=8, help="Nodes per cluster (`isthmus up --nodes`); the drill needs 2.")
+    ] = 1,
 ) -> None:
     """Run the scripted tour on a local clusterset; exits non-zero naming the step that failed.
 
@@ -41,4 +49,10 @@ def demo(
             check_prerequisites()
     except plan.PlanError as e:
         raise fail(str(e)) from None
-    raise typer.Exit(run_demo(state_dir=state_dir, clusters=clusters, keep=keep, runtime=runtime))
+    if drill:
+        from isthmus.local.drill import run_drill
+
+        if nodes < 2:
+            raise fail("--drill drains each node of c1 in turn: it needs --nodes 2 or more")
+        raise typer.Exit(run_drill(state_dir=state_dir, clusters=clusters, keep=keep, runtime=runtime, nodes=nodes)[0])
+    raise typer.Exit(run_demo(state_dir=state_dir, clusters=clusters, keep=keep, runtime=runtime, nodes=nodes))
