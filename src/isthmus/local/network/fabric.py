@@ -80,13 +80,23 @@ NODE_SYSCTLS = {"net.ipv4.ip_forward": "1", "?net.bridge.bridge-nf-call-iptables
 """`?`: set where the kernel has it (see bridge_netfilter)."""
 
 
+GATEWAY_NODE_SYSCTLS = {"net.ipv4.ip_unprivileged_port_start": "0"}
+"""A member's nodes are its egress gateway nodes too: the gateway runs there with hostNetwork and binds
+`sourceIP:<service port>` (80, 443 …) as uid 65532. Its manifest's answer to ports below 1024, the
+pod's own namespaced sysctl, is refused with hostNetwork (by kube's kubelet and ours), so the node
+allows them, as an admin sets it (sysctl.d) on the gateway nodes of a real cluster (docs/egress.md).
+Pods of their own network keep the kernel's default of 1024."""
+
+
 def node_sysctls(node: NodeNet) -> dict[str, str]:
     """A node of a several-node member cluster also binds addresses it does not hold yet: the pool
     manager and the egress gateway start on any node, and the speaker moves the edge addresses to
     it a moment later (speaker.py)."""
-    if node.nodes > 1 and node.index > 0:
-        return {**NODE_SYSCTLS, "net.ipv4.ip_nonlocal_bind": "1"}
-    return NODE_SYSCTLS
+    if node.index == 0:  # the broker: no gateway
+        return NODE_SYSCTLS
+    if node.nodes > 1:
+        return {**NODE_SYSCTLS, **GATEWAY_NODE_SYSCTLS, "net.ipv4.ip_nonlocal_bind": "1"}
+    return {**NODE_SYSCTLS, **GATEWAY_NODE_SYSCTLS}
 HOLDER_KIND = "bridge"
 """The kind of edge0 and outside0, devices that only hold addresses: a bridge without ports has
 carrier and holds them as a `dummy` would, and needs no module (the kernel here has no dummy
