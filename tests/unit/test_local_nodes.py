@@ -286,3 +286,12 @@ def test_down_unmounts_what_a_killed_kube_lite_left_mounted(tmp_path: Path) -> N
         f"{root}/kubelet/c1/pods/u1/containers/web/0/rootfs", f"{root}/kubelet/c1-node-2/pods/u2/volumes/kube-api-access",
         f"{root}/kubelet/c1-node-2/pods/u2/containers/web/0/rootfs", f"{root}/kubelet/c1/pods/u1/with space"])
     assert points[0].count("/") >= points[-1].count("/")  # deepest first
+
+
+def test_a_pods_namespace_is_named_after_its_nodes() -> None:
+    from isthmus.local.network.plan import pod_netns_name
+
+    uid = "0123abcd-4567-89ef-0000-111122223333"
+    assert pod_netns_name("isthmus-1234", "c1", uid) == "isthmus-1234-c1-0123abcd4567"
+    assert pod_netns_name("isthmus-1234", "c1", uid, "c1-node") == "isthmus-1234-c1-0123abcd4567"
+    assert pod_netns_name("isthmus-1234", "c1", uid, "c1-node-2") == "isthmus-1234-c1-n2-0123abcd4567"

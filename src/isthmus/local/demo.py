@@ -977,7 +977,8 @@ class Demo:
         for pod in self.items(m, "pods"):
             meta, ip = pod["metadata"], (pod.get("status") or {}).get("podIP")
             if ip and (meta.get("labels") or {}).get("app") in apps:
-                VANTAGE.sources[ip] = f"/run/netns/{pod_netns_name(cs, m.name, meta['uid'])}"
+                netns = pod_netns_name(cs, m.name, meta["uid"], (pod.get("spec") or {}).get("nodeName"))
+                VANTAGE.sources[ip] = f"/run/netns/{netns}"
 
     def _egress_manifest(self) -> str:
         """The demo's ExternalService: the examples' sources, toward the demo's own outside server."""

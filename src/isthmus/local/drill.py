@@ -462,14 +462,14 @@ class Drill(Demo):
 
     # -- the clients
 
-    def _checkout_pods(self) -> list[tuple[str, str]]:
-        """(pod IP, uid) of checkout's ready pods in c1, as the API has them now."""
+    def _checkout_pods(self) -> list[tuple[str, str, str]]:
+        """(pod IP, uid, node) of checkout's ready pods in c1, as the API has them now."""
         out = []
         for pod in self.items(self.target, "pods"):
             meta = pod["metadata"]
             if (meta.get("labels") or {}).get("app") == "checkout" and not meta.get("deletionTimestamp") \
                     and condition(pod, "Ready").get("status") == "True" and (pod.get("status") or {}).get("podIP"):
-                out.append((str(pod["status"]["podIP"]), str(meta["uid"])))
+                out.append((str(pod["status"]["podIP"]), str(meta["uid"]), str(pod["spec"].get("nodeName") or "")))
         return out
 
     def _egress_socket(self) -> socket.socket:
@@ -477,11 +477,12 @@ class Drill(Demo):
         pods = self._checkout_pods()
         if not pods:
             raise NotYet("no ready checkout pod in c1")
-        ip, uid = pods[0]
+        ip, uid, node = pods[0]
         if VANTAGE.via is not None:
             from isthmus.local.network.plan import clusterset_id, pod_netns_name
 
-            VANTAGE.sources[ip] = f"/run/netns/{pod_netns_name(clusterset_id(self.state_dir), self.target.name, uid)}"
+            netns = pod_netns_name(clusterset_id(self.state_dir), self.target.name, uid, node)
+            VANTAGE.sources[ip] = f"/run/netns/{netns}"
         return tour._from(ip, self.forwarder, OUTSIDE_PORT)
 
     def egress_once(self) -> None:

@@ -75,12 +75,18 @@ def clusterset_id(state_dir: str | os.PathLike[str]) -> str:
     return NETNS_PREFIX + hashlib.sha256(absolute.encode()).hexdigest()[:ID_HEX]
 
 
-def pod_netns_name(cs: str, cluster: str, pod_uid: str) -> str:
-    """A pod's namespace: ``<cs>-<cluster>-<first 12 of the pod uid, dashes dropped>``."""
+def pod_netns_name(cs: str, cluster: str, pod_uid: str, node_name: str | None = None) -> str:
+    """A pod's namespace: ``<its node's namespace>-<first 12 of the pod uid, dashes dropped>``
+    (``<cs>-<cluster>-…`` on node 1, ``<cs>-<cluster>-n<k>-…`` on node k); `node_name`: the Pod's
+    spec.nodeName (None: node 1)."""
     short = pod_uid.replace("-", "")[:12]
     if not short:
         raise PlanError("a pod namespace needs the pod's uid")
-    return f"{cs}-{cluster}-{short}"
+    node = 1
+    prefix = process_plan.node_name(cluster, 1) + "-"
+    if node_name and node_name.startswith(prefix) and node_name[len(prefix):].isdigit():
+        node = int(node_name[len(prefix):])
+    return f"{cs}-{cluster}-{short}" if node == 1 else f"{cs}-{cluster}-n{node}-{short}"
 
 
 def _index(cluster: str) -> int:
