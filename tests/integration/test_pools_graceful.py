@@ -123,3 +123,67 @@ async def test_a_stopping_replica_serves_through_the_delay_then_hands_its_slot_o
                 with contextlib.suppress(Exception):
                     await duck.stop()
         await runner.cleanup()
+
+
+async def test_isthmus_pools_at_sigterm_serves_through_the_delay_then_exits_and_releases(
+        env: Env, apiserver: Any) -> None:
+    """The command as the pod runs it: SIGTERM turns /readyz 503 at once, the instance answers through
+    --shutdown-delay, then the process exits 0 well within kube's grace period with its slot released."""
+    import os
+    import signal
+    import sys
+
+    from tests.harness.ports import free_port
+
+    runner, port = await http_backend("a")
+    await env.pool("one", {"count": 1, "role": "internal", "haproxy": {
+        "frontends": [{"name": "fe", "bindPort": 0, "protocol": "HTTP", "linkBackend": {"defaultBackend": "be"}}],
+        "backends": [{"name": "be", "protocol": "HTTP", "servers": [{"address": "127.0.0.1", "port": port}]}]}})
+    mport = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "isthmus", "pools", "--kubeconfig", apiserver.kubeconfig,
+        "--public-address", env.public, "--private-address", env.private, "--identity", "cli",
+        "--state-dir", str(env.tmp / "cli"), "--metrics-addr", f"127.0.0.1:{mport}",
+        "--shutdown-delay", str(DELAY), env={**os.environ, "POD_NAMESPACE": LB_NAMESPACE},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    output = b""
+    try:
+        pool = await env.ready("one")
+        url = f"http://{env.private}:{pool.status.instances[0].frontends[0].port}/"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+
+            async def readyz() -> int:
+                try:
+                    async with http.get(f"http://127.0.0.1:{mport}/readyz") as r:
+                        return r.status
+                except aiohttp.ClientError:
+                    return 0
+
+            await eventually_passes(lambda: _equal(readyz(), 200))
+            proc.send_signal(signal.SIGTERM)
+            sent = time.monotonic()
+            await eventually_passes(lambda: _equal(readyz(), 503), timeout=1.0)
+            ok = failed = 0
+            while time.monotonic() < sent + DELAY - 1.0:
+                try:
+                    async with http.get(url) as r:
+                        ok += r.status == 200
+                        failed += r.status != 200
+                except aiohttp.ClientError:
+                    failed += 1
+            assert failed == 0 and ok > 5, (ok, failed)
+        output, _ = await asyncio.wait_for(proc.communicate(), 25)  # kube's default grace is 30 s
+        assert proc.returncode == 0, output.decode()
+        lease = await env.client.get(Lease, lease_name("one", 0), namespace=LB_NAMESPACE)
+        assert lease.spec is not None and not lease.spec.holderIdentity
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            output, _ = await proc.communicate()
+        print(output.decode())
+        await runner.cleanup()
+
+
+async def _equal(value: Any, want: Any) -> None:
+    assert await value == want
