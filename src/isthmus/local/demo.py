@@ -522,11 +522,11 @@ class Demo:
             self.show(p.stdout if p.stdout.strip() else p.stderr)
         return p
 
-    def kubectl(self, *args: str, quiet: bool = False, check: bool = True,
-                output: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(self, *args: str, quiet: bool = False, check: bool = True, output: bool = True,
+                timeout: float = CMD_TIMEOUT) -> subprocess.CompletedProcess[str]:
         """kubectl as a user types it (KUBECONFIG is the merged one); a private cache keeps $HOME clean."""
         return self._exec(["kubectl", f"--cache-dir={self.cache_dir}", *args], ["kubectl", *args],
-                          quiet=quiet, check=check, timeout=CMD_TIMEOUT, output=output)
+                          quiet=quiet, check=check, timeout=timeout, output=output)
 
     def isthmus(self, *args: str, quiet: bool = False, check: bool = True, output: bool = True,
                 timeout: float = CMD_TIMEOUT) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ CRD Isthmus does not own) are still there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import socketserver
@@ -241,12 +242,13 @@ class EchoOutside:
 
             def handle(self) -> None:
                 outer.connections += 1
-                self.wfile.write(json.dumps({"peer": self.client_address[0]}).encode() + b"\n")
-                for _ in range(100_000):  # bounded: a flow sends one line a second
-                    line = self.rfile.readline()
-                    if not line:
-                        return
-                    self.wfile.write(line)
+                with contextlib.suppress(OSError):  # a client that goes away (a probe, a broken flow) ends it
+                    self.wfile.write(json.dumps({"peer": self.client_address[0]}).encode() + b"\n")
+                    for _ in range(100_000):  # bounded: a flow sends one line a second
+                        line = self.rfile.readline()
+                        if not line:
+                            return
+                        self.wfile.write(line)
 
         class Server(socketserver.ThreadingTCPServer):
             allow_reuse_address = True
@@ -575,7 +577,7 @@ class Drill(Demo):
             self.kubectl("--context", c, "-n", ns, "rollout", "restart", f"deployment/{name}", quiet=True)
         for ns, name in deployments:
             self.kubectl("--context", c, "-n", ns, "rollout", "status", f"deployment/{name}",
-                         f"--timeout={ROLLOUT_TIMEOUT}s", quiet=True)
+                         f"--timeout={ROLLOUT_TIMEOUT}s", quiet=True, timeout=ROLLOUT_TIMEOUT + 10)
         self.wait("every Deployment of c1 to be available again", self._all_available, timeout=ROLLOUT_TIMEOUT)
         self.phases["rollout restart"] = time.monotonic() - t0
         self.note(f"restarted {len(deployments)} Deployments: " + ", ".join(f"{ns}/{n}" for ns, n in deployments))
@@ -590,7 +592,7 @@ class Drill(Demo):
         for node in nodes:
             t0 = time.monotonic()
             self.kubectl("--context", c, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data",
-                         f"--timeout={DRAIN_TIMEOUT}s", quiet=True)
+                         f"--timeout={DRAIN_TIMEOUT}s", quiet=True, timeout=DRAIN_TIMEOUT + 10)
             self.wait(f"every Deployment of c1 to be available with {node} drained", self._all_available,
                       timeout=DRAIN_TIMEOUT)
             self.kubectl("--context", c, "uncordon", node, quiet=True)
