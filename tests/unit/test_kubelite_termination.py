@@ -30,6 +30,17 @@ def test_a_pod_is_withdrawn_once_no_slice_calls_it_ready() -> None:
     assert endpoints_withdrawn([], "a")
 
 
+def test_a_publish_not_ready_service_s_terminating_endpoint_does_not_hold_sigterm_back() -> None:
+    """publishNotReadyAddresses keeps a terminating endpoint ready (kube's rule: the pool manager's
+    metrics Service): marked terminating, it has been seen going, so SIGTERM is not held for the grace."""
+    published = _slice(("a", True))
+    (ep,) = published.endpoints or []
+    assert ep.conditions is not None
+    ep.conditions.terminating = True
+    assert endpoints_withdrawn([published], "a")
+    assert not endpoints_withdrawn([published, _slice(("a", True))], "a")  # another slice still calls it ready
+
+
 def test_the_grace_period_is_the_deletions_then_the_specs_then_30_seconds() -> None:
     assert grace_seconds({"metadata": {"deletionGracePeriodSeconds": 5},
                           "spec": {"terminationGracePeriodSeconds": 60}}) == 5

@@ -42,11 +42,16 @@ def grace_seconds(pod: Mapping[str, Any]) -> float:
 
 def endpoints_withdrawn(slices: Iterable[EndpointSlice], uid: str) -> bool:
     """Whether no EndpointSlice lists the Pod (by uid) as a ready endpoint any more (a condition
-    left unset reads as ready, as kube's consumers read it)."""
+    left unset reads as ready, as kube's consumers read it). An endpoint marked terminating has been
+    seen going: a Service with publishNotReadyAddresses keeps it ready on purpose (kube's rule), and
+    waiting for that to change would hold SIGTERM back for the whole grace period."""
     for s in slices:
         for ep in s.endpoints or []:
             ref = ep.targetRef
-            if ref is not None and ref.uid == uid and (ep.conditions is None or ep.conditions.ready is not False):
+            if ref is None or ref.uid != uid:
+                continue
+            conditions = ep.conditions
+            if conditions is None or (conditions.ready is not False and not conditions.terminating):
                 return False
     return True
 
