@@ -157,10 +157,12 @@ class PathResult:
     errors: Counter[str] = field(default_factory=Counter)
     longest_outage: float = 0.0
     """Seconds from the first failure of a run of failures to the next success."""
+    last_ok: bool = False
+    """The last request succeeded: the path serves again after every disruption."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"sent": self.sent, "failed": self.failed, "longest_outage_s": round(self.longest_outage, 2),
-                "errors": dict(self.errors.most_common(5))}
+                "last_ok": self.last_ok, "errors": dict(self.errors.most_common(5))}
 
 
 @dataclass
@@ -168,6 +170,8 @@ class DrillResult:
     paths: dict[str, PathResult]
     flows_opened: int = 0
     flows_broken: int = 0
+    uninstalled: bool = False
+    """The uninstall after the traffic left everything that is not Isthmus's in place."""
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds each disruption took (rollout restart, each drain)."""
 
@@ -188,7 +192,7 @@ class DrillResult:
     def as_dict(self) -> dict[str, Any]:
         return {"paths": {n: r.as_dict() for n, r in self.paths.items()}, "flows_opened": self.flows_opened,
                 "flows_broken": self.flows_broken, "phases_s": {k: round(v, 1) for k, v in self.phases.items()},
-                "misses": self.misses()}
+                "misses": self.misses(), "uninstalled": self.uninstalled}
 
 
 class Probe(threading.Thread):
@@ -217,11 +221,13 @@ class Probe(threading.Thread):
                     r.sent += 1
                     r.failed += 1
                     r.errors[str(err)[:120]] += 1
+                    r.last_ok = False
                 if down_since is None:
                     down_since = t
             else:
                 with self.lock:
                     r.sent += 1
+                    r.last_ok = True
                 if down_since is not None:
                     r.longest_outage = max(r.longest_outage, time.monotonic() - down_since)
                     down_since = None
@@ -622,9 +628,11 @@ class Drill(Demo):
                   "(a flow on a gateway that moves may break; userspace mode fails closed)")
         for k, v in result.phases.items():
             self.note(f"{k}: {v:.1f}s")
-        misses = result.misses()
-        if misses:
-            raise StepFailed("targets missed:\n" + "\n".join(misses))
+        for miss in result.misses():  # reported, and the drill's exit code says so; the uninstall still runs
+            self.console.print(f"   [bold red]target missed:[/bold red] {escape(miss)}", highlight=False, soft_wrap=True)
+        for r in result.paths.values():
+            if r.sent == 0:
+                raise StepFailed(f"{r.name}: no request was sent (the probe never ran)")
 
     # -- uninstall
 
@@ -661,6 +669,8 @@ class Drill(Demo):
             raise StepFailed("the uninstall took what was not Isthmus's: " + ", ".join(missing))
         self.note("c1 and the broker uninstalled; another project's CRD and its Widget, the user's Services and "
                   "Deployments and the ServiceExports (a shared CRD) are all still there")
+        if self.result is not None:
+            self.result.uninstalled = True
 
     def down(self) -> None:
         self.stop.set()
@@ -716,4 +726,7 @@ def run_drill(console: Console | None = None, *, state_dir: Path | None = None, 
 
     code = tour.run_demo(console, state_dir=state_dir, clusters=clusters, keep=keep, edit_steps=edit,
                          runtime=runtime, nodes=nodes, tour=make, title="Isthmus drill")
-    return code, (made[0].result if made else None)
+    result = made[0].result if made else None
+    if code == 0 and result is not None and result.misses():
+        code = 1  # every step ran, and a target was missed: the figures above say which
+    return code, result

@@ -1,0 +1,40 @@
+"""The operations drill end to end (runc mode, two nodes per cluster): every Isthmus Deployment of a
+member restarted and each of its nodes drained while DNS, ClusterSet-IP, pool, MultiClusterService
+and egress traffic runs; then the member and the broker uninstalled as docs/deploy.md says, leaving
+other projects' CRDs and the user's objects.
+
+What is asserted is what the drill meets today: no failed DNS query and no failed request through the
+MultiClusterService load balancer, every path serving again at the end, the uninstall leaving what
+is not Isthmus's. The issue's zero targets for the ClusterSet IP and the pool, and egress's 3 s, are
+printed by the drill (docs/operations.md has the figures and their causes), not asserted here. The
+size is what `make test`'s budget allows (2 clusters x 2 nodes); `bench/drill.py` runs 3 x 2."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from isthmus.local.drill import run_drill
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed"),
+    pytest.mark.clusterset,
+]
+
+
+def test_restart_and_drain_under_traffic_then_uninstall_keeping_what_is_not_ours(tmp_path: Path) -> None:
+    console = Console(width=160, force_terminal=False)
+    _, result = run_drill(console, state_dir=tmp_path / "state", clusters=2, nodes=2, runtime="runc", settle=2.0)
+    assert result is not None, "the drill stopped before its traffic was counted: see the output above"
+    counts = result.as_dict()
+    for path, r in counts["paths"].items():
+        assert r["sent"] > 50, (path, counts)
+        assert r["last_ok"], (path, counts)  # serving again after every restart and drain
+    assert counts["paths"]["dns"]["failed"] == 0, counts
+    assert counts["paths"]["mcs-lb"]["failed"] == 0, counts
+    assert len(counts["phases_s"]) == 3, counts  # the restarts and one drain per node
+    assert counts["uninstalled"], "the uninstall failed or took what is not Isthmus's: see the output above"
