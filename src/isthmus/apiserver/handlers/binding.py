@@ -17,7 +17,7 @@ from aiohttp import web
 
 from isthmus.apiserver.apimachinery import errors, meta
 from isthmus.apiserver.apimachinery.jsoncopy import clone
-from isthmus.apiserver.handlers.common import HandlerContext, json_response, read_body
+from isthmus.apiserver.handlers.common import HandlerContext, json_response, read_body, subresource_object
 from isthmus.apiserver.handlers.subadmission import admit_create
 
 Obj = dict[str, Any]
@@ -89,19 +89,7 @@ def assign(live: Obj, node: str, annotations: Obj, now: str) -> Obj:
 
 
 def _decode(body: Any) -> Obj:
-    if not isinstance(body, dict):
-        raise errors.bad_request("the object provided is unrecognized: expected a Binding object")
-    av, kind = body.get("apiVersion"), body.get("kind")
-    if av and av != API_VERSION:
-        raise errors.bad_request(f"the API version in the data ({av}) does not match the expected API version "
-                                 f"({API_VERSION})")
-    if kind and kind != KIND:
-        raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({KIND})")
-    if body.get("metadata") is None:
-        body["metadata"] = {}
-    if not isinstance(body["metadata"], dict):
-        raise errors.bad_request("the object provided is unrecognized: metadata must be an object")
-    return body
+    return subresource_object(body, KIND, (API_VERSION,))
 
 
 async def serve(ctx: HandlerContext, request: web.Request, rest: list[str]) -> web.Response:

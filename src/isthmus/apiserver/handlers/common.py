@@ -122,3 +122,23 @@ async def read_body(ctx: HandlerContext, request: web.Request) -> Any:
         raise errors.too_large(ctx.max_body_bytes)
     raw = await request.read()
     return decode(raw, request.content_type or "application/json")
+
+
+def subresource_object(body: Any, kind: str, api_versions: tuple[str, ...]) -> dict[str, Any]:
+    """The body of a POST to a subresource that takes an object of its own (a Binding, an Eviction),
+    checked as kube's decoder does: an object, of `kind` and one of `api_versions` where it names them
+    (the first is the one kube's message expects), metadata an object (added when absent)."""
+    article = "an" if kind[:1] in "AEIOU" else "a"
+    if not isinstance(body, dict):
+        raise errors.bad_request(f"the object provided is unrecognized: expected {article} {kind} object")
+    av, k = body.get("apiVersion"), body.get("kind")
+    if av and av not in api_versions:
+        raise errors.bad_request(f"the API version in the data ({av}) does not match the expected API version "
+                          f"({api_versions[0]})")
+    if k and k != kind:
+        raise errors.bad_request(f"the kind in the data ({k}) does not match the expected kind ({kind})")
+    if body.get("metadata") is None:
+        body["metadata"] = {}
+    if not isinstance(body["metadata"], dict):
+        raise errors.bad_request("the object provided is unrecognized: metadata must be an object")
+    return body

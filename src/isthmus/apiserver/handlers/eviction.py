@@ -24,7 +24,13 @@ from aiohttp import web
 from isthmus.apiserver.admission.matching import label_selector_matches
 from isthmus.apiserver.apimachinery import errors, meta
 from isthmus.apiserver.apimachinery.jsoncopy import clone
-from isthmus.apiserver.handlers.common import HandlerContext, json_response, read_body, user_of
+from isthmus.apiserver.handlers.common import (
+    HandlerContext,
+    json_response,
+    read_body,
+    subresource_object,
+    user_of,
+)
 from isthmus.apiserver.handlers.scope import _manager_from_agent
 from isthmus.apiserver.handlers.subadmission import admit_create
 from isthmus.apiserver.registry.resources import ResourceInfo
@@ -315,19 +321,7 @@ class _Eviction:
 
 
 def _decode(body: Any) -> Obj:
-    if not isinstance(body, dict):
-        raise errors.bad_request("the object provided is unrecognized: expected an Eviction object")
-    av, kind = body.get("apiVersion"), body.get("kind")
-    if av and av not in API_VERSIONS:
-        raise errors.bad_request(f"the API version in the data ({av}) does not match the expected API version "
-                                 f"({API_VERSIONS[0]})")
-    if kind and kind != KIND:
-        raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({KIND})")
-    if body.get("metadata") is None:
-        body["metadata"] = {}
-    if not isinstance(body["metadata"], dict):
-        raise errors.bad_request("the object provided is unrecognized: metadata must be an object")
-    return body
+    return subresource_object(body, KIND, API_VERSIONS)
 
 
 async def serve(ctx: HandlerContext, request: web.Request, rest: list[str]) -> web.Response:
