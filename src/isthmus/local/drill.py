@@ -680,10 +680,17 @@ class Drill(Demo):
 
 
 def _node_namespaces(network: dict[str, Any], cluster: str) -> list[str]:
-    """The node namespaces of one cluster in `isthmus status -o json`'s network section."""
-    node = (network.get("nodes") or {}).get(cluster) or {}
-    names = node.get("netnses") or [node.get("netns")]
-    return [str(n) for n in names if n]
+    """The node namespaces of one cluster, node 1 first, from `isthmus status -o json`'s network
+    section (node 1 is listed under the cluster's name, node k under its Node's name)."""
+    from isthmus.local.plan import node_name
+
+    nodes = network.get("nodes") or {}
+    out = [str(nodes[cluster]["netns"])] if cluster in nodes else []
+    k = 2
+    while node_name(cluster, k) in nodes:
+        out.append(str(nodes[node_name(cluster, k)]["netns"]))
+        k += 1
+    return out
 
 
 def _http_get(address: str, port: int) -> dict[str, Any]:
