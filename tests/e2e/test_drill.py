@@ -23,6 +23,7 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed"),
     pytest.mark.clusterset,
+    pytest.mark.timeout(1200),  # runc clusters of two nodes, a restart and two drains (the ini's 120 s is for one step)
 ]
 
 
