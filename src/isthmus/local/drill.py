@@ -642,14 +642,26 @@ class Drill(Demo):
         from isthmus.kube.manifests import deploy_dir
 
         c, b = self.target.context, self.broker_context
-        manifests = self.state_dir / "manifests"
-        self.isthmus("leave", "--context", c, "--yes", quiet=True)
-        self.kubectl("--context", c, "delete", "-k", str(manifests / self.target.name), "--ignore-not-found",
-                     "--wait=true", "--timeout=120s", quiet=True)
-        self.kubectl("--context", b, "delete", "-k", str(manifests / "broker"), "--ignore-not-found",
-                     "--wait=true", "--timeout=120s", quiet=True)
-        self.kubectl("--context", b, "delete", "-k", str(deploy_dir() / "broker"), "--ignore-not-found",
-                     "--wait=true", "--timeout=120s", quiet=True)
+        manifests, deploy = self.state_dir / "manifests", deploy_dir()
+
+        def delete(ctx: str, *what: str) -> None:
+            self.kubectl("--context", ctx, "delete", *what, "--ignore-not-found", "--wait=true", "--timeout=120s",
+                         quiet=True, timeout=150)
+
+        # A member: its egress objects while the operator runs, leave, then its manifests (`up`'s overlay).
+        delete(c, "externalservices,sourceipclaims", "--all", "-A")
+        delete(c, "sourceipclasses", "--all")
+        broker = ["--broker-kubeconfig", self.env["KUBECONFIG"], "--broker-context", b]  # the broker's admin
+        self.isthmus("leave", "--context", c, *broker, "--yes", quiet=True)
+        delete(c, "-k", str(manifests / self.target.name))
+        delete(c, "namespace", "external-services")
+        # The broker, once every member has left (the others leave; their components stay installed).
+        for m in self.members[1:]:
+            self.isthmus("leave", "--context", m.context, *broker, "--yes", quiet=True)
+        delete(b, "multiclusterservices", "--all", "-A")
+        delete(b, "-k", str(deploy / "broker" / "webhook"))
+        delete(b, "-k", str(manifests / "broker"))
+        delete(b, "-k", str(deploy / "broker"))
         left = self.get_json(self.target, "deployments", "-A", "-l", "app.kubernetes.io/part-of=isthmus")
         if left.get("items"):
             raise StepFailed("Isthmus Deployments left in c1 after the uninstall: "
