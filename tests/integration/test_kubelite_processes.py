@@ -232,6 +232,7 @@ async def test_readiness_failure_keeps_pod_unready(apiserver: Any, lite: ProcLit
 
 async def test_liveness_failure_restarts_the_container(apiserver: Any, lite: ProcLite) -> None:
     c = dns_container(apiserver)
+    c["args"] += ["--shutdown-delay", "0"]  # its lame duck (5 s) would outlast the 2 s grace: SIGKILL, 137
     c["livenessProbe"] = {"tcpSocket": {"port": 9998}, "periodSeconds": 1, "failureThreshold": 2}
     await lite.client.create(pod("sick", c, terminationGracePeriodSeconds=2))
 

@@ -54,3 +54,13 @@ async def test_wait_is_the_inners_or_never() -> None:
 def test_a_negative_delay_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot be negative"):
         LameDuck(Inner(), -1)
+
+
+async def test_one_never_ready_stops_at_once() -> None:
+    inner = Inner()
+    inner.ready = False  # e.g. a DNS server still waiting for `isthmus join`: no endpoint sends it anything
+    duck = LameDuck(inner, 30.0, "x")
+    await duck.start()
+    async with asyncio.timeout(2):
+        await duck.stop()
+    assert inner.events == ["start", "lame_duck", "stop"]

@@ -62,11 +62,12 @@ class LameDuck:
             await wait()
 
     async def stop(self) -> None:
+        serving = bool(self.inner.ready)  # one that was never ready has no endpoint to drain (a DNS server awaiting join)
         self.draining = True
         lame_duck: Any = getattr(self.inner, "lame_duck", None)
         if lame_duck is not None:
             lame_duck()
-        if self.delay > 0:
+        if self.delay > 0 and serving:
             log.info(
                 "stopping: not ready, still serving for the shutdown delay",
                 extra={"component": self.name, "delay_s": self.delay},
