@@ -172,7 +172,7 @@ def test_a_scale_down_behind_a_pool_fails_no_request(cs: Clusterset) -> None:
 
 
 def _pools_pod(cs: Clusterset) -> dict[str, Any]:
-    out = json.loads(cs.kubectl("c1", "-n", "isthmus-system", "get", "pods", "-l", "app.kubernetes.io/name=isthmus-pools",
+    out = json.loads(cs.kubectl("c1", "-n", "isthmus-pools", "get", "pods", "-l", "app.kubernetes.io/name=isthmus-pools",
                                 "-o", "json"))
     (pod,) = out["items"]
     return dict(pod)
@@ -205,7 +205,7 @@ def test_a_restarted_kube_lite_starts_the_pool_manager_once_its_predecessor_is_g
     status = _pools_pod(cs)["status"]["containerStatuses"][0]
     assert status["restartCount"] == restarts + 1, status  # once: no crash loop on ports still held
     for previous in ("--previous=false", "--previous=true"):
-        logs = cs.kubectl("c1", "-n", "isthmus-system", "logs", before["metadata"]["name"], previous)
+        logs = cs.kubectl("c1", "-n", "isthmus-pools", "logs", before["metadata"]["name"], previous)
         assert "address already in use" not in logs
 
 

@@ -135,11 +135,10 @@ def test_draining_the_pool_managers_node_moves_the_edge_addresses_with_it(cs: Cl
     fp = fabric_plan(cs.root, 1, nodes=2)
     by_name = {n.name: n for n in fp.nodes if n.cluster == "c1"}
 
-    def pool() -> dict[str, Any] | None:
+    def ready_pools() -> list[dict[str, Any]]:
         pods = json.loads(cs.kubectl("c1", "get", "pods", "-A", "-l", "app.kubernetes.io/name=isthmus-pools",
                                      "-o", "json"))["items"]
-        up = [p for p in pods if _ready(p) and not p["metadata"].get("deletionTimestamp")]
-        return up[0] if len(up) == 1 else None
+        return [p for p in pods if _ready(p) and not p["metadata"].get("deletionTimestamp")]
 
     def holds(node_name: str) -> bool:
         node = by_name[node_name]
@@ -149,15 +148,16 @@ def test_draining_the_pool_managers_node_moves_the_edge_addresses_with_it(cs: Cl
                                text=True, timeout=10, check=True).stdout
         return f"{node.edge_public}/32" in addrs and f"via {node.address} " in route
 
-    first = wait_for("the pool manager ready", pool, timeout=120)
-    here = first["spec"]["nodeName"]
-    wait_for(f"the edge addresses on {here}", lambda: holds(here), timeout=30)
+    # Two pool managers here (one per node: host ports), the addresses on one of them.
+    wait_for("a pool manager ready on each node", lambda: len({p["spec"]["nodeName"] for p in ready_pools()}) == 2,
+             timeout=120)
+    here = wait_for("the edge addresses on one node", lambda: next((n for n in by_name if holds(n)), None), timeout=30)
+    there = next(n for n in by_name if n != here)
     cs.kubectl("c1", "drain", here, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s")
     try:
-        moved = wait_for("the pool manager ready on the other node",
-                         lambda: (p := pool()) is not None and p["spec"]["nodeName"] != here and p, timeout=180)
-        there = moved["spec"]["nodeName"]
-        wait_for(f"the edge addresses and the fabric's route on {there}", lambda: holds(there), timeout=30)
+        wait_for(f"the edge addresses and the fabric's route on {there}, where the other pool manager serves",
+                 lambda: holds(there), timeout=30)
         assert not holds(here)
+        assert {p["spec"]["nodeName"] for p in ready_pools()} == {there}
     finally:
         cs.kubectl("c1", "uncordon", here)

@@ -1,7 +1,7 @@
 """`isthmus version`: this client's version, and what runs in every cluster of the kubeconfig.
 
 Like `kubectl version`, plus each cluster's Isthmus components: the Deployments and DaemonSets in
-isthmus-system and the version of the image they run. Every context of the kubeconfig is asked
+isthmus-system (and isthmus-pools, the pool manager's) and the version of the image they run. Every context of the kubeconfig is asked
 (the broker and each member of a local clusterset), or the one --context names; they are asked
 at once, each request bounded by the command timeout, and a cluster that does not answer shows
 its error in its row. `--client` never contacts a server.
@@ -37,6 +37,7 @@ async def _cluster(kubeconfig: Path | None, context: str | None) -> dict[str, An
     from lightkube.resources.apps_v1 import DaemonSet, Deployment
 
     from isthmus.api.image import NAMESPACE, image_version
+    from isthmus.api.lb import POOLS_NAMESPACE
     from isthmus.kube.client import COMMAND_TIMEOUT, load_config, make_client, server_version
 
     row: dict[str, Any] = {"context": context, "server": None, "serverVersion": None, "components": [], "error": None}
@@ -52,9 +53,9 @@ async def _cluster(kubeconfig: Path | None, context: str | None) -> dict[str, An
                 row["serverVersion"] = (await server_version(client)).get("gitVersion")
             except httpx2.HTTPStatusError:
                 pass  # an answer, only not this one: the lists below say what is wrong, if anything
-            for kind in (Deployment, DaemonSet):
+            for kind, namespace in ((k, ns) for ns in (NAMESPACE, POOLS_NAMESPACE) for k in (Deployment, DaemonSet)):
                 obj: Any
-                async for obj in client.list(kind, namespace=NAMESPACE):
+                async for obj in client.list(kind, namespace=namespace):
                     containers = obj.spec.template.spec.containers if obj.spec and obj.spec.template.spec else []
                     status = obj.status
                     if kind is Deployment:
@@ -65,7 +66,7 @@ async def _cluster(kubeconfig: Path | None, context: str | None) -> dict[str, An
                     images = [c.image or "" for c in containers]
                     name = obj.metadata.name or ""
                     row["components"].append({
-                        "name": name.removeprefix("isthmus-"), "kind": kind.__name__, "namespace": NAMESPACE,
+                        "name": name.removeprefix("isthmus-"), "kind": kind.__name__, "namespace": namespace,
                         "workload": name, "images": images,
                         "version": ", ".join(dict.fromkeys(image_version(i) for i in images)) or "-",
                         "ready": ready,
