@@ -3,6 +3,9 @@ restartable (the `apiserver` fixture in tests/conftest.py is one of these)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +57,34 @@ class RunningApiServer:
             except Exception:
                 pass
         await self.server.stop()
+
+
+@contextlib.asynccontextmanager
+async def installed_as(tmp_path: Path, manifests: Path, namespace: str, account: str
+                       ) -> AsyncIterator[tuple[AsyncClient, AsyncClient]]:
+    """(admin, `account`'s own client) on an RBAC-enforcing apiserver with the CRDs and the kustomization
+    `manifests` installed. No webhook server runs here, so the webhook configurations (failurePolicy
+    Fail) are left out: they would refuse the objects they guard."""
+    from isthmus.kube.client import client_for, load_config
+    from isthmus.kube.helpers import install_crds
+    from isthmus.kube.manifests import apply, render
+    from isthmus.kube.tokens import ServiceAccountToken
+
+    run = RunningApiServer(tmp_path / "apiserver", token="admin-token", tls=True)
+    await run.start()
+    config = load_config(run.kubeconfig)
+    admin = client_for(config)
+    try:
+        await asyncio.wait_for(install_crds(admin), 60)
+        objs = [o for o in render(manifests) if not o["kind"].endswith("WebhookConfiguration")]
+        await asyncio.wait_for(apply(admin, objs, field_manager="test"), 60)
+        token = ServiceAccountToken(admin, namespace, account)
+        await token.fetch()
+        own = client_for(config, auth=token)
+        try:
+            yield admin, own
+        finally:
+            await own.close()
+    finally:
+        await admin.close()
+        await run.close()

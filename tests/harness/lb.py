@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 from aiohttp import web
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Namespace, Node, Service
@@ -20,6 +22,7 @@ from lightkube.types import PatchType
 from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, LB_NAMESPACE, LoadBalancerPool
 from isthmus.haproxy.manager import PoolManager
 from isthmus.kube.helpers import install_crds
+from isthmus.kube.manifests import deploy_dir
 from isthmus.kube.resources import resource_for
 from isthmus.lb.controller import Translator
 from tests.harness.polling import eventually_passes
@@ -146,3 +149,14 @@ async def fetch(host_ip: str, port: int, path: str = "/", host: str = "x") -> tu
             return r.status, json.loads(text)
         except ValueError:
             return r.status, text
+
+
+def lb_overlay(into: Path, class_less: bool = False) -> Path:
+    """An admin's overlay of deploy/member opting in (as docs/lb.md shows)."""
+    into.mkdir(parents=True, exist_ok=True)
+    components = ["components/lb", *(["components/lb/class-less"] if class_less else [])]
+    (into / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(deploy_dir() / "member", into)],
+        "components": [os.path.relpath(deploy_dir() / c, into) for c in components]}))
+    return into

@@ -27,9 +27,9 @@ from isthmus.kube.helpers import install_crds
 from isthmus.kube.manifests import apply, render
 from isthmus.kube.tokens import ServiceAccountToken, request_token
 from tests.harness.apiserver import RunningApiServer
+from tests.harness.lb import lb_overlay
 from tests.harness.polling import eventually
 from tests.harness.ports import free_port
-from tests.unit.test_deploy_lb_component import lb_overlay
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 

@@ -20,11 +20,9 @@ from lightkube.types import PatchType
 
 from isthmus.api.egress import GATEWAY_LEADER_LABEL, GATEWAY_LEASE, POD_DELETION_COST
 from isthmus.egress.gateway import GatewayRuntime
-from isthmus.kube.client import client_for, load_config
 from isthmus.kube.helpers import install_crds
 from isthmus.kube.manifests import apply, deploy_dir, render
-from isthmus.kube.tokens import ServiceAccountToken
-from tests.harness.apiserver import RunningApiServer
+from tests.harness.apiserver import RunningApiServer, installed_as
 from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
@@ -53,24 +51,8 @@ def pod(name: str, *, leader: bool = False, app: str = "isthmus-egress-gateway")
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[AsyncClient, AsyncClient]]:
     """(admin, the gateway's own client) on an RBAC-enforcing apiserver with deploy/member."""
-    run = RunningApiServer(tmp_path / "apiserver", token="admin-token", tls=True)
-    await run.start()
-    config = load_config(run.kubeconfig)
-    admin = client_for(config)
-    try:
-        await asyncio.wait_for(install_crds(admin), 60)
-        objs = [o for o in render(deploy_dir() / "member") if not o["kind"].endswith("WebhookConfiguration")]
-        await asyncio.wait_for(apply(admin, objs, field_manager="test"), 60)
-        token = ServiceAccountToken(admin, NS, "isthmus-egress-gateway")
-        await token.fetch()
-        gateway = client_for(config, auth=token)
-        try:
-            yield admin, gateway
-        finally:
-            await gateway.close()
-    finally:
-        await admin.close()
-        await run.close()
+    async with installed_as(tmp_path, deploy_dir() / "member", NS, "isthmus-egress-gateway") as pair:
+        yield pair
 
 
 async def _meta(admin: AsyncClient, name: str) -> tuple[dict[str, str], dict[str, str]]:

@@ -22,12 +22,9 @@ from lightkube.types import PatchType
 
 from isthmus.api.egress import ExternalService, SourceIPClaim, SourceIPClass
 from isthmus.egress.operator import EgressOperator
-from isthmus.kube.client import client_for, load_config
-from isthmus.kube.helpers import install_crds
-from isthmus.kube.manifests import apply, deploy_dir, render
+from isthmus.kube.manifests import deploy_dir
 from isthmus.kube.resources import resource_for
-from isthmus.kube.tokens import ServiceAccountToken
-from tests.harness.apiserver import RunningApiServer
+from tests.harness.apiserver import installed_as
 from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
@@ -40,25 +37,8 @@ OWN = {"app.kubernetes.io/managed-by": "isthmus-egress"}
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[AsyncClient, AsyncClient]]:
     """(admin, the egress operator's own client) on an RBAC-enforcing apiserver with deploy/member."""
-    run = RunningApiServer(tmp_path / "apiserver", token="admin-token", tls=True)
-    await run.start()
-    config = load_config(run.kubeconfig)
-    admin = client_for(config)
-    try:
-        await asyncio.wait_for(install_crds(admin), 60)
-        # No webhook server runs here: its configurations (failurePolicy Fail) would refuse the egress objects.
-        objs = [o for o in render(deploy_dir() / "member") if not o["kind"].endswith("WebhookConfiguration")]
-        await asyncio.wait_for(apply(admin, objs, field_manager="test"), 60)
-        token = ServiceAccountToken(admin, NS, "isthmus-egress-operator")
-        await token.fetch()
-        operator = client_for(config, auth=token)
-        try:
-            yield admin, operator
-        finally:
-            await operator.close()
-    finally:
-        await admin.close()
-        await run.close()
+    async with installed_as(tmp_path, deploy_dir() / "member", NS, "isthmus-egress-operator") as pair:
+        yield pair
 
 
 async def refused(call: Any) -> str:

@@ -166,7 +166,7 @@ def rendered_lb_webhooks(tmp_path: Path, url: str, class_less: bool) -> list[Any
     """deploy/member's webhook configurations with deploy/components/lb (and the class-less opt-in),
     as an admin installs them, pointed at `url`."""
     from isthmus.kube.manifests import render
-    from tests.unit.test_deploy_lb_component import lb_overlay
+    from tests.harness.lb import lb_overlay
 
     out = []
     for doc in render(lb_overlay(tmp_path / f"overlay-{class_less}", class_less=class_less)):

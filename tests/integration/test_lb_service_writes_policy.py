@@ -5,7 +5,6 @@ one of another type (issue 43's review: lb's `services/status` was any Service i
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,8 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Service
 from lightkube.types import PatchType
 
-from isthmus.kube.client import client_for, load_config
-from isthmus.kube.helpers import install_crds
-from isthmus.kube.manifests import apply, render
-from isthmus.kube.tokens import ServiceAccountToken
-from tests.harness.apiserver import RunningApiServer
-from tests.unit.test_deploy_lb_component import lb_overlay
+from tests.harness.apiserver import installed_as
+from tests.harness.lb import lb_overlay
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
@@ -30,25 +25,8 @@ STATUS = {"status": {"loadBalancer": {"ingress": [{"ip": "127.30.1.1"}]}}}
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[AsyncClient, AsyncClient]]:
     """(admin, the translator's own client) with deploy/member and the lb component installed."""
-    run = RunningApiServer(tmp_path / "apiserver", token="admin-token", tls=True)
-    await run.start()
-    config = load_config(run.kubeconfig)
-    admin = client_for(config)
-    try:
-        await asyncio.wait_for(install_crds(admin), 60)
-        # No webhook server runs here: its configurations (failurePolicy Fail) would refuse Services.
-        objs = [o for o in render(lb_overlay(tmp_path / "overlay")) if not o["kind"].endswith("WebhookConfiguration")]
-        await asyncio.wait_for(apply(admin, objs, field_manager="test"), 60)
-        token = ServiceAccountToken(admin, "isthmus-system", "isthmus-lb")
-        await token.fetch()
-        lb = client_for(config, auth=token)
-        try:
-            yield admin, lb
-        finally:
-            await lb.close()
-    finally:
-        await admin.close()
-        await run.close()
+    async with installed_as(tmp_path, lb_overlay(tmp_path / "overlay"), "isthmus-system", "isthmus-lb") as pair:
+        yield pair
 
 
 def service(name: str, **spec: Any) -> Service:

@@ -22,7 +22,7 @@ from isthmus.api.image import IMAGE, IMAGE_REPOSITORY, IMAGE_TAG
 from isthmus.api.mcs import AGENT_NAMESPACE
 from isthmus.kube.manifests import ManifestError, apply, deploy_dir, render
 from tests.harness.apiserver import RunningApiServer
-from tests.unit.test_deploy_lb_component import lb_overlay
+from tests.harness.lb import lb_overlay
 
 DEPLOY = deploy_dir()
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")

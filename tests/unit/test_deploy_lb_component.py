@@ -4,7 +4,6 @@ webhook; with the component, all of it, the pool manager in a namespace of its o
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,19 +13,9 @@ import yaml
 
 from isthmus.api.lb import POOLS_NAMESPACE
 from isthmus.kube.manifests import deploy_dir, render
+from tests.harness.lb import lb_overlay
 
 DEPLOY = deploy_dir()
-
-
-def lb_overlay(into: Path, class_less: bool = False) -> Path:
-    """An admin's overlay of deploy/member opting in (as docs/lb.md shows)."""
-    into.mkdir(parents=True, exist_ok=True)
-    components = ["components/lb", *(["components/lb/class-less"] if class_less else [])]
-    (into / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(DEPLOY / "member", into)],
-        "components": [os.path.relpath(DEPLOY / c, into) for c in components]}))
-    return into
 
 
 def kubectl_kustomize(path: Path) -> list[dict[str, Any]]:

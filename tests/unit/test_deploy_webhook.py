@@ -14,7 +14,7 @@ from isthmus.api.lb import DKLB_CONFIG_ANNOTATION, EDGELB_CONTROLLER, INGRESS_CL
 from isthmus.apiserver.admission.policy.cel import compile_expression, to_cel
 from isthmus.kube.manifests import deploy_dir, render
 from isthmus.lb.admission import MATCH_CONDITION, MATCH_CONDITION_CLASS_LESS, concerned
-from tests.unit.test_deploy_lb_component import lb_overlay
+from tests.harness.lb import lb_overlay
 
 
 def dklb_conditions(objs: list[dict[str, Any]]) -> list[str]:
