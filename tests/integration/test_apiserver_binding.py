@@ -15,7 +15,7 @@ from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Binding, Pod
 
-from tests.integration.test_apiserver_surface import Server
+from tests.harness.apiserverproc import Server
 
 NS = "bind"
 

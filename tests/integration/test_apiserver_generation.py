@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_apiserver_surface import Server
+from tests.harness.apiserverproc import Server
 
 Obj = dict[str, Any]
 NS = "gen"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_apiserver_surface import Server
+from tests.harness.apiserverproc import Server
 
 NS = "oa"
 
