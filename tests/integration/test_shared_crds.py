@@ -111,12 +111,13 @@ async def test_submariners_serviceexport_crd_and_its_objects_survive_install_and
     assert wanted in report, report
     assert "serviceimports.multicluster.x-k8s.io: installed by Isthmus" in report, report
 
-    code, out = await kubectl(apiserver, "delete", "-k", str(DEPLOY / "member"), "--wait=false")
+    # As docs/deploy.md says: the namespace goes first, and what it held may be gone before kubectl gets to it.
+    code, out = await kubectl(apiserver, "delete", "-k", str(DEPLOY / "member"), "--wait=false", "--ignore-not-found")
     assert code == 0, out
     assert "customresourcedefinition" not in out
     code, out = await kubectl(apiserver, "apply", "-k", str(DEPLOY / "broker"))  # the broker's, on the same API
     assert code == 0, out
-    code, out = await kubectl(apiserver, "delete", "-k", str(DEPLOY / "broker"), "--wait=false")
+    code, out = await kubectl(apiserver, "delete", "-k", str(DEPLOY / "broker"), "--wait=false", "--ignore-not-found")
     assert code == 0, out
     assert "customresourcedefinition" not in out
 
