@@ -178,9 +178,12 @@ async def test_the_manifests_gateway_replicas_are_both_ready_and_the_service_nam
             return (leader["metadata"]["name"], leader["status"]["podIP"]) if ips == [leader["status"]["podIP"]] else None
 
         name, _ip = await eventually(settled, 60, "two ready gateway replicas, the Service naming the labelled leader")
-        deploy = (await client.get(Deployment, "isthmus-egress-gateway", namespace=NS)).to_dict()
-        conds = {c["type"]: c["status"] for c in deploy["status"]["conditions"]}
-        assert conds["Available"] == "True" and deploy["status"]["availableReplicas"] == 2
+        async def available() -> dict[str, Any] | None:  # the Deployment's status follows its Pods a moment later
+            deploy = (await client.get(Deployment, "isthmus-egress-gateway", namespace=NS)).to_dict()
+            conds = {c["type"]: c["status"] for c in (deploy.get("status") or {}).get("conditions") or []}
+            return deploy if conds.get("Available") == "True" and deploy["status"].get("availableReplicas") == 2 else None
+
+        await eventually(available, 30, "the gateway Deployment Available with both replicas")
         await client.delete(Pod, name, namespace=NS)
         new_name, _ = await eventually(lambda: settled(exclude=name), 60, "another replica labelled leader")
         assert new_name != name
