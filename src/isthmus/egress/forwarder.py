@@ -3,7 +3,7 @@
 It watches its Forwarder object (the operator keeps it current) and:
 
 - listens on each egress rule's port (`<name>.external-services:<port>` reaches it); a client is
-  accepted only when its address is a ready pod of a source Service — anything else is refused
+  accepted only when its address is a pod of a source Service (ready or not) — anything else is refused
   (reset, counted): fail closed. An accepted flow is relayed to the gateway naming the source IP
   of the client's Service;
 - listens on the relay port for the gateway's ingress relays (only from the gateway's addresses)

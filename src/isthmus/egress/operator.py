@@ -223,9 +223,11 @@ class EgressOperator:
         services = {k: v for k in {source_service(es, i) for i in range(len(es.spec.sources))}
                     if (v := self._service_view(k)) is not None}
         workload = forwarder_workload_name(ns, name)
-        forwarders = self._ready_ips(f"{OPERATOR_NAMESPACE}/{workload}")
-        gateways = self._ready_ips(f"{OPERATOR_NAMESPACE}/{GATEWAY_SERVICE}")
-        p = plan(es, claims, services, forwarder_ips=forwarders,
+        forwarders = self._endpoint_ips(f"{OPERATOR_NAMESPACE}/{workload}")
+        gateways = self._endpoint_ips(f"{OPERATOR_NAMESPACE}/{GATEWAY_SERVICE}")
+        # The gateway admits every forwarder pod, a starting one too: it relays as soon as it is ready,
+        # which may be before the operator has seen that and told the gateway.
+        p = plan(es, claims, services, forwarder_ips=self._endpoint_ips(f"{OPERATOR_NAMESPACE}/{workload}", every=True),
                  forwarder_address=relay_address(forwarders, FORWARDER_RELAY_PORT),
                  gateway_address=relay_address(gateways, GATEWAY_RELAY_PORT), gateway_ips=gateways)
 
@@ -251,9 +253,10 @@ class EgressOperator:
         ip = spec.get("clusterIP")
         return ServiceView(cluster_ip=ip if ip and ip != "None" else None,
                            ports=tuple((p.get("protocol") or "TCP", int(p["port"])) for p in spec.get("ports") or []),
-                           ready_ips=tuple(self._ready_ips(key)))
+                           ready_ips=tuple(self._endpoint_ips(key)), pod_ips=tuple(self._endpoint_ips(key, every=True)))
 
-    def _ready_ips(self, svc_key: str) -> list[str]:
+    def _endpoint_ips(self, svc_key: str, *, every: bool = False) -> list[str]:
+        """The Service's ready endpoint addresses (`every`: all of them, not ready and terminating too)."""
         ns, _, name = svc_key.partition("/")
         ips: set[str] = set()
         for raw in self.slices.cache.list_namespace(ns):
@@ -261,7 +264,7 @@ class EgressOperator:
             if (d["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) != name:
                 continue
             for ep in d.get("endpoints") or []:
-                if (ep.get("conditions") or {}).get("ready") is not False:
+                if every or (ep.get("conditions") or {}).get("ready") is not False:
                     ips.update(ep.get("addresses") or [])
         return sorted(ips)
 

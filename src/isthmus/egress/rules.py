@@ -37,7 +37,11 @@ class ServiceView:
     ports: tuple[tuple[str, int], ...]
     """(protocol, port) of each Service port."""
     ready_ips: tuple[str, ...]
-    """Ready pod addresses (EndpointSlices)."""
+    """Ready pod addresses (EndpointSlices): the count status shows."""
+    pod_ips: tuple[str, ...] = ()
+    """Every pod address of its EndpointSlices, ready or not, terminating too: who is admitted. Egress is
+    identity, not load balancing: a pod opens its database connection before it is ready, and flushes
+    to it while it drains (Cilium's, Antrea's and Calico's egress select pods by labels alike)."""
 
 
 @dataclass
@@ -92,7 +96,7 @@ def plan(
             problems.append(("ServiceNotFound", f"Service {svc_key} not found"))
         if address is None or svc is None:
             continue  # fail closed: no rule without a bound address and a known set of pods
-        clients = sorted(svc.ready_ips)
+        clients = sorted(svc.pod_ips)
         for port in es.spec.ports:
             fwd.egress_rules.append(ForwarderRule(
                 protocol=port.protocol, source_ip=address, target_port=port.listen_port, destination_ip=target,

@@ -195,7 +195,7 @@ def render(
         "    timeout http-request 10s",
         "    timeout tunnel 1h",
         "    retries 3",
-        "    option redispatch",
+        "    option redispatch 1",  # every retry goes to another server: a dead one is not tried again
         "",
         "frontend isthmus-stats",
         "    mode http",

@@ -63,6 +63,8 @@ INTERVAL = 0.1
 """Pause between two requests of one probe: 10 per second per path, light on two cores."""
 MAX_REQUESTS = 20_000
 """Every probe loop is bounded even if nobody stops it."""
+TIMELINE = 100
+"""Failures per path whose time is kept."""
 FLOWS = 4
 """Long-lived egress flows opened before the disruptions and checked after."""
 DRAIN_TIMEOUT = 240
@@ -101,11 +103,11 @@ PDB = """\
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
-  name: echo
+  name: {app}
 spec:
   minAvailable: 1
   selector:
-    matchLabels: {app: echo}
+    matchLabels: {{app: {app}}}
 """
 LB_SERVICE = """\
 apiVersion: v1
@@ -128,10 +130,14 @@ spec:
 the load balancer to survive a node's drain asks for."""
 GRACEFUL = """\
 [{"op": "add", "path": "/spec/template/spec/containers/0/lifecycle",
-  "value": {"preStop": {"sleep": {"seconds": 3}}}}]
+  "value": {"preStop": {"sleep": {"seconds": 3}}}},
+ {"op": "add", "path": "/spec/template/spec/containers/0/readinessProbe",
+  "value": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1}}]
 """
-"""The user's side of a graceful rollout: a pod being deleted keeps serving while every proxy (in every
-cluster) stops sending it new connections (kube's preStop sleep, the usual practice)."""
+"""The user's side of a graceful rollout, the usual practice: a new pod is ready once it answers (kube
+marks a pod without a readiness probe ready when its process starts, before it listens), and a pod being
+deleted keeps serving while every proxy (in every cluster) stops sending it new connections (kube's
+preStop sleep)."""
 EGRESS = """\
 apiVersion: egress.isthmus.io/v1alpha1
 kind: ExternalService
@@ -159,10 +165,13 @@ class PathResult:
     """Seconds from the first failure of a run of failures to the next success."""
     last_ok: bool = False
     """The last request succeeded: the path serves again after every disruption."""
+    failures: list[tuple[float, str]] = field(default_factory=list)
+    """(seconds since the traffic started, error) of the first failures: where in the drill they fell."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"sent": self.sent, "failed": self.failed, "longest_outage_s": round(self.longest_outage, 2),
-                "last_ok": self.last_ok, "errors": dict(self.errors.most_common(5))}
+                "last_ok": self.last_ok, "errors": dict(self.errors.most_common(5)),
+                "failures": [[round(t, 2), e] for t, e in self.failures]}
 
 
 @dataclass
@@ -174,6 +183,8 @@ class DrillResult:
     """The uninstall after the traffic left everything that is not Isthmus's in place."""
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds each disruption took (rollout restart, each drain)."""
+    events: list[tuple[float, str]] = field(default_factory=list)
+    """(seconds since the traffic started, what the drill did): the timeline the failures fall in."""
 
     def misses(self) -> list[str]:
         """Where the drill missed the targets, in words (empty: every target met)."""
@@ -192,17 +203,19 @@ class DrillResult:
     def as_dict(self) -> dict[str, Any]:
         return {"paths": {n: r.as_dict() for n, r in self.paths.items()}, "flows_opened": self.flows_opened,
                 "flows_broken": self.flows_broken, "phases_s": {k: round(v, 1) for k, v in self.phases.items()},
-                "misses": self.misses(), "uninstalled": self.uninstalled}
+                "misses": self.misses(), "uninstalled": self.uninstalled,
+                "events": [[round(t, 2), e] for t, e in self.events]}
 
 
 class Probe(threading.Thread):
     """One path's bounded request loop, on a thread of its own that lives in the namespace the
     requests start from (runc mode: a node's; process mode: this one)."""
 
-    def __init__(self, name: str, via: str | None, request: Callable[[], None], stop: threading.Event) -> None:
+    def __init__(self, name: str, via: str | None, request: Callable[[], None], stop: threading.Event,
+                 t0: float) -> None:
         super().__init__(name=f"drill probe {name}", daemon=True)
         self.result = PathResult(name)
-        self.via, self.request, self.stop = via, request, stop
+        self.via, self.request, self.stop, self.t0 = via, request, stop, t0
         self.lock = threading.Lock()
 
     def run(self) -> None:
@@ -222,6 +235,8 @@ class Probe(threading.Thread):
                     r.failed += 1
                     r.errors[str(err)[:120]] += 1
                     r.last_ok = False
+                    if len(r.failures) < TIMELINE:
+                        r.failures.append((t - self.t0, str(err)[:80]))
                 if down_since is None:
                     down_since = t
             else:
@@ -313,6 +328,8 @@ class Drill(Demo):
         """runc mode: cluster → its nodes' namespace paths (where clients of that cluster run)."""
         self.result: DrillResult | None = None
         self.phases: dict[str, float] = {}
+        self.t0 = time.monotonic()
+        self.events: list[tuple[float, str]] = []
         self.egress_source = ""
         self.forwarder = ""
         self.mcs_address = ""
@@ -322,6 +339,10 @@ class Drill(Demo):
     def target(self) -> Member:
         """The member the administrator works on."""
         return self.members[0]
+
+    def mark(self, what: str) -> None:
+        """A point of the timeline the failures are read against."""
+        self.events.append((time.monotonic() - self.t0, what))
 
     def steps(self) -> list[Step]:
         return [
@@ -367,7 +388,7 @@ class Drill(Demo):
 
     def step_workloads(self) -> None:
         pdb = self.state_dir / "drill-pdb.yaml"
-        pdb.write_text(PDB)
+        pdb.write_text(PDB.format(app="echo"))
         for m in self.members:
             self.kubectl("--context", m.context, "create", "namespace", NAMESPACE, quiet=True)
         for m in self.exporters:
@@ -435,8 +456,14 @@ class Drill(Demo):
         c = m.context
         self._outside_addresses()
         self.outside_server = EchoOutside(self.outside, OUTSIDE_PORT)
+        pdb = self.state_dir / "drill-pdb-checkout.yaml"
+        pdb.write_text(PDB.format(app="checkout"))
         self.kubectl("--context", c, "apply", "-n", NAMESPACE, "-f", self.example("egress/apps.yaml"),
-                     "-f", self._claims(), quiet=True)
+                     "-f", self._claims(), "-f", str(pdb), quiet=True)
+        # Two replicas under a budget, as echo: the egress client is an application that stays up through a drain.
+        self.kubectl("--context", c, "patch", "-n", NAMESPACE, "deployment", "checkout", "--type=json",
+                     "-p", GRACEFUL, quiet=True)
+        self.kubectl("--context", c, "scale", "-n", NAMESPACE, "deployment", "checkout", "--replicas=2", quiet=True)
         self.kubectl("--context", c, "-n", NAMESPACE, "rollout", "status", "deployment/checkout", "--timeout=90s",
                      quiet=True)
         manifest = self.state_dir / "drill-egress.yaml"
@@ -529,8 +556,9 @@ class Drill(Demo):
             ("mcs-lb", self.via(self.observer), http(self.mcs_address, tour.HTTP_PORT)),
             ("egress", None, self.egress_once),
         ]
+        self.t0 = time.monotonic()
         for name_, via, fn in requests:
-            probe = Probe(name_, via, fn, self.stop)
+            probe = Probe(name_, via, fn, self.stop, self.t0)
             self.probes.append(probe)
             probe.start()
         for _ in range(FLOWS):
@@ -579,12 +607,15 @@ class Drill(Demo):
         c = self.target.context
         t0 = time.monotonic()
         deployments = self._isthmus_deployments()
+        self.mark("rollout restart")
         for ns, name in deployments:
             self.kubectl("--context", c, "-n", ns, "rollout", "restart", f"deployment/{name}", quiet=True)
         for ns, name in deployments:
             self.kubectl("--context", c, "-n", ns, "rollout", "status", f"deployment/{name}",
                          f"--timeout={ROLLOUT_TIMEOUT}s", quiet=True, timeout=ROLLOUT_TIMEOUT + 10)
+            self.mark(f"{ns}/{name} rolled out")
         self.wait("every Deployment of c1 to be available again", self._all_available, timeout=ROLLOUT_TIMEOUT)
+        self.mark("every Deployment available")
         self.phases["rollout restart"] = time.monotonic() - t0
         self.note(f"restarted {len(deployments)} Deployments: " + ", ".join(f"{ns}/{n}" for ns, n in deployments))
         time.sleep(self.settle)
@@ -597,13 +628,16 @@ class Drill(Demo):
             raise StepFailed(f"c1 has {len(nodes)} node(s): a drain needs another node to move the pods to")
         for node in nodes:
             t0 = time.monotonic()
+            self.mark(f"drain {node}")
             self.kubectl("--context", c, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data",
                          f"--timeout={DRAIN_TIMEOUT}s", quiet=True, timeout=DRAIN_TIMEOUT + 10)
             # The maintenance would happen here. Pods that cannot run elsewhere (one pool manager per node:
             # host ports) stay Pending until the node is back, as on any cluster of two nodes.
+            self.mark(f"{node} drained")
             self.kubectl("--context", c, "uncordon", node, quiet=True)
             self.wait(f"every Deployment of c1 to be available again after {node}'s drain", self._all_available,
                       timeout=DRAIN_TIMEOUT)
+            self.mark("every Deployment available")
             self.phases[f"drain {node}"] = time.monotonic() - t0
             time.sleep(self.settle)
             self._show_counts(f"after draining {node}")
@@ -613,7 +647,8 @@ class Drill(Demo):
         self.stop.set()
         for p in self.probes:
             p.join(timeout=10)
-        result = DrillResult({p.result.name: p.result for p in self.probes}, phases=dict(self.phases))
+        result = DrillResult({p.result.name: p.result for p in self.probes}, phases=dict(self.phases),
+                             events=list(self.events))
         result.flows_opened = len(self.flows)
         result.flows_broken = sum(1 for f in self.flows if f.broken is not None)
         for f in self.flows:
