@@ -219,9 +219,9 @@ def test_the_edge_routes_follow_the_pods_that_hold_the_addresses() -> None:
     assert edge_routes(first, nodes, [_pod("x", "isthmus-pools", "10.255.0.11", ready=True,
                                            created="2026-12-07T11:00:00Z")], start) == start
     assert route_batch({"10.30.2.0/24": second.address}) == "route replace 10.30.2.0/24 via 10.255.1.12 dev fabric0\n"
-    assert address_batches(nodes, routes) == [
-        (first.netns, "addr del 10.30.2.1/32 dev edge0\naddr del 10.31.2.1/32 dev edge0\n"),
-        (second.netns, "addr replace 10.30.2.1/32 dev edge0\naddr replace 10.31.2.1/32 dev edge0\n")]
+    assert address_batches(nodes, routes) == (
+        [(second.netns, "addr replace 10.30.2.1/32 dev edge0\naddr replace 10.31.2.1/32 dev edge0\n")],
+        [(first.netns, "addr del 10.30.2.1/32 dev edge0\naddr del 10.31.2.1/32 dev edge0\n")])
 
 
 def test_image_load_reaches_every_node_s_store(tmp_path: Path) -> None:

@@ -92,15 +92,19 @@ def edge_routes(first: NodeNet, nodes: Iterable[NodeNet], pods: Iterable[Mapping
     return out
 
 
-def address_batches(nodes: Iterable[NodeNet], routes: Mapping[str, str]) -> list[tuple[str, str]]:
-    """(node namespace, `ip -batch` lines): the edge addresses on the pool manager's holder, off the others."""
-    out = []
+def address_batches(nodes: Iterable[NodeNet], routes: Mapping[str, str]) -> tuple[list[tuple[str, str]],
+                                                                                list[tuple[str, str]]]:
+    """(node namespace, `ip -batch` lines) to put the edge addresses on the pool manager's holder, and
+    to take them off the others: applied on either side of the route change, so a connection finds
+    the address wherever the fabric sends it (the old holder keeps it until no route leads there)."""
+    add: list[tuple[str, str]] = []
+    remove: list[tuple[str, str]] = []
     for node in nodes:
         holder = routes.get(f"10.30.{node.index}.0/24") == node.address
         verb = "replace" if holder else "del"
-        out.append((node.netns, "".join(f"addr {verb} {a}/32 dev {EDGE_DEVICE}\n"
-                                         for a in (node.edge_public, node.edge_private))))
-    return out
+        (add if holder else remove).append((node.netns, "".join(f"addr {verb} {a}/32 dev {EDGE_DEVICE}\n"
+                                                               for a in (node.edge_public, node.edge_private))))
+    return add, remove
 
 
 def route_batch(routes: Mapping[str, str]) -> str:
@@ -128,9 +132,12 @@ class EdgeSpeaker:
             return False
         from isthmus.local.network.fabric import _batches
 
-        # Addresses first, forced (deleting one a node does not hold fails harmlessly), then the routes.
-        await asyncio.to_thread(_batches, address_batches(self.nodes, wanted), force=True)
+        # The new holder's addresses, the routes, then the old holders' (forced: deleting an address a
+        # node does not hold fails harmlessly). Taking them off first answered "no route to host".
+        add, remove = address_batches(self.nodes, wanted)
+        await asyncio.to_thread(_batches, add, force=True)
         await asyncio.to_thread(_batches, [(self.fp.netns, route_batch(wanted))])
+        await asyncio.to_thread(_batches, remove, force=True)
         moved = {dst: via for dst, via in wanted.items() if self.routes.get(dst) != via}
         if moved:
             log.info("edge routes moved", extra={"cluster": self.first.cluster, "routes": moved})
