@@ -57,9 +57,11 @@ def mcsvc(
     run_component("mcsvc", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 
 
-def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int) -> Background:
+def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int, *,
+               standby_ready: bool = False) -> Background:
     """The member controller as a part of a command (`isthmus mcsvc`, `isthmus controller-manager`):
-    it waits for the cluster to join (not ready meanwhile), then runs."""
+    it waits for the cluster to join (not ready meanwhile), then runs. `standby_ready`: ready when
+    healthy, leading or not (`Manager.healthy`: the controller manager's replicas stand by ready)."""
     from isthmus.clusterset.brokerinfo import BROKER_TIMEOUT
     from isthmus.clusterset.control import ClustersetError
     from isthmus.clusterset.membership import JOIN_POLL_SECONDS, membership
@@ -95,7 +97,10 @@ def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int) -
         if found:
             await found[0].manager.release()
 
-    return Background("mcsvc", run, lambda: bool(found) and found[0].ready, on_stop=release)
+    def ready() -> bool:
+        return bool(found) and (found[0].manager.healthy if standby_ready else found[0].ready)
+
+    return Background("mcsvc", run, ready, on_stop=release)
 
 
 @command("mcsvc-broker", panel=COMPONENTS)

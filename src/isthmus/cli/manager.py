@@ -10,7 +10,12 @@ accounts' tokens (TokenRequest), and every controller's requests carry its own a
 its RBAC role, the webhooks and the audit trail see the same identity as when it ran alone.
 
 Each controller is built on its own `runtime.Manager` (its Lease, informers and readiness), and a
-Manager is a component: the command runs them side by side (`Together`), ready when each is.
+Manager is a component: the command runs them side by side (`Together`), ready when each is healthy:
+leading with synced caches, or standing by with the apiserver answering its election
+(`Manager.healthy`). Several replicas therefore all become ready, as kube-controller-manager's do,
+and a RollingUpdate or a PodDisruptionBudget can count them; a readiness that needed every Lease
+would keep a second replica unready for good. Which replica leads each controller is the Lease's
+business (and `isthmus_leader_is_leader`'s, 0 on a standby), not readiness's.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -43,6 +48,9 @@ from isthmus.cli.lb import CLUSTER_NAME, GraceOpt, LbClassLessOpt
 from isthmus.kube.helpers import describe_error
 from isthmus.kube.tokens import ServiceAccountToken
 
+if TYPE_CHECKING:
+    from isthmus.runtime.manager import Manager
+
 log = logging.getLogger(__name__)
 
 CONTROLLERS = ("lb", "mcsvc", "egress-operator")
@@ -51,6 +59,27 @@ ACCOUNTS = {"lb": "isthmus-lb", "mcsvc": "isthmus-mcsvc", "egress-operator": "is
 """Each controller's ServiceAccount (deploy/member/<component>/rbac.yaml)."""
 DEFAULT_NAMESPACE = "isthmus-system"
 RETRY_SECONDS = (1.0, 30.0)
+
+
+class Healthy:
+    """A leader-elected part whose readiness is its Manager's health (a standby counts), run and stopped
+    by the Manager itself, so a stop still hands the Lease back at once."""
+
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+
+    @property
+    def ready(self) -> bool:
+        return self.manager.healthy
+
+    async def start(self) -> None:
+        await self.manager.start()
+
+    async def wait(self) -> None:
+        await self.manager.wait()
+
+    async def stop(self) -> None:
+        await self.manager.stop()
 
 
 def parse_controllers(value: str) -> list[str]:
@@ -120,10 +149,10 @@ def controller_manager(
     def part(name: str, client: Any) -> Component:
         if name == "lb":
             assert cluster_name is not None
-            return lb_part(client, cluster_name, holder, grace, lb_class_less)
+            return Healthy(lb_part(client, cluster_name, holder, grace, lb_class_less))
         if name == "mcsvc":
-            return mcsvc_part(client, cluster_id, holder, mcsvc_workers)
-        return egress_operator_part(client, holder, forwarder_image, egress_workers)
+            return mcsvc_part(client, cluster_id, holder, mcsvc_workers, standby_ready=True)
+        return Healthy(egress_operator_part(client, holder, forwarder_image, egress_workers))
 
     async def build() -> Together:
         if not use_service_account_credentials:

@@ -89,12 +89,12 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path,
             _pools_patch(cluster, pools_dir),
             *_runc_patches(cluster),
             FAST_READINESS,
-            # One webhook, DNS and pool manager replica per cluster on one node, two with several
-            # (`replicas`). A rollout still never leaves DNS without a ready pod (maxUnavailable 0,
-            # maxSurge 1).
+            # One webhook, DNS, pool manager and controller manager replica per cluster on one node,
+            # two with several (`replicas`). A rollout still never leaves DNS without a ready pod
+            # (maxUnavailable 0, maxSurge 1), nor the controllers without a standby to hand over to.
             *({"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[kind]},
                "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": replicas(nodes)}])}
-              for kind in (plan.WEBHOOK, DNS, plan.POOLS)),
+              for kind in (plan.WEBHOOK, DNS, plan.POOLS, plan.CONTROLLER_MANAGER)),
             # One gateway replica too: a restarted pod takes the Lease over as a standby would (the
             # two-replica failover is tested in tests/integration/test_egress_dataplane.py).
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]},

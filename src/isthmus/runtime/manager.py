@@ -36,7 +36,11 @@ What it owns:
   from `run()`'s start to its end whatever the Lease (a token refresher). The first runnable to
   fail ends the term, and `run()`, with its error.
 - **Readiness**: `ready` is True from the end of the term's `on_synced` hooks to the end of the term
-  (leading, synced, started), and while every `ready_when(check)` passes. Health and metrics are served by whoever runs the Manager:
+  (leading, synced, started), and while every `ready_when(check)` passes. `healthy` is `ready` for a
+  leader and, for a standby, "the apiserver answered its election within a Lease duration": what a
+  component with several replicas serves as readiness (kube-controller-manager's standbys are healthy
+  too), since a readiness that needs the Lease never lets a second replica become ready and so
+  deadlocks a RollingUpdate. Health and metrics are served by whoever runs the Manager:
   `run_component` (cli/app.py) serves `/metrics` from the runtime's REGISTRY and `/readyz` from
   `ready`, since a Manager is a `Component` (`ready`, `start`, `wait`, `stop`). Several Managers run
   in one process side by side (`isthmus controller-manager`), each with its own Lease.
@@ -50,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -208,6 +213,17 @@ class Manager:
         """Leading (or no election), every cache synced, the `on_synced` hooks done, and every
         `ready_when` check passing."""
         return self._ready.is_set() and all(check() for check in self._checks)
+
+    @property
+    def healthy(self) -> bool:
+        """`ready` while leading (or without an election). A standby is healthy while its elector heard
+        from the apiserver within a Lease duration: it could take over if the leader went, which is all
+        a standby owes; one cut off from the apiserver could not, and is not. The `ready_when` checks
+        are about a leader's work, so a standby is not held to them."""
+        if self.elector is None or self.elector.is_leader:
+            return self.ready
+        contact = self.elector.last_contact
+        return contact is not None and time.monotonic() - contact <= self.elector.lease_duration
 
     async def wait_ready(self) -> None:
         """Until the term's `on_synced` hooks are done (`ready_when` checks are not waited for)."""
