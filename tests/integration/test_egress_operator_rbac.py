@@ -1,8 +1,9 @@
 """The egress operator under deploy/member's RBAC and its admission policy, on an apiserver that
-enforces both: it does its job as its own ServiceAccount (forwarder Deployment, Services and
-EndpointSlice, external-services made with Pod Security labels), and its cluster-wide rights reach
-nothing else: another namespace's Service, an object it does not manage, a Deployment running as
-another Isthmus account or mounting a volume, another namespace (issue 43's review)."""
+enforces both: it does its job as its own ServiceAccount (forwarder Deployment and its
+PodDisruptionBudget, Services and EndpointSlice, external-services made with Pod Security labels),
+and its cluster-wide rights reach nothing else: another namespace's Service, an object it does not
+manage, a Deployment running as another Isthmus account or mounting a volume, a budget over other
+pods or in another namespace, another namespace (issue 43's review)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import PatchType
 
 from isthmus.api.egress import ExternalService, SourceIPClaim, SourceIPClass
@@ -78,6 +80,35 @@ async def test_the_operator_publishes_a_forwarder_as_itself(cluster: tuple[Async
         ns = await admin.get(Namespace, "external-services")
         assert ns.metadata is not None and ns.metadata.labels is not None
         assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+        # Two forwarder pods under a budget that lets a drain take one at a time.
+        (dep,) = deployments
+        assert dep.metadata is not None and dep.metadata.name is not None and dep.spec is not None
+        assert dep.spec.replicas == 2
+        workload = dep.metadata.name
+
+        async def budget() -> PodDisruptionBudget | None:
+            with contextlib.suppress(ApiError):
+                return await admin.get(PodDisruptionBudget, workload, namespace=NS)
+            return None
+
+        pdb = await eventually(budget, 30, "the forwarder's PodDisruptionBudget")
+        assert pdb.metadata is not None and pdb.spec is not None and pdb.spec.selector is not None
+        assert pdb.metadata.labels == dep.metadata.labels
+        assert pdb.spec.maxUnavailable == 1
+        assert pdb.spec.selector.matchLabels == dep.spec.selector.matchLabels
+        # It follows the ExternalService: deleted by hand, it comes back; the ExternalService gone, so is it.
+        await admin.delete(PodDisruptionBudget, workload, namespace=NS)
+        await eventually(budget, 30, "the budget made again")
+        await admin.delete(resource_for(ExternalService), "pg", namespace="default")
+
+        async def gone() -> bool:
+            names = [p.metadata.name async for p in admin.list(PodDisruptionBudget, namespace=NS)
+                     if p.metadata is not None]
+            deps = [d async for d in admin.list(Deployment, namespace=NS, labels={**OWN})]
+            return workload not in names and not deps
+
+        await eventually(gone, 30, "the forwarder's Deployment and budget removed")
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -126,3 +157,31 @@ async def test_its_deployments_run_as_the_forwarder_account_only(cluster: tuple[
     # The agent's Deployment is not the operator's to patch, even to add the label.
     await refused(client.patch(Deployment, "isthmus-agent", {"metadata": {"labels": OWN}}, namespace=NS,
                                patch_type=PatchType.MERGE))
+
+
+def budget_like(name: str, namespace: str = NS, selector: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace, "labels": OWN},
+            "spec": {"maxUnavailable": 1,
+                     "selector": {"matchLabels": selector or {"egress.isthmus.io/forwarder": name}}}}
+
+
+async def test_its_budgets_cover_its_forwarders_only(cluster: tuple[AsyncClient, AsyncClient]) -> None:
+    admin, client = cluster
+
+    async def write(body: dict[str, Any]) -> Any:
+        return await client.apply(PodDisruptionBudget.from_dict(body), field_manager="isthmus-egress-operator",
+                                  force=True)
+
+    await write(budget_like("ok"))
+    await client.delete(PodDisruptionBudget, "ok", namespace=NS)
+    # A budget over another component's pods (maxUnavailable 0 would block every drain of their nodes).
+    message = await refused(write(budget_like("dns", selector={"app.kubernetes.io/name": "isthmus-dns"})))
+    assert "selects forwarder pods" in message
+    # Not in another namespace, even with a forwarder selector.
+    await admin.create(Namespace(metadata=ObjectMeta(name="shop")))
+    await refused(write(budget_like("fwd", namespace="shop")))
+    # DNS's own budget (deploy/member) is not the operator's to change or delete.
+    await refused(client.patch(PodDisruptionBudget, "isthmus-dns", {"metadata": {"labels": OWN}}, namespace=NS,
+                               patch_type=PatchType.MERGE))
+    await refused(client.delete(PodDisruptionBudget, "isthmus-dns", namespace=NS))

@@ -25,6 +25,7 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
+from isthmus.cli.lameduck import DEFAULT_SHUTDOWN_DELAY, LameDuck
 from isthmus.cli.output import JSON, YAML, Column, list_document, print_document, print_table
 from isthmus.cli.show import ShowRequest, register_show
 
@@ -37,6 +38,11 @@ STANDBY_POLL_SECONDS = 0.25
 ForwarderImageOpt = Annotated[
     str | None, typer.Option("--forwarder-image", metavar="IMAGE", help="Image of the forwarder pods (default: this "
                              "version's Isthmus image).", show_default=False)
+]
+
+ForwarderReplicasOpt = Annotated[
+    int, typer.Option("--forwarder-replicas", min=1, metavar="N", help="Forwarder pods per ExternalService, spread "
+                      "over nodes under a PodDisruptionBudget: with two, a drain or a rollout leaves one serving.")
 ]
 
 
@@ -54,6 +60,7 @@ def egress_operator(
     identity: IdentityOpt = None,
     image: ForwarderImageOpt = None,
     workers: Annotated[int, typer.Option(min=1, help="Concurrent reconciles.")] = 4,
+    forwarder_replicas: ForwarderReplicasOpt = 2,
     metrics_addr: MetricsAddrOpt = None,
     log_format: LogFormatOpt = "text",
     log_level: LogLevelOpt = "info",
@@ -64,18 +71,20 @@ def egress_operator(
     holder = identity or default_identity()
 
     async def build() -> Manager:
-        return egress_operator_part(make_client(kubeconfig, context), holder, image, workers)
+        return egress_operator_part(make_client(kubeconfig, context), holder, image, workers, forwarder_replicas)
 
     run_component("egress-operator", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 
 
-def egress_operator_part(client: Any, holder: str, image: str | None, workers: int) -> Manager:
+def egress_operator_part(client: Any, holder: str, image: str | None, workers: int,
+                         forwarder_replicas: int = 2) -> Manager:
     """The operator as a part of a command (`isthmus egress-operator`, `isthmus controller-manager`): its
     Manager."""
     from isthmus.api.image import IMAGE
     from isthmus.egress.operator import EgressOperator
 
-    return EgressOperator(client, identity=holder, image=image or IMAGE, workers=workers).manager
+    return EgressOperator(client, identity=holder, image=image or IMAGE, workers=workers,
+                          forwarder_replicas=forwarder_replicas).manager
 
 
 @command("egress-forwarder", panel=COMPONENTS)
@@ -86,6 +95,13 @@ def egress_forwarder(
                                         "leave from it.")],
     namespace: Annotated[str, typer.Option("--namespace", metavar="NS", help="Namespace of the Forwarder objects.")]
     = "isthmus-system",
+    shutdown_delay: Annotated[
+        float, typer.Option("--shutdown-delay", metavar="SECONDS",
+                            help="At SIGTERM: seconds to keep accepting and relaying while not ready (a lame "
+                            "duck), so the operator drops this pod from the published EndpointSlice and the "
+                            "proxies stop sending it new connections before it closes; the pod's "
+                            "terminationGracePeriodSeconds must exceed it. 0: stop at once.")
+    ] = DEFAULT_SHUTDOWN_DELAY,
     kubeconfig: ComponentKubeconfigOpt = None,
     context: ContextOpt = None,
     metrics_addr: MetricsAddrOpt = None,
@@ -98,11 +114,13 @@ def egress_forwarder(
     from isthmus.runtime.heap import settle_for_relaying
 
     address = _ip(listen, "--listen")
+    if shutdown_delay < 0:
+        raise fail("--shutdown-delay cannot be negative")
     settle_for_relaying()  # its first streams would otherwise copy into freshly faulted pages
 
-    async def build() -> Background:
+    async def build() -> LameDuck:
         rt = ForwarderRuntime(make_client(kubeconfig, context), forwarder, namespace, address)
-        return Background("egress-forwarder", rt.run, lambda: rt.ready)
+        return LameDuck(Background("egress-forwarder", rt.run, lambda: rt.ready), shutdown_delay, "egress-forwarder")
 
     run_component("egress-forwarder", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)
 

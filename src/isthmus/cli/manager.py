@@ -43,7 +43,7 @@ from isthmus.cli.app import (
     fail,
     run_component,
 )
-from isthmus.cli.egress import ForwarderImageOpt
+from isthmus.cli.egress import ForwarderImageOpt, ForwarderReplicasOpt
 from isthmus.cli.lb import CLUSTER_NAME, GraceOpt, LbClassLessOpt
 from isthmus.kube.helpers import describe_error
 from isthmus.kube.tokens import ServiceAccountToken
@@ -121,6 +121,7 @@ def controller_manager(
     cluster_id: OptionalClusterIdOpt = None,
     mcsvc_workers: Annotated[int, typer.Option("--mcsvc-workers", min=1, help="mcsvc: concurrent reconciles.")] = 8,
     forwarder_image: ForwarderImageOpt = None,
+    forwarder_replicas: ForwarderReplicasOpt = 2,
     egress_workers: Annotated[
         int, typer.Option("--egress-operator-workers", min=1, help="egress-operator: concurrent reconciles.")
     ] = 4,
@@ -152,7 +153,7 @@ def controller_manager(
             return Healthy(lb_part(client, cluster_name, holder, grace, lb_class_less))
         if name == "mcsvc":
             return mcsvc_part(client, cluster_id, holder, mcsvc_workers, standby_ready=True)
-        return Healthy(egress_operator_part(client, holder, forwarder_image, egress_workers))
+        return Healthy(egress_operator_part(client, holder, forwarder_image, egress_workers, forwarder_replicas))
 
     async def build() -> Together:
         if not use_service_account_credentials:

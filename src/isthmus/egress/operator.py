@@ -1,6 +1,7 @@
 """`isthmus egress-operator`: leader-elected; the binder (binder.py) and, per ExternalService:
 
-- a forwarder Deployment and Service `<name>` in namespace `external-services` (the seed's
+- a forwarder Deployment (two replicas by default, spread over nodes, rolled one surge pod at a time)
+  with a PodDisruptionBudget, and Service `<name>` in namespace `external-services` (the seed's
   `<name>.external-services:<port>`), which another ExternalService of the same name in another
   namespace cannot take (`ForwarderNameInUse`);
 - the Forwarder and Gateway objects `<ns>.<name>` in the operator's namespace, kept current from
@@ -22,6 +23,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
+from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from isthmus.api.base import (
     conditions_equal,
@@ -84,6 +86,11 @@ SLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 BY_SOURCE_SERVICE = "source-service"
 BY_FORWARDER = "forwarder"
 RETRY_SECONDS = 5.0
+FORWARDER_REPLICAS = 2
+"""Forwarder pods per ExternalService: one keeps serving while the other is drained or rolled."""
+FORWARDER_GRACE_SECONDS = 30
+"""The forwarder pods' terminationGracePeriodSeconds (kube's default, said aloud): it must exceed the
+forwarder's lame-duck period (`isthmus egress-forwarder --shutdown-delay`, 5 s by default)."""
 
 
 def _source_services(obj: Any) -> list[str]:
@@ -113,6 +120,7 @@ class EgressOperator:
         image: str = IMAGE,
         workers: int = 4,
         forwarder_args: tuple[str, ...] = (),
+        forwarder_replicas: int = FORWARDER_REPLICAS,
         lease_duration: float = 15.0,
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
@@ -121,6 +129,9 @@ class EgressOperator:
         self.image = image
         self.workers = workers
         self.forwarder_args = forwarder_args
+        if forwarder_replicas < 1:
+            raise ValueError("an ExternalService needs at least one forwarder replica")
+        self.forwarder_replicas = forwarder_replicas
         self.recorder = EventRecorder(client, OPERATOR_FIELD_MANAGER, instance=identity)
         self.binder = Binder(client, self.recorder, workers=workers)
         self.manager = Manager("egress-operator", election=LeaderElection(
@@ -147,6 +158,7 @@ class EgressOperator:
         self.services: Informer[Any] = factory.informer(Service)
         self.slices: Informer[Any] = factory.informer(EndpointSlice)
         self.deployments: Informer[Any] = factory.informer(Deployment, OPERATOR_NAMESPACE)
+        self.budgets: Informer[Any] = factory.informer(PodDisruptionBudget, OPERATOR_NAMESPACE)
         self.forwarders: Informer[Any] = factory.informer(ForwarderRes, OPERATOR_NAMESPACE)
         self.gateways: Informer[Any] = factory.informer(GatewayRes, OPERATOR_NAMESPACE)
         self.externals.add_indexer(BY_SOURCE_SERVICE, _source_services)
@@ -169,7 +181,7 @@ class EgressOperator:
 
         c.watch(self.services, lambda o: by_service(object_key(o)))
         c.watch(self.slices, lambda o: by_service(_slice_service(o)))
-        for informer in (self.deployments, self.forwarders, self.gateways):
+        for informer in (self.deployments, self.budgets, self.forwarders, self.gateways):
             c.watch(informer, _owner_key)
         self.controller = c
         term.add(*controllers, c)
@@ -232,6 +244,7 @@ class EgressOperator:
                  gateway_address=relay_address(gateways, GATEWAY_RELAY_PORT), gateway_ips=gateways)
 
         await self._apply_deployment(es, workload)
+        await self._apply_budget(es, workload)
         await self._apply_forwarder_services(es, workload, forwarders)
         dp = dataplane_name(ns, name)
         labels = {ES_NAMESPACE_LABEL: ns, ES_NAME_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY_VALUE}
@@ -395,16 +408,26 @@ class EgressOperator:
                 raise
 
     async def _apply_deployment(self, es: ExternalService, workload: str) -> None:
-        body = forwarder_deployment(es, workload, self._labels(es), self.image, self.forwarder_args)
+        body = forwarder_deployment(es, workload, self._labels(es), self.image, self.forwarder_args,
+                                    replicas=self.forwarder_replicas)
         current = self.deployments.cache.get(f"{OPERATOR_NAMESPACE}/{workload}")
         if current is not None and _same(as_dict(current), body):
             return
         await self.client.apply(Deployment.from_dict(body), field_manager=OPERATOR_FIELD_MANAGER, force=True)  # type: ignore[call-overload]
 
+    async def _apply_budget(self, es: ExternalService, workload: str) -> None:
+        body = forwarder_budget(workload, self._labels(es))
+        current = self.budgets.cache.get(f"{OPERATOR_NAMESPACE}/{workload}")
+        if current is not None and _same(as_dict(current), body):
+            return
+        await self.client.apply(PodDisruptionBudget.from_dict(body), field_manager=OPERATOR_FIELD_MANAGER,  # type: ignore[call-overload]
+                                force=True)
+
     async def _remove_dataplane(self, es: ExternalService) -> None:
         key = f"{es.namespace}/{es.name}"
         workload = forwarder_workload_name(es.namespace or "", es.name)
         for res, ns, name, cache in ((Deployment, OPERATOR_NAMESPACE, workload, self.deployments),
+                                     (PodDisruptionBudget, OPERATOR_NAMESPACE, workload, self.budgets),
                                      (Service, OPERATOR_NAMESPACE, workload, self.services),
                                      (Service, FORWARDER_NAMESPACE, es.name, self.services),
                                      (EndpointSlice, FORWARDER_NAMESPACE, f"{es.name}-forwarder", self.slices),
@@ -453,8 +476,14 @@ deploy/monitoring targets it by this name, so a pod naming it otherwise is never
 
 
 def forwarder_deployment(es: ExternalService, workload: str, labels: dict[str, str], image: str,
-                         forwarder_args: Sequence[str]) -> dict[str, Any]:
-    """The forwarder Deployment of an ExternalService (in the operator's namespace)."""
+                         forwarder_args: Sequence[str], *, replicas: int = FORWARDER_REPLICAS) -> dict[str, Any]:
+    """The forwarder Deployment of an ExternalService (in the operator's namespace).
+
+    Clients reach the forwarder only through its pods: with one, every drain of its node and every
+    rollout refuses new connections until a new pod is ready. So `replicas` (two by default), on
+    different nodes where there are several, and a rollout that starts the new pod before it stops an
+    old one (maxSurge 1, maxUnavailable 0) — the old one then drains in its lame duck
+    (`egress-forwarder --shutdown-delay`) while the operator takes it out of the published slice."""
     dp = dataplane_name(es.namespace or "", es.name)
     pod_labels = {FORWARDER_POD_LABEL: workload, "app.kubernetes.io/name": "isthmus-egress-forwarder",
                   "app.kubernetes.io/part-of": "isthmus"}
@@ -480,10 +509,34 @@ def forwarder_deployment(es: ExternalService, workload: str, labels: dict[str, s
     }
     body = {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": workload, "namespace": OPERATOR_NAMESPACE, "labels": labels},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {FORWARDER_POD_LABEL: workload}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {FORWARDER_POD_LABEL: workload}},
+                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                      "template": {"metadata": {"labels": pod_labels},
                                   "spec": {"serviceAccountName": FORWARDER_SERVICE_ACCOUNT,
+                                           "terminationGracePeriodSeconds": FORWARDER_GRACE_SECONDS,
+                                           # Preferred, not required: on one node (or with more replicas
+                                           # than nodes) the pods still run, together.
+                                           "affinity": {"podAntiAffinity": {
+                                               "preferredDuringSchedulingIgnoredDuringExecution": [{
+                                                   "weight": 100, "podAffinityTerm": {
+                                                       "topologyKey": "kubernetes.io/hostname",
+                                                       "labelSelector": {"matchLabels": {
+                                                           FORWARDER_POD_LABEL: workload}}}}]}},
                                            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
                                                                "seccompProfile": {"type": "RuntimeDefault"}},
                                            "containers": [container]}}}}
     return body
+
+
+def forwarder_budget(workload: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The forwarder's PodDisruptionBudget: a drain evicts one of its pods at a time, so with two one
+    keeps serving; `maxUnavailable` (not `minAvailable: 1`) so a one-replica forwarder can still be
+    drained. Same name, namespace and labels as its Deployment (no owner reference: the
+    ExternalService is in another namespace; the operator deletes it with the Deployment)."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": workload, "namespace": OPERATOR_NAMESPACE, "labels": labels},
+            "spec": {"maxUnavailable": 1,
+                     # A forwarder pod that is not ready serves nothing: evicting it costs nothing, and
+                     # kube's default (IfHealthyBudget) would block a drain on a crash-looping one.
+                     "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                     "selector": {"matchLabels": {FORWARDER_POD_LABEL: workload}}}}

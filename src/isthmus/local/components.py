@@ -56,10 +56,11 @@ def pinned_image(digest: str | None) -> dict[str, Any]:
 
 
 def replicas(nodes: int) -> int:
-    """The local clusterset's replicas of the pool manager, DNS and the webhook (two each in deploy/):
-    one on one node, where a second adds memory (every pod is a process or container on this one
-    machine) and no availability; two with several nodes, one per node, so a rollout or a drain of
-    a node always leaves one serving (the drill, local/drill.py, counts every request)."""
+    """The local clusterset's replicas of the pool manager, DNS, the webhook and each egress forwarder
+    (two each in deploy/): one on one node, where a second adds memory (every pod is a process or
+    container on this one machine) and no availability; two with several nodes, one per node, so a
+    rollout or a drain of a node always leaves one serving (the drill, local/drill.py, counts every
+    request)."""
     return min(nodes, 2)
 
 
@@ -83,8 +84,11 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path,
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[DNS]},
              "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
                                         "value": f"--local-zone={plan.LOCAL_ZONE}"}])},
+            # Each ExternalService's forwarder pods are as many as the replicas below (`replicas`).
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.CONTROLLER_MANAGER]},
              "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                                        "value": f"--forwarder-replicas={replicas(nodes)}"},
+                                       {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
                                         "value": f"--cluster-name={cluster.name}"}])},
             _pools_patch(cluster, pools_dir),
             *_runc_patches(cluster),
