@@ -11,7 +11,7 @@ import pytest
 from lightkube.resources.core_v1 import Service
 
 from isthmus.cli.app import Together
-from isthmus.cli.manager import Healthy
+from isthmus.cli.manager import STANDBY_POLL_SECONDS, Healthy
 from isthmus.runtime.manager import LeaderElection, Manager, Term
 from tests.unit.test_runtime_manager import (  # noqa: F401 (the autouse fake_factory fixture)
     FAST,
@@ -103,3 +103,59 @@ async def test_two_controller_manager_replicas_are_both_ready_and_the_leader_han
     assert second.ready
     await second.stop()
     assert leases.holder() is None
+
+
+def test_a_controller_manager_standby_reads_its_lease_more_often_than_the_leader_renews() -> None:
+    """A Lease handed back at SIGTERM is taken within the standby's poll, not a 2 s retry period; a
+    poll never slower than the retry period (the elector's own pace)."""
+    m = Manager("lb", election=LeaderElection(Leases(), "lock"))  # type: ignore[arg-type]
+    assert m.elector is not None and m.elector.acquire_period is None  # alone: the retry period
+    Healthy(m)
+    assert m.elector.acquire_period == STANDBY_POLL_SECONDS < m.elector.retry_period
+    quick = elected(Leases(), "b")
+    Healthy(quick)
+    assert quick.elector is not None and quick.elector.acquire_period == FAST["retry_period"]
+
+
+async def test_the_controller_managers_mcsvc_part_stands_by_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mcsvc joins first (not ready meanwhile), then is ready as a healthy standby in the controller
+    manager, and only while leading when it runs alone (`isthmus mcsvc`, one replica)."""
+    from types import SimpleNamespace
+
+    from isthmus.cli.exposure import mcsvc_part
+    from isthmus.clusterset import membership
+    from isthmus.exposure import member
+
+    leases = Leases()
+    made: dict[str, Manager] = {}
+
+    class Member:
+        def __init__(self, *, identity: str, **_: object) -> None:
+            self.manager = made[identity] = elected(leases, identity)
+
+        @property
+        def ready(self) -> bool:
+            return self.manager.ready
+
+        async def run(self) -> None:
+            await self.manager.run()
+
+    async def joined(_client: object) -> tuple[str, object]:
+        return "c1", SimpleNamespace(client=lambda **_: None, namespace="isthmus-broker")
+
+    monkeypatch.setattr(membership, "membership", joined)
+    monkeypatch.setattr(member, "MemberController", Member)
+    leader, standby, alone = (mcsvc_part(None, None, "a", 1, standby_poll=STANDBY_POLL_SECONDS),
+                              mcsvc_part(None, None, "b", 1, standby_poll=STANDBY_POLL_SECONDS),
+                              mcsvc_part(None, None, "c", 1))
+    assert not leader.ready  # not joined yet
+    await leader.start()
+    await until(lambda: leader.ready and leases.holder() == "a")
+    await standby.start()
+    await alone.start()
+    await until(lambda: standby.ready)
+    await asyncio.sleep(2 * FAST["retry_period"])  # both standbys heard from the apiserver by now
+    assert all(m.elector is not None and m.elector.last_contact is not None for m in made.values())
+    assert standby.ready and not alone.ready and leases.holder() == "a"
+    for part in (alone, standby, leader):
+        await part.stop()

@@ -58,10 +58,11 @@ def mcsvc(
 
 
 def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int, *,
-               standby_ready: bool = False) -> Background:
+               standby_poll: float | None = None) -> Background:
     """The member controller as a part of a command (`isthmus mcsvc`, `isthmus controller-manager`):
-    it waits for the cluster to join (not ready meanwhile), then runs. `standby_ready`: ready when
-    healthy, leading or not (`Manager.healthy`: the controller manager's replicas stand by ready)."""
+    it waits for the cluster to join (not ready meanwhile), then runs. `standby_poll`: one of several
+    replicas (the controller manager's), ready when healthy, leading or not (`Manager.healthy`), and
+    reading the Lease that often while standing by (`Manager.stand_by`)."""
     from isthmus.clusterset.brokerinfo import BROKER_TIMEOUT
     from isthmus.clusterset.control import ClustersetError
     from isthmus.clusterset.membership import JOIN_POLL_SECONDS, membership
@@ -88,6 +89,8 @@ def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int, *
         while not found:
             made = await attempt()
             if made is not None:
+                if standby_poll is not None:
+                    made.manager.stand_by(standby_poll)
                 found.append(made)
                 break
             await asyncio.sleep(JOIN_POLL_SECONDS)
@@ -98,7 +101,7 @@ def mcsvc_part(client: Any, cluster_id: str | None, holder: str, workers: int, *
             await found[0].manager.release()
 
     def ready() -> bool:
-        return bool(found) and (found[0].manager.healthy if standby_ready else found[0].ready)
+        return bool(found) and (found[0].manager.healthy if standby_poll is not None else found[0].ready)
 
     return Background("mcsvc", run, ready, on_stop=release)
 

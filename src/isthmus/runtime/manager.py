@@ -198,6 +198,13 @@ class Manager:
         the egress gateway is ready once it programmed its rules)."""
         self._checks.append(check)
 
+    def stand_by(self, poll: float) -> None:
+        """One of several replicas: while standing by, read the Lease every `poll` seconds (at most the
+        retry period), so a Lease handed back at the leader's stop is taken within about `poll` rather
+        than a whole retry period. Reads only: the leader still renews every retry period."""
+        if self.elector is not None:
+            self.elector.acquire_period = min(poll, self.elector.retry_period)
+
     def on_exit(self, hook: Hook) -> None:
         """Await `hook` when `run()` ends, whatever the reason (close recorders)."""
         self._exit.append(hook)
