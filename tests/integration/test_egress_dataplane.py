@@ -384,6 +384,24 @@ async def test_gateway_failover_fails_closed_then_carries_new_connections(env: E
     assert set(env.outside.peers) <= {app, env.addresses["web-ip"]}  # type: ignore[attr-defined]
 
 
+async def test_a_new_connection_waits_for_the_gateway_to_move_rather_than_failing(env: Env) -> None:
+    """While the operator has not yet named the new leader, the forwarder tries again (as HAProxy's
+    retries do) and the client's connection goes through once it has; the client never sees a reset."""
+    app = env.addresses["app-ip"]
+    assert await eventually(lambda: _try(peer_seen(env.app, env.forwarder_ip)), 10, "through") == app
+    leader = next(g for g in env.gateways if g.programmed)
+    standby = next(g for g in env.gateways if g is not leader)
+    await _write_dataplane(env, standby.relay_ip)  # a stale address: the standby takes no flow
+    fwd: Any = env.forwarder  # type: ignore[attr-defined]
+    await eventually(lambda: asyncio.sleep(0, fwd.gateway_address == (standby.relay_ip, GATEWAY_RELAY_PORT)),
+                     10, "the forwarder told of the stale address")
+    seen = asyncio.ensure_future(peer_seen(env.app, env.forwarder_ip))
+    await asyncio.sleep(0.3)
+    assert not seen.done()  # held, not reset
+    await _write_dataplane(env, leader.relay_ip)
+    assert await asyncio.wait_for(seen, 10) == app
+
+
 async def test_a_relay_that_never_sends_its_header_is_dropped(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     from isthmus.egress import gateway
 

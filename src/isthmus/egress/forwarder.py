@@ -16,6 +16,7 @@ checks.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import Any
 
@@ -43,6 +44,10 @@ from isthmus.runtime import SharedInformerFactory
 log = logging.getLogger(__name__)
 ForwarderRes: Any = resource_for(Forwarder)
 STATUS_EVERY = 10.0
+GATEWAY_RETRY_SECONDS = 2.5
+"""How long a new flow waits for a gateway that cannot take it yet (a leader moving takes 0.05-0.3 s
+on its own, and the operator's news of it about a second more), within a client's usual connect patience."""
+TARGET_ERROR = f"ERR {relay.UNREACHABLE}".encode()
 
 
 class ForwarderRuntime:
@@ -162,6 +167,33 @@ class ForwarderRuntime:
         task.add_done_callback(self._relaying.discard)
 
     async def _relay_egress(self, client: Pipe, rule: ForwarderRule, gateway: tuple[str, int]) -> None:
+        """Relay through the gateway, trying again for up to GATEWAY_RETRY_SECONDS while it cannot take
+        the flow (its leader moving: the old one gone, the new one not yet told about us, the address
+        not yet moved to it), as HAProxy's `retries` do; the client's bytes wait in its socket. Only
+        the gateway's own answer that the target is unreachable ends it at once."""
+        deadline = asyncio.get_running_loop().time() + GATEWAY_RETRY_SECONDS
+        for attempt in itertools.count():
+            up, line = await self._try_gateway(rule, gateway)
+            if line == b"OK\n" or client.closed or line.startswith(TARGET_ERROR):
+                break
+            up.reset()
+            pause = min(0.05 * 2**attempt, 0.5)
+            if asyncio.get_running_loop().time() + pause > deadline:
+                break
+            await asyncio.sleep(pause)
+            gateway = self.gateway_address or gateway  # the operator may have named the new leader meanwhile
+        if line != b"OK\n" or client.closed:
+            client.reset()
+            up.reset()
+            if line != b"OK\n":
+                REFUSED.labels("forwarder", "egress", "gateway_error").inc()
+                log.info("egress %s via gateway failed: %s", rule.source_ip, line.decode(errors="replace").strip())
+            return
+        FLOWS.labels("forwarder", "egress", "TCP").inc()
+        link(client, up)
+
+    async def _try_gateway(self, rule: ForwarderRule, gateway: tuple[str, int]) -> tuple[Pipe, bytes]:
+        """One relay attempt: the pipe to the gateway and its answer line (b"OK\\n" when it connected)."""
         answered: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 
         def on_answer(up: Pipe, line: bytes) -> None:
@@ -180,15 +212,7 @@ class ForwarderRuntime:
                 line = await answered
         except (OSError, TimeoutError) as err:
             line = f"ERR {err}".encode()
-        if line != b"OK\n" or client.closed:
-            client.reset()
-            up.reset()
-            if line != b"OK\n":
-                REFUSED.labels("forwarder", "egress", "gateway_error").inc()
-                log.info("egress %s via gateway failed: %s", rule.source_ip, line.decode(errors="replace").strip())
-            return
-        FLOWS.labels("forwarder", "egress", "TCP").inc()
-        link(client, up)
+        return up, line
 
     async def _on_tcp(self, key: ListenKey, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """The relay port: the gateway's ingress relays (egress TCP takes `_on_pipe`)."""

@@ -424,7 +424,7 @@ class GatewayRuntime:
         try:
             await open_pipe(h.source_ip, h.a, int(h.b), up)
         except (OSError, TimeoutError) as err:
-            conn.write(f"ERR cannot reach {h.a}:{h.b} from {h.source_ip}: {err}\n".encode())
+            conn.write(f"ERR {relay.UNREACHABLE} {h.a}:{h.b} from {h.source_ip}: {err}\n".encode())
             conn.close()
             REFUSED.labels("gateway", "egress", "target_error").inc()
             return
@@ -491,7 +491,7 @@ class GatewayRuntime:
         try:
             up = await relay.connect_from(h.source_ip, h.a, int(h.b))
         except (OSError, TimeoutError) as err:
-            await relay.answer(writer, f"cannot reach {h.a}:{h.b} from {h.source_ip}: {err}")
+            await relay.answer(writer, f"{relay.UNREACHABLE} {h.a}:{h.b} from {h.source_ip}: {err}")
             relay.close(writer)
             REFUSED.labels("gateway", "egress", "target_error").inc()
             return

@@ -84,6 +84,11 @@ async def read_header(reader: asyncio.StreamReader) -> Header:
     return parse_header(line)
 
 
+UNREACHABLE = "cannot reach"
+"""How the gateway's answer starts when the target itself refused or did not answer: final, where
+every other refusal (not the leader yet, not told about this forwarder yet) may pass in a moment."""
+
+
 async def answer(writer: asyncio.StreamWriter, error: str | None = None) -> None:
     writer.write(b"OK\n" if error is None else f"ERR {error}\n".encode())
     await writer.drain()
