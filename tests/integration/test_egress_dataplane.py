@@ -400,6 +400,15 @@ async def test_a_new_connection_waits_for_the_gateway_to_move_rather_than_failin
     assert not seen.done()  # held, not reset
     await _write_dataplane(env, leader.relay_ip)
     assert await asyncio.wait_for(seen, 10) == app
+    # No gateway named at all for a moment (the old leader's endpoint gone, the new one's not yet there).
+    await env.client.patch(FwdRes, "default.t", {"spec": {"gatewayAddress": None}}, namespace=NS,
+                           patch_type=PatchType.MERGE)
+    await eventually(lambda: asyncio.sleep(0, fwd.gateway_address is None), 10, "the forwarder told of no gateway")
+    seen = asyncio.ensure_future(peer_seen(env.app, env.forwarder_ip))
+    await asyncio.sleep(0.3)
+    assert not seen.done()  # held, not reset
+    await _write_dataplane(env, leader.relay_ip)
+    assert await asyncio.wait_for(seen, 10) == app
 
 
 async def test_a_relay_that_never_sends_its_header_is_dropped(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -295,3 +295,17 @@ def test_a_pods_namespace_is_named_after_its_nodes() -> None:
     assert pod_netns_name("isthmus-1234", "c1", uid) == "isthmus-1234-c1-0123abcd4567"
     assert pod_netns_name("isthmus-1234", "c1", uid, "c1-node") == "isthmus-1234-c1-0123abcd4567"
     assert pod_netns_name("isthmus-1234", "c1", uid, "c1-node-2") == "isthmus-1234-c1-n2-0123abcd4567"
+
+
+def test_the_gateway_has_a_standby_on_another_node_when_the_cluster_has_several(tmp_path: Path) -> None:
+    """With one gateway a drain of its node leaves no leader until a new pod starts elsewhere (egress
+    refused meanwhile); a second replica on the other node takes the Lease over at once."""
+    from isthmus.kube.manifests import deploy_dir, render
+    from isthmus.local import components
+
+    name = plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]
+    for nodes, want in ((1, 1), (2, 2), (3, 2)):
+        directory = components.overlay(plan.cluster_plan(1, 2), deploy_dir(), tmp_path / f"c1-{nodes}",
+                                       tmp_path / "pools", nodes=nodes)
+        [gateway] = [o for o in render(directory) if o["kind"] == "Deployment" and o["metadata"]["name"] == name]
+        assert gateway["spec"]["replicas"] == want, nodes

@@ -48,6 +48,8 @@ GATEWAY_RETRY_SECONDS = 2.5
 """How long a new flow waits for a gateway that cannot take it yet (a leader moving takes 0.05-0.3 s
 on its own, and the operator's news of it about a second more), within a client's usual connect patience."""
 TARGET_ERROR = f"ERR {relay.UNREACHABLE}".encode()
+NO_GATEWAY = b"ERR no gateway address"
+"""What a relay attempt "answers" while the Forwarder names no gateway (the operator between leaders)."""
 
 
 class ForwarderRuntime:
@@ -153,39 +155,46 @@ class ForwarderRuntime:
         peer = client.transport.get_extra_info("peername")
         peer_ip = str(peer[0]) if peer else ""
         rule = self.egress.get((key.protocol, key.port, peer_ip))
-        if rule is None or self.gateway_address is None:
+        if rule is None:
             client.reset()
-            self._refuse("egress", "not_a_source" if rule is None else "no_gateway",
-                         f"{peer_ip} to port {key.port} is not a pod of a source service" if rule is None
-                         else "no gateway address")
+            self._refuse("egress", "not_a_source", f"{peer_ip} to port {key.port} is not a pod of a source service")
             return
         # Until the gateway said OK: the kernel holds the client's bytes (uvloop still reads once;
         # Pipe holds those, and an early EOF, until `link`).
         client.transport.pause_reading()
-        task = asyncio.get_running_loop().create_task(self._relay_egress(client, rule, self.gateway_address))
+        task = asyncio.get_running_loop().create_task(self._relay_egress(client, rule))
         self._relaying.add(task)
         task.add_done_callback(self._relaying.discard)
 
-    async def _relay_egress(self, client: Pipe, rule: ForwarderRule, gateway: tuple[str, int]) -> None:
+    async def _relay_egress(self, client: Pipe, rule: ForwarderRule) -> None:
         """Relay through the gateway, trying again for up to GATEWAY_RETRY_SECONDS while it cannot take
-        the flow (its leader moving: the old one gone, the new one not yet told about us, the address
-        not yet moved to it), as HAProxy's `retries` do; the client's bytes wait in its socket. Only
+        the flow (its leader moving: the old one gone, the new one not yet told about us, no leader
+        named for a moment), as HAProxy's `retries` do; the client's bytes wait in its socket. Only
         the gateway's own answer that the target is unreachable ends it at once."""
-        deadline = asyncio.get_running_loop().time() + GATEWAY_RETRY_SECONDS
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GATEWAY_RETRY_SECONDS
+        up: Pipe | None = None
         for attempt in itertools.count():
-            up, line = await self._try_gateway(rule, gateway)
+            gateway = self.gateway_address  # read afresh: the operator names the new leader meanwhile
+            if gateway is None:
+                line = NO_GATEWAY
+            else:
+                up, line = await self._try_gateway(rule, gateway)
             if line == b"OK\n" or client.closed or line.startswith(TARGET_ERROR):
                 break
-            up.reset()
+            if up is not None:
+                up.reset()
             pause = min(0.05 * 2**attempt, 0.5)
-            if asyncio.get_running_loop().time() + pause > deadline:
+            if loop.time() + pause > deadline:
                 break
             await asyncio.sleep(pause)
-            gateway = self.gateway_address or gateway  # the operator may have named the new leader meanwhile
-        if line != b"OK\n" or client.closed:
+        if line != b"OK\n" or client.closed or up is None:
             client.reset()
-            up.reset()
-            if line != b"OK\n":
+            if up is not None:
+                up.reset()
+            if line == NO_GATEWAY:
+                self._refuse("egress", "no_gateway", "no gateway address")
+            elif line != b"OK\n":
                 REFUSED.labels("forwarder", "egress", "gateway_error").inc()
                 log.info("egress %s via gateway failed: %s", rule.source_ip, line.decode(errors="replace").strip())
             return

@@ -56,8 +56,8 @@ def pinned_image(digest: str | None) -> dict[str, Any]:
 
 
 def replicas(nodes: int) -> int:
-    """The local clusterset's replicas of the pool manager, DNS, the webhook and each egress forwarder
-    (two each in deploy/): one on one node, where a second adds memory (every pod is a process or
+    """The local clusterset's replicas of the pool manager, DNS, the webhook, the controller manager, the
+    egress gateway and each egress forwarder (two each in deploy/): one on one node, where a second adds memory (every pod is a process or
     container on this one machine) and no availability; two with several nodes, one per node, so a
     rollout or a drain of a node always leaves one serving (the drill, local/drill.py, counts every
     request)."""
@@ -99,10 +99,11 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path,
             *({"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[kind]},
                "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": replicas(nodes)}])}
               for kind in (plan.WEBHOOK, DNS, plan.POOLS, plan.CONTROLLER_MANAGER)),
-            # One gateway replica too: a restarted pod takes the Lease over as a standby would (the
-            # two-replica failover is tested in tests/integration/test_egress_dataplane.py).
+            # The gateway as many: on one node a restarted pod takes the Lease over as a standby would
+            # (two there would bind the same host addresses); with several nodes a standby on another
+            # node takes over when the leader's node is drained.
             {"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[plan.EGRESS_GATEWAY]},
-             "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": 1},
+             "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": replicas(nodes)},
                                       {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
                                        "value": "--lease-duration=4"}])},
             {"target": {"kind": "Service", "name": plan.DNS_SERVICE},
