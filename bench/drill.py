@@ -17,9 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from rich.console import Console
+# bench/ comes first on sys.path when this runs as a script, and bench/dns.py would shadow dnspython,
+# which the drill's DNS probe imports.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from isthmus.local.drill import run_drill
+from rich.console import Console  # noqa: E402
+
+from isthmus.local.drill import run_drill  # noqa: E402
 
 
 def main() -> int:

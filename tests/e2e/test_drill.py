@@ -3,11 +3,11 @@ member restarted and each of its nodes drained while DNS, ClusterSet-IP, pool, M
 and egress traffic runs; then the member and the broker uninstalled as docs/deploy.md says, leaving
 other projects' CRDs and the user's objects.
 
-What is asserted is what the drill meets today: no failed DNS query and no failed request through the
-MultiClusterService load balancer, every path serving again at the end, the uninstall leaving what
-is not Isthmus's. The issue's zero targets for the ClusterSet IP and the pool, and egress's 3 s, are
-printed by the drill (docs/operations.md has the figures and their causes), not asserted here. The
-size is what `make test`'s budget allows (2 clusters x 2 nodes); `bench/drill.py` runs 3 x 2."""
+What is asserted is the issue's targets: no failed DNS query, ClusterSet-IP request, pool request or
+MultiClusterService request; egress's new connections succeed again within 3 s of any failure (the
+long-lived flows on a moved gateway may break: userspace mode fails closed); every path serving at the
+end; the uninstall leaving what is not Isthmus's. The size is what `make test`'s budget allows
+(2 clusters x 2 nodes); `bench/drill.py` runs 3 x 2."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from isthmus.local.drill import run_drill
+from isthmus.local.drill import EGRESS_RECOVERY, ZERO_FAILURE_PATHS, run_drill
 
 pytestmark = [
     pytest.mark.e2e,
@@ -35,7 +35,9 @@ def test_restart_and_drain_under_traffic_then_uninstall_keeping_what_is_not_ours
     for path, r in counts["paths"].items():
         assert r["sent"] > 50, (path, counts)
         assert r["last_ok"], (path, counts)  # serving again after every restart and drain
-    assert counts["paths"]["dns"]["failed"] == 0, counts
-    assert counts["paths"]["mcs-lb"]["failed"] == 0, counts
+    for path in ZERO_FAILURE_PATHS:
+        assert counts["paths"][path]["failed"] == 0, (path, counts)
+    assert counts["paths"]["egress"]["longest_outage_s"] <= EGRESS_RECOVERY, counts
+    assert counts["misses"] == [], counts
     assert len(counts["phases_s"]) == 3, counts  # the restarts and one drain per node
     assert counts["uninstalled"], "the uninstall failed or took what is not Isthmus's: see the output above"
