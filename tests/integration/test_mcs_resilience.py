@@ -177,6 +177,9 @@ async def test_two_agents_for_the_same_cluster_only_one_acts(cs: ClusterSet) -> 
         assert not getattr(second, "ready", False), (
             "the second agent of c1 must not lead while the first does"
         )
+        # ...and yet its pod is ready (`isthmus agent`'s /readyz is the Manager's health): a healthy
+        # standby, so two replicas roll and drain one at a time (deploy/member/agent).
+        await eventually(lambda: asyncio.sleep(0, second.manager.healthy), 10, "the standby healthy")
         await asyncio.gather(*(cs.put(0, service_export(n, ns)) for n in names))
         vips = []
         for n in names:

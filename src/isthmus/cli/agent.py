@@ -90,9 +90,14 @@ def agent(
 
         async def attempt() -> Agent | None:
             """The agent, or None while the cluster has not joined; other configuration errors end the command."""
+            from isthmus.cli.manager import STANDBY_POLL_SECONDS
+
             try:
-                return await Agent.from_cluster(client, cluster_id, workers=workers, identity=holder,
-                                                dead_cluster_grace=dead_cluster_grace)
+                agent = await Agent.from_cluster(client, cluster_id, workers=workers, identity=holder,
+                                                 dead_cluster_grace=dead_cluster_grace)
+                # A standby looks at the Lease often, to take it as soon as the leader's pod hands it back.
+                agent.manager.stand_by(STANDBY_POLL_SECONDS)
+                return agent
             except AgentNotJoined as err:
                 if not waiting:  # say it once, not every poll
                     log.warning("%s; waiting (not ready until then)", err)
@@ -124,6 +129,7 @@ def agent(
             if found:
                 await found[0].manager.release()
 
-        return Background("agent", run, lambda: bool(found) and found[0].ready, on_stop=release)
+        # Ready when healthy, leading or standing by (deploy/member/agent: two replicas under a budget).
+        return Background("agent", run, lambda: bool(found) and found[0].manager.healthy, on_stop=release)
 
     run_component("agent", build, log_format=log_format, log_level=log_level, metrics_addr=metrics_addr)

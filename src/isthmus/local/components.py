@@ -57,7 +57,7 @@ def pinned_image(digest: str | None) -> dict[str, Any]:
 
 def replicas(nodes: int) -> int:
     """The local clusterset's replicas of the pool manager, DNS, the webhook, the controller manager, the
-    egress gateway and each egress forwarder (two each in deploy/): one on one node, where a second adds memory (every pod is a process or
+    agent, the egress gateway and each egress forwarder (two each in deploy/): one on one node, where a second adds memory (every pod is a process or
     container on this one machine) and no availability; two with several nodes, one per node, so a
     rollout or a drain of a node always leaves one serving (the drill, local/drill.py, counts every
     request)."""
@@ -98,7 +98,7 @@ def overlay(cluster: ClusterPlan, deploy_dir: Path, into: Path, pools_dir: Path,
             # (maxUnavailable 0, maxSurge 1), nor the controllers without a standby to hand over to.
             *({"target": {"kind": "Deployment", "name": plan.DEPLOYMENTS[kind]},
                "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": replicas(nodes)}])}
-              for kind in (plan.WEBHOOK, DNS, plan.POOLS, plan.CONTROLLER_MANAGER)),
+              for kind in (plan.WEBHOOK, DNS, plan.POOLS, plan.CONTROLLER_MANAGER, plan.AGENT)),
             # The gateway as many: on one node a restarted pod takes the Lease over as a standby would
             # (two there would bind the same host addresses); with several nodes a standby on another
             # node takes over when the leader's node is drained.
