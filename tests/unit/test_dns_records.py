@@ -238,3 +238,40 @@ def test_locality_leaves_a_vip_answer_alone() -> None:
         imp = ImportSnap("ns", "web", "ClusterSetIP", ("243.0.0.7",), (HTTP,), ("c1", "c2"), locality=locality)
         assert cs(imp, [cluster_ip_slice("c2", "127.1.0.2")], local=local_svc()).get(BASE, A) == \
             [(Addr("243.0.0.7"),)]
+
+
+def _import_from_api(type_: str, annotations: dict[str, str] | None = None, **spec: object) -> ImportSnap:
+    """The ServiceImport as the DNS server reads it (dns.source.import_snapshot)."""
+    from isthmus.api.mcs import ServiceImport
+    from isthmus.dns.source import import_snapshot
+    from isthmus.kube.resources import resource_for
+
+    ips = ["243.0.0.7"] if type_ == "ClusterSetIP" else []
+    return import_snapshot(resource_for(ServiceImport).from_dict({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+        "metadata": {"name": "web", "namespace": "ns", "annotations": annotations},
+        "spec": {"type": type_, "ips": ips, "ports": [{"name": "http", "port": 80}], **spec},
+        "status": {"clusters": [{"cluster": "c1"}, {"cluster": "c2"}]}}))
+
+
+def test_prefer_close_lists_this_clusters_headless_pods_first_and_falls_back() -> None:
+    """trafficDistribution PreferClose answers a headless name as `local` does: this cluster's
+    ready pods only, the others' when it has none; the annotation overrides it."""
+    other = SliceSnap("c2", (Endpoint(("127.2.0.1",), True, "db-1"),), (Port("http", "TCP", 8080),))
+    imp = _import_from_api("Headless", trafficDistribution="PreferClose")
+    rs = cs(imp, [other], local=local_svc(headless=True))
+    assert rs.get(BASE, A) == [(Addr("127.20.0.1"),)]
+    assert rs.get(f"_http._tcp.{BASE}", SRV) == [(Srv(0, 100, 8080, f"pod-a.c1.{BASE}"),)]
+    assert rs.get(f"db-1.c2.{BASE}", A) == [(Addr("127.2.0.1"),)]  # a peer by its own name: never hidden
+    rs = cs(imp, [other], local=local_svc(headless=True, ready=False))
+    assert rs.get(BASE, A) == [(Addr("127.2.0.1"),)]  # no ready pod here: the others'
+    for annotation, want in (("none", ["127.2.0.1", "127.20.0.1"]), ("remote", ["127.2.0.1"])):
+        imp = _import_from_api("Headless", {"isthmus.io/affinity": annotation}, trafficDistribution="PreferClose")
+        assert [a.ip for a in cs(imp, [other], local=local_svc(headless=True)).get(BASE, A)[0]] == want
+
+
+def test_prefer_close_leaves_a_vip_answer_alone() -> None:
+    """A ClusterSetIP import answers its VIP either way: the preference is applied behind it, by the proxy."""
+    imp = _import_from_api("ClusterSetIP", trafficDistribution="PreferClose")
+    assert imp.locality == "local"
+    assert cs(imp, [cluster_ip_slice("c2", "127.1.0.2")], local=local_svc()).get(BASE, A) == [(Addr("243.0.0.7"),)]

@@ -483,3 +483,51 @@ def test_unknown_affinity_is_what_gets_logged() -> None:
                      {"isthmus.io/affinity": ""}, {}, None):
             assert unknown(obj(fine)) is None, fine
         assert unknown(None) is None
+
+
+def _si(annotations: dict[str, str] | None = None, **spec: Any) -> Any:
+    return resource_for(ServiceImport).from_dict({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+        "metadata": {"name": "web", "namespace": "shop", "annotations": annotations},
+        "spec": {"type": "ClusterSetIP", "ips": ["127.250.0.5"], "ports": [{"name": "http", "port": 80}], **spec},
+        "status": {"clusters": [{"cluster": "c1"}, {"cluster": "c2"}]}})
+
+
+def _vip_hosts(imp_snap: ImportSnap, local_ready: bool = True) -> set[str]:
+    t = table([svc()], {"shop/web": [kube_slice("127.1.0.1", ready=local_ready)]}, [imp_snap],
+              {"shop/web": [SliceSnap(eps("127.2.0.1"), (Port("http", "TCP", 8080),), "c2")]})
+    return {b.host for b in t.listeners[ListenerKey("TCP", "127.250.0.5", 80)].backends}
+
+
+def test_prefer_close_sends_the_vip_to_this_clusters_endpoints_and_falls_back() -> None:
+    """trafficDistribution PreferClose (and its kube siblings) on the import: this cluster's pods
+    only while one is ready, every cluster's when none is; an unknown value balances over all."""
+    for value in ("PreferClose", "PreferSameZone", "PreferSameNode"):
+        assert _vip_hosts(import_snapshot(_si(trafficDistribution=value))) == {"127.1.0.1"}, value
+        assert _vip_hosts(import_snapshot(_si(trafficDistribution=value)), local_ready=False) == {"127.2.0.1"}
+    assert _vip_hosts(import_snapshot(_si())) == {"127.1.0.1", "127.2.0.1"}
+    assert _vip_hosts(import_snapshot(_si(trafficDistribution="PreferSameRegion"))) == {"127.1.0.1", "127.2.0.1"}
+
+
+def test_the_affinity_annotation_overrides_prefer_close() -> None:
+    assert _vip_hosts(import_snapshot(_si({"isthmus.io/affinity": "remote"}, trafficDistribution="PreferClose"))) \
+        == {"127.2.0.1"}
+    assert _vip_hosts(import_snapshot(_si({"isthmus.io/affinity": "none"}, trafficDistribution="PreferClose"))) \
+        == {"127.1.0.1", "127.2.0.1"}
+    # an unknown annotation is ignored: PreferClose still decides
+    assert _vip_hosts(import_snapshot(_si({"isthmus.io/affinity": "nearby"}, trafficDistribution="PreferClose"))) \
+        == {"127.1.0.1"}
+
+
+def test_unknown_distribution_is_what_gets_logged() -> None:
+    from isthmus.dns.source import unknown_distribution as dns_unknown
+    from isthmus.proxy.proxy import unknown_distribution as proxy_unknown
+
+    for unknown in (proxy_unknown, dns_unknown):
+        assert unknown(_si(trafficDistribution="PreferSameRegion")) == "PreferSameRegion"
+        assert unknown(_si({"isthmus.io/affinity": "nearby"}, trafficDistribution="PreferSameRegion")) == \
+            "PreferSameRegion"
+        assert unknown(_si({"isthmus.io/affinity": "local"}, trafficDistribution="PreferSameRegion")) is None
+        assert unknown(_si(trafficDistribution="PreferClose")) is None
+        assert unknown(_si()) is None
+        assert unknown(None) is None

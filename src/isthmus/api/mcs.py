@@ -69,8 +69,9 @@ CONSUMER_CLUSTERS_ANNOTATION = "isthmus.io/consumer-clusters"
 IDs; absent = every cluster, empty = none). Written by the MultiClusterService controller."""
 AFFINITY_ANNOTATION = "isthmus.io/affinity"
 """On a ServiceImport (an exported annotation of its ServiceExports): `local` (prefer the asking
-cluster's own endpoints), `remote` (prefer other clusters'), `none` (default). DNS answers and the
-proxy honour it, falling back to the other side when the preferred one has no ready endpoint."""
+cluster's own endpoints), `remote` (prefer other clusters'), `none` (no preference). DNS answers and
+the proxy honour it, falling back to the other side when the preferred one has no ready endpoint.
+The explicit form of a preference: it overrides the ServiceImport's `trafficDistribution`."""
 AFFINITY_VALUES = ("local", "remote", "none")
 
 
@@ -81,11 +82,43 @@ def preference(value: str | None) -> str:
     return v if v in ("local", "remote") else ""
 
 
-def unknown_affinity(annotations: dict[str, str] | None) -> str | None:
+def unknown_affinity(annotations: Mapping[str, str] | None) -> str | None:
     """The affinity annotation's value when it is set but not one of AFFINITY_VALUES (what DNS and
     the proxy log, once); None when absent, empty or known."""
     raw = (annotations or {}).get(AFFINITY_ANNOTATION) or ""
     return None if not raw.strip() or raw.strip().lower() in AFFINITY_VALUES else raw
+
+
+TRAFFIC_DISTRIBUTION_LOCAL = ("PreferClose", "PreferSameZone", "PreferSameNode")
+"""`spec.trafficDistribution` values read as `local`. Kube means "same zone" (PreferClose, since
+KEP-3015 a deprecated alias of PreferSameZone) or "same node"; KEP-1645 leaves multi-cluster
+distribution unspecified. Isthmus's reading: the nearest thing an import can offer is the asking
+cluster itself, so all three mean "this cluster's endpoints first". Exact spelling, as kube's
+Service validation accepts them."""
+
+
+def effective_preference(annotations: Mapping[str, str] | None, traffic_distribution: str | None) -> str:
+    """What DNS and the proxy steer by for one ServiceImport: `local`, `remote` or "" (none).
+
+    A known isthmus.io/affinity value wins, `none` included: it is the explicit form, written for
+    Isthmus, while trafficDistribution is copied from a Service written for kube. An unknown
+    annotation counts as absent, so trafficDistribution still decides; an unknown
+    trafficDistribution is no preference (kube-proxy ignores values it does not know as well)."""
+    raw = (annotations or {}).get(AFFINITY_ANNOTATION) or ""
+    if raw.strip().lower() in AFFINITY_VALUES:
+        return preference(raw)
+    return "local" if traffic_distribution in TRAFFIC_DISTRIBUTION_LOCAL else ""
+
+
+def unknown_traffic_distribution(
+    annotations: Mapping[str, str] | None, traffic_distribution: str | None
+) -> str | None:
+    """The trafficDistribution value when it decides (no known affinity annotation overrides it)
+    and is not one Isthmus reads (what DNS and the proxy log, once); None otherwise."""
+    if not traffic_distribution or traffic_distribution in TRAFFIC_DISTRIBUTION_LOCAL:
+        return None
+    raw = (annotations or {}).get(AFFINITY_ANNOTATION) or ""
+    return None if raw.strip().lower() in AFFINITY_VALUES else traffic_distribution
 
 # --- settings and defaults ----------------------------------------------------------------------
 

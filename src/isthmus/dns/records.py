@@ -91,7 +91,8 @@ class ImportSnap:
     ports: tuple[Port, ...] = ()
     clusters: tuple[str, ...] = ()
     locality: str = ""
-    """isthmus.io/affinity: `local`, `remote`, or "" (no preference: the default rules below)."""
+    """`local`, `remote`, or "" (no preference: the default rules below): isthmus.io/affinity, else
+    the import's trafficDistribution (api.mcs.effective_preference)."""
 
 
 @dataclass(frozen=True)
@@ -309,7 +310,7 @@ def clusterset_records(
 def _preferred(
     views: Sequence[SliceSnap], local_cluster: str, locality: str, publish_nr: bool
 ) -> Callable[[SliceSnap], bool] | None:
-    """Which clusters a headless name lists under isthmus.io/affinity (None: every cluster): the
+    """Which clusters a headless name lists under a preference (None: every cluster): the
     preferred side (`local`: this cluster, `remote`: the others) while it has a usable endpoint,
     else every cluster, so a preference never empties the answer."""
     if locality not in ("local", "remote"):

@@ -29,10 +29,10 @@ from lightkube.resources.core_v1 import Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from isthmus.api.mcs import (
-    AFFINITY_ANNOTATION,
     SOURCE_CLUSTER_LABEL,
     ServiceImport,
-    preference,
+    effective_preference,
+    unknown_traffic_distribution,
 )
 from isthmus.api.mcs import unknown_affinity as affinity_value_unknown
 from isthmus.kube import keys
@@ -68,6 +68,7 @@ __all__ = [
     "service_snapshot",
     "slice_snapshot",
     "unknown_affinity",
+    "unknown_distribution",
 ]
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,20 @@ def import_snapshot(obj: Any) -> ImportSnap:
         affinity_timeout=_affinity(spec.get("sessionAffinity"), cfg),
         clusters=tuple(str(c["cluster"]) for c in status.get("clusters") or () if c.get("cluster")),
         created=_created(obj.metadata),
-        locality=preference((obj.metadata.annotations or {}).get(AFFINITY_ANNOTATION)),
+        locality=effective_preference(obj.metadata.annotations, _traffic_distribution(spec)),
     )
+
+
+def _traffic_distribution(spec: Any) -> str | None:
+    value = spec.get("trafficDistribution") if isinstance(spec, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def unknown_distribution(obj: Any) -> str | None:
+    """The trafficDistribution of a ServiceImport if it decides the preference but is not one Isthmus reads."""
+    if obj is None:
+        return None
+    return unknown_traffic_distribution(obj.metadata.annotations, _traffic_distribution(obj.get("spec")))
 
 
 def unknown_affinity(obj: Any) -> str | None:
@@ -349,6 +362,8 @@ class ProxyService:
         self._per_service: dict[str, list[tuple[ListenerKey, Target]]] = {}
         self._bad_affinity: dict[str, str] = {}
         """ns/name → the unknown isthmus.io/affinity value already logged for that import."""
+        self._bad_distribution: dict[str, str] = {}
+        """ns/name → the unknown trafficDistribution value already logged for that import."""
         self._dirty = DirtyKeys(self.flush)
         self._sync_task: asyncio.Task[bool] | None = None
         self._closing: set[asyncio.Task[None]] = set()
@@ -544,17 +559,21 @@ class ProxyService:
         )
 
     def _check_affinity(self, key: str, imp_obj: Any) -> None:
-        """Log an unknown isthmus.io/affinity once per import and value (it is treated as none)."""
-        raw = unknown_affinity(imp_obj)
+        """Log an ignored isthmus.io/affinity or trafficDistribution value once per import and
+        value: a service is rebuilt on every change of its slices, and the value stays."""
+        self._warn_once(self._bad_affinity, key, unknown_affinity(imp_obj), "affinity",
+                        "unknown isthmus.io/affinity on a ServiceImport; ignored: balancing by its "
+                        "trafficDistribution, else with no preference (use local, remote or none)")
+        self._warn_once(self._bad_distribution, key, unknown_distribution(imp_obj), "distribution",
+                        "unknown trafficDistribution on a ServiceImport; balancing with no preference "
+                        "(Isthmus reads PreferClose, PreferSameZone and PreferSameNode)")
+
+    def _warn_once(self, seen: dict[str, str], key: str, raw: str | None, field: str, message: str) -> None:
         if raw is None:
-            self._bad_affinity.pop(key, None)
-        elif self._bad_affinity.get(key) != raw:
-            self._bad_affinity[key] = raw
-            log.warning(
-                "unknown isthmus.io/affinity on a ServiceImport; balancing as with none "
-                "(use local, remote or none)",
-                extra={"service": key, "affinity": raw, "cluster": self.config.cluster_id},
-            )
+            seen.pop(key, None)
+        elif seen.get(key) != raw:
+            seen[key] = raw
+            log.warning(message, extra={"service": key, field: raw, "cluster": self.config.cluster_id})
 
     def flush(self) -> None:
         """Rebuild every dirty service and apply the merged table."""

@@ -131,7 +131,8 @@ class ImportSnap:
     created: float = 0.0
     """metadata.creationTimestamp as epoch seconds; 0 when unknown."""
     locality: str = ""
-    """isthmus.io/affinity: `local` (this cluster's endpoints first), `remote` (the others' first), ""."""
+    """`local` (this cluster's endpoints first), `remote` (the others' first), "": isthmus.io/affinity,
+    else the import's trafficDistribution (api.mcs.effective_preference)."""
 
     @property
     def key(self) -> str:
@@ -207,7 +208,7 @@ def _has_ready(port: Port, slices: Iterable[SliceSnap], single: bool) -> bool:
 
 def _with_locality(port: Port, local: Sequence[SliceSnap], remote: Sequence[SliceSnap], locality: str,
                    single: bool) -> tuple[Backend, ...]:
-    """A VIP's backends under isthmus.io/affinity (Cilium's service affinity): only the preferred
+    """A VIP's backends under a preference (Cilium's service affinity): only the preferred
     side's while it has a ready endpoint, else every cluster's (so a preference never blackholes)."""
     preferred = local if locality == "local" else remote if locality == "remote" else None
     if preferred is not None and _has_ready(port, preferred, single):
