@@ -34,11 +34,28 @@ def test_no_type_is_cluster_ip() -> None:
     assert out.spec is not None and out.spec["clusterIP"]
 
 
-def test_headless_and_external_name_left_alone() -> None:
+def test_headless_gets_families_only_and_external_name_is_left_alone() -> None:
+    """kube's defaults on headless Services (the MCS ServiceImport's ipFamilies come from them)."""
     ips, ports = pools()
-    assert assign_service(svc(clusterIP="None"), "d/h", ips, ports).spec is None
+    out = assign_service(svc(clusterIP="None", selector={"app": "a"}), "d/h", ips, ports)
+    assert out.spec is not None and out.spec["clusterIP"] == "None" and "clusterIPs" not in out.spec
+    assert out.spec["ipFamilies"] == ["IPv4"] and out.spec["ipFamilyPolicy"] == "SingleStack"
+    assert assign_service({"spec": out.spec}, "d/h", ips, ports).spec is None, "stable"
+    bare = assign_service(svc(clusterIP="None"), "d/b", ips, ports)
+    assert bare.spec is not None and bare.spec["ipFamilyPolicy"] == "RequireDualStack", "no selector"
+    asked = assign_service(svc(clusterIP="None", selector={"app": "a"}, ipFamilyPolicy="PreferDualStack"),
+                           "d/p", ips, ports)
+    assert asked.spec is not None and asked.spec["ipFamilyPolicy"] == "PreferDualStack"
+    assert asked.spec["ipFamilies"] == ["IPv4"]
     assert assign_service(svc(type="ExternalName", externalName="x.org"), "d/e", ips, ports).spec is None
     assert len(ips) == 0
+
+
+def test_a_dual_stack_preference_is_kept_on_a_single_stack_cluster() -> None:
+    ips, ports = pools()
+    out = assign_service(svc(ipFamilyPolicy="PreferDualStack"), "d/s", ips, ports)
+    assert out.spec is not None and out.spec["ipFamilyPolicy"] == "PreferDualStack"
+    assert out.spec["ipFamilies"] == ["IPv4"]
 
 
 def test_node_ports_allocated_unique_and_kept() -> None:

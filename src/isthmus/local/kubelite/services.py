@@ -73,6 +73,7 @@ def assign_service(svc: Mapping[str, Any], key: str, ips: IPPool, ports: PortPoo
     cip = spec.get("clusterIP")
     if cip == "None":  # headless
         ips.release_owner(key)
+        _default_families(spec)
     elif cip:
         res = ips.reserve(str(cip), key)
         if res.ok:
@@ -143,11 +144,29 @@ def assign_service(svc: Mapping[str, Any], key: str, ips: IPPool, ports: PortPoo
     return out
 
 
+CLUSTER_FAMILY = "IPv4"
+"""The one IP family of a kube-lite cluster (its service CIDR, IPPool, is IPv4)."""
+
+
 def _set_ip(spec: dict[str, Any], ip: str) -> None:
     spec["clusterIP"] = ip
     spec["clusterIPs"] = [ip]
-    spec["ipFamilies"] = ["IPv4"]
-    spec["ipFamilyPolicy"] = "SingleStack"
+    spec["ipFamilies"] = [CLUSTER_FAMILY]
+    # kube keeps a PreferDualStack asked of a single-stack cluster (the mcs-api conformance Service
+    # asks it); only an unset policy defaults.
+    if not spec.get("ipFamilyPolicy"):
+        spec["ipFamilyPolicy"] = "SingleStack"
+
+
+def _default_families(spec: dict[str, Any]) -> None:
+    """kube's defaults for a headless Service, which gets no ClusterIP to take them from: the policy
+    SingleStack, or RequireDualStack without a selector (kube's "headless without selectors"), and
+    the cluster's family. Consumers read them (the MCS ServiceImport's ipFamilies come from them).
+    A family the user asked for is kept."""
+    if not spec.get("ipFamilyPolicy"):
+        spec["ipFamilyPolicy"] = "SingleStack" if spec.get("selector") else "RequireDualStack"
+    if not spec.get("ipFamilies"):
+        spec["ipFamilies"] = [CLUSTER_FAMILY]
 
 
 def _release_others(ips: IPPool, key: str, keep: str) -> None:
