@@ -208,3 +208,33 @@ async def test_headless_affinity_local_fallback_live_change_and_unknown_value(
     warned = [r for r in caplog.records if r.name == "isthmus.dns.source" and "affinity" in r.getMessage()
               and (getattr(r, "service", None), getattr(r, "cluster", None)) == (f"{ns}/db", cs.clusters[0].id)]
     assert len(warned) == 1 and getattr(warned[0], "affinity", None) == "nearby"
+
+
+async def test_prefer_close_from_the_exported_service_steers_headless_answers(
+    env: tuple[ClusterSet, Resolver, Resolver],
+) -> None:
+    """trafficDistribution: PreferClose on the exported Services travels to the ServiceImport, and
+    c1's DNS server answers its headless name with c1's pod while it is ready, c2's when it is not;
+    c3 (not an exporter) lists both; an explicit isthmus.io/affinity `none` switches it off."""
+    cs, dns1, dns3 = env
+    ns = "close"
+    await _ns(cs, ns)
+
+    async def export(c1_ready: bool = True, annotations: dict[str, str] | None = None) -> None:
+        for i, pod, ready in ((0, "127.20.9.1", c1_ready), (1, "127.20.10.1", True)):
+            svc = service("db", ns, headless=True)
+            assert svc.spec is not None
+            svc.spec.trafficDistribution = "PreferClose"
+            await cs.export(i, "db", ns, svc=svc, endpoints=[(pod, ready, f"db-{i}")],
+                            exported_annotations=annotations)
+
+    name = f"db.{ns}.svc.{Z}"
+    await export()
+    await dns3.eventually(name, lambda seen: seen == ["127.20.10.1", "127.20.9.1"])
+    await dns1.eventually(name, lambda seen: seen == ["127.20.9.1"])
+    si = await cs.local_import(0, "db", ns)
+    assert si is not None and (si.get("spec") or {}).get("trafficDistribution") == "PreferClose"
+    await export(c1_ready=False)
+    await dns1.eventually(name, lambda seen: seen == ["127.20.10.1"])  # no ready pod in c1: c2's
+    await export(annotations={"isthmus.io/affinity": "none"})
+    await dns1.eventually(name, lambda seen: seen == ["127.20.10.1", "127.20.9.1"])

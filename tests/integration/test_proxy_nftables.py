@@ -282,6 +282,23 @@ async def test_a_vip_balances_over_the_imported_clusters(env: Env) -> None:
     assert set(servers(await asyncio.to_thread(client.tcp, CLIENT_1, VIP, SVC_PORT, 40))) == {POD_A, POD_B}
 
 
+async def test_prefer_close_keeps_a_vip_in_this_cluster_until_its_pods_go(env: Env) -> None:
+    """trafficDistribution PreferClose on the import: the kernel's rules send every connection to
+    this cluster's pod, and to the other cluster's once it is not ready."""
+    await env.client.create(service("near", "127.201.9.2"))
+    await env.client.create(kube_slice("near", [POD_A]))
+    await env.client.create(imported_slice("near", "c2", [POD_B]))
+    await create_import(env.client, "near", VIP, ["c1", "c2"], trafficDistribution="PreferClose")
+    key = ListenerKey("TCP", VIP, SVC_PORT)
+    await eventually(lambda: env.proxy.backends(key) == (Backend(POD_A, TARGET),))
+    client = Client(env.ns, CLIENT_1)
+    assert servers(await asyncio.to_thread(client.tcp, CLIENT_1, VIP, SVC_PORT, 20)) == {POD_A: 20}
+    await env.client.patch(EndpointSlice, "near-abcde", {"endpoints": [
+        {"addresses": [POD_A], "conditions": {"ready": False}}]}, namespace=NS, patch_type=PatchType.MERGE)
+    await eventually(lambda: env.proxy.backends(key) == (Backend(POD_B, TARGET),))
+    assert servers(await asyncio.to_thread(client.tcp, CLIENT_1, VIP, SVC_PORT, 20)) == {POD_B: 20}
+
+
 async def test_restart_replaces_leftovers_and_stop_removes_the_tables(apiserver: RunningApiServer,
                                                                       netns: Netns) -> None:
     client = apiserver.client()

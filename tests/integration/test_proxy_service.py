@@ -541,6 +541,73 @@ async def test_vip_local_affinity_falls_back_to_every_remote_cluster_and_unknown
             await echo.stop()
 
 
+async def prefer_close(env: Env, name: str, host: int) -> None:
+    """A ServiceImport with trafficDistribution PreferClose (as copied from the exported Service):
+    connections to its VIP go to this cluster's pod while it is ready, to the other cluster's when
+    it is not, back once it is ready again; isthmus.io/affinity `none` overrides it."""
+    mine = await TcpEcho("mine", env.ip("pod", host), TARGET).start()
+    other = await TcpEcho("other", env.ip("pod", host + 1), TARGET).start()
+    vip = env.ip("vip", host)
+    key = ListenerKey("TCP", vip, SVC_PORT)
+
+    async def serving(*hosts: str) -> None:
+        await eventually(lambda: (t := env.proxy.target(key)) is not None
+                         and sorted(b.host for b in t.backends) == sorted(hosts))
+
+    try:
+        await env.client.create(service(name, env.ip("cip", host)))
+        await env.client.create(kube_slice(name, [mine.host]))
+        await env.client.create(imported_slice(name, "c2", [other.host]))
+        await create_import(env.client, name, vip, ["c1", "c2"], trafficDistribution="PreferClose")
+        await serving(mine.host)
+        assert await who(vip, SVC_PORT, 6) == {"mine": 6}
+        await env.client.patch(EndpointSlice, f"{name}-abcde", {"endpoints": endpoints(mine.host, ready=False)},
+                               namespace=NS, patch_type=PatchType.MERGE)
+        await serving(other.host)  # no ready pod here: the other cluster's
+        assert await who(vip, SVC_PORT, 4) == {"other": 4}
+        await set_endpoints(env.client, f"{name}-abcde", [mine.host])
+        await serving(mine.host)
+        assert await who(vip, SVC_PORT, 4) == {"mine": 4}
+        await env.client.patch(SI, name, {"metadata": {"annotations": {"isthmus.io/affinity": "none"}}},
+                               namespace=NS, patch_type=PatchType.MERGE)
+        await serving(mine.host, other.host)
+        assert set(await who(vip, SVC_PORT, 40)) == {"mine", "other"}
+    finally:
+        await mine.stop()
+        await other.stop()
+
+
+async def test_vip_prefer_close_serves_this_cluster_first_and_falls_back(env: Env) -> None:
+    await prefer_close(env, "close", 21)
+
+
+async def test_unknown_traffic_distribution_balances_over_every_cluster_and_is_logged_once(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="isthmus.proxy.proxy")
+    mine = await TcpEcho("mine", env.ip("pod", 31), TARGET).start()
+    other = await TcpEcho("other", env.ip("pod", 32), TARGET).start()
+    vip = env.ip("vip", 31)
+    key = ListenerKey("TCP", vip, SVC_PORT)
+    try:
+        await env.client.create(service("region", env.ip("cip", 31)))
+        await env.client.create(kube_slice("region", [mine.host]))
+        await env.client.create(imported_slice("region", "c2", [other.host]))
+        await create_import(env.client, "region", vip, ["c1", "c2"], trafficDistribution="PreferSameRegion")
+        await env.listening(key, backends=2)
+        rebuilds = env.proxy.stats.rebuilds
+        await env.client.patch(SI, "region", {"metadata": {"labels": {"touched": "yes"}}},
+                               namespace=NS, patch_type=PatchType.MERGE)
+        await eventually(lambda: env.proxy.stats.rebuilds > rebuilds)  # rebuilt with the same value
+        assert set(await who(vip, SVC_PORT, 40)) == {"mine", "other"}
+        warned = [r for r in caplog.records if r.name == "isthmus.proxy.proxy" and "trafficDistribution" in r.getMessage()]
+        assert [(getattr(r, "service", None), getattr(r, "distribution", None)) for r in warned] == \
+            [(f"{NS}/region", "PreferSameRegion")]
+    finally:
+        await mine.stop()
+        await other.stop()
+
+
 # --- connect-time balancing (isthmus.proxy.socketlb) ------------------------------------------------
 
 
@@ -613,3 +680,9 @@ async def test_client_ip_affinity_stays_with_the_listener(lb_env: Env) -> None:
     finally:
         for s in (a, b):
             await s.stop()
+
+
+async def test_prefer_close_in_the_kernel(lb_env: Env) -> None:
+    """Connect-time balancing picks from the same preferred set: the listener sees none of it."""
+    await prefer_close(lb_env, "close-lb", 41)
+    assert lb_env.proxy.stats.for_listener("shop/close-lb", "http", "TCP", "ClusterSetIP").connections == 0
