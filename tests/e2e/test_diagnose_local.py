@@ -52,7 +52,7 @@ spec:
   selector: {{app: echo}}
   ports: [{{name: http, port: 80, targetPort: 8080, protocol: TCP}}]
 ---
-apiVersion: multicluster.x-k8s.io/v1alpha1
+apiVersion: multicluster.x-k8s.io/v1beta1
 kind: ServiceExport
 metadata:
   name: echo

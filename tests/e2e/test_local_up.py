@@ -67,7 +67,7 @@ spec:
 """
 
 EXPORT = """
-apiVersion: multicluster.x-k8s.io/v1alpha1
+apiVersion: multicluster.x-k8s.io/v1beta1
 kind: ServiceExport
 metadata:
   name: {name}

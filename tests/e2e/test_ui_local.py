@@ -39,7 +39,7 @@ spec:
   selector: {{app: {name}}}
   ports: [{{name: http, port: {port}, targetPort: 8080, protocol: TCP}}]
 ---
-apiVersion: multicluster.x-k8s.io/v1alpha1
+apiVersion: multicluster.x-k8s.io/v1beta1
 kind: ServiceExport
 metadata: {{name: {name}, namespace: {ns}}}
 """

@@ -78,7 +78,7 @@ def imported_slice(svc: str, cluster: str, ips: list[str]) -> EndpointSlice:
 async def create_import(client: AsyncClient, name: str, vip: str, clusters: list[str], **spec: Any) -> None:
     obj = SI.from_dict(
         {
-            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "apiVersion": "multicluster.x-k8s.io/v1beta1",
             "kind": "ServiceImport",
             "metadata": {"name": name, "namespace": NS},
             "spec": {

@@ -61,7 +61,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             await client.create(service(name, "shop"))
         await client.create(service("db", "staging"))
         export: Any = resource_for(ServiceExport)
-        await client.create(export.from_dict({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
+        await client.create(export.from_dict({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
                                               "metadata": {"name": "web", "namespace": "shop"}}))
         doc = srv.server.kubeconfig("c1")
         hung = {"name": "hung", "cluster": {"server": f"http://127.0.0.1:{silent.getsockname()[1]}"}}

@@ -64,7 +64,7 @@ def service_import(
         spec["ips"] = ips
     return SI.from_dict(
         {
-            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "apiVersion": "multicluster.x-k8s.io/v1beta1",
             "kind": "ServiceImport",
             "metadata": {"name": name, "namespace": NS},
             "spec": spec,

@@ -84,7 +84,7 @@ async def test_a_members_token_cannot_change_what_its_peers_import(cs: ClusterSe
     # (a) The aggregate: nothing is stored on the broker, and a member may write no ServiceImport
     # there, neither one claiming to be the aggregate nor its status (before: c3 could replace
     # status.clusters with [c3] and drop its peers, or delete the aggregate).
-    forged = SI.from_dict({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+    forged = SI.from_dict({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
                            "metadata": {"name": agg_name, "namespace": BROKER_NS,
                                         "labels": {SERVICE_NAME_LABEL: "web", SOURCE_NAMESPACE_LABEL: NS}},
                            "spec": {"type": "ClusterSetIP", "ips": ["127.33.6.6"], "ports": [{"port": 6666}]},

@@ -154,7 +154,7 @@ async def test_an_object_comes_with_its_yaml_conditions_and_events(
         metadata=ObjectMeta(name="web.ui-test-1", namespace=NS), type="Warning", reason="PortConflict",
         message="seen by the test", count=2,
         involvedObject=ObjectReference(kind="ServiceExport", name="web", namespace=NS,
-                                       apiVersion="multicluster.x-k8s.io/v1alpha1")))
+                                       apiVersion="multicluster.x-k8s.io/v1beta1")))
     url = f"{ui.url}api/object?cluster=c2&kind=ServiceExport&namespace={NS}&name=web"
     await eventually(lambda: _has_conflict(ui), timeout=20, what="c2's export in conflict")
     async with aiohttp.ClientSession() as session:

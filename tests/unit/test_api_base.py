@@ -142,7 +142,7 @@ def test_merge_conditions_is_pure_and_preserves_times() -> None:
 
 def test_resource_type_meta_is_filled_and_checked() -> None:
     se = ServiceExport(metadata=ObjectMeta(name="web", namespace="ns"))
-    assert (se.api_version, se.kind) == ("multicluster.x-k8s.io/v1alpha1", "ServiceExport")
+    assert (se.api_version, se.kind) == ("multicluster.x-k8s.io/v1beta1", "ServiceExport")
     assert se.name == "web" and se.namespace == "ns"
     with pytest.raises(ValidationError):
         ServiceExport.model_validate({"apiVersion": "v1", "kind": "ServiceExport"})
@@ -153,7 +153,7 @@ def test_resource_type_meta_is_filled_and_checked() -> None:
 def test_resource_list_parses_items() -> None:
     lst = ResourceList[ServiceExport].model_validate(
         {
-            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "apiVersion": "multicluster.x-k8s.io/v1beta1",
             "kind": "ServiceExportList",
             "metadata": {"resourceVersion": "7", "continue": "abc"},
             "items": [{"metadata": {"name": "a", "namespace": "n"}}],

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from isthmus.api import CRD_MODELS
-from isthmus.api.base import CONDITION_REASON_PATTERN, CONDITION_TYPE_PATTERN, Condition
+from isthmus.api.base import CONDITION_REASON_PATTERN, CONDITION_TYPE_PATTERN, Condition, Resource
 from isthmus.api.crdgen import (
     SchemaError,
     all_crds,
@@ -105,15 +105,37 @@ def test_crd_envelope(crd: dict[str, Any]) -> None:
     assert crd["metadata"]["name"] == f"{names['plural']}.{spec['group']}"
     assert names["listKind"] == names["kind"] + "List"
     assert spec["scope"] == ("Cluster" if names["kind"] in ("LoadBalancerPool", "SourceIPClass", "SourceIP") else "Namespaced")
-    (version,) = spec["versions"]
-    assert version["served"] and version["storage"]
-    assert version["subresources"] == {"status": {}}
+    versions = spec["versions"]
+    assert all(v["served"] for v in versions)
+    assert [v["storage"] for v in versions] == [False] * (len(versions) - 1) + [True]  # storage last
+    for version in versions:
+        assert version["subresources"] == {"status": {}}
+        assert version["schema"] == versions[-1]["schema"]  # None conversion: one schema
+        assert version["additionalPrinterColumns"] == versions[-1]["additionalPrinterColumns"]
+        for col in version["additionalPrinterColumns"]:
+            assert col["type"] in {"string", "integer", "number", "boolean", "date"}
+            assert col["jsonPath"].startswith(".")
     schema = _schema(crd)
     assert list(schema["properties"])[:3] == ["apiVersion", "kind", "metadata"]
     assert schema["properties"]["metadata"] == {"type": "object"}
-    for col in version["additionalPrinterColumns"]:
-        assert col["type"] in {"string", "integer", "number", "boolean", "date"}
-        assert col["jsonPath"].startswith(".")
+
+
+@pytest.mark.parametrize("model", [ServiceExport, ServiceImport], ids=lambda m: m.__name__)
+def test_mcs_crds_serve_v1alpha1_and_store_v1beta1_as_mcs_api_v0_5(model: type[Resource]) -> None:
+    crd = crd_for(model)
+    assert [(v["name"], v["served"], v["storage"]) for v in crd["spec"]["versions"]] == [
+        ("v1alpha1", True, False), ("v1beta1", True, True)]
+    short = {"ServiceExport": ["svcex", "svcexport"], "ServiceImport": ["svcim", "svcimport"]}
+    assert crd["spec"]["names"]["shortNames"] == short[model.crd.kind]
+    assert model.crd.api_version == "multicluster.x-k8s.io/v1beta1"  # what Isthmus's clients speak
+    # An object written for v1alpha1 still parses: the versions differ only in name.
+    old = model.from_dict({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": model.crd.kind,
+                           "metadata": {"name": "web"}, **({"spec": {"type": "Headless", "ports": []}}
+                                                           if model is ServiceImport else {})})
+    assert old.api_version == "multicluster.x-k8s.io/v1beta1"
+    with pytest.raises(ValueError, match="apiVersion"):
+        model.from_dict({"apiVersion": "multicluster.x-k8s.io/v2", "kind": model.crd.kind, "metadata": {"name": "w"},
+                         **({"spec": {"type": "Headless", "ports": []}} if model is ServiceImport else {})})
 
 
 def test_condition_schema_is_kubes() -> None:
@@ -130,7 +152,6 @@ def test_condition_schema_is_kubes() -> None:
 def test_service_import_crd_matches_mcs_api() -> None:
     crd = crd_for(ServiceImport)
     assert crd["metadata"]["name"] == "serviceimports.multicluster.x-k8s.io"
-    assert crd["spec"]["names"]["shortNames"] == ["svcim"]
     schema = _schema(crd)
     assert schema["required"] == ["spec"]
     spec = schema["properties"]["spec"]

@@ -27,7 +27,7 @@ from isthmus.api.mcs import (
 )
 
 SERVICE_IMPORT = {
-    "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+    "apiVersion": "multicluster.x-k8s.io/v1beta1",
     "kind": "ServiceImport",
     "metadata": {
         "name": "web",
@@ -88,7 +88,7 @@ def test_service_import_defaults_and_rejections() -> None:
 
 def test_service_export_round_trip() -> None:
     wire = {
-        "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+        "apiVersion": "multicluster.x-k8s.io/v1beta1",
         "kind": "ServiceExport",
         "metadata": {
             "name": "web",

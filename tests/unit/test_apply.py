@@ -618,7 +618,7 @@ APPLIED = [
     ("EndpointSlice", {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {
         "name": "svc-c2", "namespace": "n", "labels": {"multicluster.kubernetes.io/service-name": "svc",
                                                        "multicluster.kubernetes.io/source-cluster": "c2"},
-        "ownerReferences": [{"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+        "ownerReferences": [{"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceImport",
                              "name": "svc", "uid": "6f1c"}]},
         "addressType": "IPv4", "endpoints": [{"addresses": ["127.0.0.5"], "conditions": {"ready": True}}],
         "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}),

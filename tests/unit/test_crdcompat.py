@@ -17,7 +17,19 @@ from isthmus.clusterset.crds import plan_crds
 
 OURS = {c["metadata"]["name"]: c for c in all_crds()}
 EXPORTS = "serviceexports.multicluster.x-k8s.io"
-SUBMARINER = yaml.safe_load((Path(__file__).parents[1] / "reference" / "mcs_api_serviceexports_v0_1_0.yaml").read_text())
+SUBMARINER_V0_1 = yaml.safe_load(
+    (Path(__file__).parents[1] / "reference" / "mcs_api_serviceexports_v0_1_0.yaml").read_text())
+
+
+def serving_v1beta1(crd: dict[str, Any]) -> dict[str, Any]:
+    """An mcs-api CRD as v0.5 ships it: the v1alpha1 schema served again as v1beta1, the storage version."""
+    out = copy.deepcopy(crd)
+    (alpha,) = out["spec"]["versions"]
+    out["spec"]["versions"] = [{**alpha, "storage": False}, {**copy.deepcopy(alpha), "name": "v1beta1", "storage": True}]
+    return out
+
+
+SUBMARINER = serving_v1beta1(SUBMARINER_V0_1)
 
 
 def managed(*entries: tuple[str, str, str | None]) -> list[dict[str, Any]]:
@@ -63,9 +75,21 @@ def test_submariners_serviceexport_is_compatible_without_our_extensions() -> Non
 def test_what_makes_a_shared_crd_incompatible() -> None:
     crd = copy.deepcopy(SUBMARINER)
     crd["spec"]["scope"] = "Cluster"
-    crd["spec"]["versions"][0]["name"] = "v1beta1"
+    del crd["spec"]["versions"][0]
+    crd["spec"]["versions"][0]["name"] = "v2"
     assert incompatibilities(crd, OURS[EXPORTS]) == ["scope Cluster, not Namespaced",
-                                                     "does not serve v1alpha1 (serves v1beta1)"]
+                                                     "does not serve v1beta1 (serves v2)"]
+
+
+def test_a_shared_crd_serving_only_v1alpha1_is_incompatible_and_says_it_predates_v1beta1() -> None:
+    """Isthmus's clients speak v1beta1: mcs-api before v0.5 (Submariner's v0.1.0 copy) cannot serve them."""
+    assert incompatibilities(SUBMARINER_V0_1, OURS[EXPORTS]) == [
+        "does not serve v1beta1 (serves v1alpha1): it predates v1beta1, which Isthmus speaks; upgrading that "
+        "project's CRD to one serving v1beta1 fixes it"]
+    # served as v1beta1 but not v1alpha1 is enough: Isthmus never asks for v1alpha1
+    only_beta = copy.deepcopy(SUBMARINER)
+    del only_beta["spec"]["versions"][0]
+    assert incompatibilities(only_beta, OURS[EXPORTS]) == []
 
 
 def test_plan_keeps_compatible_applies_ours_and_refuses_incompatible() -> None:
@@ -77,6 +101,6 @@ def test_plan_keeps_compatible_applies_ours_and_refuses_incompatible() -> None:
     assert len(plan.apply) == len(wanted) - 1
     ours_before = copy.deepcopy(OURS[EXPORTS])  # installed by us: upgraded
     assert len(plan_crds(wanted, {EXPORTS: ours_before}).apply) == len(wanted)
-    del theirs["spec"]["versions"][0]["subresources"]
+    del theirs["spec"]["versions"][1]["subresources"]
     with pytest.raises(ClustersetError, match=f"{EXPORTS} \\(installed by submariner-operator\\): no status subresource"):
         plan_crds(wanted, {EXPORTS: theirs})

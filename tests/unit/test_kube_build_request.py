@@ -19,7 +19,7 @@ CASES: list[tuple[str, str, dict[str, Any] | None, bytes | None, dict[str, str] 
     ("PATCH", "/apis/discovery.k8s.io/v1/namespaces/bulk/endpointslices/svc-1-bulk-c1-0a1b2c3d4e",
      {"fieldManager": "isthmus-mcs-agent", "force": "true"}, b'{"kind":"EndpointSlice"}',
      {"Content-Type": "application/apply-patch+yaml"}, httpx2.USE_CLIENT_DEFAULT),
-    ("PATCH", "/apis/multicluster.x-k8s.io/v1alpha1/namespaces/b/serviceimports/x/status",
+    ("PATCH", "/apis/multicluster.x-k8s.io/v1beta1/namespaces/b/serviceimports/x/status",
      {"fieldManager": "isthmus-mcs-agent"}, b"{}", {"Content-Type": "application/merge-patch+json"}, 5.0),
     ("GET", "/apis/isthmus.io/v1alpha1/namespaces/isthmus-broker/exportedservices",
      {"labelSelector": "a=b,c in (x,y)", "limit": 500}, None, None, httpx2.Timeout(3, read=None)),

@@ -43,7 +43,7 @@ def test_round_trip_through_lightkube() -> None:
 
 def test_lightkube_codecs_know_our_kinds() -> None:
     (obj,) = codecs.load_all_yaml(
-        "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: web, namespace: shop}\n"
+        "apiVersion: multicluster.x-k8s.io/v1beta1\nkind: ServiceExport\nmetadata: {name: web, namespace: shop}\n"
     )
     assert type(obj).__name__ == "ServiceExport"
     assert obj.metadata is not None and obj.metadata.namespace == "shop"

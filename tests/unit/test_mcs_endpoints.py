@@ -456,7 +456,7 @@ def test_local_slice_copy() -> None:
     }
     (owner,) = copy_.metadata.ownerReferences
     assert (owner.apiVersion, owner.kind, owner.name, owner.uid) == (
-        "multicluster.x-k8s.io/v1alpha1",
+        "multicluster.x-k8s.io/v1beta1",
         "ServiceImport",
         "web",
         "uid-1",

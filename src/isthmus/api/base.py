@@ -293,7 +293,12 @@ AGE_COLUMN = PrinterColumn("Age", "date", ".metadata.creationTimestamp")
 
 @dataclass(frozen=True)
 class CRDInfo:
-    """How a resource model is served: everything the CRD manifest needs besides the schema."""
+    """How a resource model is served: everything the CRD manifest needs besides the schema.
+
+    `version` is the storage version, the one Isthmus's clients speak; `older_versions` are served
+    too, with the same schema (kube's `None` conversion only rewrites apiVersion), so objects and
+    clients written for them keep working while a cluster migrates (mcs-api v0.5: v1alpha1 beside
+    v1beta1)."""
 
     group: str
     version: str
@@ -305,10 +310,20 @@ class CRDInfo:
     printer_columns: tuple[PrinterColumn, ...] = (AGE_COLUMN,)
     status_subresource: bool = True
     singular: str = field(default="")
+    older_versions: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """Every served version, oldest first; the storage version (`version`) last."""
+        return (*self.older_versions, self.version)
+
+    @property
+    def api_versions(self) -> tuple[str, ...]:
+        return tuple(f"{self.group}/{v}" for v in self.versions)
 
     @property
     def crd_name(self) -> str:
@@ -339,7 +354,8 @@ class Resource(KubeModel):
     @model_validator(mode="after")
     def _fill_type_meta(self) -> Self:
         info = type(self).crd
-        if self.api_version and self.api_version != info.api_version:
+        # An object of an older served version reads as the storage one: the schemas are the same.
+        if self.api_version and self.api_version not in info.api_versions:
             raise ValueError(f"apiVersion {self.api_version!r} is not {info.api_version!r}")
         if self.kind and self.kind != info.kind:
             raise ValueError(f"kind {self.kind!r} is not {info.kind!r}")

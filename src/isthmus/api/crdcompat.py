@@ -4,8 +4,10 @@ Isthmus, and who installed it.
 Submariner, Cilium's MCS and Karmada ship their own copies of these CRDs, with other schemas. Isthmus
 must not overwrite them (their controllers rely on them) nor refuse them when they carry what
 Isthmus reads and writes. A field absent from a structural schema is pruned by the apiserver, so
-"compatible" means: same kind and scope, our version served, a status subresource where we write
-status, and every field of the upstream API Isthmus uses present. Isthmus's extensions
+"compatible" means: same kind and scope, our version served (the storage version of our CRD, the
+one Isthmus's clients speak: v1beta1 for mcs-api), a status subresource where we write status, and
+every field of the upstream API Isthmus uses present. A copy serving only an older version (mcs-api
+before v0.5 serves v1alpha1 alone) is incompatible, and says so: its project's upgrade fixes it. Isthmus's extensions
 (e.g. ServiceExport's exportedLabels, MultiClusterService's per-cluster report) are listed as not
 stored: their features are lost on that cluster, nothing else is.
 """
@@ -16,20 +18,23 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from isthmus.api.crdgen import PART_OF, PART_OF_LABEL
+from isthmus.api.crdgen import PART_OF, PART_OF_LABEL, storage_version
 
 ISTHMUS = "Isthmus"
 
 ESSENTIAL_FIELDS: Mapping[str, tuple[str, ...]] = {
-    # mcs-api v1alpha1 as Submariner ships it: the agent writes Valid/Conflict/Ready conditions.
+    # mcs-api v1beta1 (v0.5): the agent writes Valid/Conflict/Ready conditions.
     "serviceexports.multicluster.x-k8s.io": (
         "status.conditions[].type", "status.conditions[].status", "status.conditions[].reason",
         "status.conditions[].message", "status.conditions[].lastTransitionTime",
     ),
-    # What the agent writes and DNS and the proxy read.
+    # What the agent writes and DNS and the proxy read: the families of the VIPs, and the Ready
+    # condition v1beta1 defines on imports.
     "serviceimports.multicluster.x-k8s.io": (
-        "spec.type", "spec.ips", "spec.ports[].name", "spec.ports[].protocol", "spec.ports[].port",
-        "spec.sessionAffinity", "status.clusters[].cluster",
+        "spec.type", "spec.ips", "spec.ipFamilies", "spec.ports[].name", "spec.ports[].protocol",
+        "spec.ports[].port", "spec.sessionAffinity", "status.clusters[].cluster", "status.conditions[].type",
+        "status.conditions[].status", "status.conditions[].reason", "status.conditions[].message",
+        "status.conditions[].lastTransitionTime",
     ),
     # Karmada's networking.karmada.io/v1alpha1 fields exposure reads, and the address it reports.
     "multiclusterservices.networking.karmada.io": (
@@ -37,6 +42,8 @@ ESSENTIAL_FIELDS: Mapping[str, tuple[str, ...]] = {
         "spec.consumerClusters[].name", "status.loadBalancer.ingress[].ip", "status.conditions[].type",
         "status.conditions[].status", "status.conditions[].reason", "status.conditions[].message",
     ),
+    # about-api's ClusterProperty: join writes the value, the agent and DNS read it.
+    "clusterproperties.about.k8s.io": ("spec.value",),
 }
 """Per shared CRD, the fields of the upstream API Isthmus reads or writes: without one, it cannot work."""
 
@@ -73,11 +80,16 @@ def incompatibilities(existing: Mapping[str, Any], ours: Mapping[str, Any]) -> l
         problems.append(f"kind {(spec.get('names') or {}).get('kind')!r}, not {want['names']['kind']!r}")
     if spec.get("scope") != want["scope"]:
         problems.append(f"scope {spec.get('scope')}, not {want['scope']}")
-    our_version = want["versions"][0]
+    our_version = storage_version(ours)
     version = _served(existing, our_version["name"])
     if version is None:
         served = [v["name"] for v in spec.get("versions") or [] if v.get("served")]
-        problems.append(f"does not serve {our_version['name']} (serves {', '.join(served) or 'no version'})")
+        problem = f"does not serve {our_version['name']} (serves {', '.join(served) or 'no version'})"
+        older = [v["name"] for v in want["versions"] if not v.get("storage") and v["name"] in served]
+        if older:
+            problem += (f": it predates {our_version['name']}, which Isthmus speaks; upgrading that project's "
+                        f"CRD to one serving {our_version['name']} fixes it")
+        problems.append(problem)
         return problems
     if "status" in (our_version.get("subresources") or {}) and "status" not in (version.get("subresources") or {}):
         problems.append("no status subresource")
@@ -91,12 +103,13 @@ def incompatibilities(existing: Mapping[str, Any], ours: Mapping[str, Any]) -> l
 def not_stored(existing: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
     """Fields of our schema the installed one would prune (outermost only): Isthmus's extensions,
     whose features do not work with that CRD."""
-    version = _served(existing, ours["spec"]["versions"][0]["name"])
+    our_version = storage_version(ours)
+    version = _served(existing, our_version["name"])
     if version is None:
         return []
     theirs = (version.get("schema") or {}).get("openAPIV3Schema") or {}
     out: list[str] = []
-    for path in field_paths(ours["spec"]["versions"][0]["schema"]["openAPIV3Schema"]):
+    for path in field_paths(our_version["schema"]["openAPIV3Schema"]):
         if path.split(".")[0] in ("apiVersion", "kind", "metadata"):
             continue
         if any(path.startswith(p + ".") or path.startswith(p + "[]") or path.startswith(p + "{}") for p in out):

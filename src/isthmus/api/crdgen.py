@@ -10,6 +10,7 @@ is needed.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -164,23 +165,29 @@ def crd_for(model: type[Resource]) -> dict[str, Any]:
         names["shortNames"] = list(info.short_names)
     if info.categories:
         names["categories"] = list(info.categories)
-    version: dict[str, Any] = {
-        "name": info.version,
-        "served": True,
-        "storage": True,
-        "schema": {"openAPIV3Schema": resource_schema(model)},
-    }
-    if info.status_subresource:
-        version["subresources"] = {"status": {}}
-    if info.printer_columns:
-        version["additionalPrinterColumns"] = [c.to_dict() for c in info.printer_columns]
+    schema = resource_schema(model)
+    versions = []
+    # Older versions first, as controller-gen orders them; each its own copy, so editing one
+    # manifest's version never changes another's.
+    for name in info.versions:
+        version: dict[str, Any] = {
+            "name": name,
+            "served": True,
+            "storage": name == info.version,
+            "schema": {"openAPIV3Schema": copy.deepcopy(schema)},
+        }
+        if info.status_subresource:
+            version["subresources"] = {"status": {}}
+        if info.printer_columns:
+            version["additionalPrinterColumns"] = [c.to_dict() for c in info.printer_columns]
+        versions.append(version)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         # The label tells `isthmus join` and `diagnose` a shared CRD is ours to upgrade, whoever applied it
         # (kubectl's field manager says nothing about where the manifest came from).
         "metadata": {"name": info.crd_name, "labels": {PART_OF_LABEL: PART_OF}},
-        "spec": {"group": info.group, "names": names, "scope": info.scope, "versions": [version]},
+        "spec": {"group": info.group, "names": names, "scope": info.scope, "versions": versions},
     }
 
 
@@ -191,6 +198,12 @@ def all_crds(models: Iterable[type[Resource]] | None = None) -> list[dict[str, A
 
         models = CRD_MODELS
     return [crd_for(m) for m in models]
+
+
+def storage_version(crd: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The version entry of a CRD manifest objects are stored in (the one Isthmus speaks)."""
+    versions = crd["spec"]["versions"]
+    return next((v for v in versions if v.get("storage")), versions[-1])
 
 
 def crd_file_name(crd: Mapping[str, Any]) -> str:

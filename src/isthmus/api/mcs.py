@@ -39,7 +39,9 @@ from isthmus.api.base import (
 # --- groups -------------------------------------------------------------------------------------
 
 MCS_GROUP = "multicluster.x-k8s.io"
-MCS_VERSION = "v1alpha1"
+MCS_VERSION = "v1beta1"
+"""The storage version, the one Isthmus speaks (mcs-api v0.5); MCS_OLDER_VERSIONS stay served."""
+MCS_OLDER_VERSIONS = ("v1alpha1",)
 ISTHMUS_GROUP = "isthmus.io"
 ISTHMUS_VERSION = "v1alpha1"
 
@@ -325,9 +327,10 @@ class ServiceExport(Resource):
     crd = CRDInfo(
         group=MCS_GROUP,
         version=MCS_VERSION,
+        older_versions=MCS_OLDER_VERSIONS,
         kind="ServiceExport",
         plural="serviceexports",
-        short_names=("svcex",),
+        short_names=("svcex", "svcexport"),
         printer_columns=(
             PrinterColumn("Valid", "string", '.status.conditions[?(@.type=="Valid")].status'),
             PrinterColumn("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
@@ -388,9 +391,10 @@ class ServiceImport(Resource):
     crd = CRDInfo(
         group=MCS_GROUP,
         version=MCS_VERSION,
+        older_versions=MCS_OLDER_VERSIONS,
         kind="ServiceImport",
         plural="serviceimports",
-        short_names=("svcim",),
+        short_names=("svcim", "svcimport"),
         printer_columns=(
             PrinterColumn("Type", "string", ".spec.type", "The type of this ServiceImport"),
             PrinterColumn("IP", "string", ".spec.ips", "The VIP for this ServiceImport"),
