@@ -6,6 +6,7 @@ that it is compatible; an incompatible one is refused and reported."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import shutil
 import sys
 from pathlib import Path
@@ -83,8 +84,14 @@ async def install_as_submariner(client: AsyncClient, crd: dict[str, Any]) -> Non
                               "spec": {"containers": [{"name": "c", "image": "cart"}]}}}}))
 
 
-def submariner_crd() -> dict[str, Any]:
-    return cast(dict[str, Any], yaml.safe_load(SUBMARINER_CRD.read_text()))
+def submariner_crd(v1beta1: bool = True) -> dict[str, Any]:
+    """Submariner's v0.1.0 ServiceExport CRD; with v1beta1, as mcs-api v0.5 serves it: the same schema
+    served again as v1beta1, the storage version (what Isthmus's clients speak)."""
+    crd = cast(dict[str, Any], yaml.safe_load(SUBMARINER_CRD.read_text()))
+    if v1beta1:
+        (alpha,) = crd["spec"]["versions"]
+        crd["spec"]["versions"] = [{**alpha, "storage": False}, {**copy.deepcopy(alpha), "name": "v1beta1"}]
+    return crd
 
 
 async def test_submariners_serviceexport_crd_and_its_objects_survive_install_and_uninstall(
@@ -134,8 +141,9 @@ async def test_submariners_serviceexport_crd_and_its_objects_survive_install_and
 async def test_incompatible_shared_crd_is_refused_untouched_and_reported(apiserver: RunningApiServer) -> None:
     client = apiserver.client()
     crd = submariner_crd()
-    del crd["spec"]["versions"][0]["subresources"]
-    del crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"]
+    for version in crd["spec"]["versions"]:
+        del version["subresources"]
+        del version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"]
     await install_as_submariner(client, crd)
     before = await client.get(CustomResourceDefinition, NAME)
 
@@ -163,3 +171,18 @@ async def test_shared_crds_we_installed_are_upgraded(apiserver: RunningApiServer
     assert plan.kept == {}
     report = await diagnose(apiserver, f"{NAME}: installed by Isthmus")
     assert f"{NAME}: installed by Isthmus" in report, report
+
+
+async def test_a_foreign_crd_serving_only_v1alpha1_is_refused_and_diagnose_says_it_predates_v1beta1(
+    apiserver: RunningApiServer,
+) -> None:
+    client = apiserver.client()
+    await install_as_submariner(client, submariner_crd(v1beta1=False))
+    with pytest.raises(ClustersetError, match=f"{NAME} \\(installed by submariner-operator\\): does not serve v1beta1 "
+                                              "\\(serves v1alpha1\\): it predates v1beta1"):
+        await asyncio.wait_for(ensure_crds(client, "isthmus-cli"), 60)
+    code, out = await kubectl(apiserver, "apply", "--server-side", "-k", str(DEPLOY / "crds" / "isthmus"))
+    assert code == 0, out
+    wanted = f"{NAME}: incompatible: does not serve v1beta1 (serves v1alpha1): it predates v1beta1"
+    report = await diagnose(apiserver, wanted)
+    assert wanted in report, report
