@@ -238,3 +238,28 @@ async def test_prefer_close_from_the_exported_service_steers_headless_answers(
     await dns1.eventually(name, lambda seen: seen == ["127.20.10.1"])  # no ready pod in c1: c2's
     await export(annotations={"isthmus.io/affinity": "none"})
     await dns1.eventually(name, lambda seen: seen == ["127.20.10.1", "127.20.9.1"])
+
+
+async def test_unknown_traffic_distribution_answers_with_no_preference_logged_once(
+    env: tuple[ClusterSet, Resolver, Resolver], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="isthmus.dns.source")
+    cs, dns1, _ = env
+    ns = "region"
+    await _ns(cs, ns)
+
+    async def export(c2_ready: bool = True) -> None:
+        for i, pod, ready in ((0, "127.20.11.1", True), (1, "127.20.12.1", c2_ready)):
+            svc = service("db", ns, headless=True)
+            assert svc.spec is not None
+            svc.spec.trafficDistribution = "PreferSameRegion"
+            await cs.export(i, "db", ns, svc=svc, endpoints=[(pod, ready, f"db-{i}")])
+
+    name = f"db.{ns}.svc.{Z}"
+    await export()
+    await dns1.eventually(name, lambda seen: seen == ["127.20.11.1", "127.20.12.1"])
+    await export(c2_ready=False)  # more rebuilds with the same value
+    await dns1.eventually(name, lambda seen: seen == ["127.20.11.1"])
+    warned = [r for r in caplog.records if r.name == "isthmus.dns.source" and "trafficDistribution" in r.getMessage()
+              and (getattr(r, "service", None), getattr(r, "cluster", None)) == (f"{ns}/db", cs.clusters[0].id)]
+    assert len(warned) == 1 and getattr(warned[0], "distribution", None) == "PreferSameRegion"
