@@ -89,12 +89,26 @@ async def test_port_conflict_set_on_every_exporting_cluster_and_cleared_when_res
     )
     assert cond_is(se3, ConditionType.VALID, "True")
     assert cond_is(se3, ConditionType.READY, "True"), "a conflicting export is still exported"
-    # Resolve by fixing c3's Service: cleared everywhere.
+
+    async def c3_serves_no_port(want: set[str]) -> bool:
+        """Traffic to http (TCP/80 as the import has it) goes only to clusters exposing TCP/80 as http:
+        c3's imported slice lists no port while its Service has http on 8080 (conformance case 26)."""
+        for i in range(3):
+            slices = await cs.imported_slices(i, "web", ns)
+            got = {c: {p.get("name") for p in s.get("ports") or []} for c, s in slices.items()}
+            assert got == {"c1": {"http"}, "c2": {"http"}, "c3": want}, f"{cs.clusters[i].id}: {got}"
+        return True
+
+    await eventually(lambda: c3_serves_no_port(set()), what="c3's slice copies without the http port")
+    # Resolve by fixing c3's Service: cleared everywhere, and c3 serves http again.
     await cs.put(2, service("web", ns, ports=[{"name": "http", "port": 80}]))
     await wait_conflict(cs, [0, 1, 2], "web", ns, None)
+    await eventually(lambda: c3_serves_no_port({"http"}), what="c3's slice copies with the http port again")
 
 
-async def test_ports_are_the_union_by_name(cs: ClusterSet) -> None:
+async def test_ports_are_the_union_by_name_and_a_port_conflict(cs: ClusterSet) -> None:
+    """KEP-1645 "Service Port" (conformance case 10): the union, and PortConflict on every export
+    because the port sets are not identical."""
     ns = "cf-union"
     await _ns(cs, ns)
     await cs.export(0, "web", ns, svc=service("web", ns, ports=[{"name": "http", "port": 80}]))
@@ -118,8 +132,14 @@ async def test_ports_are_the_union_by_name(cs: ClusterSet) -> None:
         return True
 
     await eventually(union)
-    await wait_conflict(cs, [0, 1], "web", ns, None)
+    await wait_conflict(cs, [0, 1], "web", ns, {ConflictReason.PORT})
+    se1 = await cs.get_export(0, "web", ns)
+    assert 'port "metrics" (TCP/9090) of cluster c2 is not in cluster c1 (oldest)' in (
+        condition(se1, ConditionType.CONFLICT) or {}).get("message", "")
     assert agg is not None
+    # Identical again (c2 drops metrics): the conflict clears on both, the union shrinks.
+    await cs.put(1, service("web", ns, ports=[{"name": "http", "port": 80}]))
+    await wait_conflict(cs, [0, 1], "web", ns, None)
 
 
 async def test_oldest_export_wins_not_the_lowest_cluster_id(cs: ClusterSet) -> None:
@@ -348,3 +368,24 @@ async def test_changing_the_annotation_only_toggles_the_enablement_conflict_neve
         return ips_of(agg) if agg else None
 
     await never(got_vip, 1.0, what="VIP allocated by an annotation change")
+
+
+async def test_traffic_policy_and_distribution_conflicts(cs: ClusterSet) -> None:
+    """InternalTrafficPolicyConflict and TrafficDistributionConflict, comma-joined in one condition on
+    both exports; the oldest's values are imported."""
+    ns = "cf-traffic"
+    await _ns(cs, ns)
+    svc = service("web", ns)
+    assert svc.spec is not None
+    svc.spec.internalTrafficPolicy, svc.spec.trafficDistribution = "Local", "PreferClose"
+    await cs.export(0, "web", ns, svc=svc)
+    await cs.wait_exported(0, "web", ns)
+    await cs.export(1, "web", ns, svc=service("web", ns))
+    await wait_conflict(cs, [0, 1], "web", ns,
+                        {ConflictReason.INTERNAL_TRAFFIC_POLICY, ConflictReason.TRAFFIC_DISTRIBUTION})
+    se2 = await cs.get_export(1, "web", ns)
+    assert (condition(se2, ConditionType.CONFLICT) or {}).get("reason") == (
+        "InternalTrafficPolicyConflict,TrafficDistributionConflict")
+    imp = await cs.wait_import(2, "web", ns, ["c1", "c2"])
+    assert (imp["spec"].get("internalTrafficPolicy"), imp["spec"].get("trafficDistribution")) == (
+        "Local", "PreferClose")

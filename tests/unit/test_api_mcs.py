@@ -16,6 +16,8 @@ from isthmus.api.mcs import (
     ConditionType,
     ConflictReason,
     ExportedService,
+    ImportConditionType,
+    ImportReadyReason,
     ReadyReason,
     ServiceDiscovery,
     ServiceExport,
@@ -177,9 +179,14 @@ def test_condition_strings() -> None:
         "SessionAffinityConfigConflict",
         "LabelsConflict",
         "AnnotationsConflict",
+        "InternalTrafficPolicyConflict",
+        "TrafficDistributionConflict",
+        "IPFamilyConflict",
         "ClusterSetIPEnablementConflict",
         "NoConflicts",
     }
+    assert [c.value for c in ImportConditionType] == ["Ready"]
+    assert {r.value for r in ImportReadyReason} == {"Ready", "Pending", "IPFamilyNotSupported"}
 
 
 def test_conflict_condition_joins_reasons_and_messages() -> None:

@@ -112,12 +112,63 @@ def test_sub_second_differences_are_ties() -> None:
     assert [e.cluster for e in sort_exports([b, a])] == ["a", "b"]
 
 
-def test_ports_union_by_name_in_first_seen_order() -> None:
+def test_ports_union_by_name_in_first_seen_order_and_a_port_conflict() -> None:
+    """KEP-1645 "Service Port": the union, and a PortConflict because the sets are not identical."""
     c1 = export("c1", 0, ports=[ServicePort(name="http", port=80), ServicePort(name="metrics", port=9090)])
     c2 = export("c2", 1, ports=[ServicePort(name="grpc", port=9000), ServicePort(name="http", port=80)])
     agg = aggregate([c2, c1], ips=None, vip_enabled=False)
     assert [(p.name, p.port) for p in agg.spec.ports] == [("http", 80), ("metrics", 9090), ("grpc", 9000)]
-    assert agg.conflicts == []
+    assert agg.conflicts == [
+        (ConflictReason.PORT, 'port "metrics" (TCP/9090) of cluster c1 (oldest) is not in cluster c2'),
+        (ConflictReason.PORT, 'port "grpc" (TCP/9000) of cluster c2 is not in cluster c1 (oldest)'),
+    ]
+    assert agg.served == {"c1": {("http", "TCP"), ("metrics", "TCP")}, "c2": {("http", "TCP"), ("grpc", "TCP")}}
+
+
+def test_identical_port_sets_in_another_order_do_not_conflict() -> None:
+    c1 = export("c1", 0, ports=[ServicePort(name="a", port=1), ServicePort(name="b", port=2, protocol="UDP")])
+    c2 = export("c2", 1, ports=[ServicePort(name="b", port=2, protocol="UDP"), ServicePort(name="a", port=1)])
+    assert aggregate([c1, c2], ips=None, vip_enabled=False).conflicts == []
+
+
+def test_conformance_case_10_extra_port_is_a_union_and_a_conflict() -> None:
+    """mcs-api conformance "…should expose the union of the constituent service ports and raise a conflict"."""
+    c0 = export("c0", 0, ports=[ServicePort(name="tcp", port=42), ServicePort(name="udp", protocol="UDP", port=42)])
+    c1 = export("c1", 2, ports=[ServicePort(name="tcp", port=42), ServicePort(name="stcp", protocol="SCTP", port=142)])
+    agg = aggregate([c1, c0], ips=None, vip_enabled=False)
+    assert {(p.name, p.protocol, p.port) for p in agg.spec.ports} == {
+        ("tcp", "TCP", 42), ("udp", "UDP", 42), ("stcp", "SCTP", 142)}
+    assert set(reasons(agg)) == {ConflictReason.PORT}
+    assert agg.served == {"c0": {("tcp", "TCP"), ("udp", "UDP")}, "c1": {("tcp", "TCP"), ("stcp", "SCTP")}}
+
+
+def test_conformance_case_11_same_name_other_number_keeps_the_oldest() -> None:
+    """mcs-api conformance "…with conflicting ports should apply the conflict resolution policy"; and
+    case 26: the port goes only to the cluster exposing it as the ServiceImport does."""
+    c0 = export("c0", 0, ports=[ServicePort(name="tcp", port=42), ServicePort(name="udp", protocol="UDP", port=42)])
+    c1 = export("c1", 2, ports=[ServicePort(name="tcp", port=43)])
+    agg = aggregate([c1, c0], ips=None, vip_enabled=False)
+    assert [(p.name, p.protocol, p.port) for p in agg.spec.ports] == [("tcp", "TCP", 42), ("udp", "UDP", 42)]
+    assert agg.conflicts == [
+        (ConflictReason.PORT, 'port "tcp" is TCP/42 in cluster c0 (oldest) but TCP/43 in cluster c1'),
+        (ConflictReason.PORT, 'port "udp" (UDP/42) of cluster c0 (oldest) is not in cluster c1'),
+    ]
+    assert agg.served == {"c0": {("tcp", "TCP"), ("udp", "UDP")}, "c1": frozenset()}
+
+
+def test_ports_merge_by_protocol_and_number_after_the_name() -> None:
+    """Case 27 keeps both names (other numbers); the same protocol and number under two names keeps
+    the oldest's name only, and the other cluster is not sent that port's traffic."""
+    c0 = export("c0", 0, ports=[ServicePort(name="tcp", port=42)])
+    c1 = export("c1", 1, ports=[ServicePort(name="tcp2", port=4242)])
+    agg = aggregate([c0, c1], ips=None, vip_enabled=False)
+    assert [(p.name, p.port) for p in agg.spec.ports] == [("tcp", 42), ("tcp2", 4242)]
+    assert agg.served == {"c0": {("tcp", "TCP")}, "c1": {("tcp2", "TCP")}}
+    c2 = export("c2", 2, ports=[ServicePort(name="web", port=42), ServicePort(name="dns", protocol="UDP", port=42)])
+    agg = aggregate([c0, c2], ips=None, vip_enabled=False)
+    assert [(p.name, p.protocol, p.port) for p in agg.spec.ports] == [("tcp", "TCP", 42), ("dns", "UDP", 42)]
+    assert agg.served["c2"] == {("dns", "UDP")}
+    assert set(reasons(agg)) == {ConflictReason.PORT}
 
 
 def test_port_conflict_number() -> None:
@@ -145,29 +196,34 @@ def test_port_conflict_protocol_and_app_protocol() -> None:
 
 
 def test_port_oldest_definer_not_oldest_exporter() -> None:
-    """The winner of a name is the oldest cluster *defining* it."""
+    """The winner of a name is the oldest cluster *defining* it; differences are told against the oldest."""
     c1 = export("c1", 0, ports=[ServicePort(name="http", port=80)])
     c2 = export("c2", 1, ports=[ServicePort(name="admin", port=81)])
     c3 = export("c3", 2, ports=[ServicePort(name="admin", port=82)])
     agg = aggregate([c1, c2, c3], ips=None, vip_enabled=False)
     assert [(p.name, p.port) for p in agg.spec.ports] == [("http", 80), ("admin", 81)]
-    assert agg.conflicts[0][1] == 'port "admin" is TCP/81 in cluster c2 (oldest) but TCP/82 in cluster c3'
+    assert 'port "admin" (TCP/82) of cluster c3 is not in cluster c1 (oldest)' in [m for _, m in agg.conflicts]
+    assert agg.conflicting_clusters == {"c2", "c3"}
+    assert agg.served["c3"] == frozenset() and agg.served["c2"] == {("admin", "TCP")}
 
 
-def test_unnamed_ports_keyed_by_port_and_protocol() -> None:
+def test_unnamed_ports_are_one_name() -> None:
+    """The unnamed port is the name "": a ServiceImport may not repeat it, so the oldest's wins."""
     c1 = export("c1", 0, ports=[ServicePort(port=80)])
     c2 = export("c2", 1, ports=[ServicePort(port=80)])
     c3 = export("c3", 2, ports=[ServicePort(port=80, protocol="UDP")])
     c4 = export("c4", 3, ports=[ServicePort(port=80, app_protocol="http")])
     agg = aggregate([c1, c2, c3, c4], ips=None, vip_enabled=False)
-    assert [(p.port, p.protocol) for p in agg.spec.ports] == [(80, "TCP"), (80, "UDP")]
+    assert [(p.port, p.protocol) for p in agg.spec.ports] == [(80, "TCP")]
     assert agg.conflicts == [
+        (ConflictReason.PORT, "the unnamed port is TCP/80 in cluster c1 (oldest) but UDP/80 in cluster c3"),
         (
             ConflictReason.PORT,
-            "unnamed port TCP/80 is TCP/80 in cluster c1 (oldest) but TCP/80 with appProtocol http in cluster c4",
-        )
+            "the unnamed port is TCP/80 in cluster c1 (oldest) but TCP/80 with appProtocol http in cluster c4",
+        ),
     ]
-    assert port_key(ServicePort(port=80)) == (80, "TCP")
+    assert agg.served == {"c1": {("", "TCP")}, "c2": {("", "TCP")}, "c3": frozenset(), "c4": {("", "TCP")}}
+    assert port_key(ServicePort(port=80)) == ""
     assert port_key(ServicePort(name="x", port=80)) == "x"
 
 
@@ -347,6 +403,9 @@ def test_conflict_order_is_fixed_and_condition_builds() -> None:
         ports=[ServicePort(name="http", port=81)],
         exported_labels={"a": "2"},
         exported_annotations={"b": "2"},
+        internal_traffic_policy="Local",
+        traffic_distribution="PreferClose",
+        ip_families=["IPv6"],
     )
     c3 = export(
         "c3",
@@ -361,6 +420,9 @@ def test_conflict_order_is_fixed_and_condition_builds() -> None:
         "TypeConflict",
         "PortConflict",
         "SessionAffinityConflict",
+        "InternalTrafficPolicyConflict",
+        "TrafficDistributionConflict",
+        "IPFamilyConflict",
         "LabelsConflict",
         "AnnotationsConflict",
         "ClusterSetIPEnablementConflict",
@@ -433,3 +495,57 @@ def test_every_reader_derives_the_same_vip_from_the_exporters_decisions() -> Non
     # A headless service has no VIP, whatever an exporter holds.
     d = derive([export("c1", 0, type=ServiceImportType.HEADLESS, clusterset_ips=[]), c2])
     assert d is not None and d.ips == [] and d.result.spec.ips is None
+
+
+def test_internal_traffic_policy_and_traffic_distribution_oldest_wins() -> None:
+    c1 = export("c1", 0, internal_traffic_policy="Local", traffic_distribution="PreferClose")
+    c2 = export("c2", 1, internal_traffic_policy="Cluster")
+    c3 = export("c3", 2, internal_traffic_policy="Local", traffic_distribution="PreferClose")
+    agg = aggregate([c3, c2, c1], ips=None, vip_enabled=False)
+    assert (agg.spec.internal_traffic_policy, agg.spec.traffic_distribution) == ("Local", "PreferClose")
+    assert agg.conflicts == [
+        (ConflictReason.INTERNAL_TRAFFIC_POLICY,
+         "internal traffic policy is Local in cluster c1 (oldest) but Cluster in cluster c2"),
+        (ConflictReason.TRAFFIC_DISTRIBUTION,
+         "traffic distribution is PreferClose in cluster c1 (oldest) but unset in cluster c2"),
+    ]
+    assert agg.conflicting_clusters == {"c2"}
+
+
+def test_unset_internal_traffic_policy_is_cluster() -> None:
+    agg = aggregate([export("c1", 0, internal_traffic_policy="Cluster"), export("c2", 1)], ips=None,
+                    vip_enabled=False)
+    assert agg.conflicts == []
+
+
+def test_ip_family_conflict_only_when_an_exporter_lacks_a_family_of_the_import() -> None:
+    dual = export("c1", 0, type=ServiceImportType.HEADLESS, ip_families=["IPv6", "IPv4"])
+    v4 = export("c2", 1, type=ServiceImportType.HEADLESS, ip_families=["IPv4"])
+    agg = aggregate([v4, dual], ips=None, vip_enabled=False)
+    assert agg.spec.ip_families == ["IPv6", "IPv4"], "the oldest's order"
+    assert agg.conflicts == [
+        (ConflictReason.IP_FAMILY, "the Service in cluster c2 has IP families IPv4 but the service is imported "
+                                   "as IPv6, IPv4: its endpoints are not reached over IPv6"),
+    ]
+    # The other way round the import is IPv4 only: c2's extra IPv6 reaches nothing, no conflict.
+    agg = aggregate([export("c1", 0, ip_families=["IPv4"]), export("c2", 1, ip_families=["IPv4", "IPv6"])],
+                    ips=None, vip_enabled=False)
+    assert agg.spec.ip_families == ["IPv4"] and agg.conflicts == []
+    # A view without ipFamilies (from an older agent) says nothing.
+    assert aggregate([dual, export("c3", 2, type=ServiceImportType.HEADLESS)], ips=None,
+                     vip_enabled=False).conflicts == []
+
+
+def test_ip_families_never_empty_and_follow_the_clusterset_ips() -> None:
+    """Headless imports have ipFamilies too (the conformance suite waits for them); with ClusterSet IPs
+    len(ips) == len(ipFamilies), in the same order (conformance case 8)."""
+    headless = aggregate([export("c1", type=ServiceImportType.HEADLESS)], ips=None, vip_enabled=False)
+    assert headless.spec.ip_families == ["IPv4"]
+    late = aggregate([export("c1", 0), export("c2", 1, ip_families=["IPv6"])], ips=None, vip_enabled=False)
+    assert late.spec.ip_families == ["IPv6"], "the first exporter that says"
+    vip = aggregate([export("c1", ip_families=["IPv6", "IPv4"])], ips=["243.0.0.1"], vip_enabled=True)
+    assert vip.spec.ip_families == ["IPv4"] and len(vip.spec.ips or []) == 1
+    both = aggregate([export("c1", ip_families=["IPv4", "IPv6"])], ips=["fd00::1", "243.0.0.1"], vip_enabled=True)
+    assert both.spec.ip_families == ["IPv6", "IPv4"]
+    assert aggregate([export("c1", ip_families=["IPv4", "IPv4"])], ips=None,
+                     vip_enabled=False).spec.ip_families == ["IPv4"], "never a family twice"

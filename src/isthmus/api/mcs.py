@@ -233,9 +233,30 @@ class ConflictReason(StrEnum):
     SESSION_AFFINITY_CONFIG = "SessionAffinityConfigConflict"
     LABELS = "LabelsConflict"
     ANNOTATIONS = "AnnotationsConflict"
+    INTERNAL_TRAFFIC_POLICY = "InternalTrafficPolicyConflict"
+    TRAFFIC_DISTRIBUTION = "TrafficDistributionConflict"
+    IP_FAMILY = "IPFamilyConflict"
+    """An exporter lacks one of the ServiceImport's IP families, so traffic over that family reaches
+    only the other clusters' endpoints (upstream raises it only then)."""
     CLUSTERSET_IP_ENABLEMENT = "ClusterSetIPEnablementConflict"
     """Ours: the export's VIP setting differs from the aggregate's (oldest export wins)."""
     NO_CONFLICTS = "NoConflicts"
+
+
+class ImportConditionType(StrEnum):
+    """Condition types on a ServiceImport (set by the importing cluster's agent)."""
+
+    READY = "Ready"
+
+
+class ImportReadyReason(StrEnum):
+    """Reasons of a ServiceImport's Ready condition (mcs-api v1beta1)."""
+
+    READY = "Ready"
+    PENDING = "Pending"
+    """Being set up: the ClusterSet IP or some exporting cluster's EndpointSlice is not in place yet."""
+    IP_FAMILY_NOT_SUPPORTED = "IPFamilyNotSupported"
+    """None of the ServiceImport's IP families is one this cluster serves."""
 
 
 def conflict_condition(
@@ -383,6 +404,10 @@ class ServiceImportStatus(KubeModel):
     clusters: list[ClusterStatus] = Field(default_factory=list, json_schema_extra=list_map("cluster"))
     """clusters is the list of exporting clusters from which this service was derived."""
     conditions: Conditions = Field(default_factory=list)
+    """Ready: whether the import is in place in this cluster (Ready, Pending, IPFamilyNotSupported)."""
+    endpoint_slice_objects: Literal["Present", "Absent"] | None = None
+    """Whether imported EndpointSlice objects exist for this import (KEP-1645, mcs-api after v0.5.0):
+    Isthmus always makes them, so `Present`."""
 
 
 class ServiceImport(Resource):

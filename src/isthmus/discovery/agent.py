@@ -310,7 +310,8 @@ class Agent:
             await publisher.sync_conditions(state, AggregateState())
             raise
         await publisher.sync_conditions(state, agg)  # 3.
-        await self.importer.sync(ns, name, agg.current, self.importer.sources_for_us(ns, name, state.spec))  # 4.
+        await self.importer.sync(ns, name, agg.current, self.importer.sources_for_us(ns, name, state.spec),
+                                 agg.result.served if agg.result is not None else None)  # 4.
         if state.failure or agg.failure:
             return Result(requeue_after=FAILED_RETRY_SECONDS)  # e.g. a full CIDR: a VIP may free up
         return None

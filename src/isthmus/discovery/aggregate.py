@@ -2,8 +2,9 @@
 
 The rules are docs/discovery.md "Aggregation rules" (KEP-1645 "Constraints and Conflict Resolution"):
 the oldest export (by exportCreationTimestamp, ties by cluster ID) wins every property, ports are
-the union by name, and every disagreement with the winner becomes a (reason, message) pair for
-the one `Conflict` condition that is set on *every* exporter's ServiceExport.
+the union merged by name then by (protocol, port), and every disagreement with the winner (for
+ports: any difference between port sets) becomes a (reason, message) pair for the one `Conflict`
+condition that is set on *every* exporter's ServiceExport.
 
 Each agent runs this independently on the same ExportedService objects, and all of them must derive
 identical ServiceImports, so the result depends only on the set of inputs, never on their order. No
@@ -14,6 +15,7 @@ from the ExportedServices, each written by its own cluster alone.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,13 +23,25 @@ from isthmus.api.mcs import (
     USE_CLUSTERSET_IP_ANNOTATION,
     ConflictReason,
     ExportedServiceSpec,
+    IPFamily,
     ServiceImportSpec,
     ServiceImportType,
     ServicePort,
     SessionAffinityConfig,
 )
 
-__all__ = ["Aggregate", "Derived", "aggregate", "decided_ips", "derive", "port_key", "sort_exports"]
+__all__ = [
+    "Aggregate",
+    "Derived",
+    "aggregate",
+    "decided_ips",
+    "derive",
+    "import_families",
+    "merge_ports",
+    "port_key",
+    "served_ports",
+    "sort_exports",
+]
 
 
 @dataclass
@@ -46,6 +60,9 @@ class Aggregate:
     """(reason, message) pairs in a fixed order, for `api.mcs.conflict_condition`."""
     conflicting_clusters: set[str] = field(default_factory=set)
     """Clusters whose export lost at least one rule to an older one (the winners are not in it)."""
+    served: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)
+    """Per exporting cluster, the (name, protocol) of the ServiceImport ports its Service exposes as
+    the ServiceImport does (`served_ports`): its imported EndpointSlice lists only those."""
 
 
 def sort_exports(exports: Sequence[ExportedServiceSpec]) -> list[ExportedServiceSpec]:
@@ -60,9 +77,48 @@ def sort_exports(exports: Sequence[ExportedServiceSpec]) -> list[ExportedService
     return out
 
 
-def port_key(port: ServicePort) -> str | tuple[int, str]:
-    """Ports merge by name; an unnamed port (only legal as a Service's single port) by (port, protocol)."""
-    return port.name if port.name else (port.port, port.protocol)
+def port_key(port: ServicePort) -> str:
+    """Ports merge by name first (KEP-1645 "Service Port"): the unnamed port, only legal as a
+    Service's single port, is the name "" (a ServiceImport may not repeat a name, "" included)."""
+    return port.name or ""
+
+
+def _port_tuple(port: ServicePort) -> tuple[str, str, int, str | None]:
+    """What makes two exporters' ports identical: every external property of a Service port."""
+    return (port.name or "", port.protocol, port.port, port.app_protocol)
+
+
+def merge_ports(ordered: Sequence[ExportedServiceSpec]) -> list[ServicePort]:
+    """The ServiceImport's ports: the union of the exporters' (oldest first), merged first by name
+    and then by (protocol, port), the first (oldest) definition winning each duplicate, so the
+    result repeats neither a name nor a protocol and port number. Order of first appearance."""
+    names: set[str] = set()
+    numbers: set[tuple[str, int]] = set()
+    out: list[ServicePort] = []
+    for exp in ordered:
+        for port in exp.ports:
+            if port_key(port) in names or (port.protocol, port.port) in numbers:
+                continue
+            names.add(port_key(port))
+            numbers.add((port.protocol, port.port))
+            out.append(port)
+    return out
+
+
+def served_ports(
+    ports: Sequence[ServicePort], ordered: Sequence[ExportedServiceSpec]
+) -> dict[str, frozenset[tuple[str, str]]]:
+    """Per cluster, the ServiceImport ports (as (name, protocol), how EndpointSlice ports are matched)
+    that its own Service exposes with the same name, protocol and number: traffic to a conflicting
+    port goes only to clusters that expose it (KEP-1645 "Service Port"; conformance
+    "StrictPortConflict")."""
+    out: dict[str, frozenset[tuple[str, str]]] = {}
+    for exp in ordered:
+        own = {(p.name or "", p.protocol, p.port) for p in exp.ports}
+        out[exp.cluster] = frozenset(
+            (p.name or "", p.protocol) for p in ports if (p.name or "", p.protocol, p.port) in own
+        )
+    return out
 
 
 def _describe_port(port: ServicePort) -> str:
@@ -71,7 +127,53 @@ def _describe_port(port: ServicePort) -> str:
 
 
 def _port_label(port: ServicePort) -> str:
-    return f'port "{port.name}"' if port.name else f"unnamed port {port.protocol}/{port.port}"
+    return f'port "{port.name}"' if port.name else "the unnamed port"
+
+
+def _port_differences(oldest: ExportedServiceSpec, other: ExportedServiceSpec) -> list[str]:
+    """What differs between two exporters' port sets, by name (the oldest's order, then the other's)."""
+    mine = {port_key(p): p for p in oldest.ports}
+    theirs = {port_key(p): p for p in other.ports}
+    out: list[str] = []
+    for key, port in mine.items():
+        if key not in theirs:
+            out.append(f"{_port_label(port)} ({_describe_port(port)}) of cluster {oldest.cluster} (oldest) "
+                       f"is not in cluster {other.cluster}")
+        elif _port_tuple(port) != _port_tuple(theirs[key]):
+            out.append(f"{_port_label(port)} is {_describe_port(port)} in cluster {oldest.cluster} (oldest) "
+                       f"but {_describe_port(theirs[key])} in cluster {other.cluster}")
+    for key, port in theirs.items():
+        if key not in mine:
+            out.append(f"{_port_label(port)} ({_describe_port(port)}) of cluster {other.cluster} "
+                       f"is not in cluster {oldest.cluster} (oldest)")
+    return out
+
+
+def _ip_family(ip: str) -> IPFamily | None:
+    try:
+        return "IPv6" if ipaddress.ip_address(ip).version == 6 else "IPv4"
+    except ValueError:
+        return None
+
+
+def import_families(ordered: Sequence[ExportedServiceSpec], ips: Sequence[str] | None) -> list[IPFamily]:
+    """The ServiceImport's ipFamilies, never empty, never repeating a family (KEP-1645 leaves how to
+    the implementation). With ClusterSet IPs: their families, in their order (`ips[i]` is of family
+    `ipFamilies[i]`). Otherwise the oldest export's families, in its order (the first exporter that
+    reports any, for Services from before kube-lite set them on headless ones); IPv4 when nobody
+    says, the one family Isthmus's clusters have."""
+    from_ips = [f for f in (_ip_family(ip) for ip in ips or ()) if f is not None]
+    if from_ips:
+        return list(dict.fromkeys(from_ips))
+    for exp in ordered:
+        if exp.ip_families:
+            return list(dict.fromkeys(exp.ip_families))
+    return ["IPv4"]
+
+
+def _itp(exp: ExportedServiceSpec) -> str:
+    """Unset internalTrafficPolicy is kube's default, "Cluster"."""
+    return exp.internal_traffic_policy or "Cluster"
 
 
 def _affinity(exp: ExportedServiceSpec) -> str:
@@ -173,28 +275,15 @@ def aggregate(
             )
             losers.add(exp.cluster)
 
-    # Ports: union by name, the oldest definition of a name wins; order of first appearance.
-    ports: dict[str | tuple[int, str], tuple[ServicePort, str]] = {}
-    for exp in ordered:
-        for port in exp.ports:
-            key = port_key(port)
-            if key not in ports:
-                ports[key] = (port, exp.cluster)
-                continue
-            first, owner = ports[key]
-            if (first.port, first.protocol, first.app_protocol) != (
-                port.port,
-                port.protocol,
-                port.app_protocol,
-            ):
-                conflicts.append(
-                    (
-                        ConflictReason.PORT,
-                        f"{_port_label(first)} is {_describe_port(first)} in cluster {owner} (oldest) "
-                        f"but {_describe_port(port)} in cluster {exp.cluster}",
-                    )
-                )
-                losers.add(exp.cluster)
+    # Ports: the union (merge_ports), and a PortConflict whenever the port sets are not identical
+    # (KEP-1645 "Service Port"): an extra or missing port too, not only a name defined twice.
+    ports = merge_ports(ordered)
+    oldest_ports = sorted(_port_tuple(p) for p in oldest.ports)
+    for exp in ordered[1:]:
+        if sorted(_port_tuple(p) for p in exp.ports) == oldest_ports:
+            continue
+        conflicts.extend((ConflictReason.PORT, text) for text in _port_differences(oldest, exp))
+        losers.add(exp.cluster)
 
     # Session affinity, then its config (only compared where the affinity itself agrees).
     for exp in ordered[1:]:
@@ -223,6 +312,49 @@ def aggregate(
                 )
             )
             losers.add(exp.cluster)
+
+    # Internal traffic policy and traffic distribution: the oldest's (KEP-1645 "Constraints").
+    for exp in ordered[1:]:
+        if _itp(exp) != _itp(oldest):
+            conflicts.append(
+                (
+                    ConflictReason.INTERNAL_TRAFFIC_POLICY,
+                    f"internal traffic policy is {_itp(oldest)} in cluster {oldest.cluster} (oldest) "
+                    f"but {_itp(exp)} in cluster {exp.cluster}",
+                )
+            )
+            losers.add(exp.cluster)
+    for exp in ordered[1:]:
+        if exp.traffic_distribution != oldest.traffic_distribution:
+            conflicts.append(
+                (
+                    ConflictReason.TRAFFIC_DISTRIBUTION,
+                    f"traffic distribution is {_show(oldest.traffic_distribution)} in cluster {oldest.cluster} "
+                    f"(oldest) but {_show(exp.traffic_distribution)} in cluster {exp.cluster}",
+                )
+            )
+            losers.add(exp.cluster)
+
+    # IP families: a conflict only where it makes traffic over a family reach a subset of the
+    # clusters (KEP-1645 "Exporting Services"): an exporter lacking one of the import's families.
+    # An exporter with an extra family is none: the import does not offer that family. An export
+    # without ipFamilies (an old view) says nothing either way.
+    families = import_families(ordered, ips)
+    for exp in ordered:
+        if exp.ip_families is None:
+            continue
+        missing = [f for f in families if f not in exp.ip_families]
+        if missing:
+            conflicts.append(
+                (
+                    ConflictReason.IP_FAMILY,
+                    f"the Service in cluster {exp.cluster} has IP families {', '.join(exp.ip_families)} but the "
+                    f"service is imported as {', '.join(families)}: its endpoints are not reached over "
+                    f"{', '.join(missing)}",
+                )
+            )
+            if exp is not oldest:
+                losers.add(exp.cluster)
 
     labels = _merge_map(
         ordered, lambda e: e.exported_labels, "label", ConflictReason.LABELS, conflicts, losers
@@ -260,9 +392,9 @@ def aggregate(
 
     spec = ServiceImportSpec(
         type=oldest.type,
-        ports=[p.model_copy() for p, _ in ports.values()],
+        ports=[p.model_copy() for p in ports],
         ips=ips,
-        ip_families=list(oldest.ip_families) if oldest.ip_families is not None else None,
+        ip_families=families,
         session_affinity=oldest.session_affinity,
         session_affinity_config=(
             oldest.session_affinity_config.model_copy(deep=True)
@@ -279,6 +411,7 @@ def aggregate(
         annotations=annotations,
         conflicts=[(str(r), m) for r, m in conflicts],
         conflicting_clusters=losers,
+        served=served_ports(ports, ordered),
     )
 
 

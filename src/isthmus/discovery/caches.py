@@ -58,12 +58,13 @@ class Caches:
         self.broker_ns = broker_ns
         # At 10,000 services these caches hold 150,000 objects: they keep only the metadata the agent
         # reads (an export's uid, for its Events, and creation time, for conflicts; an import's uid,
-        # owner of its slices; slices' owners, checked before import).
+        # owner of its slices, and generation, its Ready condition's observedGeneration; slices'
+        # owners, checked before import).
         self.exports: Informer[Any] = local.informer(resource_for(ServiceExport))
         self.services: Informer[Any] = local.informer(Service, drop_metadata=UNREAD_METADATA)
         self.slices: Informer[Any] = local.informer(EndpointSlice, drop_metadata=UNREAD_METADATA)
         self.imports: Informer[Any] = local.informer(resource_for(ServiceImport),
-                                                     drop_metadata=UNREAD_METADATA - {"uid"})
+                                                     drop_metadata=UNREAD_METADATA - {"uid", "generation"})
         self.namespaces: Informer[Any] = local.informer(Namespace)
         self.b_exports: Informer[Any] = broker.informer(resource_for(ExportedService), broker_ns,
                                                         drop_metadata=UNREAD_METADATA | {"ownerReferences"})

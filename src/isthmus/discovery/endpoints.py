@@ -330,10 +330,13 @@ def local_slice_copy(
     cluster: str,
     owner_uid: str,
     owner_name: str,
+    *,
+    ports: Sequence[EndpointPort] | None = None,
 ) -> EndpointSlice:
     """The copy of a broker slice placed next to the local ServiceImport, owned by it.
 
-    Same endpoints, ports and addressType; our labels but never kubernetes.io/service-name, so the
+    Same endpoints, ports (or `ports`: those of the import its cluster serves, imports.py) and
+    addressType; our labels but never kubernetes.io/service-name, so the
     local kube-proxy and EndpointSlice controller leave it alone; garbage-collected with the import.
     The copy's lists are its own but their items are the broker slice's (the agent only serializes
     it, and its cached objects are read-only): a deep copy per apply was 1.6 % of the agent's CPU.
@@ -356,7 +359,7 @@ def local_slice_copy(
         ),
         addressType=broker.addressType or "IPv4",
         endpoints=list(broker.endpoints or []),
-        ports=list(broker.ports or []),
+        ports=list(broker.ports or [] if ports is None else ports),
     )
 
 

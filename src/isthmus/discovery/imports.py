@@ -11,12 +11,17 @@ created here: a service is imported where its namespace exists and is not being 
 
 Each imported slice is cached twice, on the broker and as its local copy: the caches' transforms
 here let one endpoints list serve both.
+
+A cluster's slice copy lists only the ServiceImport ports its own Service exposes as the import
+does (aggregate.served_ports): traffic to a conflicting port reaches only the clusters that expose
+it (KEP-1645 "Service Port"). The import's `Ready` condition (docs/discovery.md "ServiceImport
+conditions") is written last, once this pass has put the slices in place.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -24,6 +29,7 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 from prometheus_client import Counter
 
+from isthmus.api.base import Condition, conditions_equal, merge_conditions, new_condition
 from isthmus.api.mcs import (
     AGENT_FIELD_MANAGER,
     MANAGED_BY_LABEL,
@@ -31,7 +37,10 @@ from isthmus.api.mcs import (
     SERVICE_NAME_LABEL,
     SOURCE_CLUSTER_LABEL,
     SOURCE_NAMESPACE_LABEL,
+    USE_CLUSTERSET_IP_ANNOTATION,
     ExportedServiceSpec,
+    ImportConditionType,
+    ImportReadyReason,
     ServiceImport,
     ServiceImportStatus,
     broker_object_name,
@@ -46,7 +55,7 @@ from isthmus.discovery.endpoints import (
 from isthmus.kube import helpers
 from isthmus.runtime import REGISTRY, object_labels, object_name, object_namespace
 
-__all__ = ["IGNORED_SLICES", "ImportSyncer"]
+__all__ = ["CLUSTER_FAMILIES", "IGNORED_SLICES", "ImportSyncer", "ready_condition"]
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +67,49 @@ IGNORED_SLICES = Counter(
 )
 
 
+CLUSTER_FAMILIES: frozenset[str] = frozenset({"IPv4"})
+"""The IP families an Isthmus member serves an import over: its Services' and ClusterSet IP CIDRs'
+(IPv4 only today)."""
+
+ServedPorts = Mapping[str, frozenset[tuple[str, str]]]
+"""Per exporting cluster, the (name, protocol) of the import's ports it serves (Aggregate.served)."""
+
+
+def ready_condition(imp: ServiceImport, *, families: frozenset[str], waiting_for: list[str],
+                    generation: int | None) -> Condition:
+    """The ServiceImport's Ready condition (mcs-api v1beta1; docs/discovery.md "ServiceImport conditions").
+
+    False IPFamilyNotSupported when none of the import's families is one this cluster serves;
+    otherwise False Pending while something is not in place yet (`waiting_for`, what, for the
+    message, and the ClusterSet IP the import is to have), True Ready when all is."""
+    wanted = list(imp.spec.ip_families or [])
+    if wanted and not any(f in families for f in wanted):
+        return new_condition(ImportConditionType.READY, False, ImportReadyReason.IP_FAMILY_NOT_SUPPORTED,
+                             f"the service is exported as {', '.join(wanted)} but this cluster serves "
+                             f"{', '.join(sorted(families))} only", generation)
+    waiting = list(waiting_for)
+    if (imp.metadata.annotations or {}).get(USE_CLUSTERSET_IP_ANNOTATION) == "true" and not imp.spec.ips:
+        waiting.insert(0, "the ClusterSet IP")
+    if waiting:
+        return new_condition(ImportConditionType.READY, False, ImportReadyReason.PENDING,
+                             f"waiting for {'; '.join(waiting)}", generation)
+    clusters = len(imp.status.clusters)
+    return new_condition(ImportConditionType.READY, True, ImportReadyReason.READY,
+                         f"the service is imported from {clusters} cluster{'s' if clusters != 1 else ''}",
+                         generation)
+
+
 class ImportSyncer:
     """This cluster's ServiceImports and their EndpointSlices, from the aggregates and broker slices."""
 
-    def __init__(self, *, cluster: AsyncClient, cluster_id: str, silent: Callable[[], frozenset[str]]) -> None:
+    def __init__(self, *, cluster: AsyncClient, cluster_id: str, silent: Callable[[], frozenset[str]],
+                 families: frozenset[str] = CLUSTER_FAMILIES) -> None:
         self.cluster = cluster
         self.cluster_id = cluster_id
         self.silent = silent
         """The peers whose endpoints are withheld now (heartbeat.py's verdict)."""
+        self.families = families
+        """The IP families this cluster serves (ServiceImport Ready=False IPFamilyNotSupported without one)."""
         self._ignored_logged: set[tuple[str, str]] = set()
 
     def attach(self, caches: Caches) -> None:
@@ -108,7 +152,9 @@ class ImportSyncer:
             consumers[self.cluster_id] = own.consumer_clusters
         return {c for c, allowed in consumers.items() if allowed is None or self.cluster_id in allowed}
 
-    async def sync(self, ns: str, name: str, agg: ServiceImport | None, sources: set[str] | None = None) -> None:
+    async def sync(self, ns: str, name: str, agg: ServiceImport | None, sources: set[str] | None = None,
+                   served: ServedPorts | None = None) -> None:
+        """`served`: the aggregate's per-cluster ports (None: every slice port is kept)."""
         ns_obj = self.caches.namespaces.cache.get(ns)
         if ns_obj is None:
             return  # creating namespaces is not the agent's job; the Namespace watch brings us back
@@ -124,7 +170,7 @@ class ImportSyncer:
                 agg = agg.model_copy(deep=True)
                 agg.status.clusters = allowed
         try:
-            await self._sync_in(ns, name, agg, hidden)
+            await self._sync_in(ns, name, agg, hidden, served)
         except ApiError as e:
             if not helpers.is_namespace_terminating(e):
                 raise
@@ -162,7 +208,8 @@ class ImportSyncer:
                 log.warning("not importing broker EndpointSlice %s (source cluster %r): %s", object_name(b),
                             object_labels(b).get(SOURCE_CLUSTER_LABEL), _IGNORED_WHY[reason])
 
-    async def _sync_in(self, ns: str, name: str, agg: ServiceImport | None, hidden: set[str] | None = None) -> None:
+    async def _sync_in(self, ns: str, name: str, agg: ServiceImport | None, hidden: set[str] | None = None,
+                       served: ServedPorts | None = None) -> None:
         caches = self.caches
         local_raw = caches.imports.cache.get(f"{ns}/{name}")
         local = ServiceImport.from_dict(local_raw) if local_raw is not None else None
@@ -182,12 +229,9 @@ class ImportSyncer:
             desired = local_service_import(agg, namespace=ns, service=name)
             desired.metadata.resource_version = local.metadata.resource_version
             local = await _write(self.cluster, desired, replace=True)
-        if local.status.clusters != agg.status.clusters:
-            local.status = ServiceImportStatus(clusters=agg.status.clusters, conditions=local.status.conditions)
-            await helpers.patch_status_quiet(self.cluster, local, field_manager=AGENT_FIELD_MANAGER,
-                                             patch_type=PatchType.MERGE)  # only its uid is read below
         uid = local.metadata.uid or ""
         wanted: set[str] = set()
+        in_place: set[str] = set()
         for b in caches.b_slices.cache.by_index(BY_SERVICE, f"{ns}/{name}"):
             # Our own slice too: every cluster that imports a service, the exporter included, has MCS
             # EndpointSlices for it (KEP-1645); dns and the proxy read their own cluster from kube's.
@@ -200,14 +244,35 @@ class ImportSyncer:
                 continue
             copy_name = imported_slice_name(name, cluster)
             wanted.add(copy_name)
+            in_place.add(cluster)
             existing = copies.get(copy_name)
-            if existing is not None and _copy_current(existing, b, uid, name, cluster):
+            ports = _served_slice_ports(b, served.get(cluster) if served is not None else None)
+            if existing is not None and _copy_current(existing, b, uid, name, cluster, ports):
                 continue
-            copy = local_slice_copy(b, ns, name, cluster, uid, name)
+            copy = local_slice_copy(b, ns, name, cluster, uid, name, ports=ports)
             if existing is None or slice_body(existing) != slice_body(copy) or _owner_uids(existing) != {uid}:
                 await helpers.apply_quiet(self.cluster, copy, field_manager=AGENT_FIELD_MANAGER, force=True)
         for slice_name in copies.keys() - wanted:
             await helpers.ensure_deleted(self.cluster, EndpointSlice, slice_name, namespace=ns)
+        await self._sync_status(local, agg, in_place)
+
+    async def _sync_status(self, local: ServiceImport, agg: ServiceImport, in_place: set[str]) -> None:
+        """status.clusters from the aggregate, Ready as this pass left the import, endpointSliceObjects.
+
+        A silent cluster's slices are withdrawn on purpose (heartbeat.py): not something to wait for."""
+        silent = self.silent()
+        missing = sorted(c.cluster for c in agg.status.clusters if c.cluster not in in_place and c.cluster not in silent)
+        waiting = [f"the EndpointSlices of cluster{'s' if len(missing) > 1 else ''} {', '.join(missing)}"] if missing else []
+        shown = local.model_copy(update={"status": ServiceImportStatus(clusters=agg.status.clusters)})
+        ready = ready_condition(shown, families=self.families, waiting_for=waiting, generation=local.metadata.generation)
+        conditions = merge_conditions(local.status.conditions, [ready])
+        if (local.status.clusters == agg.status.clusters and conditions_equal(conditions, local.status.conditions)
+                and local.status.endpoint_slice_objects == "Present"):
+            return
+        local.status = ServiceImportStatus(clusters=agg.status.clusters, conditions=conditions,
+                                           endpoint_slice_objects="Present")
+        await helpers.patch_status_quiet(self.cluster, local, field_manager=AGENT_FIELD_MANAGER,
+                                         patch_type=PatchType.MERGE)
 
 
 async def _write(client: AsyncClient, obj: ServiceImport, *, replace: bool) -> ServiceImport:
@@ -225,14 +290,26 @@ def _share_lists(obj: Any, cached: Any) -> None:
         obj.ports = cached.ports
 
 
-def _copy_current(existing: Any, broker: Any, uid: str, service: str, cluster: str) -> bool:
+def _served_slice_ports(broker: Any, served: frozenset[tuple[str, str]] | None) -> list[Any] | None:
+    """A broker slice's ports narrowed to those its cluster serves as the import does (None: all,
+    the broker slice's own list, shared with its cached copy)."""
+    if served is None:
+        return None
+    ports = list(broker.ports or [])
+    kept = [p for p in ports if (p.name or "", p.protocol or "TCP") in served]
+    return None if len(kept) == len(ports) else kept
+
+
+def _copy_current(existing: Any, broker: Any, uid: str, service: str, cluster: str,
+                  ports: list[Any] | None = None) -> bool:
     """A cheap check that a local slice copy already matches its broker slice (owner, labels and
-    body), on the cached structs without building the copy: true only when the full comparison
-    (slice_body of `local_slice_copy`) would find nothing to write either."""
+    body; `ports` when narrowed), on the cached structs without building the copy: true only when
+    the full comparison (slice_body of `local_slice_copy`) would find nothing to write either."""
     meta = existing.metadata
     refs = meta.ownerReferences or []
     return (len(refs) == 1 and refs[0].uid == uid and existing.endpoints == broker.endpoints
-            and existing.ports == broker.ports and existing.addressType == (broker.addressType or "IPv4")
+            and (existing.ports or []) == ((broker.ports if ports is None else ports) or [])
+            and existing.addressType == (broker.addressType or "IPv4")
             and meta.labels == {SERVICE_NAME_LABEL: service, SOURCE_CLUSTER_LABEL: cluster,
                                 MANAGED_BY_LABEL: MANAGED_BY_VALUE})
 
