@@ -87,6 +87,28 @@ async def test_the_operator_publishes_a_forwarder_as_itself(cluster: tuple[Async
         assert dep.spec.replicas == 2
         workload = dep.metadata.name
 
+        # The public EndpointSlice mirrors the forwarder pods' endpoints with their conditions: one in its
+        # lame duck (serving, terminating) stays the proxies' fallback if no forwarder is ready.
+        await admin.create(EndpointSlice.from_dict({
+            "metadata": {"name": f"{workload}-abc", "namespace": NS,
+                         "labels": {"kubernetes.io/service-name": workload}},
+            "addressType": "IPv4", "ports": [],
+            "endpoints": [{"addresses": ["127.33.0.2"], "conditions": {"ready": True, "serving": True,
+                                                                       "terminating": False}},
+                          {"addresses": ["127.33.0.3"], "conditions": {"ready": False, "serving": True,
+                                                                       "terminating": True}}]}))
+
+        async def mirrored() -> list[Any] | None:
+            with contextlib.suppress(ApiError):
+                sl = (await admin.get(EndpointSlice, "pg-forwarder", namespace="external-services")).to_dict()
+                got = [(e["addresses"], e.get("conditions")) for e in sl.get("endpoints") or []]
+                return got if len(got) == 2 else None
+            return None
+
+        assert await eventually(mirrored, 30, "the forwarders mirrored into external-services") == [
+            (["127.33.0.2"], {"ready": True, "serving": True, "terminating": False}),
+            (["127.33.0.3"], {"ready": False, "serving": True, "terminating": True})]
+
         async def budget() -> PodDisruptionBudget | None:
             with contextlib.suppress(ApiError):
                 return await admin.get(PodDisruptionBudget, workload, namespace=NS)

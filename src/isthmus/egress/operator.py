@@ -245,7 +245,7 @@ class EgressOperator:
 
         await self._apply_deployment(es, workload)
         await self._apply_budget(es, workload)
-        await self._apply_forwarder_services(es, workload, forwarders)
+        await self._apply_forwarder_services(es, workload, self._endpoints(f"{OPERATOR_NAMESPACE}/{workload}"))
         dp = dataplane_name(ns, name)
         labels = {ES_NAMESPACE_LABEL: ns, ES_NAME_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY_VALUE}
         fwd_obj = await self._apply_if_changed(self.forwarders, Forwarder(spec=p.forwarder), dp, labels)
@@ -270,16 +270,7 @@ class EgressOperator:
 
     def _endpoint_ips(self, svc_key: str, *, every: bool = False) -> list[str]:
         """The Service's ready endpoint addresses (`every`: all of them, not ready and terminating too)."""
-        ns, _, name = svc_key.partition("/")
-        ips: set[str] = set()
-        for raw in self.slices.cache.list_namespace(ns):
-            d = as_dict(raw)
-            if (d["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) != name:
-                continue
-            for ep in d.get("endpoints") or []:
-                if every or (ep.get("conditions") or {}).get("ready") is not False:
-                    ips.update(ep.get("addresses") or [])
-        return sorted(ips)
+        return [ip for ip, conditions in self._endpoints(svc_key) if every or conditions["ready"]]
 
     def _conditions(self, es: ExternalService, problems: list[tuple[str, str]], fwd: Forwarder | None,
                     gw: Gateway | None) -> list[Any]:
@@ -365,9 +356,28 @@ class EgressOperator:
                       "targetPort": FORWARDER_RELAY_PORT})
         return ports
 
-    async def _apply_forwarder_services(self, es: ExternalService, workload: str, ready: list[str]) -> None:
+    def _endpoints(self, svc_key: str) -> list[tuple[str, dict[str, bool]]]:
+        """(address, conditions) of every endpoint of the Service's EndpointSlices, by address."""
+        ns, _, name = svc_key.partition("/")
+        out: dict[str, dict[str, bool]] = {}
+        for raw in self.slices.cache.list_namespace(ns):
+            d = as_dict(raw)
+            if (d["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) != name:
+                continue
+            for ep in d.get("endpoints") or []:
+                c = ep.get("conditions") or {}
+                ready = c.get("ready") is not False
+                conditions = {"ready": ready, "serving": bool(c.get("serving", ready)),
+                              "terminating": bool(c.get("terminating", False))}
+                out.update({ip: conditions for ip in ep.get("addresses") or []})
+        return sorted(out.items())
+
+    async def _apply_forwarder_services(self, es: ExternalService, workload: str,
+                                        endpoints_of: list[tuple[str, dict[str, bool]]]) -> None:
         """The Service over the forwarder pods (operator's namespace), and its public face `<name>` in
-        external-services: no selector, an EndpointSlice copied from the first one's ready endpoints."""
+        external-services: no selector, an EndpointSlice mirroring the first one's endpoints with their
+        conditions, so a forwarder in its lame duck (serving, terminating) stays the proxies' fallback
+        when none is ready, as kube-proxy does for a Service's own pods."""
         ports = self._ports(es)
         internal: dict[str, Any] = {"apiVersion": "v1", "kind": "Service",
                     "metadata": {"name": workload, "namespace": OPERATOR_NAMESPACE, "labels": self._labels(es)},
@@ -381,12 +391,12 @@ class EgressOperator:
                 await self.client.apply(Service.from_dict(body), field_manager=OPERATOR_FIELD_MANAGER,  # type: ignore[call-overload]
                                         force=True)
         slice_name = f"{es.name}-forwarder"
-        endpoints = [{"addresses": [ip], "conditions": {"ready": True}} for ip in ready]
+        endpoints = [{"addresses": [ip], "conditions": conditions} for ip, conditions in endpoints_of]
         published: dict[str, Any] = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                 "metadata": {"name": slice_name, "namespace": FORWARDER_NAMESPACE,
                              "labels": {**self._labels(es), SERVICE_NAME_LABEL: es.name,
                                         SLICE_MANAGED_BY_LABEL: SLICE_MANAGED_BY}},
-                "addressType": "IPv6" if any(":" in ip for ip in ready) else "IPv4",
+                "addressType": "IPv6" if any(":" in ip for ip, _ in endpoints_of) else "IPv4",
                 "endpoints": endpoints,
                 "ports": [{"name": p["name"], "protocol": p["protocol"], "port": p["targetPort"]} for p in ports]}
         current = self.slices.cache.get(f"{FORWARDER_NAMESPACE}/{slice_name}")
