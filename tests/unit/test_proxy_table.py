@@ -230,6 +230,21 @@ def test_import_without_vip_or_headless_gets_no_listener() -> None:
     assert table([], {}, [imp(type="Headless")]).listeners == {}
 
 
+def test_vip_port_this_cluster_does_not_serve_as_the_import_goes_to_the_others() -> None:
+    """Conformance case 26: this cluster's Service has tcp on another number than the import, so the
+    agent's MCS slice for it lists no tcp port: its own kube slices serve no tcp traffic to the VIP."""
+    tcp = Port("tcp", "TCP", 42)
+    local_slices = {"shop/web": [kube_slice("127.1.0.1", ports=(Port("tcp", "TCP", 42),))]}
+    c2 = SliceSnap(eps("127.2.0.1"), (Port("tcp", "TCP", 42),), "c2")
+    narrowed = SliceSnap(eps("127.1.0.1"), (), "c1")
+    t = table([svc()], local_slices, [imp(ports=(tcp,))], {"shop/web": [narrowed, c2]})
+    assert t.listeners[ListenerKey("TCP", "127.250.0.5", 42)].backends == (Backend("127.2.0.1", 42),)
+    served = SliceSnap(eps("127.1.0.1"), (Port("tcp", "TCP", 42),), "c1")
+    t = table([svc()], local_slices, [imp(ports=(tcp,))], {"shop/web": [served, c2]})
+    assert t.listeners[ListenerKey("TCP", "127.250.0.5", 42)].backends == (
+        Backend("127.1.0.1", 42), Backend("127.2.0.1", 42))
+
+
 def test_vip_ports_map_by_name() -> None:
     i = imp(ports=(Port("http", "TCP", 80), DNS))
     s = SliceSnap(eps("127.2.0.1"), (Port("dns", "UDP", 5353), Port("http", "TCP", 8080)), "c2")

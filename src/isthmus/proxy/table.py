@@ -261,11 +261,15 @@ def service_targets(
         # while this cluster is an exporter.
         remote = [s for s in imp_slices if s.cluster != cluster_id]
         local = list(svc_slices) if cluster_id in imp.clusters else []
+        # The agent's MCS slice for this cluster lists only the import's ports its Service serves as
+        # the import has them (KEP-1645 "Service Port"): a port it leaves out is not served here either.
+        own = [s for s in imp_slices if s.cluster == cluster_id]
         single = len(imp.ports) == 1
         for p in imp.ports:
             if p.protocol not in PROTOCOLS:
                 continue
-            backends = _with_locality(p, local, remote, imp.locality, single)
+            serves = not own or any(_slice_port(p, s.ports, single) is not None for s in own)
+            backends = _with_locality(p, local if serves else [], remote, imp.locality, single)
             for ip in imp.ips:
                 out.append(
                     (
