@@ -361,8 +361,9 @@ async def test_leave_live_cluster(env: Env) -> None:
     await c1.create(to_lightkube(ServiceExport(metadata=ObjectMeta(name="web", namespace="shop"))))
 
     result = await membership.leave(env.bc, c1, NS, "c1")
+    # ServiceDiscovery, Secret, the imported slice and the ServiceImport, and join's two ClusterProperties.
     assert result == membership.LeaveResult(cluster_id="c1", deregistered=True, revoked=True,
-                                            local_objects=4)
+                                            local_objects=6)
     await _wait_gone(env.bc, "c1")
     assert [c.name for c in await list_all(env.bc, Cluster, namespace=NS)] == ["c2"]
     assert [x.spec.cluster for x in await list_all(env.bc, ExportedService, namespace=NS)] == ["c2"]

@@ -104,7 +104,7 @@ def test_crd_envelope(crd: dict[str, Any]) -> None:
     names = spec["names"]
     assert crd["metadata"]["name"] == f"{names['plural']}.{spec['group']}"
     assert names["listKind"] == names["kind"] + "List"
-    assert spec["scope"] == ("Cluster" if names["kind"] in ("LoadBalancerPool", "SourceIPClass", "SourceIP") else "Namespaced")
+    assert spec["scope"] == ("Cluster" if names["kind"] in ("LoadBalancerPool", "SourceIPClass", "SourceIP", "ClusterProperty") else "Namespaced")
     versions = spec["versions"]
     assert all(v["served"] for v in versions)
     assert [v["storage"] for v in versions] == [False] * (len(versions) - 1) + [True]  # storage last
@@ -140,6 +140,8 @@ def test_mcs_crds_serve_v1alpha1_and_store_v1beta1_as_mcs_api_v0_5(model: type[R
 
 def test_condition_schema_is_kubes() -> None:
     for crd in CRDS:
+        if crd["spec"]["names"]["kind"] == "ClusterProperty":  # about-api's has no conditions
+            continue
         conditions = _schema(crd)["properties"]["status"]["properties"]["conditions"]
         assert conditions["x-kubernetes-list-type"] == "map"
         assert conditions["x-kubernetes-list-map-keys"] == ["type"]
@@ -247,8 +249,8 @@ def test_cli_only_splits_ours_from_other_projects_apis() -> None:
     """Other projects' APIs (mcs-api, Karmada) apart, so an admin can apply ours alone."""
     shared = list(yaml.safe_load_all(CliRunner().invoke(app, ["crds", "--only", "shared"]).stdout))
     assert sorted(c["metadata"]["name"] for c in shared) == [
-        "multiclusterservices.networking.karmada.io", "serviceexports.multicluster.x-k8s.io",
-        "serviceimports.multicluster.x-k8s.io"]
+        "clusterproperties.about.k8s.io", "multiclusterservices.networking.karmada.io",
+        "serviceexports.multicluster.x-k8s.io", "serviceimports.multicluster.x-k8s.io"]
     ours = list(yaml.safe_load_all(CliRunner().invoke(app, ["crds", "--only", "isthmus"]).stdout))
     assert len(ours) + len(shared) == len(CRDS) and all(not is_shared(c) for c in ours)
     assert all(c["metadata"]["labels"] == {"app.kubernetes.io/part-of": "isthmus"} for c in ours + shared)

@@ -24,10 +24,11 @@ __all__ = ["CRD_MODELS"]
 def __getattr__(name: str) -> Any:
     if name != "CRD_MODELS":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from isthmus.api.about import ABOUT_MODELS
     from isthmus.api.egress import EGRESS_MODELS
     from isthmus.api.lb import LB_MODELS
     from isthmus.api.mcs import MCS_MODELS
     from isthmus.api.mcsvc import MCSVC_MODELS
 
-    models = globals()["CRD_MODELS"] = (*MCS_MODELS, *LB_MODELS, *MCSVC_MODELS, *EGRESS_MODELS)
+    models = globals()["CRD_MODELS"] = (*MCS_MODELS, *LB_MODELS, *MCSVC_MODELS, *EGRESS_MODELS, *ABOUT_MODELS)
     return models

@@ -310,6 +310,8 @@ class CRDInfo:
     printer_columns: tuple[PrinterColumn, ...] = (AGE_COLUMN,)
     status_subresource: bool = True
     singular: str = field(default="")
+    annotations: tuple[tuple[str, str], ...] = ()
+    """On the CRD itself, e.g. the `api-approved.kubernetes.io` a `*.k8s.io` group needs (about-api)."""
     older_versions: tuple[str, ...] = ()
 
     @property

@@ -362,7 +362,7 @@ def leave(
     revoked = "; its broker credentials revoked" if result.revoked else ""
     typer.echo(f"cluster {result.cluster_id} left the clusterset: {registered}{revoked}; "
                f"{plural(result.local_objects, 'local object')} deleted")
-    for note in notes:
+    for note in (*result.notes, *notes):
         typer.echo(f"  {note}")
 
 

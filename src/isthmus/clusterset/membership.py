@@ -34,6 +34,16 @@ from lightkube.resources.core_v1 import Namespace, Secret, ServiceAccount, Servi
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role, RoleBinding
 
+from isthmus.api.about import (
+    BROKER_ANNOTATION,
+    CLUSTER_ID_PROPERTY,
+    CLUSTERSET_PROPERTY,
+    WRITTEN_BY_LABEL,
+    WRITTEN_BY_VALUE,
+    ClusterProperty,
+    ClusterPropertySpec,
+    clusterset_identity,
+)
 from isthmus.api.base import ObjectMeta, format_time, now
 from isthmus.api.mcs import (
     AGENT_NAMESPACE,
@@ -128,6 +138,9 @@ async def join(
             f"or pass --force to re-join as {cluster_id!r}"
         )
     uid = await _cluster_uid(cluster_client)
+    # The About API's properties are checked before anything is registered: a refused join writes nothing.
+    clusterset = clusterset_identity(_uid_of(await get_broker(broker_client, namespace)))
+    check_properties(*await _properties(cluster_client), cluster_id, clusterset, force)
 
     try:
         broker, cluster = await _register(
@@ -147,6 +160,8 @@ async def join(
     async with asyncio.timeout(CRD_TIMEOUT):
         await apply_crd_plan(cluster_client, crd_plan, FIELD_MANAGER)
     await ensure_namespace(cluster_client, AGENT_NAMESPACE)
+    # The ID first, membership last (KEP-2149: clusterset.k8s.io needs the cluster's ID to exist).
+    await _put_property(cluster_client, CLUSTER_ID_PROPERTY, cluster_id, force)
     stored_info = dataclasses.replace(
         info,
         clusterset_ip_enabled=broker.spec.clusterset_ip_enabled,
@@ -185,7 +200,106 @@ async def join(
         cluster_client, ServiceDiscovery, SERVICE_DISCOVERY_NAME, mutate_sd, namespace=AGENT_NAMESPACE,
         field_manager=FIELD_MANAGER,
     )
+    await _put_property(cluster_client, CLUSTERSET_PROPERTY, clusterset, force,
+                        annotations={BROKER_ANNOTATION: f"{info.server} namespace {namespace}"})
     return cluster
+
+
+# --- the About API (KEP-2149) ----------------------------------------------------------------------
+
+
+def _uid_of(broker: Broker) -> str:
+    uid = broker.metadata.uid
+    if not uid:  # every stored object has one; a broker API that omits it cannot name the clusterset
+        raise ClustersetError(f"the Broker in namespace {broker.namespace} has no metadata.uid")
+    return uid
+
+
+def _written_by_us(prop: ClusterProperty) -> bool:
+    return (prop.metadata.labels or {}).get(WRITTEN_BY_LABEL) == WRITTEN_BY_VALUE
+
+
+async def _properties(client: AsyncClient) -> tuple[ClusterProperty | None, ClusterProperty | None]:
+    """(cluster.clusterset.k8s.io, clusterset.k8s.io); None when absent or the kind is not served yet
+    (its CRD comes with join: a 404 either way)."""
+    return (
+        await get_or_none(client, ClusterProperty, CLUSTER_ID_PROPERTY),
+        await get_or_none(client, ClusterProperty, CLUSTERSET_PROPERTY),
+    )
+
+
+def check_properties(
+    id_prop: ClusterProperty | None, set_prop: ClusterProperty | None, cluster_id: str, clusterset: str,
+    force: bool,
+) -> None:
+    """Refuse a join that would change the cluster's About API identity: KEP-2149 keeps a cluster's
+    ID for its whole membership and lets it belong to one clusterset. --force replaces only what an
+    earlier `isthmus join` wrote (as it replaces that join's registration); a value another tool or the
+    user set is never overwritten."""
+    if id_prop is not None and id_prop.value is not None and id_prop.value != cluster_id:
+        ours = _written_by_us(id_prop)
+        if not (force and ours):
+            how = ("run `isthmus leave` first, or pass --force to re-join as "
+                   f"{cluster_id!r}") if ours else (
+                f"join with --cluster-id {id_prop.value}, or, if nothing else relies on it, "
+                f"`kubectl delete clusterproperty {CLUSTER_ID_PROPERTY}` first")
+            raise ClustersetError(
+                f"this cluster's ClusterProperty {CLUSTER_ID_PROPERTY} names it {id_prop.value!r}, not "
+                f"{cluster_id!r} (a cluster keeps its ID while it is in a clusterset): {how}")
+    if set_prop is not None and set_prop.value is not None and set_prop.value != clusterset:
+        ours = _written_by_us(set_prop)
+        if not (force and ours):
+            where = (set_prop.metadata.annotations or {}).get(BROKER_ANNOTATION)
+            how = ("run `isthmus leave` first, or pass --force to move it to this broker" if ours else
+                   "leave it with the tool that joined it first")
+            raise ClustersetError(
+                f"this cluster belongs to another clusterset: ClusterProperty {CLUSTERSET_PROPERTY} is "
+                f"{set_prop.value!r}" + (f" (broker {where})" if where else "")
+                + f", this broker's clusterset is {clusterset!r}: {how}")
+
+
+async def _put_property(
+    client: AsyncClient, name: str, value: str, force: bool, annotations: dict[str, str] | None = None
+) -> None:
+    """Create the property (labelled as join's) or set its value; what check_properties allowed."""
+
+    def mutate(current: ClusterProperty | None) -> ClusterProperty:
+        if current is None:
+            return ClusterProperty(
+                metadata=ObjectMeta(name=name, labels={WRITTEN_BY_LABEL: WRITTEN_BY_VALUE}, annotations=annotations),
+                spec=ClusterPropertySpec(value=value),
+            )
+        if current.value is not None and current.value != value and not (force and _written_by_us(current)):
+            # written since check_properties read it (another tool, or a concurrent join)
+            raise ClustersetError(f"ClusterProperty {name} changed to {current.value!r} while joining as {value!r}")
+        current.spec = ClusterPropertySpec(value=value)
+        if annotations:
+            current.metadata.annotations = {**(current.metadata.annotations or {}), **annotations}
+        return current
+
+    await create_or_update(client, ClusterProperty, name, mutate, field_manager=FIELD_MANAGER)
+
+
+async def _remove_properties(client: AsyncClient, cluster_id: str, clusterset: str | None) -> tuple[int, list[str]]:
+    """Delete what join wrote: clusterset.k8s.io naming this broker's clusterset (whoever wrote it: it
+    must not outlive the membership), and cluster.clusterset.k8s.io when join created it with this ID.
+    Returns (objects deleted, notes on what was kept and why)."""
+    id_prop, set_prop = await _properties(client)
+    removed, notes = 0, list[str]()
+    if set_prop is not None:
+        if clusterset is None or set_prop.value == clusterset:
+            removed += await ensure_deleted(client, ClusterProperty, CLUSTERSET_PROPERTY)
+        else:
+            notes.append(f"ClusterProperty {CLUSTERSET_PROPERTY} kept: it names another clusterset "
+                         f"({set_prop.value!r})")
+    if id_prop is not None:
+        if _written_by_us(id_prop) and id_prop.value in (cluster_id, None):
+            removed += await ensure_deleted(client, ClusterProperty, CLUSTER_ID_PROPERTY)
+        else:
+            notes.append(f"ClusterProperty {CLUSTER_ID_PROPERTY} ({id_prop.value!r}) kept: "
+                         + ("it was there before `isthmus join`" if id_prop.value == cluster_id
+                            else "it names another cluster ID"))
+    return removed, notes
 
 
 # --- per-cluster broker credentials ---------------------------------------------------------------
@@ -419,7 +533,9 @@ class LeaveResult:
     revoked: bool
     """The cluster's broker ServiceAccount existed and was deleted (with its roles): its tokens are dead."""
     local_objects: int
-    """ServiceDiscovery, Secret, ServiceImports and imported EndpointSlices deleted in the cluster."""
+    """ServiceDiscovery, Secret, ClusterProperties, ServiceImports and imported EndpointSlices deleted in the cluster."""
+    notes: tuple[str, ...] = ()
+    """What leave kept on purpose, for the user (a ClusterProperty join did not write)."""
 
 
 async def leave(
@@ -438,7 +554,7 @@ async def leave(
     problem = validate_cluster_id(cluster_id)
     if problem is not None:
         raise ClustersetError(problem)
-    await get_broker(broker_client, namespace)
+    broker = await get_broker(broker_client, namespace)
     try:
         deregistered = await ensure_deleted(broker_client, Cluster, cluster_id, namespace=namespace)
         revoked = await _revoke(broker_client, namespace, cluster_id) > 0
@@ -449,8 +565,9 @@ async def leave(
                 f"pass the broker's admin kubeconfig as --broker-kubeconfig"
             ) from None
         raise
-    removed = 0
+    removed, notes = 0, list[str]()
     if cluster_client is not None:
+        removed, notes = await _remove_properties(cluster_client, cluster_id, clusterset_identity(_uid_of(broker)))
         removed += await delete_if_kind(cluster_client, ServiceDiscovery, SERVICE_DISCOVERY_NAME, AGENT_NAMESPACE)
         removed += await ensure_deleted(cluster_client, Secret, BROKER_SECRET_NAME, namespace=AGENT_NAMESPACE)
         slices = await list_all(cluster_client, EndpointSlice, namespace=ALL_NS,
@@ -467,7 +584,8 @@ async def leave(
         for exp in await list_if_kind(cluster_client, ServiceExport, ALL_NS):
             if (exp.metadata.labels or {}).get(MCSVC_MANAGED_BY_LABEL) == MCSVC_MANAGED_BY_VALUE:
                 removed += await ensure_deleted(cluster_client, ServiceExport, exp.name, namespace=exp.namespace)
-    return LeaveResult(cluster_id=cluster_id, deregistered=deregistered, revoked=revoked, local_objects=removed)
+    return LeaveResult(cluster_id=cluster_id, deregistered=deregistered, revoked=revoked, local_objects=removed,
+                       notes=tuple(notes))
 
 
 async def membership(cluster_client: AsyncClient) -> tuple[str, BrokerInfo]:

@@ -58,6 +58,7 @@ from isthmus.api.mcs import (
     ServiceDiscovery,
     ServiceDiscoverySpec,
 )
+from isthmus.clusterset.about import ClusterIdentityError, check_cluster_identity
 from isthmus.clusterset.brokerinfo import BROKER_TIMEOUT, BrokerInfo
 from isthmus.discovery import metrics
 from isthmus.discovery.aggregates import AggregateState, Aggregator
@@ -86,6 +87,23 @@ __all__ = ["Agent"]
 log = logging.getLogger(__name__)
 
 FAILED_RETRY_SECONDS = 5.0
+IDENTITY_MISMATCH_REASON = "ClusterIDMismatch"
+
+
+async def _check_identity(client: AsyncClient, sd: ServiceDiscovery, cluster_id: str) -> None:
+    """Refuse to run when the About API's cluster.clusterset.k8s.io names another ID than the one
+    joined: exports published and imports written under one ID while other tools read the other would
+    mix two clusters' endpoints. The Event on the ServiceDiscovery is where `kubectl describe` looks;
+    the pod's crash loop is the not-ready."""
+    try:
+        warning = await check_cluster_identity(client, cluster_id)
+    except ClusterIdentityError as err:
+        recorder = EventRecorder(client, AGENT_FIELD_MANAGER)
+        await recorder.emit(sd.to_dict(), "Warning", IDENTITY_MISMATCH_REASON, str(err))
+        await recorder.aclose()
+        raise AgentConfigError(str(err)) from None
+    if warning is not None:
+        log.warning("%s", warning)
 
 
 class Agent:
@@ -149,6 +167,7 @@ class Agent:
         if sd.spec.cluster_id != cluster_id:
             raise AgentConfigError(
                 f"this cluster joined as {sd.spec.cluster_id!r}, not {cluster_id!r}")
+        await _check_identity(client, sd, cluster_id)
         raw = (secret.data or {}).get(BROKER_SECRET_KEY)
         if not raw:
             raise AgentConfigError(f"secret {AGENT_NAMESPACE}/{BROKER_SECRET_NAME} has no {BROKER_SECRET_KEY!r}")

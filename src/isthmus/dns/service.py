@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from lightkube import AsyncClient
 
 from isthmus.api.mcs import CLUSTERSET_DOMAIN
+from isthmus.clusterset.about import check_cluster_identity
 from isthmus.dns.metrics import DnsStats
 from isthmus.dns.server import UDP_MMSG_BATCH, DnsServer, TcpLimits
 from isthmus.dns.source import CLUSTERSET_DNS_VERSION, KUBE_DNS_VERSION, DnsSource
@@ -69,6 +70,7 @@ class DnsService:
         """`sockets`: (UDP, TCP) per `config.listen` address, already bound (a `--workers` process
         gets them from its parent) instead of binding them here."""
         self.config = config
+        self._client = client
         self._sockets = sockets
         zones = [validate_zone(z) for z in config.zones]
         local_zone = validate_zone(config.local_zone) if config.local_zone else None
@@ -112,7 +114,15 @@ class DnsService:
         self.draining = True
 
     async def start(self) -> None:
-        """Listen (SERVFAIL until synced), then sync informers in the background."""
+        """Listen (SERVFAIL until synced), then sync informers in the background.
+
+        First the cluster ID is checked against the About API's cluster.clusterset.k8s.io: a server
+        answering `<hostname>.<clusterid>` names under one ID while the cluster's property (what other
+        tools read) says another raises ClusterIdentityError (the command's one-line error) and never
+        listens, so it is never ready."""
+        warning = await check_cluster_identity(self._client, self.config.cluster_id)
+        if warning is not None:
+            log.warning("%s", warning)
         if self.config.metrics_addr:
             self.health = HealthServer()
             self.health.add_readiness_check("dns-synced", lambda: self.cache.ready)
