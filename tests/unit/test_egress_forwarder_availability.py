@@ -106,7 +106,8 @@ def test_both_commands_pass_forwarder_replicas_to_the_operator(command: list[str
 
     def part(client: Any, holder: str, image: str | None, workers: int, forwarder_replicas: int = 2) -> Any:
         got.append(forwarder_replicas)
-        return type("Part", (), {"ready": True})()
+        # A part is its Manager, which the controller manager stands by (cli/manager.py `Healthy`).
+        return type("Part", (), {"ready": True, "healthy": True, "stand_by": lambda self, poll: None})()
 
     async def build_once(build: Any) -> None:
         await build()
