@@ -18,6 +18,7 @@ from isthmus.api.crdcompat import ISTHMUS, incompatibilities, installed_by, not_
 from isthmus.api.crdgen import all_crds, is_shared
 from isthmus.clusterset.control import ClustersetError
 from isthmus.kube.helpers import get_or_none, install_crds
+from isthmus.kube.storagemigration import MigrationError, migrate_installed
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,13 @@ async def read_crd_plan(client: AsyncClient) -> CrdPlan:
 
 
 async def apply_crd_plan(client: AsyncClient, plan: CrdPlan, field_manager: str) -> None:
-    """Apply the plan's CRDs and wait until each is served. Bound it with `asyncio.timeout`."""
+    """Apply the plan's CRDs and wait until each is served, then move the objects of those whose
+    storage version changed to it (`isthmus crds migrate`). Bound it with `asyncio.timeout`."""
     await install_crds(client, plan.apply, field_manager=field_manager)
+    try:
+        await migrate_installed(client, plan.apply)
+    except MigrationError as err:
+        raise ClustersetError(f"CRD storage migration incomplete (run `isthmus crds migrate` again): {err}") from None
     for name, note in plan.kept.items():
         log.info("CRD %s kept as it is: %s", name, note)
 

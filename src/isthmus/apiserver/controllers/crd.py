@@ -93,9 +93,12 @@ class CRDController(QueueController):
             names = dict(spec.get("names", {}))
             names.setdefault("singular", str(names.get("kind", "")).lower())
             names.setdefault("listKind", f"{names.get('kind', '')}List")
+            # storedVersions are the registry's (set at create, appended on updates): kept as they are.
+            stored = (live.get("status") or {}).get("storedVersions") or [
+                v["name"] for v in spec.get("versions", []) if v.get("storage")]
             live["status"] = {
                 "acceptedNames": names,
-                "storedVersions": [v["name"] for v in spec.get("versions", []) if v.get("storage")],
+                "storedVersions": stored,
                 "conditions": [
                     {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
                      "message": "no conflicts found", "lastTransitionTime": now},

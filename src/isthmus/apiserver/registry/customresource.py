@@ -20,11 +20,28 @@ Obj = dict[str, Any]
 
 
 class CustomResourceStrategy(Strategy):
-    """Objects of one served CRD version."""
+    """Objects of one served CRD version.
 
-    def __init__(self, printer_columns: list[Obj], selectable_fields: Iterable[str]) -> None:
+    Conversion is kube's `None` strategy: an object written through any served version is stored
+    under the CRD's storage version, and served at the version asked for, with only apiVersion
+    rewritten (webhook conversion is not supported: a CRD asking for it is served the same way)."""
+
+    def __init__(self, printer_columns: list[Obj], selectable_fields: Iterable[str],
+                 api_version: str = "", storage_api_version: str = "") -> None:
         self.printer_columns = printer_columns
         self.field_selectors = fields(*sorted(selectable_fields))
+        self.api_version = api_version
+        self.storage_api_version = storage_api_version or api_version
+
+    def to_storage(self, obj: Obj) -> Obj:
+        if not self.storage_api_version or obj.get("apiVersion") == self.storage_api_version:
+            return obj
+        return {**obj, "apiVersion": self.storage_api_version}
+
+    def from_storage(self, obj: Obj) -> Obj:
+        if not self.api_version or obj.get("apiVersion") == self.api_version:
+            return obj
+        return {**obj, "apiVersion": self.api_version}
 
 
 def crd_object_schema(version_schema: Any) -> dict[str, Any]:
@@ -56,6 +73,9 @@ def crd_resources(crd: dict[str, object]) -> list[ResourceInfo]:
     kind = str(names.get("kind") or "")
     plural = str(names.get("plural") or "")
     singular = str(names.get("singular") or kind.lower())
+    group = str(spec.get("group") or "")
+    storage = next((str(v.get("name") or "") for v in spec.get("versions") or []
+                    if isinstance(v, dict) and v.get("storage")), "")
     out: list[ResourceInfo] = []
     for v in spec.get("versions") or []:
         if not isinstance(v, dict) or not v.get("served"):
@@ -68,7 +88,7 @@ def crd_resources(crd: dict[str, object]) -> list[ResourceInfo]:
         }
         out.append(
             ResourceInfo(
-                group=str(spec.get("group") or ""),
+                group=group,
                 version=str(v.get("name") or ""),
                 plural=plural,
                 singular=singular,
@@ -80,7 +100,8 @@ def crd_resources(crd: dict[str, object]) -> list[ResourceInfo]:
                 schema=crd_object_schema(dig(v, "schema", "openAPIV3Schema")),
                 builtin=False,
                 storage_version=bool(v.get("storage")),
-                strategy=CustomResourceStrategy(columns, selectable),
+                strategy=CustomResourceStrategy(columns, selectable, f"{group}/{v.get('name') or ''}",
+                                                f"{group}/{storage}" if storage else ""),
             )
         )
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from isthmus.apiserver.apimachinery import validation
 from isthmus.apiserver.apimachinery.errors import cause
@@ -57,9 +58,28 @@ class CustomResourceDefinitionStrategy(Strategy):
         fins = obj["metadata"].setdefault("finalizers", [])
         if CLEANUP_FINALIZER not in fins:
             fins.append(CLEANUP_FINALIZER)
+        # kube's PrepareForCreate: the status starts over, storedVersions with the storage version.
+        obj["status"] = {"storedVersions": [v for v in [storage_version_name(obj)] if v]}
+
+    def prepare_for_update(self, new: Obj, old: Obj) -> None:
+        # kube's PrepareForUpdate: a new storage version is appended, none is ever removed here (a
+        # storage migration removes them through /status once no object is stored at them).
+        storage = storage_version_name(new)
+        status = new.setdefault("status", {})
+        stored = list(status.get("storedVersions") or [])
+        if storage and storage not in stored:
+            status["storedVersions"] = [*stored, storage]
 
     def validate(self, obj: Obj) -> list[dict[str, str]]:
-        return validate_crd(obj)
+        return validate_crd(obj) + validate_stored_versions(obj) + validate_api_approval(obj, None)
+
+    def validate_update(self, new: Obj, old: Obj) -> list[dict[str, str]]:
+        causes = validate_crd(new)
+        # kube checks storedVersions against spec.versions on writes of the CRD itself, not of its
+        # /status (where a migration trims them); a /status write leaves spec as it was.
+        if new.get("spec") != old.get("spec") or new.get("status") == old.get("status"):
+            causes += validate_stored_versions(new)
+        return causes + validate_api_approval(new, old)
 
     def table_columns(self) -> list[Column]:
         return COLUMNS
@@ -92,6 +112,82 @@ def _not_supported(path: str, value: Any, allowed: list[str]) -> dict[str, str]:
     return cause(
         path, f"Unsupported value: {go_value(value)}: supported values: {values}", "FieldValueNotSupported"
     )
+
+
+def storage_version_name(crd: Obj) -> str:
+    """The name of the version marked storage ("" when none is)."""
+    versions = dig(crd, "spec", "versions")
+    return next((str(v.get("name") or "") for v in versions or [] if isinstance(v, dict) and v.get("storage")), "")
+
+
+def _go_strings(values: list[Any] | None) -> str:
+    """Go's %#v of a []string, as kube prints a storedVersions value."""
+    if values is None:
+        return "[]string(nil)"
+    return "[]string{" + ", ".join(go_value(str(v)) for v in values) + "}"
+
+
+def validate_stored_versions(crd: Obj) -> list[dict[str, str]]:
+    """kube's ValidateCustomResourceDefinitionStoredVersions: status.storedVersions holds the storage
+    version, and every version in it stays in spec.versions (objects may still be stored at it)."""
+    path = "status.storedVersions"
+    stored = dig(crd, "status", "storedVersions")
+    stored = [str(v) for v in stored] if isinstance(stored, list) else None
+    if not stored:
+        return [cause(path, f"Invalid value: {_go_strings(stored)}: must have at least one stored version")]
+    errs: list[dict[str, str]] = []
+    index = {v: i for i, v in enumerate(stored)}
+    for v in dig(crd, "spec", "versions") or []:
+        if not isinstance(v, dict):
+            continue
+        name = str(v.get("name") or "")
+        if v.get("storage") and name not in index:
+            errs.append(cause(path, f"Invalid value: {_go_strings(stored)}: must have the storage version {name}"))
+        index.pop(name, None)
+    for v, i in sorted(index.items(), key=lambda item: item[1]):
+        errs.append(_inv(f"{path}[{i}]", v, f"missing from spec.versions; {v} was previously a storage version, "
+                         f"and must remain in spec.versions until a storage migration ensures no data remains "
+                         f"persisted in {v} and removes {v} from status.storedVersions"))
+    return errs
+
+
+API_APPROVED_ANNOTATION = "api-approved.kubernetes.io"
+_APPROVAL_PR = "https://github.com/kubernetes/enhancements/pull/1111"
+
+
+def is_protected_group(group: str) -> bool:
+    """kube's IsProtectedCommunityGroup: k8s.io and kubernetes.io and their subdomains need API review."""
+    return any(group == d or group.endswith("." + d) for d in ("k8s.io", "kubernetes.io"))
+
+
+def _approval_state(annotations: Any) -> tuple[str, str]:
+    """kube's GetAPIApprovalState: (missing|bypassed|approved|invalid, reason)."""
+    value = str((annotations or {}).get(API_APPROVED_ANNOTATION) or "") if isinstance(annotations, dict) else ""
+    if not value:
+        return "missing", f'protected groups must have approval annotation "{API_APPROVED_ANNOTATION}", see {_APPROVAL_PR}'
+    if value.startswith("unapproved"):
+        return "bypassed", f"not approved: {go_value(value)}"
+    url = urlsplit(value)
+    if url.scheme and url.netloc and " " not in value:
+        return "approved", f"approved in {value}"
+    return "invalid", (f'protected groups must have approval annotation "{API_APPROVED_ANNOTATION}" with either a URL '
+                       f'or a reason starting with "unapproved", see {_APPROVAL_PR}')
+
+
+def validate_api_approval(new: Obj, old: Obj | None) -> list[dict[str, str]]:
+    """kube's validateAPIApproval: a CRD in a protected group needs the api-approved annotation (a URL,
+    or a reason starting with "unapproved"); an update that leaves its state as it was passes."""
+    if not is_protected_group(str(dig(new, "spec", "group") or "")):
+        return []
+    state, reason = _approval_state(dig(new, "metadata", "annotations"))
+    if old is not None and _approval_state(dig(old, "metadata", "annotations"))[0] == state:
+        return []
+    path = f"metadata.annotations[{API_APPROVED_ANNOTATION}]"
+    if state == "missing":
+        return [_required(path, reason)]
+    if state == "invalid":
+        return [_inv(path, (dig(new, "metadata", "annotations") or {}).get(API_APPROVED_ANNOTATION), reason)]
+    return []
 
 
 def validate_crd(crd: dict[str, object]) -> list[dict[str, str]]:

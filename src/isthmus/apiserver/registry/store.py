@@ -118,6 +118,15 @@ def _without_volatile(obj: Obj) -> Obj:
     return {**obj, "metadata": m}
 
 
+def _encoded_elsewhere(info: ResourceInfo, stored: Obj | None, new: Obj) -> bool:
+    """Whether the stored object is kept under another version than a write would store it: kube
+    compares the encoded bytes, so an unchanged object still stored at an older storage version is
+    rewritten (how a storage migration moves objects to a new storage version)."""
+    if stored is None or info.strategy.plain_storage:
+        return False
+    return bool(stored.get("apiVersion") != info.strategy.to_storage(new).get("apiVersion"))
+
+
 def _status_schema(root: dict[str, Any]) -> dict[str, Any] | None:
     """The schema of `status` when the root's rules reach status only through it (no unknown fields
     kept at the root, status declared); None: walk the whole object."""
@@ -380,7 +389,7 @@ class GenericStore:
         """
         warnings = warnings if warnings is not None else []
         for _ in range(MAX_RETRIES):
-            live = self.storage.get(info.key, ns, name)
+            stored = live = self.storage.get(info.key, ns, name)
             if live is not None:  # the write is computed in the request's version, stored in the storage one
                 live = info.strategy.from_storage(live)
             if live is None:
@@ -437,7 +446,8 @@ class GenericStore:
                 if current is None or current["metadata"].get("resourceVersion") != rv_before:
                     continue  # raced with another writer while admitting: recompute
             if _without_volatile(new) == _without_volatile(live) and (
-                    new["metadata"].get("managedFields") == live["metadata"].get("managedFields") or not apply):
+                    new["metadata"].get("managedFields") == live["metadata"].get("managedFields") or not apply) \
+                    and not _encoded_elsewhere(info, stored, new):
                 return live, False  # no-op: kube does not bump the resourceVersion
             if dry_run:
                 return new, False
