@@ -5,6 +5,7 @@ what it wrote; the agent and the DNS server refuse to run under an ID the proper
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,3 +217,25 @@ async def test_a_cluster_joined_before_the_about_api_still_runs(env: Env) -> Non
     # Running join again (what the upgrade notes say) writes them.
     assert (await _join(member, brk, info, "c1")).exit_code == 0
     assert await _props(client) == {CLUSTER_ID_PROPERTY: "c1", CLUSTERSET_PROPERTY: await _broker_uid(brk)}
+
+
+async def test_the_commands_exit_2_naming_both_ids(env: Env) -> None:
+    """`isthmus agent` and `isthmus dns` as a pod runs them: one error line, exit code 2."""
+    brk, info = await env.broker("broker")
+    member = await env.server("c1")
+    assert (await _join(member, brk, info, "c1")).exit_code == 0
+    await merge_patch(member.client(), resource_for(ClusterProperty), CLUSTER_ID_PROPERTY,
+                      {"spec": {"value": "prod-east"}}, field_manager="someone")
+    for args in (["agent"], ["dns", "--listen", "127.0.0.1:0"]):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "isthmus", *args, "--kubeconfig", member.kubeconfig,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert proc.returncode == 2, (args, err)
+        assert err.decode().splitlines()[-1].startswith("error: this cluster's ClusterProperty cluster.clusterset.k8s.io says its "
+                                       "ID is 'prod-east', but it joined the clusterset as 'c1'"), err

@@ -14,6 +14,11 @@ creation; every join therefore finishes by bumping an annotation on the single B
 the resourceVersion it read *before* listing the clusters. Of two joins that planned from the same
 snapshot only one bump succeeds; the other undoes its Cluster and plans again, now seeing the
 winner's CIDR.
+
+Join also writes the About API's ClusterProperties (KEP-2149, docs/clusterset.md):
+`cluster.clusterset.k8s.io` (the cluster ID) before anything else in the cluster, `clusterset.k8s.io`
+(the Broker's UID) last; both are checked before registering, so a join that would change an ID or a
+clusterset someone else set writes nothing. `leave` removes what join wrote.
 """
 
 from __future__ import annotations
