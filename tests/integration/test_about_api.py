@@ -101,6 +101,7 @@ async def test_join_writes_both_properties_and_leave_removes_them(env: Env) -> N
     assert result.exit_code == 0, result.output
     uid = await _broker_uid(brk)
     assert await _props(client) == {CLUSTER_ID_PROPERTY: "c1", CLUSTERSET_PROPERTY: uid}
+    assert f"ClusterProperties (About API): cluster.clusterset.k8s.io=c1, clusterset.k8s.io={uid}" in result.output
     # about-api's older version is served too: a tool speaking v1alpha1 reads the same value.
     old = await client.get(V1ALPHA1, CLUSTER_ID_PROPERTY)
     assert old.apiVersion == "about.k8s.io/v1alpha1" and old["spec"]["value"] == "c1"

@@ -21,6 +21,7 @@ import typer
 from lightkube import AsyncClient
 from typer._click.core import ParameterSource
 
+from isthmus.api.about import CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY, clusterset_identity
 from isthmus.api.base import now
 from isthmus.api.mcs import DEFAULT_BROKER_NAMESPACE, STALE_HEARTBEAT_SECONDS, cluster_service_account
 from isthmus.cli import complete
@@ -268,7 +269,7 @@ def join(
                    f"--broker-kubeconfig, so join can give this cluster its own")
     notes: list[str] = []
 
-    async def body(broker: AsyncClient, cluster: AsyncClient) -> tuple[Any, bool]:
+    async def body(broker: AsyncClient, cluster: AsyncClient) -> tuple[Any, Any]:
         registered = await clusterset_membership.join(
             broker,
             cluster,
@@ -282,10 +283,11 @@ def join(
         broker_obj = await clusterset_broker.get_broker(broker, info.namespace)
         if not no_coredns:
             notes.append(await coredns.ensure_coredns_stub(cluster))
-        return registered, broker_obj.spec.clusterset_ip_enabled
+        return registered, broker_obj
 
     factories = [_broker_factory(info, broker_kubeconfig, broker_context), _cluster_factory(kubeconfig, context)]
-    cluster, broker_default = _run(_with_clients(factories, body))
+    cluster, broker_obj = _run(_with_clients(factories, body))
+    broker_default = broker_obj.spec.clusterset_ip_enabled
     if output in (JSON, YAML):
         print_document(cluster.to_dict(), output)
         for note in notes:
@@ -296,6 +298,8 @@ def join(
     typer.echo(f"cluster {cluster.name} joined the clusterset at {info.server}")
     typer.echo(f"  clusterset IP CIDR: {', '.join(cluster.spec.clusterset_ip_cidr)}")
     typer.echo(f"  ClusterSet IP by default: {default}")
+    typer.echo(f"  ClusterProperties (About API): {CLUSTER_ID_PROPERTY}={cluster.name}, "
+               f"{CLUSTERSET_PROPERTY}={clusterset_identity(broker_obj.metadata.uid or '')}")
     if broker_kubeconfig is not None:
         typer.echo(f"  broker credentials: ServiceAccount {info.namespace}/{cluster_service_account(cluster.name)} "
                    f"(token valid one year; re-run join to renew)")
