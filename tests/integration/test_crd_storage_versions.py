@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,16 @@ async def isthmus(*args: str) -> tuple[int, str]:
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     return proc.returncode or 0, out.decode()
+
+
+async def kubectl(server: RunningApiServer, *args: str) -> Any:
+    kubectl_path = shutil.which("kubectl")
+    assert kubectl_path is not None, "kubectl is needed (the Makefile's packages install it)"
+    proc = await asyncio.create_subprocess_exec(kubectl_path, "--kubeconfig", server.kubeconfig, *args,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
 
 
 def stored(server: RunningApiServer, crd: str, ns: str, name: str) -> str:
@@ -88,6 +100,18 @@ async def test_upgrade_in_place_serves_both_versions_then_migrates_and_trims(api
     assert (await client.get(SE_BETA, "web", namespace="shop")).apiVersion == "multicluster.x-k8s.io/v1beta1"
     si = await client.get(SI_ALPHA, "cart", namespace="shop")
     assert si.apiVersion == "multicluster.x-k8s.io/v1alpha1" and si.spec["ports"] == [{"port": 80, "protocol": "TCP"}]
+
+    # As kubectl sees it: both versions discovered, v1beta1 preferred; upstream's short names.
+    group = await kubectl(apiserver, "get", "--raw", "/apis/multicluster.x-k8s.io")
+    assert [v["version"] for v in group["versions"]] == ["v1beta1", "v1alpha1"]
+    assert group["preferredVersion"]["version"] == "v1beta1"
+    for kind in ("svcexport", "svcex", "serviceexports.v1alpha1.multicluster.x-k8s.io"):
+        listed = await kubectl(apiserver, "get", kind, "-n", "shop", "-o", "json")
+        assert sorted(i["metadata"]["name"] for i in listed["items"]) == ["cart", "db", "web"], kind
+    assert (await kubectl(apiserver, "get", "serviceexports.v1alpha1.multicluster.x-k8s.io", "-n", "shop", "web",
+                          "-o", "json"))["apiVersion"] == "multicluster.x-k8s.io/v1alpha1"
+    assert [i["apiVersion"] for i in (await kubectl(apiserver, "get", "svcim", "-n", "shop", "-o", "json"))["items"]
+            ] == ["multicluster.x-k8s.io/v1beta1"]
 
     # Idempotent: nothing more to do.
     again = await migrate_installed(client, SHARED)
