@@ -29,7 +29,7 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.types import PatchType
 from prometheus_client import Counter
 
-from isthmus.api.base import Condition, conditions_equal, merge_conditions, new_condition
+from isthmus.api.base import Condition, find_condition, merge_conditions, new_condition
 from isthmus.api.mcs import (
     AGENT_FIELD_MANAGER,
     MANAGED_BY_LABEL,
@@ -263,12 +263,14 @@ class ImportSyncer:
         silent = self.silent()
         missing = sorted(c.cluster for c in agg.status.clusters if c.cluster not in in_place and c.cluster not in silent)
         waiting = [f"the EndpointSlices of cluster{'s' if len(missing) > 1 else ''} {', '.join(missing)}"] if missing else []
-        shown = local.model_copy(update={"status": ServiceImportStatus(clusters=agg.status.clusters)})
-        ready = ready_condition(shown, families=self.families, waiting_for=waiting, generation=local.metadata.generation)
+        # The aggregate: the spec and annotations just written, status.clusters as they are to be.
+        ready = ready_condition(agg, families=self.families, waiting_for=waiting, generation=local.metadata.generation)
+        old = find_condition(local.status.conditions, ImportConditionType.READY)
+        if (local.status.clusters == agg.status.clusters and local.status.endpoint_slice_objects == "Present"
+                and old is not None and (old.status, old.reason, old.message, old.observed_generation)
+                == (ready.status, ready.reason, ready.message, ready.observed_generation)):
+            return  # the usual pass: nothing to write, and no condition list copied to find it out
         conditions = merge_conditions(local.status.conditions, [ready])
-        if (local.status.clusters == agg.status.clusters and conditions_equal(conditions, local.status.conditions)
-                and local.status.endpoint_slice_objects == "Present"):
-            return
         local.status = ServiceImportStatus(clusters=agg.status.clusters, conditions=conditions,
                                            endpoint_slice_objects="Present")
         await helpers.patch_status_quiet(self.cluster, local, field_manager=AGENT_FIELD_MANAGER,
