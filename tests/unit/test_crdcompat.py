@@ -104,3 +104,15 @@ def test_plan_keeps_compatible_applies_ours_and_refuses_incompatible() -> None:
     del theirs["spec"]["versions"][1]["subresources"]
     with pytest.raises(ClustersetError, match=f"{EXPORTS} \\(installed by submariner-operator\\): no status subresource"):
         plan_crds(wanted, {EXPORTS: theirs})
+
+
+def test_diagnose_says_when_a_crd_isthmus_installed_still_lists_an_older_stored_version() -> None:
+    from isthmus.diagnose.checks import shared_crd_note
+
+    crd = copy.deepcopy(OURS[EXPORTS])
+    crd["status"] = {"storedVersions": ["v1alpha1", "v1beta1"]}
+    assert shared_crd_note(crd, OURS[EXPORTS]) == (
+        "installed by Isthmus, storage migration pending (status.storedVersions: v1alpha1, v1beta1): "
+        "isthmus crds migrate")
+    crd["status"] = {"storedVersions": ["v1beta1"]}
+    assert shared_crd_note(crd, OURS[EXPORTS]) == "installed by Isthmus"

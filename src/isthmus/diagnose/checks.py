@@ -210,6 +210,10 @@ def shared_crd_note(installed: dict[str, Any], ours: dict[str, Any]) -> str:
     `incompatible: <what is missing> (installed by <project>)`."""
     who = installed_by(installed) or "another installer"
     if who == ISTHMUS:
+        stored = (installed.get("status") or {}).get("storedVersions") or []
+        if len(stored) > 1:  # objects may still be stored at an older version (docs/deploy.md: Upgrading)
+            return (f"installed by Isthmus, storage migration pending (status.storedVersions: {', '.join(stored)}): "
+                    "isthmus crds migrate")
         return "installed by Isthmus"
     problems = incompatibilities(installed, ours)
     if problems:
