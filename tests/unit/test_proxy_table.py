@@ -535,10 +535,9 @@ def test_the_affinity_annotation_overrides_prefer_close() -> None:
 
 
 def test_unknown_distribution_is_what_gets_logged() -> None:
-    from isthmus.dns.source import unknown_distribution as dns_unknown
-    from isthmus.proxy.proxy import unknown_distribution as proxy_unknown
+    from isthmus.api.mcs import unknown_import_distribution
 
-    for unknown in (proxy_unknown, dns_unknown):
+    for unknown in (unknown_import_distribution,):
         assert unknown(_si(trafficDistribution="PreferSameRegion")) == "PreferSameRegion"
         assert unknown(_si({"isthmus.io/affinity": "nearby"}, trafficDistribution="PreferSameRegion")) == \
             "PreferSameRegion"

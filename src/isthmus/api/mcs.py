@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -121,6 +121,20 @@ def unknown_traffic_distribution(
         return None
     raw = (annotations or {}).get(AFFINITY_ANNOTATION) or ""
     return None if raw.strip().lower() in AFFINITY_VALUES else traffic_distribution
+
+
+def traffic_distribution(spec: Any) -> str | None:
+    """A ServiceImport spec's (a mapping, as the caches hold it) trafficDistribution, if a string."""
+    value = spec.get("trafficDistribution") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def unknown_import_distribution(obj: Any) -> str | None:
+    """`unknown_traffic_distribution` of a cached ServiceImport (None for none): what DNS and the proxy
+    log, once per import and value."""
+    if obj is None:
+        return None
+    return unknown_traffic_distribution(obj.metadata.annotations, traffic_distribution(obj.get("spec")))
 
 # --- settings and defaults ----------------------------------------------------------------------
 

@@ -32,7 +32,8 @@ from isthmus.api.mcs import (
     SOURCE_CLUSTER_LABEL,
     ServiceImport,
     effective_preference,
-    unknown_traffic_distribution,
+    traffic_distribution,
+    unknown_import_distribution,
 )
 from isthmus.api.mcs import unknown_affinity as affinity_value_unknown
 from isthmus.kube import keys
@@ -68,7 +69,6 @@ __all__ = [
     "service_snapshot",
     "slice_snapshot",
     "unknown_affinity",
-    "unknown_distribution",
 ]
 
 log = logging.getLogger(__name__)
@@ -151,20 +151,8 @@ def import_snapshot(obj: Any) -> ImportSnap:
         affinity_timeout=_affinity(spec.get("sessionAffinity"), cfg),
         clusters=tuple(str(c["cluster"]) for c in status.get("clusters") or () if c.get("cluster")),
         created=_created(obj.metadata),
-        locality=effective_preference(obj.metadata.annotations, _traffic_distribution(spec)),
+        locality=effective_preference(obj.metadata.annotations, traffic_distribution(spec)),
     )
-
-
-def _traffic_distribution(spec: Any) -> str | None:
-    value = spec.get("trafficDistribution") if isinstance(spec, dict) else None
-    return value if isinstance(value, str) else None
-
-
-def unknown_distribution(obj: Any) -> str | None:
-    """The trafficDistribution of a ServiceImport if it decides the preference but is not one Isthmus reads."""
-    if obj is None:
-        return None
-    return unknown_traffic_distribution(obj.metadata.annotations, _traffic_distribution(obj.get("spec")))
 
 
 def unknown_affinity(obj: Any) -> str | None:
@@ -564,7 +552,7 @@ class ProxyService:
         self._warn_once(self._bad_affinity, key, unknown_affinity(imp_obj), "affinity",
                         "unknown isthmus.io/affinity on a ServiceImport; ignored: balancing by its "
                         "trafficDistribution, else with no preference (use local, remote or none)")
-        self._warn_once(self._bad_distribution, key, unknown_distribution(imp_obj), "distribution",
+        self._warn_once(self._bad_distribution, key, unknown_import_distribution(imp_obj), "distribution",
                         "unknown trafficDistribution on a ServiceImport; balancing with no preference "
                         "(Isthmus reads PreferClose, PreferSameZone and PreferSameNode)")
 
