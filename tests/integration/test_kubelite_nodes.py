@@ -189,8 +189,8 @@ async def test_a_deployment_with_anti_affinity_runs_one_pod_per_node(nodes: tupl
 
     async def both_running() -> list[dict[str, Any]] | None:
         pods = [p for p in await pods_of(c, {"app": "spread"}) if not p["metadata"].get("deletionTimestamp")]
-        up = [p for p in pods if await running(c, p["metadata"]["name"])]
-        return up if len(up) == 2 else None
+        up = [fresh for p in pods if (fresh := await running(c, p["metadata"]["name"])) is not None]
+        return up if len(up) == 2 else None  # the fresh Pods: the listed ones may predate their podIP
 
     pods = await eventually(both_running, what="both replicas running")
     by_node = {p["spec"]["nodeName"]: p["status"]["podIP"] for p in pods}
