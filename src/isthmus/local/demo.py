@@ -258,9 +258,9 @@ def http_host(ip: str, port: int, host: str, path: str) -> tuple[int, dict[str, 
     return VANTAGE.call(_http_host, ip, port, host, path)
 
 
-def _http_host(ip: str, port: int, host: str, path: str) -> tuple[int, dict[str, Any] | None]:
+def _http_host(ip: str, port: int, host: str, path: str, timeout: float = 2.0) -> tuple[int, dict[str, Any] | None]:
     inside()
-    conn = http.client.HTTPConnection(loopback(ip), port, timeout=2.0)
+    conn = http.client.HTTPConnection(loopback(ip), port, timeout=timeout)
     try:
         conn.request("GET", path, headers={"Host": host, "Connection": "close"})
         resp = conn.getresponse()

@@ -14,8 +14,10 @@ fails:
 
 Then `kubectl rollout restart` of every Isthmus Deployment of c1, and `kubectl drain` of each of
 c1's nodes in turn (uncordoned after). A request is one attempt as a client makes it (DNS: one
-query, 1 s timeout, one retry as a stub resolver does; HTTP: a fresh connection, 2 s timeout), never
-retried by the drill. The targets (issue 43): no failed DNS, VIP or LB request; for egress, flows on
+query, 1 s timeout, one retry as a stub resolver does; HTTP and egress: a fresh connection, 5 s
+timeout, HAProxy's own `timeout connect`, long enough for one SYN the kernel sends again after 1 s),
+never retried by the drill; the slowest request that succeeded is reported beside the failures, so
+a stall shows even when nothing failed. The targets (issue 43): no failed DNS, VIP or LB request; for egress, flows on
 a moved gateway may break (counted) and a new connection succeeds within 3 s of any failure.
 
 Last, c1 and the broker are uninstalled as docs/deploy.md says, and the drill checks that another
@@ -34,6 +36,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,8 @@ MAX_REQUESTS = 20_000
 """Every probe loop is bounded even if nobody stops it."""
 TIMELINE = 100
 """Failures per path whose time is kept."""
+REQUEST_TIMEOUT = 5.0
+"""An HTTP or egress request's timeout: a client's patience, not a target (the slowest is reported)."""
 FLOWS = 4
 """Long-lived egress flows opened before the disruptions and checked after."""
 DRAIN_TIMEOUT = 240
@@ -167,10 +172,12 @@ class PathResult:
     """The last request succeeded: the path serves again after every disruption."""
     failures: list[tuple[float, str]] = field(default_factory=list)
     """(seconds since the traffic started, error) of the first failures: where in the drill they fell."""
+    slowest: float = 0.0
+    """Seconds the slowest request that succeeded took."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"sent": self.sent, "failed": self.failed, "longest_outage_s": round(self.longest_outage, 2),
-                "last_ok": self.last_ok, "errors": dict(self.errors.most_common(5)),
+                "last_ok": self.last_ok, "slowest_s": round(self.slowest, 2), "errors": dict(self.errors.most_common(5)),
                 "failures": [[round(t, 2), e] for t, e in self.failures]}
 
 
@@ -185,6 +192,8 @@ class DrillResult:
     """Seconds each disruption took (rollout restart, each drain)."""
     events: list[tuple[float, str]] = field(default_factory=list)
     """(seconds since the traffic started, what the drill did): the timeline the failures fall in."""
+    started: str = ""
+    """When the traffic started (UTC, ISO 8601): where the timeline sits in the clusterset's logs."""
 
     def misses(self) -> list[str]:
         """Where the drill missed the targets, in words (empty: every target met)."""
@@ -204,7 +213,7 @@ class DrillResult:
         return {"paths": {n: r.as_dict() for n, r in self.paths.items()}, "flows_opened": self.flows_opened,
                 "flows_broken": self.flows_broken, "phases_s": {k: round(v, 1) for k, v in self.phases.items()},
                 "misses": self.misses(), "uninstalled": self.uninstalled,
-                "events": [[round(t, 2), e] for t, e in self.events]}
+                "events": [[round(t, 2), e] for t, e in self.events], "started": self.started}
 
 
 class Probe(threading.Thread):
@@ -243,6 +252,7 @@ class Probe(threading.Thread):
                 with self.lock:
                     r.sent += 1
                     r.last_ok = True
+                    r.slowest = max(r.slowest, time.monotonic() - t)
                 if down_since is not None:
                     r.longest_outage = max(r.longest_outage, time.monotonic() - down_since)
                     down_since = None
@@ -329,6 +339,7 @@ class Drill(Demo):
         self.result: DrillResult | None = None
         self.phases: dict[str, float] = {}
         self.t0 = time.monotonic()
+        self.started = ""
         self.events: list[tuple[float, str]] = []
         self.egress_source = ""
         self.forwarder = ""
@@ -523,7 +534,7 @@ class Drill(Demo):
     def egress_once(self) -> None:
         try:
             with self._egress_socket() as s:
-                s.settimeout(2.0)
+                s.settimeout(REQUEST_TIMEOUT)
                 data = s.makefile("rb").readline()
         except OSError as err:
             raise NotYet(f"egress: {err.strerror or type(err).__name__}") from None
@@ -557,6 +568,7 @@ class Drill(Demo):
             ("egress", None, self.egress_once),
         ]
         self.t0 = time.monotonic()
+        self.started = datetime.now(UTC).isoformat(timespec="milliseconds")
         for name_, via, fn in requests:
             probe = Probe(name_, via, fn, self.stop, self.t0)
             self.probes.append(probe)
@@ -579,11 +591,11 @@ class Drill(Demo):
                 f.ping(i)
 
     def _show_counts(self, when: str) -> None:
-        table = self.table("path", "requests", "failed", "longest outage")
+        table = self.table("path", "requests", "failed", "longest outage", "slowest")
         for p in self.probes:
             with p.lock:
                 r = p.result
-                table.add_row(r.name, str(r.sent), str(r.failed), f"{r.longest_outage:.1f}s")
+                table.add_row(r.name, str(r.sent), str(r.failed), f"{r.longest_outage:.1f}s", f"{r.slowest:.2f}s")
         self.note(f"traffic {when}:")
         self.print_table(table)
 
@@ -648,15 +660,15 @@ class Drill(Demo):
         for p in self.probes:
             p.join(timeout=10)
         result = DrillResult({p.result.name: p.result for p in self.probes}, phases=dict(self.phases),
-                             events=list(self.events))
+                             events=list(self.events), started=self.started)
         result.flows_opened = len(self.flows)
         result.flows_broken = sum(1 for f in self.flows if f.broken is not None)
         for f in self.flows:
             f.close()
         self.result = result
-        table = self.table("path", "requests", "failed", "longest outage", "errors")
+        table = self.table("path", "requests", "failed", "longest outage", "slowest", "errors")
         for r in result.paths.values():
-            table.add_row(r.name, str(r.sent), str(r.failed), f"{r.longest_outage:.1f}s",
+            table.add_row(r.name, str(r.sent), str(r.failed), f"{r.longest_outage:.1f}s", f"{r.slowest:.2f}s",
                           escape("; ".join(f"{e} x{n}" for e, n in r.errors.most_common(2))))
         self.print_table(table)
         self.note(f"long-lived egress flows: {result.flows_broken} of {result.flows_opened} broken "
@@ -742,7 +754,7 @@ def _node_namespaces(network: dict[str, Any], cluster: str) -> list[str]:
 
 def _http_get(address: str, port: int) -> dict[str, Any]:
     tour.inside()
-    status, answer = tour._http_host(address, port, f"{address}:{port}", "/isthmus-drill")
+    status, answer = tour._http_host(address, port, f"{address}:{port}", "/isthmus-drill", REQUEST_TIMEOUT)
     if answer is None:
         raise NotYet(f"HTTP {address}:{port} answered {status}")
     return answer
