@@ -309,3 +309,35 @@ def test_the_gateway_has_a_standby_on_another_node_when_the_cluster_has_several(
                                        tmp_path / "pools", nodes=nodes)
         [gateway] = [o for o in render(directory) if o["kind"] == "Deployment" and o["metadata"]["name"] == name]
         assert gateway["spec"]["replicas"] == want, nodes
+
+
+def test_a_moved_pool_address_keeps_established_flows_on_the_node_they_began_on() -> None:
+    """New flows go to the holder; a flow that began on the old one stays pinned there (the fabric marks
+    it at its first packet) and that node keeps the addresses while its pool manager pod exists."""
+    import shutil
+    import subprocess
+
+    from isthmus.local.network.plan import fabric_plan
+    from isthmus.local.network.speaker import address_batches, pin_mark, pin_routes, pin_rules, pool_nodes
+
+    nodes = [n for n in fabric_plan("/unused", 2, cs="isthmus-t-pin", nodes=2).nodes if n.cluster == "c1"]
+    first, second = nodes
+    leaving = _pod("pools-a", "isthmus-pools", first.address, ready=False, created="2026-12-07T10:00:00Z")
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-07T11:00:00Z"
+    staying = _pod("pools-b", "isthmus-pools", second.address, ready=True, created="2026-12-07T10:00:01Z")
+    assert pool_nodes(nodes, [leaving, staying]) == {first.address, second.address}
+    assert pool_nodes(nodes, [staying]) == {second.address}
+    routes = {"10.30.1.0/24": second.address, "10.31.1.0/24": second.address}
+    add, remove = address_batches(nodes, routes, keep={first.address, second.address})
+    assert [ns for ns, _ in add] == [second.netns] and remove == []  # the old holder keeps them meanwhile
+    add, remove = address_batches(nodes, routes, keep={second.address})
+    assert [ns for ns, _ in remove] == [first.netns]  # its pool manager gone: off
+    assert pin_mark(first) != pin_mark(second)
+    rules = pin_rules(first, second)
+    assert f"ct state new ct mark set {pin_mark(second)}" in rules and "meta mark set ct mark" in rules
+    assert f"route replace 10.31.1.0/24 via {first.address} dev fabric0 table {pin_mark(first)}" in \
+        pin_routes(first, nodes)
+    nft = shutil.which("nft")
+    assert nft is not None, "nft (Debian's nftables) is needed: make installs it"
+    check = subprocess.run([nft, "-c", "-f", "-"], input=rules.split("\n", 2)[2], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr  # the kernel accepts the ruleset (check mode: nothing loaded)

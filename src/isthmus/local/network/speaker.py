@@ -25,13 +25,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from isthmus.local.network.plan import EDGE_DEVICE, FABRIC_BRIDGE, FabricPlan, NodeNet
 
-__all__ = ["EDGE_COMPONENTS", "EdgeSpeaker", "address_batches", "edge_routes", "route_batch"]
+__all__ = [
+    "EDGE_COMPONENTS",
+    "EdgeSpeaker",
+    "address_batches",
+    "edge_routes",
+    "pin_mark",
+    "pin_routes",
+    "pin_rules",
+    "pool_nodes",
+    "route_batch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +52,10 @@ GATEWAY = "isthmus-egress-gateway"
 EDGE_COMPONENTS = (POOLS, GATEWAY)
 LEADER_LABEL = "egress.isthmus.io/leader"
 """The gateway's leader labels its own Pod (isthmus.api.egress.GATEWAY_LEADER_LABEL)."""
+PIN_BASE = 0x1000
+"""First firewall mark / routing table of pinned edge flows (`pin_mark`)."""
+PIN_PREF = 1000
+"""The policy routing rules' preference: before the main table (32766)."""
 POLL_SECONDS = 2.0
 """How often the speaker looks again when a watch cannot be held (the apiserver restarting)."""
 
@@ -92,24 +107,75 @@ def edge_routes(first: NodeNet, nodes: Iterable[NodeNet], pods: Iterable[Mapping
     return out
 
 
-def address_batches(nodes: Iterable[NodeNet], routes: Mapping[str, str]) -> tuple[list[tuple[str, str]],
-                                                                                list[tuple[str, str]]]:
+def pool_nodes(nodes: Iterable[NodeNet], pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Addresses of the nodes that run a pool manager pod, a terminating one too: they keep the edge
+    addresses, so flows pinned to them (`pin_rules`) finish there after the holder moved."""
+    addresses = {n.address for n in nodes}
+    return {str(p["status"]["hostIP"]) for p in pods
+            if ((p.get("metadata") or {}).get("labels") or {}).get(NAME_LABEL) == POOLS
+            and (p.get("status") or {}).get("hostIP") in addresses}
+
+
+def address_batches(nodes: Iterable[NodeNet], routes: Mapping[str, str],
+                    keep: Iterable[str] = ()) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(node namespace, `ip -batch` lines) to put the edge addresses on the pool manager's holder, and
-    to take them off the others: applied on either side of the route change, so a connection finds
-    the address wherever the fabric sends it (the old holder keeps it until no route leads there)."""
+    to take them off the others but those in `keep` (nodes whose pool manager still finishes its
+    flows): applied on either side of the route change, so a connection finds the address wherever
+    the fabric sends it."""
     add: list[tuple[str, str]] = []
     remove: list[tuple[str, str]] = []
+    kept = set(keep)
     for node in nodes:
         holder = routes.get(f"10.30.{node.index}.0/24") == node.address
+        if not holder and node.address in kept:
+            continue
         verb = "replace" if holder else "del"
         (add if holder else remove).append((node.netns, "".join(f"addr {verb} {a}/32 dev {EDGE_DEVICE}\n"
                                                                for a in (node.edge_public, node.edge_private))))
     return add, remove
 
 
+def pin_mark(node: NodeNet) -> int:
+    """The firewall mark and routing table of flows pinned to `node` (unique per cluster and node)."""
+    return PIN_BASE + 16 * node.index + node.node
+
+
+def pin_routes(first: NodeNet, nodes: Iterable[NodeNet]) -> str:
+    """`ip -batch` lines: each node's table routes the pool manager's ranges to it, and a mark selects
+    the table (idempotent; a rule that exists already fails harmlessly under -force)."""
+    lines = []
+    for node in nodes:
+        mark = pin_mark(node)
+        lines += [f"route replace {cidr} via {node.address} dev {FABRIC_BRIDGE} table {mark}" for cidr in _ranges(first)[POOLS]]
+        lines.append(f"rule add fwmark {mark} lookup {mark} pref {PIN_PREF}")
+    return "".join(line + "\n" for line in lines)
+
+
+def pin_rules(first: NodeNet, holder: NodeNet) -> str:
+    """The fabric's nftables table for one cluster's edge ranges (`nft -f`): a new connection is marked
+    for the holder's node, and every later packet of it follows that mark, so a flow stays on the node
+    it began on when the holder moves (as an L4 load balancer drains a backend: new flows go to the
+    new one, established ones finish where they are). Without it, the move sent an established
+    flow's next packet to a node that had no such connection."""
+    name = f"isthmus-edge-{first.cluster}"
+    ranges = ", ".join(_ranges(first)[POOLS])
+    return (f"table ip {name}\ndelete table ip {name}\n"
+            f"table ip {name} {{\n  chain pin {{\n    type filter hook prerouting priority mangle; policy accept;\n"
+            f"    ip daddr {{ {ranges} }} ct state new ct mark set {pin_mark(holder)}\n"
+            f"    ip daddr {{ {ranges} }} meta mark set ct mark\n  }}\n}}\n")
+
+
 def route_batch(routes: Mapping[str, str]) -> str:
     """`ip -batch` lines that point each destination at its node (idempotent)."""
     return "".join(f"route replace {dst} via {via} dev {FABRIC_BRIDGE}\n" for dst, via in sorted(routes.items()))
+
+
+def _nft(netns_name: str, ruleset: str) -> None:
+    """Load `ruleset` into the named namespace's nftables (atomically, as `nft -f` does)."""
+    p = subprocess.run(["ip", "netns", "exec", netns_name, "nft", "-f", "-"], input=ruleset, capture_output=True,
+                       text=True, check=False)
+    if p.returncode != 0:
+        raise OSError(f"nft in {netns_name}: {p.stderr.strip() or p.returncode}")
 
 
 class EdgeSpeaker:
@@ -123,25 +189,33 @@ class EdgeSpeaker:
         self.kubeconfig = kubeconfig
         self.routes: dict[str, str] = {dst: self.first.address for cidrs in _ranges(self.first).values()
                                        for dst in cidrs}
+        self.kept: set[str] = set()
 
     async def apply(self, pods: list[dict[str, Any]], *, force: bool = False) -> bool:
         """Put the addresses and routes where `pods` say (everything, with `force`: the first look,
         since `up` may have remade node 1's); True when something moved."""
         wanted = edge_routes(self.first, self.nodes, pods, self.routes)
-        if wanted == self.routes and not force:
+        keep = pool_nodes(self.nodes, pods)
+        if wanted == self.routes and keep == self.kept and not force:
             return False
         from isthmus.local.network.fabric import _batches
 
-        # The new holder's addresses, the routes, then the old holders' (forced: deleting an address a
-        # node does not hold fails harmlessly). Taking them off first answered "no route to host".
-        add, remove = address_batches(self.nodes, wanted)
+        # The new holder's addresses, the routes (and the pin to the holder for new flows), then the
+        # addresses of nodes that no longer run a pool manager (forced: deleting an address a node does
+        # not hold fails harmlessly). Taking them off first answered "no route to host".
+        add, remove = address_batches(self.nodes, wanted, keep)
         await asyncio.to_thread(_batches, add, force=True)
+        if force:
+            await asyncio.to_thread(_batches, [(self.fp.netns, pin_routes(self.first, self.nodes))], force=True)
         await asyncio.to_thread(_batches, [(self.fp.netns, route_batch(wanted))])
+        holder = next((n for n in self.nodes if n.address == wanted.get(_ranges(self.first)[POOLS][0])), self.first)
+        await asyncio.to_thread(_nft, self.fp.netns, pin_rules(self.first, holder))
         await asyncio.to_thread(_batches, remove, force=True)
         moved = {dst: via for dst, via in wanted.items() if self.routes.get(dst) != via}
         if moved:
             log.info("edge routes moved", extra={"cluster": self.first.cluster, "routes": moved})
         self.routes = wanted
+        self.kept = keep
         return bool(moved)
 
     async def run(self) -> None:
