@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import ipaddress
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
 from isthmus.api.base import (
     AGE_COLUMN,
     ATOMIC_LIST,
+    IPV4_CIDR_PATTERN,
     Condition,
     Conditions,
     CRDInfo,
     DNS1123Label,
     Int32,
-    IPv4CIDR,
     KubeModel,
     PortNumber,
     PrinterColumn,
@@ -142,6 +143,10 @@ CLUSTERSET_DOMAIN = "clusterset.local"
 DEFAULT_CLUSTERSET_IP_CIDR_RANGE = "243.0.0.0/8"
 DEFAULT_CLUSTER_CIDR_PREFIX = 16
 """Each cluster's VIP block is a /16 of the clusterset range unless asked otherwise (as in Submariner)."""
+DEFAULT_CLUSTER_CIDR_PREFIX_V6 = 64
+"""Each cluster's IPv6 VIP block is a /64 of the range: the unit IPv6 networks are planned in (RFC 4291
+interface IDs, so a block never needs more bits), 2**64 VIPs are never exhausted, and a /48 range still
+holds 65536 clusters, so carving never runs out before the clusterset does."""
 DEFAULT_BROKER_NAMESPACE = "isthmus-broker"
 BROKER_NAME = "broker"
 """The one Broker object in a broker namespace."""
@@ -445,6 +450,108 @@ class ServiceImport(Resource):
     status: ServiceImportStatus = Field(default_factory=ServiceImportStatus)
 
 
+# --- ClusterSet IP CIDRs (dual-stack) -----------------------------------------------------------
+
+_IPV6_CIDR_SHAPE = r"[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*/(12[0-8]|1[01][0-9]|[1-9]?[0-9])"
+ClustersetCIDR = Annotated[
+    str, Field(pattern=rf"^(?:{IPV4_CIDR_PATTERN[1:-1]}|{_IPV6_CIDR_SHAPE})$")
+]
+"""An IPv4 or IPv6 CIDR. The schema only checks the shape (the apiserver has no CIDR format); the
+models' validators below parse it, as kube's validation does for Service CIDRs."""
+
+
+def cidr_family(cidr: str) -> IPFamily | None:
+    """The family of a CIDR (host bits tolerated), None when it does not parse."""
+    try:
+        return "IPv6" if ipaddress.ip_network(cidr.strip(), strict=False).version == 6 else "IPv4"
+    except (ValueError, AttributeError):
+        return None
+
+
+def ip_family(ip: str) -> IPFamily | None:
+    """The family of an IP address, None when it does not parse."""
+    try:
+        return "IPv6" if ipaddress.ip_address(ip.strip()).version == 6 else "IPv4"
+    except (ValueError, AttributeError):
+        return None
+
+
+def cidr_list_errors(path: str, cidrs: Sequence[str], *, canonical: bool, one_per_family: bool) -> list[str]:
+    """Kube-style messages (`<path>[i]: Invalid value: "<v>": <why>`) for a list of ClusterSet IP CIDRs.
+
+    Pure, so the CLI flags and the models share one wording. `canonical` rejects host bits (a cluster's
+    block is allocated from address by address; a typo there would silently shift it); `one_per_family`
+    is the cluster rule: a cluster has one VIP block per family, as a dual-stack Service has one IP per
+    family.
+    """
+    errors: list[str] = []
+    seen: dict[int, int] = {}
+    for i, text in enumerate(cidrs):
+        where = f'{path}[{i}]: Invalid value: "{text}"'
+        try:
+            net = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            errors.append(f"{where}: must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)")
+            continue
+        if "/" not in text:
+            errors.append(f"{where}: must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)")
+            continue
+        if canonical and str(net) != text:
+            errors.append(f'{where}: must be in canonical form ("{net}")')
+            continue
+        if net.version == 6 and net.prefixlen > 126:
+            errors.append(f"{where}: an IPv6 prefix length must be at most /126 (a block of at least 4 VIPs)")
+            continue
+        if one_per_family and net.version in seen:
+            first = seen[net.version]
+            errors.append(
+                f"{where}: may specify no more than one CIDR for each IP family "
+                f'({path}[{first}] is "{cidrs[first]}"), i.e 243.1.0.0/16 and fd00:243:0:1::/64'
+            )
+            continue
+        seen.setdefault(net.version, i)
+    return errors
+
+
+def ip_list_errors(path: str, ips: Sequence[str]) -> list[str]:
+    """Kube-style messages for a list of IPs with at most one per family (Service spec.clusterIPs)."""
+    errors: list[str] = []
+    seen: dict[int, int] = {}
+    for i, text in enumerate(ips):
+        where = f'{path}[{i}]: Invalid value: "{text}"'
+        try:
+            ip = ipaddress.ip_address(text)
+        except ValueError:
+            errors.append(f"{where}: must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)")
+            continue
+        if ip.version in seen:
+            errors.append(f"{where}: may specify no more than one IP for each IP family")
+            continue
+        seen[ip.version] = i
+    return errors
+
+
+def _checked(path: str, check: Any) -> Any:
+    def run(values: list[str] | None) -> list[str] | None:
+        if values:
+            errors = check(path, values)
+            if errors:
+                raise ValueError("; ".join(errors))
+        return values
+
+    return AfterValidator(run)
+
+
+def _cluster_cidrs(path: str) -> Any:
+    return _checked(path, lambda p, v: cidr_list_errors(p, v, canonical=True, one_per_family=True))
+
+
+def _range_cidrs(path: str) -> Any:
+    # The range only bounds the blocks (host bits tolerated, as ever) and may hold several ranges of a
+    # family: brokers deployed before dual-stack have them, and they must stay valid unchanged.
+    return _checked(path, lambda p, v: cidr_list_errors(p, v, canonical=False, one_per_family=False))
+
+
 # --- Isthmus broker objects ---------------------------------------------------------------------
 
 
@@ -453,7 +560,7 @@ class BrokerSpec(KubeModel):
 
     clusterset_ip_enabled: bool = Field(default=False, alias="clustersetIPEnabled")
     """Default for clusters that do not choose: export services with a ClusterSet IP (VIP)."""
-    clusterset_ip_cidr_range: list[IPv4CIDR] = Field(
+    clusterset_ip_cidr_range: Annotated[list[ClustersetCIDR], _range_cidrs("spec.clustersetIPCIDRRange")] = Field(
         default_factory=lambda: [DEFAULT_CLUSTERSET_IP_CIDR_RANGE],
         alias="clustersetIPCIDRRange",
         min_length=1,
@@ -490,7 +597,9 @@ class ClusterSpec(KubeModel):
 
     cluster_id: DNS1123Label = Field(alias="clusterID")
     """The cluster ID: a DNS-1123 label, unique in the clusterset (also the object's name)."""
-    clusterset_ip_cidr: list[IPv4CIDR] = Field(default_factory=list, alias="clustersetIPCIDR")
+    clusterset_ip_cidr: Annotated[list[ClustersetCIDR], _cluster_cidrs("spec.clustersetIPCIDR")] = Field(
+        default_factory=list, alias="clustersetIPCIDR", max_length=2
+    )
     """This cluster's VIP block(s) inside the broker's range; never overlapping another cluster's."""
     clusterset_ip_enabled: bool | None = Field(default=None, alias="clustersetIPEnabled")
     """This cluster's default for exports without the annotation; unset → the broker's setting."""
@@ -535,7 +644,9 @@ class ServiceDiscoverySpec(KubeModel):
     """This cluster's ID in the clusterset."""
     clusterset_ip_enabled: bool = Field(default=False, alias="clustersetIPEnabled")
     """Export services with a VIP unless their ServiceExport's annotation says otherwise."""
-    clusterset_ip_cidr: list[IPv4CIDR] = Field(default_factory=list, alias="clustersetIPCIDR")
+    clusterset_ip_cidr: Annotated[list[ClustersetCIDR], _cluster_cidrs("spec.clustersetIPCIDR")] = Field(
+        default_factory=list, alias="clustersetIPCIDR", max_length=2
+    )
     """The VIP block(s) this cluster allocates from."""
     broker_namespace: str = DEFAULT_BROKER_NAMESPACE
     """The namespace on the broker API holding the clusterset's objects."""
@@ -610,11 +721,13 @@ class ExportedServiceSpec(KubeModel):
     consumer_clusters: list[str] | None = Field(default=None, json_schema_extra=ATOMIC_LIST)
     """The clusters that may import this cluster's export (ServiceExport annotation
     isthmus.io/consumer-clusters); absent: every cluster."""
-    clusterset_ips: list[str] | None = Field(default=None, alias="clustersetIPs", max_length=1,
-                                             json_schema_extra=ATOMIC_LIST)
-    """The service's ClusterSet IP as this cluster holds it (docs/discovery.md "ClusterSet IP"): `[ip]`
-    (allocated from this cluster's CIDR, or adopted from the oldest exporter that holds one), `[]` (the
-    service has none), absent (not decided yet). Every reader derives the service's VIP from these."""
+    clusterset_ips: Annotated[list[str] | None, _checked("spec.clustersetIPs", ip_list_errors)] = Field(
+        default=None, alias="clustersetIPs", max_length=2, json_schema_extra=ATOMIC_LIST
+    )
+    """The service's ClusterSet IPs as this cluster holds them (docs/discovery.md "ClusterSet IP"): one
+    per family (allocated from this cluster's CIDRs, or adopted from the oldest exporter that holds
+    them), `[]` (the service has none), absent (not decided yet). Every reader derives the service's
+    VIPs from these."""
     clusterset_ip_allocated_by: str | None = Field(default=None, alias="clustersetIPAllocatedBy")
     """The cluster whose CIDR `clustersetIPs` came from (the ServiceImport's allocated-by annotation)."""
 
