@@ -325,12 +325,12 @@ def test_a_moved_pool_address_keeps_established_flows_on_the_node_they_began_on(
     leaving = _pod("pools-a", "isthmus-pools", first.address, ready=False, created="2026-12-07T10:00:00Z")
     leaving["metadata"]["deletionTimestamp"] = "2026-12-07T11:00:00Z"
     staying = _pod("pools-b", "isthmus-pools", second.address, ready=True, created="2026-12-07T10:00:01Z")
-    assert pool_nodes(nodes, [leaving, staying]) == {first.address, second.address}
-    assert pool_nodes(nodes, [staying]) == {second.address}
+    assert pool_nodes(nodes, [leaving, staying]) == {first.address}  # terminating: still finishing flows
+    assert pool_nodes(nodes, [staying]) == set()
     routes = {"10.30.1.0/24": second.address, "10.31.1.0/24": second.address}
-    add, remove = address_batches(nodes, routes, keep={first.address, second.address})
+    add, remove = address_batches(nodes, routes, keep=pool_nodes(nodes, [leaving, staying]))
     assert [ns for ns, _ in add] == [second.netns] and remove == []  # the old holder keeps them meanwhile
-    add, remove = address_batches(nodes, routes, keep={second.address})
+    add, remove = address_batches(nodes, routes, keep=pool_nodes(nodes, [staying]))
     assert [ns for ns, _ in remove] == [first.netns]  # its pool manager gone: off
     assert pin_mark(first) != pin_mark(second)
     rules = pin_rules(first, second)

@@ -108,11 +108,14 @@ def edge_routes(first: NodeNet, nodes: Iterable[NodeNet], pods: Iterable[Mapping
 
 
 def pool_nodes(nodes: Iterable[NodeNet], pods: Iterable[Mapping[str, Any]]) -> set[str]:
-    """Addresses of the nodes that run a pool manager pod, a terminating one too: they keep the edge
-    addresses, so flows pinned to them (`pin_rules`) finish there after the holder moved."""
+    """Addresses of the nodes whose pool manager pod is terminating (in its lame duck): they keep the
+    edge addresses until the pod is gone, so flows pinned to them (`pin_rules`) finish there after the
+    holder moved. Any other node but the holder has them removed: a pod there dialing them must reach
+    the holder, whose instances serve every pool, not its own node's."""
     addresses = {n.address for n in nodes}
     return {str(p["status"]["hostIP"]) for p in pods
             if ((p.get("metadata") or {}).get("labels") or {}).get(NAME_LABEL) == POOLS
+            and (p.get("metadata") or {}).get("deletionTimestamp")
             and (p.get("status") or {}).get("hostIP") in addresses}
 
 
@@ -201,8 +204,8 @@ class EdgeSpeaker:
         from isthmus.local.network.fabric import _batches
 
         # The new holder's addresses, the routes (and the pin to the holder for new flows), then the
-        # addresses of nodes that no longer run a pool manager (forced: deleting an address a node does
-        # not hold fails harmlessly). Taking them off first answered "no route to host".
+        # addresses of the other nodes but those whose pool manager is still finishing its flows
+        # (forced: deleting an address a node does not hold fails harmlessly). Taking them off first answered "no route to host".
         add, remove = address_batches(self.nodes, wanted, keep)
         await asyncio.to_thread(_batches, add, force=True)
         if force:
