@@ -463,6 +463,28 @@ async def test_service_ports_and_selector_are_validated_as_kube_does(
     assert (await _req(apiserver, "POST", SERVICES, ok))[0] == 201
 
 
+@pytest.mark.parametrize("distribution", ["PreferClose", "PreferSameZone", "PreferSameNode"])
+async def test_service_traffic_distribution_takes_kubes_values(apiserver: RunningApiServer, distribution: str) -> None:
+    name = distribution.lower()
+    svc = _service(ports=[{"port": 80}], trafficDistribution=distribution) | {"metadata": {"name": name}}
+    status, body = await _req(apiserver, "POST", SERVICES, svc)
+    assert status == 201 and body["spec"]["trafficDistribution"] == distribution, body
+
+
+async def test_an_unknown_service_traffic_distribution_is_refused_in_kubes_words(apiserver: RunningApiServer) -> None:
+    """kube 1.34+ (PreferSameTrafficDistribution on) refuses anything else, on create and on update."""
+    message = ('Unsupported value: "PreferSameRegion": supported values: "PreferClose", "PreferSameZone", '
+               '"PreferSameNode"')
+    svc = _service(ports=[{"port": 80}], trafficDistribution="PreferSameRegion") | {"metadata": {"name": "region"}}
+    status, body = await _req(apiserver, "POST", SERVICES, svc)
+    assert (status, _causes(body)) == (422, [("spec.trafficDistribution", message)]), body
+    del svc["spec"]["trafficDistribution"]
+    assert (await _req(apiserver, "POST", SERVICES, svc))[0] == 201
+    status, body = await _req(apiserver, "PATCH", SERVICES + "/region", {"spec": {"trafficDistribution": "PreferSameRegion"}},
+                              "application/merge-patch+json")
+    assert (status, _causes(body)) == (422, [("spec.trafficDistribution", message)]), body
+
+
 async def test_objects_stored_before_the_validation_still_take_status_writes(apiserver: RunningApiServer) -> None:
     """A data dir written by an older server holds an Ingress without pathType and a Service with a
     bad port name: their controllers' status writes must go on (kube validates only the status

@@ -15,8 +15,9 @@ import dns.rcode
 import pytest
 import pytest_asyncio
 
+from isthmus.apiserver.registry.service import default_service
 from isthmus.dns.service import DnsConfig, DnsService
-from tests.harness.clusterset import ClusterSet, endpoint_slice, ips_of, service
+from tests.harness.clusterset import ClusterSet, as_dict, endpoint_slice, ips_of, service, service_export
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 
@@ -243,17 +244,23 @@ async def test_prefer_close_from_the_exported_service_steers_headless_answers(
 async def test_unknown_traffic_distribution_answers_with_no_preference_logged_once(
     env: tuple[ClusterSet, Resolver, Resolver], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A value kube refuses today still reaches DNS from a Service stored before the apiserver
+    validated trafficDistribution (an upgraded clusterset): no preference, one warning."""
     caplog.set_level(logging.WARNING, logger="isthmus.dns.source")
     cs, dns1, _ = env
     ns = "region"
     await _ns(cs, ns)
+    for i in (0, 1):
+        legacy = as_dict(service("db", ns, headless=True))
+        legacy["spec"]["trafficDistribution"] = "PreferSameRegion"
+        legacy["metadata"] |= {"uid": f"legacy-db-{i}", "creationTimestamp": "2026-12-01T00:00:00Z"}
+        default_service(legacy)  # stored as the older server stored it: defaulted, not validated
+        cs.clusters[i].server.store.create("/services", legacy)
+        await cs.put(i, service_export("db", ns))
 
     async def export(c2_ready: bool = True) -> None:
         for i, pod, ready in ((0, "127.20.11.1", True), (1, "127.20.12.1", c2_ready)):
-            svc = service("db", ns, headless=True)
-            assert svc.spec is not None
-            svc.spec.trafficDistribution = "PreferSameRegion"
-            await cs.export(i, "db", ns, svc=svc, endpoints=[(pod, ready, f"db-{i}")])
+            await cs.put(i, endpoint_slice("db", ns, [(pod, ready, f"db-{i}")]))
 
     name = f"db.{ns}.svc.{Z}"
     await export()

@@ -1,6 +1,6 @@
 """Services (kube's pkg/registry/core/service): DNS-1035 names, Go defaults, kubectl's columns, and
-the parts of kube's ValidateService that the load balancers and proxies read (type, ports,
-selector), in kube's words: a port named `http\n` or a selector value `web\n` never reaches them."""
+the parts of kube's ValidateService that the load balancers, proxies and DNS read (type, ports,
+selector, trafficDistribution), in kube's words: a port named `http\n` or a selector value `web\n` never reaches them."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ Obj = dict[str, Any]
 Cause = dict[str, str]
 SERVICE_TYPES = ("ClusterIP", "ExternalName", "LoadBalancer", "NodePort")
 PROTOCOLS = ("SCTP", "TCP", "UDP")
+TRAFFIC_DISTRIBUTIONS = ("PreferClose", "PreferSameZone", "PreferSameNode")
+"""kube's validateServiceTrafficDistribution, in its order: PreferSameZone and PreferSameNode joined
+PreferClose with PreferSameTrafficDistribution (alpha in 1.33, on by default from 1.34, locked in
+1.35); a value outside them would reach DNS and the proxy as a preference nobody can honour."""
 
 
 def default_service(obj: Obj) -> None:
@@ -108,7 +112,8 @@ def _port_number(value: Any) -> int | None:
 
 
 def validate_service_spec(spec: Obj) -> list[Cause]:
-    """kube's ValidateService for type, ports and selector, at `spec` (after defaulting)."""
+    """kube's ValidateService for type, ports, selector and trafficDistribution, at `spec` (after
+    defaulting)."""
     errs: list[Cause] = []
     stype = spec.get("type") or "ClusterIP"  # kube's defaulting gives every Service a type
     if stype not in SERVICE_TYPES:
@@ -144,6 +149,9 @@ def validate_service_spec(spec: Obj) -> list[Cause]:
             errs += v.invalid_each("spec.selector", str(key), v.is_qualified_name(str(key)))
             if isinstance(value, str):
                 errs += v.invalid_each("spec.selector", value, v.is_valid_label_value(value))
+    distribution = spec.get("trafficDistribution")
+    if distribution is not None and distribution not in TRAFFIC_DISTRIBUTIONS:
+        errs.append(v.not_supported("spec.trafficDistribution", distribution, TRAFFIC_DISTRIBUTIONS))
     # The same protocol and port twice: the schema's list-map keys refuse it already (openapi/schema.py).
     return errs
 
