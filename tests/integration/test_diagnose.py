@@ -28,6 +28,7 @@ from lightkube.resources.apps_v1 import Deployment, DeploymentStatus
 from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
+from isthmus.api.about import CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY, ClusterProperty
 from isthmus.api.base import format_time, now
 from isthmus.api.egress import SourceIPClaim
 from isthmus.api.lb import LoadBalancerPool
@@ -38,14 +39,15 @@ from isthmus.diagnose.model import Diagnosis, Status
 from isthmus.diagnose.run import diagnose as run_diagnose
 from isthmus.diagnose.run import select_contexts
 from isthmus.dns.service import DnsConfig, DnsService
-from isthmus.kube.helpers import install_crds
+from isthmus.kube.helpers import get_or_none, install_crds
 from isthmus.kube.resources import resource_for
-from tests.harness.clusterset import BROKER_NS, CLUSTER, ClusterSet, service
+from tests.harness.clusterset import BROKER_NS, CLUSTER, ClusterSet, as_dict, service
 from tests.harness.polling import eventually
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(180)]
 
 CIDR_RANGE = "127.236.0.0/14"
+CP = resource_for(ClusterProperty)
 SECRET_VALUE = "diag-secret-value-7f3a"
 
 
@@ -143,7 +145,7 @@ async def test_healthy_clusterset_passes_every_check(env: Env) -> None:
     roles = {t.title: t.roles for t in d.targets}
     assert roles == {"broker": ["broker"], "c1": ["member"], "c2": ["member"], "clusterset": []}
     for target in ("c1", "c2"):
-        for name in ("api", "clock", "crds", "join", "heartbeat", "agent", "dns", "vips", "exports", "pools",
+        for name in ("api", "clock", "crds", "join", "about", "heartbeat", "agent", "dns", "vips", "exports", "pools",
                      "multiclusterservices", "egress"):
             assert check(d, target, name).status is Status.PASS, (target, name, check(d, target, name))
     assert "answers clusterset.local SOA" in check(d, "c1", "dns").message
@@ -371,6 +373,50 @@ async def test_gather_archive_has_objects_and_no_secret_data(env: Env, tmp_path:
     finally:
         await cs.c(0).delete(Secret, "diag-secret", namespace=AGENT_NAMESPACE)
         await cs.unexport(0, "shop", ns)
+
+
+async def test_about_api_properties_disagreeing_with_the_join_fail_about(env: Env) -> None:
+    """c2's cluster.clusterset.k8s.io rewritten to another ID, then its clusterset.k8s.io to another
+    clusterset, then removed: about fails naming both values, then warns with join as the next step."""
+    client = env.cs.c(1)
+    saved = {n: as_dict(await client.get(CP, n)) for n in (CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY)}
+    clusterset = saved[CLUSTERSET_PROPERTY]["spec"]["value"]
+
+    async def set_value(name: str, value: str) -> None:
+        await client.patch(CP, name, {"spec": {"value": value}}, patch_type=PatchType.MERGE)
+
+    try:
+        assert check(await env.diagnose(), "c2", "about").message == \
+            f"ClusterProperty {CLUSTER_ID_PROPERTY} = c2, {CLUSTERSET_PROPERTY} = {clusterset} (this broker's)"
+        await set_value(CLUSTER_ID_PROPERTY, "c9")
+        d = await env.diagnose()
+        c = check(d, "c2", "about")
+        assert c.status is Status.FAIL and c.message.startswith(
+            f"this cluster's ClusterProperty {CLUSTER_ID_PROPERTY} says its ID is 'c9', but it joined the "
+            f"clusterset as 'c2'"), c
+        assert c.next == f"kubectl --kubeconfig {env.kubeconfig} --context c2 get clusterproperties"
+        assert check(d, "c1", "about").status is Status.PASS
+        await set_value(CLUSTER_ID_PROPERTY, "c2")
+        await set_value(CLUSTERSET_PROPERTY, "another-clusterset")
+        c = check(await env.diagnose(), "c2", "about")
+        assert (c.status, c.message) == (Status.FAIL, (
+            f"ClusterProperty {CLUSTERSET_PROPERTY} is 'another-clusterset', but the broker this cluster joined is "
+            f"clusterset {clusterset!r}: other tools place it in another clusterset")), c
+        assert c.next is not None and c.next.startswith("isthmus join ") and "--cluster-id c2 --force" in c.next, c
+        await client.delete(CP, CLUSTERSET_PROPERTY)
+        c = check(await env.diagnose(), "c2", "about")
+        assert c.status is Status.WARN and c.message.startswith(f"no ClusterProperty {CLUSTERSET_PROPERTY}: "), c
+        assert c.next is not None and "--cluster-id c2" in c.next, c
+        _, out, _ = await env.cli("diagnose", "--context", "c2")
+        assert "⚠ about" in out, out
+    finally:
+        for name, prop in saved.items():
+            if await get_or_none(client, ClusterProperty, name) is None:
+                meta = {k: prop["metadata"][k] for k in ("name", "labels", "annotations") if k in prop["metadata"]}
+                await client.create(CP.from_dict({**prop, "metadata": meta}))
+            else:
+                await set_value(name, prop["spec"]["value"])
+    await eventually(lambda: _ok(env), timeout=20, what="c2's About API restored")
 
 
 async def test_stopped_agent_makes_heartbeat_stale(env: Env) -> None:

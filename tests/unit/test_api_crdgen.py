@@ -246,7 +246,7 @@ def test_cli_writes_one_file_per_crd(tmp_path: Path) -> None:
 
 
 def test_cli_only_splits_ours_from_other_projects_apis() -> None:
-    """Other projects' APIs (mcs-api, Karmada) apart, so an admin can apply ours alone."""
+    """Other projects' APIs (mcs-api, the About API, Karmada) apart, so an admin can apply ours alone."""
     shared = list(yaml.safe_load_all(CliRunner().invoke(app, ["crds", "--only", "shared"]).stdout))
     assert sorted(c["metadata"]["name"] for c in shared) == [
         "clusterproperties.about.k8s.io", "multiclusterservices.networking.karmada.io",
@@ -256,6 +256,10 @@ def test_cli_only_splits_ours_from_other_projects_apis() -> None:
     assert all(c["metadata"]["labels"] == {"app.kubernetes.io/part-of": "isthmus"} for c in ours + shared)
     bad = CliRunner().invoke(app, ["crds", "--only", "everything"])
     assert bad.exit_code == 2 and "--only must be isthmus or shared" in bad.stderr
+    # --help names each shared API, so an admin knows what `--only shared` applies (and leaves out).
+    help_text = " ".join(CliRunner().invoke(app, ["crds", "--help"], env={"COLUMNS": "400"}).stdout.split())
+    for kind in ("ServiceExport", "ServiceImport", "About API's ClusterProperty", "Karmada's MultiClusterService"):
+        assert kind in help_text, help_text
 
 
 def test_cli_unwritable_output_dir_is_exit_2(tmp_path: Path) -> None:

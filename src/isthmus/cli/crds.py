@@ -46,7 +46,8 @@ def crds(
         "--only", metavar=f"{OWN_DIR}|{SHARED_DIR}", autocompletion=lambda incomplete: [
             f for f in (OWN_DIR, SHARED_DIR) if f.startswith(incomplete)],
         help=f"Only Isthmus's own CRDs ({OWN_DIR}) or only the other projects' APIs it speaks "
-             f"({SHARED_DIR}: mcs-api, Karmada).")] = None,
+             f"({SHARED_DIR}: mcs-api's ServiceExport and ServiceImport, the About API's ClusterProperty, "
+             "Karmada's MultiClusterService).")] = None,
 ) -> None:
     """Print the CRDs of every Isthmus resource, to apply with `kubectl apply -f -`.
 

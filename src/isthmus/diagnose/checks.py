@@ -16,13 +16,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from lightkube import ALL_NS, AsyncClient
+from lightkube import ALL_NS, ApiError, AsyncClient
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Node, Pod, Service
 
 from isthmus.api import CRD_MODELS
+from isthmus.api.about import CLUSTER_ID_PROPERTY, CLUSTERSET_PROPERTY, ClusterProperty, identity_mismatch
 from isthmus.api.base import find_condition
 from isthmus.api.crdcompat import ISTHMUS, incompatibilities, installed_by, not_stored
 from isthmus.api.crdgen import all_crds, is_shared
@@ -45,7 +46,7 @@ from isthmus.clusterset.control import get_if_kind, list_if_kind
 from isthmus.diagnose.model import Check, Status, failed, passed, plural, warned
 from isthmus.diagnose.net import ApiProbe, answer_addresses, dns_query, tcp_connect
 from isthmus.discovery import views
-from isthmus.kube.helpers import describe_error, list_all
+from isthmus.kube.helpers import describe_error, get_or_none, is_not_found, list_all, status_code
 
 AGENT_DEPLOYMENT = "isthmus-agent"
 CLOCK_WARN_SECONDS = 5.0
@@ -328,6 +329,46 @@ def check_join(t: Target, env: Env) -> Check:
                               f"has no Cluster {t.cluster_id}: it was removed or this cluster joined another broker",
                       join_command(t, env, t.cluster_id, "--force"))
     return passed("join", f"joined as {t.cluster_id} (broker {b.server}, namespace {b.namespace})")
+
+
+async def check_about(t: Target, env: Env) -> Check:
+    """The About API (KEP-2149) as other multi-cluster tools read it: `cluster.clusterset.k8s.io`
+    must name the ID the cluster joined as (the agent and DNS refuse to start otherwise, so a
+    disagreement surfaces at their next restart), and `clusterset.k8s.io` must exist and name the
+    broker's clusterset. Missing properties only warn: a cluster joined before join wrote them runs
+    unchecked until join is run again (clusterset/about.py tolerates it likewise)."""
+    joined = t.cluster_id or "<id>"
+    rejoin = join_command(t, env, joined)
+    properties = env.kubectl(t, "get", "clusterproperties")
+    try:
+        id_prop = await get_or_none(t.client, ClusterProperty, CLUSTER_ID_PROPERTY)
+        set_prop = await get_or_none(t.client, ClusterProperty, CLUSTERSET_PROPERTY)
+    except ApiError as err:
+        if is_not_found(err):
+            return warned("about", "the About API (clusterproperties.about.k8s.io) is not installed: other "
+                                   "multi-cluster tools cannot read this cluster's ID", rejoin)
+        if status_code(err) == 403:
+            return warned("about", f"may not read ClusterProperties: {err.status.message}",
+                          env.kubectl(t, "auth", "can-i", "get", "clusterproperties"))
+        raise
+    problem = identity_mismatch(joined, id_prop.value if id_prop is not None else None)
+    if problem is not None:
+        return failed("about", problem, properties)
+    b = env.broker
+    expected = b.broker.metadata.uid if b is not None and b.broker is not None and b.broker.metadata else None
+    clusterset = set_prop.value if set_prop is not None else None
+    if clusterset is not None and expected is not None and clusterset != expected:
+        return failed("about", f"ClusterProperty {CLUSTERSET_PROPERTY} is {clusterset!r}, but the broker this "
+                               f"cluster joined is clusterset {expected!r}: other tools place it in another "
+                               f"clusterset", join_command(t, env, joined, "--force"))
+    missing = [name for name, prop in ((CLUSTER_ID_PROPERTY, id_prop), (CLUSTERSET_PROPERTY, set_prop))
+               if prop is None or prop.value is None]
+    if missing:
+        return warned("about", f"no ClusterProperty {' or '.join(missing)}: joined before Isthmus wrote the "
+                               f"About API, or removed since; other multi-cluster tools cannot place this cluster",
+                      rejoin)
+    return passed("about", f"ClusterProperty {CLUSTER_ID_PROPERTY} = {joined}, {CLUSTERSET_PROPERTY} = "
+                           f"{clusterset}" + (" (this broker's)" if expected is not None else ""))
 
 
 def check_heartbeat(t: Target, env: Env) -> Check:

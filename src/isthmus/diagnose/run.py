@@ -138,8 +138,9 @@ def _steps(t: c.Target) -> list[tuple[str, Step]]:
     """Which checks a context gets, in print order."""
     steps: list[tuple[str, Step]] = [("clock", c.check_clock), ("crds", c.check_crds)]
     if t.cluster_id is not None:
-        steps += [("join", c.check_join), ("heartbeat", c.check_heartbeat), ("agent", c.check_agent),
-                  ("dns", c.check_dns), ("vips", c.check_vips), ("exports", c.check_exports)]
+        steps += [("join", c.check_join), ("about", c.check_about), ("heartbeat", c.check_heartbeat),
+                  ("agent", c.check_agent), ("dns", c.check_dns), ("vips", c.check_vips),
+                  ("exports", c.check_exports)]
     if t.broker_namespaces:
         steps.append(("broker", c.check_broker))
     steps += [("components", c.check_components), ("pools", c.check_pools),
