@@ -139,7 +139,9 @@ async def test_deploy_broker_settings_cannot_change(env: Env) -> None:
             ["243.0.0.1/8"],
             "clusterset IP CIDR range 243.0.0.1/8 has host bits set: the network is 243.0.0.0/8",
         ),
-        (["nonsense"], "clusterset IP CIDR range 'nonsense' is not a valid IPv4 network (a.b.c.d/n)"),
+        (["nonsense"], "clusterset IP CIDR range 'nonsense' is not a valid IP network (a.b.c.d/n or an IPv6 "
+                       "network such as fd00:243::/48)"),
+        (["fd00:243::/96"], "clusterset IP CIDR range fd00:243::/96 is smaller than one cluster's IPv6 block (/64)"),
         (["10.0.0.0/8,10.1.0.0/16"], "clusterset IP CIDR ranges 10.0.0.0/8 and 10.1.0.0/16 overlap"),
     ],
 )
@@ -263,7 +265,10 @@ async def test_duplicate_id_from_another_cluster(env: Env) -> None:
             "243.0.0.1/16",
             "clusterset IP CIDR 243.0.0.1/16 has host bits set: the network is 243.0.0.0/16",
         ),
-        ("c1", "banana", "clusterset IP CIDR 'banana' is not a valid IPv4 network (a.b.c.d/n)"),
+        ("c1", "banana", "clusterset IP CIDR 'banana' is not a valid IP network (a.b.c.d/n or an IPv6 network "
+                        "such as fd00:243::/48)"),
+        ("c1", "fd00::/64", "clusterset IP CIDR fd00::/64 is IPv6, but the clusterset IP CIDR range 243.0.0.0/8 "
+                            "has no IPv6 range"),
         (
             "c1",
             "243.0.128.0/17",
@@ -498,3 +503,43 @@ async def test_join_without_member_credentials_stores_broker_info_as_it_is(env: 
     await _join(env, c1, info, "c1", member_credentials=False)
     assert await membership.membership(c1) == ("c1", info)
     assert await get_or_none(env.bc, ServiceAccount, "cluster-c1", namespace=NS) is None
+
+
+# --- dual-stack ClusterSet IP CIDRs ------------------------------------------------------------
+
+
+async def test_join_dual_stack_blocks(env: Env) -> None:
+    info = await env.deploy(cidr_range=["243.0.0.0/8,fd00:243::/48"])
+    assert info.clusterset_ip_cidr_range == ["243.0.0.0/8", "fd00:243::/48"]
+    c1, c2 = await env.member("c1"), await env.member("c2")
+    cluster1 = await _join(env, c1, info, "c1")
+    assert cluster1.spec.clusterset_ip_cidr == ["243.0.0.0/16", "fd00:243::/64"]
+    sd = await get(c1, ServiceDiscovery, SERVICE_DISCOVERY_NAME, namespace=AGENT_NAMESPACE)
+    assert sd.spec.clusterset_ip_cidr == ["243.0.0.0/16", "fd00:243::/64"]
+    cluster2 = await _join(env, c2, info, "c2", clusterset_ip_cidr=["fd00:243:0:9::/64"])
+    assert cluster2.spec.clusterset_ip_cidr == ["243.1.0.0/16", "fd00:243:0:9::/64"]
+    # Re-joining keeps both blocks; another IPv6 block needs --force.
+    assert (await _join(env, c2, info, "c2")).spec.clusterset_ip_cidr == ["243.1.0.0/16", "fd00:243:0:9::/64"]
+    with pytest.raises(ClustersetError) as exc:
+        await _join(env, c2, info, "c2", clusterset_ip_cidr="fd00:243:0:a::/64")
+    assert str(exc.value).startswith(
+        "cluster 'c2' already has clusterset IP CIDR fd00:243:0:9::/64; pass --force to change it to fd00:243:0:a::/64"
+    )
+    with pytest.raises(ClustersetError) as exc:
+        await _join(env, await env.member("c3"), info, "c3", clusterset_ip_cidr="fd00:243::/64,fd00:243:0:1::/64")
+    assert str(exc.value) == (
+        "--clusterset-ip-cidr fd00:243::/64 and fd00:243:0:1::/64 are both IPv6: a cluster has at most one "
+        "clusterset IP CIDR per IP family (one IPv4 and one IPv6)"
+    )
+
+
+async def test_rejoin_gains_the_family_the_broker_added(env: Env) -> None:
+    info = await env.deploy()
+    c1 = await env.member("c1")
+    assert (await _join(env, c1, info, "c1")).spec.clusterset_ip_cidr == ["243.0.0.0/16"]
+    # deploy-broker refuses to change a deployed broker's settings; an admin edits the Broker.
+    stored = await get(env.bc, Broker, "broker", namespace=NS)
+    stored.metadata.managed_fields = None
+    stored.spec.clusterset_ip_cidr_range = ["243.0.0.0/8", "fd00:243::/48"]
+    await env.bc.replace(to_lightkube(stored))
+    assert (await _join(env, c1, info, "c1")).spec.clusterset_ip_cidr == ["243.0.0.0/16", "fd00:243::/64"]

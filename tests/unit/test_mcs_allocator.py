@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from isthmus.clusterset.cidrs import CidrError, plan_cluster_cidr, validate_cluster_id
+from isthmus.clusterset.cidrs import CidrError, plan_cluster_cidr, plan_cluster_cidrs, validate_cluster_id
 from isthmus.discovery.allocator import AllocatorFull, VipAllocator
 
 # --- VipAllocator ------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_plan_no_ranges() -> None:
 
 
 def test_plan_bad_range_and_prefix() -> None:
-    with pytest.raises(CidrError, match="'bogus' is not a valid IPv4 network"):
+    with pytest.raises(CidrError, match="'bogus' is not a valid IP network"):
         plan_cluster_cidr(["bogus"], {}, "a", None)
     with pytest.raises(CidrError, match="/33"):
         plan_cluster_cidr(RANGE, {}, "a", None, prefix=33)
@@ -260,10 +260,14 @@ def test_requested_host_bits() -> None:
 
 
 def test_requested_invalid() -> None:
-    with pytest.raises(CidrError, match=r"'243\.5\.0\.0/40' is not a valid IPv4 network"):
+    with pytest.raises(CidrError, match=r"'243\.5\.0\.0/40' is not a valid IP network"):
         plan_cluster_cidr(RANGE, {}, "a", "243.5.0.0/40")
-    with pytest.raises(CidrError, match="not a valid IPv4 network"):
+    with pytest.raises(CidrError) as err:
         plan_cluster_cidr(RANGE, {}, "a", "fd00::/64")
+    assert str(err.value) == (
+        "clusterset IP CIDR fd00::/64 is IPv6, but the clusterset IP CIDR range 243.0.0.0/8 has no IPv6 range "
+        "(deploy-broker --clusterset-ip-cidr-range adds one)"
+    )
 
 
 def test_requested_outside_range() -> None:
@@ -330,3 +334,41 @@ def test_invalid_cluster_ids(bad: str, fragment: str) -> None:
     message = validate_cluster_id(bad)
     assert message is not None
     assert fragment in message
+
+
+# --- plan_cluster_cidrs (dual-stack) -------------------------------------------------------------
+
+DUAL = ["243.0.0.0/8", "fd00:243::/48"]
+
+
+def test_plan_dual_stack_one_block_per_family() -> None:
+    assert plan_cluster_cidrs(DUAL, {}, "a", []) == ["243.0.0.0/16", "fd00:243::/64"]
+    taken = {"a": ["243.0.0.0/16", "fd00:243::/64"], "b": ["243.1.0.0/16"]}
+    assert plan_cluster_cidrs(DUAL, taken, "c", []) == ["243.2.0.0/16", "fd00:243:0:1::/64"]
+    # The ranges' order decides the CIDRs' order: IPv6 first when the broker lists it first.
+    assert plan_cluster_cidrs(list(reversed(DUAL)), {}, "a", []) == ["fd00:243::/64", "243.0.0.0/16"]
+
+
+def test_plan_dual_stack_requests_and_current() -> None:
+    taken = {"a": ["243.0.0.0/16", "fd00:243::/64"]}
+    assert plan_cluster_cidrs(DUAL, taken, "b", ["fd00:243:0:7::/64"]) == ["243.1.0.0/16", "fd00:243:0:7::/64"]
+    # A re-join keeps its blocks and gains the family the broker added since.
+    assert plan_cluster_cidrs(DUAL, taken, "b", [], current=["243.9.0.0/16"]) == ["243.9.0.0/16", "fd00:243:0:1::/64"]
+    with pytest.raises(CidrError) as err:
+        plan_cluster_cidrs(DUAL, taken, "b", ["fd00:243::/64"])
+    assert str(err.value) == "clusterset IP CIDR fd00:243::/64 overlaps fd00:243::/64, the clusterset IP CIDR of cluster a"
+
+
+def test_plan_dual_stack_rejections() -> None:
+    with pytest.raises(CidrError) as err:
+        plan_cluster_cidrs(DUAL, {}, "a", ["fd00:243:0:1::/64", "fd00:243:0:2::/64"])
+    assert str(err.value) == (
+        "--clusterset-ip-cidr fd00:243:0:1::/64 and fd00:243:0:2::/64 are both IPv6: a cluster has at most one "
+        "clusterset IP CIDR per IP family (one IPv4 and one IPv6)"
+    )
+    with pytest.raises(CidrError, match="has no IPv6 range"):
+        plan_cluster_cidrs(["243.0.0.0/8"], {}, "a", ["fd00::/64"])
+    with pytest.raises(CidrError, match="fd00:243::1/64 has host bits set: the network is fd00:243::/64"):
+        plan_cluster_cidrs(DUAL, {}, "a", ["fd00:243::1/64"])
+    with pytest.raises(CidrError, match=r"no free /64 block left .*fd00:243::/64"):
+        plan_cluster_cidrs(["243.0.0.0/8", "fd00:243::/64"], {"a": ["fd00:243::/64"]}, "b", [])

@@ -160,7 +160,8 @@ def deploy_broker(
         list[str] | None,
         typer.Option(
             "--clusterset-ip-cidr-range", metavar="CIDR",
-            help="ClusterSet IP range(s); repeat or comma-separate. Default 243.0.0.0/8.",
+            help="ClusterSet IP range(s), IPv4 and/or IPv6 (e.g. fd00:243::/48); repeat or "
+                 "comma-separate. Default 243.0.0.0/8.",
         ),
     ] = None,
     broker_info: Annotated[
@@ -238,8 +239,12 @@ def join(
         ),
     ] = None,
     clusterset_ip_cidr: Annotated[
-        str | None,
-        typer.Option("--clusterset-ip-cidr", metavar="CIDR", help="This cluster's VIP block (default: the first free /16 of the range)."),
+        list[str] | None,
+        typer.Option(
+            "--clusterset-ip-cidr", metavar="CIDR",
+            help="This cluster's VIP block(s): at most one IPv4 and one IPv6; repeat or comma-separate "
+                 "(default: the first free IPv4 /16 and IPv6 /64 of the broker's ranges).",
+        ),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing registration (other CIDR, taken ID, other ID).")

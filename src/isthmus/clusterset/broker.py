@@ -17,6 +17,7 @@ from isthmus.api.base import ObjectMeta
 from isthmus.api.mcs import (
     BROKER_INFO_CONFIGMAP,
     BROKER_NAME,
+    DEFAULT_CLUSTER_CIDR_PREFIX_V6,
     DEFAULT_CLUSTERSET_IP_CIDR_RANGE,
     Broker,
     BrokerSpec,
@@ -41,25 +42,33 @@ def _check_namespace_name(namespace: str) -> None:
 
 
 def normalize_cidr_range(cidrs: Sequence[str] | None) -> list[str]:
-    """The clusterset VIP range(s): split comma lists, require strict IPv4 networks that do not
-    overlap one another; default 243.0.0.0/8, set even when VIPs are off by default (a cluster or an
-    export may still ask for one)."""
+    """The clusterset VIP range(s): split comma lists, require strict IPv4 or IPv6 networks that do
+    not overlap one another; default 243.0.0.0/8, set even when VIPs are off by default (a cluster or
+    an export may still ask for one). An IPv6 range makes the clusterset dual-stack: every cluster
+    joining gets a /64 of it beside its IPv4 /16."""
     items = [c.strip() for raw in (cidrs or []) for c in raw.split(",") if c.strip()]
     if not items:
         return [DEFAULT_CLUSTERSET_IP_CIDR_RANGE]
-    nets: list[ipaddress.IPv4Network] = []
+    nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
     for item in items:
         try:
-            net = ipaddress.IPv4Network(item, strict=True)
+            net = ipaddress.ip_network(item, strict=True)
         except ValueError as err:
             if "host bits set" in str(err):
-                fixed = ipaddress.IPv4Network(item, strict=False)
+                fixed = ipaddress.ip_network(item, strict=False)
                 raise ClustersetError(
                     f"clusterset IP CIDR range {item} has host bits set: the network is {fixed}; use that instead"
                 ) from None
             raise ClustersetError(
-                f"clusterset IP CIDR range {item!r} is not a valid IPv4 network (a.b.c.d/n)"
+                f"clusterset IP CIDR range {item!r} is not a valid IP network "
+                f"(a.b.c.d/n or an IPv6 network such as fd00:243::/48)"
             ) from None
+        if net.version == 6 and net.prefixlen > DEFAULT_CLUSTER_CIDR_PREFIX_V6:
+            raise ClustersetError(
+                f"clusterset IP CIDR range {item} is smaller than one cluster's IPv6 block "
+                f"(/{DEFAULT_CLUSTER_CIDR_PREFIX_V6}): use a /{DEFAULT_CLUSTER_CIDR_PREFIX_V6} or wider, "
+                f"e.g. a /48"
+            )
         for other in nets:
             if net.overlaps(other):
                 raise ClustersetError(f"clusterset IP CIDR ranges {other} and {net} overlap")

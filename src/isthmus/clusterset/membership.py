@@ -27,7 +27,7 @@ import asyncio
 import base64
 import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -58,6 +58,7 @@ from isthmus.api.mcs import (
     BROKER_TOKEN_SECONDS,
     CLUSTER_UID_ANNOTATION,
     DEFAULT_CLUSTER_CIDR_PREFIX,
+    DEFAULT_CLUSTER_CIDR_PREFIX_V6,
     ISTHMUS_GROUP,
     JOIN_SERIAL_ANNOTATION,
     MANAGED_BY_LABEL,
@@ -78,7 +79,13 @@ from isthmus.api.mcsvc import MANAGED_BY_LABEL as MCSVC_MANAGED_BY_LABEL
 from isthmus.api.mcsvc import MANAGED_BY_VALUE as MCSVC_MANAGED_BY_VALUE
 from isthmus.clusterset.broker import get_broker
 from isthmus.clusterset.brokerinfo import BrokerInfo
-from isthmus.clusterset.cidrs import CidrError, plan_cluster_cidr, validate_cluster_id
+from isthmus.clusterset.cidrs import (
+    CidrError,
+    plan_cluster_cidrs,
+    same_family,
+    split_cidrs,
+    validate_cluster_id,
+)
 from isthmus.clusterset.control import (
     CRD_TIMEOUT,
     FIELD_MANAGER,
@@ -114,7 +121,7 @@ async def join(
     *,
     cluster_id: str,
     enable_clusterset_ip: bool | None,
-    clusterset_ip_cidr: str | None,
+    clusterset_ip_cidr: str | Sequence[str] | None,
     force: bool,
     member_credentials: bool = True,
 ) -> Cluster:
@@ -123,13 +130,16 @@ async def join(
     With `member_credentials` (the broker client holds the broker's admin credentials) the cluster
     gets its own broker ServiceAccount and token (module docstring); without, the member stores
     `info` as it is and reaches the broker with its credentials (an open broker, or an old
-    broker-info carrying a token). Re-joining with the same ID keeps the CIDR. A different `clusterset_ip_cidr` for a registered
+    broker-info carrying a token). Re-joining with the same ID keeps the CIDRs (and gains a block of a family
+    the broker's range gained since). `clusterset_ip_cidr` asks for at most one CIDR per family (a str:
+    comma-separated). A different one for a registered
     ID, an ID another cluster holds, or a cluster already joined under another ID are errors unless
     `force` (then the registration is replaced). Returns the Cluster as stored on the broker.
     """
     problem = validate_cluster_id(cluster_id)
     if problem is not None:
         raise ClustersetError(problem)
+    requested = split_cidrs(clusterset_ip_cidr)
     namespace = info.namespace
     crd_plan = await read_crd_plan(cluster_client)  # an incompatible shared CRD stops join before it registers
 
@@ -149,7 +159,7 @@ async def join(
 
     try:
         broker, cluster = await _register(
-            broker_client, namespace, cluster_id, uid, enable_clusterset_ip, clusterset_ip_cidr, force
+            broker_client, namespace, cluster_id, uid, enable_clusterset_ip, requested, force
         )
     except ApiError as err:
         if status_code(err) == 403:
@@ -397,7 +407,7 @@ async def _register(
     cluster_id: str,
     uid: str | None,
     enable_clusterset_ip: bool | None,
-    requested: str | None,
+    requested: list[str],
     force: bool,
 ) -> tuple[Broker, Cluster]:
     """The broker half of join, serialized through the Broker's resourceVersion (module docstring)."""
@@ -405,7 +415,7 @@ async def _register(
         broker = await get_broker(client, namespace)
         clusters = await list_all(client, Cluster, namespace=namespace)
         existing = next((c for c in clusters if c.name == cluster_id), None)
-        taken = {c.name: c.spec.clusterset_ip_cidr[0] for c in clusters if c.spec.clusterset_ip_cidr}
+        taken = {c.name: list(c.spec.clusterset_ip_cidr) for c in clusters if c.spec.clusterset_ip_cidr}
         desired = _desired_cluster(
             broker, existing, taken, namespace, cluster_id, uid, enable_clusterset_ip, requested, force
         )
@@ -434,16 +444,16 @@ async def _register(
 def _desired_cluster(
     broker: Broker,
     existing: Cluster | None,
-    taken: dict[str, str],
+    taken: dict[str, list[str]],
     namespace: str,
     cluster_id: str,
     uid: str | None,
     enable_clusterset_ip: bool | None,
-    requested: str | None,
+    requested: list[str],
     force: bool,
 ) -> Cluster:
     ranges = list(broker.spec.clusterset_ip_cidr_range)
-    current_cidr = existing.spec.clusterset_ip_cidr[0] if existing and existing.spec.clusterset_ip_cidr else None
+    current = list(existing.spec.clusterset_ip_cidr) if existing else []
     if existing is not None and not force:
         other_uid = (existing.metadata.annotations or {}).get(CLUSTER_UID_ANNOTATION)
         if uid and other_uid and other_uid != uid:
@@ -454,16 +464,20 @@ def _desired_cluster(
                 f"--cluster-id {cluster_id}` (or pass --force to take the ID over)"
             )
     try:
-        if current_cidr is not None and requested is None:
-            cidr = current_cidr  # idempotent re-join keeps its block, even if the range has changed
-        else:
-            cidr = plan_cluster_cidr(ranges, taken, cluster_id, requested, DEFAULT_CLUSTER_CIDR_PREFIX)
+        # An idempotent re-join keeps its blocks, even if the range has changed; a family the broker's
+        # range gained since gets a new block.
+        cidrs = plan_cluster_cidrs(
+            ranges, taken, cluster_id, requested, current,
+            {"IPv4": DEFAULT_CLUSTER_CIDR_PREFIX, "IPv6": DEFAULT_CLUSTER_CIDR_PREFIX_V6},
+        )
     except CidrError as err:
         raise ClustersetError(str(err)) from err
-    if current_cidr is not None and cidr != current_cidr and not force:
+    replaced = [(old, new) for old in current for new in cidrs if old != new and same_family(old, new)]
+    if replaced and not force:
+        old, new = replaced[0]
         raise ClustersetError(
-            f"cluster {cluster_id!r} already has clusterset IP CIDR {current_cidr}; pass --force to change "
-            f"it to {cidr} (VIPs already allocated from {current_cidr} keep working until their services "
+            f"cluster {cluster_id!r} already has clusterset IP CIDR {old}; pass --force to change "
+            f"it to {new} (VIPs already allocated from {old} keep working until their services "
             f"are unexported)"
         )
     if existing is not None:
@@ -476,7 +490,7 @@ def _desired_cluster(
         )
     if uid:
         desired.metadata.annotations = {**(desired.metadata.annotations or {}), CLUSTER_UID_ANNOTATION: uid}
-    desired.spec.clusterset_ip_cidr = [cidr]
+    desired.spec.clusterset_ip_cidr = cidrs
     desired.spec.clusterset_ip_enabled = enable_clusterset_ip
     if desired.spec.joined_at is None:
         desired.spec.joined_at = now()
