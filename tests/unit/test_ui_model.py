@@ -87,6 +87,17 @@ def test_a_service_gathers_its_exporters_importers_vip_and_endpoints_per_source(
     assert svc["conflicts"] == [] and svc["clusters"] == ["c1", "c2"]
 
 
+def test_an_importer_carries_its_serviceimport_ready_condition() -> None:
+    """The page shows each importer's Ready (mcs-api v1beta1), its reason when it is not True."""
+    s = clusterset()
+    s.put("c1", "ServiceImport", obj("ServiceImport", "web", "shop", spec={"type": "ClusterSetIP"},
+                                     status={"conditions": [cond("Ready", "False", "IPFamilyNotSupported")]}))
+    s.put("c2", "ServiceImport", obj("ServiceImport", "web", "shop", spec={"type": "ClusterSetIP"}))
+    importers = build_view(s)["services"]["shop/web"]["importers"]
+    assert (importers["c1"]["ready"]["status"], importers["c1"]["ready"]["reason"]) == ("False", "IPFamilyNotSupported")
+    assert importers["c2"]["ready"] is None
+
+
 def test_conflicts_are_the_condition_messages_of_every_exporter_in_conflict() -> None:
     s = clusterset()
     message = 'port "http" is TCP/80 in cluster c1 (oldest) but TCP/8080 in cluster c2'

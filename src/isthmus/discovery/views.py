@@ -213,6 +213,16 @@ class ImportRow:
     the service then behaves as the oldest export says, maybe not as this cluster's Service."""
     session_affinity: str = "None"
     created: datetime | None = None
+    ready: ConditionView | None = None
+    """The ServiceImport's Ready condition (v1beta1; None before the agent wrote one)."""
+
+    def ready_text(self) -> str:
+        """`True`, or the status with the reason that explains it (`False IPFamilyNotSupported`)."""
+        if self.ready is None:
+            return "-"
+        if self.ready.status == "True":
+            return "True"
+        return f"{self.ready.status} {self.ready.reason}".strip()
 
     def dns_name(self) -> str:
         return f"{self.name}.{self.namespace}.svc.clusterset.local"
@@ -234,6 +244,7 @@ class ImportRow:
             "ports": self.ports,
             "conflicts": self.conflicts,
             "sessionAffinity": self.session_affinity,
+            "ready": self.ready.to_dict() if self.ready else None,
             "dnsName": self.dns_name(),
             "creationTimestamp": format_time(self.created) if self.created else None,
         }
@@ -259,5 +270,6 @@ async def import_rows(client: AsyncClient, namespace: str | None) -> list[Import
             conflicts=conflicts.get((i.namespace or "", i.name), []),
             session_affinity=str(i.spec.session_affinity or "None"),
             created=i.metadata.creation_timestamp,
+            ready=ConditionView.of(find_condition(i.status.conditions, ConditionType.READY)),
         ))
     return rows

@@ -310,11 +310,13 @@ def _services(store: Store) -> dict[str, dict[str, Any]]:
             e = entry(_ns(si) or "", _name(si))
             spec = _spec(si)
             eps = slices.get((_ns(si) or "", _name(si)), {})
-            imp = {"vip": list(spec.get("ips") or []), "type": spec.get("type") or "",
-                   "ports": _ports(spec.get("ports")),
-                   "clusters": [c.get("cluster") for c in _status(si).get("clusters") or []],
-                   "endpoints": {src: sorted(a) for src, a in sorted(eps.items())},
-                   "ref": ref(cluster, "ServiceImport", si)}
+            imp: dict[str, Any] = {
+                "vip": list(spec.get("ips") or []), "type": spec.get("type") or "",
+                "ports": _ports(spec.get("ports")),
+                "clusters": [c.get("cluster") for c in _status(si).get("clusters") or []],
+                "endpoints": {src: sorted(a) for src, a in sorted(eps.items())},
+                "ready": _condition(si, "Ready"),
+                "ref": ref(cluster, "ServiceImport", si)}
             e["importers"][cluster] = imp
             e["vip"] = sorted(set(e["vip"]) | set(imp["vip"]))
             e["type"] = e["type"] or imp["type"]

@@ -296,7 +296,8 @@ function condBadge(conds, type, goodStatus) {
 function services() {
   const rows = filtered("services", (s) => s.clusters).map(([key, s]) => {
     const endpoints = Object.entries(s.importers).map(([c, imp]) =>
-      h("div", {}, link(c, imp.ref), ": ",
+      h("div", { "data-importer": c }, link(c, imp.ref), " ", condBadge(imp.ready ? [imp.ready] : [], "Ready", "True"),
+        imp.ready && imp.ready.status !== "True" ? ` ${imp.ready.reason}` : "", ": ",
         Object.entries(imp.endpoints).map(([src, a]) => `${src} ${a.length}`).join(", ") || "none"));
     return h("tr", { class: "row", "data-service": key, onclick: () => select(s.ref) },
       h("td", {}, s.namespace), h("td", {}, h("b", {}, s.name)),
