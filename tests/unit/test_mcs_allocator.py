@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 
 from isthmus.clusterset.cidrs import CidrError, plan_cluster_cidr, plan_cluster_cidrs, validate_cluster_id
-from isthmus.discovery.allocator import AllocatorFull, VipAllocator
+from isthmus.discovery.allocator import IPV6_WINDOW, AllocatorFull, VipAllocator
 
 # --- VipAllocator ------------------------------------------------------------------------------
 
@@ -166,13 +166,33 @@ def test_in_use_and_contains_outside() -> None:
     [
         ("243.0.0.1/16", "did you mean 243.0.0.0/16"),
         ("243.0.0.0/33", "bad prefix length"),
-        ("nope", "not an IPv4 network"),
-        ("fd00::/64", "not an IPv4 network"),
+        ("nope", "not an IPv4 or IPv6 network"),
+        ("fd00::1/64", "did you mean fd00::/64"),
+        ("fd00::/129", "bad prefix length"),
     ],
 )
 def test_bad_cidr(cidr: str, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         VipAllocator(cidr)
+
+
+def test_ipv6_block_allocates_from_its_window() -> None:
+    alloc = VipAllocator("fd00:243:0:1::/64")
+    assert alloc.family == "IPv6" and alloc.size == IPV6_WINDOW - 1
+    assert [alloc.allocate() for _ in range(2)] == ["fd00:243:0:1::1", "fd00:243:0:1::2"]
+    assert not alloc.contains("fd00:243:0:1::") and not alloc.contains("243.0.0.1")
+    assert alloc.contains("fd00:243:0:1::ffff") and not alloc.contains("fd00:243:0:1::1:0")
+    assert alloc.reserve("fd00:243:0:1::10") and alloc.allocate() == "fd00:243:0:1::11"
+    assert not alloc.reserve("243.0.0.5")
+    alloc.release("fd00:243:0:1::1")
+    assert not alloc.in_use("fd00:243:0:1::1")
+
+
+def test_small_ipv6_block() -> None:
+    alloc = VipAllocator("fd00::/126")
+    assert [alloc.allocate() for _ in range(3)] == ["fd00::1", "fd00::2", "fd00::3"]
+    with pytest.raises(AllocatorFull):
+        alloc.allocate()
 
 
 # --- plan_cluster_cidr -------------------------------------------------------------------------

@@ -111,7 +111,7 @@ class BrokerInfo:
             raise ValueError("broker-info: 'clustersetIPCIDRRange' must be a non-empty list of CIDRs")
         for r in ranges:
             try:
-                ipaddress.IPv4Network(r, strict=True)
+                ipaddress.ip_network(r, strict=True)
             except ValueError as err:
                 raise ValueError(f"broker-info: 'clustersetIPCIDRRange' has an invalid CIDR {r!r}: {err}") from None
         return cls(

@@ -17,6 +17,7 @@ views at the start of every leadership term (`rebuild`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +50,15 @@ class Aggregator:
 
     def __init__(self, *, cluster_id: str, cidrs: list[Any] | None) -> None:
         self.cluster_id = cluster_id
-        self.allocator: VipAllocator | None = VipAllocator(str(cidrs[0])) if cidrs else None
-        self._held: dict[str, str] = {}
-        """Broker ExportedService name → the VIP it holds (ours as we publish them, others' as seen)."""
+        self.allocators: dict[str, VipAllocator] = {}
+        """Per family, the allocator over this cluster's block of it (at most one per family)."""
+        for cidr in cidrs or ():
+            allocator = VipAllocator(str(cidr))
+            self.allocators.setdefault(allocator.family, allocator)
+        self.allocator: VipAllocator | None = next(iter(self.allocators.values()), None)
+        """The first block's allocator: what the metrics and the start-up log show."""
+        self._held: dict[str, tuple[str, ...]] = {}
+        """Broker ExportedService name → the VIPs it holds (ours as we publish them, others' as seen)."""
         self._holders: dict[str, set[str]] = {}
         """VIP → the ExportedServices holding it: a VIP of our CIDR is free again once none does."""
 
@@ -130,13 +137,42 @@ class Aggregator:
         elif self.allocator is None:
             failure = f"cluster {self.cluster_id} has no ClusterSet IP CIDR"
         else:
-            try:
-                ips, allocated_by = [self.allocator.allocate()], self.cluster_id
-                log.info("%s/%s: ClusterSet IP %s allocated", ns, name, ips[0])
-            except AllocatorFull:
-                failure = f"no free ClusterSet IP left in {self.allocator.cidr}"
-        self.hold(bname, ips[0] if ips else None)
+            ips, failure = self._allocate(spec)
+            allocated_by = self.cluster_id if ips else None
+            for ip in ips or ():
+                log.info("%s/%s: ClusterSet IP %s allocated", ns, name, ip)
+        self.hold(bname, ips)
         return spec.model_copy(update={"clusterset_ips": ips, "clusterset_ip_allocated_by": allocated_by}), failure
+
+    def _allocate(self, spec: ExportedServiceSpec) -> tuple[list[str] | None, str]:
+        """One VIP per family of the exported Service that this cluster has a block of, in the
+        Service's ipFamilies order (a dual-stack Service from a dual-stack cluster gets two); a family
+        without a block here is left out (the ServiceImport offers only the families it has VIPs of,
+        and the aggregate reports an exporter lacking one). A Service none of whose families has a
+        block here gets one VIP of the first block, as before dual-stack: the aggregate's
+        IPFamilyConflict says so. All or nothing: a full block frees what this call took."""
+        families = [f for f in dict.fromkeys(spec.ip_families or ()) if f in self.allocators]
+        chosen = [self.allocators[f] for f in families]
+        if not chosen and self.allocator is not None:
+            chosen = [self.allocator]
+        ips: list[str] = []
+        for allocator in chosen:
+            try:
+                ips.append(allocator.allocate())
+            except AllocatorFull:
+                for ip in ips:
+                    self._release(ip)
+                return None, f"no free ClusterSet IP left in {allocator.cidr}"
+        return ips, ""
+
+    def _allocator_of(self, ip: str) -> VipAllocator | None:
+        return next((a for a in self.allocators.values() if a.contains(ip)), None)
+
+    def _release(self, ip: str) -> None:
+        allocator = self._allocator_of(ip)
+        if allocator is not None and allocator.in_use(ip):
+            allocator.release(ip)
+            log.info("released ClusterSet IP %s", ip)
 
     def _observe_hold(self, obj: Any, *, gone: bool = False, starting: bool = False) -> None:
         """Another cluster's view (or, at start, any view) as the cache shows it: the VIP it holds.
@@ -146,27 +182,30 @@ class Aggregator:
         if object_labels(obj).get(SOURCE_CLUSTER_LABEL) == self.cluster_id and not starting:
             return
         ips = None if gone else ((dump(obj).get("spec") or {}).get("clustersetIPs") or None)
-        self.hold(object_name(obj), str(ips[0]) if ips else None)
+        self.hold(object_name(obj), [str(ip) for ip in ips] if ips else None)
 
-    def hold(self, holder: str, ip: str | None) -> None:
-        """Record that broker ExportedService `holder` holds `ip` (None: nothing). A VIP of our CIDR is
-        reserved while anyone holds it and freed when the last holder lets go: the VIP is freed only
-        when no cluster exports the service any more, by the cluster whose CIDR holds it."""
-        old = self._held.get(holder)
-        if old == ip:
+    def hold(self, holder: str, ips: Sequence[str] | None) -> None:
+        """Record that broker ExportedService `holder` holds `ips` (None or empty: nothing). A VIP of our
+        CIDRs is reserved while anyone holds it and freed when the last holder lets go: the VIP is freed
+        only when no cluster exports the service any more, by the cluster whose CIDR holds it."""
+        new = tuple(ips or ())
+        old = self._held.get(holder, ())
+        if old == new:
             return
-        if old is not None:
-            holders = self._holders.get(old, set())
+        for ip in old:
+            if ip in new:
+                continue
+            holders = self._holders.get(ip, set())
             holders.discard(holder)
             if not holders:
-                self._holders.pop(old, None)
-                if self.allocator is not None and self.allocator.contains(old) and self.allocator.in_use(old):
-                    self.allocator.release(old)
-                    log.info("released ClusterSet IP %s", old)
-        if ip is None:
+                self._holders.pop(ip, None)
+                self._release(ip)
+        if not new:
             self._held.pop(holder, None)
             return
-        self._held[holder] = ip
-        self._holders.setdefault(ip, set()).add(holder)
-        if self.allocator is not None and self.allocator.contains(ip) and not self.allocator.in_use(ip):
-            self.allocator.reserve(ip)
+        self._held[holder] = new
+        for ip in new:
+            self._holders.setdefault(ip, set()).add(holder)
+            allocator = self._allocator_of(ip)
+            if allocator is not None and not allocator.in_use(ip):
+                allocator.reserve(ip)

@@ -12,9 +12,15 @@ import ipaddress
 import re
 
 __all__ = [
+    "IPV6_WINDOW",
     "AllocatorFull",
     "VipAllocator",
 ]
+
+IPV6_WINDOW = 1 << 16
+"""How many addresses at the start of an IPv6 block VIPs come from. A /64 has 2**64 addresses, far
+more than a bitmap can hold; 65535 VIPs (the window minus the subnet-router anycast address) are as
+many as an IPv4 /16 gives, more than a cluster exports services."""
 
 _NOT_FULL_BYTE = re.compile(rb"[^\xff]")
 """Finds a bitmap byte with a free bit at C speed (the allocator's hot path)."""
@@ -24,19 +30,23 @@ class AllocatorFull(Exception):
     """Every address of the allocator's CIDR is in use."""
 
 
-def _parse_ip(ip: str) -> int | None:
-    """The address as an int, or None if it is not an IPv4 address (callers treat that as 'outside')."""
+def _parse_ip(ip: str, version: int) -> int | None:
+    """The address as an int, or None if it is not an address of `version` (callers treat that as
+    'outside')."""
     try:
-        return int(ipaddress.IPv4Address(ip.strip()))
+        addr = ipaddress.ip_address(ip.strip())
     except (ValueError, AttributeError):
         return None
+    return int(addr) if addr.version == version else None
 
 
 class VipAllocator:
-    """Bitmap allocator over the usable host addresses of one IPv4 CIDR.
+    """Bitmap allocator over the usable host addresses of one IPv4 or IPv6 CIDR.
 
-    Network and broadcast addresses are excluded for prefixes shorter than /31 (RFC 3021 makes both
-    addresses of a /31 usable; a /32 is its one address).
+    IPv4: network and broadcast addresses are excluded for prefixes shorter than /31 (RFC 3021 makes
+    both addresses of a /31 usable; a /32 is its one address). IPv6 has no broadcast: only the
+    subnet-router anycast address (the block's first, RFC 4291) is excluded, and VIPs come from the
+    block's first `IPV6_WINDOW` addresses.
 
     `allocate` hands out the first free address after the last one handed out, wrapping around at
     the end of the CIDR, so a freed address is reused as late as possible: other clusters may still
@@ -48,24 +58,31 @@ class VipAllocator:
 
     def __init__(self, cidr: str) -> None:
         try:
-            net = ipaddress.IPv4Network(cidr.strip(), strict=True)
+            net = ipaddress.ip_network(cidr.strip(), strict=True)
         except ipaddress.NetmaskValueError as exc:
             raise ValueError(f"invalid clusterset IP CIDR {cidr!r}: bad prefix length ({exc})") from None
         except ValueError as exc:
             if "has host bits set" in str(exc):
-                fixed = ipaddress.IPv4Network(cidr.strip(), strict=False)
+                fixed = ipaddress.ip_network(cidr.strip(), strict=False)
                 raise ValueError(
                     f"invalid clusterset IP CIDR {cidr!r}: host bits are set (did you mean {fixed}?)"
                 ) from None
+            if "/" in cidr and _parse_ip(cidr.split("/", 1)[0], 4) is not None:
+                raise ValueError(f"invalid clusterset IP CIDR {cidr!r}: bad prefix length") from None
+            if "/" in cidr and _parse_ip(cidr.split("/", 1)[0], 6) is not None:
+                raise ValueError(f"invalid clusterset IP CIDR {cidr!r}: bad prefix length") from None
             raise ValueError(
-                f"invalid clusterset IP CIDR {cidr!r}: not an IPv4 network (a.b.c.d/n)"
+                f"invalid clusterset IP CIDR {cidr!r}: not an IPv4 or IPv6 network (a.b.c.d/n or x:y::/n)"
             ) from None
         except AttributeError:
             raise ValueError(f"invalid clusterset IP CIDR {cidr!r}: not a string") from None
         self._net = net
+        self._version = net.version
         first, last = int(net.network_address), int(net.broadcast_address)
-        if net.prefixlen < 31:
+        if net.version == 4 and net.prefixlen < 31:
             first, last = first + 1, last - 1
+        elif net.version == 6 and net.prefixlen < 127:
+            first, last = first + 1, min(last, first + IPV6_WINDOW - 1)
         self._first = first
         self._size = last - first + 1
         self._bits = bytearray((self._size + 7) // 8)
@@ -85,6 +102,11 @@ class VipAllocator:
         return str(self._net)
 
     @property
+    def family(self) -> str:
+        """IPv4 or IPv6: the family of the VIPs handed out."""
+        return "IPv6" if self._version == 6 else "IPv4"
+
+    @property
     def size(self) -> int:
         """How many addresses can be allocated in total."""
         return self._size
@@ -95,7 +117,7 @@ class VipAllocator:
         return self._used
 
     def _index(self, ip: str) -> int | None:
-        value = _parse_ip(ip)
+        value = _parse_ip(ip, self._version)
         if value is None:
             return None
         idx = value - self._first
@@ -147,13 +169,15 @@ class VipAllocator:
         self._bits[idx >> 3] |= 0x80 >> (idx & 7)
         self._used += 1
         self._last = idx
+        if self._version == 6:
+            return str(ipaddress.IPv6Address(self._first + idx))
         return str(ipaddress.IPv4Address(self._first + idx))
 
     def reserve(self, ip: str) -> bool:
         """Mark `ip` used (e.g. a VIP found on a ServiceImport at start-up).
 
         Allocation resumes after the highest address reserved this way (see the class docstring).
-        False if it was already used, lies outside the CIDR or is not an IPv4 address.
+        False if it was already used, lies outside the CIDR or is of the other family.
         """
         idx = self._index(ip)
         if idx is None or self._test(idx):
