@@ -329,6 +329,8 @@ async def test_the_page_shows_conflict_badges_restarts_roles_and_labels_apart(
                 await expect(row.locator(f'[data-exporter="{c}"] .badge')).to_have_text("Conflict (PortConflict)",
                                                                                      timeout=20000)
                 await expect(row.locator(f'[data-exporter="{c}"] .badge')).to_have_class("badge bad")
+            for c in ("c1", "c2"):  # each importer's ServiceImport Ready condition (mcs-api v1beta1)
+                await expect(row.locator(f'[data-importer="{c}"] .badge')).to_have_text("Ready True", timeout=20000)
             await row.locator("td b").click()  # the row, not a link: the export whose conflict explains it
             await expect(page.locator("#details-title")).to_contain_text("ServiceExport ui-test/web")
             await expect(page.locator("#details-body")).to_contain_text(CONFLICT)
