@@ -320,8 +320,9 @@ def test_4b_show_conflicts_one_per_line_and_the_vip(cs: Clusterset) -> None:
     assert lines[2].split()[0] == "LabelsConflict" and lines[2].rstrip().endswith(f"Conflict: {labels}")
     assert len(lines) == 3
     imports = cs.run("show", "imports", "-n", "shop", "--kubeconfig", k1).stdout.splitlines()
-    assert imports[0].split() == ["NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "CONFLICT", "AGE"]
-    assert imports[1].split()[:7] == ["shop", "web", "ClusterSetIP", "243.0.0.7", "-", "-", "PortConflict"]
+    assert imports[0].split() == ["NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "READY", "CONFLICT", "AGE"]
+    # READY "-": no agent wrote the import's Ready condition here
+    assert imports[1].split()[:8] == ["shop", "web", "ClusterSetIP", "243.0.0.7", "-", "-", "-", "PortConflict"]
     assert imports[2].split() == ["LabelsConflict"]
     wide = cs.run("show", "imports", "-n", "shop", "-o", "wide", "--kubeconfig", k1).stdout.splitlines()
     assert wide[0].split()[-4:] == ["AGE", "AFFINITY", "DNS", "NAME"]
