@@ -325,7 +325,7 @@ def test_4b_show_conflicts_one_per_line_and_the_vip(cs: Clusterset) -> None:
     assert imports[1].split()[:8] == ["shop", "web", "ClusterSetIP", "243.0.0.7", "-", "-", "-", "PortConflict"]
     assert imports[2].split() == ["LabelsConflict"]
     wide = cs.run("show", "imports", "-n", "shop", "-o", "wide", "--kubeconfig", k1).stdout.splitlines()
-    assert wide[0].split()[-4:] == ["AGE", "AFFINITY", "DNS", "NAME"]
+    assert wide[0].split()[-6:] == ["AGE", "IP", "FAMILIES", "AFFINITY", "DNS", "NAME"]
     assert wide[1].split()[-2:] == ["None", "web.shop.svc.clusterset.local"]
     doc = json.loads(cs.run("show", "imports", "-n", "shop", "-o", "json", "--kubeconfig", k1).stdout)
     assert doc["items"][0]["dnsName"] == "web.shop.svc.clusterset.local" and doc["items"][0]["creationTimestamp"]

@@ -14,6 +14,7 @@ import pytest_asyncio
 from lightkube.resources.core_v1 import Service
 
 from isthmus.api.mcs import ConditionType, ConflictReason
+from isthmus.discovery import views
 from tests.harness.clusterset import ClusterSet, condition, reasons, service
 from tests.harness.polling import eventually
 
@@ -113,3 +114,14 @@ async def test_unexport_frees_both_vips(cs: ClusterSet) -> None:
         return not any(allocators[family(ip)].in_use(ip) for ip in ips)
 
     await eventually(freed, what=f"{ips} freed")
+
+
+async def test_show_imports_rows_carry_both_vips_and_the_families(cs: ClusterSet) -> None:
+    ns = "ds-show"
+    await cs.export(0, "shown", ns, svc=dual_service("shown", ns, ["IPv6", "IPv4"]))
+    await cs.ensure_namespace(1, ns)
+    imp = await imported(cs, 1, "shown", ns, 2)
+    [row] = await views.import_rows(cs.clusters[1].client, ns)
+    assert row.ips == imp["spec"]["ips"] and [family(ip) for ip in row.ips] == ["IPv6", "IPv4"]
+    assert row.ip_families == ["IPv6", "IPv4"]
+    assert row.to_dict()["ipFamilies"] == ["IPv6", "IPv4"] and row.to_dict()["ips"] == row.ips

@@ -560,12 +560,12 @@ def show(
                    empty=empty)
         return
     columns = ["NAMESPACE", "NAME", "TYPE", "VIP", "CLUSTERS", "PORTS", "READY", "CONFLICT", "AGE",
-               Column("AFFINITY", wide=True), Column("DNS NAME", wide=True)]
+               Column("IP FAMILIES", wide=True), Column("AFFINITY", wide=True), Column("DNS NAME", wide=True)]
 
     def import_row(r: views.ImportRow) -> list[list[str]]:
         return [[r.namespace, r.name, r.type, ", ".join(r.ips) or "-", ", ".join(r.clusters) or "-",
                  r.port_text() or "-", r.ready_text(), "\n".join(r.conflicts) or "-", age(r.created, ref),
-                 r.session_affinity, r.dns_name()]]
+                 ", ".join(r.ip_families) or "-", r.session_affinity, r.dns_name()]]
 
     print_list([r.to_dict() for r in rows] if output in (JSON, YAML) else rows, output, columns, import_row,
                empty=empty)

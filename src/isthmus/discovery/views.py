@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -206,6 +206,7 @@ class ImportRow:
     name: str
     type: str
     ips: list[str]
+    """The ClusterSet IPs, one per family in `ip_families` order (dual-stack: an IPv4 and an IPv6)."""
     clusters: list[str]
     ports: list[dict[str, Any]]
     conflicts: list[str]
@@ -215,6 +216,8 @@ class ImportRow:
     created: datetime | None = None
     ready: ConditionView | None = None
     """The ServiceImport's Ready condition (v1beta1; None before the agent wrote one)."""
+    ip_families: list[str] = field(default_factory=list)
+    """The import's spec.ipFamilies: the families it is served over (headless imports too)."""
 
     def ready_text(self) -> str:
         """`True`, or the status with the reason that explains it (`False IPFamilyNotSupported`)."""
@@ -240,6 +243,7 @@ class ImportRow:
             "name": self.name,
             "type": self.type,
             "ips": self.ips,
+            "ipFamilies": self.ip_families,
             "clusters": self.clusters,
             "ports": self.ports,
             "conflicts": self.conflicts,
@@ -271,5 +275,6 @@ async def import_rows(client: AsyncClient, namespace: str | None) -> list[Import
             session_affinity=str(i.spec.session_affinity or "None"),
             created=i.metadata.creation_timestamp,
             ready=ConditionView.of(find_condition(i.status.conditions, ConditionType.READY)),
+            ip_families=list(i.spec.ip_families or []),
         ))
     return rows

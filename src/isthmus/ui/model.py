@@ -311,14 +311,18 @@ def _services(store: Store) -> dict[str, dict[str, Any]]:
             spec = _spec(si)
             eps = slices.get((_ns(si) or "", _name(si)), {})
             imp: dict[str, Any] = {
-                "vip": list(spec.get("ips") or []), "type": spec.get("type") or "",
+                "vip": list(spec.get("ips") or []), "ipFamilies": list(spec.get("ipFamilies") or []),
+                "type": spec.get("type") or "",
                 "ports": _ports(spec.get("ports")),
                 "clusters": [c.get("cluster") for c in _status(si).get("clusters") or []],
                 "endpoints": {src: sorted(a) for src, a in sorted(eps.items())},
                 "ready": _condition(si, "Ready"),
                 "ref": ref(cluster, "ServiceImport", si)}
             e["importers"][cluster] = imp
-            e["vip"] = sorted(set(e["vip"]) | set(imp["vip"]))
+            # Every VIP any importer shows (both of a dual-stack service), IPv4 before IPv6, so the page
+            # reads the same whatever order the importers were seen in.
+            e["vip"] = sorted(set(e["vip"]) | set(imp["vip"]), key=lambda ip: (":" in ip, ip))
+            e["ipFamilies"] = e.get("ipFamilies") or imp["ipFamilies"]
             e["type"] = e["type"] or imp["type"]
             e["ports"] = e["ports"] or imp["ports"]
     for e in out.values():
