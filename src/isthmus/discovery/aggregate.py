@@ -263,18 +263,16 @@ def aggregate(
     conflicts: list[tuple[str, str]] = []
     losers: set[str] = set()
 
-    # Type.
-    for exp in ordered[1:]:
-        if exp.type != oldest.type:
-            conflicts.append(
-                (
-                    ConflictReason.TYPE,
-                    f"type is {oldest.type} in cluster {oldest.cluster} (oldest) "
-                    f"but {exp.type} in cluster {exp.cluster}",
-                )
-            )
-            losers.add(exp.cluster)
+    def differs(reason: str, what: str, value: Callable[[ExportedServiceSpec], object],
+                among: Sequence[ExportedServiceSpec] = ordered[1:]) -> None:
+        """The oldest's `what` wins (KEP-1645 "Constraints"); each export that differs is a conflict."""
+        for exp in among:
+            if value(exp) != value(oldest):
+                conflicts.append((reason, f"{what} is {_show(value(oldest))} in cluster {oldest.cluster} (oldest) "
+                                          f"but {_show(value(exp))} in cluster {exp.cluster}"))
+                losers.add(exp.cluster)
 
+    differs(ConflictReason.TYPE, "type", lambda e: e.type)
     # Ports: the union (merge_ports), and a PortConflict whenever the port sets are not identical
     # (KEP-1645 "Service Port"): an extra or missing port too, not only a name defined twice.
     ports = merge_ports(ordered)
@@ -285,55 +283,14 @@ def aggregate(
         conflicts.extend((ConflictReason.PORT, text) for text in _port_differences(oldest, exp))
         losers.add(exp.cluster)
 
-    # Session affinity, then its config (only compared where the affinity itself agrees).
-    for exp in ordered[1:]:
-        if _affinity(exp) != _affinity(oldest):
-            conflicts.append(
-                (
-                    ConflictReason.SESSION_AFFINITY,
-                    f"session affinity is {_affinity(oldest)} in cluster {oldest.cluster} (oldest) "
-                    f"but {_affinity(exp)} in cluster {exp.cluster}",
-                )
-            )
-            losers.add(exp.cluster)
-    for exp in ordered[1:]:
-        if _affinity(exp) != _affinity(oldest):
-            continue
-        mine, theirs = (
-            _affinity_timeout(oldest.session_affinity_config),
-            _affinity_timeout(exp.session_affinity_config),
-        )
-        if mine != theirs:
-            conflicts.append(
-                (
-                    ConflictReason.SESSION_AFFINITY_CONFIG,
-                    f"session affinity timeout is {_show(mine)} in cluster {oldest.cluster} (oldest) "
-                    f"but {_show(theirs)} in cluster {exp.cluster}",
-                )
-            )
-            losers.add(exp.cluster)
-
-    # Internal traffic policy and traffic distribution: the oldest's (KEP-1645 "Constraints").
-    for exp in ordered[1:]:
-        if _itp(exp) != _itp(oldest):
-            conflicts.append(
-                (
-                    ConflictReason.INTERNAL_TRAFFIC_POLICY,
-                    f"internal traffic policy is {_itp(oldest)} in cluster {oldest.cluster} (oldest) "
-                    f"but {_itp(exp)} in cluster {exp.cluster}",
-                )
-            )
-            losers.add(exp.cluster)
-    for exp in ordered[1:]:
-        if exp.traffic_distribution != oldest.traffic_distribution:
-            conflicts.append(
-                (
-                    ConflictReason.TRAFFIC_DISTRIBUTION,
-                    f"traffic distribution is {_show(oldest.traffic_distribution)} in cluster {oldest.cluster} "
-                    f"(oldest) but {_show(exp.traffic_distribution)} in cluster {exp.cluster}",
-                )
-            )
-            losers.add(exp.cluster)
+    # Session affinity, then its timeout (compared only where the affinity itself agrees); internal
+    # traffic policy and traffic distribution.
+    differs(ConflictReason.SESSION_AFFINITY, "session affinity", _affinity)
+    differs(ConflictReason.SESSION_AFFINITY_CONFIG, "session affinity timeout",
+            lambda e: _affinity_timeout(e.session_affinity_config),
+            [e for e in ordered[1:] if _affinity(e) == _affinity(oldest)])
+    differs(ConflictReason.INTERNAL_TRAFFIC_POLICY, "internal traffic policy", _itp)
+    differs(ConflictReason.TRAFFIC_DISTRIBUTION, "traffic distribution", lambda e: e.traffic_distribution)
 
     # IP families: a conflict only where it makes traffic over a family reach a subset of the
     # clusters (KEP-1645 "Exporting Services"): an exporter lacking one of the import's families.
