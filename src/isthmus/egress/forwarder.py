@@ -47,7 +47,6 @@ STATUS_EVERY = 10.0
 GATEWAY_RETRY_SECONDS = 2.5
 """How long a new flow waits for a gateway that cannot take it yet (a leader moving takes 0.05-0.3 s
 on its own, and the operator's news of it about a second more), within a client's usual connect patience."""
-TARGET_ERROR = f"ERR {relay.UNREACHABLE}".encode()
 NO_GATEWAY = b"ERR no gateway address"
 """What a relay attempt "answers" while the Forwarder names no gateway (the operator between leaders)."""
 
@@ -169,8 +168,9 @@ class ForwarderRuntime:
     async def _relay_egress(self, client: Pipe, rule: ForwarderRule) -> None:
         """Relay through the gateway, trying again for up to GATEWAY_RETRY_SECONDS while it cannot take
         the flow (its leader moving: the old one gone, the new one not yet told about us, no leader
-        named for a moment), as HAProxy's `retries` do; the client's bytes wait in its socket. Only
-        the gateway's own answer that the target is unreachable ends it at once."""
+        named for a moment, or the target's answers not yet routed to the new leader's node, which the
+        gateway reports as the target unreachable), as HAProxy's `retries` do; the client's bytes wait
+        in its socket. A target that is really down is so answered after those seconds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + GATEWAY_RETRY_SECONDS
         up: Pipe | None = None
@@ -180,7 +180,7 @@ class ForwarderRuntime:
                 line = NO_GATEWAY
             else:
                 up, line = await self._try_gateway(rule, gateway)
-            if line == b"OK\n" or client.closed or line.startswith(TARGET_ERROR):
+            if line == b"OK\n" or client.closed:
                 break
             if up is not None:
                 up.reset()

@@ -85,8 +85,8 @@ async def read_header(reader: asyncio.StreamReader) -> Header:
 
 
 UNREACHABLE = "cannot reach"
-"""How the gateway's answer starts when the target itself refused or did not answer: final, where
-every other refusal (not the leader yet, not told about this forwarder yet) may pass in a moment."""
+"""How the gateway's answer starts when it could not connect to the target (refused, or no answer:
+also while the route back to a new leader's node is being moved)."""
 
 
 async def answer(writer: asyncio.StreamWriter, error: str | None = None) -> None:
